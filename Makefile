@@ -1,0 +1,41 @@
+# The two commands of the README: `make bench` (set up, then run the studies) and `make test`
+# (set up, then lint, type-check and run the test suite). Both are idempotent: the virtual
+# environment is rebuilt only when pyproject.toml changes, so a second run starts in seconds.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+RESULTS := results
+
+.PHONY: bench test lint typecheck unit clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+bench: $(STAMP)
+	@mkdir -p $(RESULTS)
+	$(BIN)/python -m pytest benchmarks -p no:cacheprovider \
+		--benchmark-json=$(RESULTS)/latest.json --benchmark-autosave \
+		--benchmark-columns=median,iqr,rounds $(BENCH_ARGS)
+	@echo "JSON written to $(RESULTS)/latest.json (history in .benchmarks/)"
+
+test: lint typecheck unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+# pytest exits 5 when it collected nothing: a broken suite, so say so rather than pass quietly.
+unit: $(STAMP)
+	@$(BIN)/python -m pytest $(TEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+clean:
+	rm -rf $(VENV) $(RESULTS) .benchmarks .mypy_cache .ruff_cache

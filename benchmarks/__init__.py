@@ -1,0 +1,3 @@
+"""Benchmark models and helpers used by the project's inference studies."""
+
+from __future__ import annotations

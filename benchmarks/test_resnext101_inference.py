@@ -1,0 +1,29 @@
+"""ResNeXt-101 inference: latency and throughput against batch size, on every backend present.
+
+The reference study ran ResNeXt-101 on a Graphcore C2 card, fp16, batch sizes 2 to 12. This study
+runs the same model and batch sizes on each target that ``--ipu-backend`` selects (``auto``: every
+default backend present), precision ``auto`` (fp32 on CPUs, fp16 on accelerators).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from benchmarks.conftest import BATCH_SIZES
+from benchmarks.conftest import image_batch
+
+
+@pytest.mark.benchmark(group="resnext101-inference")
+@pytest.mark.parametrize("batch_size", BATCH_SIZES)
+def test_resnext101_inference(
+    ipu_compile: Any, ipu_benchmark: Any, resnext101: Any, resnext_variant: str, batch_size: int
+) -> None:
+    """One batch size on one target: compile (cached per target), warm up, time the rounds."""
+    images = image_batch(batch_size)
+    compiled = ipu_compile(resnext101, (images,), key=f"resnext101_{resnext_variant}")
+    record = ipu_benchmark(compiled, (images,))
+    if record is not None:
+        assert record.batch_size == batch_size
+        assert record.throughput_items_per_s > 0

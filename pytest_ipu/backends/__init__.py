@@ -1,0 +1,73 @@
+"""The lazy registry of built-in backends: names map to ``"module:Class"`` strings plus arguments.
+
+Nothing here imports a runtime. A conftest can add or replace backends through the
+``pytest_ipu_make_backend`` hook; this registry is only the built-in default.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import cast
+
+from pytest_ipu.backends.base import Backend
+from pytest_ipu.target import Target
+
+__all__ = ["BUILTIN", "BackendEntry", "Target", "all_candidates", "auto_candidates", "make_backend"]
+
+
+@dataclass(frozen=True)
+class BackendEntry:
+    """A built-in backend: where its class lives, how to construct it, and its candidate devices.
+
+    ``auto`` entries take part in ``--ipu-backend=auto`` on every candidate device that is present.
+    """
+
+    factory: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    devices: tuple[str, ...] = ()
+    auto: bool = True
+
+
+BUILTIN: Mapping[str, BackendEntry] = {
+    "torch": BackendEntry("pytest_ipu.backends.torch:TorchBackend", {"mode": "eager"}, ("cpu", "cuda")),
+    # torch.compile is opt-in: compiling a large model takes minutes on a small CPU.
+    "torch-compile": BackendEntry(
+        "pytest_ipu.backends.torch:TorchBackend", {"mode": "compile"}, ("cpu", "cuda"), auto=False
+    ),
+}
+
+
+def make_backend(target: Target) -> Backend | None:
+    """Construct the built-in backend for ``target``, or ``None`` if the name is not built in."""
+    entry = BUILTIN.get(target.backend)
+    if entry is None:
+        return None
+    module_name, _, class_name = entry.factory.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cast(Backend, cls(name=target.backend, device=target.device, **entry.kwargs))
+
+
+def auto_candidates() -> list[Target]:
+    """Every (backend, device) pair that ``--ipu-backend=auto`` considers, in registry order."""
+    return [Target(name, device) for name, entry in BUILTIN.items() if entry.auto for device in entry.devices]
+
+
+def all_candidates() -> list[Target]:
+    """Every built-in (backend, device) pair, ``auto`` ones first."""
+    ordered = sorted(BUILTIN.items(), key=lambda item: not item[1].auto)
+    return [Target(name, device) for name, entry in ordered for device in entry.devices]
+
+
+def unknown_backend_reason(target: Target) -> str:
+    """``unknown backend 'troch' (did you mean 'torch'?); built in: torch, torch-compile``."""
+    close = difflib.get_close_matches(target.backend, list(BUILTIN), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (
+        f"unknown backend {target.backend!r}{hint}; built in: {', '.join(BUILTIN)} "
+        "(a conftest can add others with the pytest_ipu_make_backend hook)"
+    )

@@ -1,0 +1,90 @@
+"""What every backend provides: availability, a description, and compiling a model (no SDK imports)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run here; when it cannot, ``reason`` says why and how to fix it."""
+
+    ok: bool
+    reason: str = ""
+
+    @classmethod
+    def yes(cls) -> Availability:
+        """Available."""
+        return cls(True)
+
+    @classmethod
+    def no(cls, reason: str) -> Availability:
+        """Not available, because of ``reason`` (which should also say what would fix it)."""
+        return cls(False, reason)
+
+
+@dataclass(frozen=True)
+class CompiledModel:
+    """A model prepared by a backend for one target, ready to be called in timed rounds.
+
+    ``run(*inputs)`` is one synchronous call: when it returns, the outputs are available where
+    ``io`` says (``"host"``: in host memory). ``prepare_inputs`` converts user inputs once, outside
+    any timed window (dtype, memory layout, pinned or device memory). ``compile_s`` and
+    ``compile_cached`` are filled in by the ``ipu_compile`` fixture, which times the compile.
+    """
+
+    target: str
+    backend: str
+    device: str
+    device_name: str
+    precision: str
+    io: str
+    run: Callable[..., object]
+    prepare_inputs: Callable[[Sequence[object]], tuple[object, ...]]
+    close: Callable[[], None]
+    options: Mapping[str, object] = field(default_factory=dict)
+    compile_s: float | None = None
+    compile_cached: bool = False
+
+
+class Backend(Protocol):
+    """A runtime that compiles and runs models on one device (torch, onnxruntime, poptorch, ...).
+
+    Implementations import their runtime lazily, inside these methods, so that importing
+    pytest-ipu never imports an SDK. Backends run models; they never time anything.
+    """
+
+    @property
+    def name(self) -> str:
+        """The registry name, e.g. ``torch``."""
+
+    @property
+    def device(self) -> str:
+        """The device the backend runs on, e.g. ``cpu`` or ``cuda:0``."""
+
+    def availability(self) -> Availability:
+        """Whether the runtime and the device are present; never raises."""
+
+    def describe(self) -> dict[str, Any]:
+        """Versions and device facts for ``machine_info["ipu"]`` (plain JSON values only)."""
+
+    def default_precision(self) -> str:
+        """The precision ``auto`` means on this device (``fp32``, ``fp16`` or ``bf16``)."""
+
+    def shape_specialized(self, options: Mapping[str, object]) -> bool:
+        """Whether a compiled model is tied to its example inputs' shapes (then each shape compiles)."""
+
+    def compile(
+        self,
+        model: object,
+        example_inputs: Sequence[object],
+        precision: str,
+        options: Mapping[str, object],
+    ) -> CompiledModel:
+        """Prepare ``model`` to run; raise ``CompileError`` naming the model and the reason."""

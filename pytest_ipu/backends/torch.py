@@ -1,0 +1,246 @@
+"""The torch backend: eager or ``torch.compile`` on CPU and CUDA, in fp32, fp16 or bf16.
+
+torch is imported lazily (or injected, for tests), so importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from pytest_ipu.backends.base import Availability
+from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.errors import CompileError
+from pytest_ipu.host import cpu_name
+
+_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+#: Options ``ipu_compile`` accepts for this backend, with their defaults.
+OPTIONS: Mapping[str, object] = {"channels_last": False, "io": "host", "compile_mode": "default"}
+_IO = ("host", "device")
+
+
+class TorchBackend:
+    """Runs ``torch.nn.Module`` models on ``cpu`` or ``cuda[:N]``, eagerly or through ``torch.compile``.
+
+    Options: ``channels_last`` (bool), ``io`` (``"host"``: each timed call copies inputs to the device
+    and outputs back to host memory; ``"device"``: inputs stay on the device, outputs are left there
+    and the call ends with a device synchronisation), ``compile_mode`` (``torch.compile``'s ``mode``).
+    """
+
+    def __init__(
+        self,
+        name: str = "torch",
+        device: str | None = None,
+        mode: str = "eager",
+        torch_module: ModuleType | None = None,
+    ) -> None:
+        if mode not in ("eager", "compile"):
+            raise ValueError(f"torch backend mode must be 'eager' or 'compile', got {mode!r}")
+        self._name = name
+        self._device = device or "cpu"
+        self._mode = mode
+        self._torch = torch_module
+
+    @property
+    def name(self) -> str:
+        """The registry name (``torch`` or ``torch-compile``)."""
+        return self._name
+
+    @property
+    def device(self) -> str:
+        """``cpu``, ``cuda`` or ``cuda:N``."""
+        return self._device
+
+    def _import(self) -> ModuleType:
+        if self._torch is None:
+            self._torch = importlib.import_module("torch")
+        return self._torch
+
+    def availability(self) -> Availability:
+        """torch importable, device type known and present, ``torch.compile`` present if asked for."""
+        try:
+            torch = self._import()
+        except ImportError as exc:
+            return Availability.no(
+                f"torch is not installed ({exc}); install it with: pip install 'pytest-ipu[torch]'"
+            )
+        try:
+            dev = torch.device(self._device)
+        except (RuntimeError, ValueError) as exc:
+            return Availability.no(f"torch does not know device {self._device!r} ({exc})")
+        if dev.type == "cuda":
+            if not torch.cuda.is_available():
+                return Availability.no(
+                    f"no CUDA device: torch.cuda.is_available() is False "
+                    f"(torch {torch.__version__}, built for CUDA {torch.version.cuda or 'none'})"
+                )
+            count = torch.cuda.device_count()
+            if dev.index is not None and dev.index >= count:
+                return Availability.no(f"no device {self._device!r}: this machine has {count} CUDA device(s)")
+        elif dev.type != "cpu":
+            return Availability.no(f"the torch backend runs on 'cpu' or 'cuda[:N]', not {self._device!r}")
+        if self._mode == "compile" and not hasattr(torch, "compile"):
+            return Availability.no(f"torch {torch.__version__} has no torch.compile; install torch >= 2.0")
+        return Availability.yes()
+
+    def default_precision(self) -> str:
+        """fp32 on CPUs (where fp16 is emulated and slow), fp16 on GPUs."""
+        return "fp32" if self._device == "cpu" else "fp16"
+
+    def shape_specialized(self, options: Mapping[str, object]) -> bool:
+        """Eager models run any shape; compiled ones are compiled for the example shapes."""
+        return self._mode == "compile"
+
+    def describe(self) -> dict[str, Any]:
+        """torch version, device name, thread counts, CUDA/cuDNN versions and capability."""
+        torch = self._import()
+        info: dict[str, Any] = {
+            "backend": self._name,
+            "mode": self._mode,
+            "torch": str(torch.__version__),
+            "device": self._device,
+            "device_name": self._device_name(torch),
+            "threads": int(torch.get_num_threads()),
+            "interop_threads": int(torch.get_num_interop_threads()),
+        }
+        if self._device.startswith("cuda"):
+            dev = torch.device(self._device)
+            props = torch.cuda.get_device_properties(dev)
+            info["cuda"] = torch.version.cuda
+            info["cudnn"] = torch.backends.cudnn.version()
+            info["capability"] = f"{props.major}.{props.minor}"
+            info["memory_bytes"] = int(props.total_memory)
+        else:
+            info["cpu_capability"] = str(torch.backends.cpu.get_cpu_capability())
+        return info
+
+    def _device_name(self, torch: ModuleType) -> str:
+        if self._device.startswith("cuda"):
+            return str(torch.cuda.get_device_name(torch.device(self._device)))
+        return cpu_name()
+
+    def compile(
+        self,
+        model: object,
+        example_inputs: Sequence[object],
+        precision: str,
+        options: Mapping[str, object],
+    ) -> CompiledModel:
+        """Copy ``model`` (the caller's stays untouched), convert and place it; compile if asked.
+
+        For ``torch-compile`` the example inputs are run once here, because ``torch.compile``
+        compiles lazily on the first call and that belongs to compile time, not to a timed round.
+        """
+        torch = self._import()
+        opts = _check_options(options, model)
+        if not isinstance(model, torch.nn.Module):
+            raise CompileError(f"the torch backend needs a torch.nn.Module, got {type(model).__name__}")
+        if precision not in _DTYPES:
+            raise CompileError(
+                f"unknown precision {precision!r} for {_model_name(model)}; use fp32, fp16 or bf16"
+            )
+        dtype = getattr(torch, _DTYPES[precision])
+        dev = torch.device(self._device)
+        channels_last = bool(opts["channels_last"])
+        module = copy.deepcopy(model).eval().to(device=dev, dtype=dtype)
+        if channels_last:
+            module = module.to(memory_format=torch.channels_last)
+        if self._mode == "compile":
+            module = torch.compile(module, mode=str(opts["compile_mode"]), dynamic=False)
+
+        host_io = opts["io"] == "host"
+        on_cuda = dev.type == "cuda"
+
+        def prepare_inputs(inputs: Sequence[object]) -> tuple[object, ...]:
+            prepared = []
+            for x in inputs:
+                t = torch.as_tensor(x)
+                if t.is_floating_point():
+                    t = t.to(dtype)
+                if channels_last and t.dim() == 4:
+                    t = t.contiguous(memory_format=torch.channels_last)
+                # Pinned host memory is what a tuned input pipeline uses for fast async copies.
+                t = (t.pin_memory() if on_cuda else t) if host_io else t.to(dev)
+                prepared.append(t)
+            return tuple(prepared)
+
+        run = _make_run(torch, module, dev, host_io)
+        if self._mode == "compile":
+            try:
+                run(*prepare_inputs(example_inputs))
+            except Exception as exc:
+                raise CompileError(f"torch.compile failed for {_model_name(model)}: {exc}") from exc
+
+        def close() -> None:
+            nonlocal module
+            module = None
+            if on_cuda:
+                torch.cuda.empty_cache()
+
+        return CompiledModel(
+            target=f"{self._name}:{self._device}",
+            backend=self._name,
+            device=self._device,
+            device_name=self._device_name(torch),
+            precision=precision,
+            io=str(opts["io"]),
+            run=run,
+            prepare_inputs=prepare_inputs,
+            close=close,
+            options={**opts, "mode": self._mode},
+        )
+
+
+def _make_run(torch: ModuleType, module: Any, dev: Any, host_io: bool) -> Callable[..., object]:
+    """One synchronous call: it returns only when the outputs exist where ``io`` says."""
+    if dev.type != "cuda":
+
+        def run_cpu(*inputs: Any) -> object:
+            with torch.inference_mode():
+                return module(*inputs)
+
+        return run_cpu
+
+    def run_cuda(*inputs: Any) -> object:
+        with torch.inference_mode():
+            if host_io:
+                inputs = tuple(x.to(dev, non_blocking=True) for x in inputs)
+                # .cpu() waits for the device: the outputs are in host memory when it returns.
+                return _map_tensors(module(*inputs), lambda t: t.cpu())
+            out = module(*inputs)
+            torch.cuda.synchronize(dev)
+            return out
+
+    return run_cuda
+
+
+def _map_tensors(obj: Any, fn: Callable[[Any], Any]) -> Any:
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_map_tensors(o, fn) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    return fn(obj) if hasattr(obj, "cpu") else obj
+
+
+def _check_options(options: Mapping[str, object], model: object) -> dict[str, object]:
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise CompileError(
+            f"unknown torch backend option(s) {', '.join(map(repr, unknown))} for {_model_name(model)}; "
+            f"allowed: {', '.join(OPTIONS)}"
+        )
+    opts = {**OPTIONS, **options}
+    if opts["io"] not in _IO:
+        raise CompileError(
+            f"torch backend option io={opts['io']!r} for {_model_name(model)}; use 'host' or 'device'"
+        )
+    return opts
+
+
+def _model_name(model: object) -> str:
+    return type(model).__name__

@@ -1,0 +1,71 @@
+"""The seam to pytest-benchmark: the only module that knows its JSON layout.
+
+We add to it through its public extension points only (``extra_info``, the machine-info and JSON
+update hooks), so a file written with pytest-ipu still loads in ``pytest-benchmark compare``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_ipu import schema
+
+#: Top-level key of the run-wide section pytest-ipu adds to the JSON.
+TOP_LEVEL_KEY = "pytest_ipu"
+
+
+class RunFileError(ValueError):
+    """A file that is not a readable pytest-benchmark JSON run; the message names the file."""
+
+
+@dataclass(frozen=True)
+class StoredBenchmark:
+    """One benchmark of a saved run: pytest-benchmark's identity fields and our record, if any."""
+
+    name: str
+    fullname: str
+    group: str | None
+    record: schema.IpuRecord | None
+
+
+def attach(extra_info: dict[str, Any], record: Mapping[str, Any]) -> None:
+    """Store a record under ``extra_info["ipu"]`` (the dict pytest-benchmark serialises)."""
+    extra_info[schema.NAMESPACE] = dict(record)
+
+
+def update_machine_info(machine_info: dict[str, Any], device_info: Mapping[str, Any]) -> None:
+    """Put the run's backend and device inventory under ``machine_info["ipu"]``."""
+    machine_info[schema.NAMESPACE] = dict(device_info)
+
+
+def update_json(output_json: dict[str, Any], run_info: Mapping[str, Any]) -> None:
+    """Add pytest-ipu's run-wide section (schema version, settings) at the top level."""
+    output_json[TOP_LEVEL_KEY] = dict(run_info)
+
+
+def load_run(path: Path) -> list[StoredBenchmark]:
+    """Read the benchmarks of a pytest-benchmark JSON file; raises ``RunFileError`` on bad input."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RunFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise RunFileError(f"{path}: not JSON: {exc}") from None
+    benchmarks = data.get("benchmarks") if isinstance(data, dict) else None
+    if not isinstance(benchmarks, list):
+        raise RunFileError(f"{path}: not a pytest-benchmark run (no 'benchmarks' list)")
+    out = []
+    for bench in benchmarks:
+        info = (bench.get("extra_info") or {}).get(schema.NAMESPACE)
+        try:
+            record = schema.from_json(info) if info is not None else None
+        except schema.SchemaError as exc:
+            raise RunFileError(f"{path}: benchmark {bench.get('fullname')!r}: {exc}") from None
+        out.append(
+            StoredBenchmark(str(bench.get("name")), str(bench.get("fullname")), bench.get("group"), record)
+        )
+    return out

@@ -1,0 +1,253 @@
+"""The public fixtures: ``ipu_settings``, ``ipu_backend``, ``ipu_compile`` and ``ipu_benchmark``."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+from typing import Protocol
+
+import pytest
+
+from pytest_ipu import benchmark_json
+from pytest_ipu import measure
+from pytest_ipu import metrics
+from pytest_ipu import report
+from pytest_ipu import schema
+from pytest_ipu.backends.base import Backend
+from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.errors import BackendUnavailable
+from pytest_ipu.errors import ConfigError
+from pytest_ipu.host import cpu_name
+from pytest_ipu.marker import marker_overrides
+from pytest_ipu.options import AUTO
+from pytest_ipu.options import Settings
+from pytest_ipu.session import SESSION_KEY
+from pytest_ipu.session import IpuSession
+from pytest_ipu.target import Target
+
+
+class Compile(Protocol):
+    """The callable ``ipu_compile`` returns."""
+
+    def __call__(
+        self,
+        model: object,
+        example_inputs: Sequence[object],
+        *,
+        precision: str | None = None,
+        key: object = None,
+        **options: object,
+    ) -> CompiledModel:
+        """Compile ``model`` for this test's backend (or take it from the run's cache)."""
+
+
+class Benchmark(Protocol):
+    """The callable ``ipu_benchmark`` returns."""
+
+    def __call__(
+        self,
+        model: CompiledModel | Callable[..., object],
+        inputs: Sequence[object] = (),
+        *,
+        items_per_call: int | None = None,
+        rounds: int | None = None,
+        warmup_rounds: int | None = None,
+    ) -> schema.IpuRecord | None:
+        """Measure ``model`` on ``inputs``; the record, or ``None`` when benchmarking is disabled."""
+
+
+def _session(request: pytest.FixtureRequest) -> IpuSession:
+    return request.config.stash[SESSION_KEY]
+
+
+@pytest.fixture
+def ipu_settings(request: pytest.FixtureRequest) -> Settings:
+    """The pytest-ipu settings for this test: the run's options, overridden by its ``ipu`` marker."""
+    try:
+        overrides = marker_overrides(request.node)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"pytest-ipu: {exc}") from None
+    return dataclasses.replace(_session(request).settings, **overrides)
+
+
+@pytest.fixture
+def ipu_backend(request: pytest.FixtureRequest, ipu_settings: Settings) -> Backend:
+    """The backend this test runs on, ready to compile models.
+
+    Tests that use it are parametrized over ``--ipu-backend`` (or the marker's ``backend=``); with
+    ``auto``, over every default backend present. A backend, runtime or device that is missing
+    skips the test with the reason, or fails it under ``--ipu-missing-sdk=fail``.
+    """
+    target = getattr(request, "param", None)
+    if not isinstance(target, Target):
+        targets = _session(request).targets_for(ipu_settings.targets)
+        target = targets[0]
+    backend, availability = _session(request).backend(target)
+    if backend is None or not availability.ok:
+        message = f"pytest-ipu: target {target} is not available: {availability.reason}"
+        if ipu_settings.missing_sdk == "fail":
+            raise BackendUnavailable(message)
+        pytest.skip(message)
+    return backend
+
+
+@pytest.fixture
+def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settings: Settings) -> Compile:
+    """Compile a model for this test's backend, once per run for each model and set of options.
+
+    ``ipu_compile(model, example_inputs, precision=None, key=None, **options)`` returns a
+    ``CompiledModel`` whose ``compile_s`` was measured here, never inside a timed window. A model
+    compiled by an earlier test with the same backend, precision and options (and, for backends
+    that specialise on shapes, the same input shapes) is reused: its ``compile_cached`` is true.
+    ``key`` identifies the model in the cache (default: the model object itself). ``precision``
+    defaults to the test's ``--ipu-precision`` (``auto``: the backend's choice for its device).
+    """
+    session = _session(request)
+
+    def compile_model(
+        model: object,
+        example_inputs: Sequence[object],
+        *,
+        precision: str | None = None,
+        key: object = None,
+        **options: object,
+    ) -> CompiledModel:
+        __tracebackhide__ = True
+        chosen = precision or ipu_settings.precision
+        if chosen == AUTO:
+            chosen = ipu_backend.default_precision()
+        cache_key = (
+            ipu_backend.name,
+            ipu_backend.device,
+            key if key is not None else id(model),
+            chosen,
+            tuple(sorted((k, repr(v)) for k, v in options.items())),
+            _signature(example_inputs) if ipu_backend.shape_specialized(options) else None,
+        )
+        cached = session.cached(cache_key)
+        if cached is not None:
+            return dataclasses.replace(cached, compile_cached=True)
+        start = time.perf_counter_ns()
+        compiled = ipu_backend.compile(model, example_inputs, chosen, options)
+        compiled = dataclasses.replace(compiled, compile_s=(time.perf_counter_ns() - start) * 1e-9)
+        session.remember(cache_key, compiled, model)
+        return compiled
+
+    return compile_model
+
+
+@pytest.fixture
+def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: Settings) -> Benchmark:
+    """Measure a compiled model (or any callable) the way every pytest-ipu number is measured.
+
+    ``ipu_benchmark(model, inputs, items_per_call=None, rounds=None, warmup_rounds=None)``:
+
+    1. converts ``inputs`` once (``CompiledModel.prepare_inputs``), untimed;
+    2. makes the first call and the warm-up rounds, timed apart and never part of the statistics;
+    3. runs the timed rounds through pytest-benchmark's ``pedantic`` (``auto`` rounds fill
+       ``--ipu-max-time``), one synchronous call per round;
+    4. stores latency percentiles, throughput (``items_per_call`` x rounds / window wall time),
+       compile and first-call times under ``extra_info["ipu"]`` and returns the ``IpuRecord``.
+
+    ``items_per_call`` defaults to the leading dimension of the first input (the batch size).
+    Returns ``None`` when pytest-benchmark is disabled (``--benchmark-disable``, or under xdist):
+    the model then runs once and nothing is recorded.
+    """
+    session = _session(request)
+
+    def run(
+        model: CompiledModel | Callable[..., object],
+        inputs: Sequence[object] = (),
+        *,
+        items_per_call: int | None = None,
+        rounds: int | None = None,
+        warmup_rounds: int | None = None,
+    ) -> schema.IpuRecord | None:
+        __tracebackhide__ = True
+        compiled = model if isinstance(model, CompiledModel) else _wrap_callable(model)
+        args = compiled.prepare_inputs(tuple(inputs))
+        batch = _batch_size(inputs)
+        items = items_per_call if items_per_call is not None else batch
+        if items < 1:
+            raise ValueError(f"items_per_call must be >= 1, got {items}")
+        if not benchmark.enabled:
+            benchmark.pedantic(compiled.run, args=args, rounds=1)
+            return None
+        warm = measure.warm_up(
+            compiled.run, args, ipu_settings.warmup_rounds if warmup_rounds is None else warmup_rounds
+        )
+        fixed = _or(rounds, ipu_settings.rounds)
+        planned = measure.plan_rounds(
+            fixed, warm.estimate_s, ipu_settings.max_time_s, ipu_settings.min_rounds
+        )
+        window_s = measure.timed_rounds(benchmark, compiled.run, args, planned)
+        latency = metrics.summarize_latency(list(benchmark.stats.stats.data))
+        record = schema.IpuRecord(
+            target=compiled.target,
+            backend=compiled.backend,
+            device=compiled.device,
+            device_name=compiled.device_name,
+            precision=compiled.precision,
+            io=compiled.io,
+            batch_size=batch,
+            items_per_call=items,
+            rounds=planned,
+            rounds_policy="fixed" if fixed is not None else "auto",
+            warmup_rounds=len(warm.warmup_s),
+            latency=latency,
+            window_s=window_s,
+            throughput_items_per_s=metrics.throughput(items * planned, window_s),
+            compile_s=compiled.compile_s,
+            compile_cached=compiled.compile_cached,
+            first_call_s=warm.first_call_s,
+        )
+        data = schema.to_json(record)
+        request.config.hook.pytest_ipu_update_record(config=request.config, item=request.node, record=data)
+        benchmark_json.attach(benchmark.extra_info, data)
+        group = benchmark.group or getattr(request.node, "originalname", request.node.name)
+        session.add_row(report.Row(group, request.node.name, record))
+        return record
+
+    return run
+
+
+def _or(value: int | None, default: int | None) -> int | None:
+    return default if value is None else value
+
+
+def _batch_size(inputs: Sequence[object]) -> int:
+    """Leading dimension of the first input; 1 for no inputs or a scalar."""
+    if not inputs:
+        return 1
+    shape = getattr(inputs[0], "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else 1
+    try:
+        return len(inputs[0])  # type: ignore[arg-type]
+    except TypeError:
+        return 1
+
+
+def _signature(inputs: Sequence[object]) -> tuple[tuple[Any, ...], ...]:
+    return tuple((tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x).__name__))) for x in inputs)
+
+
+def _wrap_callable(fn: Callable[..., object]) -> CompiledModel:
+    """A plain callable, measured as it is: host CPU, no compile step, inputs passed unchanged."""
+    if not callable(fn):
+        raise TypeError(f"ipu_benchmark needs a CompiledModel or a callable, got {type(fn).__name__}")
+    return CompiledModel(
+        target="python:host",
+        backend="python",
+        device="host",
+        device_name=cpu_name(),
+        precision="n/a",
+        io="host",
+        run=fn,
+        prepare_inputs=tuple,
+        close=lambda: None,
+        options={"callable": getattr(fn, "__qualname__", repr(fn))},
+    )

@@ -1,0 +1,82 @@
+"""The ``@pytest.mark.ipu(...)`` marker: its keywords, their parsers, and their validation.
+
+Keywords override the matching command-line settings for one test. An unknown keyword or a bad
+value is an error naming the test, the keyword and (for typos) the closest valid keyword.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from pytest_ipu import options
+from pytest_ipu.errors import ConfigError
+
+MARKER = "ipu"
+MARKER_HELP = (
+    "ipu(backend=..., precision=..., rounds=..., warmup_rounds=..., min_rounds=..., max_time=...): "
+    "pytest-ipu settings for this benchmark, overriding the command line"
+)
+
+
+@dataclass(frozen=True)
+class Keyword:
+    """One marker keyword and the settings field it overrides."""
+
+    name: str
+    field: str
+    parse: Callable[[object], Any]
+    help: str
+
+
+KEYWORDS: Mapping[str, Keyword] = {
+    k.name: k
+    for k in (
+        Keyword("backend", "targets", options.parser_for("targets"), "targets this test runs on"),
+        Keyword("precision", "precision", options.parser_for("precision"), "numeric precision"),
+        Keyword("rounds", "rounds", options.parser_for("rounds"), "timed rounds, or 'auto'"),
+        Keyword("warmup_rounds", "warmup_rounds", options.parser_for("warmup_rounds"), "warm-up"),
+        Keyword("min_rounds", "min_rounds", options.parser_for("min_rounds"), "fewest rounds"),
+        Keyword(
+            "max_time", "max_time_s", options.parser_for("max_time_s"), "time budget of the timed rounds"
+        ),
+    )
+}
+
+
+def marker_overrides(item: pytest.Item) -> dict[str, Any]:
+    """Parse the ``ipu`` markers of ``item`` (closest wins) into settings-field overrides.
+
+    Raises ``ConfigError`` naming the node id for positional arguments, unknown keywords and bad
+    values.
+    """
+    overrides: dict[str, Any] = {}
+    # iter_markers yields the closest marker first; apply farthest first so the closest wins.
+    for mark in reversed(list(item.iter_markers(MARKER))):
+        if mark.args:
+            raise ConfigError(
+                f"{item.nodeid}: @pytest.mark.ipu takes keywords only, got positional {mark.args!r}"
+            )
+        for name, value in mark.kwargs.items():
+            keyword = KEYWORDS.get(name)
+            if keyword is None:
+                raise ConfigError(f"{item.nodeid}: {unknown_keyword_message(name)}")
+            try:
+                overrides[keyword.field] = keyword.parse(value)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"{item.nodeid}: invalid value {value!r} for @pytest.mark.ipu({name}=...): {exc}"
+                ) from None
+    return overrides
+
+
+def unknown_keyword_message(name: str) -> str:
+    """``unknown keyword 'round' (did you mean 'rounds'?); allowed: ...``."""
+    close = difflib.get_close_matches(name, list(KEYWORDS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"@pytest.mark.ipu got unknown keyword {name!r}{hint}; allowed: {', '.join(KEYWORDS)}"

@@ -1,0 +1,55 @@
+"""Numbers from numbers: latency summaries and throughput (pure; seconds in, SI units out)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_ipu import stats
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    """Per-round latency in seconds: one synchronous call of one model instance on one batch.
+
+    ``unsupported`` names the percentiles (``"p99"``) that the round count cannot support: they are
+    still reported, but they are really the maximum of too few samples.
+    """
+
+    min_s: float
+    p50_s: float
+    p90_s: float
+    p99_s: float
+    max_s: float
+    mean_s: float
+    rounds: int
+    unsupported: tuple[str, ...] = ()
+
+
+def summarize_latency(samples_s: Sequence[float]) -> LatencySummary:
+    """Summarize per-round latencies (seconds); raises ``ValueError`` on an empty or negative sample."""
+    if not samples_s:
+        raise ValueError("no latency samples to summarize")
+    if min(samples_s) < 0:
+        raise ValueError(f"latency samples must be >= 0 s, got {min(samples_s)}")
+    n = len(samples_s)
+    p50, p90, p99 = (stats.percentile(samples_s, q) for q in stats.PERCENTILES)
+    return LatencySummary(
+        min_s=float(min(samples_s)),
+        p50_s=p50,
+        p90_s=p90,
+        p99_s=p99,
+        max_s=float(max(samples_s)),
+        mean_s=float(sum(samples_s) / n),
+        rounds=n,
+        unsupported=tuple(f"p{q}" for q in stats.PERCENTILES if not stats.is_supported(q, n)),
+    )
+
+
+def throughput(items: int, window_s: float) -> float:
+    """Items completed per second of wall time over a timed window."""
+    if items < 0:
+        raise ValueError(f"items must be >= 0, got {items}")
+    if not window_s > 0:
+        raise ValueError(f"the timed window must last > 0 s, got {window_s}")
+    return items / window_s

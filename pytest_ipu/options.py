@@ -1,0 +1,263 @@
+"""Every pytest-ipu option: its flag, ini key, environment variable, default, parser and help.
+
+Precedence is command line > environment (``PYTEST_IPU_*``) > ini file > default. A bad value from
+any source is a one-line usage error that names the value, its source and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import fields
+from typing import Any
+
+import pytest
+
+from pytest_ipu.errors import ConfigError
+from pytest_ipu.target import Target
+from pytest_ipu.target import parse_target
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+MISSING_SDK_POLICIES = ("skip", "fail")
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The resolved pytest-ipu settings of one run.
+
+    ``targets`` is empty for ``auto`` (every default backend present on this machine);
+    ``rounds`` is ``None`` for ``auto`` (as many rounds as fit in ``max_time_s``, at least
+    ``min_rounds``).
+    """
+
+    targets: tuple[Target, ...] = ()
+    precision: str = AUTO
+    rounds: int | None = None
+    warmup_rounds: int = 2
+    min_rounds: int = 5
+    max_time_s: float = 2.0
+    missing_sdk: str = "skip"
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain-JSON form, written to the top level of the benchmark JSON."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["targets"] = [str(t) for t in self.targets] or AUTO
+        out["rounds"] = AUTO if self.rounds is None else self.rounds
+        return out
+
+
+def _int_at_least(minimum: int) -> Callable[[object], int]:
+    def parse(value: object) -> int:
+        try:
+            number = int(str(value).strip()) if not isinstance(value, bool) else None
+        except ValueError:
+            number = None
+        if number is None or number < minimum:
+            raise ValueError(f"expected an integer >= {minimum}")
+        return number
+
+    return parse
+
+
+def parse_rounds(value: object) -> int | None:
+    """``auto`` (``None``) or a positive round count."""
+    if str(value).strip().lower() == AUTO:
+        return None
+    try:
+        return _int_at_least(1)(value)
+    except ValueError:
+        raise ValueError("expected a positive integer or 'auto'") from None
+
+
+def parse_seconds(value: object) -> float:
+    """A positive duration: ``2``, ``2s``, ``0.5`` or ``500ms``."""
+    text = str(value).strip().lower()
+    scale = 1.0
+    if text.endswith("ms"):
+        text, scale = text[:-2], 1e-3
+    elif text.endswith("s"):
+        text = text[:-1]
+    try:
+        seconds = float(text) * scale
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError("expected a positive duration such as '2', '2s' or '500ms'")
+    return seconds
+
+
+def _choice(choices: tuple[str, ...]) -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        text = str(value).strip().lower()
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}")
+        return text
+
+    return parse
+
+
+def parse_targets(value: object) -> tuple[Target, ...]:
+    """``auto`` (empty tuple) or a comma-separated list of targets such as ``torch:cpu,torch:cuda``."""
+    text = str(value).strip()
+    if text.lower() == AUTO:
+        return ()
+    parts = [p for p in (s.strip() for s in text.split(",")) if p]
+    if not parts:
+        raise ValueError("expected 'auto' or targets such as 'torch:cpu,torch:cuda'")
+    targets = tuple(parse_target(p) for p in parts)
+    return tuple(dict.fromkeys(targets))  # de-duplicated, order kept
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option: the settings field it fills and every name it goes by."""
+
+    field: str
+    flag: str
+    metavar: str
+    default: str
+    parse: Callable[[object], Any]
+    help: str
+
+    @property
+    def ini(self) -> str:
+        """The ini key: ``--ipu-warmup-rounds`` -> ``ipu_warmup_rounds``."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        """The environment variable: ``--ipu-warmup-rounds`` -> ``PYTEST_IPU_WARMUP_ROUNDS``."""
+        return "PYTEST_" + self.ini.upper()
+
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec(
+        "targets",
+        "--ipu-backend",
+        "TARGETS",
+        AUTO,
+        parse_targets,
+        "backend targets to run benchmarks on, comma-separated, e.g. 'torch:cpu,torch:cuda'; "
+        "'auto' runs every default backend present on this machine",
+    ),
+    OptionSpec(
+        "precision",
+        "--ipu-precision",
+        "PRECISION",
+        AUTO,
+        _choice((AUTO, *PRECISIONS)),
+        "numeric precision of compiled models: fp32, fp16 or bf16; 'auto' lets each backend "
+        "pick for its device (fp32 on CPUs, fp16 on accelerators)",
+    ),
+    OptionSpec(
+        "rounds",
+        "--ipu-rounds",
+        "N",
+        AUTO,
+        parse_rounds,
+        "timed rounds per benchmark; 'auto' runs as many as fit in --ipu-max-time "
+        "(at least --ipu-min-rounds)",
+    ),
+    OptionSpec(
+        "warmup_rounds",
+        "--ipu-warmup-rounds",
+        "N",
+        "2",
+        _int_at_least(0),
+        "untimed warm-up rounds after the (also untimed) first call",
+    ),
+    OptionSpec(
+        "min_rounds",
+        "--ipu-min-rounds",
+        "N",
+        "5",
+        _int_at_least(1),
+        "fewest timed rounds when --ipu-rounds is 'auto'",
+    ),
+    OptionSpec(
+        "max_time_s",
+        "--ipu-max-time",
+        "SECONDS",
+        "2s",
+        parse_seconds,
+        "time budget for the timed rounds of one benchmark when --ipu-rounds is 'auto'",
+    ),
+    OptionSpec(
+        "missing_sdk",
+        "--ipu-missing-sdk",
+        "POLICY",
+        "skip",
+        _choice(MISSING_SDK_POLICIES),
+        "what a benchmark does when its backend, runtime or device is missing: skip or fail",
+    ),
+)
+
+
+def parser_for(field: str) -> Callable[[object], Any]:
+    """The value parser of the option that fills settings field ``field``."""
+    return next(spec.parse for spec in OPTIONS if spec.field == field)
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register the ``ipu`` option group and the matching ini keys."""
+    group = parser.getgroup("ipu", "pytest-ipu: benchmark models on IPUs, GPUs and CPUs")
+    for spec in OPTIONS:
+        group.addoption(
+            spec.flag,
+            dest=spec.ini,
+            metavar=spec.metavar,
+            default=None,
+            help=f"{spec.help} (default: {spec.default}; env {spec.env}; ini {spec.ini})",
+        )
+        parser.addini(spec.ini, f"{spec.help} (default: {spec.default})", default=None)
+
+
+def resolve_settings(
+    cli: Mapping[str, object | None],
+    ini: Mapping[str, object | None],
+    environ: Mapping[str, str],
+    ini_path: str | None = None,
+) -> Settings:
+    """Combine the sources (CLI > environment > ini > default) into ``Settings``.
+
+    ``cli`` and ``ini`` map ini-style keys (``ipu_rounds``) to raw values or ``None`` when unset.
+    Raises ``ConfigError`` naming the value, its source and what is allowed.
+    """
+    values: dict[str, Any] = {}
+    for spec in OPTIONS:
+        raw, source = _pick(spec, cli, ini, environ, ini_path)
+        try:
+            values[spec.field] = spec.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"invalid value {raw!r} for {spec.flag} from {source}: {exc}") from None
+    return Settings(**values)
+
+
+def _pick(
+    spec: OptionSpec,
+    cli: Mapping[str, object | None],
+    ini: Mapping[str, object | None],
+    environ: Mapping[str, str],
+    ini_path: str | None,
+) -> tuple[object, str]:
+    if cli.get(spec.ini) is not None:
+        return cli[spec.ini], "the command line"
+    if spec.env in environ:
+        return environ[spec.env], f"environment variable {spec.env}"
+    ini_value = ini.get(spec.ini)
+    if ini_value not in (None, "", []):
+        return ini_value, f"ini key {spec.ini} in {ini_path or 'the ini file'}"
+    return spec.default, "the default"
+
+
+def settings_from_config(config: pytest.Config) -> Settings:
+    """Resolve settings for a pytest run, as a ``pytest.UsageError`` on bad input."""
+    cli = {spec.ini: config.getoption(spec.ini) for spec in OPTIONS}
+    ini = {spec.ini: config.getini(spec.ini) for spec in OPTIONS}
+    try:
+        return resolve_settings(cli, ini, os.environ, str(config.inipath) if config.inipath else None)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"pytest-ipu: {exc}") from None

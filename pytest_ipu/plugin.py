@@ -1,0 +1,75 @@
+"""The pytest11 entry point: options, marker, hooks and fixtures are wired here; no logic.
+
+Imports stay light (pytest, the standard library, numpy and pytest-ipu's pure modules), so
+``pytest --help`` works on machines without any deep-learning runtime.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_ipu import hookspec
+from pytest_ipu import options
+from pytest_ipu.fixtures import ipu_backend
+from pytest_ipu.fixtures import ipu_benchmark
+from pytest_ipu.fixtures import ipu_compile
+from pytest_ipu.fixtures import ipu_settings
+from pytest_ipu.marker import MARKER_HELP
+from pytest_ipu.session import SESSION_KEY
+from pytest_ipu.session import IpuSession
+
+__all__ = ["ipu_backend", "ipu_benchmark", "ipu_compile", "ipu_settings"]
+
+_PLUGIN_NAME = "pytest-ipu-session"
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Register the ``pytest_ipu_*`` hook specifications."""
+    pluginmanager.add_hookspecs(hookspec)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add the ``ipu`` option group and its ini keys."""
+    options.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Resolve the settings (a bad value stops the run with a usage error) and start the session."""
+    config.addinivalue_line("markers", MARKER_HELP)
+    session = IpuSession(config, options.settings_from_config(config))
+    config.stash[SESSION_KEY] = session
+    config.pluginmanager.register(session, _PLUGIN_NAME)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Forget the session (pytester runs many sessions in one process)."""
+    session = config.stash.get(SESSION_KEY, None)
+    if session is not None:
+        config.pluginmanager.unregister(session, _PLUGIN_NAME)
+        del config.stash[SESSION_KEY]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize tests that use ``ipu_backend`` over their targets (unless they do it themselves)."""
+    if "ipu_backend" not in metafunc.fixturenames or _parametrizes(metafunc, "ipu_backend"):
+        return
+    session = metafunc.config.stash[SESSION_KEY]
+    requested = session.settings.targets
+    for mark in metafunc.definition.iter_markers("ipu"):
+        if "backend" in mark.kwargs:
+            try:
+                requested = options.parser_for("targets")(mark.kwargs["backend"])
+            except ValueError:
+                return  # reported with the node id at collection (pytest_collection_modifyitems)
+            break
+    targets = session.targets_for(requested)
+    metafunc.parametrize("ipu_backend", targets, indirect=True, ids=[t.id for t in targets])
+
+
+def _parametrizes(metafunc: pytest.Metafunc, name: str) -> bool:
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        listed = names if isinstance(names, (list, tuple)) else [n.strip() for n in str(names).split(",")]
+        if name in listed:
+            return True
+    return False

@@ -1,0 +1,154 @@
+"""The versioned JSON contract of pytest-ipu's namespace, ``extra_info["ipu"]``, and its metrics.
+
+Every stored number is in SI units with the unit in the key (``_s``, ``_per_s``); display code
+scales. Version history (additive changes only within a version):
+
+- 1: target, backend, device, precision, io, batch and round counts, latency summary with
+  unsupported percentiles, timed window, throughput, compile and first-call times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from typing import Literal
+
+from pytest_ipu.metrics import LatencySummary
+
+SCHEMA_VERSION = 1
+NAMESPACE = "ipu"
+
+
+class SchemaError(ValueError):
+    """A JSON object that is not a pytest-ipu record of a version this code can read."""
+
+
+@dataclass(frozen=True)
+class IpuRecord:
+    """What one benchmark measured, in SI units.
+
+    ``io`` says where a timed call starts and ends: ``"host"`` means inputs start in host memory and
+    outputs are back in host memory when the call returns. ``compile_s`` is ``None`` when the
+    benchmarked object was a plain callable rather than a compiled model; ``compile_cached`` is true
+    when the model was compiled by an earlier test of the same run (``compile_s`` is that compile).
+    """
+
+    target: str
+    backend: str
+    device: str
+    device_name: str
+    precision: str
+    io: str
+    batch_size: int
+    items_per_call: int
+    rounds: int
+    rounds_policy: Literal["auto", "fixed"]
+    warmup_rounds: int
+    latency: LatencySummary
+    window_s: float
+    throughput_items_per_s: float
+    compile_s: float | None
+    compile_cached: bool
+    first_call_s: float
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A reported number: where it sits in the record JSON, its unit, and which way is better."""
+
+    name: str
+    path: tuple[str, ...]
+    unit: str
+    better: Literal["lower", "higher"]
+
+
+METRICS: Mapping[str, Metric] = {
+    m.name: m
+    for m in (
+        *(
+            Metric(f"latency.{k}", ("latency_s", k), "s", "lower")
+            for k in ("min", "p50", "p90", "p99", "max", "mean")
+        ),
+        Metric("throughput", ("throughput_items_per_s",), "items/s", "higher"),
+        Metric("compile", ("compile_s",), "s", "lower"),
+        Metric("first_call", ("first_call_s",), "s", "lower"),
+    )
+}
+
+
+def to_json(record: IpuRecord) -> dict[str, Any]:
+    """The plain-JSON form stored under ``extra_info["ipu"]`` (only str, int, float, bool, None)."""
+    lat = record.latency
+    return {
+        "schema": SCHEMA_VERSION,
+        "target": record.target,
+        "backend": record.backend,
+        "device": record.device,
+        "device_name": record.device_name,
+        "precision": record.precision,
+        "io": record.io,
+        "batch_size": record.batch_size,
+        "items_per_call": record.items_per_call,
+        "rounds": record.rounds,
+        "rounds_policy": record.rounds_policy,
+        "warmup_rounds": record.warmup_rounds,
+        "latency_s": {
+            "min": lat.min_s,
+            "p50": lat.p50_s,
+            "p90": lat.p90_s,
+            "p99": lat.p99_s,
+            "max": lat.max_s,
+            "mean": lat.mean_s,
+        },
+        "latency_unsupported": list(lat.unsupported),
+        "window_s": record.window_s,
+        "throughput_items_per_s": record.throughput_items_per_s,
+        "compile_s": record.compile_s,
+        "compile_cached": record.compile_cached,
+        "first_call_s": record.first_call_s,
+    }
+
+
+def from_json(data: Mapping[str, Any]) -> IpuRecord:
+    """Read a record back; raises ``SchemaError`` saying what is wrong with it."""
+    version = data.get("schema") if isinstance(data, Mapping) else None
+    if not isinstance(version, int) or version < 1:
+        raise SchemaError(f"not a pytest-ipu record (schema version {version!r})")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"record has schema version {version}, newer than {SCHEMA_VERSION} which this "
+            "pytest-ipu reads; upgrade pytest-ipu"
+        )
+    try:
+        lat = data["latency_s"]
+        return IpuRecord(
+            target=str(data["target"]),
+            backend=str(data["backend"]),
+            device=str(data["device"]),
+            device_name=str(data["device_name"]),
+            precision=str(data["precision"]),
+            io=str(data["io"]),
+            batch_size=int(data["batch_size"]),
+            items_per_call=int(data["items_per_call"]),
+            rounds=int(data["rounds"]),
+            rounds_policy="auto" if data["rounds_policy"] == "auto" else "fixed",
+            warmup_rounds=int(data["warmup_rounds"]),
+            latency=LatencySummary(
+                min_s=float(lat["min"]),
+                p50_s=float(lat["p50"]),
+                p90_s=float(lat["p90"]),
+                p99_s=float(lat["p99"]),
+                max_s=float(lat["max"]),
+                mean_s=float(lat["mean"]),
+                rounds=int(data["rounds"]),
+                unsupported=tuple(str(p) for p in data["latency_unsupported"]),
+            ),
+            window_s=float(data["window_s"]),
+            throughput_items_per_s=float(data["throughput_items_per_s"]),
+            compile_s=None if data["compile_s"] is None else float(data["compile_s"]),
+            compile_cached=bool(data["compile_cached"]),
+            first_call_s=float(data["first_call_s"]),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SchemaError(f"malformed pytest-ipu record: {type(exc).__name__}: {exc}") from None

@@ -1,0 +1,184 @@
+"""Per-run state of pytest-ipu: settings, backends, the compile cache and the records measured.
+
+The session is registered as a plugin, so its methods are the hook implementations that need
+run state (pytest-benchmark's JSON hooks, the header and the terminal summary).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+import pytest
+
+from pytest_ipu import __version__
+from pytest_ipu import backends
+from pytest_ipu import benchmark_json
+from pytest_ipu import report
+from pytest_ipu import schema
+from pytest_ipu.backends.base import Availability
+from pytest_ipu.backends.base import Backend
+from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.errors import ConfigError
+from pytest_ipu.errors import PytestIpuWarning
+from pytest_ipu.marker import marker_overrides
+from pytest_ipu.options import Settings
+from pytest_ipu.target import Target
+
+SESSION_KEY = pytest.StashKey["IpuSession"]()
+
+
+@dataclass
+class _CacheEntry:
+    compiled: CompiledModel
+    # Holding the model keeps its id() from being reused by another object while cached.
+    model: object
+
+
+@dataclass
+class IpuSession:
+    """State shared by every pytest-ipu fixture and hook of one pytest run."""
+
+    config: pytest.Config
+    settings: Settings
+    _backends: dict[Target, tuple[Backend | None, Availability]] = field(default_factory=dict)
+    _compiled: dict[tuple[Any, ...], _CacheEntry] = field(default_factory=dict)
+    _rows: list[report.Row] = field(default_factory=list)
+    _auto: tuple[list[Target], list[tuple[Target, str]]] | None = None
+
+    # -- backends ---------------------------------------------------------------------------------
+
+    def backend(self, target: Target) -> tuple[Backend | None, Availability]:
+        """The backend for ``target`` (made once per run) and whether it can run here."""
+        if target not in self._backends:
+            made = self.config.hook.pytest_ipu_make_backend(config=self.config, target=target)
+            found: Backend | None = made
+            availability = (
+                made.availability()
+                if made is not None
+                else Availability.no(backends.unknown_backend_reason(target))
+            )
+            self._backends[target] = (found, availability)
+        return self._backends[target]
+
+    def auto_targets(self) -> tuple[list[Target], list[tuple[Target, str]]]:
+        """``--ipu-backend=auto``: the default targets present here, and those absent with the reason."""
+        if self._auto is None:
+            present, absent = [], []
+            for target in backends.auto_candidates():
+                _, availability = self.backend(target)
+                if availability.ok:
+                    present.append(target)
+                else:
+                    absent.append((target, availability.reason))
+            self._auto = (present, absent)
+        return self._auto
+
+    def targets_for(self, requested: tuple[Target, ...]) -> list[Target]:
+        """Targets to parametrize: as requested, or for ``auto`` every default target present.
+
+        When ``auto`` finds nothing, every candidate is returned, so the tests skip (or fail under
+        ``--ipu-missing-sdk=fail``) with the reason instead of silently not existing.
+        """
+        if requested:
+            return list(requested)
+        present, absent = self.auto_targets()
+        return present or [t for t, _ in absent]
+
+    # -- compile cache ----------------------------------------------------------------------------
+
+    def cached(self, key: tuple[Any, ...]) -> CompiledModel | None:
+        """A model compiled earlier in this run under ``key``, if any."""
+        entry = self._compiled.get(key)
+        return entry.compiled if entry else None
+
+    def remember(self, key: tuple[Any, ...], compiled: CompiledModel, model: object) -> None:
+        """Keep a compiled model for later tests; it is closed when the run ends."""
+        self._compiled[key] = _CacheEntry(compiled, model)
+
+    def add_row(self, row: report.Row) -> None:
+        """Record a measured benchmark for the terminal summary."""
+        self._rows.append(row)
+
+    # -- hooks ------------------------------------------------------------------------------------
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_ipu_make_backend(self, config: pytest.Config, target: Target) -> Backend | None:
+        """The built-in registry, consulted after any conftest implementation."""
+        return backends.make_backend(target)
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        """Check every ``ipu`` marker up front, so a typo stops the run before anything is measured."""
+        for item in items:
+            try:
+                marker_overrides(item)
+            except ConfigError as exc:
+                raise pytest.UsageError(f"pytest-ipu: {exc}") from None
+
+    def pytest_report_header(self) -> list[str]:
+        """One line with the settings pytest-ipu runs with."""
+        s = self.settings
+        rounds = "auto" if s.rounds is None else s.rounds
+        lines = [
+            f"pytest-ipu {__version__}: targets={','.join(map(str, s.targets)) or 'auto'} "
+            f"precision={s.precision} rounds={rounds} warmup={s.warmup_rounds} "
+            f"max-time={s.max_time_s:g}s missing-sdk={s.missing_sdk}"
+        ]
+        return lines
+
+    def _target_lines(self) -> list[str]:
+        if self._auto is None:
+            return []
+        present, absent = self._auto
+        lines = [f"targets present (auto): {', '.join(map(str, present)) or 'none'}"]
+        lines.extend(f"target absent: {t}: {why}" for t, why in absent)
+        return lines
+
+    def pytest_benchmark_update_machine_info(
+        self, config: pytest.Config, machine_info: dict[str, Any]
+    ) -> None:
+        """``machine_info["ipu"]``: the plugin version and each backend used, as it describes itself."""
+        used = {
+            str(t): b.describe() for t, (b, a) in sorted(self._backends.items()) if b is not None and a.ok
+        }
+        device_info: dict[str, Any] = {
+            "schema": schema.SCHEMA_VERSION,
+            "pytest_ipu": __version__,
+            "backends": used,
+        }
+        config.hook.pytest_ipu_update_device_info(config=config, device_info=device_info)
+        benchmark_json.update_machine_info(machine_info, device_info)
+
+    def pytest_benchmark_update_json(self, config: pytest.Config, output_json: dict[str, Any]) -> None:
+        """The top-level ``pytest_ipu`` section: schema version, plugin version and settings."""
+        run_info = {
+            "schema": schema.SCHEMA_VERSION,
+            "version": __version__,
+            "settings": self.settings.as_json(),
+        }
+        benchmark_json.update_json(output_json, run_info)
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """The pytest-ipu tables, and under ``auto`` which targets were found and which were not."""
+        lines = (report.tables(self._rows) if self._rows else []) + self._target_lines()
+        if lines:
+            terminalreporter.section("pytest-ipu")
+            for line in lines:
+                terminalreporter.write_line(line)
+
+    def pytest_sessionfinish(self) -> None:
+        """Release every compiled model (device memory, attached devices), whatever happened."""
+        entries, self._compiled = list(self._compiled.values()), {}
+        errors = []
+        for entry in entries:
+            try:
+                entry.compiled.close()
+            except Exception as exc:
+                errors.append(f"{entry.compiled.target}: {exc}")
+        if errors:
+            warnings.warn(
+                PytestIpuWarning(f"pytest-ipu could not release compiled models: {'; '.join(errors)}"),
+                stacklevel=1,
+            )
