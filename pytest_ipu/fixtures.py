@@ -27,6 +27,7 @@ from pytest_ipu.options import Settings
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
 from pytest_ipu.target import Target
+from pytest_ipu.target import parse_target
 
 
 class Compile(Protocol):
@@ -81,10 +82,7 @@ def ipu_backend(request: pytest.FixtureRequest, ipu_settings: Settings) -> Backe
     ``auto``, over every default backend present. A backend, runtime or device that is missing
     skips the test with the reason, or fails it under ``--ipu-missing-sdk=fail``.
     """
-    target = getattr(request, "param", None)
-    if not isinstance(target, Target):
-        targets = _session(request).targets_for(ipu_settings.targets)
-        target = targets[0]
+    target = _requested_target(request, ipu_settings)
     backend, availability = _session(request).backend(target)
     if backend is None or not availability.ok:
         message = f"pytest-ipu: target {target} is not available: {availability.reason}"
@@ -212,6 +210,27 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
         return record
 
     return run
+
+
+def _requested_target(request: pytest.FixtureRequest, settings: Settings) -> Target:
+    """The target from indirect parametrization (a ``Target`` or ``"name[:device]"``), else the first
+    of the test's targets."""
+    param = getattr(request, "param", None)
+    if isinstance(param, Target):
+        return param
+    if isinstance(param, str):
+        try:
+            return parse_target(param)
+        except ValueError as exc:
+            raise pytest.UsageError(
+                f"pytest-ipu: {request.node.nodeid}: ipu_backend parameter: {exc}"
+            ) from None
+    if param is not None:
+        raise pytest.UsageError(
+            f"pytest-ipu: {request.node.nodeid}: ipu_backend parameter must be a Target or a string such as "
+            f"'torch:cpu', got {param!r}"
+        )
+    return _session(request).targets_for(settings.targets)[0]
 
 
 def _or(value: int | None, default: int | None) -> int | None:

@@ -146,6 +146,11 @@ class TorchBackend:
             )
         dtype = getattr(torch, _DTYPES[precision])
         dev = torch.device(self._device)
+        if precision == "bf16" and dev.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise CompileError(
+                f"{self._device} ({self._device_name(torch)}) has no bf16 support for {_model_name(model)}; "
+                "use precision fp16 or fp32"
+            )
         channels_last = bool(opts["channels_last"])
         module = copy.deepcopy(model).eval().to(device=dev, dtype=dtype)
         if channels_last:

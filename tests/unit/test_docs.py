@@ -1,0 +1,71 @@
+"""The documentation names everything a user can set or read: options, fixtures, keywords, JSON keys."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_ipu import backends
+from pytest_ipu import schema
+from pytest_ipu.marker import KEYWORDS
+from pytest_ipu.metrics import LatencySummary
+from pytest_ipu.options import OPTIONS
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _read(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("spec", OPTIONS, ids=lambda s: s.flag)
+def test_every_option_is_documented_with_its_ini_key_env_var_and_default(spec):
+    row = next(
+        (line for line in _read("options.md").splitlines() if line.startswith(f"| `{spec.flag}")), None
+    )
+    assert row is not None, f"{spec.flag} has no row in docs/options.md"
+    assert f"`{spec.ini}`" in row
+    assert f"`{spec.env}`" in row
+    assert f"`{spec.default}`" in row
+
+
+def test_every_marker_keyword_and_builtin_backend_is_documented():
+    text = _read("options.md") + _read("fixtures.md")
+    for keyword in KEYWORDS:
+        assert f"`{keyword}`" in text
+    for name in backends.BUILTIN:
+        assert f"`{name}`" in _read("options.md")
+
+
+@pytest.mark.parametrize("fixture", ["ipu_settings", "ipu_backend", "ipu_compile", "ipu_benchmark"])
+def test_every_fixture_has_a_section(fixture):
+    assert f"## `{fixture}`" in _read("fixtures.md")
+
+
+def test_every_record_key_is_in_the_schema_page():
+    record = schema.IpuRecord(
+        target="t:d",
+        backend="t",
+        device="d",
+        device_name="n",
+        precision="fp32",
+        io="host",
+        batch_size=1,
+        items_per_call=1,
+        rounds=1,
+        rounds_policy="fixed",
+        warmup_rounds=0,
+        latency=LatencySummary(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1),
+        window_s=1.0,
+        throughput_items_per_s=1.0,
+        compile_s=None,
+        compile_cached=False,
+        first_call_s=1.0,
+    )
+    page = _read("json-schema.md")
+    for key in schema.to_json(record):
+        assert f'"{key}"' in page, f"extra_info['ipu'][{key!r}] is not shown in docs/json-schema.md"
+    numbers = _read("numbers.md")
+    for key in ("latency_s", "throughput_items_per_s", "compile_s", "first_call_s", "latency_unsupported"):
+        assert key in numbers, f"{key} is not defined in docs/numbers.md"
