@@ -59,8 +59,11 @@ def load_run(path: Path) -> list[StoredBenchmark]:
     if not isinstance(benchmarks, list):
         raise RunFileError(f"{path}: not a pytest-benchmark run (no 'benchmarks' list)")
     out = []
-    for bench in benchmarks:
-        info = (bench.get("extra_info") or {}).get(schema.NAMESPACE)
+    for index, bench in enumerate(benchmarks):
+        extra = bench.get("extra_info") if isinstance(bench, dict) else None
+        if not isinstance(bench, dict) or not isinstance(extra or {}, dict):
+            raise RunFileError(f"{path}: benchmarks[{index}] is not a pytest-benchmark benchmark object")
+        info = (extra or {}).get(schema.NAMESPACE)
         try:
             record = schema.from_json(info) if info is not None else None
         except schema.SchemaError as exc:

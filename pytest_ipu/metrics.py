@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,7 +41,8 @@ def summarize_latency(samples_s: Sequence[float]) -> LatencySummary:
         p90_s=p90,
         p99_s=p99,
         max_s=float(max(samples_s)),
-        mean_s=float(sum(samples_s) / n),
+        # fsum is exact; the clamp keeps rounding of the division from leaving [min, max].
+        mean_s=min(max(math.fsum(samples_s) / n, float(min(samples_s))), float(max(samples_s))),
         rounds=n,
         unsupported=tuple(f"p{q}" for q in stats.PERCENTILES if not stats.is_supported(q, n)),
     )

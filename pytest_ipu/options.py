@@ -245,7 +245,8 @@ def _pick(
 ) -> tuple[object, str]:
     if cli.get(spec.ini) is not None:
         return cli[spec.ini], "the command line"
-    if spec.env in environ:
+    # An empty variable counts as unset, like an empty ini value (`PYTEST_IPU_ROUNDS= pytest`).
+    if environ.get(spec.env, "").strip():
         return environ[spec.env], f"environment variable {spec.env}"
     ini_value = ini.get(spec.ini)
     if ini_value not in (None, "", []):

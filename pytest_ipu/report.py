@@ -33,8 +33,11 @@ def format_seconds(seconds: float | None) -> str:
     """``0.00136`` -> ``1.36 ms``: three significant figures in the unit that suits the value."""
     if seconds is None:
         return "-"
+    if abs(seconds) >= 999.5:
+        return f"{seconds:,.0f} s"
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
-        if abs(seconds) >= scale:
+        # Compare after rounding, so 0.9996 s reads '1 s', not '1e+03 ms'.
+        if abs(float(f"{seconds / scale:.3g}")) >= 1:
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds / 1e-9:.3g} ns"
 

@@ -113,13 +113,15 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
 def from_json(data: Mapping[str, Any]) -> IpuRecord:
     """Read a record back; raises ``SchemaError`` saying what is wrong with it."""
     version = data.get("schema") if isinstance(data, Mapping) else None
-    if not isinstance(version, int) or version < 1:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise SchemaError(f"not a pytest-ipu record (schema version {version!r})")
     if version > SCHEMA_VERSION:
         raise SchemaError(
             f"record has schema version {version}, newer than {SCHEMA_VERSION} which this "
             "pytest-ipu reads; upgrade pytest-ipu"
         )
+    if not isinstance(data.get("latency_unsupported", []), list):
+        raise SchemaError("malformed pytest-ipu record: 'latency_unsupported' must be a list")
     try:
         lat = data["latency_s"]
         return IpuRecord(

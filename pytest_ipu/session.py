@@ -139,15 +139,20 @@ class IpuSession:
     def pytest_benchmark_update_machine_info(
         self, config: pytest.Config, machine_info: dict[str, Any]
     ) -> None:
-        """``machine_info["ipu"]``: the plugin version and each backend used, as it describes itself."""
+        """``machine_info["ipu"]``: the plugin version, each backend used as it describes itself, and
+        (under ``auto``) the default targets absent here with the reason."""
         used = {
-            str(t): b.describe() for t, (b, a) in sorted(self._backends.items()) if b is not None and a.ok
+            str(t): b.describe()
+            for t, (b, a) in sorted(self._backends.items(), key=lambda kv: str(kv[0]))
+            if b is not None and a.ok
         }
         device_info: dict[str, Any] = {
             "schema": schema.SCHEMA_VERSION,
             "pytest_ipu": __version__,
             "backends": used,
         }
+        if self._auto is not None:
+            device_info["absent"] = {str(t): why for t, why in self._auto[1]}
         config.hook.pytest_ipu_update_device_info(config=config, device_info=device_info)
         benchmark_json.update_machine_info(machine_info, device_info)
 

@@ -9,7 +9,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
 _DEVICE = re.compile(r"^[a-z][a-z0-9_]*(:[0-9]+)?$")
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Target:
     """A backend name and an optional device, written ``name`` or ``name:device``.
 
@@ -30,8 +30,8 @@ class Target:
 
 def parse_target(text: str) -> Target:
     """Parse ``name`` or ``name:device``; raise ``ValueError`` saying what a target looks like."""
-    name, _, device = text.strip().partition(":")
-    if not _NAME.match(name) or (device and not _DEVICE.match(device)):
+    name, colon, device = text.strip().partition(":")
+    if not _NAME.match(name) or (colon and not _DEVICE.match(device)):
         raise ValueError(
             f"expected a backend target such as 'torch', 'torch:cpu' or 'torch:cuda:0', got {text!r}"
         )

@@ -75,22 +75,12 @@ def test_summary_accepts_zero():
     assert metrics.summarize_latency([0.0, 0.0]).max_s == 0.0
 
 
-@pytest.mark.xfail(
-    reason="BUG: summarize_latency computes mean_s as sum(samples)/n, which rounds: "
-    "the mean of [0.1, 0.1, 0.1] is 0.10000000000000002, above max_s",
-    strict=True,
-)
 def test_mean_of_constant_sample_is_that_value():
     s = metrics.summarize_latency([0.1, 0.1, 0.1])
     assert s.min_s <= s.mean_s <= s.max_s
     assert s.mean_s == 0.1
 
 
-@pytest.mark.xfail(
-    reason="BUG: summarize_latency's naive sum makes mean_s depend on sample order "
-    "(0.2 for [0.1, 0.2, 0.3] is 0.20000000000000004, reversed 0.19999999999999998)",
-    strict=True,
-)
 def test_mean_does_not_depend_on_sample_order():
     a = metrics.summarize_latency([0.1, 0.2, 0.3])
     b = metrics.summarize_latency([0.3, 0.2, 0.1])

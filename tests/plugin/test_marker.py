@@ -1,0 +1,242 @@
+"""``@pytest.mark.ipu(...)`` end to end: validation at collection, overrides, and target selection.
+
+In-process runs: nothing here imports a deep-learning runtime (the targets are names no backend knows,
+so collection never makes a backend).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_ipu.marker import KEYWORDS
+
+ALLOWED = ", ".join(KEYWORDS)
+SENTINEL = """
+from pathlib import Path
+
+def test_ran():
+    Path("ran.txt").write_text("yes")
+"""
+
+
+def _assert_usage_error(pytester: pytest.Pytester, result: pytest.RunResult, message: str) -> None:
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert [line for line in result.errlines if line.strip()] == [f"ERROR: pytest-ipu: {message}"]
+    assert not (pytester.path / "ran.txt").exists(), "a test ran despite the usage error"
+
+
+def _marked(decorator: str) -> str:
+    return f"import pytest\n\n\n{decorator}\ndef test_a(ipu_settings):\n    pass\n"
+
+
+def test_unknown_keyword_names_the_test_and_the_closest_keyword(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_m=_marked("@pytest.mark.ipu(round=5)"), test_sentinel=SENTINEL)
+    result = pytester.runpytest()
+    _assert_usage_error(
+        pytester,
+        result,
+        f"test_m.py::test_a: @pytest.mark.ipu got unknown keyword 'round' (did you mean 'rounds'?); "
+        f"allowed: {ALLOWED}",
+    )
+
+
+def test_unknown_keyword_without_a_close_match_gives_no_hint(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_m=_marked("@pytest.mark.ipu(colour='red')"))
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.errlines[0] == (
+        f"ERROR: pytest-ipu: test_m.py::test_a: @pytest.mark.ipu got unknown keyword 'colour'; allowed: {ALLOWED}"
+    )
+
+
+def test_unknown_keyword_is_an_error_even_if_the_test_uses_no_ipu_fixture(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_m="""
+        import pytest
+
+        class TestGroup:
+            pytestmark = pytest.mark.ipu(max_tme="1s")
+
+            def test_b(self):
+                pass
+        """
+    )
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.errlines[0].startswith(
+        "ERROR: pytest-ipu: test_m.py::TestGroup::test_b: @pytest.mark.ipu got unknown keyword 'max_tme' "
+        "(did you mean 'max_time'?)"
+    )
+
+
+def test_positional_arguments_are_rejected(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_m=_marked("@pytest.mark.ipu(5)"), test_sentinel=SENTINEL)
+    result = pytester.runpytest()
+    _assert_usage_error(
+        pytester, result, "test_m.py::test_a: @pytest.mark.ipu takes keywords only, got positional (5,)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value", "allowed"),
+    [
+        ("rounds", "0", "expected a positive integer or 'auto'"),
+        ("warmup_rounds", "-2", "expected an integer >= 0"),
+        ("min_rounds", "'many'", "expected an integer >= 1"),
+        ("max_time", "'soon'", "expected a positive duration such as '2', '2s' or '500ms'"),
+        ("precision", "'fp64'", "expected one of auto, fp32, fp16, bf16"),
+        (
+            "backend",
+            "'Torch:CPU'",
+            "expected a backend target such as 'torch', 'torch:cpu' or 'torch:cuda:0', got 'Torch:CPU'",
+        ),
+    ],
+)
+def test_bad_value_names_the_test_and_the_keyword(
+    pytester: pytest.Pytester, keyword: str, value: str, allowed: str
+) -> None:
+    # The test also uses ipu_backend: a bad backend= must not break parametrization silently.
+    pytester.makepyfile(
+        test_m=f"import pytest\n\n\n@pytest.mark.ipu({keyword}={value})\n"
+        "def test_a(ipu_settings, ipu_backend):\n    pass\n",
+        test_sentinel=SENTINEL,
+    )
+    result = pytester.runpytest("--ipu-backend=mine:cpu")
+    _assert_usage_error(
+        pytester,
+        result,
+        f"test_m.py::test_a: invalid value {value} for @pytest.mark.ipu({keyword}=...): {allowed}",
+    )
+
+
+def test_marker_values_override_the_command_line_inside_ipu_settings(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_m="""
+        import pytest
+
+        @pytest.mark.ipu(rounds=3, precision="BF16", max_time="100ms", warmup_rounds=0, min_rounds=2)
+        def test_marked(ipu_settings):
+            assert (ipu_settings.rounds, ipu_settings.precision) == (3, "bf16")
+            assert (ipu_settings.max_time_s, ipu_settings.warmup_rounds, ipu_settings.min_rounds) == (0.1, 0, 2)
+            assert ipu_settings.missing_sdk == "fail"      # not in the marker: the command line's
+
+        @pytest.mark.ipu(rounds="auto")
+        def test_auto(ipu_settings):
+            assert ipu_settings.rounds is None
+
+        def test_unmarked(ipu_settings):
+            assert (ipu_settings.rounds, ipu_settings.precision, ipu_settings.warmup_rounds) == (9, "fp16", 4)
+            assert ipu_settings.max_time_s == 2.0
+        """
+    )
+    result = pytester.runpytest(
+        "--ipu-rounds=9", "--ipu-precision=fp16", "--ipu-warmup-rounds=4", "--ipu-missing-sdk=fail"
+    )
+    result.assert_outcomes(passed=3)
+
+
+def test_closest_marker_wins_keyword_by_keyword(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_m="""
+        import pytest
+
+        pytestmark = pytest.mark.ipu(rounds=4, precision="fp16", min_rounds=7)
+
+        @pytest.mark.ipu(rounds=5, warmup_rounds=1)
+        class TestGroup:
+            @pytest.mark.ipu(rounds=6)
+            def test_method(self, ipu_settings):
+                assert ipu_settings.rounds == 6              # method beats class and module
+                assert ipu_settings.warmup_rounds == 1       # class
+                assert ipu_settings.precision == "fp16"      # module
+                assert ipu_settings.min_rounds == 7          # module
+
+            def test_other(self, ipu_settings):
+                assert (ipu_settings.rounds, ipu_settings.warmup_rounds) == (5, 1)
+
+        def test_module_level(ipu_settings):
+            assert (ipu_settings.rounds, ipu_settings.warmup_rounds) == (4, 3)
+        """
+    )
+    result = pytester.runpytest("--ipu-rounds=100", "--ipu-warmup-rounds=3")
+    result.assert_outcomes(passed=3)
+
+
+BACKEND_TESTS = """
+import pytest
+from pytest_ipu.target import Target
+
+def test_default(ipu_backend):
+    pass
+
+@pytest.mark.ipu(backend="mine:b")
+def test_only_b(ipu_settings, ipu_backend):
+    assert ipu_settings.targets == (Target("mine", "b"),)
+
+@pytest.mark.ipu(backend="other:1, other:2")
+def test_others(ipu_backend):
+    pass
+
+@pytest.mark.ipu(backend="mine:b")
+class TestClass:
+    @pytest.mark.ipu(backend="mine:a")
+    def test_closest(self, ipu_backend):
+        pass
+
+def test_no_backend_fixture(ipu_settings):
+    pass
+"""
+
+
+def test_marker_backend_restricts_parametrization(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_m=BACKEND_TESTS)
+    result = pytester.runpytest("--collect-only", "-q", "--ipu-backend=mine:a,mine:b")
+    assert result.ret == pytest.ExitCode.OK
+    collected = [line for line in result.outlines if line.startswith("test_m.py::")]
+    assert collected == [
+        "test_m.py::test_default[mine-a]",
+        "test_m.py::test_default[mine-b]",
+        "test_m.py::test_only_b[mine-b]",
+        "test_m.py::test_others[other-1]",
+        "test_m.py::test_others[other-2]",
+        "test_m.py::TestClass::test_closest[mine-a]",
+        "test_m.py::test_no_backend_fixture",
+    ]
+
+
+def test_marker_backend_reaches_the_backend_fixture(pytester: pytest.Pytester) -> None:
+    """Each parametrized target is the one the fixture looks for (none exists here, so each skips naming it)."""
+    pytester.makepyfile(test_m=BACKEND_TESTS)
+    result = pytester.runpytest("-rs", "--ipu-backend=mine:a,mine:b")
+    result.assert_outcomes(passed=1, skipped=6)
+    for target in ("mine:a", "mine:b", "other:1", "other:2"):
+        result.stdout.fnmatch_lines(
+            [f"SKIPPED * pytest-ipu: target {target} is not available: unknown backend *"]
+        )
+
+
+def test_marker_rounds_reach_ipu_benchmark(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_m="""
+        import pytest
+
+        @pytest.mark.ipu(rounds=7, warmup_rounds=0)
+        def test_marked(ipu_benchmark):
+            record = ipu_benchmark(lambda: None)
+            assert (record.rounds, record.rounds_policy, record.warmup_rounds) == (7, "fixed", 0)
+            assert record.latency.rounds == 7
+
+        @pytest.mark.ipu(rounds=7)
+        def test_argument_beats_marker(ipu_benchmark):
+            record = ipu_benchmark(lambda: None, rounds=4, warmup_rounds=1)
+            assert (record.rounds, record.warmup_rounds) == (4, 1)
+
+        @pytest.mark.ipu(rounds="auto", max_time="20ms", min_rounds=3)
+        def test_auto_beats_fixed_command_line(ipu_benchmark):
+            record = ipu_benchmark(lambda: None)
+            assert record.rounds_policy == "auto"
+            assert record.rounds >= 3
+        """
+    )
+    result = pytester.runpytest("--ipu-rounds=9", "--ipu-warmup-rounds=2")
+    result.assert_outcomes(passed=3)

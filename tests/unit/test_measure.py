@@ -1,0 +1,209 @@
+"""The round plan, the warm-up and the timed window (pytest_ipu.measure), on fake clocks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from pytest_ipu import measure
+from pytest_ipu.measure import MAX_AUTO_ROUNDS
+
+
+class ScriptedClock:
+    """A clock returning the given nanosecond readings in order; fails if read too often."""
+
+    def __init__(self, readings: Sequence[int]) -> None:
+        self.readings = list(readings)
+        self.reads = 0
+
+    def __call__(self) -> int:
+        assert self.reads < len(self.readings), "clock read more often than scripted"
+        value = self.readings[self.reads]
+        self.reads += 1
+        return value
+
+
+class SimulatedClock:
+    """A clock that only moves when told to (by the fake target or the fake benchmark)."""
+
+    def __init__(self, start: int = 1_000) -> None:
+        self.now = start
+        self.reads = 0
+
+    def __call__(self) -> int:
+        self.reads += 1
+        return self.now
+
+
+class FakeBenchmark:
+    """Mimics pytest-benchmark 5.3's ``benchmark.pedantic`` control flow (BenchmarkFixture._raw_pedantic).
+
+    Per round: ``setup()`` (a truthy return would replace the arguments, which pytest-benchmark
+    rejects when ``args`` are given), ``target(*args)``, then ``teardown(*args)``. ``overhead_ns``
+    advances the clock between rounds, as pytest-benchmark's own bookkeeping does.
+    """
+
+    def __init__(self, clock: SimulatedClock, overhead_ns: int = 0) -> None:
+        self.clock = clock
+        self.overhead_ns = overhead_ns
+        self.calls: list[dict[str, object]] = []
+        self.events: list[str] = []
+
+    def pedantic(
+        self,
+        target: Callable[..., object],
+        args: Sequence[object] = (),
+        kwargs: dict[str, object] | None = None,
+        setup: Callable[[], object] | None = None,
+        teardown: Callable[..., object] | None = None,
+        rounds: int = 1,
+        warmup_rounds: int = 0,
+        iterations: int = 1,
+    ) -> object:
+        self.calls.append(
+            {"args": args, "kwargs": kwargs, "rounds": rounds, "warmup": warmup_rounds, "iters": iterations}
+        )
+        assert isinstance(rounds, int)
+        assert rounds >= 1
+        assert not (iterations > 1 and setup), "pytest-benchmark rejects iterations > 1 with a setup"
+        kwargs = kwargs or {}
+        result = None
+        for _ in range(warmup_rounds + rounds):
+            if setup is not None:
+                self.events.append("setup")
+                returned = setup()
+                assert returned is None, "a truthy setup() return replaces the arguments"
+            self.events.append("target")
+            result = target(*args, **kwargs)
+            if teardown is not None:
+                self.events.append("teardown")
+                teardown(*args, **kwargs)
+            self.clock.now += self.overhead_ns
+        return result
+
+
+# -- plan_rounds ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("estimate_s", [0.0, 1e-9, 0.01, 100.0])
+def test_plan_fixed_rounds_win(estimate_s):
+    assert measure.plan_rounds(7, estimate_s, max_time_s=2.0, min_rounds=50) == 7
+    assert measure.plan_rounds(20_000, estimate_s, max_time_s=2.0, min_rounds=5) == 20_000
+
+
+@pytest.mark.parametrize(
+    ("estimate_s", "max_time_s", "min_rounds", "expected"),
+    [
+        (0.01, 2.0, 5, 200),  # fits exactly
+        (0.3, 1.0, 1, 4),  # 3.33 rounds fit: rounded up
+        (1.0, 2.0, 5, 5),  # only 2 fit: min_rounds
+        (10.0, 2.0, 5, 5),  # none fit: min_rounds
+        (1e-6, 2.0, 5, MAX_AUTO_ROUNDS),  # 2 million fit: capped
+        (0.0, 2.0, 5, MAX_AUTO_ROUNDS),  # too fast to time: capped
+        (-1e-9, 2.0, 5, MAX_AUTO_ROUNDS),
+    ],
+)
+def test_plan_auto_rounds(estimate_s, max_time_s, min_rounds, expected):
+    assert measure.plan_rounds(None, estimate_s, max_time_s, min_rounds) == expected
+
+
+def test_plan_min_rounds_beats_the_cap():
+    assert measure.plan_rounds(None, 1e-6, 2.0, MAX_AUTO_ROUNDS + 5) == MAX_AUTO_ROUNDS + 5
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.floats(min_value=1e-7, max_value=100.0),
+    st.floats(min_value=1e-3, max_value=60.0),
+    st.integers(min_value=1, max_value=1_000),
+)
+def test_plan_auto_rounds_property(estimate_s, max_time_s, min_rounds):
+    n = measure.plan_rounds(None, estimate_s, max_time_s, min_rounds)
+    assert min_rounds <= n <= MAX_AUTO_ROUNDS
+    fit = math.ceil(max_time_s / estimate_s)
+    if min_rounds < n < MAX_AUTO_ROUNDS:
+        # Not clamped: just enough rounds to fill the time budget.
+        assert n * estimate_s >= max_time_s * (1 - 1e-12)
+        assert (n - 1) * estimate_s < max_time_s * (1 + 1e-12)
+        assert n == fit
+    if n == MAX_AUTO_ROUNDS:
+        assert fit >= MAX_AUTO_ROUNDS
+    if n == min_rounds:
+        assert fit <= min_rounds
+
+
+# -- warm_up --------------------------------------------------------------------------------------
+
+
+def test_warm_up_times_first_call_and_each_round():
+    calls = []
+    # first call: 5 us; warm-ups: 300 ns, 200 ns, 900 ns (gaps between calls are not counted)
+    clock = ScriptedClock([0, 5_000, 5_000, 5_300, 6_000, 6_200, 7_000, 7_900])
+    result = measure.warm_up(lambda *a: calls.append(a), ("x", 2), rounds=3, clock=clock)
+    assert calls == [("x", 2)] * 4
+    assert clock.reads == 8
+    assert result.first_call_s == pytest.approx(5e-6, rel=1e-12)
+    assert result.warmup_s == pytest.approx((300e-9, 200e-9, 900e-9), rel=1e-12)
+    assert len(result.warmup_s) == 3
+    assert result.estimate_s == pytest.approx(300e-9, rel=1e-12)  # the median
+
+
+def test_warm_up_estimate_is_median_of_even_count():
+    clock = ScriptedClock([0, 10, 10, 110, 110, 410])
+    result = measure.warm_up(lambda: None, (), rounds=2, clock=clock)
+    assert result.estimate_s == pytest.approx(200e-9, rel=1e-12)
+
+
+def test_warm_up_without_rounds_estimates_from_first_call():
+    calls = []
+    clock = ScriptedClock([1_000_000, 3_000_000])
+    result = measure.warm_up(lambda: calls.append(1), (), rounds=0, clock=clock)
+    assert calls == [1]
+    assert result.first_call_s == pytest.approx(2e-3, rel=1e-12)
+    assert result.warmup_s == ()
+    assert result.estimate_s == result.first_call_s
+
+
+def test_warm_up_estimate_ignores_slow_first_call():
+    w = measure.WarmUp(first_call_s=30.0, warmup_s=(0.1, 0.5, 0.2))
+    assert w.estimate_s == 0.2
+
+
+# -- timed_rounds ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 5])
+def test_timed_rounds_window_spans_first_start_to_last_end(rounds):
+    clock = SimulatedClock(start=1_000)
+    bench = FakeBenchmark(clock, overhead_ns=7)
+    seen = []
+    durations = iter([100, 250, 40, 90, 60])
+
+    def fn(*args):
+        seen.append(args)
+        clock.now += next(durations)
+
+    window = measure.timed_rounds(bench, fn, ["a", 1], rounds, clock=clock)
+
+    expected_ns = sum([100, 250, 40, 90, 60][:rounds]) + 7 * (rounds - 1)
+    assert window == pytest.approx(expected_ns * 1e-9, rel=1e-12)
+    assert seen == [("a", 1)] * rounds
+    assert bench.calls == [{"args": ("a", 1), "kwargs": None, "rounds": rounds, "warmup": 0, "iters": 1}]
+    assert bench.events == ["setup", "target", "teardown"] * rounds
+    # One start mark, one end mark per round: the clock is read outside the timed calls only.
+    assert clock.reads == rounds + 1
+
+
+def test_timed_rounds_with_scripted_clock():
+    # start, then end of rounds 1..3: the window is last end minus first start.
+    clock = ScriptedClock([10_000, 12_000, 15_000, 19_500])
+    bench = FakeBenchmark(SimulatedClock())
+    window = measure.timed_rounds(bench, lambda: None, (), 3, clock=clock)
+    assert window == pytest.approx(9_500e-9, rel=1e-12)
+    assert clock.reads == 4

@@ -1,0 +1,197 @@
+"""Terminal tables (pytest_ipu.report): number formatting, grouping, row order, flagged percentiles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_ipu import report
+from pytest_ipu.metrics import LatencySummary
+from pytest_ipu.report import Row
+from pytest_ipu.schema import IpuRecord
+
+
+def make_record(**changes: Any) -> IpuRecord:
+    unsupported = changes.pop("unsupported", ())
+    latency = LatencySummary(
+        min_s=0.001,
+        p50_s=changes.pop("p50_s", 0.002),
+        p90_s=0.003,
+        p99_s=changes.pop("p99_s", 0.004),
+        max_s=0.005,
+        mean_s=0.0025,
+        rounds=changes.get("rounds", 200),
+        unsupported=unsupported,
+    )
+    base: dict[str, Any] = {
+        "target": "torch:cpu",
+        "backend": "torch",
+        "device": "cpu",
+        "device_name": "Some CPU",
+        "precision": "fp32",
+        "io": "host",
+        "batch_size": 1,
+        "items_per_call": 1,
+        "rounds": 200,
+        "rounds_policy": "auto",
+        "warmup_rounds": 2,
+        "latency": latency,
+        "window_s": 0.8,
+        "throughput_items_per_s": 250.0,
+        "compile_s": 1.5,
+        "compile_cached": False,
+        "first_call_s": 0.2,
+    }
+    base.update(changes)
+    return IpuRecord(**base)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (1.36e-3, "1.36 ms"),
+        (2.5, "2.5 s"),
+        (850e-9, "850 ns"),
+        (12.3e-6, "12.3 us"),
+        (None, "-"),
+        (1.0, "1 s"),
+        (1e-3, "1 ms"),
+        (1e-6, "1 us"),
+        (0.0, "0 ns"),
+        (123.456, "123 s"),
+        (0.999e-3, "999 us"),
+    ],
+)
+def test_format_seconds(seconds, text):
+    assert report.format_seconds(seconds) == text
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(0.0009996, "1 ms"), (999.6e-9, "1 us"), (0.9996, "1 s")])
+def test_format_seconds_rounding_up_to_next_unit(seconds, text):
+    assert report.format_seconds(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("rate", "text"),
+    [(2526.4, "2,526"), (1_234_567.8, "1,234,568"), (100.0, "100"), (12.345, "12.3"), (0.5, "0.5")],
+)
+def test_format_rate(rate, text):
+    assert report.format_rate(rate) == text
+
+
+def _table_lines(lines: list[str], group: str) -> list[str]:
+    start = lines.index(f"{group} (latency per call; throughput summed over instances)")
+    end = lines.index("", start)
+    return lines[start + 1 : end]
+
+
+def test_one_table_per_group_in_first_seen_order():
+    rows = [
+        Row("test_b", "test_b[torch-cpu-1]", make_record()),
+        Row("test_a", "test_a[torch-cpu-1]", make_record()),
+        Row("test_b", "test_b[torch-cpu-8]", make_record(batch_size=8)),
+    ]
+    lines = report.tables(rows)
+    titles = [line for line in lines if line.endswith("(latency per call; throughput summed over instances)")]
+    assert titles == [
+        "test_b (latency per call; throughput summed over instances)",
+        "test_a (latency per call; throughput summed over instances)",
+    ]
+    # header, rule, one line per row
+    assert len(_table_lines(lines, "test_b")) == 2 + 2
+    assert len(_table_lines(lines, "test_a")) == 2 + 1
+    assert not any(line.startswith("*") for line in lines)
+
+
+def test_header_and_rule():
+    lines = report.tables([Row("g", "g[x]", make_record())])
+    header, rule, row = _table_lines(lines, "g")
+    assert header.split() == [
+        "benchmark",
+        "target",
+        "precision",
+        "batch",
+        "rounds",
+        "p50",
+        "p99",
+        "items/s",
+        "first",
+        "call",
+        "compile",
+    ]
+    assert set(rule) == {"-"}
+    assert len(rule) == len(header)
+    assert row.split()[:5] == ["[x]", "torch:cpu", "fp32", "1", "200"]
+
+
+def test_rows_sorted_by_batch_size_then_target():
+    rows = [
+        Row("g", "g[torch-cuda-8]", make_record(batch_size=8, target="torch:cuda")),
+        Row("g", "g[torch-cpu-8]", make_record(batch_size=8, target="torch:cpu")),
+        Row("g", "g[torch-cuda-1]", make_record(batch_size=1, target="torch:cuda")),
+        Row("g", "g[torch-cpu-32]", make_record(batch_size=32, target="torch:cpu")),
+        Row("g", "g[torch-cpu-1]", make_record(batch_size=1, target="torch:cpu")),
+    ]
+    body = _table_lines(report.tables(rows), "g")[2:]
+    assert [line.split()[0] for line in body] == [
+        "[torch-cpu-1]",
+        "[torch-cuda-1]",
+        "[torch-cpu-8]",
+        "[torch-cuda-8]",
+        "[torch-cpu-32]",
+    ]
+
+
+def test_name_outside_group_is_kept_whole():
+    lines = report.tables([Row("custom", "test_x[torch-cpu]", make_record())])
+    assert _table_lines(lines, "custom")[2].split()[0] == "test_x[torch-cpu]"
+
+
+def test_cells_render_record_values():
+    record = make_record(
+        p50_s=1.36e-3, throughput_items_per_s=2526.4, first_call_s=2.5, compile_s=12.3e-6, compile_cached=True
+    )
+    row = _table_lines(report.tables([Row("g", "g[a]", record)]), "g")[2]
+    assert "1.36 ms" in row
+    assert "2,526" in row
+    assert "2.5 s" in row
+    assert row.endswith("12.3 us (cached)")
+
+
+def test_missing_compile_renders_dash():
+    row = _table_lines(report.tables([Row("g", "g[a]", make_record(compile_s=None))]), "g")[2]
+    assert row.endswith(" -")
+
+
+def test_flagged_percentile_gets_star_and_footnote():
+    rows = [
+        Row("g", "g[few]", make_record(rounds=50, p99_s=0.004, unsupported=("p99",))),
+        Row("g", "g[many]", make_record(batch_size=2, rounds=200, p99_s=0.004)),
+    ]
+    lines = report.tables(rows)
+    few, many = _table_lines(lines, "g")[2:]
+    assert "4 ms*" in few
+    assert "*" not in many
+    assert lines[-1] == (
+        "* too few rounds for this percentile (p99 needs >= 100): it is the maximum of the rounds run"
+    )
+
+
+def test_footnote_names_every_flagged_percentile():
+    rows = [Row("g", "g[one]", make_record(rounds=1, unsupported=("p50", "p90", "p99")))]
+    lines = report.tables(rows)
+    row = _table_lines(lines, "g")[2]
+    assert row.count("*") == 2  # p50 and p99 columns; p90 has no column
+    assert lines[-1].startswith("* too few rounds for this percentile (p50 needs >= 2, p99 needs >= 100)")
+
+
+def test_no_footnote_for_percentile_without_column():
+    rows = [Row("g", "g[x]", make_record(rounds=9, unsupported=("p90",)))]
+    lines = report.tables(rows)
+    assert not any(line.startswith("*") for line in lines)
+    assert "*" not in _table_lines(lines, "g")[2]
+
+
+def test_no_rows_no_lines():
+    assert report.tables([]) == []

@@ -1,0 +1,109 @@
+"""Targets (pytest_ipu.target) and the typo hints of the marker and the backend registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_ipu import backends
+from pytest_ipu import marker
+from pytest_ipu.target import Target
+from pytest_ipu.target import parse_target
+
+
+@pytest.mark.parametrize(
+    ("text", "target", "shown", "test_id"),
+    [
+        ("torch", Target("torch"), "torch", "torch"),
+        ("torch:cpu", Target("torch", "cpu"), "torch:cpu", "torch-cpu"),
+        ("torch:cuda:0", Target("torch", "cuda:0"), "torch:cuda:0", "torch-cuda0"),
+        (" torch:cuda:12 ", Target("torch", "cuda:12"), "torch:cuda:12", "torch-cuda12"),
+        ("torch-compile:cuda", Target("torch-compile", "cuda"), "torch-compile:cuda", "torch-compile-cuda"),
+        ("my_backend.v2", Target("my_backend.v2"), "my_backend.v2", "my_backend.v2"),
+    ],
+)
+def test_parse_target(text, target, shown, test_id):
+    got = parse_target(text)
+    assert got == target
+    assert str(got) == shown
+    assert got.id == test_id
+    assert ":" not in got.id
+    assert parse_target(str(got)) == got
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "Torch", ":cpu", "torch:CPU", "torch:cuda:", "torch:cuda:0:1", "torch:0", "1torch", "torch cpu"],
+)
+def test_parse_target_rejects(text):
+    with pytest.raises(ValueError, match=r"expected a backend target such as 'torch', 'torch:cpu'") as info:
+        parse_target(text)
+    assert repr(text) in str(info.value)
+
+
+def test_parse_target_rejects_empty_device():
+    with pytest.raises(ValueError, match="expected a backend target"):
+        parse_target("torch:")
+
+
+def test_targets_are_hashable_and_equal_by_value():
+    assert len({Target("torch", "cpu"), parse_target("torch:cpu")}) == 1
+    assert Target("torch", "cuda") != Target("torch", "cpu")
+
+
+def test_session_sorts_targets_with_and_without_device_by_their_text():
+    targets = [Target("torch", "cpu"), Target("torch")]
+    assert sorted(targets, key=str) == [Target("torch"), Target("torch", "cpu")]
+
+
+# -- marker keyword hints -------------------------------------------------------------------------
+
+ALLOWED = "backend, precision, rounds, warmup_rounds, min_rounds, max_time"
+
+
+def test_unknown_keyword_suggests_close_match():
+    assert marker.unknown_keyword_message("round") == (
+        f"@pytest.mark.ipu got unknown keyword 'round' (did you mean 'rounds'?); allowed: {ALLOWED}"
+    )
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("warmup", "warmup_rounds"), ("max_tme", "max_time")])
+def test_unknown_keyword_other_typos(typo, meant):
+    assert f"(did you mean {meant!r}?)" in marker.unknown_keyword_message(typo)
+
+
+def test_unknown_keyword_without_close_match():
+    message = marker.unknown_keyword_message("zzz")
+    assert message == f"@pytest.mark.ipu got unknown keyword 'zzz'; allowed: {ALLOWED}"
+    assert "did you mean" not in message
+
+
+def test_marker_keywords_map_to_settings_fields():
+    assert list(marker.KEYWORDS) == [k.strip() for k in ALLOWED.split(",")]
+    assert marker.KEYWORDS["max_time"].field == "max_time_s"
+    assert marker.KEYWORDS["backend"].field == "targets"
+    assert marker.KEYWORDS["max_time"].parse("250ms") == pytest.approx(0.25)
+
+
+# -- backend registry hints -----------------------------------------------------------------------
+
+
+def test_unknown_backend_suggests_torch():
+    reason = backends.unknown_backend_reason(Target("troch", "cpu"))
+    assert reason.startswith(
+        "unknown backend 'troch' (did you mean 'torch'?); built in: torch, torch-compile"
+    )
+    assert "pytest_ipu_make_backend" in reason
+
+
+def test_unknown_backend_without_close_match():
+    reason = backends.unknown_backend_reason(Target("zzz"))
+    assert reason.startswith("unknown backend 'zzz'; built in: ")
+    assert "did you mean" not in reason
+
+
+def test_registry_candidates():
+    assert backends.auto_candidates() == [Target("torch", "cpu"), Target("torch", "cuda")]
+    every = backends.all_candidates()
+    assert every[:2] == backends.auto_candidates()
+    assert Target("torch-compile", "cpu") in every
+    assert backends.make_backend(Target("nope")) is None
