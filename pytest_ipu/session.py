@@ -141,9 +141,10 @@ class IpuSession:
     ) -> None:
         """``machine_info["ipu"]``: the plugin version, each backend used as it describes itself, and
         (under ``auto``) the default targets absent here with the reason."""
+        # Keyed like the records' "target" (backend:device), whatever spelling the user asked for.
         used = {
-            str(t): b.describe()
-            for t, (b, a) in sorted(self._backends.items(), key=lambda kv: str(kv[0]))
+            f"{b.name}:{b.device}": b.describe()
+            for _, (b, a) in sorted(self._backends.items(), key=lambda kv: str(kv[0]))
             if b is not None and a.ok
         }
         device_info: dict[str, Any] = {

@@ -174,7 +174,10 @@ class TorchBackend:
                 prepared.append(t)
             return tuple(prepared)
 
-        run = _make_run(torch, module, dev, host_io)
+        # run() reaches the module through this holder, so close() really lets go of it.
+        holder: list[Any] = [module]
+        del module
+        run = _make_run(torch, holder, dev, host_io)
         if self._mode == "compile":
             try:
                 run(*prepare_inputs(example_inputs))
@@ -182,8 +185,7 @@ class TorchBackend:
                 raise CompileError(f"torch.compile failed for {_model_name(model)}: {exc}") from exc
 
         def close() -> None:
-            nonlocal module
-            module = None
+            holder[0] = _closed
             if on_cuda:
                 torch.cuda.empty_cache()
 
@@ -201,13 +203,17 @@ class TorchBackend:
         )
 
 
-def _make_run(torch: ModuleType, module: Any, dev: Any, host_io: bool) -> Callable[..., object]:
+def _closed(*_: object) -> object:
+    raise RuntimeError("this compiled model was closed (the run that compiled it has ended)")
+
+
+def _make_run(torch: ModuleType, holder: list[Any], dev: Any, host_io: bool) -> Callable[..., object]:
     """One synchronous call: it returns only when the outputs exist where ``io`` says."""
     if dev.type != "cuda":
 
         def run_cpu(*inputs: Any) -> object:
             with torch.inference_mode():
-                return module(*inputs)
+                return holder[0](*inputs)
 
         return run_cpu
 
@@ -216,8 +222,8 @@ def _make_run(torch: ModuleType, module: Any, dev: Any, host_io: bool) -> Callab
             if host_io:
                 inputs = tuple(x.to(dev, non_blocking=True) for x in inputs)
                 # .cpu() waits for the device: the outputs are in host memory when it returns.
-                return _map_tensors(module(*inputs), lambda t: t.cpu())
-            out = module(*inputs)
+                return _map_tensors(holder[0](*inputs), lambda t: t.cpu())
+            out = holder[0](*inputs)
             torch.cuda.synchronize(dev)
             return out
 

@@ -13,6 +13,16 @@ from pytest_ipu.options import OptionSpec
 GROUP_TITLE = "pytest-ipu: benchmark models on IPUs, GPUs and CPUs:"
 
 
+@pytest.fixture(autouse=True)
+def _inner_run_options(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner runs: no hypothesis plugin (re-imported by every in-process run, ~0.7 s), no cache, warnings
+    are errors (as in this project's own configuration), and no trace of an outer xdist worker (which
+    makes pytest-benchmark disable itself)."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -p no:cacheprovider -W error")
+
+
 def _block(lines: list[str], title: str) -> list[str]:
     """The lines after ``title`` up to the next blank line (one argparse group or ini section)."""
     start = lines.index(title) + 1
@@ -27,7 +37,7 @@ def _words(lines: list[str]) -> str:
 
 @pytest.fixture
 def help_lines(pytester: pytest.Pytester) -> list[str]:
-    result = pytester.runpytest("--help", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--help")
     assert result.ret == pytest.ExitCode.OK
     return result.outlines
 
@@ -58,14 +68,14 @@ def test_help_lists_every_ini_key(help_lines: list[str]) -> None:
 
 def test_help_does_not_probe_backends(pytester: pytest.Pytester) -> None:
     """A target that exists nowhere is only a well-formed value until a test needs its backend."""
-    result = pytester.runpytest("--help", "-p", "no:cacheprovider", "--ipu-backend=nosuch:dev7")
+    result = pytester.runpytest("--help", "--ipu-backend=nosuch:dev7")
     assert result.ret == pytest.ExitCode.OK
     assert any(line.startswith("  --ipu-backend=TARGETS") for line in result.outlines)
 
 
 def test_fixtures_shows_the_four_fixtures_with_their_docstrings(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_nothing():\n    pass\n")
-    result = pytester.runpytest("--fixtures", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--fixtures")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
@@ -99,7 +109,7 @@ def test_fixtures_shows_the_four_fixtures_with_their_docstrings(pytester: pytest
 
 def test_fixtures_verbose_shows_the_full_docstrings(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_nothing():\n    pass\n")
-    result = pytester.runpytest("--fixtures", "-v", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--fixtures", "-v")
     assert result.ret == pytest.ExitCode.OK
     text = _words(result.outlines)
     assert "Returns ``None`` when pytest-benchmark is disabled" in text
@@ -108,7 +118,7 @@ def test_fixtures_verbose_shows_the_full_docstrings(pytester: pytest.Pytester) -
 
 
 def test_markers_shows_the_ipu_marker_with_every_keyword(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--markers", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--markers")
     assert result.ret == pytest.ExitCode.OK
     line = next((x for x in result.outlines if x.startswith("@pytest.mark.ipu(")), None)
     assert line is not None, "no @pytest.mark.ipu line in --markers"
@@ -129,5 +139,5 @@ def test_the_ipu_marker_is_registered_for_strict_markers(pytester: pytest.Pytest
             pass
         """
     )
-    result = pytester.runpytest("--strict-markers", "-p", "no:cacheprovider")
+    result = pytester.runpytest("--strict-markers")
     result.assert_outcomes(passed=1)

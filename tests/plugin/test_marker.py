@@ -11,6 +11,18 @@ import pytest
 from pytest_ipu.marker import KEYWORDS
 
 ALLOWED = ", ".join(KEYWORDS)
+
+
+@pytest.fixture(autouse=True)
+def _inner_run_options(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner runs: no hypothesis plugin (re-imported by every in-process run, ~0.7 s), no cache, warnings
+    are errors (as in this project's own configuration), and no trace of an outer xdist worker (which
+    makes pytest-benchmark disable itself)."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -p no:cacheprovider -W error")
+
+
 SENTINEL = """
 from pathlib import Path
 
@@ -45,7 +57,8 @@ def test_unknown_keyword_without_a_close_match_gives_no_hint(pytester: pytest.Py
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert result.errlines[0] == (
-        f"ERROR: pytest-ipu: test_m.py::test_a: @pytest.mark.ipu got unknown keyword 'colour'; allowed: {ALLOWED}"
+        "ERROR: pytest-ipu: test_m.py::test_a: @pytest.mark.ipu got unknown keyword 'colour'; "
+        f"allowed: {ALLOWED}"
     )
 
 
@@ -95,7 +108,9 @@ def test_positional_arguments_are_rejected(pytester: pytest.Pytester) -> None:
 def test_bad_value_names_the_test_and_the_keyword(
     pytester: pytest.Pytester, keyword: str, value: str, allowed: str
 ) -> None:
-    # The test also uses ipu_backend: a bad backend= must not break parametrization silently.
+    # The test also uses ipu_backend: it is parametrized over the command line's target, unless the bad
+    # value is backend= itself (then it is not parametrized, and the error still names it).
+    nodeid = "test_m.py::test_a" if keyword == "backend" else "test_m.py::test_a[mine-cpu]"
     pytester.makepyfile(
         test_m=f"import pytest\n\n\n@pytest.mark.ipu({keyword}={value})\n"
         "def test_a(ipu_settings, ipu_backend):\n    pass\n",
@@ -105,7 +120,7 @@ def test_bad_value_names_the_test_and_the_keyword(
     _assert_usage_error(
         pytester,
         result,
-        f"test_m.py::test_a: invalid value {value} for @pytest.mark.ipu({keyword}=...): {allowed}",
+        f"{nodeid}: invalid value {value} for @pytest.mark.ipu({keyword}=...): {allowed}",
     )
 
 
@@ -117,7 +132,8 @@ def test_marker_values_override_the_command_line_inside_ipu_settings(pytester: p
         @pytest.mark.ipu(rounds=3, precision="BF16", max_time="100ms", warmup_rounds=0, min_rounds=2)
         def test_marked(ipu_settings):
             assert (ipu_settings.rounds, ipu_settings.precision) == (3, "bf16")
-            assert (ipu_settings.max_time_s, ipu_settings.warmup_rounds, ipu_settings.min_rounds) == (0.1, 0, 2)
+            assert ipu_settings.max_time_s == 0.1
+            assert (ipu_settings.warmup_rounds, ipu_settings.min_rounds) == (0, 2)
             assert ipu_settings.missing_sdk == "fail"      # not in the marker: the command line's
 
         @pytest.mark.ipu(rounds="auto")
@@ -173,7 +189,7 @@ def test_default(ipu_backend):
 def test_only_b(ipu_settings, ipu_backend):
     assert ipu_settings.targets == (Target("mine", "b"),)
 
-@pytest.mark.ipu(backend="other:1, other:2")
+@pytest.mark.ipu(backend="other:x1, other:x2")
 def test_others(ipu_backend):
     pass
 
@@ -197,19 +213,19 @@ def test_marker_backend_restricts_parametrization(pytester: pytest.Pytester) -> 
         "test_m.py::test_default[mine-a]",
         "test_m.py::test_default[mine-b]",
         "test_m.py::test_only_b[mine-b]",
-        "test_m.py::test_others[other-1]",
-        "test_m.py::test_others[other-2]",
+        "test_m.py::test_others[other-x1]",
+        "test_m.py::test_others[other-x2]",
         "test_m.py::TestClass::test_closest[mine-a]",
         "test_m.py::test_no_backend_fixture",
     ]
 
 
 def test_marker_backend_reaches_the_backend_fixture(pytester: pytest.Pytester) -> None:
-    """Each parametrized target is the one the fixture looks for (none exists here, so each skips naming it)."""
+    """Each parametrized target is the one the fixture looks for (none exists: each skips naming it)."""
     pytester.makepyfile(test_m=BACKEND_TESTS)
     result = pytester.runpytest("-rs", "--ipu-backend=mine:a,mine:b")
     result.assert_outcomes(passed=1, skipped=6)
-    for target in ("mine:a", "mine:b", "other:1", "other:2"):
+    for target in ("mine:a", "mine:b", "other:x1", "other:x2"):
         result.stdout.fnmatch_lines(
             [f"SKIPPED * pytest-ipu: target {target} is not available: unknown backend *"]
         )

@@ -27,9 +27,25 @@ BAD_VALUES = [
         "expected a backend target such as 'torch', 'torch:cpu' or 'torch:cuda:0', got 'Torch'",
     ),
     ("--ipu-backend", ",", "expected 'auto' or targets such as 'torch:cpu,torch:cuda'"),
+    (
+        "--ipu-backend",
+        "torch:",
+        "expected a backend target such as 'torch', 'torch:cpu' or 'torch:cuda:0', got 'torch:'",
+    ),
 ]
 IDS = [f"{flag}={value}" for flag, value, _ in BAD_VALUES]
 SPECS = {spec.flag: spec for spec in OPTIONS}
+
+
+@pytest.fixture(autouse=True)
+def _inner_run_options(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inner runs: no hypothesis plugin (re-imported by every in-process run, ~0.7 s), no cache, warnings
+    are errors (as in this project's own configuration), and no trace of an outer xdist worker (which
+    makes pytest-benchmark disable itself)."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -p no:cacheprovider -W error")
+
 
 # A test that records that it ran: a usage error must stop the run before any test.
 SENTINEL_TEST = """
@@ -139,6 +155,19 @@ def test_precedence_in_the_report_header(
     result = pytester.runpytest(*([f"--ipu-rounds={cli}"] if cli is not None else []))
     assert result.ret == pytest.ExitCode.OK
     assert f" rounds={shown} " in _header(result)
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_environment_variable_counts_as_unset(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, empty: str
+) -> None:
+    monkeypatch.setenv("PYTEST_IPU_ROUNDS", empty)
+    monkeypatch.setenv("PYTEST_IPU_PRECISION", empty)
+    pytester.makeini("[pytest]\nipu_rounds = 7\n")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.OK
+    assert " precision=auto rounds=7 " in _header(result)
 
 
 def test_header_shows_every_setting_from_its_own_source(
