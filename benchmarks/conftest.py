@@ -22,6 +22,8 @@ class HarnessCost:
     rounds: int
     bare_ns: float
     harness_ns: float
+    #: The throughput window divided by the rounds: the call plus pytest-benchmark's bookkeeping.
+    window_per_round_ns: float
 
     @property
     def added_ns(self) -> float:
@@ -70,7 +72,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         )
         if c.workload == "1ms":
             line += f" ({'meets' if c.ratio <= MAX_RATIO_AT_1MS else 'MISSES'} <= {MAX_RATIO_AT_1MS})"
-        terminalreporter.write_line(f"{line}; {c.rounds} rounds")
+        terminalreporter.write_line(
+            f"{line}; wall window {c.window_per_round_ns:,.0f} ns/round "
+            f"({c.window_per_round_ns - c.harness_ns:+,.0f} ns between rounds); {c.rounds} rounds"
+        )
 
 
 @pytest.fixture(scope="session")
