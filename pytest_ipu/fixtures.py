@@ -24,6 +24,9 @@ from pytest_ipu.host import cpu_name
 from pytest_ipu.marker import marker_overrides
 from pytest_ipu.options import AUTO
 from pytest_ipu.options import Settings
+from pytest_ipu.parity import Parity
+from pytest_ipu.parity import ParityError
+from pytest_ipu.parity import compare
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
 from pytest_ipu.target import Target
@@ -40,6 +43,7 @@ class Compile(Protocol):
         *,
         precision: str | None = None,
         key: object = None,
+        parity: bool = False,
         **options: object,
     ) -> CompiledModel:
         """Compile ``model`` for this test's backend (or take it from the run's cache)."""
@@ -96,12 +100,15 @@ def ipu_backend(request: pytest.FixtureRequest, ipu_settings: Settings) -> Backe
 def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settings: Settings) -> Compile:
     """Compile a model for this test's backend, once per run for each model and set of options.
 
-    ``ipu_compile(model, example_inputs, precision=None, key=None, **options)`` returns a
+    ``ipu_compile(model, example_inputs, precision=None, key=None, parity=False, **options)`` returns a
     ``CompiledModel`` whose ``compile_s`` was measured here, never inside a timed window. A model
     compiled by an earlier test with the same backend, precision and options (and, for backends
     that specialise on shapes, the same input shapes) is reused: its ``compile_cached`` is true.
     ``key`` identifies the model in the cache (default: the model object itself). ``precision``
     defaults to the test's ``--ipu-precision`` (``auto``: the backend's choice for its device).
+    With ``parity=True`` (a torch model only) the compiled model's outputs on the example inputs must
+    match torch eager fp32 on the CPU within the precision's tolerance, else ``ParityError`` says by
+    how much they differ; the comparison is stored in the record.
     """
     session = _session(request)
 
@@ -111,6 +118,7 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
         *,
         precision: str | None = None,
         key: object = None,
+        parity: bool = False,
         **options: object,
     ) -> CompiledModel:
         __tracebackhide__ = True
@@ -125,13 +133,24 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
             tuple(sorted((k, repr(v)) for k, v in options.items())),
             _signature(example_inputs) if ipu_backend.shape_specialized(options) else None,
         )
-        cached = session.cached(cache_key)
-        if cached is not None:
-            return dataclasses.replace(cached, compile_cached=True)
-        start = time.perf_counter_ns()
-        compiled = ipu_backend.compile(model, example_inputs, chosen, options)
-        compiled = dataclasses.replace(compiled, compile_s=(time.perf_counter_ns() - start) * 1e-9)
-        session.remember(cache_key, compiled, model)
+        compiled = session.cached(cache_key)
+        if compiled is not None:
+            compiled = dataclasses.replace(compiled, compile_cached=True)
+        else:
+            start = time.perf_counter_ns()
+            compiled = ipu_backend.compile(model, example_inputs, chosen, options)
+            compiled = dataclasses.replace(compiled, compile_s=(time.perf_counter_ns() - start) * 1e-9)
+            session.remember(cache_key, compiled, model)
+        if parity and compiled.parity is None:
+            compiled = dataclasses.replace(compiled, parity=_check_parity(compiled, model, example_inputs))
+            session.remember(cache_key, compiled, model)
+        if compiled.parity is not None and not compiled.parity.passed:
+            p = compiled.parity
+            raise ParityError(
+                f"{compiled.target} {compiled.precision} outputs of {type(model).__name__} differ from "
+                f"{p.reference}: max abs error {p.max_abs:.3g}, max rel error {p.max_rel:.3g} "
+                f"> tolerance {p.tolerance:g}"
+            )
         return compiled
 
     return compile_model
@@ -201,6 +220,9 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
             compile_s=compiled.compile_s,
             compile_cached=compiled.compile_cached,
             first_call_s=warm.first_call_s,
+            compile_phases_s=dict(compiled.phases_s),
+            compile_info=dict(compiled.info),
+            parity=None if compiled.parity is None else compiled.parity.as_json(),
         )
         data = schema.to_json(record)
         request.config.hook.pytest_ipu_update_record(config=request.config, item=request.node, record=data)
@@ -210,6 +232,15 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
         return record
 
     return run
+
+
+def _check_parity(compiled: CompiledModel, model: object, example_inputs: Sequence[object]) -> Parity:
+    """Run the compiled model and the eager fp32 CPU reference on the example inputs and compare."""
+    from pytest_ipu.backends.torch import eager_reference
+
+    reference = eager_reference(model, example_inputs)
+    actual = compiled.run(*compiled.prepare_inputs(tuple(example_inputs)))
+    return compare(reference, actual, compiled.precision, "torch eager fp32 on cpu")
 
 
 def _requested_target(request: pytest.FixtureRequest, settings: Settings) -> Target:

@@ -10,7 +10,9 @@ import os
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,12 +42,14 @@ class Settings:
     min_rounds: int = 5
     max_time_s: float = 2.0
     missing_sdk: str = "skip"
+    cache_dir: Path = field(default_factory=lambda: Path("~/.cache/pytest-ipu").expanduser())
 
     def as_json(self) -> dict[str, Any]:
         """Plain-JSON form, written to the top level of the benchmark JSON."""
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
         out["targets"] = [str(t) for t in self.targets] or AUTO
         out["rounds"] = AUTO if self.rounds is None else self.rounds
+        out["cache_dir"] = str(self.cache_dir)
         return out
 
 
@@ -87,6 +91,14 @@ def parse_seconds(value: object) -> float:
     if not seconds > 0 or seconds == float("inf"):
         raise ValueError("expected a positive duration such as '2', '2s' or '500ms'")
     return seconds
+
+
+def parse_dir(value: object) -> Path:
+    """A directory path; ``~`` expands to the home directory."""
+    text = str(value).strip()
+    if not text:
+        raise ValueError("expected a directory path")
+    return Path(text).expanduser()
 
 
 def _choice(choices: tuple[str, ...]) -> Callable[[object], str]:
@@ -192,6 +204,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "skip",
         _choice(MISSING_SDK_POLICIES),
         "what a benchmark does when its backend, runtime or device is missing: skip or fail",
+    ),
+    OptionSpec(
+        "cache_dir",
+        "--ipu-cache-dir",
+        "DIR",
+        "~/.cache/pytest-ipu",
+        parse_dir,
+        "where exported models (ONNX files) are kept between runs, keyed by a hash of the model",
     ),
 )
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_ipu import stats
 from pytest_ipu.schema import IpuRecord
@@ -75,7 +77,15 @@ COLUMNS: tuple[Column, ...] = (
         "compile",
         lambda r: format_seconds(r.record.compile_s) + (" (cached)" if r.record.compile_cached else ""),
     ),
+    Column("parity", lambda r: _parity(r.record.parity)),
 )
+
+
+def _parity(parity: Mapping[str, Any] | None) -> str:
+    """``-`` when not checked, else whether it passed and the max relative error."""
+    if parity is None:
+        return "-"
+    return f"{'ok' if parity.get('passed') else 'FAIL'} {float(parity['max_rel']):.1e}"
 
 
 def sort_key(row: Row) -> tuple[int, str, str]:

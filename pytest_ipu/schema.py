@@ -4,13 +4,15 @@ Every stored number is in SI units with the unit in the key (``_s``, ``_per_s``)
 scales. Version history (additive changes only within a version):
 
 - 1: target, backend, device, precision, io, batch and round counts, latency summary with
-  unsupported percentiles, timed window, throughput, compile and first-call times.
+  unsupported percentiles, timed window, throughput, compile and first-call times; then (additive)
+  compile_phases_s, compile_info and parity.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 from typing import Literal
 
@@ -51,6 +53,9 @@ class IpuRecord:
     compile_s: float | None
     compile_cached: bool
     first_call_s: float
+    compile_phases_s: Mapping[str, float] = field(default_factory=dict)
+    compile_info: Mapping[str, Any] = field(default_factory=dict)
+    parity: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,9 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
         "compile_s": record.compile_s,
         "compile_cached": record.compile_cached,
         "first_call_s": record.first_call_s,
+        "compile_phases_s": dict(record.compile_phases_s),
+        "compile_info": dict(record.compile_info),
+        "parity": None if record.parity is None else dict(record.parity),
     }
 
 
@@ -151,6 +159,9 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
             compile_s=None if data["compile_s"] is None else float(data["compile_s"]),
             compile_cached=bool(data["compile_cached"]),
             first_call_s=float(data["first_call_s"]),
+            compile_phases_s={str(k): float(v) for k, v in data.get("compile_phases_s", {}).items()},
+            compile_info=dict(data.get("compile_info", {})),
+            parity=None if data.get("parity") is None else dict(data["parity"]),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise SchemaError(f"malformed pytest-ipu record: {type(exc).__name__}: {exc}") from None

@@ -107,7 +107,7 @@ class IpuSession:
     @pytest.hookimpl(trylast=True)
     def pytest_ipu_make_backend(self, config: pytest.Config, target: Target) -> Backend | None:
         """The built-in registry, consulted after any conftest implementation."""
-        return backends.make_backend(target)
+        return backends.make_backend(target, self.settings.cache_dir)
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         """Check every ``ipu`` marker up front, so a typo stops the run before anything is measured."""

@@ -11,6 +11,7 @@ import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
+from pathlib import Path
 from typing import Any
 from typing import cast
 
@@ -31,6 +32,8 @@ class BackendEntry:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     devices: tuple[str, ...] = ()
     auto: bool = True
+    #: Whether the constructor takes ``cache_dir`` (where exported models are kept).
+    uses_cache_dir: bool = False
 
 
 BUILTIN: Mapping[str, BackendEntry] = {
@@ -39,17 +42,31 @@ BUILTIN: Mapping[str, BackendEntry] = {
     "torch-compile": BackendEntry(
         "pytest_ipu.backends.torch:TorchBackend", {"mode": "compile"}, ("cpu", "cuda"), auto=False
     ),
+    "onnxruntime": BackendEntry(
+        "pytest_ipu.backends.onnxruntime:OrtBackend", {}, ("cpu", "cuda"), uses_cache_dir=True
+    ),
+    # TensorRT builds engines per shape and takes minutes for a large model: opt-in.
+    "onnxruntime-trt": BackendEntry(
+        "pytest_ipu.backends.onnxruntime:OrtBackend",
+        {"provider": "tensorrt"},
+        ("cuda",),
+        auto=False,
+        uses_cache_dir=True,
+    ),
 }
 
 
-def make_backend(target: Target) -> Backend | None:
+def make_backend(target: Target, cache_dir: Path | None = None) -> Backend | None:
     """Construct the built-in backend for ``target``, or ``None`` if the name is not built in."""
     entry = BUILTIN.get(target.backend)
     if entry is None:
         return None
     module_name, _, class_name = entry.factory.partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
-    return cast(Backend, cls(name=target.backend, device=target.device, **entry.kwargs))
+    kwargs = dict(entry.kwargs)
+    if entry.uses_cache_dir:
+        kwargs["cache_dir"] = cache_dir
+    return cast(Backend, cls(name=target.backend, device=target.device, **kwargs))
 
 
 def auto_candidates() -> list[Target]:

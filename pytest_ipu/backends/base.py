@@ -10,6 +10,8 @@ from dataclasses import field
 from typing import Any
 from typing import Protocol
 
+from pytest_ipu.parity import Parity
+
 
 @dataclass(frozen=True)
 class Availability:
@@ -33,7 +35,7 @@ class Availability:
 class CompiledModel:
     """A model prepared by a backend for one target, ready to be called in timed rounds.
 
-    ``run(*inputs)`` is one synchronous call: when it returns, the outputs are available where
+    ``run(*prepared_inputs)`` is one synchronous call: when it returns, the outputs are available where
     ``io`` says (``"host"``: in host memory). ``prepare_inputs`` converts user inputs once, outside
     any timed window (dtype, memory layout, pinned or device memory). ``compile_s`` and
     ``compile_cached`` are filled in by the ``ipu_compile`` fixture, which times the compile.
@@ -49,8 +51,14 @@ class CompiledModel:
     prepare_inputs: Callable[[Sequence[object]], tuple[object, ...]]
     close: Callable[[], None]
     options: Mapping[str, object] = field(default_factory=dict)
+    #: The backend's own breakdown of its compile step, seconds (e.g. export, session, first_run).
+    phases_s: Mapping[str, float] = field(default_factory=dict)
+    #: Plain-JSON facts about the compile (e.g. export_cached, onnx_sha256, provider).
+    info: Mapping[str, object] = field(default_factory=dict)
     compile_s: float | None = None
     compile_cached: bool = False
+    #: The output comparison against the reference, when ``ipu_compile(..., parity=True)`` asked.
+    parity: Parity | None = None
 
 
 class Backend(Protocol):

@@ -255,3 +255,17 @@ def _check_options(options: Mapping[str, object], model: object) -> dict[str, ob
 
 def _model_name(model: object) -> str:
     return type(model).__name__
+
+
+def eager_reference(model: object, inputs: Sequence[object]) -> object:
+    """The reference outputs for parity checks: a copy of ``model`` run eagerly, in fp32, on the CPU."""
+    torch = importlib.import_module("torch")
+    if not isinstance(model, torch.nn.Module):
+        raise CompileError(f"a parity check needs a torch.nn.Module as reference, got {type(model).__name__}")
+    module = copy.deepcopy(model).eval().float().cpu()
+    tensors = []
+    for x in inputs:
+        t = torch.as_tensor(x).detach().cpu()
+        tensors.append(t.float() if t.is_floating_point() else t)
+    with torch.inference_mode():
+        return module(*tensors)

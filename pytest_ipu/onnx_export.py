@@ -1,0 +1,204 @@
+"""Export a torch model to ONNX with a dynamic batch dimension, cached on disk by content.
+
+The cache key hashes what determines the exported graph: the model's structure (module tree and the
+source of each module class's ``forward``), its weights and buffers, the example inputs' dtypes and
+non-batch shapes, the export options, and the torch and exporter versions. A cached file is used only
+if its SHA-256 matches the one recorded when it was written; anything else is rebuilt, never trusted.
+Files are written to a temporary name and renamed, so a crash never leaves a half-written model.
+
+torch, onnx and onnxscript are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import logging
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Iterator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_ipu.errors import PytestIpuError
+
+#: The opset used unless a caller asks for another; ONNX Runtime and PopART both read it.
+DEFAULT_OPSET = 18
+_FORMAT = 1  # bump when the cache layout or the export recipe changes
+
+
+class ExportError(PytestIpuError):
+    """torch could not export the model; the message names the model and the exporter's reason."""
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What shapes the exported file besides the model: opset and precision (``fp32`` or ``fp16``).
+
+    fp16 models are exported from a half-precision copy of the model, so inputs, weights and outputs
+    are all fp16 in the graph.
+    """
+
+    opset: int = DEFAULT_OPSET
+    precision: str = "fp32"
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    """An ONNX file on disk, with how it came to be there."""
+
+    path: Path
+    sha256: str
+    cached: bool
+    export_s: float
+    input_names: tuple[str, ...]
+
+
+def export(
+    model: Any,
+    example_inputs: Sequence[Any],
+    cache_dir: Path,
+    options: ExportOptions = ExportOptions(),
+) -> ExportedModel:
+    """The ONNX export of ``model`` for these kinds of inputs: from the cache, or exported now."""
+    if options.precision not in ("fp32", "fp16"):
+        raise ExportError(
+            f"cannot export {type(model).__name__} in {options.precision}: ONNX export supports fp32 and fp16"
+        )
+    key = cache_key(model, example_inputs, options)
+    onnx_path, meta_path = cache_dir / f"{key}.onnx", cache_dir / f"{key}.json"
+    found = _cached(onnx_path, meta_path)
+    if found is not None:
+        return found
+    start = time.perf_counter_ns()
+    program = _export(model, example_inputs, options)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with _atomic_path(onnx_path) as tmp:
+        program.save(str(tmp))
+    digest = _sha256(onnx_path)
+    names = tuple(str(i.name) for i in program.model.graph.inputs)
+    meta = {"format": _FORMAT, "sha256": digest, "model": type(model).__name__, "input_names": list(names)}
+    with _atomic_path(meta_path) as tmp:
+        tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    return ExportedModel(onnx_path, digest, False, (time.perf_counter_ns() - start) * 1e-9, names)
+
+
+def cache_key(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -> str:
+    """SHA-256 over everything that determines the exported graph (see the module docstring)."""
+    import torch
+
+    h = hashlib.sha256()
+
+    def add(text: str) -> None:
+        h.update(text.encode())
+        h.update(b"\0")
+
+    add(f"format={_FORMAT} torch={torch.__version__} opset={options.opset} precision={options.precision}")
+    add(repr(model))
+    for cls in sorted({type(m) for m in model.modules()}, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
+        add(f"{cls.__module__}.{cls.__qualname__}")
+        with contextlib.suppress(OSError, TypeError):  # classes defined in a REPL have no source
+            add(inspect.getsource(cls.forward))
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        add(f"{name} {t.dtype} {tuple(t.shape)}")
+        # Through uint8: numpy has no bfloat16, and the bytes are what matter.
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    for x in example_inputs:
+        t = torch.as_tensor(x)
+        add(f"input {t.dtype} {tuple(t.shape[1:])}")  # the batch dimension is dynamic
+    return h.hexdigest()[:32]
+
+
+def _cached(onnx_path: Path, meta_path: Path) -> ExportedModel | None:
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("format") != _FORMAT or _sha256(onnx_path) != meta["sha256"]:
+            return None
+        return ExportedModel(onnx_path, meta["sha256"], True, 0.0, tuple(meta["input_names"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # missing, unreadable or corrupt: export again
+
+
+def _export(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -> Any:
+    import torch
+
+    half = options.precision == "fp16"
+    module = _copy_for_export(model, half)
+    inputs = tuple(_as_input(torch, x, half) for x in example_inputs)
+    batch = torch.export.Dim("batch")
+    dynamic = tuple({0: batch} if t.dim() else None for t in inputs)
+    try:
+        with _quiet_exporter():
+            return torch.onnx.export(
+                module,
+                inputs,
+                dynamo=True,
+                dynamic_shapes=dynamic,
+                opset_version=options.opset,
+                verbose=False,
+            )
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExportError(f"torch.onnx.export failed for {type(model).__name__}: {reason}") from exc
+
+
+def _copy_for_export(model: Any, half: bool) -> Any:
+    import copy
+
+    module = copy.deepcopy(model).eval().cpu()
+    return module.half() if half else module.float()
+
+
+def _as_input(torch: Any, x: Any, half: bool) -> Any:
+    t = torch.as_tensor(x).cpu()
+    if t.is_floating_point():
+        t = t.half() if half else t.float()
+    return t
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Silence the exporter's progress lines and its own internal deprecation warnings.
+
+    Those warnings come from inside torch (its exporter using deprecated torch APIs); they say
+    nothing about the user's model, and under ``-W error`` they would abort a valid export.
+    """
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", FutureWarning)
+            with Path(os.devnull).open("w") as devnull, contextlib.redirect_stdout(devnull):
+                yield
+    finally:
+        logger.setLevel(level)
+
+
+@contextlib.contextmanager
+def _atomic_path(target: Path) -> Iterator[Path]:
+    """A temporary path beside ``target``, renamed onto it only if the block succeeds."""
+    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -1,0 +1,78 @@
+"""Do a backend's outputs match the reference (torch eager, fp32, CPU) closely enough? (numpy only)
+
+The error measure is scale-free: ``max_rel`` is the largest absolute difference divided by the
+largest absolute reference value of that output, so it does not blow up where a reference value
+happens to be near zero. The tolerance depends on the precision the backend ran in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: Largest allowed ``max_rel`` per precision. fp32 allows for reordered reductions and TF32 on GPUs;
+#: fp16 and bf16 for their 11 and 8 bits of mantissa accumulated through a deep network.
+TOLERANCES: Mapping[str, float] = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 5e-2}
+
+
+class ParityError(AssertionError):
+    """A backend's outputs differ from the reference by more than the precision's tolerance."""
+
+
+@dataclass(frozen=True)
+class Parity:
+    """The comparison of one compiled model's outputs against the reference on the example inputs."""
+
+    reference: str
+    max_abs: float
+    max_rel: float
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        """Whether ``max_rel`` is within the tolerance."""
+        return self.max_rel <= self.tolerance
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain-JSON form, stored as ``extra_info["ipu"]["parity"]``."""
+        return {
+            "reference": self.reference,
+            "max_abs": self.max_abs,
+            "max_rel": self.max_rel,
+            "tolerance": self.tolerance,
+            "passed": self.passed,
+        }
+
+
+def to_arrays(outputs: Any) -> list[np.ndarray]:
+    """Flatten a model's outputs (tensor, array, or nested tuple/list/dict of them) to float64 arrays."""
+    if isinstance(outputs, dict):
+        return [a for key in sorted(outputs) for a in to_arrays(outputs[key])]
+    if isinstance(outputs, (list, tuple)):
+        return [a for item in outputs for a in to_arrays(item)]
+    if hasattr(outputs, "copy_outputs_to_cpu"):  # an onnxruntime IO binding, outputs on a device
+        return to_arrays(outputs.copy_outputs_to_cpu())
+    if hasattr(outputs, "detach"):  # a torch tensor, possibly on a device or in bf16
+        outputs = outputs.detach().float().cpu().numpy()
+    return [np.asarray(outputs, dtype=np.float64)]
+
+
+def compare(reference: Any, actual: Any, precision: str, reference_name: str) -> Parity:
+    """Compare outputs; raises ``ParityError`` when their structure or shapes differ."""
+    ref, out = to_arrays(reference), to_arrays(actual)
+    if len(ref) != len(out):
+        raise ParityError(f"the model returned {len(out)} output(s), the reference {len(ref)}")
+    max_abs = max_rel = 0.0
+    for i, (r, a) in enumerate(zip(ref, out, strict=True)):
+        if r.shape != a.shape:
+            raise ParityError(f"output {i} has shape {a.shape}, the reference {r.shape}")
+        if not np.all(np.isfinite(a)):
+            return Parity(reference_name, float("inf"), float("inf"), TOLERANCES[precision])
+        diff = float(np.max(np.abs(a - r))) if r.size else 0.0
+        scale = float(np.max(np.abs(r))) if r.size else 0.0
+        max_abs = max(max_abs, diff)
+        max_rel = max(max_rel, diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf")))
+    return Parity(reference_name, max_abs, max_rel, TOLERANCES[precision])
