@@ -15,6 +15,7 @@ from pytest_ipu import __version__
 from pytest_ipu import backends
 from pytest_ipu import benchmark_json
 from pytest_ipu import report
+from pytest_ipu.backends.base import Availability
 
 
 def _summary(paths: Sequence[Path]) -> int:
@@ -42,8 +43,9 @@ def _summary(paths: Sequence[Path]) -> int:
 def _targets() -> int:
     for target in backends.all_candidates():
         backend = backends.make_backend(target)
-        assert backend is not None  # every candidate comes from the built-in registry
-        availability = backend.availability()
+        availability = (
+            backend.availability() if backend else Availability.no(backends.unknown_backend_reason(target))
+        )
         print(f"{target!s:24} {'present' if availability.ok else 'absent: ' + availability.reason}")
     return 0
 

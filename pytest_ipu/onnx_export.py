@@ -2,7 +2,7 @@
 
 The cache key hashes what determines the exported graph: the model's structure (module tree and the
 source of each module class's ``forward``), its weights and buffers, the example inputs' dtypes and
-non-batch shapes, the export options, and the torch and exporter versions. A cached file is used only
+non-batch shapes, the export options, and the torch and onnxscript versions. A cached file is used only
 if its SHA-256 matches the one recorded when it was written; anything else is rebuilt, never trusted.
 Files are written to a temporary name and renamed, so a crash never leaves a half-written model.
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.metadata
 import inspect
 import json
 import logging
@@ -99,7 +100,10 @@ def cache_key(model: Any, example_inputs: Sequence[Any], options: ExportOptions)
         h.update(text.encode())
         h.update(b"\0")
 
-    add(f"format={_FORMAT} torch={torch.__version__} opset={options.opset} precision={options.precision}")
+    add(
+        f"format={_FORMAT} torch={torch.__version__} onnxscript={_version('onnxscript')} "
+        f"opset={options.opset} precision={options.precision}"
+    )
     add(repr(model))
     for cls in sorted({type(m) for m in model.modules()}, key=lambda c: f"{c.__module__}.{c.__qualname__}"):
         add(f"{cls.__module__}.{cls.__qualname__}")
@@ -114,6 +118,13 @@ def cache_key(model: Any, example_inputs: Sequence[Any], options: ExportOptions)
         t = torch.as_tensor(x)
         add(f"input {t.dtype} {tuple(t.shape[1:])}")  # the batch dimension is dynamic
     return h.hexdigest()[:32]
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
 
 
 def _cached(onnx_path: Path, meta_path: Path) -> ExportedModel | None:

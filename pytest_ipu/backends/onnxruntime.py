@@ -257,12 +257,11 @@ class _Runner:
     ):
         self._ort, self._session, self._names = ort, session, names
         self._kind, self._index = kind, index
-        self._binding = session.io_binding() if device_io else None
+        self._binding: Any = session.io_binding() if device_io else None
         self.run: Callable[..., object] = self._run_bound if device_io else self._run_host
 
     def bind(self, arrays: Sequence[np.ndarray]) -> tuple[object, ...]:
         """Copy inputs to the device once and bind them and the outputs there (outside any timing)."""
-        assert self._binding is not None
         values = tuple(self._ort.OrtValue.ortvalue_from_numpy(a, self._kind, self._index) for a in arrays)
         for name, value in zip(self._names, values, strict=True):
             self._binding.bind_ortvalue_input(name, value)
@@ -275,7 +274,6 @@ class _Runner:
 
     def _run_bound(self, *_: object) -> object:
         binding = self._binding
-        assert binding is not None
         self._session.run_with_iobinding(binding)
         # Outputs stay on the device; waiting for them makes the call synchronous.
         binding.synchronize_outputs()
