@@ -18,6 +18,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import tempfile
 import time
 import warnings
@@ -31,7 +32,7 @@ from pytest_ipu.errors import PytestIpuError
 
 #: The opset used unless a caller asks for another; ONNX Runtime and PopART both read it.
 DEFAULT_OPSET = 18
-_FORMAT = 1  # bump when the cache layout or the export recipe changes
+_FORMAT = 2  # bump when the cache layout or the export recipe changes
 
 
 class ExportError(PytestIpuError):
@@ -59,6 +60,9 @@ class ExportedModel:
     cached: bool
     export_s: float
     input_names: tuple[str, ...]
+    #: The file's default-domain opset. torch's exporter works at opset 18 and converts down; where
+    #: that conversion fails it keeps 18, so this can differ from the opset asked for.
+    opset: int
 
 
 def export(
@@ -84,10 +88,17 @@ def export(
         program.save(str(tmp))
     digest = _sha256(onnx_path)
     names = tuple(str(i.name) for i in program.model.graph.inputs)
-    meta = {"format": _FORMAT, "sha256": digest, "model": type(model).__name__, "input_names": list(names)}
+    opset = int(program.model.opset_imports.get("", options.opset))
+    meta = {
+        "format": _FORMAT,
+        "sha256": digest,
+        "model": type(model).__name__,
+        "input_names": list(names),
+        "opset": opset,
+    }
     with _atomic_path(meta_path) as tmp:
         tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
-    return ExportedModel(onnx_path, digest, False, (time.perf_counter_ns() - start) * 1e-9, names)
+    return ExportedModel(onnx_path, digest, False, (time.perf_counter_ns() - start) * 1e-9, names, opset)
 
 
 def cache_key(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -> str:
@@ -109,7 +120,8 @@ def cache_key(model: Any, example_inputs: Sequence[Any], options: ExportOptions)
         add(f"{cls.__module__}.{cls.__qualname__}")
         with contextlib.suppress(OSError, TypeError):  # classes defined in a REPL have no source
             add(inspect.getsource(cls.forward))
-    for name, tensor in model.state_dict().items():
+    # Parameters and every buffer, persistent or not: all of them can change what forward computes.
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
         t = tensor.detach().cpu().contiguous()
         add(f"{name} {t.dtype} {tuple(t.shape)}")
         # Through uint8: numpy has no bfloat16, and the bytes are what matter.
@@ -132,7 +144,9 @@ def _cached(onnx_path: Path, meta_path: Path) -> ExportedModel | None:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("format") != _FORMAT or _sha256(onnx_path) != meta["sha256"]:
             return None
-        return ExportedModel(onnx_path, meta["sha256"], True, 0.0, tuple(meta["input_names"]))
+        return ExportedModel(
+            onnx_path, meta["sha256"], True, 0.0, tuple(meta["input_names"]), int(meta["opset"])
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # missing, unreadable or corrupt: export again
 
@@ -143,8 +157,11 @@ def _export(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -
     half = options.precision == "fp16"
     module = _copy_for_export(model, half)
     inputs = tuple(_as_input(torch, x, half) for x in example_inputs)
+    # An input is batched when its leading dimension equals the first input's (the batch size);
+    # others (a mask, a lookup table) keep their static shape.
     batch = torch.export.Dim("batch")
-    dynamic = tuple({0: batch} if t.dim() else None for t in inputs)
+    size = inputs[0].shape[0] if inputs and inputs[0].dim() else None
+    dynamic = tuple({0: batch} if t.dim() and t.shape[0] == size else None for t in inputs)
     try:
         with _quiet_exporter():
             return torch.onnx.export(
@@ -156,8 +173,18 @@ def _export(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -
                 verbose=False,
             )
     except Exception as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ExportError(f"torch.onnx.export failed for {type(model).__name__}: {reason}") from exc
+        raise ExportError(f"torch.onnx.export failed for {type(model).__name__}: {_reason(exc)}") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """The root cause, as ``Type: first line``: the exporter wraps the model's own error in
+    multi-paragraph advice with terminal colour codes, which says nothing about this model."""
+    root = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(root)).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(root).__name__}: {first}" if first else type(root).__name__
 
 
 def _copy_for_export(model: Any, half: bool) -> Any:
@@ -200,6 +227,10 @@ def _atomic_path(target: Path) -> Iterator[Path]:
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     tmp = Path(name)
+    # mkstemp makes the file private (0600); a shared cache wants what open() would have given.
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o666 & ~umask)
     try:
         yield tmp
         tmp.replace(target)

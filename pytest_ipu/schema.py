@@ -163,5 +163,5 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
             compile_info=dict(data.get("compile_info", {})),
             parity=None if data.get("parity") is None else dict(data["parity"]),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SchemaError(f"malformed pytest-ipu record: {type(exc).__name__}: {exc}") from None

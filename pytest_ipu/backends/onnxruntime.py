@@ -168,7 +168,7 @@ class OrtBackend:
                 onnx_export.ExportOptions(opset=int(str(opts["opset"])), precision=precision),
             )
             phases["export"] = exported.export_s
-            info.update(export_cached=exported.cached, onnx_sha256=exported.sha256, opset=opts["opset"])
+            info.update(export_cached=exported.cached, onnx_sha256=exported.sha256, opset=exported.opset)
             source = str(exported.path)
         elif isinstance(model, (bytes, str, Path)):
             source = model if isinstance(model, bytes) else str(model)
@@ -280,14 +280,18 @@ class _Runner:
         return binding
 
     def close(self) -> None:
-        """Drop the session and its bound device memory."""
+        """Drop the session and its bound device memory; later calls raise ``RuntimeError``."""
         self._binding = None
-        self._session = None
-        self.run = _closed
+        self._session = _ClosedSession()
 
 
-def _closed(*_: object) -> object:
-    raise RuntimeError("this compiled model was closed (the run that compiled it has ended)")
+class _ClosedSession:
+    """Stands in for a released session, so a stale ``run`` fails with a message, not a None error."""
+
+    def _closed(self, *_: object, **__: object) -> object:
+        raise RuntimeError("this compiled model was closed (the run that compiled it has ended)")
+
+    run = run_with_iobinding = _closed
 
 
 def _as_array(value: object, dtype: Any) -> np.ndarray:

@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from pytest_ipu.backends import BUILTIN
+from pytest_ipu.backends import auto_candidates
+
 INNER_ADDOPTS = "-p no:hypothesispytest -p no:cacheprovider -W error"
 
 
@@ -33,6 +36,9 @@ def test_needs_backend(ipu_backend):
     pass
 """
 
+#: How skip reasons list the built-in backends (the registry's names, in its order).
+BUILT_IN = ", ".join(BUILTIN)
+
 # -- missing backends --------------------------------------------------------------------------------
 
 
@@ -43,10 +49,10 @@ def test_unknown_backend_skips_naming_it_and_the_builtins(pytester: pytest.Pytes
     result.stdout.fnmatch_lines(
         [
             "SKIPPED [[]1] test_b.py:*: pytest-ipu: target nosuch is not available: "
-            "unknown backend 'nosuch'; built in: torch, torch-compile "
+            f"unknown backend 'nosuch'; built in: {BUILT_IN} "
             "(a conftest can add others with the pytest_ipu_make_backend hook)",
             "SKIPPED [[]1] test_b.py:*: pytest-ipu: target troch:cpu is not available: "
-            "unknown backend 'troch' (did you mean 'torch'?); built in: torch, torch-compile *",
+            f"unknown backend 'troch' (did you mean 'torch'?); built in: {BUILT_IN} *",
         ]
     )
 
@@ -66,7 +72,7 @@ def test_missing_sdk_fail_turns_the_skip_into_an_error(
     result.stdout.fnmatch_lines(
         [
             "E * pytest_ipu.errors.BackendUnavailable: pytest-ipu: target troch is not available: "
-            "unknown backend 'troch' (did you mean 'torch'?); built in: torch, torch-compile *",
+            f"unknown backend 'troch' (did you mean 'torch'?); built in: {BUILT_IN} *",
             "ERROR test_b.py::test_needs_backend[[]troch] - pytest_ipu.errors.BackendUnavail*",
         ]
     )
@@ -432,7 +438,7 @@ def _needs_torch() -> None:
 
 
 def _skip_on_cuda(pytester: pytest.Pytester) -> None:
-    """The inner test module wrote whether torch sees a CUDA device."""
+    """The inner test module wrote whether torch (or onnxruntime, where it is imported) sees CUDA."""
     if (pytester.path / "cuda.txt").read_text() == "True":
         pytest.skip("this machine has a CUDA device: the 'no CUDA device' path cannot be shown")
 
@@ -450,31 +456,61 @@ def test_torch_backend_on_cpu_and_missing_cuda(pytester: pytest.Pytester) -> Non
     result.stdout.fnmatch_lines([f"SKIPPED [[]1] test_torch.py:*: {reason}"] * 3)
 
 
+AUTO_TESTS = """
+from pathlib import Path
+
+import onnxruntime
+import torch
+
+cuda = torch.cuda.is_available() or "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+Path("cuda.txt").write_text(str(cuda))
+
+
+def test_auto_finds_the_cpu(ipu_compile, ipu_benchmark):
+    torch.manual_seed(0)
+    x = torch.randn(3, 8)
+    ipu_benchmark(ipu_compile(torch.nn.Linear(8, 4), (x,), parity=True), (x,))
+"""
+
+
 def test_auto_targets_report_what_is_present_and_what_is_not(pytester: pytest.Pytester) -> None:
+    """``auto`` runs every default backend present (here the CPU ones: torch and onnxruntime) and says why
+    the others (the CUDA ones) are absent."""
     _needs_torch()
-    pytester.makepyfile(test_torch=TORCH_TESTS)
-    result = pytester.runpytest_subprocess("-v", "--ipu-rounds=3", "--benchmark-json=out.json")
-    _skip_on_cuda(pytester)
-    result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines(
-        [
-            "test_torch.py::test_bf16_compile_leaves_the_users_model_alone[[]torch-cpu] PASSED*",
-            "test_torch.py::test_unknown_compile_option[[]torch-cpu] PASSED*",
-            "test_torch.py::test_auto_finds_the_cpu[[]torch-cpu] PASSED*",
-        ]
+    if importlib.util.find_spec("onnxruntime") is None:
+        pytest.skip("onnxruntime is not installed")
+    pytester.makepyfile(test_auto=AUTO_TESTS)
+    cache = pytester.path / "onnx-cache"
+    result = pytester.runpytest_subprocess(
+        "-v", "--ipu-rounds=3", "--benchmark-json=out.json", f"--ipu-cache-dir={cache}"
     )
+    _skip_on_cuda(pytester)
+    present = [t for t in auto_candidates() if t.device == "cpu"]
+    absent = [t for t in auto_candidates() if t.device != "cpu"]
+    assert [t.backend for t in present] == ["torch", "onnxruntime"]
+    result.assert_outcomes(passed=len(present))
+    result.stdout.fnmatch_lines([f"test_auto.py::test_auto_finds_the_cpu[[]{t.id}] PASSED*" for t in present])
     result.stdout.fnmatch_lines(
         [
-            "targets present (auto): torch:cpu",
+            f"targets present (auto): {', '.join(map(str, present))}",
             "target absent: torch:cuda: no CUDA device: torch.cuda.is_available() is False *",
+            "target absent: onnxruntime:cuda: onnxruntime * has no CUDAExecutionProvider (it has *); "
+            "install onnxruntime-gpu for CUDA and TensorRT",
         ]
     )
     data = json.loads((pytester.path / "out.json").read_text())
     info = data["machine_info"]["ipu"]
-    assert list(info["backends"]) == ["torch:cpu"]
-    assert set(info["absent"]) == {"torch:cuda"}
+    assert list(info["backends"]) == sorted(map(str, present))
+    assert set(info["absent"]) == set(map(str, absent))
     assert info["absent"]["torch:cuda"].startswith("no CUDA device: torch.cuda.is_available() is False")
+    assert "CUDAExecutionProvider" in info["absent"]["onnxruntime:cuda"]
     assert data["pytest_ipu"]["settings"]["targets"] == "auto"
+    records = [b["extra_info"]["ipu"] for b in data["benchmarks"]]
+    assert sorted(r["target"] for r in records) == sorted(map(str, present))
+    assert all(r["parity"]["passed"] for r in records)
+    # The onnxruntime target exported the model into --ipu-cache-dir (and nowhere else).
+    assert data["pytest_ipu"]["settings"]["cache_dir"] == str(cache)
+    assert len(list(cache.glob("*.onnx"))) == 1
 
 
 # -- known bugs (one shared torch subprocess) ----------------------------------------------------------

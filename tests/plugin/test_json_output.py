@@ -47,6 +47,9 @@ RECORD_KEYS = {
     "compile_s",
     "compile_cached",
     "first_call_s",
+    "compile_phases_s",
+    "compile_info",
+    "parity",
 }
 
 BENCH_FILE = """
@@ -155,6 +158,7 @@ def torch_run(tmp_path_factory: pytest.TempPathFactory) -> TorchRun:
             f"--ipu-rounds={ROUNDS}",
             "--ipu-warmup-rounds=1",
             "--ipu-backend=torch:cpu",
+            f"--ipu-cache-dir={path / 'cache'}",
             "test_bench.py",
         ],
         path,
@@ -192,6 +196,8 @@ def test_torch_record_values(torch_run: TorchRun, name: str) -> None:
     assert (record["rounds"], record["rounds_policy"], record["warmup_rounds"]) == (ROUNDS, "fixed", 1)
     assert record["compile_s"] > 0
     assert record["first_call_s"] > 0
+    # The torch backend reports no compile phases or facts, and no parity check was asked for.
+    assert (record["compile_phases_s"], record["compile_info"], record["parity"]) == ({}, {}, None)
 
 
 def test_plain_callable_record_values(torch_run: TorchRun) -> None:
@@ -203,6 +209,7 @@ def test_plain_callable_record_values(torch_run: TorchRun) -> None:
     assert record["compile_s"] is None
     assert record["compile_cached"] is False
     assert record["first_call_s"] > 0
+    assert (record["compile_phases_s"], record["compile_info"], record["parity"]) == ({}, {}, None)
 
 
 def test_compile_is_cached_for_the_same_model_object(torch_run: TorchRun) -> None:
@@ -273,6 +280,7 @@ def test_top_level_section_has_schema_version_and_settings(torch_run: TorchRun) 
             "min_rounds": 5,
             "max_time_s": 2.0,
             "missing_sdk": "skip",
+            "cache_dir": str(torch_run.path / "cache"),
         },
     }
 
@@ -294,6 +302,7 @@ def test_terminal_shows_the_pytest_ipu_tables_and_the_footnote(torch_run: TorchR
             "first",
             "call",
             "compile",
+            "parity",
         ]
     assert section[-1] == (
         "* too few rounds for this percentile (p99 needs >= 100): it is the maximum of the rounds run"
@@ -303,19 +312,19 @@ def test_terminal_shows_the_pytest_ipu_tables_and_the_footnote(torch_run: TorchR
             "test_plain (latency per call; throughput summed over instances)",
             "benchmark * p50 * p99 *",
             "-----*",
-            f"test_plain * python:host * n/a * 1 * {ROUNDS} *s *s[*] *",
+            f"test_plain * python:host * n/a * 1 * {ROUNDS} *s *s[*] * - *-",
             "test_linear (latency per call; throughput summed over instances)",
             "benchmark *",
             "-----*",
-            f"[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s *s[*] *",
+            f"[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s *s[*] *s *-",
             "test_linear_again (latency per call; throughput summed over instances)",
             "benchmark *",
             "-----*",
-            f"[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s[*] * (cached)",
+            f"[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s[*] * (cached) *-",
             "linear-items (latency per call; throughput summed over instances)",
             "benchmark *",
             "-----*",
-            f"test_linear_items[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s[*] * (cached)",
+            f"test_linear_items[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s[*] * (cached) *-",
         ]
     )
 

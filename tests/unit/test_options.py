@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,17 @@ PRECEDENCE = [
         (Target("torch", "cuda:1"),),
         (Target("torch"),),
         (),
+    ),
+    (
+        "ipu_cache_dir",
+        "/cli/cache",
+        "/env/cache",
+        "ini-cache",
+        "cache_dir",
+        Path("/cli/cache"),
+        Path("/env/cache"),
+        Path("ini-cache"),
+        Path.home() / ".cache" / "pytest-ipu",
     ),
 ]
 
@@ -242,6 +254,22 @@ def test_parse_targets_rejects_empty_device():
         options.parse_targets("torch:")
 
 
+def test_parse_dir_expands_the_home_directory():
+    assert options.parse_dir(" ~/models ") == Path.home() / "models"
+    assert options.parse_dir("rel/dir") == Path("rel/dir")
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_parse_dir_rejects_empty(text):
+    with pytest.raises(ValueError, match="expected a directory path"):
+        options.parse_dir(text)
+
+
+def test_cache_dir_default_is_under_the_home_directory_not_the_working_directory():
+    assert Settings().cache_dir == Path.home() / ".cache" / "pytest-ipu"
+    assert Settings().cache_dir.is_absolute()
+
+
 # -- Settings.as_json -----------------------------------------------------------------------------
 
 
@@ -261,6 +289,12 @@ def test_as_json_of_explicit_settings():
     assert out["targets"] == ["torch:cpu", "torch:cuda:1"]
     assert out["rounds"] == 10
     assert out["max_time_s"] == 0.5
+
+
+def test_as_json_writes_the_cache_dir_as_a_string():
+    out = Settings(cache_dir=Path("/tmp/onnx")).as_json()
+    assert out["cache_dir"] == "/tmp/onnx"
+    assert json.loads(json.dumps(out)) == out
 
 
 # -- option names ---------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -104,22 +105,35 @@ def test_one_table_per_group_in_first_seen_order():
     assert not any(line.startswith("*") for line in lines)
 
 
+HEADERS = [
+    "benchmark",
+    "target",
+    "precision",
+    "batch",
+    "rounds",
+    "p50",
+    "p99",
+    "items/s",
+    "first call",
+    "compile",
+    "parity",
+]
+
+
+def _cells(line: str) -> list[str]:
+    """A table line split into its cells: cells are joined by two or more spaces, and hold at most one."""
+    return re.split(r" {2,}", line.strip())
+
+
+def _row_cells(record: IpuRecord) -> dict[str, str]:
+    header, _, row = _table_lines(report.tables([Row("g", "g[a]", record)]), "g")
+    return dict(zip(_cells(header), _cells(row), strict=True))
+
+
 def test_header_and_rule():
     lines = report.tables([Row("g", "g[x]", make_record())])
     header, rule, row = _table_lines(lines, "g")
-    assert header.split() == [
-        "benchmark",
-        "target",
-        "precision",
-        "batch",
-        "rounds",
-        "p50",
-        "p99",
-        "items/s",
-        "first",
-        "call",
-        "compile",
-    ]
+    assert _cells(header) == HEADERS
     assert set(rule) == {"-"}
     assert len(rule) == len(header)
     assert row.split()[:5] == ["[x]", "torch:cpu", "fp32", "1", "200"]
@@ -152,16 +166,40 @@ def test_cells_render_record_values():
     record = make_record(
         p50_s=1.36e-3, throughput_items_per_s=2526.4, first_call_s=2.5, compile_s=12.3e-6, compile_cached=True
     )
-    row = _table_lines(report.tables([Row("g", "g[a]", record)]), "g")[2]
-    assert "1.36 ms" in row
-    assert "2,526" in row
-    assert "2.5 s" in row
-    assert row.endswith("12.3 us (cached)")
+    cells = _row_cells(record)
+    assert cells["p50"] == "1.36 ms"
+    assert cells["items/s"] == "2,526"
+    assert cells["first call"] == "2.5 s"
+    assert cells["compile"] == "12.3 us (cached)"
+    assert cells["parity"] == "-"  # not checked
 
 
 def test_missing_compile_renders_dash():
-    row = _table_lines(report.tables([Row("g", "g[a]", make_record(compile_s=None))]), "g")[2]
-    assert row.endswith(" -")
+    assert _row_cells(make_record(compile_s=None))["compile"] == "-"
+
+
+def _parity(max_rel: float, passed: bool) -> dict[str, Any]:
+    return {
+        "reference": "torch eager fp32 on cpu",
+        "max_abs": 0.5,
+        "max_rel": max_rel,
+        "tolerance": 1e-3,
+        "passed": passed,
+    }
+
+
+@pytest.mark.parametrize(
+    ("parity", "text"),
+    [
+        (None, "-"),
+        (_parity(2.4e-7, True), "ok 2.4e-07"),
+        (_parity(0.0, True), "ok 0.0e+00"),
+        (_parity(0.25, False), "FAIL 2.5e-01"),
+        (_parity(float("inf"), False), "FAIL inf"),
+    ],
+)
+def test_parity_cell_says_whether_it_passed_and_the_max_relative_error(parity, text):
+    assert _row_cells(make_record(parity=parity))["parity"] == text
 
 
 def test_flagged_percentile_gets_star_and_footnote():

@@ -51,6 +51,20 @@ def records(draw: Any) -> IpuRecord:
         compile_s=draw(st.none() | finite),
         compile_cached=draw(st.booleans()),
         first_call_s=draw(finite),
+        compile_phases_s=draw(st.dictionaries(text, finite, max_size=3)),
+        compile_info=draw(st.dictionaries(text, st.none() | st.booleans() | count | text, max_size=3)),
+        parity=draw(
+            st.none()
+            | st.fixed_dictionaries(
+                {
+                    "reference": text,
+                    "max_abs": finite,
+                    "max_rel": finite,
+                    "tolerance": finite,
+                    "passed": st.booleans(),
+                }
+            )
+        ),
     )
 
 
@@ -131,6 +145,49 @@ def test_to_json_layout():
     assert data["latency_unsupported"] == ["p99"]
     assert data["compile_s"] == 1.5
     assert schema.to_json(make_record(compile_s=None))["compile_s"] is None
+    # Additive in version 1: empty or None unless a backend or a parity check filled them in.
+    assert (data["compile_phases_s"], data["compile_info"], data["parity"]) == ({}, {}, None)
+
+
+def test_to_json_of_an_onnxruntime_compile_with_parity():
+    parity = {"reference": "torch eager fp32 on cpu", "max_abs": 1e-7, "max_rel": 2e-8, "tolerance": 1e-3}
+    record = make_record(
+        compile_phases_s={"export": 1.25, "session": 0.5, "first_run": 0.25},
+        compile_info={"provider": "CPUExecutionProvider", "export_cached": True, "onnx_sha256": "ab" * 32},
+        parity={**parity, "passed": True},
+    )
+    data = json.loads(json.dumps(schema.to_json(record)))
+    assert data["compile_phases_s"] == {"export": 1.25, "session": 0.5, "first_run": 0.25}
+    assert data["compile_info"]["export_cached"] is True
+    assert data["parity"] == {**parity, "passed": True}
+    assert schema.from_json(data) == record
+
+
+def test_records_written_before_the_additive_keys_still_read():
+    data = schema.to_json(make_record())
+    for key in ("compile_phases_s", "compile_info", "parity"):
+        del data[key]
+    record = schema.from_json(data)
+    assert (record.compile_phases_s, record.compile_info, record.parity) == ({}, {}, None)
+    assert record == make_record()
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("compile_info", 3), ("parity", "passed"), ("compile_phases_s", {"a": "b"})]
+)
+def test_malformed_additive_keys_are_schema_errors(key, value):
+    data = schema.to_json(make_record())
+    data[key] = value
+    with pytest.raises(SchemaError, match="malformed pytest-ipu record: "):
+        schema.from_json(data)
+
+
+@pytest.mark.parametrize("value", [None, [1.0, 2.0], "fast"])
+def test_compile_phases_that_are_no_mapping_are_schema_errors(value):
+    data = schema.to_json(make_record())
+    data["compile_phases_s"] = value
+    with pytest.raises(SchemaError, match="malformed pytest-ipu record: "):
+        schema.from_json(data)
 
 
 @pytest.mark.parametrize("data", [None, [], "record", 1, {}, {"schema": None}])

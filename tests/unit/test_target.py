@@ -89,10 +89,15 @@ def test_marker_keywords_map_to_settings_fields():
 
 def test_unknown_backend_suggests_torch():
     reason = backends.unknown_backend_reason(Target("troch", "cpu"))
-    assert reason.startswith(
-        "unknown backend 'troch' (did you mean 'torch'?); built in: torch, torch-compile"
+    assert reason == (
+        f"unknown backend 'troch' (did you mean 'torch'?); built in: {', '.join(backends.BUILTIN)} "
+        "(a conftest can add others with the pytest_ipu_make_backend hook)"
     )
-    assert "pytest_ipu_make_backend" in reason
+
+
+def test_unknown_backend_suggests_onnxruntime():
+    reason = backends.unknown_backend_reason(Target("onnxruntim", "cpu"))
+    assert reason.startswith("unknown backend 'onnxruntim' (did you mean 'onnxruntime'?); built in: ")
 
 
 def test_unknown_backend_without_close_match():
@@ -102,8 +107,30 @@ def test_unknown_backend_without_close_match():
 
 
 def test_registry_candidates():
-    assert backends.auto_candidates() == [Target("torch", "cpu"), Target("torch", "cuda")]
-    every = backends.all_candidates()
-    assert every[:2] == backends.auto_candidates()
-    assert Target("torch-compile", "cpu") in every
+    entries = backends.BUILTIN.items()
+    auto = [Target(name, device) for name, entry in entries if entry.auto for device in entry.devices]
+    opt_in = [Target(name, device) for name, entry in entries if not entry.auto for device in entry.devices]
+    assert backends.auto_candidates() == auto
+    assert backends.all_candidates() == auto + opt_in  # auto ones first, each group in registry order
     assert backends.make_backend(Target("nope")) is None
+
+
+def test_registry_has_torch_and_onnxruntime_by_default_and_the_slow_compilers_opt_in():
+    assert backends.auto_candidates()[:2] == [Target("torch", "cpu"), Target("torch", "cuda")]
+    assert {str(t) for t in backends.auto_candidates()} == {
+        "torch:cpu",
+        "torch:cuda",
+        "onnxruntime:cpu",
+        "onnxruntime:cuda",
+    }
+    opt_in = set(backends.all_candidates()) - set(backends.auto_candidates())
+    assert {str(t) for t in opt_in} == {"torch-compile:cpu", "torch-compile:cuda", "onnxruntime-trt:cuda"}
+
+
+def test_make_backend_passes_the_cache_dir_to_backends_that_export(tmp_path):
+    """Constructing a backend imports no runtime: onnxruntime is imported by availability() and compile()."""
+    ort = backends.make_backend(Target("onnxruntime", "cpu"), tmp_path)
+    trt = backends.make_backend(Target("onnxruntime-trt", "cuda:1"), tmp_path)
+    assert (ort.name, ort.device, ort.provider) == ("onnxruntime", "cpu", "CPUExecutionProvider")
+    assert (trt.name, trt.device, trt.provider) == ("onnxruntime-trt", "cuda:1", "TensorrtExecutionProvider")
+    assert ort._cache_dir == trt._cache_dir == tmp_path
