@@ -21,7 +21,6 @@ import os
 import re
 import tempfile
 import time
-import warnings
 from collections.abc import Iterator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ipu.errors import PytestIpuError
+from pytest_ipu.runtime_warnings import runtime_internals_quiet
 
 #: The opset used unless a caller asks for another; ONNX Runtime and PopART both read it.
 DEFAULT_OPSET = 18
@@ -203,20 +203,17 @@ def _as_input(torch: Any, x: Any, half: bool) -> Any:
 
 @contextlib.contextmanager
 def _quiet_exporter() -> Iterator[None]:
-    """Silence the exporter's progress lines and its own internal deprecation warnings.
-
-    Those warnings come from inside torch (its exporter using deprecated torch APIs); they say
-    nothing about the user's model, and under ``-W error`` they would abort a valid export.
-    """
+    """Silence the exporter's progress lines and its internal deprecation warnings."""
     logger = logging.getLogger("torch.onnx")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("ignore", FutureWarning)
-            with Path(os.devnull).open("w") as devnull, contextlib.redirect_stdout(devnull):
-                yield
+        with (
+            runtime_internals_quiet(),
+            Path(os.devnull).open("w") as devnull,
+            contextlib.redirect_stdout(devnull),
+        ):
+            yield
     finally:
         logger.setLevel(level)
 

@@ -17,6 +17,7 @@ from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.errors import CompileError
 from pytest_ipu.host import cpu_name
+from pytest_ipu.runtime_warnings import runtime_internals_quiet
 
 _DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
@@ -156,7 +157,8 @@ class TorchBackend:
         if channels_last:
             module = module.to(memory_format=torch.channels_last)
         if self._mode == "compile":
-            module = torch.compile(module, mode=str(opts["compile_mode"]), dynamic=False)
+            with runtime_internals_quiet():
+                module = torch.compile(module, mode=str(opts["compile_mode"]), dynamic=False)
 
         host_io = opts["io"] == "host"
         on_cuda = dev.type == "cuda"
@@ -180,7 +182,8 @@ class TorchBackend:
         run = _make_run(torch, holder, dev, host_io)
         if self._mode == "compile":
             try:
-                run(*prepare_inputs(example_inputs))
+                with runtime_internals_quiet():
+                    run(*prepare_inputs(example_inputs))
             except Exception as exc:
                 raise CompileError(f"torch.compile failed for {_model_name(model)}: {exc}") from exc
 

@@ -105,8 +105,7 @@ def test_default_precision_is_fp32_on_cpu_and_fp16_on_gpu():
     assert TorchBackend(device="cuda:0").default_precision() == "fp16"
 
 
-# torch's own compile stack imports a deprecated torch.jit API; that is torch's warning, not ours.
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+# No warning filter here: the backend keeps torch's internal deprecation warnings out of the compile.
 def test_torch_compile_compiles_inside_compile_and_matches_eager():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU()).eval()
