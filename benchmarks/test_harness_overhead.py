@@ -48,6 +48,9 @@ def bare_median_ns(fn: Callable[[], object], rounds: int) -> float:
     return float(statistics.median(samples))
 
 
+# No power sampling: a sampling thread competing for the GIL would be a cost of its own, measured
+# separately by the power benchmark.
+@pytest.mark.ipu(power="off")
 @pytest.mark.benchmark(group="harness-overhead")
 @pytest.mark.parametrize("workload", list(ROUNDS))
 def test_harness_overhead(

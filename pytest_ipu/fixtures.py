@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import time
 from collections.abc import Callable
+from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import Any
 from typing import Protocol
@@ -27,6 +30,9 @@ from pytest_ipu.options import Settings
 from pytest_ipu.parity import Parity
 from pytest_ipu.parity import ParityError
 from pytest_ipu.parity import compare
+from pytest_ipu.power.meter import PowerResult
+from pytest_ipu.power.meter import min_window_s
+from pytest_ipu.power.meter import not_measured
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
 from pytest_ipu.target import Target
@@ -200,7 +206,19 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
         planned = measure.plan_rounds(
             fixed, warm.estimate_s, ipu_settings.max_time_s, ipu_settings.min_rounds
         )
-        window_s = measure.timed_rounds(benchmark, compiled.run, args, planned)
+        meter, source_name, reason = session.power_meter(compiled.device, ipu_settings.power)
+        if meter is not None and fixed is None:
+            # An energy window shorter than the sensor can resolve is lengthened with more rounds.
+            needed = math.ceil(min_window_s(meter.source.update_period_s()) / max(warm.estimate_s, 1e-9))
+            planned = max(planned, min(needed, measure.MAX_AUTO_ROUNDS))
+        if meter is None:
+            start_ns, end_ns = measure.timed_rounds(benchmark, compiled.run, args, planned)
+            power = not_measured(source_name, reason)
+        else:
+            with meter.sampling() as trace:
+                start_ns, end_ns = measure.timed_rounds(benchmark, compiled.run, args, planned)
+            power = meter.result(trace, start_ns, end_ns, items * planned, rounds_fixed=fixed is not None)
+        window_s = (end_ns - start_ns) * 1e-9
         latency = metrics.summarize_latency(list(benchmark.stats.stats.data))
         record = schema.IpuRecord(
             target=compiled.target,
@@ -223,6 +241,7 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
             compile_phases_s=dict(compiled.phases_s),
             compile_info=dict(compiled.info),
             parity=None if compiled.parity is None else compiled.parity.as_json(),
+            power=power.as_json(),
         )
         data = schema.to_json(record)
         request.config.hook.pytest_ipu_update_record(config=request.config, item=request.node, record=data)
@@ -232,6 +251,58 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
         return record
 
     return run
+
+
+@dataclasses.dataclass
+class PowerWindow:
+    """What ``ipu_power`` yields: set ``items`` inside the block; read ``result`` after it."""
+
+    device: str
+    items: int = 0
+    result: PowerResult | None = None
+
+
+class Power(Protocol):
+    """The callable ``ipu_power`` returns."""
+
+    def __call__(self, device: str = "cpu", items: int = 0) -> contextlib.AbstractContextManager[PowerWindow]:
+        """A context manager measuring the energy of its block on ``device``'s power source."""
+
+
+@pytest.fixture
+def ipu_power(request: pytest.FixtureRequest, ipu_settings: Settings) -> Power:
+    """Measure the energy of any block of code, the same way ``ipu_benchmark`` measures its rounds::
+
+        with ipu_power("cuda:0") as window:
+            for batch in batches:
+                model(batch)
+            window.items = len(batches) * batch_size
+        print(window.result.energy_j, window.result.items_per_j)
+
+    The source follows ``--ipu-power`` (``auto``: NVML for ``cuda``, RAPL for ``cpu``, gcipuinfo
+    for ``ipu``). When nothing can measure the device, ``result.measured`` is false and
+    ``result.reason`` says why; it is never zero. A block shorter than the sensor needs
+    (max(5 s, 20 update periods)) is flagged "low confidence" in ``result.warnings``.
+    """
+    session = _session(request)
+
+    @contextlib.contextmanager
+    def measure_power(device: str = "cpu", items: int = 0) -> Iterator[PowerWindow]:
+        window = PowerWindow(device, items)
+        meter, name, reason = session.power_meter(device, ipu_settings.power)
+        if meter is None:
+            yield window
+            window.result = not_measured(name, reason)
+            return
+        with meter.sampling() as trace:
+            start = time.perf_counter_ns()
+            try:
+                yield window
+            finally:
+                end = time.perf_counter_ns()
+        window.result = meter.result(trace, start, end, window.items, rounds_fixed=True)
+
+    return measure_power
 
 
 def _check_parity(compiled: CompiledModel, model: object, example_inputs: Sequence[object]) -> Parity:

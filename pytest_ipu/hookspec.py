@@ -9,6 +9,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_ipu.backends.base import Backend
+    from pytest_ipu.power.base import PowerSource
     from pytest_ipu.target import Target
 
 
@@ -22,6 +23,19 @@ def pytest_ipu_make_backend(config: pytest.Config, target: Target) -> Backend | 
         def pytest_ipu_make_backend(config, target):
             if target.backend == "my-runtime":
                 return MyRuntimeBackend(device=target.device or "cpu")
+    """
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_ipu_make_power_source(config: pytest.Config, name: str, device: str) -> PowerSource | None:
+    """Return the power source ``name`` for compute ``device``, or ``None`` for the built-in one.
+
+    For a site-specific meter (a wall-power PDU, say)::
+
+        # conftest.py
+        def pytest_ipu_make_power_source(config, name, device):
+            if name == "rapl" and os.environ.get("LAB_PDU"):
+                return LabPduSource(os.environ["LAB_PDU"])
     """
 
 

@@ -19,7 +19,8 @@ from pytest_ipu.errors import ConfigError
 
 MARKER = "ipu"
 MARKER_HELP = (
-    "ipu(backend=..., precision=..., rounds=..., warmup_rounds=..., min_rounds=..., max_time=...): "
+    "ipu(backend=..., precision=..., rounds=..., warmup_rounds=..., min_rounds=..., max_time=..., "
+    "power=...): "
     "pytest-ipu settings for this benchmark, overriding the command line"
 )
 
@@ -45,6 +46,7 @@ KEYWORDS: Mapping[str, Keyword] = {
         Keyword(
             "max_time", "max_time_s", options.parser_for("max_time_s"), "time budget of the timed rounds"
         ),
+        Keyword("power", "power", options.parser_for("power"), "power source, or 'off'"),
     )
 }
 

@@ -43,6 +43,9 @@ class Settings:
     max_time_s: float = 2.0
     missing_sdk: str = "skip"
     cache_dir: Path = field(default_factory=lambda: Path("~/.cache/pytest-ipu").expanduser())
+    power: str = AUTO
+    power_hz: float | None = None
+    idle_s: float = 5.0
 
     def as_json(self) -> dict[str, Any]:
         """Plain-JSON form, written to the top level of the benchmark JSON."""
@@ -50,6 +53,7 @@ class Settings:
         out["targets"] = [str(t) for t in self.targets] or AUTO
         out["rounds"] = AUTO if self.rounds is None else self.rounds
         out["cache_dir"] = str(self.cache_dir)
+        out["power_hz"] = AUTO if self.power_hz is None else self.power_hz
         return out
 
 
@@ -91,6 +95,27 @@ def parse_seconds(value: object) -> float:
     if not seconds > 0 or seconds == float("inf"):
         raise ValueError("expected a positive duration such as '2', '2s' or '500ms'")
     return seconds
+
+
+def parse_hz(value: object) -> float | None:
+    """``auto`` (``None``: twice the sensor's rate, 10 Hz to 1 kHz) or a positive rate in Hz."""
+    text = str(value).strip().lower()
+    if text == AUTO:
+        return None
+    try:
+        hz = float(text.removesuffix("hz"))
+    except ValueError:
+        hz = -1.0
+    if not 0 < hz <= 10_000:
+        raise ValueError("expected 'auto' or a rate in Hz, 0 < rate <= 10000")
+    return hz
+
+
+def parse_idle(value: object) -> float:
+    """A duration for the idle baseline; ``0`` turns it off."""
+    if str(value).strip().lower() in ("0", "0s", "off"):
+        return 0.0
+    return parse_seconds(value)
 
 
 def parse_dir(value: object) -> Path:
@@ -212,6 +237,31 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "~/.cache/pytest-ipu",
         parse_dir,
         "where exported models (ONNX files) are kept between runs, keyed by a hash of the model",
+    ),
+    OptionSpec(
+        "power",
+        "--ipu-power",
+        "SOURCE",
+        AUTO,
+        _choice((AUTO, "off", "nvml", "rapl", "gcipuinfo")),
+        "power source for energy measurement: nvml, rapl, gcipuinfo or off; 'auto' picks the source "
+        "that measures each benchmark's device (NVML for CUDA, RAPL for the CPU, gcipuinfo for IPUs)",
+    ),
+    OptionSpec(
+        "power_hz",
+        "--ipu-power-hz",
+        "HZ",
+        AUTO,
+        parse_hz,
+        "power sampling rate; 'auto' samples at twice the sensor's update rate, 10 Hz to 1 kHz",
+    ),
+    OptionSpec(
+        "idle_s",
+        "--ipu-idle",
+        "SECONDS",
+        "5s",
+        parse_idle,
+        "how long to measure idle power (once per power source per run) before the first window; 0 skips it",
     ),
 )
 

@@ -77,8 +77,23 @@ COLUMNS: tuple[Column, ...] = (
         "compile",
         lambda r: format_seconds(r.record.compile_s) + (" (cached)" if r.record.compile_cached else ""),
     ),
+    Column("W", lambda r: _power(r.record.power, "mean_power_w", "{:.3g}")),
+    Column("J/item", lambda r: _power(r.record.power, "energy_per_item_j", "{:.3g}")),
+    Column("items/J", lambda r: _power(r.record.power, "items_per_j", "{:.3g}")),
     Column("parity", lambda r: _parity(r.record.parity)),
 )
+
+
+def _power(power: Mapping[str, Any] | None, key: str, fmt: str) -> str:
+    """A power figure; ``n/m`` (not measured, see the footnote), ``?`` marks an invalid window,
+    ``~`` a low-confidence one. Never a 0 in place of an unknown."""
+    if not power or not power.get("measured"):
+        return "n/m"
+    value = power.get(key)
+    if value is None or not power.get("valid"):
+        return "?"
+    low = any(str(w).startswith("low confidence") for w in power.get("warnings", []))
+    return ("~" if low else "") + fmt.format(value)
 
 
 def _parity(parity: Mapping[str, Any] | None) -> str:
@@ -120,4 +135,21 @@ def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str
     if flagged:
         needs = ", ".join(f"{p} needs >= {stats.min_samples_for(float(p[1:]))}" for p in flagged)
         lines.append(f"* too few rounds for this percentile ({needs}): it is the maximum of the rounds run")
+    lines.extend(_power_notes(rows))
     return lines
+
+
+def _power_notes(rows: Sequence[Row]) -> list[str]:
+    """One line per distinct reason power was not measured, was invalid, or is of low confidence."""
+    notes: dict[str, None] = {}
+    for row in rows:
+        power = row.record.power or {}
+        if not power.get("measured"):
+            notes[f"n/m = power not measured: {power.get('reason') or 'no power record'}"] = None
+        elif not power.get("valid"):
+            why = power.get("reason") or "; ".join(power.get("warnings", []))
+            notes[f"? = power window invalid ({row.record.target}): {why}"] = None
+        for warning in power.get("warnings", []):
+            if str(warning).startswith("low confidence"):
+                notes["~ = low confidence: the energy window is shorter than the sensor needs"] = None
+    return list(notes)

@@ -5,7 +5,7 @@ scales. Version history (additive changes only within a version):
 
 - 1: target, backend, device, precision, io, batch and round counts, latency summary with
   unsupported percentiles, timed window, throughput, compile and first-call times; then (additive)
-  compile_phases_s, compile_info and parity.
+  compile_phases_s, compile_info, parity and power.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class IpuRecord:
     compile_phases_s: Mapping[str, float] = field(default_factory=dict)
     compile_info: Mapping[str, Any] = field(default_factory=dict)
     parity: Mapping[str, Any] | None = None
+    power: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ METRICS: Mapping[str, Metric] = {
         Metric("throughput", ("throughput_items_per_s",), "items/s", "higher"),
         Metric("compile", ("compile_s",), "s", "lower"),
         Metric("first_call", ("first_call_s",), "s", "lower"),
+        Metric("energy", ("power", "energy_j"), "J", "lower"),
+        Metric("power", ("power", "mean_power_w"), "W", "lower"),
+        Metric("energy_per_item", ("power", "energy_per_item_j"), "J", "lower"),
+        Metric("items_per_j", ("power", "items_per_j"), "items/J", "higher"),
     )
 }
 
@@ -115,6 +120,7 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
         "compile_phases_s": dict(record.compile_phases_s),
         "compile_info": dict(record.compile_info),
         "parity": None if record.parity is None else dict(record.parity),
+        "power": None if record.power is None else dict(record.power),
     }
 
 
@@ -162,6 +168,7 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
             compile_phases_s={str(k): float(v) for k, v in data.get("compile_phases_s", {}).items()},
             compile_info=dict(data.get("compile_info", {})),
             parity=None if data.get("parity") is None else dict(data["parity"]),
+            power=None if data.get("power") is None else dict(data["power"]),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SchemaError(f"malformed pytest-ipu record: {type(exc).__name__}: {exc}") from None

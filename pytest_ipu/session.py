@@ -16,6 +16,7 @@ import pytest
 from pytest_ipu import __version__
 from pytest_ipu import backends
 from pytest_ipu import benchmark_json
+from pytest_ipu import power
 from pytest_ipu import report
 from pytest_ipu import schema
 from pytest_ipu.backends.base import Availability
@@ -24,7 +25,11 @@ from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
 from pytest_ipu.marker import marker_overrides
+from pytest_ipu.options import AUTO
 from pytest_ipu.options import Settings
+from pytest_ipu.power.base import PowerSource
+from pytest_ipu.power.base import PowerSourceError
+from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.target import Target
 
 SESSION_KEY = pytest.StashKey["IpuSession"]()
@@ -47,6 +52,7 @@ class IpuSession:
     _compiled: dict[tuple[Any, ...], _CacheEntry] = field(default_factory=dict)
     _rows: list[report.Row] = field(default_factory=list)
     _auto: tuple[list[Target], list[tuple[Target, str]]] | None = None
+    _meters: dict[tuple[str, str], tuple[PowerMeter | None, str]] = field(default_factory=dict)
 
     # -- backends ---------------------------------------------------------------------------------
 
@@ -86,6 +92,36 @@ class IpuSession:
             return list(requested)
         present, absent = self.auto_targets()
         return present or [t for t, _ in absent]
+
+    # -- power ------------------------------------------------------------------------------------
+
+    def power_meter(self, device: str, choice: str) -> tuple[PowerMeter | None, str, str]:
+        """The open power meter for compute ``device`` (made once per run) under the test's
+        ``--ipu-power`` choice, its source name, and when there is none, the reason."""
+        if choice == "off":
+            return None, "off", "power measurement is off (--ipu-power=off or the test's marker)"
+        name = power.source_for_device(device) if choice == AUTO else choice
+        if name is None:
+            return None, "none", f"no power source measures device {device!r}"
+        key = (name, device)
+        if key not in self._meters:
+            self._meters[key] = self._open_meter(name, device)
+        meter, reason = self._meters[key]
+        return meter, name, reason
+
+    def _open_meter(self, name: str, device: str) -> tuple[PowerMeter | None, str]:
+        made = self.config.hook.pytest_ipu_make_power_source(config=self.config, name=name, device=device)
+        source: PowerSource = made if made is not None else power.make_source(name, device)
+        availability = source.availability()
+        if not availability.ok:
+            return None, f"{name} unavailable: {availability.reason}"
+        meter = PowerMeter(source, hz=self.settings.power_hz, idle_s=self.settings.idle_s)
+        try:
+            meter.open()
+        except PowerSourceError as exc:
+            meter.close()
+            return None, f"{name} failed to open: {exc}"
+        return meter, ""
 
     # -- compile cache ----------------------------------------------------------------------------
 
@@ -175,9 +211,15 @@ class IpuSession:
                 terminalreporter.write_line(line)
 
     def pytest_sessionfinish(self) -> None:
-        """Release every compiled model (device memory, attached devices), whatever happened."""
+        """Release every compiled model and power source, whatever happened."""
         entries, self._compiled = list(self._compiled.values()), {}
+        meters, self._meters = [m for m, _ in self._meters.values() if m is not None], {}
         errors = []
+        for meter in meters:
+            try:
+                meter.close()
+            except Exception as exc:
+                errors.append(f"power source {meter.source.name}: {exc}")
         for entry in entries:
             try:
                 entry.compiled.close()

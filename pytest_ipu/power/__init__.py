@@ -1,0 +1,40 @@
+"""Power sources by vendor, found through a lazy registry; nothing here imports a vendor library.
+
+``auto`` picks the source that measures a compute device: NVML for ``cuda`` devices, RAPL for the
+``cpu``, gcipuinfo for ``ipu`` devices.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+from typing import cast
+
+from pytest_ipu.power.base import PowerSource
+
+#: Built-in sources: name -> ``"module:Class"``.
+BUILTIN: dict[str, str] = {
+    "nvml": "pytest_ipu.power.nvml:NvmlPowerSource",
+    "rapl": "pytest_ipu.power.rapl:RaplPowerSource",
+    "gcipuinfo": "pytest_ipu.power.gcipuinfo:GcIpuInfoPowerSource",
+}
+#: Which source measures which kind of compute device.
+FOR_DEVICE_TYPE: dict[str, str] = {"cuda": "nvml", "cpu": "rapl", "host": "rapl", "ipu": "gcipuinfo"}
+
+
+def source_for_device(device: str) -> str | None:
+    """The source ``auto`` uses for a compute device (``cuda:1`` -> ``nvml``), or ``None``."""
+    return FOR_DEVICE_TYPE.get(device.partition(":")[0])
+
+
+def make_source(name: str, device: str) -> PowerSource:
+    """Construct source ``name`` for the compute ``device`` it should measure."""
+    module_name, _, class_name = BUILTIN[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    kind, _, index = device.partition(":")
+    kwargs: dict[str, Any] = {}
+    if name == "nvml" and kind == "cuda":
+        kwargs["devices"] = [int(index) if index else 0]
+    elif name == "gcipuinfo" and kind == "ipu" and index:
+        kwargs["ipus"] = [int(i) for i in index.split(",")]
+    return cast(PowerSource, cls(**kwargs))

@@ -1,0 +1,214 @@
+"""Energy over a timed window: an open source, its idle baseline, sampling, integration, checks.
+
+``PowerMeter`` owns one open source for a run. It measures idle power once, before the first
+window, and then measures any number of windows. ``PowerResult`` is what a window's energy is,
+including why it is not measured when it is not; it is never zero in place of unknown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+from pytest_ipu import energy
+from pytest_ipu.power.base import PowerDevice
+from pytest_ipu.power.base import PowerSource
+from pytest_ipu.power.sampler import Clock
+from pytest_ipu.power.sampler import PowerSampler
+from pytest_ipu.power.sampler import Trace
+
+#: Shortest window whose energy we call confident, and its multiple of the sensor period (R3).
+MIN_WINDOW_S = 5.0
+MIN_WINDOW_PERIODS = 20
+#: Fewest readings inside a sampled-power window, and the largest share of missed reads (R18).
+MIN_SAMPLES = 10
+MAX_MISSED = 0.10
+#: Sampling rate limits: at least 10 Hz (R4), at most 1 kHz (a Python thread's honest ceiling).
+MIN_HZ, MAX_HZ = 10.0, 1000.0
+
+_RULE = {"energy_counter": "counter_delta", "instant_power": "trapezoid", "average_power": "backward_rect"}
+
+
+@dataclass(frozen=True)
+class DeviceEnergy:
+    """One measured device's share of a window."""
+
+    id: str
+    name: str
+    scope: str
+    energy_j: float
+    mean_w: float
+    idle_w: float | None
+
+
+@dataclass(frozen=True)
+class PowerResult:
+    """Energy over one timed window, or why there is none (``measured`` false, ``reason`` set).
+
+    ``items_per_j`` equals items/s/W: (items / window) / (energy / window). ``idle_power_w`` is
+    reported beside the total and never subtracted from it.
+    """
+
+    measured: bool
+    source: str
+    reason: str = ""
+    method: str | None = None
+    integration: str | None = None
+    devices: tuple[DeviceEnergy, ...] = ()
+    energy_j: float | None = None
+    mean_power_w: float | None = None
+    idle_power_w: float | None = None
+    items: int = 0
+    energy_per_item_j: float | None = None
+    items_per_j: float | None = None
+    samples: int = 0
+    sample_hz_requested: float | None = None
+    sample_hz_achieved: float | None = None
+    update_period_s: float | None = None
+    window_s: float | None = None
+    valid: bool = False
+    warnings: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain-JSON form, stored as ``extra_info["ipu"]["power"]``."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["devices"] = [dict(d.__dict__) for d in self.devices]
+        out["warnings"] = list(self.warnings)
+        return out
+
+
+def not_measured(source: str, reason: str) -> PowerResult:
+    """An explicit "not measured", with the reason; shown as such, never as 0."""
+    return PowerResult(measured=False, source=source, reason=reason)
+
+
+def min_window_s(update_period_s: float | None) -> float:
+    """max(5 s, 20 x the sensor's update period): below it the window's edges dominate (R3)."""
+    return max(MIN_WINDOW_S, MIN_WINDOW_PERIODS * (update_period_s or 0.0))
+
+
+def sample_hz(requested: float | None, update_period_s: float | None) -> float:
+    """The rate to sample at: as asked, else twice the sensor's rate, within [10 Hz, 1 kHz] (R4)."""
+    if requested is not None:
+        return requested
+    wanted = 2.0 / update_period_s if update_period_s else MIN_HZ
+    return min(MAX_HZ, max(MIN_HZ, wanted))
+
+
+@dataclass
+class PowerMeter:
+    """One open power source for a run: idle baseline once, then any number of windows."""
+
+    source: PowerSource
+    hz: float | None = None
+    idle_s: float = 5.0
+    clock: Clock = time.perf_counter_ns
+    devices: list[PowerDevice] = field(default_factory=list)
+    idle_w: dict[str, float] = field(default_factory=dict)
+    _opened: bool = False
+
+    @property
+    def rate_hz(self) -> float:
+        """The sampling rate this meter uses."""
+        return sample_hz(self.hz, self.source.update_period_s())
+
+    def open(self) -> None:
+        """Open the source and, unless ``idle_s`` is 0, measure idle power per device."""
+        if self._opened:
+            return
+        self.devices = self.source.open()
+        self._opened = True
+        if self.idle_s > 0:
+            sampler = PowerSampler(self.source, self.rate_hz, clock=self.clock)
+            with sampler as trace:
+                start = self.clock()
+                time.sleep(self.idle_s)
+                end = self.clock()
+            if trace.error is None:
+                self.idle_w = {
+                    d.id: self._joules(trace, d.id, start, end) / ((end - start) * 1e-9) for d in self.devices
+                }
+
+    def close(self) -> None:
+        """Close the source (idempotent)."""
+        if self._opened:
+            self._opened = False
+            self.source.close()
+
+    @contextlib.contextmanager
+    def sampling(self) -> Iterator[Trace]:
+        """Sample for the duration of the block (the window must lie inside it)."""
+        with PowerSampler(self.source, self.rate_hz, clock=self.clock) as trace:
+            yield trace
+
+    def _joules(self, trace: Trace, device_id: str, start_ns: int, end_ns: int) -> float:
+        t, v = trace.series(device_id)
+        return energy.integrate(_RULE[self.source.kind], t, v, start_ns, end_ns)  # type: ignore[arg-type]
+
+    def result(self, trace: Trace, start_ns: int, end_ns: int, items: int, rounds_fixed: bool) -> PowerResult:
+        """Integrate ``trace`` over the window, check it (R18) and derive the per-item figures."""
+        window_s = (end_ns - start_ns) * 1e-9
+        period = self.source.update_period_s()
+        base: dict[str, Any] = {
+            "measured": True,
+            "source": self.source.name,
+            "method": "counter" if self.source.kind == "energy_counter" else "sampled_power",
+            "integration": _RULE[self.source.kind],
+            "items": items,
+            "samples": sum(1 for t in trace.t_ns if start_ns <= t <= end_ns),
+            "sample_hz_requested": trace.requested_hz,
+            "sample_hz_achieved": trace.achieved_hz(start_ns, end_ns),
+            "update_period_s": period,
+            "window_s": window_s,
+        }
+        if trace.error is not None:
+            return PowerResult(**base, reason=f"sampling failed: {trace.error}", valid=False)
+        try:
+            per_device = {d.id: self._joules(trace, d.id, start_ns, end_ns) for d in self.devices}
+        except (ValueError, KeyError) as exc:
+            return PowerResult(**base, reason=f"cannot integrate the window: {exc}", valid=False)
+        warnings = self._warnings(per_device, base, window_s, period, rounds_fixed, len(trace.t_ns))
+        total = math.fsum(per_device.values())
+        devices = tuple(
+            DeviceEnergy(
+                d.id, d.name, d.scope, per_device[d.id], per_device[d.id] / window_s, self.idle_w.get(d.id)
+            )
+            for d in self.devices
+        )
+        valid = total >= 0 and all(e >= 0 for e in per_device.values())
+        return PowerResult(
+            **base,
+            devices=devices,
+            energy_j=total,
+            mean_power_w=total / window_s,
+            idle_power_w=math.fsum(self.idle_w.values()) if self.idle_w else None,
+            energy_per_item_j=total / items if items else None,
+            items_per_j=items / total if total > 0 else None,
+            valid=valid,
+            warnings=tuple(warnings) if valid else (*warnings, "negative energy: the reading is wrong"),
+        )
+
+    def _warnings(
+        self,
+        per_device: dict[str, float],
+        base: dict[str, Any],
+        window_s: float,
+        period: float | None,
+        rounds_fixed: bool,
+        total_reads: int,
+    ) -> list[str]:
+        out = []
+        shortest = min_window_s(period)
+        if window_s < shortest:
+            why = "the rounds were fixed" if rounds_fixed else "the round cap was reached"
+            out.append(f"low confidence: window {window_s:.3g} s < {shortest:.3g} s ({why})")
+        if base["method"] == "sampled_power" and base["samples"] < MIN_SAMPLES:
+            out.append(f"only {base['samples']} power readings in the window (want >= {MIN_SAMPLES})")
+        if base["method"] == "counter" and any(e == 0 for e in per_device.values()):
+            out.append("an energy counter did not move during the window")
+        return out

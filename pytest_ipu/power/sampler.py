@@ -1,0 +1,131 @@
+"""A background thread that reads a power source at a fixed rate onto one monotonic clock.
+
+The thread only reads and timestamps; the caller integrates (``pytest_ipu.energy``). A reading's
+timestamp is the midpoint of the clock values taken just before and just after the read, so the
+read's own latency is centred rather than biasing every sample late. The sampler is stopped, and
+its thread joined, on every path out of its ``with`` block, including exceptions and
+KeyboardInterrupt.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from types import TracebackType
+
+from pytest_ipu.power.base import PowerSource
+
+Clock = Callable[[], int]
+#: Waits up to the given seconds; returns True if the sampler was asked to stop meanwhile.
+Wait = Callable[[float], bool]
+
+
+@dataclass
+class Trace:
+    """Readings taken by a sampler: timestamps (ns) and one value per device per reading."""
+
+    requested_hz: float
+    t_ns: list[int] = field(default_factory=list)
+    values: list[Mapping[str, float]] = field(default_factory=list)
+    #: Scheduled reads that were skipped because a read (or the OS) ran late.
+    missed: int = 0
+    #: The exception that stopped the sampling thread, if one did (the trace is then invalid).
+    error: BaseException | None = None
+
+    def achieved_hz(self, start_ns: int, end_ns: int) -> float:
+        """Readings per second that fell inside ``[start_ns, end_ns]``."""
+        n = sum(1 for t in self.t_ns if start_ns <= t <= end_ns)
+        return n / ((end_ns - start_ns) * 1e-9) if end_ns > start_ns else 0.0
+
+    def series(self, device_id: str) -> tuple[list[int], list[float]]:
+        """Timestamps and values of one device."""
+        return list(self.t_ns), [v[device_id] for v in self.values]
+
+
+def next_deadline(now_ns: int, start_ns: int, period_ns: int) -> int:
+    """The first read time after ``now_ns`` on the grid ``start + k * period`` (pure, testable).
+
+    Staying on the grid keeps the average rate exact; a late read skips the grid points it
+    overran rather than bunching reads to catch up.
+    """
+    return start_ns + ((now_ns - start_ns) // period_ns + 1) * period_ns
+
+
+class PowerSampler:
+    """Read ``source`` every ``1/hz`` seconds in a daemon thread between ``start`` and ``stop``.
+
+    ``with PowerSampler(source, hz) as trace:`` takes one reading before the block's first line
+    and one after its last, so any window inside the block is covered by readings on both sides.
+    ``source`` must already be open; the sampler never opens or closes it. ``clock`` and ``wait``
+    are injectable for tests.
+    """
+
+    def __init__(
+        self, source: PowerSource, hz: float, clock: Clock = time.perf_counter_ns, wait: Wait | None = None
+    ):
+        if not hz > 0:
+            raise ValueError(f"sampling rate must be > 0 Hz, got {hz}")
+        self._source = source
+        self._period_ns = max(1, round(1e9 / hz))
+        self._clock = clock
+        self._stop = threading.Event()
+        # Event.wait rather than sleep: stop() must not have to wait out a long period.
+        self._wait: Wait = wait or self._stop.wait
+        self._thread: threading.Thread | None = None
+        self.trace = Trace(requested_hz=hz)
+
+    def _read(self) -> None:
+        before = self._clock()
+        values = self._source.read()
+        after = self._clock()
+        self.trace.t_ns.append((before + after) // 2)
+        self.trace.values.append(dict(values))
+
+    def _loop(self, start_ns: int) -> None:
+        deadline = start_ns + self._period_ns
+        try:
+            while not self._stop.is_set():
+                now = self._clock()
+                if now < deadline and self._wait((deadline - now) * 1e-9):
+                    break
+                self._read()
+                following = next_deadline(self._clock(), start_ns, self._period_ns)
+                self.trace.missed += max(0, (following - deadline) // self._period_ns - 1)
+                deadline = following
+        except BaseException as exc:  # kept, so the window is reported invalid rather than lost
+            self.trace.error = exc
+
+    def start(self) -> Trace:
+        """Take the first reading and start the thread."""
+        self._read()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, args=(self.trace.t_ns[-1],), daemon=True)
+        self._thread.start()
+        return self.trace
+
+    def _join(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def stop(self) -> Trace:
+        """Stop and join the thread, then take the last reading."""
+        self._join()
+        self._read()
+        return self.trace
+
+    def __enter__(self) -> Trace:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # On every path, KeyboardInterrupt included: the thread must not outlive the block.
+        self._join()
+        if exc_type is None:
+            self._read()
