@@ -187,9 +187,10 @@ class RaplPowerSource:
         """Joules per device id since ``open``, unwrapping each counter's wraparound.
 
         A counter lower than at the previous read has wrapped once, unless undoing one wrap implies
-        more than ``max_power_w`` over the time since that read: then it was reset (the kernel
-        allows writing 0 to ``energy_uj``; a driver reload restarts it) and ``CounterReset`` is
-        raised naming the zone. Nothing is updated when a read fails.
+        more than ``max_power_w`` over the time since that read: then it was reset or misread
+        (RAPL's registers are read-only, so this takes a suspend, a CPU reset or a VM moving hosts)
+        and ``CounterReset`` is raised naming the zone. Nothing is updated when a read fails. Two
+        wraps between reads look like one: read at least every ``max_read_interval_s()``.
         """
         if self._counters is None:
             raise PowerSourceError("rapl: read() on a source that is not open (call open() first)")
@@ -289,7 +290,7 @@ class RaplPowerSource:
                 f"rapl: {counter.zone.path / 'energy_uj'} ({counter.zone.domain}) went back from "
                 f"{counter.last_uj} to {now_uj} µJ; one wraparound at {counter.range_uj} µJ would mean "
                 f"{delta_uj / 1e6:.3f} J in {elapsed_s:.6f} s, above {self._max_power_w:g} W, so the "
-                "counter was reset (written to 0, or the driver reloaded); the window is invalid"
+                "counter was reset (a suspend, a CPU reset, a VM moving hosts); the window is invalid"
             )
         return delta_uj
 

@@ -47,10 +47,20 @@ def test_backward_rectangle_gives_each_reading_the_interval_before_it():
     assert integrate("backward_rect", t, w, S // 2, 3 * S // 2) == pytest.approx(5.0 + 10.0)
 
 
-def test_counter_delta_interpolates_the_counter_at_the_edges():
+def test_counter_delta_places_each_change_midway_into_the_gap_where_it_happened():
     t = [0, S, 2 * S]
     e = [100.0, 110.0, 130.0]
-    assert integrate("counter_delta", t, e, S // 2, 3 * S // 2) == pytest.approx(120.0 - 105.0)
+    # 110 appeared in (0, 1] s: placed at 0.5 s; 130 in (1, 2] s: placed at 1.5 s.
+    assert integrate("counter_delta", t, e, S // 2, 3 * S // 2) == pytest.approx(130.0 - 110.0)
+
+
+def test_a_held_counter_read_ten_times_per_refresh_gives_the_energy_of_its_refreshes():
+    # 100 W, counter refreshed every 100 ms (at 0.03 + k * 0.1 s), read every 10 ms
+    refresh = 0.03 + np.arange(0, 30) * 0.1
+    reads = np.arange(0.0, 2.9, 0.01)
+    held = np.array([100.0 * refresh[refresh <= r].max() if (refresh <= r).any() else 0.0 for r in reads])
+    joules = integrate("counter_delta", (reads * S).astype(np.int64), held, int(0.5 * S), int(2.5 * S))
+    assert joules == pytest.approx(200.0, rel=0.01)
 
 
 @pytest.mark.parametrize("rule", RULES)
