@@ -1,4 +1,5 @@
-"""The ``pytest-ipu`` command: ``summary`` of saved runs and the ``targets`` present on this machine.
+"""The ``pytest-ipu`` command: ``summary`` of saved runs; the ``targets`` and ``devices`` (targets and
+power sources) present on this machine, each with the reason when absent.
 
 The only module that prints to stdout directly and calls ``sys.exit``. Exit codes: 0 success,
 2 bad input (an unreadable or foreign file says which file and why).
@@ -14,6 +15,7 @@ from pathlib import Path
 from pytest_ipu import __version__
 from pytest_ipu import backends
 from pytest_ipu import benchmark_json
+from pytest_ipu import power
 from pytest_ipu import report
 from pytest_ipu.backends.base import Availability
 
@@ -50,6 +52,17 @@ def _targets() -> int:
     return 0
 
 
+def _devices() -> int:
+    print("compute targets:")
+    _targets()
+    print("\npower sources:")
+    for name in power.BUILTIN:
+        source = power.make_source(name, "")
+        availability = source.availability()
+        print(f"{name:24} {'available' if availability.ok else 'unavailable: ' + availability.reason}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pytest-ipu`` console script."""
     parser = argparse.ArgumentParser(
@@ -62,9 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     summary.add_argument("files", nargs="+", type=Path, metavar="RUN.json")
     sub.add_parser("targets", help="list the built-in backend targets and whether each is present here")
+    sub.add_parser("devices", help="list compute targets and power sources, each with why it is absent")
     args = parser.parse_args(argv)
     if args.command == "summary":
         return _summary(args.files)
+    if args.command == "devices":
+        return _devices()
     return _targets()
 
 
