@@ -30,6 +30,8 @@ MIN_SAMPLES = 10
 MAX_MISSED = 0.10
 #: Sampling rate limits: at least 10 Hz (R4), at most 1 kHz (a Python thread's honest ceiling).
 MIN_HZ, MAX_HZ, MAX_COUNTER_HZ = 10.0, 1000.0, 100.0
+#: When the sensor's period could not be discovered: fast enough for a 100 ms sensor either way.
+UNKNOWN_PERIOD_HZ = 100.0
 
 _RULE = {"energy_counter": "counter_delta", "instant_power": "trapezoid", "average_power": "backward_rect"}
 
@@ -103,9 +105,10 @@ def sample_hz(requested: float | None, update_period_s: float | None, kind: str 
     """
     if requested is not None:
         return requested
+    if not update_period_s:
+        return UNKNOWN_PERIOD_HZ
     multiple, ceiling = (10.0, MAX_COUNTER_HZ) if kind == "energy_counter" else (2.0, MAX_HZ)
-    wanted = multiple / update_period_s if update_period_s else MIN_HZ
-    return min(ceiling, max(MIN_HZ, wanted))
+    return min(ceiling, max(MIN_HZ, multiple / update_period_s))
 
 
 @dataclass
@@ -143,10 +146,9 @@ class PowerMeter:
                 }
 
     def close(self) -> None:
-        """Close the source (idempotent)."""
-        if self._opened:
-            self._opened = False
-            self.source.close()
+        """Close the source, also after a failed ``open`` (sources' ``close`` is idempotent)."""
+        self._opened = False
+        self.source.close()
 
     @contextlib.contextmanager
     def sampling(self) -> Iterator[Trace]:

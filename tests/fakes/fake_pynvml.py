@@ -103,15 +103,15 @@ class NVMLError(Exception):
         return hash(self.value)
 
 
-class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's generated class name
+class NVMLError_NotSupported(NVMLError):
     """``NVML_ERROR_NOT_SUPPORTED``."""
 
 
-class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801
+class NVMLError_DriverNotLoaded(NVMLError):
     """``NVML_ERROR_DRIVER_NOT_LOADED``."""
 
 
-class NVMLError_Uninitialized(NVMLError):  # noqa: N801
+class NVMLError_Uninitialized(NVMLError):
     """``NVML_ERROR_UNINITIALIZED``."""
 
 
@@ -124,7 +124,7 @@ NVMLError._subclasses.update(
 )
 
 
-class c_nvmlValue_t(ctypes.Union):  # noqa: N801 - the real name
+class c_nvmlValue_t(ctypes.Union):
     """The value union of ``nvmlFieldValue_t`` (same members and C types as pynvml's)."""
 
     _fields_ = (
@@ -138,7 +138,7 @@ class c_nvmlValue_t(ctypes.Union):  # noqa: N801 - the real name
     )
 
 
-class c_nvmlFieldValue_t(ctypes.Structure):  # noqa: N801 - the real name
+class c_nvmlFieldValue_t(ctypes.Structure):
     """One field value, laid out like pynvml's ``c_nvmlFieldValue_t``."""
 
     _fields_ = (
@@ -152,7 +152,7 @@ class c_nvmlFieldValue_t(ctypes.Structure):  # noqa: N801 - the real name
     )
 
 
-class nvmlPciInfo_t(ctypes.Structure):  # noqa: N801 - the real name
+class nvmlPciInfo_t(ctypes.Structure):
     """The part of pynvml's PCI info struct this project reads (``busId`` and its parts)."""
 
     _fields_ = (
@@ -436,7 +436,7 @@ class FakeNvml(types.ModuleType):
             raise NVMLError(handle.gpu.energy_error)
         return handle.gpu.raw_energy_mj(t)
 
-    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: list[Any]) -> Any:  # noqa: N803
+    def nvmlDeviceGetFieldValues(self, handle: FakeHandle, fieldIds: list[Any]) -> Any:
         t = self._sensor_call("nvmlDeviceGetFieldValues", handle)
         values = (c_nvmlFieldValue_t * len(fieldIds))()
         for i, requested in enumerate(fieldIds):

@@ -50,6 +50,7 @@ RECORD_KEYS = {
     "compile_phases_s",
     "compile_info",
     "parity",
+    "power",
 }
 
 BENCH_FILE = """
@@ -114,11 +115,11 @@ def _run(args: list[str], cwd: Path, timeout: float = 300) -> Run:
 
 
 def _section(lines: list[str]) -> list[str]:
-    """The lines of the terminal's pytest-ipu section, up to and including its footnote."""
+    """The lines of the terminal's pytest-ipu section, up to and including its footnotes."""
     start = next(
         i for i, line in enumerate(lines) if line.strip("= ") == "pytest-ipu" and line.startswith("=")
     )
-    end = next(i for i in range(start, len(lines)) if lines[i].startswith("* too few rounds"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("n/m = power not measured"))
     section = lines[start + 1 : end + 1]
     while section and not section[0].strip():
         section.pop(0)
@@ -159,6 +160,8 @@ def torch_run(tmp_path_factory: pytest.TempPathFactory) -> TorchRun:
             "--ipu-warmup-rounds=1",
             "--ipu-backend=torch:cpu",
             f"--ipu-cache-dir={path / 'cache'}",
+            # Energy is tested in test_power_plugin.py; here it must not depend on the machine's sensors.
+            "--ipu-power=off",
             "test_bench.py",
         ],
         path,
@@ -281,6 +284,9 @@ def test_top_level_section_has_schema_version_and_settings(torch_run: TorchRun) 
             "max_time_s": 2.0,
             "missing_sdk": "skip",
             "cache_dir": str(torch_run.path / "cache"),
+            "power": "off",
+            "power_hz": "auto",
+            "idle_s": 5.0,
         },
     }
 
@@ -302,11 +308,15 @@ def test_terminal_shows_the_pytest_ipu_tables_and_the_footnote(torch_run: TorchR
             "first",
             "call",
             "compile",
+            "W",
+            "J/item",
+            "items/J",
             "parity",
         ]
-    assert section[-1] == (
-        "* too few rounds for this percentile (p99 needs >= 100): it is the maximum of the rounds run"
-    )
+    assert section[-2:] == [
+        "* too few rounds for this percentile (p99 needs >= 100): it is the maximum of the rounds run",
+        "n/m = power not measured: power measurement is off (--ipu-power=off or the test's marker)",
+    ]
     pytest.LineMatcher(section).fnmatch_lines(
         [
             "test_plain (latency per call; throughput summed over instances)",
@@ -341,7 +351,8 @@ def test_pytest_ipu_summary_prints_the_terminal_tables(torch_run: TorchRun) -> N
     assert run.ret == 0, run.stderr
     assert run.stderr == ""
     printed = run.lines
-    assert printed[-1].startswith("* too few rounds for this percentile (p99 needs >= 100)")
+    assert printed[-2].startswith("* too few rounds for this percentile (p99 needs >= 100)")
+    assert printed[-1].startswith("n/m = power not measured: power measurement is off")
     # The saved file gives back the very tables the run printed.
     assert printed == _section(torch_run.run.lines)
 

@@ -258,7 +258,14 @@ def _resolve(data: dict[str, Any], path: tuple[str, ...]) -> object:
 def test_every_metric_path_resolves(name):
     metric = schema.METRICS[name]
     assert metric.name == name
-    value = _resolve(schema.to_json(make_record()), metric.path)
+    measured = {
+        "measured": True,
+        "energy_j": 6.0,
+        "mean_power_w": 46.2,
+        "energy_per_item_j": 0.015,
+        "items_per_j": 66.7,
+    }
+    value = _resolve(schema.to_json(make_record(power=measured)), metric.path)
     assert isinstance(value, float)
 
 

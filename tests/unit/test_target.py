@@ -57,7 +57,7 @@ def test_session_sorts_targets_with_and_without_device_by_their_text():
 
 # -- marker keyword hints -------------------------------------------------------------------------
 
-ALLOWED = "backend, precision, rounds, warmup_rounds, min_rounds, max_time"
+ALLOWED = "backend, precision, rounds, warmup_rounds, min_rounds, max_time, power"
 
 
 def test_unknown_keyword_suggests_close_match():

@@ -1,0 +1,499 @@
+"""Power end to end: a conftest power source, energy in the record and the table, power off, the
+``auto`` choice without RAPL, the ``ipu_power`` fixture and the source's release at session end.
+
+Every run is in-process and benchmarks plain callables (no torch). The conftest's source is the
+deterministic fake (copied into the pytester directory): 50 W of instantaneous power with a 10 ms
+update period, so it is sampled at 200 Hz and the shortest confident window is 5 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes import fake_power
+
+INNER_ADDOPTS = "-p no:hypothesispytest -p no:cacheprovider -W error"
+WATTS = 50.0
+OFF_REASON = "power measurement is off (--ipu-power=off or the test's marker)"
+NOT_MEASURED_NOTE = f"n/m = power not measured: {OFF_REASON}"
+LOW_CONFIDENCE_NOTE = "~ = low confidence: the energy window is shorter than the sensor needs"
+
+
+@pytest.fixture(autouse=True)
+def _inner_run_options(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in test_backends: no hypothesis plugin, no cache, warnings are errors, no outer xdist."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+
+
+CONFTEST = """
+import json
+from pathlib import Path
+
+from fake_power import FakePowerSource
+
+HERE = Path(__file__).parent
+MADE = []
+
+
+def pytest_ipu_make_power_source(config, name, device):
+    if name != "rapl":
+        return None
+
+    def on_close():
+        with (HERE / "closed.jsonl").open("a") as f:
+            f.write(json.dumps({"device": device, "opens": source.opens, "reads": source.reads}) + "\\n")
+
+    source = FakePowerSource("instant_power", 50.0, name="rapl", update_period_s=0.01, on_close=on_close)
+    MADE.append(device)
+    (HERE / "made.json").write_text(json.dumps(MADE))
+    return source
+"""
+
+SPIN = """
+import time
+
+
+def spin(seconds=0.001):
+    # busy-wait: a steady round time, so the warm-up estimate predicts the timed rounds well
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+"""
+
+
+def _with_fake_source(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(fake_power=Path(fake_power.__file__).read_text())
+    pytester.makeconftest(CONFTEST)
+
+
+def _records(pytester: pytest.Pytester, name: str = "out.json") -> dict[str, dict[str, Any]]:
+    data = json.loads((pytester.path / name).read_text())
+    return {b["name"]: b["extra_info"]["ipu"] for b in data["benchmarks"]}
+
+
+def _ipu_table_row(lines: list[str], benchmark: str) -> list[str]:
+    """The cells of ``benchmark``'s row in a pytest-ipu table (not pytest-benchmark's)."""
+    for i, line in enumerate(lines):
+        if line.startswith("benchmark ") and "J/item" in line:
+            row = lines[i + 2]
+            if row.startswith(benchmark + " "):
+                return row.split()
+    raise AssertionError(f"no pytest-ipu table row for {benchmark}:\n" + "\n".join(lines))
+
+
+def _power_cells(cells: list[str]) -> list[str]:
+    """W, J/item and items/J: the three columns before the last (parity, '-' here)."""
+    assert cells[-1] == "-"
+    return cells[-4:-1]
+
+
+def _summary(pytester: pytest.Pytester, name: str = "out.json") -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("pytest-ipu")
+    command = [str(exe)] if exe.exists() else [shutil.which("pytest-ipu") or "pytest-ipu"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    return subprocess.run(
+        [*command, "summary", str(pytester.path / name)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+
+
+# -- auto rounds: the window is lengthened to the sensor's minimum ------------------------------------
+
+
+def test_auto_rounds_lengthen_the_window_and_record_energy(pytester: pytest.Pytester) -> None:
+    """~5 s: the only run that measures a confident window."""
+    _with_fake_source(pytester)
+    pytester.makepyfile(
+        test_energy=SPIN
+        + """
+
+def test_energy(ipu_benchmark):
+    ipu_benchmark(spin)
+"""
+    )
+    result = pytester.runpytest(
+        "--benchmark-json=out.json",
+        "--ipu-idle=0.05",
+        "--ipu-max-time=0.05",
+        "--ipu-warmup-rounds=5",
+    )
+    result.assert_outcomes(passed=1)
+    record = _records(pytester)["test_energy"]
+    power = record["power"]
+    assert power["measured"] is True
+    assert power["valid"] is True
+    assert power["source"] == "rapl"
+    assert power["reason"] == ""
+    assert (power["method"], power["integration"]) == ("sampled_power", "trapezoid")
+    # --ipu-max-time=0.05 at ~1 ms a round would give ~50 rounds; the window was lengthened to
+    # min_window_s = max(5 s, 20 x 0.01 s) = 5 s instead
+    assert record["rounds_policy"] == "auto"
+    assert record["rounds"] > 1000
+    assert record["window_s"] >= 5.0
+    assert not any(w.startswith("low confidence") for w in power["warnings"]), power["warnings"]
+    assert power["warnings"] == []
+    assert power["window_s"] == pytest.approx(record["window_s"], rel=1e-9)
+    assert power["energy_j"] == pytest.approx(WATTS * power["window_s"], rel=1e-6)
+    assert power["mean_power_w"] == pytest.approx(WATTS, rel=1e-6)
+    items = record["items_per_call"] * record["rounds"]
+    assert power["items"] == items
+    assert power["items_per_j"] == pytest.approx(items / power["energy_j"], rel=1e-9)
+    assert power["energy_per_item_j"] == pytest.approx(power["energy_j"] / items, rel=1e-9)
+    assert power["idle_power_w"] == pytest.approx(WATTS, rel=1e-6)
+    assert power["update_period_s"] == 0.01
+    assert power["sample_hz_requested"] == 200.0
+    assert power["samples"] >= 10
+    assert [d["id"] for d in power["devices"]] == ["fake:0"]
+    assert power["devices"][0]["energy_j"] == pytest.approx(power["energy_j"])
+
+    expected = [
+        f"{power['mean_power_w']:.3g}",
+        f"{power['energy_per_item_j']:.3g}",
+        f"{power['items_per_j']:.3g}",
+    ]
+    assert expected[0] == "50"
+    assert _power_cells(_ipu_table_row(result.outlines, "test_energy")) == expected
+    assert not any(line.startswith(("n/m =", "~ =", "? =")) for line in result.outlines)
+
+    summary = _summary(pytester)
+    assert summary.returncode == 0, summary.stderr
+    assert _power_cells(_ipu_table_row(summary.stdout.splitlines(), "test_energy")) == expected
+
+
+# -- fixed rounds: a short window is flagged ---------------------------------------------------------
+
+
+def test_fixed_rounds_give_a_low_confidence_window(pytester: pytest.Pytester) -> None:
+    _with_fake_source(pytester)
+    pytester.makepyfile(
+        test_short=SPIN
+        + """
+
+def test_short(ipu_benchmark):
+    ipu_benchmark(spin)
+"""
+    )
+    result = pytester.runpytest(
+        "--benchmark-json=out.json", "--ipu-idle=0", "--ipu-rounds=10", "--ipu-power-hz=500"
+    )
+    result.assert_outcomes(passed=1)
+    settings = json.loads((pytester.path / "out.json").read_text())["pytest_ipu"]["settings"]
+    assert (settings["power"], settings["power_hz"], settings["idle_s"]) == ("auto", 500.0, 0.0)
+    record = _records(pytester)["test_short"]
+    assert (record["rounds"], record["rounds_policy"]) == (10, "fixed")  # not lengthened
+    power = record["power"]
+    assert power["measured"] is True
+    assert power["valid"] is True
+    assert power["idle_power_w"] is None  # --ipu-idle=0
+    assert power["sample_hz_requested"] == 500.0  # --ipu-power-hz wins over 2 x the sensor's rate
+    low = [w for w in power["warnings"] if w.startswith("low confidence")]
+    assert len(low) == 1
+    assert "< 5 s (the rounds were fixed)" in low[0]
+    assert power["energy_j"] == pytest.approx(WATTS * power["window_s"], rel=1e-6)
+
+    cells = _power_cells(_ipu_table_row(result.outlines, "test_short"))
+    assert cells[0] == "~50"
+    assert all(c.startswith("~") for c in cells)
+    assert LOW_CONFIDENCE_NOTE in result.outlines
+
+    summary = _summary(pytester)
+    assert summary.returncode == 0, summary.stderr
+    assert _power_cells(_ipu_table_row(summary.stdout.splitlines(), "test_short")) == cells
+    assert LOW_CONFIDENCE_NOTE in summary.stdout.splitlines()
+
+
+# -- power off ---------------------------------------------------------------------------------------
+
+OFF_TESTS = (
+    SPIN
+    + """
+import pytest
+
+
+@pytest.mark.ipu(power="off")
+def test_off(ipu_benchmark):
+    ipu_benchmark(spin)
+
+
+def test_on(ipu_benchmark):
+    ipu_benchmark(spin)
+"""
+)
+
+
+def _assert_not_measured(power: dict[str, Any], reason: str) -> None:
+    assert power["measured"] is False
+    assert power["reason"] == reason
+    for key in ("energy_j", "mean_power_w", "energy_per_item_j", "items_per_j", "idle_power_w"):
+        assert power[key] is None, key
+
+
+def test_power_off_option_is_not_measured(pytester: pytest.Pytester) -> None:
+    _with_fake_source(pytester)
+    pytester.makepyfile(test_off=OFF_TESTS)
+    result = pytester.runpytest("--benchmark-json=out.json", "--ipu-power=off", "--ipu-rounds=3")
+    result.assert_outcomes(passed=2)
+    records = _records(pytester)
+    for name in ("test_off", "test_on"):
+        _assert_not_measured(records[name]["power"], OFF_REASON)
+        assert records[name]["power"]["source"] == "off"
+        assert _power_cells(_ipu_table_row(result.outlines, name)) == ["n/m"] * 3
+    assert result.outlines.count(NOT_MEASURED_NOTE) == 1  # one footnote per distinct reason
+    assert not (pytester.path / "made.json").exists()  # no source is even made
+
+
+def test_power_off_marker_turns_one_test_off(pytester: pytest.Pytester) -> None:
+    _with_fake_source(pytester)
+    pytester.makepyfile(test_off=OFF_TESTS)
+    result = pytester.runpytest("--benchmark-json=out.json", "--ipu-rounds=3", "--ipu-idle=0")
+    result.assert_outcomes(passed=2)
+    records = _records(pytester)
+    _assert_not_measured(records["test_off"]["power"], OFF_REASON)
+    assert records["test_on"]["power"]["measured"] is True
+    assert records["test_on"]["power"]["source"] == "rapl"
+    assert _power_cells(_ipu_table_row(result.outlines, "test_off")) == ["n/m"] * 3
+    assert _power_cells(_ipu_table_row(result.outlines, "test_on"))[0] == "~50"
+    assert NOT_MEASURED_NOTE in result.outlines
+
+
+# -- auto without a source ---------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(
+    Path("/sys/class/powercap").exists(), reason="this machine has powercap; RAPL may be available"
+)
+def test_auto_without_rapl_or_a_hook_says_why(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_auto=SPIN
+        + """
+
+def test_auto(ipu_benchmark):
+    ipu_benchmark(spin)
+"""
+    )
+    result = pytester.runpytest("--benchmark-json=out.json", "--ipu-power=auto", "--ipu-rounds=3")
+    result.assert_outcomes(passed=1)
+    power = _records(pytester)["test_auto"]["power"]
+    reason = power["reason"]
+    assert reason.startswith("rapl unavailable: ")
+    assert "/sys/class/powercap does not exist" in reason
+    _assert_not_measured(power, reason)
+    assert power["source"] == "rapl"
+    assert _power_cells(_ipu_table_row(result.outlines, "test_auto")) == ["n/m"] * 3
+    assert f"n/m = power not measured: {reason}" in result.outlines
+
+
+def test_a_source_that_is_unavailable_or_fails_to_open_is_not_measured(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(fake_power=Path(fake_power.__file__).read_text())
+    pytester.makeconftest(
+        """
+        from fake_power import FakePowerSource
+
+
+        def pytest_ipu_make_power_source(config, name, device):
+            if device == "host":
+                return FakePowerSource(name="rapl", unavailable="no RAPL here (a VM)")
+            return FakePowerSource(name="rapl", open_error="rapl: energy_uj: permission denied")
+        """
+    )
+    pytester.makepyfile(
+        test_sources="""
+        import json
+        from pathlib import Path
+
+
+        def test_host(ipu_benchmark):
+            ipu_benchmark(lambda: None)
+
+
+        def test_cpu_block(ipu_power):
+            with ipu_power("cpu", items=4) as window:
+                pass
+            Path("block.json").write_text(json.dumps(window.result.as_json()))
+        """
+    )
+    result = pytester.runpytest("--benchmark-json=out.json", "--ipu-rounds=3", "--ipu-idle=0")
+    result.assert_outcomes(passed=2)
+    _assert_not_measured(_records(pytester)["test_host"]["power"], "rapl unavailable: no RAPL here (a VM)")
+    block = json.loads((pytester.path / "block.json").read_text())
+    _assert_not_measured(block, "rapl failed to open: rapl: energy_uj: permission denied")
+
+
+# -- option errors -----------------------------------------------------------------------------------
+
+
+def test_a_bad_power_choice_is_a_usage_error_naming_the_choices(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    result = pytester.runpytest("--ipu-power=bogus")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "*pytest-ipu: invalid value 'bogus' for --ipu-power from the command line: "
+            "expected one of auto, off, nvml, rapl, gcipuinfo"
+        ]
+    )
+
+
+def test_a_bad_power_marker_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_x="""
+        import pytest
+
+        @pytest.mark.ipu(power="wallplug")
+        def test_x():
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*test_x.py::test_x: invalid value 'wallplug' for @pytest.mark.ipu(power=...): expected one of*"]
+    )
+
+
+# -- the ipu_power fixture, and the source's lifetime ------------------------------------------------
+
+POWER_FIXTURE_TESTS = """
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+
+def _save(name, result):
+    Path(name).write_text(json.dumps(result.as_json()))
+
+
+def test_block(ipu_power):
+    with ipu_power("cpu") as window:
+        time.sleep(0.1)
+        window.items = 10
+    assert window.device == "cpu"
+    _save("block.json", window.result)
+
+
+def test_block_again(ipu_power):
+    # the same meter, still open: the source was not closed after the first test
+    with ipu_power("cpu", items=3) as window:
+        time.sleep(0.02)
+    _save("again.json", window.result)
+
+
+def test_benchmark(ipu_benchmark):
+    ipu_benchmark(lambda: time.sleep(0.001), rounds=5)
+
+
+@pytest.mark.ipu(power="off")
+def test_block_off(ipu_power):
+    with ipu_power("cpu") as window:
+        window.items = 10
+    _save("off.json", window.result)
+"""
+
+
+def test_ipu_power_fixture_and_the_source_closed_at_session_end(pytester: pytest.Pytester) -> None:
+    _with_fake_source(pytester)
+    pytester.makepyfile(test_fixture=POWER_FIXTURE_TESTS)
+    result = pytester.runpytest("--benchmark-json=out.json", "--ipu-idle=0.05")
+    result.assert_outcomes(passed=4)
+
+    block = json.loads((pytester.path / "block.json").read_text())
+    assert block["measured"] is True
+    assert block["valid"] is True
+    assert block["source"] == "rapl"
+    assert block["items"] == 10
+    assert block["window_s"] >= 0.1
+    assert block["energy_j"] == pytest.approx(WATTS * block["window_s"], rel=1e-6)
+    assert block["mean_power_w"] == pytest.approx(WATTS, rel=1e-6)
+    assert block["items_per_j"] == pytest.approx(10 / block["energy_j"], rel=1e-9)
+    assert block["idle_power_w"] == pytest.approx(WATTS, rel=1e-6)
+    assert any(w.startswith("low confidence: window") for w in block["warnings"])
+
+    again = json.loads((pytester.path / "again.json").read_text())
+    assert again["measured"] is True
+    assert again["valid"] is True
+    assert again["items"] == 3
+    assert again["idle_power_w"] == pytest.approx(WATTS, rel=1e-6)  # the baseline of the first open
+
+    _assert_not_measured(json.loads((pytester.path / "off.json").read_text()), OFF_REASON)
+
+    # one source per (source, device): the benchmark's "host" and the blocks' "cpu", each made,
+    # opened (idle measured) once and closed once, at the end of the session
+    made = json.loads((pytester.path / "made.json").read_text())
+    assert sorted(made) == ["cpu", "host"]
+    closed = [json.loads(line) for line in (pytester.path / "closed.jsonl").read_text().splitlines()]
+    assert sorted(c["device"] for c in closed) == ["cpu", "host"]
+    assert all(c["opens"] == 1 for c in closed)
+    by_device = {c["device"]: c for c in closed}
+    # the "cpu" source was read for both blocks, so it was still open for the second one
+    assert by_device["cpu"]["reads"] >= 2 * 2 + 2
+    assert _records(pytester)["test_benchmark"]["power"]["measured"] is True
+
+
+CLOSE_FAILS = """
+from fake_power import FakePowerSource
+
+
+def pytest_ipu_make_power_source(config, name, device):
+    def on_close():
+        if device == "host":
+            raise RuntimeError("sensor wedged")
+        (__import__("pathlib").Path(__file__).parent / "cpu-closed").write_text("yes")
+
+    return FakePowerSource(name="rapl", on_close=on_close)
+"""
+
+CLOSE_FAILS_TESTS = """
+def test_host(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=3)
+
+
+def test_cpu(ipu_power):
+    with ipu_power("cpu"):
+        pass
+"""
+
+
+def _run_with_a_failing_close(pytester: pytest.Pytester) -> pytest.RunResult:
+    pytester.makepyfile(fake_power=Path(fake_power.__file__).read_text())
+    pytester.makeconftest(CLOSE_FAILS)
+    pytester.makepyfile(test_close=CLOSE_FAILS_TESTS)
+    # Not with -W error: the warning is the behaviour under test.
+    result = pytester.runpytest("--ipu-idle=0", "-W", "default")
+    result.assert_outcomes(passed=2, warnings=1)
+    return result
+
+
+def test_a_failing_source_close_is_a_warning_and_the_others_are_still_closed(
+    pytester: pytest.Pytester,
+) -> None:
+    result = _run_with_a_failing_close(pytester)
+    result.stdout.fnmatch_lines(
+        ["*PytestIpuWarning: pytest-ipu could not release *power source rapl: sensor wedged*"]
+    )
+    assert (pytester.path / "cpu-closed").read_text() == "yes"
+
+
+@pytest.mark.xfail(
+    reason="BUG: session.py pytest_sessionfinish reports a power source that failed to close as "
+    "'pytest-ipu could not release compiled models: power source rapl: ...'",
+    strict=True,
+)
+def test_a_failing_source_close_is_not_called_a_compiled_model(pytester: pytest.Pytester) -> None:
+    result = _run_with_a_failing_close(pytester)
+    assert "could not release compiled models: power source" not in result.stdout.str()
