@@ -2,7 +2,8 @@
 
 1. Achieved vs requested sampling rate (10 Hz to 1 kHz) on a file-backed source, read through the
    filesystem as sysfs counters are. Target: >= 95 %.
-2. Throughput of a CPU workload with sampling at 100 Hz vs without, interleaved. Target: >= 0.99.
+2. Throughput of a CPU workload with sampling at 100 Hz vs without, in interleaved pairs. Target:
+   >= 0.99. Run it on a quiet machine: another process on the same cores moves it by a few percent.
 3. Integration error on synthetic traces (constant, step, ramp, square wave; random phases) as a
    sensor with a 100 ms update period reports them. Sampled power is read at twice the sensor's
    rate, energy counters at ten times (the rates ``auto`` picks). Targets: <= 0.5 % for energy
@@ -103,13 +104,20 @@ def _throughput(seconds: float) -> float:
 def test_sampling_overhead_on_a_cpu_workload(
     file_source: FilePowerSource, study_report: dict[str, list[str]]
 ) -> None:
-    """Alternate 0.5 s with and without a 100 Hz sampler, five times each; compare the medians."""
-    with_sampler, without = [], []
-    for _ in range(5):
-        without.append(_throughput(0.5))
-        with PowerSampler(file_source, 100.0):
-            with_sampler.append(_throughput(0.5))
-    ratio = statistics.median(with_sampler) / statistics.median(without)
+    """Twelve pairs of 0.25 s with and without a 100 Hz sampler, in ABBA order so that slow drift
+    cancels; the median of the pairwise ratios is reported."""
+    ratios = []
+    for pair in range(12):
+        first_with = pair % 2 == 1
+        runs = {}
+        for sampling in (first_with, not first_with):
+            if sampling:
+                with PowerSampler(file_source, 100.0):
+                    runs[True] = _throughput(0.25)
+            else:
+                runs[False] = _throughput(0.25)
+        ratios.append(runs[True] / runs[False])
+    ratio = statistics.median(ratios)
     verdict = "meets" if ratio >= 0.99 else "MISSES"
     study_report.setdefault(SECTION, []).append(
         f"CPU workload throughput, sampling at 100 Hz vs off: ratio {ratio:.4f} ({verdict} >= 0.99)"

@@ -111,7 +111,10 @@ class IpuSession:
 
     def _open_meter(self, name: str, device: str) -> tuple[PowerMeter | None, str]:
         made = self.config.hook.pytest_ipu_make_power_source(config=self.config, name=name, device=device)
-        source: PowerSource = made if made is not None else power.make_source(name, device)
+        try:
+            source: PowerSource = made if made is not None else power.make_source(name, device)
+        except ValueError as exc:  # e.g. a device string the source cannot map
+            return None, f"{name} cannot measure {device!r}: {exc}"
         availability = source.availability()
         if not availability.ok:
             return None, f"{name} unavailable: {availability.reason}"
