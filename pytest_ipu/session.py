@@ -113,8 +113,8 @@ class IpuSession:
         made = self.config.hook.pytest_ipu_make_power_source(config=self.config, name=name, device=device)
         try:
             source: PowerSource = made if made is not None else power.make_source(name, device)
-        except ValueError as exc:  # e.g. a device string the source cannot map
-            return None, f"{name} cannot measure {device!r}: {exc}"
+        except Exception as exc:  # a third-party source, or a device string it cannot map
+            return None, f"{name} could not be set up for {device!r}: {type(exc).__name__}: {exc}"
         availability = source.availability()
         if not availability.ok:
             return None, f"{name} unavailable: {availability.reason}"
@@ -230,6 +230,8 @@ class IpuSession:
                 errors.append(f"{entry.compiled.target}: {exc}")
         if errors:
             warnings.warn(
-                PytestIpuWarning(f"pytest-ipu could not release compiled models: {'; '.join(errors)}"),
+                PytestIpuWarning(
+                    f"pytest-ipu could not release compiled models or power sources: {'; '.join(errors)}"
+                ),
                 stacklevel=1,
             )

@@ -182,7 +182,9 @@ class PowerMeter:
             per_device = {d.id: self._joules(trace, d.id, start_ns, end_ns) for d in self.devices}
         except (ValueError, KeyError) as exc:
             return PowerResult(**base, reason=f"cannot integrate the window: {exc}", valid=False)
-        warnings = self._warnings(per_device, base, window_s, period, rounds_fixed, len(trace.t_ns))
+        warnings = self._warnings(
+            per_device, base, window_s, period, rounds_fixed, len(trace.t_ns), trace.missed
+        )
         total = math.fsum(per_device.values())
         devices = tuple(
             DeviceEnergy(
@@ -198,7 +200,7 @@ class PowerMeter:
             mean_power_w=total / window_s,
             idle_power_w=math.fsum(self.idle_w.values()) if self.idle_w else None,
             energy_per_item_j=total / items if items else None,
-            items_per_j=items / total if total > 0 else None,
+            items_per_j=items / total if items and total > 0 else None,
             valid=valid,
             warnings=tuple(warnings) if valid else (*warnings, "negative energy: the reading is wrong"),
         )
@@ -211,6 +213,7 @@ class PowerMeter:
         period: float | None,
         rounds_fixed: bool,
         total_reads: int,
+        missed: int,
     ) -> list[str]:
         out = []
         shortest = min_window_s(period)
@@ -221,4 +224,7 @@ class PowerMeter:
             out.append(f"only {base['samples']} power readings in the window (want >= {MIN_SAMPLES})")
         if base["method"] == "counter" and any(e == 0 for e in per_device.values()):
             out.append("an energy counter did not move during the window")
+        scheduled = missed + total_reads
+        if scheduled and missed / scheduled > MAX_MISSED:
+            out.append(f"the sampler missed {missed} of {scheduled} scheduled reads (> {MAX_MISSED:.0%})")
         return out

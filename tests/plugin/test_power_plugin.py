@@ -39,7 +39,7 @@ CONFTEST = """
 import json
 from pathlib import Path
 
-from fake_power import FakePowerSource
+from pw_fake_source import FakePowerSource
 
 HERE = Path(__file__).parent
 MADE = []
@@ -72,7 +72,7 @@ def spin(seconds=0.001):
 
 
 def _with_fake_source(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(fake_power=Path(fake_power.__file__).read_text())
+    pytester.makepyfile(pw_fake_source=Path(fake_power.__file__).read_text())
     pytester.makeconftest(CONFTEST)
 
 
@@ -118,7 +118,7 @@ def test_auto_rounds_lengthen_the_window_and_record_energy(pytester: pytest.Pyte
     """~5 s: the only run that measures a confident window."""
     _with_fake_source(pytester)
     pytester.makepyfile(
-        test_energy=SPIN
+        test_pw_energy=SPIN
         + """
 
 def test_energy(ipu_benchmark):
@@ -180,7 +180,7 @@ def test_energy(ipu_benchmark):
 def test_fixed_rounds_give_a_low_confidence_window(pytester: pytest.Pytester) -> None:
     _with_fake_source(pytester)
     pytester.makepyfile(
-        test_short=SPIN
+        test_pw_short=SPIN
         + """
 
 def test_short(ipu_benchmark):
@@ -244,7 +244,7 @@ def _assert_not_measured(power: dict[str, Any], reason: str) -> None:
 
 def test_power_off_option_is_not_measured(pytester: pytest.Pytester) -> None:
     _with_fake_source(pytester)
-    pytester.makepyfile(test_off=OFF_TESTS)
+    pytester.makepyfile(test_pw_off=OFF_TESTS)
     result = pytester.runpytest("--benchmark-json=out.json", "--ipu-power=off", "--ipu-rounds=3")
     result.assert_outcomes(passed=2)
     records = _records(pytester)
@@ -258,7 +258,7 @@ def test_power_off_option_is_not_measured(pytester: pytest.Pytester) -> None:
 
 def test_power_off_marker_turns_one_test_off(pytester: pytest.Pytester) -> None:
     _with_fake_source(pytester)
-    pytester.makepyfile(test_off=OFF_TESTS)
+    pytester.makepyfile(test_pw_off=OFF_TESTS)
     result = pytester.runpytest("--benchmark-json=out.json", "--ipu-rounds=3", "--ipu-idle=0")
     result.assert_outcomes(passed=2)
     records = _records(pytester)
@@ -278,7 +278,7 @@ def test_power_off_marker_turns_one_test_off(pytester: pytest.Pytester) -> None:
 )
 def test_auto_without_rapl_or_a_hook_says_why(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
-        test_auto=SPIN
+        test_pw_auto=SPIN
         + """
 
 def test_auto(ipu_benchmark):
@@ -298,10 +298,10 @@ def test_auto(ipu_benchmark):
 
 
 def test_a_source_that_is_unavailable_or_fails_to_open_is_not_measured(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(fake_power=Path(fake_power.__file__).read_text())
+    pytester.makepyfile(pw_fake_source=Path(fake_power.__file__).read_text())
     pytester.makeconftest(
         """
-        from fake_power import FakePowerSource
+        from pw_fake_source import FakePowerSource
 
 
         def pytest_ipu_make_power_source(config, name, device):
@@ -311,7 +311,7 @@ def test_a_source_that_is_unavailable_or_fails_to_open_is_not_measured(pytester:
         """
     )
     pytester.makepyfile(
-        test_sources="""
+        test_pw_sources="""
         import json
         from pathlib import Path
 
@@ -337,7 +337,7 @@ def test_a_source_that_is_unavailable_or_fails_to_open_is_not_measured(pytester:
 
 
 def test_a_bad_power_choice_is_a_usage_error_naming_the_choices(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_x="def test_x():\n    pass\n")
+    pytester.makepyfile(test_pw_x="def test_x():\n    pass\n")
     result = pytester.runpytest("--ipu-power=bogus")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
@@ -350,7 +350,7 @@ def test_a_bad_power_choice_is_a_usage_error_naming_the_choices(pytester: pytest
 
 def test_a_bad_power_marker_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
-        test_x="""
+        test_pw_x="""
         import pytest
 
         @pytest.mark.ipu(power="wallplug")
@@ -361,7 +361,7 @@ def test_a_bad_power_marker_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*test_x.py::test_x: invalid value 'wallplug' for @pytest.mark.ipu(power=...): expected one of*"]
+        ["*test_pw_x.py::test_x: invalid value 'wallplug' for @pytest.mark.ipu(power=...): expected one of*"]
     )
 
 
@@ -408,7 +408,7 @@ def test_block_off(ipu_power):
 
 def test_ipu_power_fixture_and_the_source_closed_at_session_end(pytester: pytest.Pytester) -> None:
     _with_fake_source(pytester)
-    pytester.makepyfile(test_fixture=POWER_FIXTURE_TESTS)
+    pytester.makepyfile(test_pw_fixture=POWER_FIXTURE_TESTS)
     result = pytester.runpytest("--benchmark-json=out.json", "--ipu-idle=0.05")
     result.assert_outcomes(passed=4)
 
@@ -446,7 +446,7 @@ def test_ipu_power_fixture_and_the_source_closed_at_session_end(pytester: pytest
 
 
 CLOSE_FAILS = """
-from fake_power import FakePowerSource
+from pw_fake_source import FakePowerSource
 
 
 def pytest_ipu_make_power_source(config, name, device):
@@ -470,9 +470,9 @@ def test_cpu(ipu_power):
 
 
 def _run_with_a_failing_close(pytester: pytest.Pytester) -> pytest.RunResult:
-    pytester.makepyfile(fake_power=Path(fake_power.__file__).read_text())
+    pytester.makepyfile(pw_fake_source=Path(fake_power.__file__).read_text())
     pytester.makeconftest(CLOSE_FAILS)
-    pytester.makepyfile(test_close=CLOSE_FAILS_TESTS)
+    pytester.makepyfile(test_pw_close=CLOSE_FAILS_TESTS)
     # Not with -W error: the warning is the behaviour under test.
     result = pytester.runpytest("--ipu-idle=0", "-W", "default")
     result.assert_outcomes(passed=2, warnings=1)
@@ -489,11 +489,6 @@ def test_a_failing_source_close_is_a_warning_and_the_others_are_still_closed(
     assert (pytester.path / "cpu-closed").read_text() == "yes"
 
 
-@pytest.mark.xfail(
-    reason="BUG: session.py pytest_sessionfinish reports a power source that failed to close as "
-    "'pytest-ipu could not release compiled models: power source rapl: ...'",
-    strict=True,
-)
 def test_a_failing_source_close_is_not_called_a_compiled_model(pytester: pytest.Pytester) -> None:
     result = _run_with_a_failing_close(pytester)
     assert "could not release compiled models: power source" not in result.stdout.str()

@@ -308,3 +308,18 @@ def test_trace_series_returns_one_device():
     assert trace.series("b") == ([1, 2], [2.0, 4.0])
     with pytest.raises(KeyError):
         trace.series("c")
+
+
+def test_the_switch_interval_is_shortened_while_sampling_and_restored_after():
+    import sys
+
+    before = sys.getswitchinterval()
+    source = FakePowerSource("instant_power", 10.0)
+    source.open()
+    with PowerSampler(source, 500.0):  # 2 ms period: a 5 ms GIL handoff would skip most reads
+        during = sys.getswitchinterval()
+    assert during == pytest.approx(0.0002, rel=0.01)
+    assert sys.getswitchinterval() == before
+    with pytest.raises(Boom), PowerSampler(source, 500.0):
+        raise Boom
+    assert sys.getswitchinterval() == before
