@@ -166,6 +166,8 @@ def setLogLevel(level: str | int) -> None:
 class _Machine:
     ipus: int = 4
     version: int = 2
+    #: Simulated seconds per device iteration in the perf counters (``None``: the CPU run's own time).
+    iteration_s: float | None = None
     busy: set[int] = field(default_factory=set)
 
     def devices(self) -> list[tuple[int, ...]]:
@@ -177,22 +179,24 @@ class _Machine:
             size *= 2
         return devices
 
-    def acquire(self, num_ipus: int) -> int | None:
+    def acquire(self, num_ipus: int) -> tuple[int, tuple[int, ...]] | None:
+        """The first free device of exactly ``num_ipus`` IPUs, as (device id, its IPUs), now busy."""
         for device_id, ipus in enumerate(self.devices()):
             if len(ipus) == num_ipus and not self.busy.intersection(ipus):
                 self.busy.update(ipus)
-                return device_id
+                return device_id, ipus
         return None
 
-    def acquire_id(self, device_id: int) -> int | None:
+    def acquire_id(self, device_id: int) -> tuple[int, tuple[int, ...]] | None:
+        """Device ``device_id`` if it exists and is free, now busy."""
         devices = self.devices()
         if not 0 <= device_id < len(devices) or self.busy.intersection(devices[device_id]):
             return None
         self.busy.update(devices[device_id])
-        return device_id
+        return device_id, devices[device_id]
 
-    def release(self, device_id: int) -> None:
-        self.busy.difference_update(self.devices()[device_id])
+    def release(self, ipus: tuple[int, ...]) -> None:
+        self.busy.difference_update(ipus)
 
 
 _MACHINE = _Machine()
@@ -202,12 +206,15 @@ executors: list[PoplarExecutor] = []
 options_passed: list[Options] = []
 
 
-def configure(ipus: int | None = None, version: int | None = None) -> None:
-    """Set the fake machine's IPU count and ``ipuHardwareVersion()`` (1, 2, 21 or -1 for unknown)."""
+def configure(ipus: int | None = None, version: int | None = None, iteration_s: float | None = None) -> None:
+    """Set the fake machine: its IPU count, its ``ipuHardwareVersion()`` (1, 2, 21, or -1 for unknown),
+    and the simulated time per device iteration that the perf counters show."""
     if ipus is not None:
         _MACHINE.ipus = ipus
     if version is not None:
         _MACHINE.version = version
+    if iteration_s is not None:
+        _MACHINE.iteration_s = iteration_s
 
 
 def reset() -> None:
@@ -658,6 +665,7 @@ class _Executable:
     num_ipus: int
     stages: int
     device_id: int | None
+    ipus: tuple[int, ...]
     hardware: bool
     compile_time: datetime.timedelta
     attached: bool = False
@@ -820,7 +828,7 @@ class PoplarExecutor:
         never = o.connection_type == ConnectionType.Never
         use_model = bool(o._values.get("use_model", _ipu_model_env()))
         hardware = not never and not use_model
-        device_id: int | None = None
+        device: tuple[int, tuple[int, ...]] | None = None
         if hardware:
             rounded = 1 << (num_ipus - 1).bit_length()
             if rounded != num_ipus:
@@ -842,11 +850,12 @@ class PoplarExecutor:
                     rounded - num_ipus,
                 )
                 num_ipus = rounded
-            device_id = self._acquire(num_ipus)
+            device = self._acquire(num_ipus)
         self._executable = _Executable(
             num_ipus,
             stages,
-            device_id,
+            device[0] if device else None,
+            device[1] if device else (),
             hardware,
             datetime.timedelta(seconds=time.perf_counter() - start),
             attached=hardware,
@@ -854,28 +863,29 @@ class PoplarExecutor:
         self._is_attached = hardware
         self._timestamps = [[[] for _ in args], [[] for _ in args], [[]], [[]]]
 
-    def _acquire(self, num_ipus: int) -> int:
+    def _acquire(self, num_ipus: int) -> tuple[int, tuple[int, ...]]:
+        """``CompilerImpl::createDevice`` for hardware: a device by id (``useIpuId``) or any free one."""
         if os.environ.get("POPTORCH_WAIT_FOR_IPU", "0") not in ("", "0"):
             raise NotImplementedError("fake_poptorch does not imitate POPTORCH_WAIT_FOR_IPU")
         if self._options.exists("ipu_id"):
             ipu_id = self._options.ipu_id
-            device_id = _MACHINE.acquire_id(ipu_id)
-            if device_id is None:
+            device = _MACHINE.acquire_id(ipu_id)
+            if device is None:
                 raise _cpp_error(f"Failed to acquire device Id {ipu_id}{self._system_config(num_ipus)}", 737)
-            size = len(_MACHINE.devices()[device_id])
+            size = len(device[1])
             rf = self._options.replication_factor
             if size < num_ipus:
-                _MACHINE.release(device_id)
+                _MACHINE.release(device[1])
                 raise _cpp_error(
                     f"Expected at least replication factor * used IPUs = {num_ipus // rf} * {rf} = "
                     f"{num_ipus} device Ids but the user provided {size}",
                     740,
                 )
-            return device_id
-        device_id = _MACHINE.acquire(num_ipus)
-        if device_id is None:
+            return device
+        device = _MACHINE.acquire(num_ipus)
+        if device is None:
             raise _cpp_error(f"Failed to acquire {num_ipus} IPU(s){self._system_config(num_ipus)}", 726)
-        return device_id
+        return device
 
     def _system_config(self, num_ipus: int) -> str:
         """``CompilerImpl::checkSystemConfig``: why no device could be acquired."""
@@ -908,8 +918,7 @@ class PoplarExecutor:
             raise createPoptorchError(NO_EXECUTABLE_ERR)
         if not self._is_attached:
             raise createPoptorchError("Device is not attached")
-        if self._executable.hardware and self._executable.device_id is not None:
-            _MACHINE.release(self._executable.device_id)
+        _MACHINE.release(self._executable.ipus)
         self._executable.attached = False
         self._is_attached = False
 
@@ -923,7 +932,8 @@ class PoplarExecutor:
         if self._is_attached:
             raise createPoptorchError("Device is already attached")
         if self._executable.hardware:
-            self._executable.device_id = self._acquire(self._executable.num_ipus)
+            device_id, ipus = self._acquire(self._executable.num_ipus)
+            self._executable.device_id, self._executable.ipus = device_id, ipus
             self._executable.attached = True
         self._is_attached = True
 
@@ -931,8 +941,8 @@ class PoplarExecutor:
         """Free the executable and the IPUs; nothing happens if never compiled."""
         if self._executable is None:
             return
-        if self._executable.attached and self._executable.device_id is not None:
-            _MACHINE.release(self._executable.device_id)
+        if self._executable.attached:
+            _MACHINE.release(self._executable.ipus)
         self._executable = None
         self._is_attached = False
         if self._training:
@@ -1037,7 +1047,7 @@ class PoplarExecutor:
         def ms(t: float) -> float:
             return math.floor(t * 1000) / 1000
 
-        step = elapsed / max(n_in, 1)
+        step = _MACHINE.iteration_s if _MACHINE.iteration_s is not None else elapsed / max(n_in, 1)
         inputs = [ms(start + k * step) for k in range(n_in)]
         inputs_done = [ms(start + k * step + step * 0.1) for k in range(n_in)]
         group = n_in // max(n_out, 1)
