@@ -45,6 +45,8 @@ BUILTIN: Mapping[str, BackendEntry] = {
     "onnxruntime": BackendEntry(
         "pytest_ipu.backends.onnxruntime:OrtBackend", {}, ("cpu", "cuda"), uses_cache_dir=True
     ),
+    # Graphcore IPUs. Their SDK wheels cannot come from PyPI; where absent they are listed as such.
+    "poptorch": BackendEntry("pytest_ipu.backends.poptorch:PopTorchBackend", {}, ("ipu",)),
     # TensorRT builds engines per shape and takes minutes for a large model: opt-in.
     "onnxruntime-trt": BackendEntry(
         "pytest_ipu.backends.onnxruntime:OrtBackend",

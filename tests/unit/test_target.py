@@ -115,13 +115,14 @@ def test_registry_candidates():
     assert backends.make_backend(Target("nope")) is None
 
 
-def test_registry_has_torch_and_onnxruntime_by_default_and_the_slow_compilers_opt_in():
+def test_registry_has_torch_onnxruntime_and_ipus_by_default_and_the_slow_compilers_opt_in():
     assert backends.auto_candidates()[:2] == [Target("torch", "cpu"), Target("torch", "cuda")]
     assert {str(t) for t in backends.auto_candidates()} == {
         "torch:cpu",
         "torch:cuda",
         "onnxruntime:cpu",
         "onnxruntime:cuda",
+        "poptorch:ipu",
     }
     opt_in = set(backends.all_candidates()) - set(backends.auto_candidates())
     assert {str(t) for t in opt_in} == {"torch-compile:cpu", "torch-compile:cuda", "onnxruntime-trt:cuda"}

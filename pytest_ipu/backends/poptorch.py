@@ -1,0 +1,678 @@
+"""The PopTorch backend: torch models compiled by PopTorch (Poplar SDK 3.x) and run on Graphcore IPUs.
+
+poptorch (and torch) are imported lazily, or injected for tests, so importing this module costs
+nothing. Written against PopTorch 3.4, the last SDK release (September 2023); every call used here
+exists unchanged since SDK 2.1 (``getLatency`` and the perf counters) or 2.4 (``outputMode``).
+
+One call of a compiled model runs ``device_iterations x replication_factor x gradient_accumulation``
+micro-batches on the device, so its items are the inputs' whole leading dimension.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import math
+import os
+import re
+import weakref
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from pytest_ipu.backends.base import Availability
+from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.errors import BackendUnavailable
+from pytest_ipu.errors import CompileError
+from pytest_ipu.runtime_warnings import runtime_internals_quiet
+
+#: Options ``ipu_compile`` accepts for this backend, with their defaults.
+OPTIONS: Mapping[str, object] = {
+    "device_iterations": 1,
+    "replication_factor": 1,
+    "gradient_accumulation": 1,
+    "training": False,
+    "output_mode": "default",
+    "executable_cache_dir": None,
+    "available_memory_proportion": None,
+    "partials_type": None,
+    "random_seed": None,
+    "ipus": 1,
+    "auto_round_num_ipus": False,
+}
+#: ``output_mode`` values and the ``poptorch.OutputMode`` member each one selects.
+OUTPUT_MODES: Mapping[str, str] = {"default": "Default", "all": "All", "final": "Final", "sum": "Sum"}
+#: PopTorch reserves at most this many IPUs per process (more needs PopRun/PopDist).
+MAX_IPUS_PER_PROCESS = 64
+#: PopTorch's perf-counter timestamps are host clock times truncated to whole milliseconds.
+LATENCY_RESOLUTION_S = 1e-3
+_PRECISIONS = ("fp32", "fp16")
+_PARTIALS = {"fp32": "float32", "fp16": "float16"}
+_DEVICE = re.compile(r"^ipu(?::(\d+))?$")
+#: ``ipuHardwareVersion()`` values (the digits after "ipu" in the architecture name).
+_GENERATIONS = {1: "Mk1/C2 (ipu1)", 2: "Mk2/Bow (ipu2)", 21: "C600 (ipu21)"}
+#: Texts of PopTorch errors that mean "no IPU for you now", not "this model does not compile".
+_UNAVAILABLE = (
+    "Failed to acquire",
+    "No IPU detected",
+    "Cannot find a valid device",
+    "Still not attached to a device",
+)
+_CLOSED = "this compiled model was closed (the run that compiled it has ended)"
+_INSTALL = (
+    "PopTorch ships as a wheel inside Graphcore's Poplar SDK and is not on PyPI (PyPI packages with "
+    "similar names are unrelated): enable the SDK with `source <sdk>/enable` (or the poplar and popart "
+    "enable.sh scripts) and install its wheel with `pip install <sdk>/poptorch-*.whl`; PopTorch 3.3 and "
+    "3.4 need torch 2.0.1 exactly"
+)
+
+
+class _Handle:
+    """What ``run``, ``close`` and ``device_latency`` share: the wrapped model, until closed."""
+
+    def __init__(self, executor: Any) -> None:
+        self.executor: Any = executor
+
+
+#: From each compiled model's ``run`` callable to its handle. Weak keys: an entry lives exactly as
+#: long as the ``run`` callable (the ``CompiledModel`` and its ``dataclasses.replace`` copies).
+_HANDLES: weakref.WeakKeyDictionary[Callable[..., object], _Handle] = weakref.WeakKeyDictionary()
+
+
+class PopTorchBackend:
+    """Runs ``torch.nn.Module`` models on IPUs through ``poptorch.inferenceModel`` (or ``trainingModel``).
+
+    ``device`` is ``ipu`` (any free IPUs) or ``ipu:N``, where ``N`` is a device id as ``gc-info -l``
+    lists it (``Options.useIpuId(N)``); a model on several IPUs needs the id of a multi-IPU device of
+    at least ``ipus x replication_factor`` IPUs.
+
+    Options (defaults in ``OPTIONS``): ``device_iterations``, ``replication_factor`` and
+    ``gradient_accumulation`` (training only) multiply into the batch one call consumes;
+    ``training`` (wrap with ``trainingModel``: the model must return its loss, and PopTorch's
+    default optimizer, SGD with lr 0.01, updates the weights on every call); ``output_mode``
+    (``default``: ``all`` for inference, ``final`` for training; ``all``, ``final``, ``sum``);
+    ``executable_cache_dir`` (PopTorch's executable cache, never pruned; ``None`` leaves
+    ``POPTORCH_CACHE_DIR`` in charge); ``available_memory_proportion`` (a number in (0, 1] for every
+    IPU, or ``{"IPU0": 0.3, ...}``); ``partials_type`` (``fp32``, or ``fp16`` with fp16 precision);
+    ``random_seed`` (``Options.randomSeed``, which also seeds torch's global generator); ``ipus``
+    (split an ``nn.Sequential``'s layers into that many pipeline stages, one per IPU) and
+    ``auto_round_num_ipus`` (reserve the next power of two when ``ipus x replication_factor`` is
+    not one).
+    """
+
+    def __init__(
+        self,
+        name: str = "poptorch",
+        device: str | None = None,
+        poptorch_module: ModuleType | None = None,
+        torch_module: ModuleType | None = None,
+    ) -> None:
+        self._name = name
+        self._device = device or "ipu"
+        self._poptorch = poptorch_module
+        self._torch = torch_module
+
+    @property
+    def name(self) -> str:
+        """The registry name (``poptorch``)."""
+        return self._name
+
+    @property
+    def device(self) -> str:
+        """``ipu`` or ``ipu:N``."""
+        return self._device
+
+    def _import(self) -> ModuleType:
+        if self._poptorch is None:
+            self._poptorch = importlib.import_module("poptorch")
+        return self._poptorch
+
+    def _import_torch(self) -> ModuleType:
+        if self._torch is None:
+            self._torch = importlib.import_module("torch")
+        return self._torch
+
+    def _ipu_id(self) -> int | None:
+        """The ``N`` of ``ipu:N`` (``None`` for ``ipu``); ``ValueError`` for any other device."""
+        match = _DEVICE.match(self._device)
+        if match is None:
+            raise ValueError(
+                f"the poptorch backend runs on 'ipu' or 'ipu:N' (N: a device id from gc-info -l), "
+                f"not {self._device!r}"
+            )
+        return None if match.group(1) is None else int(match.group(1))
+
+    def availability(self) -> Availability:
+        """poptorch importable, the device spelled ``ipu[:N]``, and IPU hardware present (free or not)."""
+        try:
+            poptorch = self._import()
+        except ImportError as exc:
+            return Availability.no(f"poptorch is not importable ({_one_line(exc)}); {_INSTALL}")
+        except Exception as exc:
+            # PopTorch asserts at import that torch is the exact version it was built against.
+            return Availability.no(f"poptorch failed to import ({_one_line(exc)}); {_INSTALL}")
+        try:
+            self._ipu_id()
+        except ValueError as exc:
+            return Availability.no(str(exc))
+        try:
+            present = bool(poptorch.ipuHardwareIsAvailable(1))
+        except Exception as exc:
+            return Availability.no(f"poptorch.ipuHardwareIsAvailable() failed: {_one_line(exc)}")
+        if not present:
+            hint = (
+                " (POPTORCH_IPU_MODEL is set, which makes PopTorch report no hardware: unset it)"
+                if os.environ.get("POPTORCH_IPU_MODEL", "0") not in ("", "0")
+                else "; `gc-info -l` lists the IPUs this machine can see"
+            )
+            return Availability.no(
+                f"no IPU: poptorch.ipuHardwareIsAvailable() is False "
+                f"(poptorch {_version(poptorch) or 'unknown'}){hint}"
+            )
+        return Availability.yes()
+
+    def default_precision(self) -> str:
+        """fp16: what Graphcore's own inference benchmarks run."""
+        return "fp16"
+
+    def shape_specialized(self, options: Mapping[str, object]) -> bool:
+        """PopTorch compiles an executable per input shape."""
+        return True
+
+    def describe(self) -> dict[str, Any]:
+        """PopTorch and SDK versions, the IPU generation and the largest IPU device present (or null)."""
+        info: dict[str, Any] = {
+            "backend": self._name,
+            "device": self._device,
+            "poptorch": None,
+            "sdk": None,
+            "ipu_hardware_available": None,
+            "ipu_version": None,
+            "ipu_generation": None,
+            "largest_device_ipus": None,
+        }
+        try:
+            poptorch = self._import()
+        except Exception:
+            return info
+        version = _version(poptorch)
+        info["poptorch"] = version
+        # PopTorch is versioned with the SDK it ships in (tag sdk/poptorch/3.4.0 is SDK 3.4.0).
+        sdk = re.match(r"\d+\.\d+\.\d+", version or "")
+        info["sdk"] = sdk.group(0) if sdk else None
+        try:
+            info["ipu_hardware_available"] = bool(poptorch.ipuHardwareIsAvailable(1))
+        except Exception:
+            return info
+        if info["ipu_hardware_available"]:
+            info["ipu_version"] = _hardware_version(poptorch)
+            info["ipu_generation"] = _GENERATIONS.get(info["ipu_version"] or 0)
+            info["largest_device_ipus"] = _largest_device(poptorch)
+        return info
+
+    def _device_name(self, poptorch: ModuleType) -> str:
+        generation = _GENERATIONS.get(_hardware_version(poptorch) or 0)
+        return f"Graphcore IPU {generation}" if generation else "Graphcore IPU"
+
+    def compile(
+        self,
+        model: object,
+        example_inputs: Sequence[object],
+        precision: str,
+        options: Mapping[str, object],
+    ) -> CompiledModel:
+        """Check the options, copy and convert ``model``, wrap it and compile it for ``example_inputs``.
+
+        The caller's model is never changed: PopTorch wraps a deep copy (in fp16, ``model.half()`` of
+        it). Compilation (and attaching to the IPUs) happens here, not on the first timed call.
+        """
+        poptorch = self._import()
+        torch = self._import_torch()
+        name = _model_name(model)
+        opts = _check_options(options, name, precision)
+        if not isinstance(model, torch.nn.Module):
+            raise CompileError(f"the poptorch backend needs a torch.nn.Module, got {name}")
+        try:
+            ipu_id = self._ipu_id()
+        except ValueError as exc:
+            raise CompileError(f"{exc} (compiling {name})") from None
+        training = bool(opts["training"])
+        dtype = torch.float16 if precision == "fp16" else torch.float32
+
+        def prepare_inputs(inputs: Sequence[object]) -> tuple[object, ...]:
+            prepared = []
+            for x in inputs:
+                t = torch.as_tensor(x).detach()
+                if t.is_floating_point():
+                    t = t.to(dtype)
+                prepared.append(t.contiguous())
+            return tuple(prepared)
+
+        examples = prepare_inputs(example_inputs)
+        _check_batch(examples, opts, name)
+        module = copy.deepcopy(model)
+        # PopTorch wraps a shallow copy and does not switch modes: the copy must already be in the
+        # mode wanted (eval: dropout off, batch norm on its running statistics).
+        module = module.train() if training else module.eval()
+        if precision == "fp16":
+            module = module.half()
+        if int(str(opts["ipus"])) > 1:
+            _place(poptorch, torch, module, int(str(opts["ipus"])), name)
+        try:
+            popts = _poptorch_options(poptorch, torch, opts, ipu_id)
+        except (AssertionError, ValueError, TypeError, AttributeError) as exc:
+            raise CompileError(f"PopTorch rejected the options for {name}: {_one_line(exc)}") from exc
+
+        target = f"{self._name}:{self._device}"
+        executor: Any = None
+        try:
+            with runtime_internals_quiet():
+                if training:
+                    executor = poptorch.trainingModel(module, popts)
+                else:
+                    executor = poptorch.inferenceModel(module, popts)
+                executor.compile(*examples)
+        except Exception as exc:
+            if executor is not None:
+                # Give back whatever was acquired; the compile error is the one worth reporting.
+                with contextlib.suppress(Exception):
+                    _release(executor)
+            raise _compile_failure(exc, name, target) from exc
+
+        handle = _Handle(executor)
+        del executor, module
+
+        def run(*inputs: object) -> object:
+            executor = handle.executor
+            if executor is None:
+                raise RuntimeError(_CLOSED)
+            # Synchronous: PopTorch returns host tensors once the device has sent them back.
+            return executor(*inputs)
+
+        def close() -> None:
+            executor, handle.executor = handle.executor, None
+            if executor is not None:
+                _release(executor)
+
+        _HANDLES[run] = handle
+        used = handle.executor.options
+        info = _info(poptorch, used, opts, ipu_id, _version(poptorch))
+        phases: dict[str, float] = {}
+        try:
+            elapsed = handle.executor.compilationTime()
+        except Exception:
+            elapsed = None  # no progress bar, or the executable came from the cache
+        if elapsed is not None:
+            phases["graph_compilation"] = float(elapsed.total_seconds())
+        return CompiledModel(
+            target=target,
+            backend=self._name,
+            device=self._device,
+            device_name=self._device_name(poptorch),
+            precision=precision,
+            io="host",
+            run=run,
+            prepare_inputs=prepare_inputs,
+            close=close,
+            options=_plain_options(opts),
+            phases_s=phases,
+            info=info,
+        )
+
+
+def device_latency(compiled: CompiledModel) -> dict[str, Any] | None:
+    """PopTorch's own latency counters for the last call of ``compiled``, in seconds.
+
+    Returns ``None`` when ``compiled`` is not a PopTorch model, was closed, or has not run (or ran
+    on synthetic data, which records no output tick). Otherwise a plain-JSON dict::
+
+        {"round_trip": {"min_s", "max_s", "avg_s"},   # getLatency()
+         "host_to_ipu": {...},                        # getHostIpuLatency()
+         "compute": {...},                            # getComputeLatency()
+         "ipu_to_host": {...},                        # getIpuHostLatency()
+         "samples": int,                              # output ticks of the last call
+         "resolution_s": 0.001,
+         "source": "..."}
+
+    The values are differences of host timestamps truncated to whole milliseconds: each is good
+    to about 1 ms, and a latency under 1 ms can read 0. They cover the iterations of the last call
+    only (one per micro-batch for output mode ``all``, one per replica for ``final``/``sum``).
+    """
+    try:
+        handle = _HANDLES.get(compiled.run)
+    except TypeError:  # a run callable that cannot be weakly referenced is not one of ours
+        return None
+    if handle is None or handle.executor is None:
+        return None
+    executor = handle.executor
+    counters = executor.getPerfCounters()
+    ends = counters.get("output_complete") or [[]]
+    samples = len(ends[0])
+    if samples == 0:
+        return None
+
+    def triple(values: Sequence[float]) -> dict[str, float]:
+        low, high, avg = values
+        return {"min_s": float(low), "max_s": float(high), "avg_s": float(avg)}
+
+    return {
+        "round_trip": triple(executor.getLatency()),
+        "host_to_ipu": triple(executor.getHostIpuLatency()),
+        "compute": triple(executor.getComputeLatency()),
+        "ipu_to_host": triple(executor.getIpuHostLatency()),
+        "samples": samples,
+        "resolution_s": LATENCY_RESOLUTION_S,
+        "source": "poptorch PoplarExecutor.getLatency/getHostIpuLatency/getComputeLatency/"
+        "getIpuHostLatency over the last call (host timestamps, whole milliseconds)",
+    }
+
+
+def _release(executor: Any) -> None:
+    """Detach (if attached), then destroy, even when detaching fails; the last error propagates."""
+    try:
+        if executor.isAttachedToDevice():
+            executor.detachFromDevice()
+    finally:
+        executor.destroy()
+
+
+def _compile_failure(exc: BaseException, name: str, target: str) -> Exception:
+    """``BackendUnavailable`` when PopTorch could not get IPUs, else ``CompileError``."""
+    message = _sdk_message(exc)
+    if any(marker in message for marker in _UNAVAILABLE):
+        return BackendUnavailable(
+            f"PopTorch could not get IPUs for {name} on {target}: {message}; free them (gc-monitor shows "
+            "which processes hold IPUs) or set POPTORCH_WAIT_FOR_IPU=1 to wait for them"
+        )
+    return CompileError(f"PopTorch could not compile {name} for {target}: {message}")
+
+
+def _sdk_message(exc: BaseException) -> str:
+    """A PopTorch error's bare message (``poptorch.Error.message``), on one line."""
+    message = getattr(exc, "message", None)
+    text = message if isinstance(message, str) and message else str(exc) or type(exc).__name__
+    return " ".join(text.split())
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _version(poptorch: ModuleType) -> str | None:
+    version = getattr(poptorch, "__version__", None)
+    return str(version) if version is not None else None
+
+
+def _hardware_version(poptorch: ModuleType) -> int | None:
+    """``ipuHardwareVersion()``, or ``None`` when there is no IPU (it asserts) or it is unknown (-1)."""
+    try:
+        version = int(poptorch.ipuHardwareVersion())
+    except Exception:
+        return None
+    return version if version > 0 else None
+
+
+def _largest_device(poptorch: ModuleType) -> int | None:
+    """The largest power-of-two IPU device present (``ipuHardwareIsAvailable(n)``; free or not)."""
+    largest = None
+    n = 1
+    while n <= MAX_IPUS_PER_PROCESS:
+        try:
+            if not poptorch.ipuHardwareIsAvailable(n):
+                break
+        except Exception:
+            break
+        largest, n = n, n * 2
+    return largest
+
+
+def _model_name(model: object) -> str:
+    return type(model).__name__
+
+
+def _positive_int(opts: Mapping[str, object], key: str, name: str) -> int:
+    value = opts[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CompileError(f"poptorch backend option {key}={value!r} for {name}; use a positive integer")
+    return value
+
+
+def _check_options(options: Mapping[str, object], name: str, precision: str) -> dict[str, object]:
+    """Every rule PopTorch would enforce late (or with a long message), checked up front."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise CompileError(
+            f"unknown poptorch backend option(s) {', '.join(map(repr, unknown))} for {name}; "
+            f"allowed: {', '.join(OPTIONS)}"
+        )
+    if precision not in _PRECISIONS:
+        raise CompileError(
+            f"precision {precision!r} is not supported by the poptorch backend ({name}); use fp16 "
+            "(model.half(), the IPU default) or fp32"
+        )
+    opts = {**OPTIONS, **options}
+    iterations = _positive_int(opts, "device_iterations", name)
+    replicas = _positive_int(opts, "replication_factor", name)
+    accumulation = _positive_int(opts, "gradient_accumulation", name)
+    ipus = _positive_int(opts, "ipus", name)
+    for key in ("training", "auto_round_num_ipus"):
+        if not isinstance(opts[key], bool):
+            raise CompileError(f"poptorch backend option {key}={opts[key]!r} for {name}; use True or False")
+    training = bool(opts["training"])
+    if opts["output_mode"] not in OUTPUT_MODES:
+        raise CompileError(
+            f"poptorch backend option output_mode={opts['output_mode']!r} for {name}; "
+            f"use one of {', '.join(OUTPUT_MODES)}"
+        )
+    cache = opts["executable_cache_dir"]
+    if cache is not None and not isinstance(cache, (str, os.PathLike)):
+        raise CompileError(
+            f"poptorch backend option executable_cache_dir={cache!r} for {name}; use a directory path or None"
+        )
+    _check_memory_proportion(opts["available_memory_proportion"], ipus, name)
+    partials = opts["partials_type"]
+    if partials is not None and partials not in _PARTIALS:
+        raise CompileError(
+            f"poptorch backend option partials_type={partials!r} for {name}; use 'fp32', 'fp16' or None"
+        )
+    if partials == "fp16" and precision != "fp16":
+        raise CompileError(
+            f"poptorch backend option partials_type='fp16' for {name} needs precision fp16 "
+            f"(got {precision}); use partials_type='fp32' or precision fp16"
+        )
+    seed = opts["random_seed"]
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise CompileError(
+            f"poptorch backend option random_seed={seed!r} for {name}; use a non-negative integer or None"
+        )
+    if accumulation != 1 and not training:
+        raise CompileError(
+            f"poptorch backend option gradient_accumulation={accumulation} for {name} applies to training "
+            "only (PopTorch's inferenceModel needs 1); pass training=True, or raise device_iterations"
+        )
+    _check_ipus(ipus, replicas, bool(opts["auto_round_num_ipus"]), name)
+    if ipus > 1 and not training and iterations < ipus:
+        raise CompileError(
+            f"{name} pipelined over ipus={ipus} needs device_iterations >= {ipus} (one per pipeline stage, "
+            f"PopTorch's rule for inference), got {iterations}; raise device_iterations"
+        )
+    if ipus > 1 and training and accumulation < 2 * ipus - 1:
+        raise CompileError(
+            f"{name} trained over ipus={ipus} has {2 * ipus - 1} pipeline stages (forward and backward) and "
+            f"needs gradient_accumulation >= {2 * ipus - 1} (PopTorch's rule), got {accumulation}; raise "
+            "gradient_accumulation"
+        )
+    return opts
+
+
+def _check_memory_proportion(value: object, ipus: int, name: str) -> None:
+    fix = "use a number in (0, 1] or a mapping such as {'IPU0': 0.3}"
+    if value is None:
+        return
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        items = [(f"IPU{i}", value) for i in range(ipus)]
+    else:
+        raise CompileError(f"poptorch backend option available_memory_proportion={value!r} for {name}; {fix}")
+    for key, proportion in items:
+        if not (isinstance(key, str) and re.fullmatch(r"IPU\d+", key) and int(key[3:]) < ipus):
+            raise CompileError(
+                f"poptorch backend option available_memory_proportion key {key!r} for {name}: keys are "
+                f"'IPU0' ... 'IPU{ipus - 1}' (an IPU index within the model); {fix}"
+            )
+        if (
+            isinstance(proportion, bool)
+            or not isinstance(proportion, (int, float))
+            or not 0 < proportion <= 1
+        ):
+            raise CompileError(
+                f"poptorch backend option available_memory_proportion[{key!r}]={proportion!r} for {name}; "
+                f"{fix}"
+            )
+
+
+def _check_ipus(ipus: int, replicas: int, auto_round: bool, name: str) -> None:
+    """PopTorch reserves (IPUs per replica) x replicas IPUs: a power of two, at most 64 per process."""
+    total = ipus * replicas
+    if total > MAX_IPUS_PER_PROCESS:
+        raise CompileError(
+            f"{name} needs ipus ({ipus}) x replication_factor ({replicas}) = {total} IPUs, more than the "
+            f"{MAX_IPUS_PER_PROCESS} PopTorch reserves per process; use fewer, or run several processes "
+            "with PopRun"
+        )
+    rounded = 1 << (total - 1).bit_length()
+    if rounded != total and not auto_round:
+        raise CompileError(
+            f"{name} needs ipus ({ipus}) x replication_factor ({replicas}) = {total} IPUs, but PopTorch "
+            f"reserves a power of 2 per process; make the product a power of 2, or pass "
+            f"auto_round_num_ipus=True to reserve {rounded} ({rounded - total} idle)"
+        )
+
+
+def _check_batch(inputs: Sequence[Any], opts: Mapping[str, object], name: str) -> None:
+    """PopTorch's batch rule: every tensor's leading dimension (1 for a scalar) is a multiple of
+    device_iterations x replication_factor x gradient_accumulation."""
+    iterations = int(str(opts["device_iterations"]))
+    replicas = int(str(opts["replication_factor"]))
+    accumulation = int(str(opts["gradient_accumulation"]))
+    factor = iterations * replicas * accumulation
+    for i, t in enumerate(inputs):
+        batch = int(t.shape[0]) if t.dim() else 1
+        if batch % factor:
+            suggested = factor * max(1, math.ceil(batch / factor))
+            raise CompileError(
+                f"input {i} of {name} has leading dimension {batch}, not a multiple of device_iterations "
+                f"({iterations}) x replication_factor ({replicas}) x gradient_accumulation ({accumulation}) "
+                f"= {factor}, which each call's batch is split into; pass a batch of {suggested} (or another "
+                "multiple) or change those options"
+            )
+
+
+def _place(poptorch: ModuleType, torch: ModuleType, module: Any, ipus: int, name: str) -> None:
+    """Split an ``nn.Sequential`` into ``ipus`` contiguous stages of near-equal layer counts,
+    stage ``i`` on IPU ``i`` (``poptorch.BeginBlock`` on its first layer)."""
+    if not isinstance(module, torch.nn.Sequential) or len(module) < ipus:
+        raise CompileError(
+            f"ipus={ipus} splits a torch.nn.Sequential's layers over {ipus} IPUs, but {name} is not a "
+            f"Sequential of at least {ipus} layers; annotate its layers with poptorch.BeginBlock(layer, "
+            "ipu_id=i) yourself and pass ipus=1"
+        )
+    size, extra = divmod(len(module), ipus)
+    start = 0
+    for stage in range(ipus):
+        try:
+            poptorch.BeginBlock(module[start], ipu_id=stage)
+        except Exception as exc:
+            raise CompileError(
+                f"could not place layer {start} of {name} on IPU {stage}: {_sdk_message(exc)}; a model "
+                "annotated with poptorch blocks already places itself: pass ipus=1"
+            ) from exc
+        start += size + (1 if stage < extra else 0)
+
+
+def _poptorch_options(
+    poptorch: ModuleType, torch: ModuleType, opts: Mapping[str, object], ipu_id: int | None
+) -> Any:
+    """A ``poptorch.Options`` built from the checked backend options."""
+    popts = poptorch.Options()
+    popts.deviceIterations(int(str(opts["device_iterations"])))
+    popts.replicationFactor(int(str(opts["replication_factor"])))
+    if opts["training"]:
+        popts.Training.gradientAccumulation(int(str(opts["gradient_accumulation"])))
+    mode = str(opts["output_mode"])
+    if mode != "default":
+        popts.outputMode(getattr(poptorch.OutputMode, OUTPUT_MODES[mode]))
+    if opts["auto_round_num_ipus"]:
+        popts.autoRoundNumIPUs(True)
+    cache = opts["executable_cache_dir"]
+    if cache is not None:
+        popts.enableExecutableCaching(str(Path(str(cache))))
+    proportion = opts["available_memory_proportion"]
+    if proportion is not None:
+        popts.setAvailableMemoryProportion(_memory_mapping(proportion, int(str(opts["ipus"]))))
+    partials = opts["partials_type"]
+    if partials is not None:
+        popts.Precision.setPartialsType(getattr(torch, _PARTIALS[str(partials)]))
+    seed = opts["random_seed"]
+    if seed is not None:
+        popts.randomSeed(int(str(seed)))
+    if ipu_id is not None:
+        popts.useIpuId(ipu_id)
+    return popts
+
+
+def _memory_mapping(value: object, ipus: int) -> dict[str, float]:
+    if isinstance(value, Mapping):
+        return {str(k): float(v) for k, v in value.items()}
+    return {f"IPU{i}": float(str(value)) for i in range(ipus)}
+
+
+def _plain_options(opts: Mapping[str, object]) -> dict[str, object]:
+    """The options as plain JSON values (paths as strings)."""
+    plain = dict(opts)
+    if plain["executable_cache_dir"] is not None:
+        plain["executable_cache_dir"] = str(plain["executable_cache_dir"])
+    proportion = plain["available_memory_proportion"]
+    if isinstance(proportion, Mapping):
+        plain["available_memory_proportion"] = {str(k): float(v) for k, v in proportion.items()}
+    return plain
+
+
+def _info(
+    poptorch: ModuleType, used: Any, opts: Mapping[str, object], ipu_id: int | None, version: str | None
+) -> dict[str, object]:
+    """Plain-JSON facts about the compile, read back from the executor's own (frozen) options."""
+    ipus = int(str(opts["ipus"]))
+    replicas = int(used.replication_factor)
+    requested = ipus * replicas
+    reserved = 1 << (requested - 1).bit_length() if opts["auto_round_num_ipus"] else requested
+    popart = dict(getattr(getattr(used, "_Popart", None), "options", {}) or {})
+    cache = popart.get("cachePath") if popart.get("enableEngineCaching") else None
+    try:
+        output_mode = poptorch.OutputMode(int(used.output_mode)).name.lower()
+    except (ValueError, TypeError, AttributeError):
+        output_mode = str(opts["output_mode"])
+    return {
+        "poptorch": version,
+        "training": bool(opts["training"]),
+        "ipus_per_replica": ipus,
+        "ipus_requested": requested,
+        "ipus_reserved": reserved,
+        "ipu_id": ipu_id,
+        "replication_factor": replicas,
+        "device_iterations": int(used.device_iterations),
+        "gradient_accumulation": int(used.Training.gradient_accumulation),
+        "micro_batches_per_call": int(used.device_iterations)
+        * replicas
+        * int(used.Training.gradient_accumulation),
+        "output_mode": output_mode,
+        "executable_cache_dir": None if cache is None else str(cache),
+        # PopTorch does not say whether an executable came from its cache.
+        "executable_cache_hit": None,
+        "options": _plain_options(opts),
+    }

@@ -1,0 +1,790 @@
+"""The PopTorch backend (pytest_ipu.backends.poptorch) called directly, against the PopTorch 3.4 fake in
+tests/fakes/fake_poptorch.py (real torch models, run on the CPU), plus one contract test that runs the
+same checks on a real PopTorch when one is installed (it skips here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.poptorch import OPTIONS
+from pytest_ipu.backends.poptorch import PopTorchBackend
+from pytest_ipu.backends.poptorch import device_latency
+from pytest_ipu.errors import BackendUnavailable
+from pytest_ipu.errors import CompileError
+
+torch = pytest.importorskip("torch")
+fake_poptorch = importlib.import_module("tests.fakes.fake_poptorch")
+
+ALLOWED = ", ".join(OPTIONS)
+
+
+@pytest.fixture(autouse=True)
+def fake(monkeypatch: pytest.MonkeyPatch):
+    """A fresh fake machine (4 Mk2 IPUs, all free) and no PopTorch environment variables."""
+    for var in (
+        "POPTORCH_CACHE_DIR",
+        "POPTORCH_IPU_MODEL",
+        "POPTORCH_WAIT_FOR_IPU",
+        "POPTORCH_DEFAULT_OPTIONS",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    fake_poptorch.reset()
+    yield fake_poptorch
+    fake_poptorch.reset()
+
+
+def make_backend(device: str | None = None) -> PopTorchBackend:
+    return PopTorchBackend(device=device, poptorch_module=fake_poptorch, torch_module=torch)
+
+
+def mlp(layers: int = 3) -> torch.nn.Sequential:
+    torch.manual_seed(0)
+    mods: list[torch.nn.Module] = [torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)]
+    mods += [torch.nn.Identity() for _ in range(max(0, layers - 3))]
+    return torch.nn.Sequential(*mods[: max(layers, 3)]).eval()
+
+
+def batch(n: int = 8) -> torch.Tensor:
+    torch.manual_seed(1)
+    return torch.randn(n, 8)
+
+
+class WithLoss(torch.nn.Module):
+    """A training model in PopTorch's style: the loss is computed in forward and returned last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.fc(x)
+        return out, torch.nn.functional.mse_loss(out, target)
+
+
+# -- availability and description ---------------------------------------------------------------
+
+
+def test_without_poptorch_the_reason_says_it_ships_in_the_sdk(monkeypatch):
+    monkeypatch.setitem(sys.modules, "poptorch", None)
+    backend = PopTorchBackend(poptorch_module=None)
+    availability = backend.availability()
+    assert not availability.ok
+    reason = availability.reason
+    assert reason.startswith("poptorch is not importable (")
+    assert "ships as a wheel inside Graphcore's Poplar SDK and is not on PyPI" in reason
+    assert "PyPI packages with similar names are unrelated" in reason
+    assert "`source <sdk>/enable`" in reason
+    assert "`pip install <sdk>/poptorch-*.whl`" in reason
+    assert "\n" not in reason
+    # describe() never raises, even without poptorch.
+    assert backend.describe()["poptorch"] is None
+
+
+def test_a_poptorch_built_for_another_torch_is_reported(monkeypatch, tmp_path):
+    # The real wheel asserts at import that torch is the version it was built against.
+    package = tmp_path / "poptorch"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "raise AssertionError('This version of PopTorch only works with torch==2.0.1 but the version "
+        "installed is 9.9')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "poptorch", raising=False)
+    availability = PopTorchBackend().availability()
+    assert not availability.ok
+    assert availability.reason.startswith(
+        "poptorch failed to import (This version of PopTorch only works with torch==2.0.1"
+    )
+    assert "need torch 2.0.1 exactly" in availability.reason
+
+
+def test_poptorch_is_imported_by_name_when_not_injected(monkeypatch):
+    monkeypatch.setitem(sys.modules, "poptorch", fake_poptorch)
+    backend = PopTorchBackend()
+    assert backend.availability().ok
+    compiled = backend.compile(mlp(), (batch(),), "fp32", {})
+    try:
+        assert compiled.run(*compiled.prepare_inputs((batch(),))).shape == (8, 4)
+    finally:
+        compiled.close()
+
+
+def test_availability_with_ipus_without_ipus_and_for_other_devices(fake, monkeypatch):
+    assert make_backend().availability().ok
+    assert make_backend("ipu:3").availability().ok
+    bad = make_backend("cuda:0").availability()
+    assert (
+        bad.reason
+        == "the poptorch backend runs on 'ipu' or 'ipu:N' (N: a device id from gc-info -l), not 'cuda:0'"
+    )
+    fake.configure(ipus=0)
+    none = make_backend().availability()
+    assert not none.ok
+    assert none.reason == (
+        "no IPU: poptorch.ipuHardwareIsAvailable() is False (poptorch 3.4.0-fake); "
+        "`gc-info -l` lists the IPUs this machine can see"
+    )
+    fake.configure(ipus=4)
+    monkeypatch.setenv("POPTORCH_IPU_MODEL", "1")
+    model = make_backend().availability()
+    assert not model.ok
+    assert "POPTORCH_IPU_MODEL is set, which makes PopTorch report no hardware" in model.reason
+
+
+def test_describe_is_plain_json_with_versions_and_ipu_facts(fake):
+    info = make_backend().describe()
+    assert json.loads(json.dumps(info)) == info
+    assert info == {
+        "backend": "poptorch",
+        "device": "ipu",
+        "poptorch": "3.4.0-fake",
+        "sdk": "3.4.0",
+        "ipu_hardware_available": True,
+        "ipu_version": 2,
+        "ipu_generation": "Mk2/Bow (ipu2)",
+        "largest_device_ipus": 4,
+    }
+    fake.configure(ipus=16, version=21)
+    info = make_backend().describe()
+    assert (info["ipu_generation"], info["largest_device_ipus"]) == ("C600 (ipu21)", 16)
+    fake.configure(ipus=0)
+    info = make_backend().describe()
+    assert info["ipu_hardware_available"] is False
+    assert info["ipu_version"] is None
+    assert info["largest_device_ipus"] is None
+
+
+def test_defaults():
+    backend = make_backend()
+    assert (backend.name, backend.device) == ("poptorch", "ipu")
+    assert backend.default_precision() == "fp16"
+    assert backend.shape_specialized({}) is True
+
+
+# -- compile and run ----------------------------------------------------------------------------
+
+
+def test_fp32_outputs_equal_torch_eager():
+    model, x = mlp(), batch()
+    with torch.no_grad():
+        expected = model(x)
+    compiled = make_backend().compile(model, (x,), "fp32", {})
+    try:
+        (prepared,) = compiled.prepare_inputs((x.numpy(),))
+        out = compiled.run(prepared)
+        assert out.dtype == torch.float32
+        assert torch.equal(out, expected)
+        assert (compiled.target, compiled.backend, compiled.device) == ("poptorch:ipu", "poptorch", "ipu")
+        assert compiled.device_name == "Graphcore IPU Mk2/Bow (ipu2)"
+        assert (compiled.precision, compiled.io) == ("fp32", "host")
+    finally:
+        compiled.close()
+
+
+def test_device_iterations_and_replicas_split_the_batch_and_return_every_result():
+    model, x = mlp(), batch(16)
+    with torch.no_grad():
+        expected = model(x)
+    compiled = make_backend().compile(model, (x,), "fp32", {"device_iterations": 4, "replication_factor": 2})
+    try:
+        out = compiled.run(*compiled.prepare_inputs((x,)))
+        assert out.shape == (16, 4)
+        assert torch.allclose(out, expected, atol=1e-6)
+    finally:
+        compiled.close()
+
+
+def test_fp16_is_close_to_eager_and_the_callers_model_is_untouched():
+    model, x = mlp(), batch()
+    model.train()  # compile must not switch the caller's model to eval either
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        expected = model.eval()(x)
+    model.train()
+    compiled = make_backend().compile(model, (x,), "fp16", {})
+    try:
+        (prepared,) = compiled.prepare_inputs((x,))
+        assert prepared.dtype == torch.float16
+        out = compiled.run(prepared)
+        assert out.dtype == torch.float16
+        assert torch.allclose(out.float(), expected, atol=1e-2, rtol=1e-2)
+    finally:
+        compiled.close()
+    assert model.training
+    for name, value in model.state_dict().items():
+        assert value.dtype == torch.float32
+        assert torch.equal(value, before[name])
+    assert fake_poptorch.executors[-1].model is not model
+
+
+def test_compile_happens_inside_compile_and_attaches():
+    compiled = make_backend().compile(mlp(), (batch(),), "fp32", {})
+    try:
+        executor = fake_poptorch.executors[-1]
+        assert executor.isCompiled()
+        assert executor.isAttachedToDevice()
+        assert fake_poptorch.busy_ipus() == {0}
+        assert compiled.phases_s["graph_compilation"] >= 0
+    finally:
+        compiled.close()
+
+
+# -- options ------------------------------------------------------------------------------------
+
+
+def test_default_options_are_mapped_and_reported():
+    compiled = make_backend().compile(mlp(), (batch(),), "fp16", {})
+    try:
+        used = fake_poptorch.executors[-1].options
+        assert used.device_iterations == 1
+        assert used.replication_factor == 1
+        assert used.Training.gradient_accumulation == 1
+        assert used.output_mode == fake_poptorch.OutputMode.All  # PopTorch's inference default
+        assert not used.exists("random_seed")
+        assert not used.exists("ipu_id")
+        assert "partialsTypeMatMuls" not in used._Popart.options
+        assert compiled.options == dict(OPTIONS)
+        info = compiled.info
+        assert json.loads(json.dumps(info)) == info
+        assert {k: info[k] for k in ("ipus_requested", "ipus_reserved", "replication_factor")} == {
+            "ipus_requested": 1,
+            "ipus_reserved": 1,
+            "replication_factor": 1,
+        }
+        assert info["output_mode"] == "all"
+        assert info["executable_cache_dir"] is None
+        assert info["executable_cache_hit"] is None
+        assert info["training"] is False
+    finally:
+        compiled.close()
+
+
+def test_every_option_is_mapped_onto_poptorch_options(tmp_path: Path):
+    # ipu:5 is the second 2-IPU device of a 4-IPU machine (gc-info numbering: 0-3 single IPUs, 4 and 5
+    # the pairs, 6 all four).
+    options = {
+        "device_iterations": 2,
+        "replication_factor": 2,
+        "output_mode": "sum",
+        "executable_cache_dir": tmp_path,
+        "available_memory_proportion": 0.3,
+        "partials_type": "fp16",
+        "random_seed": 7,
+    }
+    compiled = make_backend("ipu:5").compile(mlp(), (batch(),), "fp16", options)
+    try:
+        executor = fake_poptorch.executors[-1]
+        used = executor.options
+        assert used.device_iterations == 2
+        assert used.replication_factor == 2
+        assert used.output_mode == fake_poptorch.OutputMode.Sum
+        assert used._Popart.options["cachePath"] == str(tmp_path)
+        assert used._Popart.options["enableEngineCaching"] is True
+        assert used._Popart.options["partialsTypeMatMuls"] == "half"
+        assert used._Popart.options["convolutionOptions"] == {"partialsType": "half"}
+        assert used.available_memory_proportion == {0: 0.3}
+        assert used.random_seed == 7
+        assert used.ipu_id == 5
+        assert fake_poptorch.busy_ipus() == {2, 3}
+        # The Options object the backend passed is frozen by the wrapping, as PopTorch's is.
+        with pytest.raises(AttributeError, match=r"^Can't modify frozen Options$"):
+            fake_poptorch.options_passed[-1].deviceIterations(4)
+        info = compiled.info
+        assert info["ipu_id"] == 5
+        assert info["ipus_requested"] == 2
+        assert info["device_iterations"] == 2
+        assert info["micro_batches_per_call"] == 4
+        assert info["output_mode"] == "sum"
+        assert info["executable_cache_dir"] == str(tmp_path)
+        assert compiled.options["executable_cache_dir"] == str(tmp_path)
+        assert json.loads(json.dumps(dict(compiled.options))) == dict(compiled.options)
+        out = compiled.run(*compiled.prepare_inputs((batch(),)))
+        assert out.shape == (4, 4)  # Sum: one micro-batch of 2 per replica, summed over iterations
+    finally:
+        compiled.close()
+
+
+def test_the_poptorch_cache_dir_variable_is_reported(monkeypatch, tmp_path):
+    monkeypatch.setenv("POPTORCH_CACHE_DIR", str(tmp_path))
+    compiled = make_backend().compile(mlp(), (batch(),), "fp32", {})
+    try:
+        assert compiled.info["executable_cache_dir"] == str(tmp_path)
+    finally:
+        compiled.close()
+
+
+def test_a_memory_proportion_mapping_is_passed_through():
+    compiled = make_backend().compile(
+        mlp(), (batch(),), "fp32", {"available_memory_proportion": {"IPU0": 0.25}}
+    )
+    try:
+        assert fake_poptorch.executors[-1].options.available_memory_proportion == {0: 0.25}
+    finally:
+        compiled.close()
+
+
+def test_unknown_option_names_it_and_the_allowed_ones():
+    with pytest.raises(CompileError) as exc:
+        make_backend().compile(mlp(), (batch(),), "fp16", {"device_iteration": 2})
+    assert (
+        str(exc.value)
+        == f"unknown poptorch backend option(s) 'device_iteration' for Sequential; allowed: {ALLOWED}"
+    )
+    assert fake_poptorch.executors == []
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_precisions_other_than_fp32_and_fp16_are_rejected(precision):
+    with pytest.raises(CompileError) as exc:
+        make_backend().compile(mlp(), (batch(),), precision, {})
+    assert str(exc.value) == (
+        f"precision {precision!r} is not supported by the poptorch backend (Sequential); use fp16 "
+        "(model.half(), the IPU default) or fp32"
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"device_iterations": 0},
+            "poptorch backend option device_iterations=0 for Sequential; use a positive integer",
+        ),
+        (
+            {"replication_factor": True},
+            "option replication_factor=True for Sequential; use a positive integer",
+        ),
+        ({"training": "yes"}, "option training='yes' for Sequential; use True or False"),
+        (
+            {"output_mode": "EveryN"},
+            "option output_mode='EveryN' for Sequential; use one of default, all, final, sum",
+        ),
+        (
+            {"executable_cache_dir": 3},
+            "option executable_cache_dir=3 for Sequential; use a directory path or None",
+        ),
+        (
+            {"available_memory_proportion": 1.5},
+            "available_memory_proportion['IPU0']=1.5 for Sequential; use a number in (0, 1]",
+        ),
+        (
+            {"available_memory_proportion": {"ipu0": 0.3}},
+            "available_memory_proportion key 'ipu0' for Sequential: keys are 'IPU0' ... 'IPU0'",
+        ),
+        (
+            {"available_memory_proportion": {"IPU1": 0.3}},
+            "available_memory_proportion key 'IPU1' for Sequential",
+        ),
+        ({"partials_type": "half"}, "option partials_type='half' for Sequential; use 'fp32', 'fp16' or None"),
+        (
+            {"partials_type": "fp16"},
+            "option partials_type='fp16' for Sequential needs precision fp16 (got fp32); "
+            "use partials_type='fp32' or precision fp16",
+        ),
+        ({"random_seed": -1}, "option random_seed=-1 for Sequential; use a non-negative integer or None"),
+    ],
+)
+def test_bad_option_values_say_what_to_use(options, message):
+    with pytest.raises(CompileError, match=re.escape(message)):
+        make_backend().compile(mlp(), (batch(),), "fp32", options)
+    assert fake_poptorch.executors == []
+
+
+# -- PopTorch's rules, checked before compiling --------------------------------------------------
+
+
+def test_the_batch_rule_names_the_input_the_product_and_a_batch_that_works():
+    with pytest.raises(CompileError) as exc:
+        make_backend().compile(mlp(), (batch(6),), "fp32", {"device_iterations": 2, "replication_factor": 2})
+    assert str(exc.value) == (
+        "input 0 of Sequential has leading dimension 6, not a multiple of device_iterations (2) x "
+        "replication_factor (2) x gradient_accumulation (1) = 4, which each call's batch is split into; pass "
+        "a batch of 8 (or another multiple) or change those options"
+    )
+    assert fake_poptorch.executors == []  # rejected before anything was wrapped
+
+
+def test_the_fake_enforces_the_same_batch_rule_with_poptorchs_text():
+    executor = fake_poptorch.inferenceModel(mlp(), fake_poptorch.Options().deviceIterations(4))
+    with pytest.raises(AssertionError) as exc:
+        executor.compile(batch(6))
+    assert str(exc.value) == (
+        "Invalid batch dimension: In the input torch.Size([6, 8]), the batch dimension (6) must be a "
+        "multiple of Options.deviceIterations(4) * (Options.replicationFactor(1) / "
+        "Options.inputReplicaGrouping.input_group_size(1)) * Options.Training.gradientAccumulation(1) = 4 "
+        "because it is used to calculate the batch size which will be executed on the device in any given "
+        "iteration. For a full explanation see the batching semantics page of the documentation."
+    )
+
+
+def test_ipus_times_replicas_must_be_a_power_of_two():
+    with pytest.raises(CompileError) as exc:
+        make_backend().compile(mlp(), (batch(6),), "fp32", {"replication_factor": 3})
+    assert str(exc.value) == (
+        "Sequential needs ipus (1) x replication_factor (3) = 3 IPUs, but PopTorch reserves a power of 2 per "
+        "process; make the product a power of 2, or pass auto_round_num_ipus=True to reserve 4 (1 idle)"
+    )
+
+
+def test_auto_round_reserves_the_next_power_of_two():
+    compiled = make_backend().compile(
+        mlp(), (batch(6),), "fp32", {"replication_factor": 3, "auto_round_num_ipus": True}
+    )
+    try:
+        assert fake_poptorch.executors[-1].options.auto_round_num_ipus is True
+        assert fake_poptorch.busy_ipus() == {0, 1, 2, 3}
+        assert (compiled.info["ipus_requested"], compiled.info["ipus_reserved"]) == (3, 4)
+    finally:
+        compiled.close()
+
+
+def test_more_than_64_ipus_per_process_are_rejected():
+    with pytest.raises(CompileError) as exc:
+        make_backend().compile(
+            mlp(), (batch(128),), "fp32", {"replication_factor": 128, "auto_round_num_ipus": True}
+        )
+    assert str(exc.value) == (
+        "Sequential needs ipus (1) x replication_factor (128) = 128 IPUs, more than the 64 PopTorch reserves "
+        "per process; use fewer, or run several processes with PopRun"
+    )
+
+
+def test_the_fake_enforces_the_ipu_rules_with_poptorchs_text():
+    model = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(3)))
+    for i, layer in enumerate(model):
+        fake_poptorch.BeginBlock(layer, ipu_id=i)
+    with pytest.raises(fake_poptorch.Error) as exc:
+        fake_poptorch.inferenceModel(model, fake_poptorch.Options().deviceIterations(3)).compile(batch(3))
+    assert exc.value.message == (
+        "The model specifies the use of 3 IPUs, however PopTorch must reserve a minimum of 4 in order to "
+        "allow the model to run, because PopTorch must reserve a power of 2 or maximum of 64 IPUs per "
+        "process. Please reconfigure your model to use a different number of IPUs or set "
+        "poptorch.Options().autoRoundNumIPUs(True)."
+    )
+    with pytest.raises(fake_poptorch.Error, match=r"Too many IPUs requested \(128\)"):
+        fake_poptorch.inferenceModel(mlp(), fake_poptorch.Options().replicationFactor(128)).compile(
+            batch(128)
+        )
+
+
+def test_gradient_accumulation_is_for_training_only():
+    with pytest.raises(CompileError) as exc:
+        make_backend().compile(mlp(), (batch(),), "fp32", {"gradient_accumulation": 2})
+    assert str(exc.value) == (
+        "poptorch backend option gradient_accumulation=2 for Sequential applies to training only (PopTorch's "
+        "inferenceModel needs 1); pass training=True, or raise device_iterations"
+    )
+
+
+# -- placement over several IPUs ----------------------------------------------------------------
+
+
+def test_ipus_splits_a_sequential_into_pipeline_stages():
+    model = mlp()
+    compiled = make_backend().compile(model, (batch(),), "fp32", {"ipus": 2, "device_iterations": 2})
+    try:
+        assert fake_poptorch.busy_ipus() == {0, 1}
+        placed = fake_poptorch.executors[-1].model
+        hooks = {
+            i: [
+                h.ipu_id for h in layer._forward_pre_hooks.values() if isinstance(h, fake_poptorch._BlockHook)
+            ]
+            for i, layer in enumerate(placed)
+        }
+        assert hooks == {0: [0], 1: [], 2: [1]}
+        assert all(not layer._forward_pre_hooks for layer in model)  # the caller's model has no blocks
+        assert compiled.info["ipus_per_replica"] == 2
+        with torch.no_grad():
+            assert torch.allclose(
+                compiled.run(*compiled.prepare_inputs((batch(),))), model(batch()), atol=1e-6
+            )
+    finally:
+        compiled.close()
+
+
+def test_pipelined_inference_needs_a_device_iteration_per_stage():
+    with pytest.raises(CompileError) as exc:
+        make_backend().compile(mlp(), (batch(),), "fp32", {"ipus": 2})
+    assert str(exc.value) == (
+        "Sequential pipelined over ipus=2 needs device_iterations >= 2 (one per pipeline stage, PopTorch's "
+        "rule for inference), got 1; raise device_iterations"
+    )
+
+
+def test_ipus_needs_a_sequential():
+    with pytest.raises(CompileError) as exc:
+        make_backend().compile(
+            WithLoss(),
+            (batch(), torch.zeros(8, 1)),
+            "fp32",
+            {"ipus": 2, "device_iterations": 2, "training": False},
+        )
+    assert str(exc.value) == (
+        "ipus=2 splits a torch.nn.Sequential's layers over 2 IPUs, but WithLoss is not a Sequential of at "
+        "least 2 layers; annotate its layers with poptorch.BeginBlock(layer, ipu_id=i) yourself and pass "
+        "ipus=1"
+    )
+
+
+# -- training -----------------------------------------------------------------------------------
+
+
+def test_training_wraps_with_training_model_and_leaves_the_caller_alone():
+    model = WithLoss()
+    before = model.fc.weight.detach().clone()
+    x, target = batch(8), torch.zeros(8, 1)
+    compiled = make_backend().compile(
+        model, (x, target), "fp32", {"training": True, "gradient_accumulation": 2, "device_iterations": 2}
+    )
+    try:
+        executor = fake_poptorch.executors[-1]
+        assert executor.training
+        assert executor.options.Training.gradient_accumulation == 2
+        assert executor.options.output_mode == fake_poptorch.OutputMode.Final  # PopTorch's training default
+        out, _loss = compiled.run(*compiled.prepare_inputs((x, target)))
+        assert out.shape == (2, 1)  # Final: the last micro-batch
+        assert not torch.equal(executor.model.fc.weight, before)  # the device copy trained
+        assert compiled.info["training"] is True
+        assert compiled.info["output_mode"] == "final"
+    finally:
+        compiled.close()
+    assert torch.equal(model.fc.weight, before)
+
+
+def test_pipelined_training_needs_accumulation_over_forward_and_backward_stages():
+    with pytest.raises(CompileError) as exc:
+        make_backend().compile(
+            mlp(), (batch(),), "fp32", {"training": True, "ipus": 2, "gradient_accumulation": 2}
+        )
+    assert str(exc.value) == (
+        "Sequential trained over ipus=2 has 3 pipeline stages (forward and backward) and needs "
+        "gradient_accumulation >= 3 (PopTorch's rule), got 2; raise gradient_accumulation"
+    )
+
+
+# -- IPUs that cannot be had, and compile failures ------------------------------------------------
+
+
+def test_ipus_held_by_another_model_make_the_backend_unavailable(fake):
+    fake.configure(ipus=1)
+    first = make_backend().compile(mlp(), (batch(),), "fp32", {})
+    try:
+        with pytest.raises(BackendUnavailable) as exc:
+            make_backend().compile(mlp(), (batch(),), "fp32", {})
+        assert str(exc.value) == (
+            "PopTorch could not get IPUs for Sequential on poptorch:ipu: Failed to acquire 1 IPU(s); free "
+            "them (gc-monitor shows which processes hold IPUs) or set POPTORCH_WAIT_FOR_IPU=1 to wait for "
+            "them"
+        )
+        assert fake.busy_ipus() == {0}  # the failed one holds nothing
+    finally:
+        first.close()
+    second = make_backend().compile(mlp(), (batch(),), "fp32", {})
+    second.close()
+
+
+def test_more_replicas_than_the_machine_has_is_unavailable_with_the_sdk_reason(fake):
+    fake.configure(ipus=1)
+    with pytest.raises(
+        BackendUnavailable,
+        match=re.escape(
+            "Failed to acquire 2 IPU(s) No device found on the system with 2 IPUs: the configuration "
+            "needs changing"
+        ),
+    ):
+        make_backend().compile(mlp(), (batch(),), "fp32", {"replication_factor": 2})
+
+
+def test_a_missing_device_id_is_unavailable(fake):
+    with pytest.raises(BackendUnavailable, match=re.escape("Failed to acquire device Id 9")):
+        make_backend("ipu:9").compile(mlp(), (batch(),), "fp32", {})
+
+
+class Broken(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("unsupported operation in forward")
+
+
+def test_compile_errors_name_the_model_and_the_reason(fake):
+    with pytest.raises(CompileError) as exc:
+        make_backend().compile(Broken(), (batch(),), "fp32", {})
+    assert (
+        str(exc.value)
+        == "PopTorch could not compile Broken for poptorch:ipu: unsupported operation in forward"
+    )
+    assert fake.busy_ipus() == set()
+    with pytest.raises(CompileError, match=r"^the poptorch backend needs a torch\.nn\.Module, got function$"):
+        make_backend().compile(lambda x: x, (batch(),), "fp32", {})
+    with pytest.raises(
+        CompileError,
+        match=r"^the poptorch backend runs on 'ipu' or 'ipu:N' .*not 'gpu' \(compiling Sequential\)$",
+    ):
+        make_backend("gpu").compile(mlp(), (batch(),), "fp32", {})
+
+
+# -- close and latency --------------------------------------------------------------------------
+
+
+def test_close_detaches_and_destroys_once_and_later_runs_fail(fake):
+    compiled = make_backend().compile(mlp(), (batch(),), "fp32", {})
+    executor = fake.executors[-1]
+    compiled.close()
+    assert not executor.isCompiled()
+    assert not executor.isAttachedToDevice()
+    assert fake.busy_ipus() == set()
+    compiled.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        compiled.run(*compiled.prepare_inputs((batch(),)))
+    assert device_latency(compiled) is None
+
+
+def test_close_destroys_even_when_detaching_fails(fake, monkeypatch):
+    compiled = make_backend().compile(mlp(), (batch(),), "fp32", {})
+    executor = fake.executors[-1]
+
+    def fail() -> None:
+        raise fake.createPoptorchError("Device is not attached")
+
+    monkeypatch.setattr(executor, "detachFromDevice", fail)
+    with pytest.raises(fake.Error, match="Device is not attached"):
+        compiled.close()
+    assert not executor.isCompiled()
+    assert fake.busy_ipus() == set()
+    compiled.close()
+
+
+def test_close_after_the_model_was_detached_by_hand(fake):
+    compiled = make_backend().compile(mlp(), (batch(),), "fp32", {})
+    executor = fake.executors[-1]
+    executor.detachFromDevice()
+    with pytest.raises(fake.Error, match=r"^'poptorch_py_error': Device is not attached$"):
+        executor.detachFromDevice()
+    compiled.close()
+    assert not executor.isCompiled()
+
+
+def test_a_run_after_detach_reattaches_as_poptorch_does(fake):
+    compiled = make_backend().compile(mlp(), (batch(),), "fp32", {})
+    try:
+        fake.executors[-1].detachFromDevice()
+        assert fake.busy_ipus() == set()
+        compiled.run(*compiled.prepare_inputs((batch(),)))
+        assert fake.busy_ipus() == {0}
+    finally:
+        compiled.close()
+
+
+def test_device_latency_reads_poptorchs_counters(fake):
+    fake.configure(iteration_s=0.004)
+    compiled = make_backend().compile(mlp(), (batch(),), "fp32", {"device_iterations": 4})
+    try:
+        assert device_latency(compiled) is None  # compiled, not run yet: no output tick
+        compiled.run(*compiled.prepare_inputs((batch(),)))
+        latency = device_latency(compiled)
+        assert latency is not None
+        assert json.loads(json.dumps(latency)) == latency
+        assert set(latency) == {
+            "round_trip",
+            "host_to_ipu",
+            "compute",
+            "ipu_to_host",
+            "samples",
+            "resolution_s",
+            "source",
+        }
+        assert latency["samples"] == 4  # output mode all: one per micro-batch
+        assert latency["resolution_s"] == 0.001
+        for key in ("round_trip", "host_to_ipu", "compute", "ipu_to_host"):
+            assert set(latency[key]) == {"min_s", "max_s", "avg_s"}
+            assert latency[key]["min_s"] <= latency[key]["avg_s"] <= latency[key]["max_s"]
+        assert latency["round_trip"]["avg_s"] == pytest.approx(0.004, abs=0.0011)
+        # The ipu_compile fixture hands out dataclasses.replace copies: they share the run callable.
+        copy = dataclasses.replace(compiled, compile_s=1.0)
+        assert device_latency(copy) == latency
+    finally:
+        compiled.close()
+
+
+def test_device_latency_of_other_models_is_none():
+    other = CompiledModel(
+        target="python:host",
+        backend="python",
+        device="host",
+        device_name="cpu",
+        precision="n/a",
+        io="host",
+        run=tuple,
+        prepare_inputs=tuple,
+        close=lambda: None,
+    )
+    assert device_latency(other) is None
+    assert device_latency(dataclasses.replace(other, run=lambda: None)) is None
+
+
+def test_the_fakes_perf_counters_have_poptorchs_shapes(fake):
+    executor = fake.inferenceModel(mlp(), fake.Options().deviceIterations(2).replicationFactor(2))
+    empty = {"input": [[]], "input_complete": [[]], "output": [[]], "output_complete": [[]]}
+    assert executor.getPerfCounters() == empty
+    assert executor.getLatency() == (0.0, 0.0, 0.0)
+    executor(batch())  # lazy compile on the first call
+    counters = executor.getPerfCounters()
+    assert [len(counters[k][0]) for k in ("input", "input_complete", "output", "output_complete")] == [
+        4,
+        4,
+        4,
+        4,
+    ]
+    assert all(round(t * 1000, 6) == int(round(t * 1000, 6)) for t in counters["input"][0])  # whole ms
+    with pytest.raises(fake.Error, match="Cycle count logging is disabled"):
+        executor.cycleCount()
+    executor.destroy()
+    assert executor.getPerfCounters() == empty
+    executor.destroy()  # nothing happens the second time
+
+
+# -- the same contract on the fake and, where installed, on real PopTorch -------------------------
+
+
+@pytest.fixture(params=["fake", "real"])
+def any_backend(request: pytest.FixtureRequest) -> PopTorchBackend:
+    if request.param == "fake":
+        return make_backend()
+    poptorch = pytest.importorskip("poptorch")
+    backend = PopTorchBackend(poptorch_module=poptorch, torch_module=torch)
+    availability = backend.availability()
+    if not availability.ok:
+        pytest.skip(availability.reason)
+    return backend
+
+
+def test_contract(any_backend):
+    model, x = mlp(), batch()
+    with torch.no_grad():
+        expected = model(x)
+    compiled = any_backend.compile(model, (x,), "fp32", {"device_iterations": 2})
+    try:
+        assert json.loads(json.dumps(dict(compiled.info))) == dict(compiled.info)
+        assert compiled.info["device_iterations"] == 2
+        out = compiled.run(*compiled.prepare_inputs((x,)))
+        assert torch.allclose(out, expected, atol=1e-3, rtol=1e-3)
+        latency = device_latency(compiled)
+        assert latency is not None
+        assert latency["samples"] == 2
+        with pytest.raises(CompileError, match="not a multiple of device_iterations"):
+            any_backend.compile(model, (batch(7),), "fp32", {"device_iterations": 2})
+    finally:
+        compiled.close()
+    compiled.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        compiled.run(*compiled.prepare_inputs((x,)))
+    assert json.loads(json.dumps(any_backend.describe())) == any_backend.describe()
