@@ -339,7 +339,8 @@ def test_a_failing_close_is_a_warning_and_the_others_are_still_closed(pytester: 
     result.assert_outcomes(passed=1, warnings=1)
     result.stdout.fnmatch_lines(
         [
-            "*PytestIpuWarning: pytest-ipu could not release compiled models or power sources: mine:cpu: device wedged"
+            "*PytestIpuWarning: pytest-ipu could not release compiled models or power sources: "
+            "mine:cpu: device wedged"
         ]
     )
     assert json.loads((pytester.path / "counts.json").read_text())["close"] == 2
