@@ -47,6 +47,7 @@ BUILTIN: Mapping[str, BackendEntry] = {
     ),
     # Graphcore IPUs. Their SDK wheels cannot come from PyPI; where absent they are listed as such.
     "poptorch": BackendEntry("pytest_ipu.backends.poptorch:PopTorchBackend", {}, ("ipu",)),
+    "popart": BackendEntry("pytest_ipu.backends.popart:PopArtBackend", {}, ("ipu",), uses_cache_dir=True),
     # TensorRT builds engines per shape and takes minutes for a large model: opt-in.
     "onnxruntime-trt": BackendEntry(
         "pytest_ipu.backends.onnxruntime:OrtBackend",

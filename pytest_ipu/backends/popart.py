@@ -95,6 +95,10 @@ NOT_INSTALLED = (
 )
 
 
+class _NotPopart(ImportError):
+    """A ``popart`` module that is not Graphcore's (PyPI has an unrelated project of that name)."""
+
+
 class PopArtBackend:
     """Runs ONNX models in a ``popart.InferenceSession`` on IPUs or the IPU Model simulator.
 
@@ -110,6 +114,10 @@ class PopArtBackend:
     ``partials_type`` (``None``, ``"float"`` or ``"half"``: matmul and convolution partials),
     ``enable_engine_caching`` and ``cache_path`` (the compiled executable cache; default
     ``<cache_dir>/popart-engines``) and ``opset`` (for exports, 6 to 11).
+
+    Compile phases: ``export`` (torch models), ``session`` (preparing the ONNX model, acquiring the
+    device, creating the session and ``prepareDevice``, which compiles the Poplar graph),
+    ``weights`` (``weightsFromHost``) and ``first_run``.
     """
 
     def __init__(
@@ -150,7 +158,7 @@ class PopArtBackend:
             module = importlib.import_module("popart")
             if not hasattr(module, "InferenceSession") or not hasattr(module, "DeviceManager"):
                 where = getattr(module, "__file__", None) or "unknown location"
-                raise ImportError(
+                raise _NotPopart(
                     f"the importable 'popart' module ({where}) is not Graphcore's PopART (it has no "
                     f"InferenceSession); uninstall it (pip uninstall popart): {NOT_INSTALLED}"
                 )
@@ -168,7 +176,7 @@ class PopArtBackend:
                 "onnx, e.g. 'import popart' at the top of conftest.py, or run the popart targets in "
                 "their own pytest run"
             )
-        if text.startswith("the importable 'popart' module"):
+        if isinstance(exc, _NotPopart):
             return text
         return (
             f"popart failed to import ({type(exc).__name__}: {text}); check that the enabled Poplar SDK "
@@ -360,12 +368,12 @@ class PopArtBackend:
 
     def _acquire(self, popart: ModuleType, num_ipus: int, label: str) -> Any:
         """An attached device of ``num_ipus`` IPUs, or ``BackendUnavailable`` naming the count."""
-        manager = popart.DeviceManager()
-        if self.simulator:
-            # Values go to the SDK as strings; it converts them with operator<<, so True would be "True".
-            return manager.createIpuModelDevice({"numIPUs": str(num_ipus)})
         what = f"{num_ipus} IPU(s) for {label}"
         try:
+            manager = popart.DeviceManager()
+            if self.simulator:
+                # The SDK turns option values into strings with operator<<: pass strings ("True" != "true").
+                return manager.createIpuModelDevice({"numIPUs": str(num_ipus)})
             if self._index is not None:
                 ids = _device_ids(popart, None, num_ipus)
                 if self._index not in ids:
@@ -606,6 +614,7 @@ def _fix_shape(
     """Set the input's unknown dimensions from the example (batch: the micro-batch); check known ones."""
     dims = vi.type.tensor_type.shape.dim
     wanted = (micro, *array.shape[1:])
+    declared = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims)
     if len(dims) != len(wanted):
         raise CompileError(
             f"input {vi.name!r} of the ONNX model {label} has {len(dims)} dimension(s) but the example input "
@@ -623,9 +632,8 @@ def _fix_shape(
                     f"{items} items, but the inputs have {array.shape[0]}; pass inputs with leading "
                     f"dimension {items}"
                 )
-            fixed = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims)
             raise CompileError(
-                f"input {vi.name!r} of the ONNX model {label} has shape {fixed} but the example input has "
+                f"input {vi.name!r} of the ONNX model {label} has shape {declared} but the example input has "
                 f"{tuple(array.shape)} (micro-batch {micro}); pass inputs of the model's shape"
             )
         if dim.HasField("dim_param"):

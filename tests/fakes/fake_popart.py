@@ -55,11 +55,15 @@ from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 from typing import Any
+from typing import ClassVar
 
 import numpy as np
 
 #: ``popart/__init__.py`` raises this when onnx was imported first (every SDK from 1.2 to 3.4).
-IMPORT_ERROR = "It looks like onnx has already been imported. Due to an ongoing issue, popart must be imported before onnx."
+IMPORT_ERROR = (
+    "It looks like onnx has already been imported. Due to an ongoing issue, "
+    "popart must be imported before onnx."
+)
 #: The ai.onnx opsets PopART 3.4 has op tables for (``willow/src/opsets.gen.hpp``).
 ONNX_OPSETS = range(6, 12)
 VIRTUAL_GRAPH_ATTRIBUTE = "__ipu_number"
@@ -68,7 +72,7 @@ TILES_PER_IPU = 1472  # a Mk2 (ipu2) IPU
 IPU_MODEL_TILES = 4  # defaultFewTiles: the IPU Model's default
 
 
-# -- exceptions, as popart.cpp registers them ----------------------------------------------------------------
+# -- exceptions, as popart.cpp registers them ------------------------------------------------------
 
 
 class popart_exception(Exception):
@@ -97,7 +101,7 @@ class FakeUndefinedBehaviour(AssertionError):
     """Something the real SDK does not check and would do wrongly (never raised on correct use)."""
 
 
-# -- enums ----------------------------------------------------------------------------------------------------
+# -- enums -----------------------------------------------------------------------------------------
 
 
 class _PyEnum(enum.Enum):
@@ -114,7 +118,7 @@ SyntheticDataMode = _PyEnum("SyntheticDataMode", ["Off", "Zeros", "RandomNormal"
 AnchorReturnTypeId = _PyEnum("AnchorReturnTypeId", ["Final", "EveryN", "All", "Sum"])
 
 
-# -- the fake machine -------------------------------------------------------------------------------------------
+# -- the fake machine ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -241,7 +245,7 @@ class PopartFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             raise ImportError(IMPORT_ERROR)
 
 
-# -- devices ----------------------------------------------------------------------------------------------------
+# -- devices ---------------------------------------------------------------------------------------
 
 
 class DeviceInfo:
@@ -367,7 +371,8 @@ class _DeviceManager23:
         self._system.events.append(f"acquire {numIpus}")
         if numIpus > 0 and numIpus & (numIpus - 1):
             raise popart_exception(
-                f"You have attempted to acquire {numIpus} IPUs. The number of IPUs requested must be a power of two"
+                f"You have attempted to acquire {numIpus} IPUs. The number of IPUs requested must be a "
+                "power of two"
             )
         if connectionType == DeviceConnectionType.Never:
             raise popart_exception(
@@ -518,13 +523,13 @@ def _host_device_options(options: Mapping[str, object], valid: tuple[str, ...], 
     return out
 
 
-# -- data flow and options ------------------------------------------------------------------------------------
+# -- data flow and options -------------------------------------------------------------------------
 
 
 class AnchorReturnType:
     """``AnchorReturnType("ALL" | "FINAL" | "SUM")`` or ``AnchorReturnType("EVERYN", period)``."""
 
-    _IDS = {
+    _IDS: ClassVar[dict[str, Any]] = {
         "final": AnchorReturnTypeId.Final,
         "everyn": AnchorReturnTypeId.EveryN,
         "all": AnchorReturnTypeId.All,
@@ -720,7 +725,7 @@ class PyStepIO:
         self.runtime_asserts = b
 
 
-# -- models ---------------------------------------------------------------------------------------------------
+# -- models ----------------------------------------------------------------------------------------
 
 
 def _load_model(model: bytes | str | Path) -> Any:
@@ -840,7 +845,7 @@ class Builder:
         self._annotate(id, PIPELINE_STAGE_ATTRIBUTE, stage)
 
 
-# -- sessions -------------------------------------------------------------------------------------------------
+# -- sessions --------------------------------------------------------------------------------------
 
 
 class InferenceSession:
@@ -894,9 +899,10 @@ class InferenceSession:
         opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=10)
         if options.strictOpVersions and opset not in ONNX_OPSETS:
             raise popart_exception(
-                "Internal error encounterd when checking op version against opset.\nCould not find domain and "
-                f"version ai.onnx {opset} in opsets. This could be due to the generated files being out of "
-                "date. This check may be disabled by setting popart::SessionOptions::strictOpVersions to false."
+                "Internal error encounterd when checking op version against opset.\nCould not find domain "
+                f"and version ai.onnx {opset} in opsets. This could be due to the generated files being out "
+                "of date. This check may be disabled by setting popart::SessionOptions::strictOpVersions "
+                "to false."
             )
         initializers = {t.name for t in model.graph.initializer}
         for vi in model.graph.input:
@@ -912,8 +918,8 @@ class InferenceSession:
                 if d.HasField("dim_param") or d.dim_value <= 0:
                     unknown = d.dim_param if d.HasField("dim_param") else str(d.dim_value)
                     raise popart_exception(
-                        f"Input tensor '{vi.name}' must be specified in InputShapeInfo, as it has shape {shown}, "
-                        f"which uses an unknown value '{unknown}'."
+                        f"Input tensor '{vi.name}' must be specified in InputShapeInfo, as it has shape "
+                        f"{shown}, which uses an unknown value '{unknown}'."
                     )
         if dataflow.nAnchors() == 0:
             raise popart_exception("User must specify an anchor tensor when doing inference.")
@@ -926,16 +932,16 @@ class InferenceSession:
         mode = options.virtualGraphMode
         if options.enablePipelining and (mode == VirtualGraphMode.Off or graphs == 1):
             raise popart_exception(
-                f"Pipelining requires more than 1 IPU (currently {graphs}) and the 'virtualGraphMode' session "
-                f"option to not be VirtualGraphMode::Off (currently {mode})."
+                f"Pipelining requires more than 1 IPU (currently {graphs}) and the 'virtualGraphMode' "
+                f"session option to not be VirtualGraphMode::Off (currently {mode})."
             )
         annotated = any(
             a.name == VIRTUAL_GRAPH_ATTRIBUTE for node in model.graph.node for a in node.attribute
         )
         if mode == VirtualGraphMode.Manual and not annotated:
             raise popart_exception(
-                f"SessionOptions flag virtualGraphMode is {mode}, but no Ops have been annotated with virtual "
-                "graph information. This is an inconsistent combination. "
+                f"SessionOptions flag virtualGraphMode is {mode}, but no Ops have been annotated with "
+                "virtual graph information. This is an inconsistent combination. "
             )
 
     @property
@@ -984,7 +990,7 @@ class InferenceSession:
         self.weights_written = True
 
     def initAnchorArrays(self) -> dict[str, np.ndarray]:
-        """Arrays shaped ``[bps, accumulation, replicas]`` (ALL) etc., dimensions of 1 dropped, + the tensor's."""
+        """Arrays of ``[bps, accumulation, replicas]`` (ALL) etc., dimensions of 1 dropped, + the tensor's."""
         self._system.events.append("initAnchorArrays")
         arrays = {}
         bps = self.dataflow.batchesPerStep()
@@ -1071,8 +1077,8 @@ class InferenceSession:
         for tid, array in stepio.outputs.items():
             if not self.dataflow.isAnchored(tid):
                 raise popart_runtime_error(
-                    f"Testing that the buffer provided by user for output Tensor {tid} has the correct number "
-                    f"of elements,  But there is no Tensor named {tid} in the Ir's tensors. "
+                    f"Testing that the buffer provided by user for output Tensor {tid} has the correct "
+                    f"number of elements,  But there is no Tensor named {tid} in the Ir's tensors. "
                 )
             if array.size != self._expected_out(tid):
                 art = self.dataflow.art(tid)

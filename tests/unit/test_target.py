@@ -123,6 +123,7 @@ def test_registry_has_torch_onnxruntime_and_ipus_by_default_and_the_slow_compile
         "onnxruntime:cpu",
         "onnxruntime:cuda",
         "poptorch:ipu",
+        "popart:ipu",
     }
     opt_in = set(backends.all_candidates()) - set(backends.auto_candidates())
     assert {str(t) for t in opt_in} == {"torch-compile:cpu", "torch-compile:cuda", "onnxruntime-trt:cuda"}
