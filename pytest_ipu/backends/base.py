@@ -10,6 +10,7 @@ from dataclasses import field
 from typing import Any
 from typing import Protocol
 
+from pytest_ipu.errors import CompileError
 from pytest_ipu.parity import Parity
 
 
@@ -59,6 +60,20 @@ class CompiledModel:
     compile_cached: bool = False
     #: The output comparison against the reference, when ``ipu_compile(..., parity=True)`` asked.
     parity: Parity | None = None
+
+
+def merge_options(
+    backend: str, defaults: Mapping[str, object], given: Mapping[str, object], model: str
+) -> dict[str, object]:
+    """``defaults`` overlaid with ``given``; an unknown option is a ``CompileError`` naming it, the
+    model and the options the backend allows."""
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise CompileError(
+            f"unknown {backend} backend option(s) {', '.join(map(repr, unknown))} for {model}; "
+            f"allowed: {', '.join(defaults)}"
+        )
+    return {**defaults, **given}
 
 
 class Backend(Protocol):

@@ -20,6 +20,7 @@ import numpy as np
 from pytest_ipu import onnx_export
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import merge_options
 from pytest_ipu.errors import CompileError
 from pytest_ipu.host import cpu_name
 
@@ -304,13 +305,7 @@ def _as_array(value: object, dtype: Any) -> np.ndarray:
 
 
 def _check_options(options: Mapping[str, object], model: object) -> dict[str, object]:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise CompileError(
-            f"unknown onnxruntime backend option(s) {', '.join(map(repr, unknown))} "
-            f"for {type(model).__name__}; allowed: {', '.join(OPTIONS)}"
-        )
-    opts = {**OPTIONS, **options}
+    opts = merge_options("onnxruntime", OPTIONS, options, type(model).__name__)
     if opts["graph_optimization_level"] not in _LEVELS:
         raise CompileError(
             f"onnxruntime option graph_optimization_level={opts['graph_optimization_level']!r}; "

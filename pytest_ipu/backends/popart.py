@@ -59,6 +59,7 @@ import numpy as np
 from pytest_ipu import onnx_export
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import merge_options
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 
@@ -706,13 +707,7 @@ def _engine_cache(opts: Mapping[str, object], cache_dir: Path) -> str | None:
 
 
 def _check_options(options: Mapping[str, object], label: str) -> dict[str, object]:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise CompileError(
-            f"unknown popart backend option(s) {', '.join(map(repr, unknown))} for {label}; "
-            f"allowed: {', '.join(OPTIONS)}"
-        )
-    opts = {**OPTIONS, **options}
+    opts = merge_options("popart", OPTIONS, options, label)
     for key in ("batches_per_step", "replicated_graphs", "ipus"):
         value = opts[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

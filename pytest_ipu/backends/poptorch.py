@@ -26,6 +26,7 @@ from typing import Any
 
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import merge_options
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from pytest_ipu.runtime_warnings import runtime_internals_quiet
@@ -443,12 +444,7 @@ def _positive_int(opts: Mapping[str, object], key: str, name: str) -> int:
 
 def _check_options(options: Mapping[str, object], name: str, precision: str) -> dict[str, object]:
     """Every rule PopTorch would enforce late (or with a long message), checked up front."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise CompileError(
-            f"unknown poptorch backend option(s) {', '.join(map(repr, unknown))} for {name}; "
-            f"allowed: {', '.join(OPTIONS)}"
-        )
+    merge_options("poptorch", OPTIONS, options, name)
     if precision not in _PRECISIONS:
         raise CompileError(
             f"precision {precision!r} is not supported by the poptorch backend ({name}); use fp16 "

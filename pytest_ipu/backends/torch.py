@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import merge_options
 from pytest_ipu.errors import CompileError
 from pytest_ipu.host import cpu_name
 from pytest_ipu.runtime_warnings import runtime_internals_quiet
@@ -242,13 +243,7 @@ def _map_tensors(obj: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 def _check_options(options: Mapping[str, object], model: object) -> dict[str, object]:
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise CompileError(
-            f"unknown torch backend option(s) {', '.join(map(repr, unknown))} for {_model_name(model)}; "
-            f"allowed: {', '.join(OPTIONS)}"
-        )
-    opts = {**OPTIONS, **options}
+    opts = merge_options("torch", OPTIONS, options, _model_name(model))
     if opts["io"] not in _IO:
         raise CompileError(
             f"torch backend option io={opts['io']!r} for {_model_name(model)}; use 'host' or 'device'"
