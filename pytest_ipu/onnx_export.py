@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import importlib.metadata
 import inspect
+import io
 import json
 import logging
 import os
@@ -30,8 +31,10 @@ from typing import Any
 from pytest_ipu.errors import PytestIpuError
 from pytest_ipu.runtime_warnings import runtime_internals_quiet
 
-#: The opset used unless a caller asks for another; ONNX Runtime and PopART both read it.
+#: The opset used unless a caller asks for another (ONNX Runtime reads it; PopART 3.x asks for 11).
 DEFAULT_OPSET = 18
+#: The lowest opset torch's dynamo exporter writes; below it the TorchScript exporter is used.
+DYNAMO_MIN_OPSET = 18
 _FORMAT = 2  # bump when the cache layout or the export recipe changes
 
 
@@ -82,13 +85,12 @@ def export(
     if found is not None:
         return found
     start = time.perf_counter_ns()
-    program = _export(model, example_inputs, options)
+    data = _export(model, example_inputs, options)
     cache_dir.mkdir(parents=True, exist_ok=True)
     with _atomic_path(onnx_path) as tmp:
-        program.save(str(tmp))
+        tmp.write_bytes(data)
     digest = _sha256(onnx_path)
-    names = tuple(str(i.name) for i in program.model.graph.inputs)
-    opset = int(program.model.opset_imports.get("", options.opset))
+    names, opset = _inputs_and_opset(data)
     meta = {
         "format": _FORMAT,
         "sha256": digest,
@@ -151,7 +153,21 @@ def _cached(onnx_path: Path, meta_path: Path) -> ExportedModel | None:
         return None  # missing, unreadable or corrupt: export again
 
 
-def _export(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -> Any:
+def _inputs_and_opset(data: bytes) -> tuple[tuple[str, ...], int]:
+    """The graph's input names (initializers excluded) and its default-domain opset."""
+    import onnx
+
+    proto = onnx.load_from_string(data)
+    weights = {t.name for t in proto.graph.initializer}
+    names = tuple(i.name for i in proto.graph.input if i.name not in weights)
+    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    return names, int(opset)
+
+
+def _export(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -> bytes:
+    """The exported model as bytes: torch's dynamo exporter from opset 18 up, and its TorchScript
+    exporter below, which the dynamo exporter cannot write (it converts down, and keeps opset 18
+    where the conversion fails) but PopART 3.x needs (it reads opsets 6 to 11)."""
     import torch
 
     half = options.precision == "fp16"
@@ -164,7 +180,11 @@ def _export(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -
     dynamic = tuple({0: batch} if t.dim() and t.shape[0] == size else None for t in inputs)
     try:
         with _quiet_exporter():
-            return torch.onnx.export(
+            if options.opset < DYNAMO_MIN_OPSET:
+                return _export_torchscript(
+                    torch, module, inputs, [d is not None for d in dynamic], options.opset
+                )
+            program = torch.onnx.export(
                 module,
                 inputs,
                 dynamo=True,
@@ -172,8 +192,29 @@ def _export(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -
                 opset_version=options.opset,
                 verbose=False,
             )
+            if program is None:  # only when torch.onnx.export is given a file to write
+                raise RuntimeError("the exporter returned no ONNX program")
+            data: bytes = program.model_proto.SerializeToString()
+            return data
     except Exception as exc:
         raise ExportError(f"torch.onnx.export failed for {type(model).__name__}: {_reason(exc)}") from exc
+
+
+def _export_torchscript(
+    torch: Any, module: Any, inputs: tuple[Any, ...], batched: list[bool], opset: int
+) -> bytes:
+    names = [f"input_{i}" for i in range(len(inputs))]
+    buffer = io.BytesIO()
+    torch.onnx.export(
+        module,
+        inputs,
+        buffer,
+        dynamo=False,
+        input_names=names,
+        dynamic_axes={name: {0: "batch"} for name, b in zip(names, batched, strict=True) if b},
+        opset_version=opset,
+    )
+    return buffer.getvalue()
 
 
 def _reason(exc: BaseException) -> str:

@@ -295,11 +295,13 @@ def test_a_corrupt_cache_entry_is_rebuilt(tmp_path, tiny_export, corrupt):
 
 
 def test_a_failed_write_leaves_neither_the_file_nor_a_temporary(tmp_path, monkeypatch):
-    def save_half_then_fail(self, destination, *args, **kwargs):
-        Path(destination).write_bytes(b"half an onnx file")
+    write_bytes = Path.write_bytes
+
+    def write_half_then_fail(self, data):
+        write_bytes(self, data[: len(data) // 2])
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(torch.onnx.ONNXProgram, "save", save_half_then_fail)
+    monkeypatch.setattr(Path, "write_bytes", write_half_then_fail)
     with pytest.raises(OSError, match="No space left on device"):
         onnx_export.export(tiny(), (torch.randn(2, 4),), tmp_path)
     assert _files(tmp_path) == []
@@ -406,3 +408,20 @@ def test_only_inputs_with_the_batch_size_get_a_dynamic_leading_dimension(tmp_pat
         None, {session.get_inputs()[0].name: x.numpy(), session.get_inputs()[1].name: mask.numpy()}
     )
     np.testing.assert_allclose(out, model(x, mask).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("opset", [11, 17, 18])
+def test_the_file_has_the_opset_asked_for_and_a_dynamic_batch(tmp_path, opset):
+    """Below opset 18 the TorchScript exporter writes it; from 18 up the dynamo exporter does."""
+    import onnxruntime as ort
+
+    model = tiny()
+    exported = onnx_export.export(model, (torch.randn(2, 4),), tmp_path, ExportOptions(opset=opset))
+    assert exported.opset == opset
+    session = ort.InferenceSession(str(exported.path), providers=["CPUExecutionProvider"])
+    (x_input,) = session.get_inputs()
+    assert x_input.name == exported.input_names[0]
+    assert isinstance(x_input.shape[0], str)
+    x = torch.randn(7, 4)
+    (out,) = session.run(None, {x_input.name: x.numpy()})
+    np.testing.assert_allclose(out, model(x).detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -190,16 +190,13 @@ def test_the_compile_reports_its_phases_and_facts(backend, opset11_exporter):
     compiled.close()
 
 
-def test_a_torch_export_left_at_an_opset_popart_cannot_import_is_a_compile_error(backend, fake, tmp_path):
-    """torch's dynamo exporter cannot convert this model below opset 18; PopART 3.x imports 6 to 11."""
-    with pytest.raises(CompileError) as excinfo:
-        backend.compile(small_net(), (_inputs(2),), "fp32", {})
-    assert str(excinfo.value) == (
-        "torch exported SmallNet at ONNX opset 18 (converting it down to opset 11 failed), and PopART 3.x "
-        "imports ONNX opsets 6 to 11 only; export the model yourself with torch.onnx.export(model, inputs, "
-        "'model.onnx', dynamo=False, opset_version=11) and pass the ONNX file"
-    )
-    assert "acquire 1" not in fake.system.events  # refused before any IPU was taken
+def test_the_real_export_writes_opset_11_for_popart_and_runs(backend, fake):
+    """onnx_export uses torch's TorchScript exporter below opset 18, so PopART gets opset 11."""
+    x = _inputs(4)
+    compiled = backend.compile(small_net(), (x,), "fp32", {})
+    assert compiled.info["opset"] == 11
+    np.testing.assert_allclose(_run(compiled, x)[0], _eager(x), rtol=1e-5, atol=1e-6)
+    compiled.close()
 
 
 # -- ONNX models ------------------------------------------------------------------------------------------
