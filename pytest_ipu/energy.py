@@ -31,8 +31,19 @@ class CoverageError(ValueError):
     """The readings do not span the whole window, so its energy cannot be known."""
 
 
-def integrate(rule: Rule, t_ns: Sequence[int], values: Sequence[float], start_ns: int, end_ns: int) -> float:
-    """Energy in joules over ``[start_ns, end_ns]`` by ``rule``; raises ``CoverageError``."""
+def integrate(
+    rule: Rule,
+    t_ns: Sequence[int],
+    values: Sequence[float],
+    start_ns: int,
+    end_ns: int,
+    refresh_ns: float | None = None,
+) -> float:
+    """Energy in joules over ``[start_ns, end_ns]`` by ``rule``; raises ``CoverageError``.
+
+    ``refresh_ns`` (counters only) is the counter's refresh period, when known: a change seen at a
+    reading then happened within that period before it, however long ago the previous reading was.
+    """
     t = np.asarray(t_ns, dtype=np.float64)
     v = np.asarray(values, dtype=np.float64)
     if t.shape != v.shape or t.ndim != 1:
@@ -45,7 +56,7 @@ def integrate(rule: Rule, t_ns: Sequence[int], values: Sequence[float], start_ns
     if np.any(np.diff(t) <= 0):
         raise ValueError("timestamps must increase strictly")
     if rule == "counter_delta":
-        ct, cv = _change_points(t, v)
+        ct, cv = _change_points(t, v, refresh_ns)
         return float(np.interp(end_ns, ct, cv) - np.interp(start_ns, ct, cv))
     if rule == "trapezoid":
         return _trapezoid(t, v, float(start_ns), float(end_ns))
@@ -54,14 +65,16 @@ def integrate(rule: Rule, t_ns: Sequence[int], values: Sequence[float], start_ns
     raise ValueError(f"unknown integration rule {rule!r}")
 
 
-def _change_points(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _change_points(t: np.ndarray, v: np.ndarray, refresh_ns: float | None) -> tuple[np.ndarray, np.ndarray]:
     """Where a held counter changed: the first reading of each new value, moved back to the
-    midpoint of the gap in which it changed. The first and last readings are kept as they are, so
-    the series still spans what the readings spanned."""
+    midpoint of the interval in which it changed: since the previous reading, and no longer ago
+    than one refresh period when that is known. The first and last readings are kept as they are,
+    so the series still spans what the readings spanned."""
     changed = np.flatnonzero(np.diff(v) != 0) + 1
     if len(changed) == 0:
         return t, v
-    times = (t[changed - 1] + t[changed]) / 2.0
+    earliest = t[changed - 1] if refresh_ns is None else np.maximum(t[changed - 1], t[changed] - refresh_ns)
+    times = (earliest + t[changed]) / 2.0
     ct = np.concatenate(([t[0]], times, [t[-1]]))
     cv = np.concatenate(([v[0]], v[changed], [v[-1]]))
     # A change right after the first reading can land on it; keep the times strictly increasing.

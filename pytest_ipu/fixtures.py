@@ -216,7 +216,9 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
             power = not_measured(source_name, reason)
         else:
             with meter.sampling() as trace:
-                start_ns, end_ns = measure.timed_rounds(benchmark, compiled.run, args, planned)
+                start_ns, end_ns = measure.timed_rounds(
+                    benchmark, compiled.run, args, planned, on_start=meter.mark, on_end=meter.mark
+                )
             power = meter.result(trace, start_ns, end_ns, items * planned, rounds_fixed=fixed is not None)
         window_s = (end_ns - start_ns) * 1e-9
         latency = metrics.summarize_latency(list(benchmark.stats.stats.data))
@@ -295,11 +297,13 @@ def ipu_power(request: pytest.FixtureRequest, ipu_settings: Settings) -> Power:
             window.result = not_measured(name, reason)
             return
         with meter.sampling() as trace:
+            meter.mark()
             start = time.perf_counter_ns()
             try:
                 yield window
             finally:
                 end = time.perf_counter_ns()
+                meter.mark()
         window.result = meter.result(trace, start, end, window.items, rounds_fixed=True)
 
     return measure_power

@@ -78,19 +78,25 @@ def timed_rounds(
     args: Sequence[Any],
     rounds: int,
     clock: Clock = time.perf_counter_ns,
+    on_start: Callable[[], None] | None = None,
+    on_end: Callable[[], None] | None = None,
 ) -> tuple[int, int]:
     """Run ``rounds`` timed rounds through ``benchmark.pedantic``; return the window's edges (ns).
 
     pytest-benchmark times each call; the window runs from just before the first round's call to
     just after the last one's, so it includes pytest-benchmark's bookkeeping between rounds, as a
     wall-clock throughput must. The marks are taken in pedantic's setup/teardown, outside the
-    timed calls.
+    timed calls. ``on_start`` runs just before the window opens and ``on_end`` just after it closes
+    (reading an energy counter at the exact edges, say), both outside it.
     """
     marks: list[int] = []
+    ended = [0]
 
     def mark_start() -> None:
         # Returning None matters: pedantic treats a truthy return as replacement arguments.
         if not marks:
+            if on_start is not None:
+                on_start()
             marks.append(clock())
 
     def mark_end(*_: object) -> None:
@@ -99,6 +105,9 @@ def timed_rounds(
             marks[1] = end
         else:
             marks.append(end)
+        ended[0] += 1
+        if ended[0] == rounds and on_end is not None:
+            on_end()
 
     benchmark.pedantic(
         fn,

@@ -30,6 +30,8 @@ MIN_SAMPLES = 10
 MAX_MISSED = 0.10
 #: Sampling rate limits: at least 10 Hz (R4), at most 1 kHz (a Python thread's honest ceiling).
 MIN_HZ, MAX_HZ, MAX_COUNTER_HZ = 10.0, 1000.0, 100.0
+#: Counters refreshing at least this often are read at the edges and at FAST_COUNTER_HZ between.
+FAST_COUNTER_S, FAST_COUNTER_HZ = 0.010, 2.0
 #: When the sensor's period could not be discovered: fast enough for a 100 ms sensor either way.
 UNKNOWN_PERIOD_HZ = 100.0
 
@@ -97,18 +99,21 @@ def min_window_s(update_period_s: float | None) -> float:
 def sample_hz(requested: float | None, update_period_s: float | None, kind: str = "instant_power") -> float:
     """The rate to sample at: as asked, else a multiple of the sensor's rate, within [10 Hz, 1 kHz].
 
-    Power sensors are read at twice their rate (R4), up to 1 kHz. Energy counters are read at ten
-    times theirs, up to 100 Hz: the counter is exact at each refresh, and reading it faster pins
-    down when each refresh happened, which is what the window's edges need (see ``energy``); past
-    100 Hz (RAPL refreshes every ~1 ms) the edges are already within 5 ms, 0.2 % of a 5 s window,
-    and a faster thread would only compete with the workload for the interpreter.
+    Power sensors are read at twice their rate (R4), up to 1 kHz. Energy counters are also read at
+    the window's exact edges (``PowerMeter.mark``). One that refreshes within 10 ms (RAPL, ~1 ms)
+    is then exact to that refresh at the edges, and the thread only has to read it often enough to
+    unwrap it: 2 Hz. Slower counters (NVML, ~100 ms) are read at ten times their rate, up to
+    100 Hz, which pins down when each refresh happened near the edges (see ``energy``).
     """
     if requested is not None:
         return requested
     if not update_period_s:
         return UNKNOWN_PERIOD_HZ
-    multiple, ceiling = (10.0, MAX_COUNTER_HZ) if kind == "energy_counter" else (2.0, MAX_HZ)
-    return min(ceiling, max(MIN_HZ, multiple / update_period_s))
+    if kind == "energy_counter":
+        if update_period_s <= FAST_COUNTER_S:
+            return FAST_COUNTER_HZ
+        return min(MAX_COUNTER_HZ, max(MIN_HZ, 10.0 / update_period_s))
+    return min(MAX_HZ, max(MIN_HZ, 2.0 / update_period_s))
 
 
 @dataclass
@@ -122,6 +127,7 @@ class PowerMeter:
     devices: list[PowerDevice] = field(default_factory=list)
     idle_w: dict[str, float] = field(default_factory=dict)
     _opened: bool = False
+    _active: PowerSampler | None = None
 
     @property
     def rate_hz(self) -> float:
@@ -153,12 +159,25 @@ class PowerMeter:
     @contextlib.contextmanager
     def sampling(self) -> Iterator[Trace]:
         """Sample for the duration of the block (the window must lie inside it)."""
-        with PowerSampler(self.source, self.rate_hz, clock=self.clock) as trace:
-            yield trace
+        sampler = PowerSampler(self.source, self.rate_hz, clock=self.clock)
+        self._active = sampler
+        try:
+            with sampler as trace:
+                yield trace
+        finally:
+            self._active = None
+
+    def mark(self) -> None:
+        """At a window's edge: read an energy counter now (R2), so the edge needs no interpolation
+        over the thread's readings. Power sensors need no edge reading; this does nothing for them."""
+        if self._active is not None and self.source.kind == "energy_counter":
+            self._active.mark()
 
     def _joules(self, trace: Trace, device_id: str, start_ns: int, end_ns: int) -> float:
         t, v = trace.series(device_id)
-        return energy.integrate(_RULE[self.source.kind], t, v, start_ns, end_ns)  # type: ignore[arg-type]
+        period = self.source.update_period_s()
+        refresh = period * 1e9 if period and self.source.kind == "energy_counter" else None
+        return energy.integrate(_RULE[self.source.kind], t, v, start_ns, end_ns, refresh)  # type: ignore[arg-type]
 
     def result(self, trace: Trace, start_ns: int, end_ns: int, items: int, rounds_fixed: bool) -> PowerResult:
         """Integrate ``trace`` over the window, check it (R18) and derive the per-item figures."""

@@ -43,8 +43,10 @@ class Trace:
         return n / ((end_ns - start_ns) * 1e-9) if end_ns > start_ns else 0.0
 
     def series(self, device_id: str) -> tuple[list[int], list[float]]:
-        """Timestamps and values of one device."""
-        return list(self.t_ns), [v[device_id] for v in self.values]
+        """Timestamps and values of one device, in time order (edge readings taken by ``mark`` can
+        land between the thread's)."""
+        order = sorted(range(len(self.t_ns)), key=self.t_ns.__getitem__)
+        return [self.t_ns[i] for i in order], [self.values[i][device_id] for i in order]
 
 
 def next_deadline(now_ns: int, start_ns: int, period_ns: int) -> int:
@@ -74,6 +76,7 @@ class PowerSampler:
         self._period_ns = max(1, round(1e9 / hz))
         self._clock = clock
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         # Event.wait rather than sleep: stop() must not have to wait out a long period.
         self._wait: Wait = wait or self._stop.wait
         self._thread: threading.Thread | None = None
@@ -81,11 +84,21 @@ class PowerSampler:
         self.trace = Trace(requested_hz=hz)
 
     def _read(self) -> None:
-        before = self._clock()
-        values = self._source.read()
-        after = self._clock()
-        self.trace.t_ns.append((before + after) // 2)
-        self.trace.values.append(dict(values))
+        # One reading at a time: ``mark`` reads from the caller's thread while the sampler runs.
+        with self._lock:
+            before = self._clock()
+            values = self._source.read()
+            after = self._clock()
+            self.trace.t_ns.append((before + after) // 2)
+            self.trace.values.append(dict(values))
+
+    def mark(self) -> None:
+        """Take a reading now, from the calling thread: the exact edges of a window (R2)."""
+        if self.trace.error is None:
+            try:
+                self._read()
+            except Exception as error:  # kept like the thread's errors: the window is invalid
+                self.trace.error = error
 
     def _loop(self, start_ns: int) -> None:
         deadline = start_ns + self._period_ns

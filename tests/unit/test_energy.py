@@ -109,3 +109,24 @@ def test_constant_power_p_over_t_gives_p_times_t(power, seconds, rule):
     t = np.linspace(0, seconds * S, 50).astype(np.int64)
     joules = integrate(rule, t, np.full(len(t), power), int(t[1]), int(t[-2]))
     assert joules == pytest.approx(power * (t[-2] - t[1]) * 1e-9, rel=1e-9)
+
+
+def test_a_known_refresh_period_bounds_how_long_ago_a_change_happened():
+    # A counter refreshed every 1 ms, read sparsely (0.5 s apart) and exactly at the window edges,
+    # under power that steps from 300 W to 100 W just as the window opens and back as it closes.
+    reads = np.array([0.0, 0.5, 0.8003, 1.0, 1.5, 2.0, 2.3002, 2.5, 3.0])
+    start_s, end_s = 0.8003, 2.3002
+
+    def energy_at(t: float) -> float:
+        t = np.floor(t / 0.001) * 0.001  # held between refreshes
+        inside = min(max(t - start_s, 0.0), end_s - start_s)
+        return 300.0 * (t - inside) + 100.0 * inside
+
+    t_ns = (reads * S).astype(np.int64)
+    values = [energy_at(r) for r in reads]
+    truth = 100.0 * (end_s - start_s)
+    with_period = integrate("counter_delta", t_ns, values, int(start_s * S), int(end_s * S), refresh_ns=1e6)
+    assert with_period == pytest.approx(truth, rel=2e-3)
+    # Without the period the edge changes are placed midway into 0.3 s and 0.2 s gaps: far off.
+    without = integrate("counter_delta", t_ns, values, int(start_s * S), int(end_s * S))
+    assert abs(without - truth) / truth > 0.05

@@ -209,3 +209,21 @@ def test_timed_rounds_with_scripted_clock():
     window = (end - start) * 1e-9
     assert window == pytest.approx(9_500e-9, rel=1e-12)
     assert clock.reads == 4
+
+
+def test_edge_callbacks_run_once_just_outside_the_window():
+    clock = ScriptedClock([10_000, 12_000, 15_000, 19_500])
+    bench = FakeBenchmark(SimulatedClock())
+    seen: list[tuple[str, int]] = []
+    start, end = measure.timed_rounds(
+        bench,
+        lambda: bench.events.append("call"),
+        (),
+        3,
+        clock=clock,
+        on_start=lambda: seen.append(("start", clock.reads)),
+        on_end=lambda: seen.append(("end", clock.reads)),
+    )
+    # on_start before the first clock read (the window opens after it); on_end after the last.
+    assert seen == [("start", 0), ("end", 4)]
+    assert (start, end) == (10_000, 19_500)

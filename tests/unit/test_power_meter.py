@@ -378,10 +378,13 @@ def test_min_window_is_5_s_or_20_sensor_periods(period, expected):
         (None, 0.01, "instant_power", 200.0),
         (None, 0.001, "instant_power", 1000.0),  # 2 kHz capped
         (None, 1.0, "instant_power", 10.0),  # 2 Hz raised to the floor
-        # energy counters: ten times their rate, capped at 100 Hz
+        # energy counters: ten times their rate, capped at 100 Hz; those refreshing within 10 ms
+        # are read at the window's edges instead, and at 2 Hz between them to unwrap
         (None, 0.5, "energy_counter", 20.0),
         (None, 0.1, "energy_counter", 100.0),
-        (None, 0.001, "energy_counter", 100.0),  # RAPL: 10 kHz capped at 100 Hz
+        (None, 0.011, "energy_counter", 100.0),
+        (None, 0.01, "energy_counter", 2.0),
+        (None, 0.001, "energy_counter", 2.0),  # RAPL
         (None, 5.0, "energy_counter", 10.0),
         # an unknown update period: 100 Hz, fast enough for a 100 ms sensor (docs/power.md)
         (None, None, "instant_power", 100.0),
@@ -401,7 +404,7 @@ def test_the_default_kind_of_sample_hz_is_a_power_sensor():
     assert sample_hz(None, 0.01) == pytest.approx(200.0)
 
 
-@pytest.mark.parametrize(("kind", "expected"), [("instant_power", 200.0), ("energy_counter", 100.0)])
+@pytest.mark.parametrize(("kind", "expected"), [("instant_power", 200.0), ("energy_counter", 2.0)])
 def test_meter_rate_uses_the_source_period_and_kind(kind, expected):
     assert PowerMeter(FakePowerSource(kind, update_period_s=0.01)).rate_hz == pytest.approx(expected)
     assert PowerMeter(FakePowerSource(kind), hz=33.0).rate_hz == 33.0
