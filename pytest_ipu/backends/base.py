@@ -62,6 +62,24 @@ class CompiledModel:
     parity: Parity | None = None
 
 
+class NamedBackend:
+    """What every built-in backend reports about itself, fixed when it is made."""
+
+    def __init__(self, name: str, device: str) -> None:
+        self._name = name
+        self._device = device
+
+    @property
+    def name(self) -> str:
+        """The registry name, e.g. ``torch`` or ``onnxruntime-trt``."""
+        return self._name
+
+    @property
+    def device(self) -> str:
+        """The device it runs on, e.g. ``cpu``, ``cuda:0`` or ``ipu``."""
+        return self._device
+
+
 def merge_options(
     backend: str, defaults: Mapping[str, object], given: Mapping[str, object], model: str
 ) -> dict[str, object]:

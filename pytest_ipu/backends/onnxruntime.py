@@ -20,6 +20,7 @@ import numpy as np
 from pytest_ipu import onnx_export
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.errors import CompileError
 from pytest_ipu.host import cpu_name
@@ -47,7 +48,7 @@ _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "ten
 _PRECISION_OF_TYPE = {"tensor(float)": "fp32", "tensor(float16)": "fp16"}
 
 
-class OrtBackend:
+class OrtBackend(NamedBackend):
     """Runs ONNX models in an ``onnxruntime.InferenceSession``.
 
     ``provider`` is ``cpu``, ``cuda`` or ``tensorrt`` (the last two on ``cuda[:N]`` devices). A torch
@@ -69,23 +70,12 @@ class OrtBackend:
         cache_dir: Path | None = None,
         ort_module: ModuleType | None = None,
     ) -> None:
-        self._name = name
-        self._device = device or "cpu"
+        super().__init__(name, device or "cpu")
         self._provider = provider or ("cpu" if self._device == "cpu" else "cuda")
         if self._provider not in _PROVIDERS:
             raise ValueError(f"onnxruntime provider must be one of {', '.join(_PROVIDERS)}, got {provider!r}")
         self._cache_dir = cache_dir or Path(".pytest-ipu-cache")
         self._ort = ort_module
-
-    @property
-    def name(self) -> str:
-        """The registry name (``onnxruntime`` or ``onnxruntime-trt``)."""
-        return self._name
-
-    @property
-    def device(self) -> str:
-        """``cpu``, ``cuda`` or ``cuda:N``."""
-        return self._device
 
     @property
     def provider(self) -> str:

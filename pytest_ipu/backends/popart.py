@@ -59,6 +59,7 @@ import numpy as np
 from pytest_ipu import onnx_export
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
@@ -100,7 +101,7 @@ class _NotPopart(ImportError):
     """A ``popart`` module that is not Graphcore's (PyPI has an unrelated project of that name)."""
 
 
-class PopArtBackend:
+class PopArtBackend(NamedBackend):
     """Runs ONNX models in a ``popart.InferenceSession`` on IPUs or the IPU Model simulator.
 
     ``device`` is ``ipu`` (any free IPUs), ``ipu:N`` (device id ``N`` as ``gc-info -l`` lists it,
@@ -128,21 +129,10 @@ class PopArtBackend:
         cache_dir: Path | None = None,
         popart_module: ModuleType | None = None,
     ) -> None:
-        self._name = name
-        self._device = device or "ipu"
+        super().__init__(name, device or "ipu")
         self._kind, self._index, self._device_error = _parse_device(self._device)
         self._cache_dir = cache_dir or Path(".pytest-ipu-cache")
         self._popart = popart_module
-
-    @property
-    def name(self) -> str:
-        """The registry name, ``popart``."""
-        return self._name
-
-    @property
-    def device(self) -> str:
-        """``ipu``, ``ipu:N`` or ``ipu-model``."""
-        return self._device
 
     @property
     def simulator(self) -> bool:

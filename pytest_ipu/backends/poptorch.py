@@ -26,6 +26,7 @@ from typing import Any
 
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
@@ -84,7 +85,7 @@ class _Handle:
 _HANDLES: weakref.WeakKeyDictionary[Callable[..., object], _Handle] = weakref.WeakKeyDictionary()
 
 
-class PopTorchBackend:
+class PopTorchBackend(NamedBackend):
     """Runs ``torch.nn.Module`` models on IPUs through ``poptorch.inferenceModel`` (or ``trainingModel``).
 
     ``device`` is ``ipu`` (any free IPUs) or ``ipu:N``, where ``N`` is a device id as ``gc-info -l``
@@ -112,20 +113,9 @@ class PopTorchBackend:
         poptorch_module: ModuleType | None = None,
         torch_module: ModuleType | None = None,
     ) -> None:
-        self._name = name
-        self._device = device or "ipu"
+        super().__init__(name, device or "ipu")
         self._poptorch = poptorch_module
         self._torch = torch_module
-
-    @property
-    def name(self) -> str:
-        """The registry name (``poptorch``)."""
-        return self._name
-
-    @property
-    def device(self) -> str:
-        """``ipu`` or ``ipu:N``."""
-        return self._device
 
     def _import(self) -> ModuleType:
         if self._poptorch is None:

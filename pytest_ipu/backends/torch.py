@@ -15,6 +15,7 @@ from typing import Any
 
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.errors import CompileError
 from pytest_ipu.host import cpu_name
@@ -26,7 +27,7 @@ OPTIONS: Mapping[str, object] = {"channels_last": False, "io": "host", "compile_
 _IO = ("host", "device")
 
 
-class TorchBackend:
+class TorchBackend(NamedBackend):
     """Runs ``torch.nn.Module`` models on ``cpu`` or ``cuda[:N]``, eagerly or through ``torch.compile``.
 
     Options: ``channels_last`` (bool), ``io`` (``"host"``: each timed call copies inputs to the device
@@ -43,20 +44,9 @@ class TorchBackend:
     ) -> None:
         if mode not in ("eager", "compile"):
             raise ValueError(f"torch backend mode must be 'eager' or 'compile', got {mode!r}")
-        self._name = name
-        self._device = device or "cpu"
+        super().__init__(name, device or "cpu")
         self._mode = mode
         self._torch = torch_module
-
-    @property
-    def name(self) -> str:
-        """The registry name (``torch`` or ``torch-compile``)."""
-        return self._name
-
-    @property
-    def device(self) -> str:
-        """``cpu``, ``cuda`` or ``cuda:N``."""
-        return self._device
 
     def _import(self) -> ModuleType:
         if self._torch is None:
