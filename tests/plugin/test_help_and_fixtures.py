@@ -73,7 +73,7 @@ def test_help_does_not_probe_backends(pytester: pytest.Pytester) -> None:
     assert any(line.startswith("  --ipu-backend=TARGETS") for line in result.outlines)
 
 
-def test_fixtures_shows_the_four_fixtures_with_their_docstrings(pytester: pytest.Pytester) -> None:
+def test_fixtures_shows_the_five_fixtures_with_their_docstrings(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = pytester.runpytest("--fixtures")
     assert result.ret == pytest.ExitCode.OK
@@ -102,6 +102,13 @@ def test_fixtures_shows_the_four_fixtures_with_their_docstrings(pytester: pytest
         [
             "ipu_compile -- *pytest_ipu*fixtures.py:*",
             "    Compile a model for this test's backend, once per run for each model and set of options.",
+        ],
+        consecutive=True,
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "ipu_power -- *pytest_ipu*fixtures.py:*",
+            "    Measure the energy of any block of code, the same way ``ipu_benchmark`` measures *",
         ],
         consecutive=True,
     )

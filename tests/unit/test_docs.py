@@ -38,7 +38,9 @@ def test_every_marker_keyword_and_builtin_backend_is_documented():
         assert f"`{name}`" in _read("options.md")
 
 
-@pytest.mark.parametrize("fixture", ["ipu_settings", "ipu_backend", "ipu_compile", "ipu_benchmark"])
+@pytest.mark.parametrize(
+    "fixture", ["ipu_settings", "ipu_backend", "ipu_compile", "ipu_benchmark", "ipu_power"]
+)
 def test_every_fixture_has_a_section(fixture):
     assert f"## `{fixture}`" in _read("fixtures.md")
 
