@@ -17,19 +17,7 @@ import pytest
 
 from pytest_ipu.backends import BUILTIN
 from pytest_ipu.backends import auto_candidates
-
-INNER_ADDOPTS = "-p no:hypothesispytest -p no:cacheprovider -W error"
-
-
-@pytest.fixture(autouse=True)
-def _inner_run_options(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inner runs: no hypothesis plugin (re-imported by every in-process run, ~0.7 s), no cache, warnings
-    are errors (as in this project's own configuration), and no trace of an outer xdist worker (which
-    makes pytest-benchmark disable itself)."""
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
-
+from tests.plugin.inner import INNER_ADDOPTS
 
 USES_BACKEND = """
 def test_needs_backend(ipu_backend):

@@ -13,16 +13,6 @@ from pytest_ipu.options import OptionSpec
 GROUP_TITLE = "pytest-ipu: benchmark models on IPUs, GPUs and CPUs:"
 
 
-@pytest.fixture(autouse=True)
-def _inner_run_options(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inner runs: no hypothesis plugin (re-imported by every in-process run, ~0.7 s), no cache, warnings
-    are errors (as in this project's own configuration), and no trace of an outer xdist worker (which
-    makes pytest-benchmark disable itself)."""
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -p no:cacheprovider -W error")
-
-
 def _block(lines: list[str], title: str) -> list[str]:
     """The lines after ``title`` up to the next blank line (one argparse group or ini section)."""
     start = lines.index(title) + 1

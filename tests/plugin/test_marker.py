@@ -9,32 +9,10 @@ from __future__ import annotations
 import pytest
 
 from pytest_ipu.marker import KEYWORDS
+from tests.plugin.inner import SENTINEL_TEST
+from tests.plugin.inner import assert_usage_error
 
 ALLOWED = ", ".join(KEYWORDS)
-
-
-@pytest.fixture(autouse=True)
-def _inner_run_options(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inner runs: no hypothesis plugin (re-imported by every in-process run, ~0.7 s), no cache, warnings
-    are errors (as in this project's own configuration), and no trace of an outer xdist worker (which
-    makes pytest-benchmark disable itself)."""
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -p no:cacheprovider -W error")
-
-
-SENTINEL = """
-from pathlib import Path
-
-def test_ran():
-    Path("ran.txt").write_text("yes")
-"""
-
-
-def _assert_usage_error(pytester: pytest.Pytester, result: pytest.RunResult, message: str) -> None:
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert [line for line in result.errlines if line.strip()] == [f"ERROR: pytest-ipu: {message}"]
-    assert not (pytester.path / "ran.txt").exists(), "a test ran despite the usage error"
 
 
 def _marked(decorator: str) -> str:
@@ -42,9 +20,9 @@ def _marked(decorator: str) -> str:
 
 
 def test_unknown_keyword_names_the_test_and_the_closest_keyword(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_m=_marked("@pytest.mark.ipu(round=5)"), test_sentinel=SENTINEL)
+    pytester.makepyfile(test_m=_marked("@pytest.mark.ipu(round=5)"), test_sentinel=SENTINEL_TEST)
     result = pytester.runpytest()
-    _assert_usage_error(
+    assert_usage_error(
         pytester,
         result,
         f"test_m.py::test_a: @pytest.mark.ipu got unknown keyword 'round' (did you mean 'rounds'?); "
@@ -83,9 +61,9 @@ def test_unknown_keyword_is_an_error_even_if_the_test_uses_no_ipu_fixture(pytest
 
 
 def test_positional_arguments_are_rejected(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_m=_marked("@pytest.mark.ipu(5)"), test_sentinel=SENTINEL)
+    pytester.makepyfile(test_m=_marked("@pytest.mark.ipu(5)"), test_sentinel=SENTINEL_TEST)
     result = pytester.runpytest()
-    _assert_usage_error(
+    assert_usage_error(
         pytester, result, "test_m.py::test_a: @pytest.mark.ipu takes keywords only, got positional (5,)"
     )
 
@@ -114,10 +92,10 @@ def test_bad_value_names_the_test_and_the_keyword(
     pytester.makepyfile(
         test_m=f"import pytest\n\n\n@pytest.mark.ipu({keyword}={value})\n"
         "def test_a(ipu_settings, ipu_backend):\n    pass\n",
-        test_sentinel=SENTINEL,
+        test_sentinel=SENTINEL_TEST,
     )
     result = pytester.runpytest("--ipu-backend=mine:cpu")
-    _assert_usage_error(
+    assert_usage_error(
         pytester,
         result,
         f"{nodeid}: invalid value {value} for @pytest.mark.ipu({keyword}=...): {allowed}",

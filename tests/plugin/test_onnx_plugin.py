@@ -16,20 +16,10 @@ from typing import Any
 
 import pytest
 
-INNER_ADDOPTS = "-p no:hypothesispytest -p no:cacheprovider -W error"
 REFERENCE = "torch eager fp32 on cpu"
 FP32_TOLERANCE = 1e-3
 TARGETS = ("onnxruntime:cpu", "torch:cpu")
 TESTS = ("test_first", "test_again", "test_copy")
-
-
-@pytest.fixture(autouse=True)
-def _inner_run_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No hypothesis plugin, no cache, warnings are errors, and no trace of an outer xdist worker (which
-    makes pytest-benchmark disable itself)."""
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
 
 
 def _needs(*modules: str) -> None:

@@ -10,6 +10,8 @@ import pytest
 
 from pytest_ipu import __version__
 from pytest_ipu.options import OPTIONS
+from tests.plugin.inner import SENTINEL_TEST
+from tests.plugin.inner import assert_usage_error
 
 # (flag, bad value, what the message says is allowed)
 BAD_VALUES = [
@@ -37,31 +39,6 @@ IDS = [f"{flag}={value}" for flag, value, _ in BAD_VALUES]
 SPECS = {spec.flag: spec for spec in OPTIONS}
 
 
-@pytest.fixture(autouse=True)
-def _inner_run_options(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Inner runs: no hypothesis plugin (re-imported by every in-process run, ~0.7 s), no cache, warnings
-    are errors (as in this project's own configuration), and no trace of an outer xdist worker (which
-    makes pytest-benchmark disable itself)."""
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:hypothesispytest -p no:cacheprovider -W error")
-
-
-# A test that records that it ran: a usage error must stop the run before any test.
-SENTINEL_TEST = """
-from pathlib import Path
-
-def test_ran():
-    Path("ran.txt").write_text("yes")
-"""
-
-
-def _assert_usage_error(pytester: pytest.Pytester, result: pytest.RunResult, message: str) -> None:
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert [line for line in result.errlines if line.strip()] == [f"ERROR: pytest-ipu: {message}"]
-    assert not (pytester.path / "ran.txt").exists(), "a test ran despite the usage error"
-
-
 def _header(result: pytest.RunResult) -> str:
     lines = [line for line in result.outlines if line.startswith(f"pytest-ipu {__version__}: ")]
     assert len(lines) == 1, result.outlines
@@ -74,7 +51,7 @@ def test_bad_value_on_the_command_line(
 ) -> None:
     pytester.makepyfile(SENTINEL_TEST)
     result = pytester.runpytest(f"{flag}={value}")
-    _assert_usage_error(
+    assert_usage_error(
         pytester, result, f"invalid value {value!r} for {flag} from the command line: {allowed}"
     )
 
@@ -87,7 +64,7 @@ def test_bad_value_from_the_environment(
     monkeypatch.setenv(env, value)
     pytester.makepyfile(SENTINEL_TEST)
     result = pytester.runpytest()
-    _assert_usage_error(
+    assert_usage_error(
         pytester, result, f"invalid value {value!r} for {flag} from environment variable {env}: {allowed}"
     )
 
@@ -98,7 +75,7 @@ def test_bad_value_from_the_ini_file(pytester: pytest.Pytester, flag: str, value
     inifile = pytester.makeini(f"[pytest]\n{key} = {value}\n")
     pytester.makepyfile(SENTINEL_TEST)
     result = pytester.runpytest()
-    _assert_usage_error(
+    assert_usage_error(
         pytester, result, f"invalid value {value!r} for {flag} from ini key {key} in {inifile}: {allowed}"
     )
 
@@ -107,7 +84,7 @@ def test_bad_value_from_pyproject_toml_names_that_file(pytester: pytest.Pytester
     toml = pytester.makepyprojecttoml('[tool.pytest.ini_options]\nipu_precision = "fp64"\n')
     pytester.makepyfile(SENTINEL_TEST)
     result = pytester.runpytest()
-    _assert_usage_error(
+    assert_usage_error(
         pytester,
         result,
         f"invalid value 'fp64' for --ipu-precision from ini key ipu_precision in {toml}: "

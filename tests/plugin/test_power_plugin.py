@@ -20,19 +20,10 @@ import pytest
 
 from tests.fakes import fake_power
 
-INNER_ADDOPTS = "-p no:hypothesispytest -p no:cacheprovider -W error"
 WATTS = 50.0
 OFF_REASON = "power measurement is off (--ipu-power=off or the test's marker)"
 NOT_MEASURED_NOTE = f"n/m = power not measured: {OFF_REASON}"
 LOW_CONFIDENCE_NOTE = "~ = low confidence: the energy window is shorter than the sensor needs"
-
-
-@pytest.fixture(autouse=True)
-def _inner_run_options(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    """As in test_backends: no hypothesis plugin, no cache, warnings are errors, no outer xdist."""
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
 
 
 CONFTEST = """
