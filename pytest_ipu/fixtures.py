@@ -17,6 +17,8 @@ import pytest
 from pytest_ipu import benchmark_json
 from pytest_ipu import measure
 from pytest_ipu import metrics
+from pytest_ipu import placed
+from pytest_ipu import poprun
 from pytest_ipu import report
 from pytest_ipu import schema
 from pytest_ipu.backends.base import Backend
@@ -25,11 +27,13 @@ from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.host import cpu_name
 from pytest_ipu.marker import marker_overrides
+from pytest_ipu.marker import placement_request
 from pytest_ipu.options import AUTO
 from pytest_ipu.options import Settings
 from pytest_ipu.parity import Parity
 from pytest_ipu.parity import ParityError
 from pytest_ipu.parity import compare
+from pytest_ipu.placement import DeviceRequest
 from pytest_ipu.power.meter import PowerResult
 from pytest_ipu.power.meter import min_window_s
 from pytest_ipu.power.meter import not_measured
@@ -131,25 +135,42 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
         chosen = precision or ipu_settings.precision
         if chosen == AUTO:
             chosen = ipu_backend.default_precision()
-        cache_key = (
+        request_ = _placement_request(request)
+        cache_key: tuple[Any, ...] = (
             ipu_backend.name,
             ipu_backend.device,
             key if key is not None else id(model),
             chosen,
             tuple(sorted((k, repr(v)) for k, v in options.items())),
             _signature(example_inputs) if ipu_backend.shape_specialized(options) else None,
+            request_,
         )
         compiled = session.cached(cache_key)
         if compiled is not None:
             compiled = dataclasses.replace(compiled, compile_cached=True)
         else:
+            exclusive = bool(getattr(ipu_backend, "exclusive_device", False))
+            if exclusive:
+                session.release_exclusive()
             start = time.perf_counter_ns()
-            compiled = ipu_backend.compile(model, example_inputs, chosen, options)
+            try:
+                if placed.is_trivial(request_):
+                    compiled = ipu_backend.compile(model, example_inputs, chosen, options)
+                else:
+                    the_plan = placed.plan(ipu_backend, request_, options, session.backend_for)
+                    compiled = placed.compile_plan(the_plan, model, example_inputs, chosen, options)
+            except BackendUnavailable as exc:
+                # No device free or too few of them ("Failed to acquire 2 IPU(s)"): like a missing SDK.
+                if ipu_settings.missing_sdk == "fail":
+                    raise
+                pytest.skip(f"pytest-ipu: {exc}")
             compiled = dataclasses.replace(compiled, compile_s=(time.perf_counter_ns() - start) * 1e-9)
-            session.remember(cache_key, compiled, model)
+            session.remember(cache_key, compiled, model, exclusive=exclusive)
         if parity and compiled.parity is None:
             compiled = dataclasses.replace(compiled, parity=_check_parity(compiled, model, example_inputs))
-            session.remember(cache_key, compiled, model)
+            session.remember(
+                cache_key, compiled, model, exclusive=bool(getattr(ipu_backend, "exclusive_device", False))
+            )
         if parity and compiled.parity is not None and not compiled.parity.passed:
             p = compiled.parity
             raise ParityError(
@@ -193,9 +214,12 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
         compiled = model if isinstance(model, CompiledModel) else _wrap_callable(model)
         args = compiled.prepare_inputs(tuple(inputs))
         batch = _batch_size(inputs)
-        items = items_per_call if items_per_call is not None else batch
-        if items < 1:
-            raise ValueError(f"items_per_call must be >= 1, got {items}")
+        per_instance = items_per_call if items_per_call is not None else batch
+        if per_instance < 1:
+            raise ValueError(f"items_per_call must be >= 1, got {per_instance}")
+        group = compiled.group
+        # One round is one call of every instance, so it completes items_per_call x instances items.
+        items = per_instance * (group.count if group is not None else 1)
         if not benchmark.enabled:
             benchmark.pedantic(compiled.run, args=args, rounds=1)
             return None
@@ -211,6 +235,8 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
             # An energy window shorter than the sensor can resolve is lengthened with more rounds.
             needed = math.ceil(min_window_s(meter.source.update_period_s()) / max(warm.estimate_s, 1e-9))
             planned = max(planned, min(needed, measure.MAX_AUTO_ROUNDS))
+        if group is not None:
+            group.reset_latencies()  # the warm-up calls are not part of the statistics
         if meter is None:
             start_ns, end_ns = measure.timed_rounds(benchmark, compiled.run, args, planned)
             power = not_measured(source_name, reason)
@@ -221,7 +247,23 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
                 )
             power = meter.result(trace, start_ns, end_ns, items * planned, rounds_fixed=fixed is not None)
         window_s = (end_ns - start_ns) * 1e-9
-        latency = metrics.summarize_latency(list(benchmark.stats.stats.data))
+        instances_json: tuple[dict[str, Any], ...] | None = None
+        if group is None:
+            latency = metrics.summarize_latency(list(benchmark.stats.stats.data))
+        else:
+            # Latency is one call of one instance (docs/numbers.md); pytest-benchmark's own stats
+            # keep the round times (every instance's call, the slowest last).
+            per = group.latencies_s()
+            latency = metrics.summarize_latency([x for calls in per for x in calls])
+            instances_json = tuple(
+                {
+                    **info.as_json(),
+                    "calls": len(calls),
+                    "latency_s": schema.latency_json(metrics.summarize_latency(calls)),
+                }
+                for info, calls in zip(group.compiled_info(), per, strict=True)
+            )
+        device_latency = compiled.device_latency() if compiled.device_latency is not None else None
         record = schema.IpuRecord(
             target=compiled.target,
             backend=compiled.backend,
@@ -230,7 +272,7 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
             precision=compiled.precision,
             io=compiled.io,
             batch_size=batch,
-            items_per_call=items,
+            items_per_call=per_instance,
             rounds=planned,
             rounds_policy="fixed" if fixed is not None else "auto",
             warmup_rounds=len(warm.warmup_s),
@@ -244,8 +286,14 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
             compile_info=dict(compiled.info),
             parity=None if compiled.parity is None else compiled.parity.as_json(),
             power=power.as_json(),
+            simulator=compiled.simulator,
+            placement=None if compiled.placement is None else dict(compiled.placement),
+            instances=instances_json,
+            device_latency=None if device_latency is None else dict(device_latency),
         )
         data = schema.to_json(record)
+        if session.poprun is not None:
+            data[poprun.KEY] = session.poprun.as_json()
         request.config.hook.pytest_ipu_update_record(config=request.config, item=request.node, record=data)
         benchmark_json.attach(benchmark.extra_info, data)
         group = benchmark.group or getattr(request.node, "originalname", request.node.name)
@@ -314,7 +362,11 @@ def _check_parity(compiled: CompiledModel, model: object, example_inputs: Sequen
     from pytest_ipu.backends.torch import eager_reference
 
     reference = eager_reference(model, example_inputs)
-    actual = compiled.run(*compiled.prepare_inputs(tuple(example_inputs)))
+    if compiled.group is not None:
+        # Every instance is the same compiled model; the first one's outputs stand for all.
+        actual = compiled.group.call(0, tuple(example_inputs))
+    else:
+        actual = compiled.run(*compiled.prepare_inputs(tuple(example_inputs)))
     return compare(reference, actual, compiled.precision, "torch eager fp32 on cpu")
 
 
@@ -337,6 +389,13 @@ def _requested_target(request: pytest.FixtureRequest, settings: Settings) -> Tar
             f"'torch:cpu', got {param!r}"
         )
     return _session(request).targets_for(settings.targets)[0]
+
+
+def _placement_request(request: pytest.FixtureRequest) -> DeviceRequest:
+    try:
+        return placement_request(request.node)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"pytest-ipu: {exc}") from None
 
 
 def _or(value: int | None, default: int | None) -> int | None:

@@ -15,24 +15,31 @@ from typing import Any
 import pytest
 
 from pytest_ipu import options
+from pytest_ipu import placement
 from pytest_ipu.errors import ConfigError
 
 MARKER = "ipu"
 MARKER_HELP = (
     "ipu(backend=..., precision=..., rounds=..., warmup_rounds=..., min_rounds=..., max_time=..., "
-    "power=...): "
-    "pytest-ipu settings for this benchmark, overriding the command line"
+    "power=..., ipus=..., replicas=..., stages=..., instances=...): "
+    "pytest-ipu settings for this benchmark, overriding the command line, and its device placement"
 )
 
 
 @dataclass(frozen=True)
 class Keyword:
-    """One marker keyword and the settings field it overrides."""
+    """One marker keyword and the settings field it overrides (``None``: a placement keyword, read by
+    ``placement_request`` instead)."""
 
     name: str
-    field: str
+    field: str | None
     parse: Callable[[object], Any]
     help: str
+
+
+def _placement_value(value: object) -> object:
+    # Checked together by placement.parse_request, which knows how the four keywords combine.
+    return value
 
 
 KEYWORDS: Mapping[str, Keyword] = {
@@ -47,6 +54,10 @@ KEYWORDS: Mapping[str, Keyword] = {
             "max_time", "max_time_s", options.parser_for("max_time_s"), "time budget of the timed rounds"
         ),
         Keyword("power", "power", options.parser_for("power"), "power source, or 'off'"),
+        Keyword("ipus", None, _placement_value, "IPUs per instance (= stages x replicas)"),
+        Keyword("replicas", None, _placement_value, "data-parallel replicas inside one model"),
+        Keyword("stages", None, _placement_value, "pipeline stages, one IPU each"),
+        Keyword("instances", None, _placement_value, "independent copies of the model, run concurrently"),
     )
 }
 
@@ -68,6 +79,8 @@ def marker_overrides(item: pytest.Item) -> dict[str, Any]:
             keyword = KEYWORDS.get(name)
             if keyword is None:
                 raise ConfigError(f"{item.nodeid}: {unknown_keyword_message(name)}")
+            if keyword.field is None:
+                continue
             try:
                 overrides[keyword.field] = keyword.parse(value)
             except ValueError as exc:
@@ -82,3 +95,15 @@ def unknown_keyword_message(name: str) -> str:
     close = difflib.get_close_matches(name, list(KEYWORDS), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     return f"@pytest.mark.ipu got unknown keyword {name!r}{hint}; allowed: {', '.join(KEYWORDS)}"
+
+
+def placement_request(item: pytest.Item) -> placement.DeviceRequest:
+    """The device request of ``item``'s ``ipu`` markers (closest wins per keyword; default: one
+    instance on one device). Raises ``ConfigError`` naming the node id for a bad combination."""
+    merged: dict[str, object] = {}
+    for mark in reversed(list(item.iter_markers(MARKER))):
+        merged.update({k: v for k, v in mark.kwargs.items() if k in placement.KEYWORDS})
+    try:
+        return placement.parse_request(merged, f"{item.nodeid}: @pytest.mark.ipu")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None

@@ -246,12 +246,12 @@ def _shortfall_message(inventory: Inventory, request: DeviceRequest, groups: lis
     size, count = request.ipus_per_instance, request.instances
     needed = size * count
     free = ", ".join("{" + ", ".join(map(str, group)) + "}" for group in groups) or "none"
-    example = "0" if needed == 1 else f"0-{needed - 1}"
     return (
         f"cannot place {count} instance(s) x {_ipus(size)} each = {_ipus(needed)} in aligned groups "
         f"of {size}: the {inventory.kind} inventory has {_ipus(len(inventory.device_ids))}, ids "
-        f"{sorted(inventory.device_ids)}, with {len(groups)} such group(s) free: {free}; offer more "
-        f"IPUs with --ipu-devices (e.g. {example}) or ask for fewer instances, stages or replicas"
+        f"{sorted(inventory.device_ids)}, with {len(groups)} such group(s): {free}; run where "
+        f"{_ipus(needed)} or more can be seen (gc-info -l lists them; on a Pod, a larger partition) or "
+        "ask for fewer instances, stages or replicas"
     )
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from pytest_ipu import hookspec
 from pytest_ipu import options
+from pytest_ipu import poprun
 from pytest_ipu.fixtures import ipu_backend
 from pytest_ipu.fixtures import ipu_benchmark
 from pytest_ipu.fixtures import ipu_compile
@@ -37,7 +38,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     """Resolve the settings (a bad value stops the run with a usage error) and start the session."""
     config.addinivalue_line("markers", MARKER_HELP)
-    session = IpuSession(config, options.settings_from_config(config))
+    try:
+        # Under PopRun each instance writes its own --benchmark-json file (before pytest-benchmark,
+        # whose trylast pytest_configure reads the option).
+        instance = poprun.configure_json_path(config)
+    except ValueError as exc:
+        raise pytest.UsageError(f"pytest-ipu: {exc}") from None
+    session = IpuSession(config, options.settings_from_config(config), poprun=instance)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, _PLUGIN_NAME)
 

@@ -65,7 +65,7 @@ def _name(row: Row) -> str:
 
 COLUMNS: tuple[Column, ...] = (
     Column("benchmark", _name, right=False),
-    Column("target", lambda r: r.record.target, right=False),
+    Column("target", lambda r: _target(r.record), right=False),
     Column("precision", lambda r: r.record.precision, right=False),
     Column("batch", lambda r: str(r.record.batch_size)),
     Column("rounds", lambda r: str(r.record.rounds)),
@@ -82,6 +82,13 @@ COLUMNS: tuple[Column, ...] = (
     Column("items/J", lambda r: _power(r.record.power, "items_per_j", "{:.3g}")),
     Column("parity", lambda r: _parity(r.record.parity)),
 )
+
+
+def _target(record: IpuRecord) -> str:
+    """``popart:ipu x2`` for two concurrent instances; ``[sim]`` marks a simulator (see footnote)."""
+    count = len(record.instances) if record.instances else 1
+    text = record.target + (f" x{count}" if count > 1 else "")
+    return text + (" [sim]" if record.simulator else "")
 
 
 def _power(power: Mapping[str, Any] | None, key: str, fmt: str) -> str:
@@ -135,6 +142,13 @@ def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str
     if flagged:
         needs = ", ".join(f"{p} needs >= {stats.min_samples_for(float(p[1:]))}" for p in flagged)
         lines.append(f"* too few rounds for this percentile ({needs}): it is the maximum of the rounds run")
+    if any(r.record.instances for r in rows):
+        lines.append(
+            "xN = N instances running concurrently: items/s is summed over them, p50/p99 are per call of "
+            "one instance"
+        )
+    if any(r.record.simulator for r in rows):
+        lines.append("[sim] = a simulator (the IPU Model): its timings are not hardware timings")
     lines.extend(_power_notes(rows))
     return lines
 

@@ -5,7 +5,8 @@ scales. Version history (additive changes only within a version):
 
 - 1: target, backend, device, precision, io, batch and round counts, latency summary with
   unsupported percentiles, timed window, throughput, compile and first-call times; then (additive)
-  compile_phases_s, compile_info, parity and power.
+  compile_phases_s, compile_info, parity and power; then (additive) simulator, placement,
+  instances (per-instance latency when several run concurrently) and device_latency.
 """
 
 from __future__ import annotations
@@ -57,6 +58,16 @@ class IpuRecord:
     compile_info: Mapping[str, Any] = field(default_factory=dict)
     parity: Mapping[str, Any] | None = None
     power: Mapping[str, Any] | None = None
+    #: True on a simulator (the IPU Model): its timings are not hardware timings.
+    simulator: bool = False
+    #: Where the model ran when the test's marker asked for a placement (instances, IPU ids,
+    #: replicas, stages, runner); ``None`` for one model on the backend's own device.
+    placement: Mapping[str, Any] | None = None
+    #: One entry per concurrently running instance: index, device, compile time and its own
+    #: latency summary (``latency_s``); ``None`` for a single instance.
+    instances: tuple[Mapping[str, Any], ...] | None = None
+    #: The device's own latency counters (PopTorch's ``getLatency``), with their ``resolution_s``.
+    device_latency: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +132,24 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
         "compile_info": dict(record.compile_info),
         "parity": None if record.parity is None else dict(record.parity),
         "power": None if record.power is None else dict(record.power),
+        "simulator": record.simulator,
+        "placement": None if record.placement is None else dict(record.placement),
+        "instances": None if record.instances is None else [dict(i) for i in record.instances],
+        "device_latency": None if record.device_latency is None else dict(record.device_latency),
+    }
+
+
+def latency_json(lat: LatencySummary) -> dict[str, Any]:
+    """A latency summary as the record stores it: seconds per statistic, and the unsupported ones."""
+    return {
+        "min": lat.min_s,
+        "p50": lat.p50_s,
+        "p90": lat.p90_s,
+        "p99": lat.p99_s,
+        "max": lat.max_s,
+        "mean": lat.mean_s,
+        "rounds": lat.rounds,
+        "unsupported": list(lat.unsupported),
     }
 
 
@@ -169,6 +198,10 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
             compile_info=dict(data.get("compile_info", {})),
             parity=None if data.get("parity") is None else dict(data["parity"]),
             power=None if data.get("power") is None else dict(data["power"]),
+            simulator=bool(data.get("simulator", False)),
+            placement=None if data.get("placement") is None else dict(data["placement"]),
+            instances=None if data.get("instances") is None else tuple(dict(i) for i in data["instances"]),
+            device_latency=None if data.get("device_latency") is None else dict(data["device_latency"]),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SchemaError(f"malformed pytest-ipu record: {type(exc).__name__}: {exc}") from None

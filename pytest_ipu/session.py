@@ -16,17 +16,21 @@ import pytest
 from pytest_ipu import __version__
 from pytest_ipu import backends
 from pytest_ipu import benchmark_json
+from pytest_ipu import poprun
 from pytest_ipu import power
 from pytest_ipu import report
 from pytest_ipu import schema
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
 from pytest_ipu.marker import marker_overrides
+from pytest_ipu.marker import placement_request
 from pytest_ipu.options import AUTO
 from pytest_ipu.options import Settings
+from pytest_ipu.poprun import PopRunInstance
 from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.power.meter import PowerMeter
@@ -40,6 +44,8 @@ class _CacheEntry:
     compiled: CompiledModel
     # Holding the model keeps its id() from being reused by another object while cached.
     model: object
+    # Holds its devices exclusively while open (an IPU executable stays attached).
+    exclusive: bool = False
 
 
 @dataclass
@@ -48,6 +54,8 @@ class IpuSession:
 
     config: pytest.Config
     settings: Settings
+    #: This process's place in a PopRun launch, or ``None`` outside PopRun.
+    poprun: PopRunInstance | None = None
     _backends: dict[Target, tuple[Backend | None, Availability]] = field(default_factory=dict)
     _compiled: dict[tuple[Any, ...], _CacheEntry] = field(default_factory=dict)
     _rows: list[report.Row] = field(default_factory=list)
@@ -68,6 +76,15 @@ class IpuSession:
             )
             self._backends[target] = (found, availability)
         return self._backends[target]
+
+    def backend_for(self, name: str, device: str) -> Backend:
+        """The backend for ``name:device``, made once per run; ``BackendUnavailable`` (the test skips)
+        when it cannot run here."""
+        target = Target(name, device)
+        backend, availability = self.backend(target)
+        if backend is None or not availability.ok:
+            raise BackendUnavailable(f"pytest-ipu: target {target} is not available: {availability.reason}")
+        return backend
 
     def auto_targets(self) -> tuple[list[Target], list[tuple[Target, str]]]:
         """``--ipu-backend=auto``: the default targets present here, and those absent with the reason."""
@@ -133,9 +150,35 @@ class IpuSession:
         entry = self._compiled.get(key)
         return entry.compiled if entry else None
 
-    def remember(self, key: tuple[Any, ...], compiled: CompiledModel, model: object) -> None:
-        """Keep a compiled model for later tests; it is closed when the run ends."""
-        self._compiled[key] = _CacheEntry(compiled, model)
+    def remember(
+        self, key: tuple[Any, ...], compiled: CompiledModel, model: object, exclusive: bool = False
+    ) -> None:
+        """Keep a compiled model for later tests; it is closed when the run ends, or (``exclusive``)
+        when another model needs exclusive devices (``release_exclusive``)."""
+        self._compiled[key] = _CacheEntry(compiled, model, exclusive)
+
+    def release_exclusive(self) -> None:
+        """Close every cached model that holds its devices exclusively, before another is compiled.
+
+        An IPU runs one executable at a time and a session keeps its IPUs attached until closed, so
+        a second batch size (or backend) could never acquire them while the first stays cached. Only
+        one exclusive model lives at a time; a test that needs an evicted one again recompiles it
+        (the SDK's executable caches make that quick). A close that fails is reported as a warning.
+        """
+        evicted = {k: e for k, e in self._compiled.items() if e.exclusive}
+        for key in evicted:
+            del self._compiled[key]
+        errors = []
+        for entry in evicted.values():
+            try:
+                entry.compiled.close()
+            except Exception as exc:
+                errors.append(f"{entry.compiled.target}: {type(exc).__name__}: {exc}")
+        if errors:
+            warnings.warn(
+                PytestIpuWarning(f"pytest-ipu could not release a compiled model: {'; '.join(errors)}"),
+                stacklevel=2,
+            )
 
     def add_row(self, row: report.Row) -> None:
         """Record a measured benchmark for the terminal summary."""
@@ -153,6 +196,7 @@ class IpuSession:
         for item in items:
             try:
                 marker_overrides(item)
+                placement_request(item)
             except ConfigError as exc:
                 raise pytest.UsageError(f"pytest-ipu: {exc}") from None
 
@@ -193,6 +237,8 @@ class IpuSession:
         }
         if self._auto is not None:
             device_info["absent"] = {str(t): why for t, why in self._auto[1]}
+        if self.poprun is not None:
+            device_info[poprun.KEY] = self.poprun.as_json()
         config.hook.pytest_ipu_update_device_info(config=config, device_info=device_info)
         benchmark_json.update_machine_info(machine_info, device_info)
 

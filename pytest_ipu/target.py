@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
-_DEVICE = re.compile(r"^[a-z][a-z0-9_]*(:[0-9]+)?$")
+_DEVICE = re.compile(r"^[a-z][a-z0-9_-]*(:[0-9]+)?$")
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,15 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import Protocol
 
 from pytest_ipu.errors import CompileError
 from pytest_ipu.parity import Parity
+
+if TYPE_CHECKING:
+    from pytest_ipu.instances import InstanceGroup
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,17 @@ class CompiledModel:
     compile_cached: bool = False
     #: The output comparison against the reference, when ``ipu_compile(..., parity=True)`` asked.
     parity: Parity | None = None
+    #: The device's own latency counters for the last call (plain JSON with ``resolution_s``), for
+    #: backends that have them (PopTorch's ``getLatency``); ``None`` when the backend has none.
+    device_latency: Callable[[], Mapping[str, object] | None] | None = None
+    #: Where the model was placed (plain JSON: instances, their IPU ids, replicas, stages, runner),
+    #: when the test's marker asked for a placement.
+    placement: Mapping[str, object] | None = None
+    #: The concurrently running instances behind ``run`` when the placement has more than one:
+    #: each ``run`` is one round in which every instance makes one call.
+    group: InstanceGroup | None = None
+    #: Whether the device is a simulator (the IPU Model): its timings are not hardware timings.
+    simulator: bool = False
 
 
 class NamedBackend:

@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 
+from pytest_ipu import ipu_inventory
 from pytest_ipu import onnx_export
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
@@ -63,6 +64,7 @@ from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
+from pytest_ipu.ipu_inventory import IpuInventory
 
 #: The ONNX (``ai.onnx``) opsets PopART 3.x imports.
 MIN_OPSET = 6
@@ -133,6 +135,30 @@ class PopArtBackend(NamedBackend):
         self._kind, self._index, self._device_error = _parse_device(self._device)
         self._cache_dir = cache_dir or Path(".pytest-ipu-cache")
         self._popart = popart_module
+
+    #: ``session.run`` releases the GIL, so concurrent instances run in threads of this process.
+    concurrency = "threads"
+    #: A session keeps its IPUs attached until closed: the run keeps one such model open at a time.
+    exclusive_device = True
+
+    def inventory(self) -> IpuInventory | str:
+        """The IPUs present (gcipuinfo, else PopART's device list), or why there are none; for the
+        IPU Model, a simulated inventory that any number of instances can share."""
+        if self.simulator:
+            return ipu_inventory.simulator_inventory(1)
+        try:
+            popart = self._require()
+        except BackendUnavailable as exc:
+            return str(exc)
+        return ipu_inventory.discover(popart_module=popart)
+
+    def placement_options(self, replicas: int, stages: int) -> dict[str, object]:
+        """``replicated_graphs`` for replicas; ``stages`` pipeline stages, one IPU each, split by
+        PopART itself (``virtual_graph_mode="auto"``)."""
+        options: dict[str, object] = {"replicated_graphs": replicas, "ipus": stages}
+        if stages > 1:
+            options.update(virtual_graph_mode="auto", pipelining=True)
+        return options
 
     @property
     def simulator(self) -> bool:
@@ -236,6 +262,8 @@ class PopArtBackend(NamedBackend):
             return out
         out["ipus"] = len(devices)
         out["devices"] = [_device_facts(d) for d in devices]
+        inventory = self.inventory()
+        out["inventory"] = inventory if isinstance(inventory, str) else inventory.as_json()
         return out
 
     def compile(
@@ -355,6 +383,7 @@ class PopArtBackend(NamedBackend):
             options=dict(opts),
             phases_s=phases,
             info=info,
+            simulator=self.simulator,
         )
 
     def _acquire(self, popart: ModuleType, num_ipus: int, label: str) -> Any:

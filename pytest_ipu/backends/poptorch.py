@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib
 import math
 import os
@@ -24,12 +25,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pytest_ipu import ipu_inventory
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
+from pytest_ipu.ipu_inventory import IpuInventory
 from pytest_ipu.runtime_warnings import runtime_internals_quiet
 
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
@@ -54,7 +57,7 @@ MAX_IPUS_PER_PROCESS = 64
 LATENCY_RESOLUTION_S = 1e-3
 _PRECISIONS = ("fp32", "fp16")
 _PARTIALS = {"fp32": "float32", "fp16": "float16"}
-_DEVICE = re.compile(r"^ipu(?::(\d+))?$")
+_DEVICE = re.compile(r"^ipu(?::(\d+))?$|^ipu-model$")
 #: ``ipuHardwareVersion()`` values (the digits after "ipu" in the architecture name).
 _GENERATIONS = {1: "Mk1/C2 (ipu1)", 2: "Mk2/Bow (ipu2)", 21: "C600 (ipu21)"}
 #: Texts of PopTorch errors that mean "no IPU for you now", not "this model does not compile".
@@ -117,6 +120,64 @@ class PopTorchBackend(NamedBackend):
         self._poptorch = poptorch_module
         self._torch = torch_module
 
+    #: A PopTorch call holds the GIL from start to end, so concurrent instances need a process each.
+    concurrency = "processes"
+    #: A compiled model keeps its IPUs attached until closed: the run keeps one such model open at a time.
+    exclusive_device = True
+
+    @property
+    def simulator(self) -> bool:
+        """Whether this is the IPU Model simulator (``ipu-model``), whose timings are not hardware timings."""
+        return self._device == "ipu-model"
+
+    def inventory(self) -> IpuInventory | str:
+        """The IPUs present (gcipuinfo, PopART's device list, else PopTorch's count), or why there
+        are none; for the IPU Model, a simulated inventory that any number of instances can share."""
+        if self.simulator:
+            return ipu_inventory.simulator_inventory(1)
+        try:
+            poptorch = self._import()
+        except Exception as exc:
+            return f"poptorch failed to import ({_one_line(exc)}); {_INSTALL}"
+        return ipu_inventory.discover(poptorch_module=poptorch)
+
+    def placement_options(self, replicas: int, stages: int) -> dict[str, object]:
+        """``replication_factor`` for replicas; ``ipus`` pipeline stages (an ``nn.Sequential`` split
+        into that many blocks, one per IPU)."""
+        return {"replication_factor": replicas, "ipus": stages}
+
+    def worker_factory(self) -> Callable[[], PopTorchBackend]:
+        """A picklable zero-argument callable that builds this backend again in a worker process.
+
+        PopTorch holds the GIL for the whole of a call, so threads cannot overlap two instances'
+        calls: each instance runs in a worker process of its own, which compiles its own copy of the
+        model and needs its own backend. Modules cannot be pickled, so an injected ``poptorch`` or
+        ``torch`` module travels as its name and the worker imports it; ``ValueError`` when that
+        name does not import the very same module.
+        """
+        names: list[str | None] = []
+        for role, module in (("poptorch", self._poptorch), ("torch", self._torch)):
+            if module is None:  # not injected: the worker's backend imports it lazily, as here
+                names.append(None)
+                continue
+            name = module.__name__
+            try:
+                imported = importlib.import_module(name)
+            except Exception as exc:
+                raise ValueError(
+                    f"the {role} module {name!r} given to the poptorch backend cannot be imported by its "
+                    f"name ({_one_line(exc)}), so worker processes cannot rebuild the backend; pass a module "
+                    "that is importable as its __name__"
+                ) from exc
+            if imported is not module:
+                raise ValueError(
+                    f"the {role} module {name!r} given to the poptorch backend is not the module that "
+                    f"importing {name!r} gives, so worker processes would rebuild the backend with another "
+                    "one; pass the module that is importable as its __name__"
+                )
+            names.append(name)
+        return functools.partial(_rebuild, self._name, self._device, *names)
+
     def _import(self) -> ModuleType:
         if self._poptorch is None:
             self._poptorch = importlib.import_module("poptorch")
@@ -128,12 +189,13 @@ class PopTorchBackend(NamedBackend):
         return self._torch
 
     def _ipu_id(self) -> int | None:
-        """The ``N`` of ``ipu:N`` (``None`` for ``ipu``); ``ValueError`` for any other device."""
+        """The ``N`` of ``ipu:N`` (``None`` for ``ipu`` and ``ipu-model``); ``ValueError`` for any other
+        device."""
         match = _DEVICE.match(self._device)
         if match is None:
             raise ValueError(
-                f"the poptorch backend runs on 'ipu' or 'ipu:N' (N: a device id from gc-info -l), "
-                f"not {self._device!r}"
+                f"the poptorch backend runs on 'ipu', 'ipu:N' (N: a device id from gc-info -l) or "
+                f"'ipu-model' (the IPU Model simulator), not {self._device!r}"
             )
         return None if match.group(1) is None else int(match.group(1))
 
@@ -150,6 +212,8 @@ class PopTorchBackend(NamedBackend):
             self._ipu_id()
         except ValueError as exc:
             return Availability.no(str(exc))
+        if self.simulator:
+            return Availability.yes()  # the IPU Model needs no hardware
         try:
             present = bool(poptorch.ipuHardwareIsAvailable(1))
         except Exception as exc:
@@ -203,9 +267,14 @@ class PopTorchBackend(NamedBackend):
             info["ipu_version"] = _hardware_version(poptorch)
             info["ipu_generation"] = _GENERATIONS.get(info["ipu_version"] or 0)
             info["largest_device_ipus"] = _largest_device(poptorch)
+        info["simulator"] = self.simulator
+        inventory = self.inventory()
+        info["inventory"] = inventory if isinstance(inventory, str) else inventory.as_json()
         return info
 
     def _device_name(self, poptorch: ModuleType) -> str:
+        if self.simulator:
+            return "IPU Model simulator (simulated timings, not IPU hardware)"
         generation = _GENERATIONS.get(_hardware_version(poptorch) or 0)
         return f"Graphcore IPU {generation}" if generation else "Graphcore IPU"
 
@@ -255,6 +324,8 @@ class PopTorchBackend(NamedBackend):
             _place(poptorch, torch, module, int(str(opts["ipus"])), name)
         try:
             popts = _poptorch_options(poptorch, torch, opts, ipu_id)
+            if self.simulator:
+                popts.useIpuModel(True)
         except (AssertionError, ValueError, TypeError, AttributeError) as exc:
             raise CompileError(f"PopTorch rejected the options for {name}: {_one_line(exc)}") from exc
 
@@ -312,7 +383,22 @@ class PopTorchBackend(NamedBackend):
             options=_plain_options(opts),
             phases_s=phases,
             info=info,
+            device_latency=lambda: _handle_latency(handle),
+            simulator=self.simulator,
         )
+
+
+def _rebuild(
+    name: str, device: str, poptorch_module: str | None, torch_module: str | None
+) -> PopTorchBackend:
+    """A ``PopTorchBackend`` built from what ``worker_factory`` pickled: module names (``None``: the
+    backend imports ``poptorch`` and ``torch`` itself, lazily)."""
+    return PopTorchBackend(
+        name,
+        device,
+        None if poptorch_module is None else importlib.import_module(poptorch_module),
+        None if torch_module is None else importlib.import_module(torch_module),
+    )
 
 
 def device_latency(compiled: CompiledModel) -> dict[str, Any] | None:
@@ -337,9 +423,14 @@ def device_latency(compiled: CompiledModel) -> dict[str, Any] | None:
         handle = _HANDLES.get(compiled.run)
     except TypeError:  # a run callable that cannot be weakly referenced is not one of ours
         return None
-    if handle is None or handle.executor is None:
-        return None
+    return None if handle is None else _handle_latency(handle)
+
+
+def _handle_latency(handle: _Handle) -> dict[str, Any] | None:
+    """``device_latency`` for one compiled model's handle (``None`` once closed or before a call)."""
     executor = handle.executor
+    if executor is None:
+        return None
     counters = executor.getPerfCounters()
     ends = counters.get("output_complete") or [[]]
     samples = len(ends[0])

@@ -51,6 +51,10 @@ RECORD_KEYS = {
     "compile_info",
     "parity",
     "power",
+    "simulator",
+    "placement",
+    "instances",
+    "device_latency",
 }
 
 BENCH_FILE = """

@@ -234,3 +234,55 @@ def test_marker_rounds_reach_ipu_benchmark(pytester: pytest.Pytester) -> None:
     )
     result = pytester.runpytest("--ipu-rounds=9", "--ipu-warmup-rounds=2")
     result.assert_outcomes(passed=3)
+
+
+@pytest.mark.parametrize(
+    ("decorator", "message"),
+    [
+        (
+            "@pytest.mark.ipu(ipus=3)",
+            "test_m.py::test_a: @pytest.mark.ipu: invalid ipus=3: stages x replicas is 1 x 1 = 1 IPU per "
+            "instance; write ipus=1 or leave ipus out",
+        ),
+        (
+            "@pytest.mark.ipu(replicas=3)",
+            "test_m.py::test_a: @pytest.mark.ipu: invalid stages=1, replicas=3: 3 IPUs per instance is not a "
+            "power of two, the only sizes multi-IPU devices come in; make stages x replicas 4, or pass "
+            "auto_round=True to round up to 4 IPUs",
+        ),
+        (
+            "@pytest.mark.ipu(instances=0)",
+            "test_m.py::test_a: @pytest.mark.ipu: invalid instances=0: expected a positive int; write "
+            "instances=1 or more",
+        ),
+        (
+            "@pytest.mark.ipu(stages='2')",
+            "test_m.py::test_a: @pytest.mark.ipu: invalid stages='2': expected a positive int, got str; "
+            "write a number such as stages=1",
+        ),
+    ],
+)
+def test_bad_placement_stops_the_run_at_collection(
+    pytester: pytest.Pytester, decorator: str, message: str
+) -> None:
+    pytester.makepyfile(test_m=_marked(decorator), test_sentinel=SENTINEL_TEST)
+    result = pytester.runpytest()
+    assert_usage_error(pytester, result, message)
+
+
+def test_placement_keywords_combine_across_markers_closest_wins(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_m="""
+        import pytest
+
+        pytestmark = pytest.mark.ipu(instances=4, replicas=2)
+
+        @pytest.mark.ipu(instances=2)
+        def test_a(request):
+            from pytest_ipu.marker import placement_request
+            r = placement_request(request.node)
+            assert (r.instances, r.replicas, r.ipus_per_instance) == (2, 2, 2)
+        """
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)

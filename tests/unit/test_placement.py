@@ -187,14 +187,16 @@ def test_shortfall_names_what_was_asked_and_what_exists():
         allocate(ipus(0, 1, 2), parse_request({"instances": 2, "replicas": 2}, SRC))
     assert str(info.value) == (
         "cannot place 2 instance(s) x 2 IPUs each = 4 IPUs in aligned groups of 2: the ipu inventory "
-        "has 3 IPUs, ids [0, 1, 2], with 1 such group(s) free: {0, 1}; offer more IPUs with "
-        "--ipu-devices (e.g. 0-3) or ask for fewer instances, stages or replicas"
+        "has 3 IPUs, ids [0, 1, 2], with 1 such group(s): {0, 1}; run where 4 IPUs or more can be seen "
+        "(gc-info -l lists them; on a Pod, a larger partition) or ask for fewer instances, stages or replicas"
     )
     assert isinstance(info.value, ValueError)
 
 
 def test_shortfall_on_an_empty_inventory():
-    with pytest.raises(PlacementError, match=r"1 IPU each = 1 IPU .* has 0 IPUs, ids \[\], .* free: none"):
+    with pytest.raises(
+        PlacementError, match=r"1 IPU each = 1 IPU .* has 0 IPUs, ids \[\], with 0 such group\(s\): none"
+    ):
         allocate(ipus(), DeviceRequest())
 
 

@@ -936,6 +936,8 @@ def test_availability_never_raises(fake, monkeypatch):
 def test_describe_is_plain_json(backend):
     description = backend.describe()
     assert json.loads(json.dumps(description)) == description
+    inventory = description.pop("inventory")
+    assert (inventory["count"], inventory["source"], inventory["simulator"]) == (2, "popart", False)
     assert description == {
         "backend": "popart",
         "device": "ipu",

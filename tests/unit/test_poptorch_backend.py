@@ -125,7 +125,8 @@ def test_availability_with_ipus_without_ipus_and_for_other_devices(fake, monkeyp
     bad = make_backend("cuda:0").availability()
     assert (
         bad.reason
-        == "the poptorch backend runs on 'ipu' or 'ipu:N' (N: a device id from gc-info -l), not 'cuda:0'"
+        == "the poptorch backend runs on 'ipu', 'ipu:N' (N: a device id from gc-info -l) or 'ipu-model' "
+        "(the IPU Model simulator), not 'cuda:0'"
     )
     fake.configure(ipus=0)
     none = make_backend().availability()
@@ -141,9 +142,15 @@ def test_availability_with_ipus_without_ipus_and_for_other_devices(fake, monkeyp
     assert "POPTORCH_IPU_MODEL is set, which makes PopTorch report no hardware" in model.reason
 
 
-def test_describe_is_plain_json_with_versions_and_ipu_facts(fake):
+def test_describe_is_plain_json_with_versions_and_ipu_facts(fake, monkeypatch):
+    # Only PopTorch here: no gcipuinfo or popart for the inventory to find first.
+    monkeypatch.setitem(sys.modules, "gcipuinfo", None)
+    monkeypatch.setitem(sys.modules, "popart", None)
     info = make_backend().describe()
     assert json.loads(json.dumps(info)) == info
+    inventory = info.pop("inventory")
+    assert (inventory["count"], inventory["source"], inventory["simulator"]) == (4, "poptorch", False)
+    assert info.pop("simulator") is False
     assert info == {
         "backend": "poptorch",
         "device": "ipu",
@@ -627,7 +634,7 @@ def test_compile_errors_name_the_model_and_the_reason(fake):
         make_backend().compile(lambda x: x, (batch(),), "fp32", {})
     with pytest.raises(
         CompileError,
-        match=r"^the poptorch backend runs on 'ipu' or 'ipu:N' .*not 'gpu' \(compiling Sequential\)$",
+        match=r"^the poptorch backend runs on 'ipu', 'ipu:N' .*not 'gpu' \(compiling Sequential\)$",
     ):
         make_backend("gpu").compile(mlp(), (batch(),), "fp32", {})
 
@@ -788,3 +795,88 @@ def test_contract(any_backend):
     with pytest.raises(RuntimeError, match="closed"):
         compiled.run(*compiled.prepare_inputs((x,)))
     assert json.loads(json.dumps(any_backend.describe())) == any_backend.describe()
+
+
+# -- instances in worker processes ----------------------------------------------------------------
+
+
+def test_poptorch_instances_run_in_worker_processes():
+    # A call holds the GIL, so the instance groups must use processes, not threads.
+    assert PopTorchBackend.concurrency == "processes"
+
+
+def test_the_worker_factory_pickles_and_rebuilds_the_backend_with_the_same_modules(fake):
+    import pickle
+
+    factory = make_backend("ipu:1").worker_factory()
+    rebuilt = pickle.loads(pickle.dumps(factory))()
+    assert isinstance(rebuilt, PopTorchBackend)
+    assert (rebuilt.name, rebuilt.device) == ("poptorch", "ipu:1")
+    # It compiles through the very fake module the original was given.
+    compiled = rebuilt.compile(mlp(), (batch(),), "fp32", {})
+    try:
+        assert len(fake.executors) == 1
+        assert fake.busy_ipus() == {1}
+    finally:
+        compiled.close()
+
+
+def test_the_worker_factory_of_a_backend_that_imports_poptorch_itself_imports_it_by_name(monkeypatch):
+    import pickle
+
+    factory = pickle.loads(pickle.dumps(PopTorchBackend(name="pt", device="ipu").worker_factory()))
+    monkeypatch.setitem(sys.modules, "poptorch", fake_poptorch)
+    rebuilt = factory()
+    assert (rebuilt.name, rebuilt.device) == ("pt", "ipu")
+    assert rebuilt.describe()["poptorch"] == "3.4.0-fake"
+
+
+def test_the_worker_factory_refuses_a_module_that_cannot_be_imported_by_its_name():
+    import types
+
+    stray = types.ModuleType("stray_poptorch")
+    with pytest.raises(
+        ValueError,
+        match=r"^the poptorch module 'stray_poptorch' given to the poptorch backend cannot be imported by "
+        r"its name \(No module named 'stray_poptorch'\), so worker processes cannot rebuild the backend; "
+        r"pass a module that is importable as its __name__$",
+    ):
+        PopTorchBackend(poptorch_module=stray, torch_module=torch).worker_factory()
+    impostor = types.ModuleType("json")
+    with pytest.raises(
+        ValueError, match=r"^the torch module 'json' given to the poptorch backend is not the module"
+    ):
+        PopTorchBackend(poptorch_module=fake_poptorch, torch_module=impostor).worker_factory()
+
+
+def test_two_instances_compile_and_run_in_worker_processes_on_two_ipus():
+    import multiprocessing
+
+    import numpy as np
+
+    from pytest_ipu.instances import InstanceSpec
+    from pytest_ipu.instances import ProcessInstances
+
+    model, x = mlp(), batch()
+    with torch.no_grad():
+        expected = model(x).numpy()
+    specs = [
+        InstanceSpec(i, make_backend(f"ipu:{i}").worker_factory(), model, (x,), "fp32", {}) for i in range(2)
+    ]
+    group = ProcessInstances(specs)
+    pids = group.pids
+    try:
+        infos = group.compiled_info()
+        assert [i.target for i in infos] == ["poptorch:ipu:0", "poptorch:ipu:1"]
+        assert [i.info["ipu_id"] for i in infos] == [0, 1]
+        assert all(i.compile_s is not None and i.compile_s > 0 for i in infos)
+        group.prepare((x,))
+        for _ in range(3):
+            group.round()
+        assert [len(calls) for calls in group.latencies_s()] == [3, 3]
+        out = group.call(1, (x,))
+        assert isinstance(out, np.ndarray)
+        np.testing.assert_allclose(out, expected, atol=1e-5)
+    finally:
+        group.close()
+    assert not {p.pid for p in multiprocessing.active_children()}.intersection(pids)

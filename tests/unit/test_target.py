@@ -19,6 +19,7 @@ from pytest_ipu.target import parse_target
         (" torch:cuda:12 ", Target("torch", "cuda:12"), "torch:cuda:12", "torch-cuda12"),
         ("torch-compile:cuda", Target("torch-compile", "cuda"), "torch-compile:cuda", "torch-compile-cuda"),
         ("my_backend.v2", Target("my_backend.v2"), "my_backend.v2", "my_backend.v2"),
+        ("popart:ipu-model", Target("popart", "ipu-model"), "popart:ipu-model", "popart-ipu-model"),
     ],
 )
 def test_parse_target(text, target, shown, test_id):
@@ -32,7 +33,18 @@ def test_parse_target(text, target, shown, test_id):
 
 @pytest.mark.parametrize(
     "text",
-    ["", "Torch", ":cpu", "torch:CPU", "torch:cuda:", "torch:cuda:0:1", "torch:0", "1torch", "torch cpu"],
+    [
+        "",
+        "Torch",
+        ":cpu",
+        "torch:CPU",
+        "torch:cuda:",
+        "torch:cuda:0:1",
+        "torch:0",
+        "1torch",
+        "torch cpu",
+        "popart:-ipu",
+    ],
 )
 def test_parse_target_rejects(text):
     with pytest.raises(ValueError, match=r"expected a backend target such as 'torch', 'torch:cpu'") as info:
@@ -57,7 +69,10 @@ def test_session_sorts_targets_with_and_without_device_by_their_text():
 
 # -- marker keyword hints -------------------------------------------------------------------------
 
-ALLOWED = "backend, precision, rounds, warmup_rounds, min_rounds, max_time, power"
+ALLOWED = (
+    "backend, precision, rounds, warmup_rounds, min_rounds, max_time, power, "
+    "ipus, replicas, stages, instances"
+)
 
 
 def test_unknown_keyword_suggests_close_match():

@@ -1,0 +1,882 @@
+"""Several independent instances of one compiled model, called concurrently in rounds.
+
+A multi-instance benchmark (say, one model per IPU, all busy at once) makes one synchronous call on
+every instance per round and waits for all of them; throughput is then summed over the instances
+in one wall-clock window, while latency stays per instance.
+
+Two runners share the ``InstanceGroup`` interface:
+
+- ``ThreadInstances`` calls models compiled in this process from one thread each. That is real
+  concurrency for runtimes that release the GIL during a call (PopART ``session.run``, torch and
+  ONNX Runtime kernels).
+- ``ProcessInstances`` compiles and calls each instance in a worker process of its own, for runtimes
+  that hold the GIL for the whole call (PopTorch). Workers are started with ``spawn``, never
+  ``fork``: forking a process that has started an SDK's threads can deadlock the child.
+
+Each instance times its own calls (``time.perf_counter_ns`` just around the call), so latencies do
+not include the cost of telling the instances to start. Importing this module imports no runtime.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.util
+import pickle
+import signal
+import threading
+import time
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Protocol
+from typing import cast
+
+from pytest_ipu.errors import BackendUnavailable
+from pytest_ipu.errors import CompileError
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+    from pytest_ipu.backends.base import Backend
+    from pytest_ipu.backends.base import CompiledModel
+
+__all__ = [
+    "InstanceError",
+    "InstanceGroup",
+    "InstanceInfo",
+    "InstanceSpec",
+    "ProcessInstances",
+    "ThreadInstances",
+]
+
+#: Start methods that give a worker a fresh interpreter (``fork`` would copy the SDK's threads' locks).
+START_METHODS = ("spawn", "forkserver")
+
+
+class InstanceError(RuntimeError):
+    """One instance of an ``InstanceGroup`` failed (a call, its preparation, its worker, or its close).
+
+    ``index`` is the first failing instance; the instance's own exception, when it was raised in
+    this process, is the ``__cause__``.
+    """
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """What one instance's compile produced: where it runs, how long compiling took, and its facts.
+
+    ``compile_s`` is ``None`` when nobody timed the compile; ``phases_s`` and ``info`` are the
+    backend's own breakdown and plain-JSON facts (``CompiledModel.phases_s`` and ``.info``).
+    """
+
+    index: int
+    target: str
+    device: str
+    device_name: str
+    compile_s: float | None
+    phases_s: Mapping[str, float] = field(default_factory=dict)
+    info: Mapping[str, object] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, object]:
+        """Plain JSON values (a fresh dict; mappings copied)."""
+        return {
+            "index": self.index,
+            "target": self.target,
+            "device": self.device,
+            "device_name": self.device_name,
+            "compile_s": self.compile_s,
+            "phases_s": {str(k): float(v) for k, v in self.phases_s.items()},
+            "info": dict(self.info),
+        }
+
+
+class InstanceGroup(Protocol):
+    """N independent instances of a compiled model, called together one round at a time."""
+
+    #: Number of instances.
+    count: int
+    #: ``"threads"`` or ``"processes"``.
+    runner: str
+
+    def prepare(self, inputs: Sequence[object]) -> None:
+        """Untimed: every instance converts ``inputs`` once (its own ``prepare_inputs``) and keeps them."""
+
+    def round(self) -> None:
+        """One call of every instance on its prepared inputs, all at once; returns when all have
+        finished. An instance's failure raises ``InstanceError`` naming it, and the group is then
+        unusable (only ``close`` works)."""
+
+    def call(self, index: int, inputs: Sequence[object]) -> object:
+        """Untimed: instance ``index`` called once on ``inputs``; its outputs (for parity checks). A
+        failing call raises ``InstanceError`` and leaves the group usable."""
+
+    def reset_latencies(self) -> None:
+        """Forget the call durations recorded so far."""
+
+    def latencies_s(self) -> list[list[float]]:
+        """Per instance, the duration (s) of each call ``round`` made since the last reset, timed
+        inside the instance around the call only."""
+
+    def compiled_info(self) -> list[InstanceInfo]:
+        """Per instance: where it runs and what its compile produced."""
+
+    def close(self) -> None:
+        """Release everything (idempotent); close errors are raised once, after all is released."""
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` on one line (the type alone for an empty message)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _check_index(index: int, count: int) -> None:
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
+        raise IndexError(f"instance index {index!r} is out of range; this group has instances 0..{count - 1}")
+
+
+def _close_failures(failures: Sequence[tuple[int, str]]) -> InstanceError:
+    listed = "; ".join(f"instance {i}: {text}" for i, text in failures)
+    return InstanceError(
+        f"closing {len(failures)} instance(s) failed, after every instance was released: {listed}",
+        failures[0][0],
+    )
+
+
+# -- threads ------------------------------------------------------------------------------------
+
+
+class _Slot:
+    """One instance's thread and what it shares with the caller's thread.
+
+    ``go`` and ``done`` are plain locks used as binary semaphores, both held by the caller while
+    the thread is idle: releasing ``go`` starts one call and the thread releases ``done`` when it
+    has finished. Plain locks are the cheapest hand-off ``threading`` offers (a ``Barrier`` or an
+    ``Event`` goes through a ``Condition`` and costs more per round).
+    """
+
+    def __init__(self, index: int, compiled: CompiledModel) -> None:
+        self.index = index
+        self.compiled = compiled
+        self.go = threading.Lock()
+        self.done = threading.Lock()
+        self.go.acquire()
+        self.done.acquire()
+        self.args: tuple[object, ...] | None = None
+        self.durations_ns: list[int] = []
+        self.error: BaseException | None = None
+        self.stop = False
+        self.thread = threading.Thread(target=self._loop, name=f"pytest-ipu-instance-{index}", daemon=True)
+
+    def _loop(self) -> None:
+        clock = time.perf_counter_ns
+        run = self.compiled.run
+        while True:
+            self.go.acquire()
+            if self.stop:
+                return
+            try:
+                args = self.args if self.args is not None else ()
+                start = clock()
+                run(*args)
+                end = clock()
+                self.durations_ns.append(end - start)
+            except BaseException as exc:  # every failure goes back to the caller's thread
+                self.error = exc
+            finally:
+                self.done.release()
+
+
+class ThreadInstances:
+    """Instances compiled in this process, each called from a persistent thread of its own.
+
+    ``compiled`` are the instances, already compiled (one per device, say); the group owns them and
+    ``close`` closes them. Real concurrency needs a runtime whose call releases the GIL.
+    ``timeout_s`` bounds how long ``round`` waits for the instances (``None``: forever);
+    ``join_timeout_s`` bounds how long ``close`` waits for a call still running.
+    """
+
+    runner = "threads"
+
+    def __init__(
+        self,
+        compiled: Sequence[CompiledModel],
+        *,
+        timeout_s: float | None = None,
+        join_timeout_s: float = 60.0,
+    ) -> None:
+        if not compiled:
+            raise ValueError("ThreadInstances needs at least one compiled model, got none")
+        self.count = len(compiled)
+        self._timeout_s = timeout_s
+        self._join_timeout_s = join_timeout_s
+        self._slots = [_Slot(i, c) for i, c in enumerate(compiled)]
+        self._rounds = 0
+        self._broken: str | None = None
+        self._closed = False
+        self._prepared = False
+        for slot in self._slots:
+            slot.thread.start()
+
+    def _check_usable(self, action: str) -> None:
+        if self._closed:
+            raise RuntimeError(
+                f"cannot {action}: this {self.runner} instance group was closed; build a new one"
+            )
+        if self._broken is not None:
+            raise RuntimeError(
+                f"cannot {action}: this {self.runner} instance group is unusable since {self._broken}; "
+                "close it and build a new one"
+            )
+
+    def prepare(self, inputs: Sequence[object]) -> None:
+        """Every instance's ``prepare_inputs(inputs)``, in this thread, kept for ``round``."""
+        self._check_usable("prepare inputs")
+        self._prepared = False  # until every instance has the new inputs
+        for slot in self._slots:
+            try:
+                slot.args = tuple(slot.compiled.prepare_inputs(tuple(inputs)))
+            except Exception as exc:
+                raise InstanceError(
+                    f"instance {slot.index} ({slot.compiled.target}) could not prepare its inputs: "
+                    f"{_describe(exc)}",
+                    slot.index,
+                ) from exc
+        self._prepared = True
+
+    def round(self) -> None:
+        """Start every instance's call, wait for all; ``InstanceError`` for the lowest failing index."""
+        self._check_usable("run a round")
+        if not self._prepared:
+            raise RuntimeError("call prepare(inputs) before round(): the instances have no inputs yet")
+        self._rounds += 1
+        try:
+            for slot in self._slots:
+                slot.go.release()
+            if self._timeout_s is None:
+                for slot in self._slots:
+                    slot.done.acquire()
+            else:
+                deadline = time.monotonic() + self._timeout_s
+                for slot in self._slots:
+                    if not slot.done.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                        self._broken = (
+                            f"instance {slot.index} ({slot.compiled.target}) did not finish round "
+                            f"{self._rounds} within timeout_s={self._timeout_s:g}"
+                        )
+                        raise InstanceError(
+                            f"{self._broken}; raise timeout_s if its calls are that slow", slot.index
+                        )
+        except BaseException:
+            # Interrupted (or timed out) with calls in flight: the hand-off locks are out of step.
+            if self._broken is None:
+                self._broken = f"round {self._rounds} was interrupted"
+            raise
+        for slot in self._slots:
+            error = slot.error
+            if error is not None:
+                self._broken = (
+                    f"instance {slot.index} ({slot.compiled.target}) failed in round {self._rounds}"
+                )
+                raise InstanceError(f"{self._broken}: {_describe(error)}", slot.index) from error
+
+    def call(self, index: int, inputs: Sequence[object]) -> object:
+        """Instance ``index``'s ``run`` on freshly prepared ``inputs``, in this thread; its failure is an
+        ``InstanceError`` but leaves the group usable (no other instance was involved)."""
+        _check_index(index, self.count)
+        self._check_usable("call an instance")
+        compiled = self._slots[index].compiled
+        try:
+            return compiled.run(*compiled.prepare_inputs(tuple(inputs)))
+        except Exception as exc:
+            raise InstanceError(
+                f"instance {index} ({compiled.target}) failed in a call: {_describe(exc)}", index
+            ) from exc
+
+    def reset_latencies(self) -> None:
+        """Forget the call durations recorded so far."""
+        for slot in self._slots:
+            slot.durations_ns.clear()
+
+    def latencies_s(self) -> list[list[float]]:
+        """Per instance, each ``round`` call's duration in seconds, oldest first."""
+        return [[ns * 1e-9 for ns in slot.durations_ns] for slot in self._slots]
+
+    def compiled_info(self) -> list[InstanceInfo]:
+        """Each compiled model's target, device, compile time, phases and facts."""
+        return [
+            InstanceInfo(
+                index=slot.index,
+                target=slot.compiled.target,
+                device=slot.compiled.device,
+                device_name=slot.compiled.device_name,
+                compile_s=slot.compiled.compile_s,
+                phases_s=dict(slot.compiled.phases_s),
+                info=dict(slot.compiled.info),
+            )
+            for slot in self._slots
+        ]
+
+    def close(self) -> None:
+        """Stop and join every thread, then close every compiled model; failures are raised at the end.
+
+        A model whose call is still running after ``join_timeout_s`` is not closed under it (that
+        could crash the runtime); its thread is a daemon and is left to finish, and the failure
+        says so.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        failures: list[tuple[int, str]] = []
+        for slot in self._slots:
+            slot.stop = True
+            # A thread between calls waits on ``go``; one still in a call sees ``stop`` afterwards.
+            with contextlib.suppress(RuntimeError):  # already released by an interrupted round
+                slot.go.release()
+        deadline = time.monotonic() + self._join_timeout_s
+        for slot in self._slots:
+            slot.thread.join(max(0.0, deadline - time.monotonic()))
+        for slot in self._slots:
+            if slot.thread.is_alive():
+                failures.append(
+                    (
+                        slot.index,
+                        f"its call was still running after join_timeout_s={self._join_timeout_s:g}, so "
+                        f"{slot.compiled.target} was left open; raise join_timeout_s",
+                    )
+                )
+                continue
+            try:
+                slot.compiled.close()
+            except Exception as exc:
+                failures.append((slot.index, f"{slot.compiled.target} close() raised {_describe(exc)}"))
+        if failures:
+            raise _close_failures(failures)
+
+
+# -- processes ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """How a worker process builds and compiles one instance: ``factory().compile(model,
+    example_inputs, precision, options)``.
+
+    Everything is pickled to the worker: ``factory`` must be a picklable zero-argument callable
+    (a module-level function, a class, or a ``functools.partial`` of one) returning a ``Backend``,
+    and ``model`` must pickle too (a ``torch.nn.Module`` whose class is importable does).
+    ``index`` is the instance's position in its group.
+    """
+
+    index: int
+    factory: Callable[[], Backend]
+    model: object
+    example_inputs: Sequence[object]
+    precision: str
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+# Requests, parent to worker.
+_PREPARE = "prepare"
+_ROUND = "round"
+_CALL = "call"
+_CLOSE = "close"
+# Replies, worker to parent.
+_OK = "ok"
+_FAILED = "failed"
+_UNAVAILABLE = "unavailable"
+_CLOSED = "closed"
+#: The round request never changes: pickled once, sent as bytes.
+_ROUND_BYTES = pickle.dumps((_ROUND,), protocol=pickle.HIGHEST_PROTOCOL)
+_CLOSE_BYTES = pickle.dumps((_CLOSE,), protocol=pickle.HIGHEST_PROTOCOL)
+#: After ``terminate`` (SIGTERM), how long before ``kill`` (SIGKILL).
+_TERMINATE_GRACE_S = 5.0
+
+
+def _to_host(value: object) -> object:
+    """``value`` with every tensor as a numpy array (tuples, lists and dicts kept), so that the
+    parent can unpickle it without the runtime."""
+    import numpy
+
+    if isinstance(value, numpy.ndarray | numpy.generic | int | float | complex | bool | str | bytes):
+        return value
+    if value is None:
+        return None
+    if isinstance(value, tuple | list):
+        return type(value)(_to_host(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_host(v) for k, v in value.items()}
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
+        tensor: Any = value.detach().cpu()
+        if str(tensor.dtype) == "torch.bfloat16":  # numpy has no bfloat16
+            tensor = tensor.float()
+        return tensor.numpy()
+    return numpy.asarray(value)
+
+
+def _send(conn: Connection, message: tuple[object, ...]) -> bool:
+    """Send ``message`` (or, if it does not pickle, a failure saying so); ``False`` when the parent
+    is gone."""
+    try:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        data = pickle.dumps((_FAILED, f"its reply could not be pickled: {_describe(exc)}"))
+    try:
+        conn.send_bytes(data)
+    except (OSError, EOFError):
+        return False
+    return True
+
+
+def _worker_main(conn: Connection, index: int, payload: bytes) -> None:
+    """A worker process: build and compile instance ``index`` from its pickled ``InstanceSpec``,
+    say how that went, then serve the parent's requests until it says close or goes away.
+
+    Every failure travels as one line of text (``Type: message``): an exception object might not
+    unpickle in the parent. SIGINT is ignored so that Ctrl-C reaches the parent alone, which then
+    stops the workers in order.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    compiled: CompiledModel | None = None
+    try:
+        try:
+            spec = pickle.loads(payload)
+            backend = spec.factory()
+            start = time.perf_counter_ns()
+            compiled = backend.compile(spec.model, spec.example_inputs, spec.precision, spec.options)
+            compile_s = (time.perf_counter_ns() - start) * 1e-9
+            facts = InstanceInfo(
+                index=index,
+                target=compiled.target,
+                device=compiled.device,
+                device_name=compiled.device_name,
+                compile_s=compile_s,
+                phases_s=dict(compiled.phases_s),
+                info=dict(compiled.info),
+            )
+        except BaseException as exc:
+            _send(conn, (_UNAVAILABLE if isinstance(exc, BackendUnavailable) else _FAILED, _describe(exc)))
+            return
+        del spec  # the compiled model has what it needs; the worker's copy of the model can go
+        if _send(conn, (_OK, facts)):
+            compiled = _serve(conn, compiled)
+    finally:
+        if compiled is not None:
+            # The parent is gone (or the model was not closed yet): release the device anyway.
+            with contextlib.suppress(Exception):
+                compiled.close()
+        conn.close()
+
+
+def _serve(conn: Connection, compiled: CompiledModel) -> CompiledModel | None:
+    """Answer requests; return the model if it is still open (the parent went away), else ``None``."""
+    clock = time.perf_counter_ns
+    args: tuple[object, ...] = ()
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return compiled
+        command = request[0]
+        try:
+            if command == _ROUND:
+                start = clock()
+                compiled.run(*args)
+                end = clock()
+                reply: tuple[object, ...] = (_OK, end - start)
+            elif command == _PREPARE:
+                args = tuple(compiled.prepare_inputs(tuple(request[1])))
+                reply = (_OK, None)
+            elif command == _CALL:
+                reply = (_OK, _to_host(compiled.run(*compiled.prepare_inputs(tuple(request[1])))))
+            elif command == _CLOSE:
+                try:
+                    compiled.close()
+                    error = None
+                except Exception as exc:
+                    error = _describe(exc)
+                _send(conn, (_CLOSED, error))
+                return None
+            else:
+                reply = (_FAILED, f"unknown request {command!r}")
+        except Exception as exc:
+            reply = (_FAILED, _describe(exc))
+        if not _send(conn, reply):
+            return compiled
+
+
+def _abandon(processes: list[BaseProcess], conns: list[Connection]) -> None:
+    """Last resort for a group that was never closed (at exit, or when it is garbage): close the
+    pipes, which makes idle workers close their models and exit, then stop whatever is left."""
+    for conn in conns:
+        conn.close()
+    for process in processes:
+        process.join(10.0)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+@dataclass
+class _Worker:
+    """The parent's side of one worker process."""
+
+    index: int
+    process: BaseProcess
+    conn: Connection
+    #: ``starting`` (compiling), ``ready`` (waiting for a request), ``busy`` (answering one) or
+    #: ``gone`` (found dead, already reported).
+    state: str = "starting"
+
+
+class ProcessInstances:
+    """Instances compiled and called in worker processes, one each, for runtimes that hold the GIL.
+
+    The workers start together and compile in parallel; the constructor returns when all are ready
+    (or raises, after stopping every worker: ``BackendUnavailable`` when a worker's backend found no
+    device, else ``CompileError``, naming the instance). A worker's output goes to this process's
+    stdout and stderr. ``start_timeout_s`` bounds the compiles (large IPU models take tens of
+    minutes), ``timeout_s`` each later request (``None``: forever) and ``stop_timeout_s`` how long
+    ``close`` waits for a worker to close its model and exit before terminating it. ``context`` is
+    a ``multiprocessing`` start method: ``spawn`` or ``forkserver``.
+
+    A worker closes its model and exits by itself when this process goes away.
+    """
+
+    runner = "processes"
+
+    def __init__(
+        self,
+        specs: Sequence[InstanceSpec],
+        *,
+        start_timeout_s: float = 3600.0,
+        context: str = "spawn",
+        timeout_s: float | None = None,
+        stop_timeout_s: float = 30.0,
+    ) -> None:
+        if not specs:
+            raise ValueError("ProcessInstances needs at least one InstanceSpec, got none")
+        for position, spec in enumerate(specs):
+            if spec.index != position:
+                raise ValueError(
+                    f"InstanceSpec at position {position} has index {spec.index}; indexes must be "
+                    f"0..{len(specs) - 1} in order"
+                )
+        if context not in START_METHODS:
+            raise ValueError(
+                f"context={context!r}: worker processes start with {' or '.join(map(repr, START_METHODS))}; "
+                "fork copies a process whose runtime threads may hold locks, which can deadlock the child"
+            )
+        self.count = len(specs)
+        self._timeout_s = timeout_s
+        self._stop_timeout_s = stop_timeout_s
+        self._names = [type(spec.model).__name__ for spec in specs]
+        self._workers: list[_Worker] = []
+        self._info: list[InstanceInfo] = []
+        self._durations_ns: list[list[int]] = [[] for _ in specs]
+        self._rounds = 0
+        self._broken: str | None = None
+        self._closed = False
+        self._prepared = False
+        payloads = []
+        for spec in specs:
+            try:
+                payloads.append(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL))
+            except Exception as exc:
+                raise CompileError(
+                    f"instance {spec.index}'s InstanceSpec ({self._names[spec.index]}) cannot be sent to a "
+                    f"worker process: {_describe(exc)}; its factory and model must pickle (module-level "
+                    "functions and classes, functools.partial, no lambdas or local classes)"
+                ) from exc
+        mp = (
+            multiprocessing.get_context("spawn")
+            if context == "spawn"
+            else multiprocessing.get_context("forkserver")
+        )
+        processes: list[BaseProcess] = []
+        conns: list[Connection] = []
+        # Registered before any worker starts, and run by multiprocessing's own exit handler before
+        # it joins children: a group that was never closed cannot make the interpreter wait forever.
+        self._finalizer = multiprocessing.util.Finalize(
+            self, _abandon, args=(processes, conns), exitpriority=100
+        )
+        try:
+            for spec, payload in zip(specs, payloads, strict=True):
+                parent_end, child_end = mp.Pipe()
+                conns.append(parent_end)
+                process = mp.Process(
+                    target=_worker_main,
+                    args=(child_end, spec.index, payload),
+                    name=f"pytest-ipu-instance-{spec.index}",
+                )
+                try:
+                    process.start()
+                finally:
+                    # Only the worker may hold its end: its exit must read as end-of-file here.
+                    child_end.close()
+                processes.append(process)
+                self._workers.append(_Worker(spec.index, process, parent_end))
+            self._info = self._wait_ready(start_timeout_s)
+        except BaseException:
+            for conn in conns[len(self._workers) :]:
+                conn.close()  # a pipe whose worker did not start
+            self._release()
+            raise
+
+    # -- starting ---------------------------------------------------------------------------------
+
+    def _wait_ready(self, timeout_s: float) -> list[InstanceInfo]:
+        """Each worker's compile report, in whatever order they come; the first failure raises."""
+        from multiprocessing.connection import wait
+
+        info: dict[int, InstanceInfo] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(info) < self.count:
+            pending = [w.conn for w in self._workers if w.index not in info]
+            ready = wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                late = ", ".join(str(w.index) for w in self._workers if w.index not in info)
+                raise CompileError(
+                    f"instance(s) {late} did not finish compiling {self._names[0]} within "
+                    f"start_timeout_s={timeout_s:g}; raise start_timeout_s"
+                )
+            for worker in [w for w in self._workers if w.conn in ready]:
+                try:
+                    reply = worker.conn.recv()
+                except (EOFError, OSError):
+                    worker.state = "gone"
+                    raise CompileError(
+                        f"instance {worker.index}'s worker process ({self._describe_exit(worker)}) ended "
+                        f"before it had compiled {self._names[worker.index]}; its output above says why"
+                    ) from None
+                if reply[0] != _OK:
+                    error = BackendUnavailable if reply[0] == _UNAVAILABLE else CompileError
+                    raise error(
+                        f"instance {worker.index} of {self.count} could not compile "
+                        f"{self._names[worker.index]} in its worker process: {reply[1]}"
+                    )
+                worker.state = "ready"
+                info[worker.index] = reply[1]
+        return [info[i] for i in range(self.count)]
+
+    def _describe_exit(self, worker: _Worker) -> str:
+        """``pid N, exit code C`` once the process has ended (waits up to a second for it)."""
+        worker.process.join(1.0)
+        code = worker.process.exitcode
+        state = "still running" if code is None else f"exit code {code}"
+        return f"pid {worker.process.pid}, {state}"
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def _check_usable(self, action: str) -> None:
+        if self._closed:
+            raise RuntimeError(
+                f"cannot {action}: this {self.runner} instance group was closed; build a new one"
+            )
+        if self._broken is not None:
+            raise RuntimeError(
+                f"cannot {action}: this {self.runner} instance group is unusable since {self._broken}; "
+                "close it and build a new one"
+            )
+
+    def _exchange(self, workers: Sequence[_Worker], request: bytes, what: str, fatal: bool) -> list[object]:
+        """Send ``request`` to every worker in ``workers``, then collect each reply's value.
+
+        The lowest failing index is raised after every reply was collected. A dead worker, a
+        timeout or an interrupt leaves the group unusable, and so does a worker's own failure when
+        ``fatal``; otherwise the worker answered and is still in step.
+        """
+        broken = False
+        failures: dict[int, str] = {}
+        values: list[object] = [None] * len(workers)
+        try:
+            for worker in workers:
+                try:
+                    worker.conn.send_bytes(request)
+                    worker.state = "busy"
+                except OSError:
+                    worker.state = "gone"
+                    broken = True
+                    failures[worker.index] = (
+                        f"its worker process ({self._describe_exit(worker)}) ended; its output above says why"
+                    )
+            deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
+            for position, worker in enumerate(workers):
+                if worker.state != "busy":
+                    continue
+                if deadline is not None and not worker.conn.poll(max(0.0, deadline - time.monotonic())):
+                    broken = True
+                    failures[worker.index] = f"no reply within timeout_s={self._timeout_s:g}; raise timeout_s"
+                    continue
+                try:
+                    reply = worker.conn.recv()
+                except (EOFError, OSError):
+                    worker.state = "gone"
+                    broken = True
+                    failures[worker.index] = (
+                        f"its worker process ({self._describe_exit(worker)}) ended; its output above says why"
+                    )
+                    continue
+                worker.state = "ready"
+                if reply[0] == _OK:
+                    values[position] = reply[1]
+                else:
+                    failures[worker.index] = str(reply[1])
+        except BaseException:
+            self._broken = f"{what} was interrupted"
+            raise
+        if failures:
+            first = min(failures)
+            if broken or fatal:
+                self._broken = f"instance {first} failed in {what}"
+            raise InstanceError(
+                f"instance {first} ({self._info[first].target}) failed in {what}: {failures[first]}", first
+            )
+        return values
+
+    def prepare(self, inputs: Sequence[object]) -> None:
+        """Send ``inputs`` to every worker, which converts them once (``prepare_inputs``) and keeps them."""
+        self._check_usable("prepare inputs")
+        self._prepared = False  # until every instance has the new inputs
+        request = pickle.dumps((_PREPARE, tuple(inputs)), protocol=pickle.HIGHEST_PROTOCOL)
+        self._exchange(self._workers, request, "preparing its inputs", fatal=False)
+        self._prepared = True
+
+    def round(self) -> None:
+        """Start every worker's call, wait for all; record each call's duration as the worker timed it."""
+        self._check_usable("run a round")
+        if not self._prepared:
+            raise RuntimeError("call prepare(inputs) before round(): the instances have no inputs yet")
+        self._rounds += 1
+        values = self._exchange(self._workers, _ROUND_BYTES, f"round {self._rounds}", fatal=True)
+        for durations, ns in zip(self._durations_ns, values, strict=True):
+            durations.append(cast(int, ns))
+
+    def call(self, index: int, inputs: Sequence[object]) -> object:
+        """Instance ``index`` called once on ``inputs``; its outputs with tensors as numpy arrays. A
+        failing call leaves the group usable; a dead worker does not."""
+        _check_index(index, self.count)
+        self._check_usable("call an instance")
+        request = pickle.dumps((_CALL, tuple(inputs)), protocol=pickle.HIGHEST_PROTOCOL)
+        return self._exchange([self._workers[index]], request, "a call", fatal=False)[0]
+
+    def reset_latencies(self) -> None:
+        """Forget the call durations recorded so far."""
+        for durations in self._durations_ns:
+            durations.clear()
+
+    def latencies_s(self) -> list[list[float]]:
+        """Per instance, each ``round`` call's duration in seconds (timed in the worker), oldest first."""
+        return [[ns * 1e-9 for ns in durations] for durations in self._durations_ns]
+
+    def compiled_info(self) -> list[InstanceInfo]:
+        """What each worker's compile reported, with ``compile_s`` timed in the worker."""
+        return list(self._info)
+
+    @property
+    def pids(self) -> list[int | None]:
+        """Each worker's process id."""
+        return [w.process.pid for w in self._workers]
+
+    # -- stopping ---------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Ask every worker to close its model and exit; terminate those that do not within
+        ``stop_timeout_s``; close the pipes. Failures are raised once, after every worker is gone."""
+        if self._closed:
+            return
+        failures = self._release()
+        if failures:
+            raise _close_failures(failures)
+
+    def _release(self) -> list[tuple[int, str]]:
+        """Stop every worker and close every pipe; what went wrong, per instance.
+
+        A compiling worker cannot read requests, so it is terminated at once; the others are asked
+        to close their model, which releases their device the orderly way.
+        """
+        self._closed = True
+        failures: list[tuple[int, str]] = []
+        try:
+            for worker in self._workers:
+                if worker.state == "starting":
+                    worker.process.terminate()
+            asked: list[_Worker] = []
+            for worker in self._workers:
+                if worker.state in ("ready", "busy") and not worker.conn.closed:
+                    try:
+                        worker.conn.send_bytes(_CLOSE_BYTES)
+                    except OSError:
+                        error = self._ended_early(worker)
+                        if error is not None:
+                            failures.append((worker.index, error))
+                    else:
+                        asked.append(worker)
+            deadline = time.monotonic() + self._stop_timeout_s
+            for worker in asked:
+                error = self._await_closed(worker, deadline)
+                if error is not None:
+                    failures.append((worker.index, error))
+            for worker in asked:
+                worker.process.join(max(0.0, deadline - time.monotonic()))
+                if worker.process.is_alive():
+                    failures.append(
+                        (
+                            worker.index,
+                            f"its worker process (pid {worker.process.pid}) did not exit within "
+                            f"stop_timeout_s={self._stop_timeout_s:g} and was terminated; raise "
+                            "stop_timeout_s",
+                        )
+                    )
+        finally:
+            # Whatever happened above (even Ctrl-C), no worker outlives this.
+            for worker in self._workers:
+                _stop_process(worker.process)
+                worker.conn.close()
+                worker.process.close()
+            self._finalizer.cancel()
+        return sorted(failures)
+
+    def _ended_early(self, worker: _Worker) -> str | None:
+        """Why a worker that was not known to be gone did not report closing its model (``None`` when
+        it exited cleanly after all)."""
+        worker.process.join(1.0)
+        if worker.process.exitcode == 0:
+            return None
+        return f"its worker process ({self._describe_exit(worker)}) ended before closing its model"
+
+    def _await_closed(self, worker: _Worker, deadline: float) -> str | None:
+        """Skip replies still in flight until the worker's close report; its close error, if any."""
+        while True:
+            if not worker.conn.poll(max(0.0, deadline - time.monotonic())):
+                return None  # the join below reports it
+            try:
+                reply = worker.conn.recv()
+            except (EOFError, OSError):
+                return self._ended_early(worker)
+            if reply[0] == _CLOSED:
+                return (
+                    None
+                    if reply[1] is None
+                    else f"{self._info[worker.index].target} close() raised {reply[1]}"
+                )
+
+
+def _stop_process(process: BaseProcess) -> None:
+    """Terminate, then kill, a process that is still running; reap it either way."""
+    if process.is_alive():
+        process.terminate()
+        process.join(_TERMINATE_GRACE_S)
+    if process.is_alive():
+        process.kill()
+    process.join()

@@ -1,0 +1,359 @@
+"""IPU discovery: which IPUs this process can see, their architecture and the boards they sit on.
+
+``discover`` asks, in order, the sources that can answer without attaching to any IPU:
+
+1. ``gcipuinfo`` (Poplar SDK; reference ``graphcore-sdk-api.md`` sections 0.3 and 4.1): one mapping
+   of attribute strings per IPU, with ``"id"``, ``"ipu architecture"``, ``"board type"``,
+   ``"board serial number"`` and ``"board ipu index"``; ``"N/A"`` means unknown;
+2. PopART's ``DeviceManager().enumerateDevices()`` (section 2.2): the single-IPU devices, with
+   ``version`` as the architecture, but nothing about boards;
+3. PopTorch's ``ipuHardwareIsAvailable(n)`` and ``ipuHardwareVersion()`` (sections 0.1 and 6): only
+   the size of the largest power-of-two device and the architecture.
+
+Each module is imported lazily (or injected by tests), so importing this module imports no SDK,
+torch or onnx. A missing SDK is not an error: ``discover`` then returns the reason as a string.
+
+``simulator_inventory`` describes the IPU Model, Poplar's simulator on the host, whose timings
+are not hardware timings; its JSON says so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from pytest_ipu import placement
+
+#: gcipuinfo attribute keys, as gcipuinfo and ``gc-info -i`` spell them (reference section 4.1).
+KEY_ID = "id"
+KEY_ARCHITECTURE = "ipu architecture"
+KEY_BOARD_TYPE = "board type"
+KEY_BOARD_SERIAL = "board serial number"
+KEY_BOARD_IPU_INDEX = "board ipu index"
+
+#: ``ipu architecture`` values (reference section 0.3); also the IPU Model's ``ipuVersion`` values.
+ARCHITECTURES = ("ipu1", "ipu2", "ipu21")
+#: What ``as_json`` says about timings measured on the IPU Model.
+SIMULATED_TIMING = "simulated: IPU Model timings are not hardware timings"
+HARDWARE_TIMING = "hardware"
+#: PopTorch reserves at most this many IPUs per process; probing stops there.
+_MAX_PROBE_IPUS = placement.MAX_IPUS_PER_INSTANCE
+
+_FIX = (
+    "enable Graphcore's Poplar SDK in the shell that runs pytest (source the SDK's enable script) so "
+    "that gcipuinfo, popart or poptorch imports, and check that `gc-info -l` lists IPUs; without "
+    "hardware, use the IPU Model simulator"
+)
+
+
+@dataclass(frozen=True)
+class IpuInfo:
+    """One IPU as discovery saw it; ``None`` where the source does not say (or says ``N/A``)."""
+
+    id: int
+    architecture: str | None = None
+    board_type: str | None = None
+    board_serial: str | None = None
+    board_ipu_index: int | None = None
+
+    def as_json(self) -> dict[str, object]:
+        """Plain JSON types only."""
+        return {
+            "id": self.id,
+            "architecture": self.architecture,
+            "board_type": self.board_type,
+            "board_serial": self.board_serial,
+            "board_ipu_index": self.board_ipu_index,
+        }
+
+
+@dataclass(frozen=True)
+class IpuInventory:
+    """The IPUs found, in ascending id order, the source that listed them, and what it could not say.
+
+    ``simulator`` is true for the IPU Model; ``notes`` carry what a reader of the results should
+    know (sources that failed before this one, facts this source cannot give).
+    """
+
+    ipus: tuple[IpuInfo, ...]
+    source: str
+    simulator: bool = False
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        ids = [ipu.id for ipu in self.ipus]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"IpuInventory: IPU ids {ids} repeat an id; list each IPU once")
+
+    @property
+    def count(self) -> int:
+        """How many IPUs were found."""
+        return len(self.ipus)
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """The IPU ids, ascending."""
+        return tuple(sorted(ipu.id for ipu in self.ipus))
+
+    @property
+    def architecture(self) -> str | None:
+        """The architecture every IPU shares, or ``None`` when unknown or mixed."""
+        found = {ipu.architecture for ipu in self.ipus}
+        return found.pop() if len(found) == 1 else None
+
+    @property
+    def board_types(self) -> tuple[str, ...]:
+        """The distinct known board types, sorted."""
+        return tuple(sorted({ipu.board_type for ipu in self.ipus if ipu.board_type is not None}))
+
+    def as_json(self) -> dict[str, object]:
+        """Plain JSON for ``machine_info["ipu"]["inventory"]``."""
+        return {
+            "count": self.count,
+            "architecture": self.architecture,
+            "board_types": list(self.board_types),
+            "ipus": [ipu.as_json() for ipu in sorted(self.ipus, key=lambda ipu: ipu.id)],
+            "source": self.source,
+            "simulator": self.simulator,
+            "timing": SIMULATED_TIMING if self.simulator else HARDWARE_TIMING,
+            "notes": list(self.notes),
+        }
+
+    def placement_inventory(self) -> placement.Inventory:
+        """The ``placement.Inventory`` to allocate from: every IPU, grouped into boards by serial."""
+        return placement.Inventory(
+            "ipu",
+            self.ids,
+            {ipu.id: ipu.board_serial for ipu in self.ipus if ipu.board_serial is not None},
+        )
+
+    def multi_device_id(self, group: tuple[int, ...]) -> int:
+        """The ``gc-info -l`` device id of the device made of the IPUs ``group`` (ascending ids).
+
+        A group of one IPU is that IPU's id. A larger group must be a power of two of consecutive
+        ids starting at a multiple of its size, as multi-IPU devices are.
+
+        Numbering: ``gc-info -l`` lists the single IPUs ``0..N-1`` first, then every 2-IPU device,
+        then every 4-IPU device, and so on, each size in ascending order of its first IPU; so on 16
+        IPUs the pairs are 16-23, the quads 24-27, the eights 28-29 and the whole 16 is 30. The
+        reference (``graphcore-sdk-api.md`` sections 1.3, 2.2 and 4.3) only says that these ids name
+        single- or multi-IPU devices; the order is the one our PopART and PopTorch fakes implement
+        (``enumerateDevices``), which the unit tests check this against.
+        """
+        label = f"multi_device_id({group!r})"
+        if not group:
+            raise ValueError(f"{label}: the group is empty; give the ids of at least one IPU")
+        if any(isinstance(i, bool) or not isinstance(i, int) for i in group):
+            raise ValueError(f"{label}: IPU ids must be ints; give ids as gc-info -l numbers them")
+        size, first = len(group), group[0]
+        if list(group) != list(range(first, first + size)):
+            raise ValueError(
+                f"{label}: the ids are not consecutive and ascending; a multi-IPU device is a run of "
+                f"ids such as {tuple(range(size))}"
+            )
+        if not placement.is_power_of_two(size):
+            raise ValueError(
+                f"{label}: a group of {size} IPUs is not a power of two, the only sizes multi-IPU "
+                f"devices come in; use groups of 1, 2, 4, 8, ... IPUs"
+            )
+        if first % size:
+            start = first - first % size
+            raise ValueError(
+                f"{label}: a {size}-IPU device starts at a multiple of {size}, not at {first}; use "
+                f"{tuple(range(start, start + size))} or {tuple(range(start + size, start + 2 * size))}"
+            )
+        ids = self.ids
+        missing = [i for i in group if i not in ids]
+        if missing:
+            raise ValueError(
+                f"{label}: IPU id(s) {', '.join(map(str, missing))} are not in this inventory "
+                f"({_id_ranges(ids) or 'no IPUs'}); choose a group within it"
+            )
+        if size == 1:
+            return first
+        total = len(ids)
+        if ids != tuple(range(total)):
+            raise ValueError(
+                f"{label}: this inventory's ids ({_id_ranges(ids)}) are not 0..{total - 1} without gaps, "
+                "so gc-info's multi-IPU numbering cannot be derived; look the device id up with "
+                "`gc-info -l`"
+            )
+        offset, smaller = 0, 1
+        while smaller < size:
+            offset += total // smaller
+            smaller *= 2
+        return offset + first // size
+
+
+def simulator_inventory(num_ipus: int, architecture: str = "ipu2") -> IpuInventory:
+    """The IPU Model (Poplar's simulator) with ``num_ipus`` IPUs of ``architecture``; no boards."""
+    if isinstance(num_ipus, bool) or not isinstance(num_ipus, int) or num_ipus < 1:
+        raise ValueError(
+            f"simulator_inventory: invalid num_ipus={num_ipus!r}: expected a positive int; write num_ipus=1"
+        )
+    if architecture not in ARCHITECTURES:
+        raise ValueError(
+            f"simulator_inventory: invalid architecture={architecture!r}: expected one of "
+            f"{', '.join(ARCHITECTURES)}; write architecture='ipu2'"
+        )
+    return IpuInventory(
+        tuple(IpuInfo(i, architecture) for i in range(num_ipus)),
+        "ipu-model",
+        simulator=True,
+        notes=(SIMULATED_TIMING,),
+    )
+
+
+def discover(
+    *,
+    gcipuinfo_module: ModuleType | None = None,
+    popart_module: ModuleType | None = None,
+    poptorch_module: ModuleType | None = None,
+) -> IpuInventory | str:
+    """The IPUs of this machine from the first source that lists any, or why none was found.
+
+    Sources are tried in the order gcipuinfo, popart, poptorch; a module not given is imported by
+    name, and one that fails to import (or to answer) hands over to the next. Never raises for a
+    missing SDK: the returned string says what each source answered and how to fix it.
+    """
+    failures: list[str] = []
+    sources = (
+        ("gcipuinfo", gcipuinfo_module, _from_gcipuinfo),
+        ("popart", popart_module, _from_popart),
+        ("poptorch", poptorch_module, _from_poptorch),
+    )
+    for name, injected, read in sources:
+        module = injected if injected is not None else _import(name, failures)
+        if module is None:
+            continue
+        try:
+            found = read(module)
+        except Exception as exc:  # an SDK failing to answer (no driver, a broken install)
+            failures.append(f"{name}: failed: {_one_line(exc)}")
+            continue
+        if isinstance(found, str):
+            failures.append(f"{name}: {found}")
+            continue
+        return IpuInventory(found.ipus, found.source, notes=(*failures, *found.notes))
+    return f"no IPU found ({'; '.join(failures)}); {_FIX}"
+
+
+def _import(name: str, failures: list[str]) -> ModuleType | None:
+    onnx_first = "onnx" in sys.modules
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # ImportError, or an SDK asserting at import (PopTorch checks torch)
+        reason = f"{name}: not importable ({_one_line(exc)})"
+        if name == "popart" and onnx_first and "onnx" in str(exc):
+            # popart refuses to load once onnx is imported (reference section 0.2); its ImportError
+            # says so, which tells this apart from popart simply being absent.
+            reason += "; onnx was imported before popart, which popart refuses: import popart first"
+        failures.append(reason)
+        return None
+
+
+def _from_gcipuinfo(module: ModuleType) -> IpuInventory | str:
+    devices = module.gcipuinfo().getDevices()
+    if not devices:
+        return "lists no IPUs in the active partition"
+    ipus = []
+    for position, raw in enumerate(devices):
+        attributes: Mapping[str, Any] = dict(raw)
+        ipu_id = _int(attributes.get(KEY_ID))
+        if ipu_id is None:
+            return f"device {position} has no usable {KEY_ID!r} ({attributes.get(KEY_ID)!r})"
+        ipus.append(
+            IpuInfo(
+                ipu_id,
+                _text(attributes.get(KEY_ARCHITECTURE)),
+                _text(attributes.get(KEY_BOARD_TYPE)),
+                _text(attributes.get(KEY_BOARD_SERIAL)),
+                _int(attributes.get(KEY_BOARD_IPU_INDEX)),
+            )
+        )
+    ids = [ipu.id for ipu in ipus]
+    if len(set(ids)) != len(ids):
+        return f"lists an IPU id twice ({sorted(ids)})"
+    return IpuInventory(tuple(sorted(ipus, key=lambda ipu: ipu.id)), "gcipuinfo")
+
+
+def _from_popart(module: ModuleType) -> IpuInventory | str:
+    # The defaults list single-IPU hardware devices (numIpus=1, deviceType=Ipu); nothing is attached.
+    devices = module.DeviceManager().enumerateDevices()
+    if not devices:
+        return "DeviceManager().enumerateDevices() lists no IPU"
+    ipus = tuple(sorted((IpuInfo(int(d.id), _text(d.version)) for d in devices), key=lambda ipu: ipu.id))
+    if len({ipu.id for ipu in ipus}) != len(ipus):
+        return f"enumerateDevices() lists a device id twice ({[ipu.id for ipu in ipus]})"
+    return IpuInventory(ipus, "popart", notes=("boards unknown: popart does not report board serials",))
+
+
+def _from_poptorch(module: ModuleType) -> IpuInventory | str:
+    try:
+        present = bool(module.ipuHardwareIsAvailable(1))
+        probe_sizes = True
+    except TypeError:
+        # PopTorch 1.x takes no argument (reference section 6): presence only.
+        present = bool(module.ipuHardwareIsAvailable())
+        probe_sizes = False
+    if not present:
+        return "ipuHardwareIsAvailable() is False (it is also False under POPTORCH_IPU_MODEL)"
+    count = 1
+    while probe_sizes and count * 2 <= _MAX_PROBE_IPUS and module.ipuHardwareIsAvailable(count * 2):
+        count *= 2
+    try:
+        version = int(module.ipuHardwareVersion())
+    except Exception:  # it asserts when no IPU is present; -1 means unknown
+        version = -1
+    architecture = f"ipu{version}" if version > 0 else None
+    notes = [
+        "boards unknown: poptorch reports only the largest power-of-two IPU device, so the count is "
+        "that device's size (a lower bound) and the ids are assumed to be 0..count-1"
+    ]
+    if not probe_sizes:
+        notes.append("this poptorch cannot probe device sizes: at least one IPU is present")
+    return IpuInventory(tuple(IpuInfo(i, architecture) for i in range(count)), "poptorch", notes=tuple(notes))
+
+
+def _text(value: object) -> str | None:
+    """A gcipuinfo string, with ``N/A``, empty and absent all meaning unknown."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return None if text in ("", "N/A") else text
+
+
+def _int(value: object) -> int | None:
+    text = _text(value)
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _id_ranges(ids: tuple[int, ...]) -> str:
+    """``0-3, 6`` for ids (0, 1, 2, 3, 6)."""
+    parts: list[str] = []
+    start: int | None = None
+    previous: int | None = None
+    for i in ids:
+        if previous is not None and i == previous + 1:
+            previous = i
+            continue
+        if start is not None:
+            parts.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = i
+    if start is not None:
+        parts.append(str(start) if start == previous else f"{start}-{previous}")
+    return ", ".join(parts)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,262 @@
+"""Compiling a model at a device placement: the marker's request, the backend's inventory, and one
+compiled copy per instance, run concurrently as one ``CompiledModel``.
+
+``placement.py`` decides which IPU ids each instance gets; this module turns that into backends
+and options (a device id per instance, replicas and pipeline stages in the backend's own option
+names), compiles every instance, and groups them. IPU backends say how through three optional
+methods, so third-party backends need none of them:
+
+- ``inventory()``: an ``IpuInventory`` of the devices present, or the reason there is none;
+- ``placement_options(replicas, stages)``: the backend options that give one model that many
+  replicas and pipeline stages;
+- ``worker_factory()``: a picklable callable that rebuilds the backend in a worker process, for
+  backends whose ``concurrency`` is ``"processes"`` (their calls hold the GIL).
+
+A backend without ``inventory`` can still run ``instances`` copies side by side on its one device
+(CPU, or one GPU), recorded as a shared device; replicas and pipeline stages are IPU concepts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from typing import Any
+
+from pytest_ipu.backends.base import Backend
+from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.errors import BackendUnavailable
+from pytest_ipu.errors import CompileError
+from pytest_ipu.placement import DeviceRequest
+from pytest_ipu.placement import PlacementError
+from pytest_ipu.placement import allocate
+
+if TYPE_CHECKING:
+    from pytest_ipu.instances import InstanceGroup
+
+#: A function giving the backend for a target spelled ``name:device`` (the run's backend cache).
+BackendFor = Callable[[str, str], Backend]
+
+
+@dataclass(frozen=True)
+class InstancePlan:
+    """One instance as it will be compiled: its backend, its device and its extra options."""
+
+    index: int
+    backend: Backend
+    device: str
+    ipu_ids: tuple[int, ...]
+    options: Mapping[str, object]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every instance of a placed model, and the placement as plain JSON for the record."""
+
+    instances: tuple[InstancePlan, ...]
+    as_json: Mapping[str, Any]
+
+
+def is_trivial(request: DeviceRequest) -> bool:
+    """One instance, one IPU, no replicas or stages: the backend's own device, no placement step."""
+    return request.instances == 1 and request.ipus_per_instance == 1
+
+
+def plan(
+    backend: Backend, request: DeviceRequest, options: Mapping[str, object], backend_for: BackendFor
+) -> Plan:
+    """Where each instance of ``request`` runs on ``backend``, with the options that place it there.
+
+    Raises ``CompileError`` for a request the backend cannot express (replicas on a CPU, a pinned
+    device id with a placement, options that contradict the marker) and ``BackendUnavailable``
+    (the test skips) when this machine has too few devices, naming what was asked and what exists.
+    """
+    runner = str(getattr(backend, "concurrency", "threads"))
+    inventory_of = getattr(backend, "inventory", None)
+    base: dict[str, Any] = {
+        "instances": request.instances,
+        "ipus_per_instance": request.ipus_per_instance,
+        "replicas": request.replicas,
+        "stages": request.stages,
+        "runner": runner if request.instances > 1 else "inline",
+    }
+    if request.rounded_from is not None:
+        base["rounded_from"] = request.rounded_from
+    if inventory_of is None:
+        if request.replicas > 1 or request.stages > 1:
+            raise CompileError(
+                f"replicas={request.replicas} and stages={request.stages} place one model over several IPUs, "
+                f"but target {backend.name}:{backend.device} is not an IPU backend; use a poptorch or popart "
+                "target, or ask for instances= only"
+            )
+        plans = tuple(InstancePlan(i, backend, backend.device, (), {}) for i in range(request.instances))
+        return Plan(plans, {**base, "shared_device": True, "devices": [backend.device] * request.instances})
+
+    inventory = inventory_of()
+    if isinstance(inventory, str):
+        raise BackendUnavailable(f"cannot place the model on {backend.name}:{backend.device}: {inventory}")
+    device = backend.device
+    if ":" in device and not inventory.simulator:
+        raise CompileError(
+            f"target {backend.name}:{device} pins one device id, but the ipu marker's placement "
+            f"(instances={request.instances}, replicas={request.replicas}, stages={request.stages}) chooses "
+            f"the IPUs itself; use target {backend.name}:{device.partition(':')[0]}"
+        )
+    extra = _placement_options(backend, request)
+    for key, value in extra.items():
+        if key in options and options[key] != value:
+            raise CompileError(
+                f"ipu_compile option {key}={options[key]!r} contradicts the ipu marker's placement "
+                f"(replicas={request.replicas}, stages={request.stages} means {key}={value!r}); "
+                f"set it in one place only"
+            )
+    if inventory.simulator:
+        # The IPU Model simulates each instance on the host: no ids to allocate, nothing shared.
+        plans = tuple(InstancePlan(i, backend, device, (), extra) for i in range(request.instances))
+        return Plan(
+            plans,
+            {**base, "shared_device": False, "simulator": True, "devices": [device] * request.instances},
+        )
+    try:
+        placed = allocate(inventory.placement_inventory(), request)
+    except PlacementError as exc:
+        raise BackendUnavailable(f"placement on {backend.name}:{device}: {exc}") from None
+    plans_list = []
+    for instance in placed.instances:
+        ids = instance.ipu_ids
+        device_id = ids[0] if len(ids) == 1 else inventory.multi_device_id(ids)
+        instance_device = f"{device}:{device_id}"
+        plans_list.append(
+            InstancePlan(
+                instance.index, backend_for(backend.name, instance_device), instance_device, ids, extra
+            )
+        )
+    return Plan(
+        tuple(plans_list),
+        {
+            **base,
+            **({"rounded_from": placed.rounded_from} if placed.rounded_from is not None else {}),
+            "ipu_ids": [list(i.ipu_ids) for i in placed.instances],
+            "shared_device": False,
+            "devices": [p.device for p in plans_list],
+            "inventory": inventory.as_json(),
+        },
+    )
+
+
+def _placement_options(backend: Backend, request: DeviceRequest) -> dict[str, object]:
+    if request.replicas == 1 and request.stages == 1:
+        return {}
+    method = getattr(backend, "placement_options", None)
+    if method is None:
+        raise CompileError(
+            f"target {backend.name}:{backend.device} cannot place replicas or pipeline stages (its backend "
+            "has no placement_options); ask for instances= only"
+        )
+    return dict(method(request.replicas, request.stages))
+
+
+def compile_plan(
+    the_plan: Plan,
+    model: object,
+    example_inputs: Sequence[object],
+    precision: str,
+    options: Mapping[str, object],
+) -> CompiledModel:
+    """Compile every instance of ``the_plan``; one instance is returned as it is, several as a group.
+
+    Several instances compile in this process one after the other (``concurrency`` ``"threads"``)
+    or in parallel in worker processes (``"processes"``). Whatever fails, every instance compiled
+    so far is closed before the error propagates.
+    """
+    # Imported here: a run without placements never needs threads or worker processes.
+    from pytest_ipu import instances
+
+    plans = the_plan.instances
+    first = plans[0]
+    if len(plans) == 1:
+        compiled = first.backend.compile(model, example_inputs, precision, {**options, **first.options})
+        return _with_placement(compiled, the_plan)
+    runner = str(getattr(first.backend, "concurrency", "threads"))
+    group: InstanceGroup
+    start = time.perf_counter_ns()
+    if runner == "processes":
+        specs = []
+        for p in plans:
+            factory = getattr(p.backend, "worker_factory", None)
+            if factory is None:
+                raise CompileError(
+                    f"{p.backend.name} runs instances in worker processes but has no worker_factory() to "
+                    "rebuild itself there"
+                )
+            specs.append(
+                instances.InstanceSpec(
+                    index=p.index,
+                    factory=factory(),
+                    model=model,
+                    example_inputs=tuple(example_inputs),
+                    precision=precision,
+                    options={**options, **p.options},
+                )
+            )
+        group = instances.ProcessInstances(specs)
+    else:
+        compiled_list: list[CompiledModel] = []
+        try:
+            for p in plans:
+                began = time.perf_counter_ns()
+                one = p.backend.compile(model, example_inputs, precision, {**options, **p.options})
+                # Timed here: ThreadInstances reports each instance's own compile time.
+                compiled_list.append(
+                    dataclasses.replace(one, compile_s=(time.perf_counter_ns() - began) * 1e-9)
+                )
+        except BaseException:
+            for done in compiled_list:
+                with contextlib.suppress(Exception):  # the compile error is the one to report
+                    done.close()
+            raise
+        group = instances.ThreadInstances(compiled_list)
+    wall_s = (time.perf_counter_ns() - start) * 1e-9
+    infos = group.compiled_info()
+    head = infos[0]
+
+    def prepare(inputs: Sequence[object]) -> tuple[object, ...]:
+        group.prepare(inputs)
+        return ()
+
+    def run(*_: object) -> object:
+        group.round()
+        return None
+
+    return CompiledModel(
+        target=f"{first.backend.name}:{_base_device(first.device)}",
+        backend=first.backend.name,
+        device=_base_device(first.device),
+        device_name=head.device_name,
+        precision=precision,
+        io="host",
+        run=run,
+        prepare_inputs=prepare,
+        close=group.close,
+        options=dict(options),
+        phases_s={"instances_wall": wall_s},
+        info={"instances": [info.as_json() for info in infos]},
+        placement=dict(the_plan.as_json),
+        group=group,
+        simulator=bool(the_plan.as_json.get("simulator", False)),
+    )
+
+
+def _with_placement(compiled: CompiledModel, the_plan: Plan) -> CompiledModel:
+    simulator = compiled.simulator or bool(the_plan.as_json.get("simulator", False))
+    return dataclasses.replace(compiled, placement=dict(the_plan.as_json), simulator=simulator)
+
+
+def _base_device(device: str) -> str:
+    """``ipu:3`` -> ``ipu``: a group spans several devices of one kind."""
+    return device.partition(":")[0] if device.startswith("ipu:") else device

@@ -1,0 +1,435 @@
+"""PopRun and PopDist: one pytest run per PopRun instance, and the merge of their JSON files.
+
+``poprun --num-instances N ... pytest ...`` starts N copies of the pytest run (reference
+``graphcore-sdk-api.md`` section 5.1). Each instance learns who it is from ``popdist``:
+``isPopdistEnvSet()``, ``getInstanceIndex()`` in ``[0, getNumInstances())``,
+``getLocalInstanceIndex()``, ``getNumLocalReplicas()``, ``getNumTotalReplicas()`` and
+``getNumIpusPerReplica()``. ``detect`` reads them into a ``PopRunInstance``.
+
+PopRun passes its settings to the instances through environment variables, but the reference
+documents none of their names (and the popdist source is not public), so ``detect`` asks the
+``popdist`` module only: without it, a process is taken to be outside PopRun.
+
+Every instance would write the same ``--benchmark-json`` file; ``configure_json_path`` gives each
+its own (``instance_json_path``), and ``merge`` (the ``pytest-ipu merge`` command) joins the files
+of one launch into one pytest-benchmark document.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import json
+import math
+import os
+import secrets
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+from typing import Any
+
+from pytest_ipu import schema
+
+if TYPE_CHECKING:
+    import pytest
+
+#: Where an instance's ``as_json()`` goes: ``machine_info["ipu"][KEY]`` and each record's ``KEY``.
+KEY = "poprun"
+
+#: Record fields that must agree across instances for their benchmarks to be one benchmark.
+_SAME_ACROSS_INSTANCES = ("target", "precision", "batch_size", "items_per_call")
+
+#: How the merged record's numbers were made; stored with it so no reader has to guess.
+AGGREGATION: Mapping[str, str] = {
+    "throughput_items_per_s": (
+        "sum over instances; each instance's throughput is its items over its own timed window, and "
+        "under PopRun the instances' windows run concurrently, so the sum is the launch's rate only "
+        "as far as the windows overlap"
+    ),
+    "window_s": "the longest instance window (windows are per instance and concurrent, not added)",
+    "rounds": "the timed rounds of all instances together",
+    "latency_s": (
+        "per statistic, the worst (largest) value of any instance; each instance's own summary is in "
+        "its record under poprun.instances"
+    ),
+    "latency_worst_instance_p50_s": "the largest p50 latency of any instance",
+    "latency_worst_instance_p99_s": "the largest p99 latency of any instance",
+    "power": "not merged (instances may share a power source); see each instance's record",
+    "stats": "pytest-benchmark's stats of this benchmark are instance 0's, not merged",
+    "other fields": "instance 0's",
+}
+
+
+class MergeError(ValueError):
+    """Files that cannot be merged; the one-line message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class PopRunInstance:
+    """This process's place in a PopRun launch.
+
+    ``index`` of ``count`` instances (``local_index`` among those on this host), running
+    ``replicas_local`` of the launch's ``replicas_total`` replicas, each on ``ipus_per_replica`` IPUs.
+    """
+
+    index: int
+    count: int
+    local_index: int
+    replicas_local: int
+    replicas_total: int
+    ipus_per_replica: int
+
+    def __post_init__(self) -> None:
+        _check(
+            {
+                "index": self.index,
+                "count": self.count,
+                "local_index": self.local_index,
+                "replicas_local": self.replicas_local,
+                "replicas_total": self.replicas_total,
+                "ipus_per_replica": self.ipus_per_replica,
+            },
+            "PopRunInstance",
+        )
+
+    def as_json(self) -> dict[str, int]:
+        """Plain JSON for ``machine_info["ipu"]["poprun"]`` and each record's ``"poprun"``."""
+        return {
+            "index": self.index,
+            "count": self.count,
+            "local_index": self.local_index,
+            "replicas_local": self.replicas_local,
+            "replicas_total": self.replicas_total,
+            "ipus_per_replica": self.ipus_per_replica,
+        }
+
+
+#: ``PopRunInstance`` field -> the popdist getter that gives it.
+_GETTERS: Mapping[str, str] = {
+    "index": "getInstanceIndex",
+    "count": "getNumInstances",
+    "local_index": "getLocalInstanceIndex",
+    "replicas_local": "getNumLocalReplicas",
+    "replicas_total": "getNumTotalReplicas",
+    "ipus_per_replica": "getNumIpusPerReplica",
+}
+
+
+def detect(popdist_module: ModuleType | None = None) -> PopRunInstance | None:
+    """This process's ``PopRunInstance``, or ``None`` when it was not launched by PopRun.
+
+    ``popdist`` is imported lazily unless given; a process without it is not under PopRun.
+    Raises ``ValueError`` naming the popdist getter and its value when PopRun's settings are
+    inconsistent (say, an instance index not below the instance count).
+    """
+    module = popdist_module
+    if module is None:
+        try:
+            module = importlib.import_module("popdist")
+        except ImportError:
+            return None
+    if not module.isPopdistEnvSet():
+        return None
+    values: dict[str, object] = {}
+    for name, getter in _GETTERS.items():
+        try:
+            values[name] = getattr(module, getter)()
+        except Exception as exc:
+            raise ValueError(
+                f"popdist.{getter}() failed under PopRun: {type(exc).__name__}: {exc}; check the "
+                "poprun command line"
+            ) from None
+    labels = {name: f"popdist.{getter}()" for name, getter in _GETTERS.items()}
+    return PopRunInstance(**_check(values, "popdist", labels))
+
+
+def _check(
+    values: Mapping[str, object], source: str, labels: Mapping[str, str] | None = None
+) -> dict[str, int]:
+    """The values as ints; ``ValueError`` for one that no PopRun launch can have, naming it and the fix."""
+
+    def label(name: str) -> str:
+        return labels[name] if labels else f"{source}.{name}"
+
+    checked: dict[str, int] = {}
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(
+                f"{label(name)} = {value!r} is not an int; check the poprun command line and the "
+                "popdist installation"
+            )
+        minimum = 0 if name in ("index", "local_index") else 1
+        if value < minimum:
+            raise ValueError(
+                f"{label(name)} = {value} is below {minimum}; check the poprun command line "
+                "(--num-instances, --num-replicas, --ipus-per-replica)"
+            )
+        checked[name] = value
+    count = checked["count"]
+    for name in ("index", "local_index"):
+        if checked[name] >= count:
+            raise ValueError(
+                f"{label(name)} = {checked[name]} is not below {label('count')} = {count}; an instance "
+                f"index lies in [0, {count}): check the poprun command line (--num-instances)"
+            )
+    if checked["replicas_local"] > checked["replicas_total"]:
+        raise ValueError(
+            f"{label('replicas_local')} = {checked['replicas_local']} exceeds {label('replicas_total')} "
+            f"= {checked['replicas_total']}; check the poprun command line (--num-replicas)"
+        )
+    return checked
+
+
+def instance_json_path(path: Path, instance: PopRunInstance) -> Path:
+    """``results/run.json`` -> ``results/run.instance-0-of-2.json``: one file per instance.
+
+    A path that already names this instance is returned unchanged, so calling this twice is safe.
+    """
+    tag = f".instance-{instance.index}-of-{instance.count}"
+    if path.stem.endswith(tag):
+        return path
+    return path.with_name(f"{path.stem}{tag}{path.suffix}")
+
+
+def configure_json_path(
+    config: pytest.Config, popdist_module: ModuleType | None = None
+) -> PopRunInstance | None:
+    """Under PopRun, point ``--benchmark-json`` at this instance's own file; the instance or ``None``.
+
+    Call it from a ``pytest_configure`` that runs before pytest-benchmark's (which is ``trylast``
+    and reads the option when it creates its session).
+    """
+    instance = detect(popdist_module)
+    if instance is None:
+        return None
+    path = getattr(config.option, "benchmark_json", None)
+    if path is not None:
+        config.option.benchmark_json = instance_json_path(Path(path), instance)
+    return instance
+
+
+# -- merging ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Run:
+    path: Path
+    data: dict[str, Any]
+    identity: dict[str, Any]
+    benchmarks: dict[str, dict[str, Any]]
+
+    @property
+    def index(self) -> int:
+        return int(self.identity["index"])
+
+    @property
+    def count(self) -> int:
+        return int(self.identity["count"])
+
+
+def merge(paths: Sequence[Path]) -> dict[str, Any]:
+    """Merge the per-instance pytest-benchmark JSON files of one PopRun launch into one document.
+
+    The files must hold every instance of one launch exactly once, with the same benchmarks.
+    Benchmarks pair by ``fullname``; for each, ``extra_info["ipu"]`` sums the instances'
+    throughputs and takes the worst latency, as ``AGGREGATION`` (stored with it) says, and keeps
+    each instance's record under ``poprun.instances``. Everything else, including pytest-benchmark's
+    ``stats``, is instance 0's. Raises ``MergeError`` naming the file and the problem.
+    """
+    if not paths:
+        raise MergeError("no input files; pass the JSON file of every instance of the PopRun launch")
+    runs = [_read(Path(p)) for p in paths]
+    ordered = _check_launch(runs)
+    first = ordered[0]
+    merged = copy.deepcopy(first.data)
+    benchmarks = []
+    for bench in first.data["benchmarks"]:
+        fullname = bench["fullname"]
+        out = copy.deepcopy(bench)
+        records = [run.benchmarks[fullname].get("extra_info", {}).get(schema.NAMESPACE) for run in ordered]
+        present = [r is not None for r in records]
+        if any(present):
+            if not all(present):
+                lacking = ordered[present.index(False)]
+                raise MergeError(
+                    f"{lacking.path}: benchmark {fullname!r} has no extra_info['ipu'] record, while "
+                    f"{ordered[present.index(True)].path} has one; merge files of one launch"
+                )
+            out["extra_info"][schema.NAMESPACE] = _merge_records(fullname, ordered, records)
+        benchmarks.append(out)
+    merged["benchmarks"] = benchmarks
+    if not isinstance(merged.get("machine_info"), dict):
+        merged["machine_info"] = {}
+    if not isinstance(merged["machine_info"].get(schema.NAMESPACE), dict):
+        merged["machine_info"][schema.NAMESPACE] = {}
+    ipu_info = merged["machine_info"][schema.NAMESPACE]
+    ipu_info[KEY] = {
+        "merged": True,
+        "count": first.count,
+        "files": [str(run.path) for run in ordered],
+        "hosts": [_host(run.data) for run in ordered],
+        "instances": [run.identity for run in ordered],
+        "machine_info": "instance 0's; each instance's host is under hosts",
+        "stats": AGGREGATION["stats"],
+    }
+    return merged
+
+
+def _host(data: Mapping[str, Any]) -> object:
+    machine = data.get("machine_info")
+    return machine.get("node") if isinstance(machine, dict) else None
+
+
+def _read(path: Path) -> _Run:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise MergeError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise MergeError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise MergeError(f"{path}: not a pytest-benchmark run (no 'benchmarks' list)")
+    benchmarks: dict[str, dict[str, Any]] = {}
+    for position, bench in enumerate(data["benchmarks"]):
+        if not isinstance(bench, dict) or not isinstance(bench.get("fullname"), str):
+            raise MergeError(f"{path}: benchmarks[{position}] is not a pytest-benchmark benchmark object")
+        if not isinstance(bench.get("extra_info", {}), dict):
+            raise MergeError(f"{path}: benchmark {bench['fullname']!r}: extra_info is not an object")
+        if bench["fullname"] in benchmarks:
+            raise MergeError(f"{path}: benchmark {bench['fullname']!r} appears twice; pass unmerged files")
+        record = bench.get("extra_info", {}).get(schema.NAMESPACE)
+        if record is not None:
+            try:
+                schema.from_json(record)
+            except schema.SchemaError as exc:
+                raise MergeError(f"{path}: benchmark {bench['fullname']!r}: {exc}") from None
+            if isinstance(record.get(KEY), dict) and record[KEY].get("merged"):
+                raise MergeError(
+                    f"{path}: benchmark {bench['fullname']!r} is already merged; pass unmerged files"
+                )
+        benchmarks[bench["fullname"]] = bench
+    return _Run(path, data, _identity(path, data), benchmarks)
+
+
+def _identity(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """The instance's ``as_json()``: from ``machine_info["ipu"]["poprun"]``, else its records."""
+    machine = data.get("machine_info")
+    ipu_info = machine.get(schema.NAMESPACE) if isinstance(machine, dict) else None
+    found = ipu_info.get(KEY) if isinstance(ipu_info, dict) else None
+    if found is None:
+        from_records = {
+            json.dumps(r[KEY], sort_keys=True)
+            for b in data["benchmarks"]
+            if isinstance(r := b.get("extra_info", {}).get(schema.NAMESPACE), dict) and KEY in r
+        }
+        if len(from_records) > 1:
+            raise MergeError(f"{path}: its records name different PopRun instances; pass unmerged files")
+        found = json.loads(from_records.pop()) if from_records else None
+    if found is None:
+        raise MergeError(
+            f"{path}: not written by a PopRun instance of pytest-ipu (no machine_info['ipu']['poprun'] "
+            "section); pass the files pytest-ipu wrote under poprun"
+        )
+    if not isinstance(found, dict):
+        raise MergeError(f"{path}: machine_info['ipu']['poprun'] is not an object")
+    if found.get("merged"):
+        raise MergeError(f"{path}: already a merged file; pass the files of the instances")
+    try:
+        PopRunInstance(**found)
+    except (TypeError, ValueError) as exc:
+        raise MergeError(f"{path}: malformed machine_info['ipu']['poprun']: {exc}") from None
+    return dict(found)
+
+
+def _check_launch(runs: list[_Run]) -> list[_Run]:
+    """The runs in instance order, after checking they are every instance of one launch once."""
+    first = runs[0]
+    seen: dict[int, _Run] = {}
+    for run in runs:
+        if run.count != first.count:
+            raise MergeError(
+                f"{run.path}: written by instance {run.index} of {run.count}, but {first.path} by "
+                f"instance {first.index} of {first.count}: not one PopRun launch; merge files of one launch"
+            )
+        if run.index in seen:
+            raise MergeError(
+                f"{run.path}: instance {run.index} of {run.count} again (also {seen[run.index].path}); "
+                "pass each instance's file once"
+            )
+        seen[run.index] = run
+    missing = [i for i in range(first.count) if i not in seen]
+    if missing:
+        raise MergeError(
+            f"{', '.join(str(r.path) for r in runs)}: instance(s) {', '.join(map(str, missing))} of "
+            f"{first.count} missing; pass the JSON file of every instance"
+        )
+    ordered = [seen[i] for i in range(first.count)]
+    names = list(ordered[0].benchmarks)
+    for run in ordered[1:]:
+        for fullname in names:
+            if fullname not in run.benchmarks:
+                raise MergeError(
+                    f"{run.path}: has no benchmark {fullname!r}, which {ordered[0].path} has; every "
+                    "instance must run the same benchmarks"
+                )
+        extra = [name for name in run.benchmarks if name not in ordered[0].benchmarks]
+        if extra:
+            raise MergeError(
+                f"{run.path}: benchmark {extra[0]!r} is not in {ordered[0].path}; every instance must run "
+                "the same benchmarks"
+            )
+    return ordered
+
+
+def _merge_records(fullname: str, runs: list[_Run], records: list[dict[str, Any]]) -> dict[str, Any]:
+    first = records[0]
+    for run, record in zip(runs[1:], records[1:], strict=True):
+        for key in _SAME_ACROSS_INSTANCES:
+            if record.get(key) != first.get(key):
+                raise MergeError(
+                    f"{run.path}: benchmark {fullname!r} has {key}={record.get(key)!r} but {runs[0].path} "
+                    f"has {key}={first.get(key)!r}: not the same benchmark; merge files of one launch"
+                )
+    merged = copy.deepcopy(first)
+    merged["throughput_items_per_s"] = math.fsum(float(r["throughput_items_per_s"]) for r in records)
+    merged["window_s"] = max(float(r["window_s"]) for r in records)
+    merged["rounds"] = sum(int(r["rounds"]) for r in records)
+    stats = [stat for stat in first["latency_s"] if all(stat in r["latency_s"] for r in records)]
+    merged["latency_s"] = {stat: max(float(r["latency_s"][stat]) for r in records) for stat in stats}
+    merged["latency_unsupported"] = sorted({p for r in records for p in r.get("latency_unsupported", [])})
+    merged["latency_worst_instance_p50_s"] = merged["latency_s"]["p50"]
+    merged["latency_worst_instance_p99_s"] = merged["latency_s"]["p99"]
+    merged["power"] = None
+    merged[KEY] = {
+        "merged": True,
+        "count": len(records),
+        "aggregation": dict(AGGREGATION),
+        "instances": [copy.deepcopy(r) for r in records],
+    }
+    return merged
+
+
+def write_atomic(path: Path, document: Mapping[str, Any]) -> None:
+    """Write ``document`` as JSON to ``path`` so that readers see the old file or the new, never half.
+
+    The temporary file sits in the same directory, since ``os.replace`` is atomic only within one
+    file system; on failure it is removed and ``path`` is untouched.
+    """
+    text = json.dumps(document, indent=4) + "\n"
+    # A unique name created with 0o666, so the umask gives the file the mode any new file gets.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise

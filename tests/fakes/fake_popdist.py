@@ -1,0 +1,184 @@
+"""A stand-in for Graphcore's ``popdist`` module (Poplar SDK 3.x), as section 0.4 and 5.1 of
+``shared/reference/graphcore-sdk-api.md`` describe it (the popdist source itself is not public).
+
+Module-level functions, as the SDK has them:
+
+- ``isPopdistEnvSet()``: whether the process was launched by PopRun;
+- ``init()``: records that it was called (the real one starts the MPI backend);
+- ``getNumInstances()``, ``getInstanceIndex()``, ``getLocalInstanceIndex()``,
+  ``getNumLocalReplicas()``, ``getNumTotalReplicas()``, ``getNumIpusPerReplica()``;
+- ``getDeviceId(ipusPerReplica=0)``: the ``gc-info -l`` id of this instance's multi-IPU device;
+- ``checkNumIpusPerReplica(n) -> bool``;
+- ``execute_on_instances(instances, func, *args, **kwargs)``: ``func``'s result on the listed
+  instances, ``None`` elsewhere.
+
+Outside PopRun (the default, and after ``reset()``) they return single-process values: instance 0
+of 1, one local replica of one, one IPU per replica. ``configure(...)`` simulates one instance of a
+launch; ``configure_from_environ(environ)`` does the same from the JSON in ``FAKE_POPDIST`` (for
+inner pytest runs). ``configure`` does not check its values: tests use that to give ``detect``
+settings no real launch has.
+
+Assumed, not documented: ``getDeviceId`` gives instance ``i`` the aligned group of IPUs
+``[i * k, (i + 1) * k)`` with ``k = local replicas x IPUs per replica``, numbered as ``gc-info -l``
+numbers devices (single IPUs, then pairs, then quads, ...). Not imitated: ``popdist.poptorch``
+(its ``Options`` subclass of ``poptorch.Options``; building it would import torch) and the MPI
+backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+#: The environment variable ``configure_from_environ`` reads: a JSON object of ``configure`` keywords.
+ENV = "FAKE_POPDIST"
+
+
+@dataclass
+class _State:
+    launched: bool = False
+    instance_index: Any = 0
+    num_instances: Any = 1
+    local_instance_index: Any = 0
+    replicas_local: Any = 1
+    replicas_total: Any = 1
+    ipus_per_replica: Any = 1
+    calls: list[str] = field(default_factory=list)
+
+
+_STATE = _State()
+
+
+def configure(
+    instance_index: Any,
+    num_instances: Any,
+    *,
+    local_instance_index: Any = None,
+    replicas_local: Any = 1,
+    replicas_total: Any = None,
+    ipus_per_replica: Any = 1,
+) -> None:
+    """Pretend to be instance ``instance_index`` of ``num_instances`` of a PopRun launch.
+
+    ``local_instance_index`` defaults to ``instance_index`` (every instance on one host) and
+    ``replicas_total`` to ``replicas_local x num_instances``.
+    """
+    global _STATE
+    _STATE = _State(
+        launched=True,
+        instance_index=instance_index,
+        num_instances=num_instances,
+        local_instance_index=instance_index if local_instance_index is None else local_instance_index,
+        replicas_local=replicas_local,
+        replicas_total=replicas_local * num_instances if replicas_total is None else replicas_total,
+        ipus_per_replica=ipus_per_replica,
+    )
+
+
+def configure_from_environ(environ: Mapping[str, str] = os.environ) -> bool:
+    """``configure(**json.loads(environ[ENV]))`` when the variable is set (else ``reset()``);
+    whether it was set."""
+    text = environ.get(ENV)
+    if not text:
+        reset()
+        return False
+    configure(**json.loads(text))
+    return True
+
+
+def reset() -> None:
+    """Back outside PopRun, with no calls recorded."""
+    global _STATE
+    _STATE = _State()
+
+
+def calls() -> list[str]:
+    """The names of the functions called since the last ``configure`` or ``reset``, in order."""
+    return list(_STATE.calls)
+
+
+def _record(name: str) -> None:
+    _STATE.calls.append(name)
+
+
+def isPopdistEnvSet() -> bool:
+    """Whether this process was launched by PopRun."""
+    _record("isPopdistEnvSet")
+    return _STATE.launched
+
+
+def init() -> None:
+    """Start the distributed backend (only recorded here)."""
+    _record("init")
+
+
+def getNumInstances() -> Any:
+    """The launch's instance count (1 outside PopRun)."""
+    _record("getNumInstances")
+    return _STATE.num_instances
+
+
+def getInstanceIndex() -> Any:
+    """This instance's index in ``[0, getNumInstances())`` (0 outside PopRun)."""
+    _record("getInstanceIndex")
+    return _STATE.instance_index
+
+
+def getLocalInstanceIndex() -> Any:
+    """This instance's index among those on its host (0 if not set)."""
+    _record("getLocalInstanceIndex")
+    return _STATE.local_instance_index
+
+
+def getNumLocalReplicas() -> Any:
+    """The replicas this instance runs (1 if not set)."""
+    _record("getNumLocalReplicas")
+    return _STATE.replicas_local
+
+
+def getNumTotalReplicas() -> Any:
+    """The replicas of the whole launch (1 outside PopRun)."""
+    _record("getNumTotalReplicas")
+    return _STATE.replicas_total
+
+
+def getNumIpusPerReplica() -> Any:
+    """IPUs per replica (defaults to 1)."""
+    _record("getNumIpusPerReplica")
+    return _STATE.ipus_per_replica
+
+
+def checkNumIpusPerReplica(n: int) -> bool:
+    """Whether ``n`` matches the launch's IPUs per replica."""
+    _record("checkNumIpusPerReplica")
+    return bool(n == _STATE.ipus_per_replica)
+
+
+def getDeviceId(ipusPerReplica: int = 0) -> int:
+    """The ``gc-info -l`` id of this instance's device (see the module docstring: assumed layout)."""
+    _record("getDeviceId")
+    per_replica = ipusPerReplica or int(_STATE.ipus_per_replica)
+    size = per_replica * int(_STATE.replicas_local)
+    total = size * int(_STATE.num_instances)
+    first_ipu = int(_STATE.instance_index) * size
+    device_id, group = 0, 1
+    while group < size:
+        device_id += total // group
+        group *= 2
+    return device_id + first_ipu // size
+
+
+def execute_on_instances(
+    instances: Iterable[int], func: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
+    """``func(*args, **kwargs)`` on the listed instances; ``None`` on the others."""
+    _record("execute_on_instances")
+    if _STATE.instance_index in set(instances):
+        return func(*args, **kwargs)
+    return None

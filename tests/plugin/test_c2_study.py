@@ -1,0 +1,225 @@
+"""The C2 study (``benchmarks/test_resnext101_c2.py``) end to end against the SDK fakes.
+
+The study module runs unchanged; the inner conftest swaps in what a machine without IPUs lacks: the
+fake PopART (a C2 card's two IPUs), the fake PopTorch, a fake gcipuinfo reading the card's board
+power, and a small convolutional stand-in for ResNeXt-101 (the real one takes minutes per batch on
+these CPUs). A subprocess run: the inner run imports torch, and the PopTorch instances spawn
+worker processes of their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.plugin.inner import INNER_ADDOPTS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CONFTEST = """
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_ipu.backends.popart import PopArtBackend
+from pytest_ipu.backends.poptorch import PopTorchBackend
+from pytest_ipu.power.gcipuinfo import GcIpuInfoPowerSource
+from tests.fakes import fake_gcipuinfo
+from tests.fakes import fake_popart
+from tests.fakes import fake_poptorch
+
+POPART = fake_popart.make_module(ipus=2)  # a C2 card: two IPUs
+fake_poptorch.configure(ipus=2, version=1)
+GCIPUINFO = fake_gcipuinfo.FakeGcIpuInfoModule(fake_gcipuinfo.c2_card(board_power="110.0 W"))
+
+
+def pytest_ipu_make_backend(config, target):
+    if target.backend == "popart":
+        return PopArtBackend(target.backend, target.device, Path("cache"), popart_module=POPART)
+    if target.backend == "poptorch":
+        return PopTorchBackend(target.backend, target.device, poptorch_module=fake_poptorch)
+    return None
+
+
+def pytest_ipu_make_power_source(config, name, device):
+    if name == "gcipuinfo":
+        return GcIpuInfoPowerSource(gcipuinfo_module=GCIPUINFO, period_probe_polls=0)
+    return None
+
+
+@pytest.fixture(scope="session")
+def resnext_variant():
+    return "stand-in"
+
+
+@pytest.fixture(scope="session")
+def resnext101():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 7, stride=8),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4, 10),
+    ).eval()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    # Every IPU must be free again once the run is over, and no worker process left running.
+    import json
+    import multiprocessing
+
+    Path("after.json").write_text(json.dumps({
+        "attached": POPART.system.attached_count(),
+        "children": len(multiprocessing.active_children()),
+    }))
+"""
+
+STUDY = "from benchmarks.test_resnext101_c2 import *  # noqa: F403 (the study, unchanged)\n"
+
+
+@pytest.fixture
+def c2_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> tuple[pytest.RunResult, dict]:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_c2=STUDY)
+    result = pytester.runpytest_subprocess(
+        *INNER_ADDOPTS.split(),
+        "-p",
+        "no:randomly",
+        "--ipu-rounds=4",
+        "--ipu-warmup-rounds=1",
+        "--ipu-idle=0",
+        "--benchmark-json=c2.json",
+        "-k",
+        "2] or 12]",
+    )
+    data = json.loads((pytester.path / "c2.json").read_text()) if (pytester.path / "c2.json").exists() else {}
+    return result, data
+
+
+def test_the_c2_study_runs_end_to_end_against_the_fakes(
+    c2_run: tuple[pytest.RunResult, dict], pytester: pytest.Pytester
+) -> None:
+    result, data = c2_run
+    result.assert_outcomes(passed=4)
+    records = {b["name"]: b["extra_info"]["ipu"] for b in data["benchmarks"]}
+    assert sorted(records) == [
+        "test_resnext101_c2_popart[popart-ipu-12]",
+        "test_resnext101_c2_popart[popart-ipu-2]",
+        "test_resnext101_c2_poptorch[poptorch-ipu-12]",
+        "test_resnext101_c2_poptorch[poptorch-ipu-2]",
+    ]
+    for name, record in records.items():
+        backend = "popart" if "popart" in name else "poptorch"
+        assert record["backend"] == backend
+        assert record["precision"] == "fp16"
+        placement = record["placement"]
+        assert placement["instances"] == 2
+        assert placement["ipus_per_instance"] == 1
+        assert placement["devices"] == ["ipu:0", "ipu:1"]
+        assert placement["runner"] == ("threads" if backend == "popart" else "processes")
+        assert placement["ipu_ids"] == [[0], [1]]
+        assert record["compile_s"] > 0
+        assert [i["index"] for i in record["instances"]] == [0, 1]
+        assert all(i["compile_s"] > 0 for i in record["instances"])
+        assert [i["calls"] for i in record["instances"]] == [4, 4]
+        assert record["parity"]["passed"]
+        # Throughput: both instances' items (batch x 2 per round) over the one window.
+        batch = record["batch_size"]
+        expected = 2 * batch * record["rounds"] / record["window_s"]
+        assert record["throughput_items_per_s"] == pytest.approx(expected, rel=1e-9)
+        # Latency pools every call of every instance: it lies within the instances' own ranges.
+        lows = [i["latency_s"]["min"] for i in record["instances"]]
+        highs = [i["latency_s"]["max"] for i in record["instances"]]
+        assert min(lows) == pytest.approx(record["latency_s"]["min"])
+        assert max(highs) == pytest.approx(record["latency_s"]["max"])
+        power = record["power"]
+        assert power["measured"]
+        assert power["source"] == "gcipuinfo"
+        assert power["mean_power_w"] == pytest.approx(110.0)  # the board power, counted once
+    poptorch = records["test_resnext101_c2_poptorch[poptorch-ipu-2]"]
+    assert poptorch["device_latency"] is None or poptorch["device_latency"]["resolution_s"] == 0.001
+    inventory = data["machine_info"]["ipu"]["backends"]["popart:ipu"]["inventory"]
+    assert inventory["count"] == 2
+    after = json.loads((pytester.path / "after.json").read_text())
+    assert after == {"attached": 0, "children": 0}
+    summary = "\n".join(result.outlines)
+    assert "popart:ipu x2" in summary
+    assert "poptorch:ipu x2" in summary
+
+
+FAILURES = """
+import pytest
+import torch
+
+from conftest import POPART
+from pytest_ipu.errors import CompileError
+
+X = torch.randn(2, 3, 64, 64)
+
+
+@pytest.mark.ipu(backend="popart:ipu", instances=4)
+def test_more_instances_than_ipus(ipu_compile, resnext101):
+    ipu_compile(resnext101, (X,))
+
+
+@pytest.mark.ipu(backend="popart:ipu", instances=2)
+def test_second_ipu_busy(ipu_compile, resnext101):
+    POPART.configure(busy={1})  # another process holds IPU 1: instance 0 compiles, instance 1 cannot
+    try:
+        ipu_compile(resnext101, (X,), key="busy")
+    finally:
+        POPART.configure(busy=set())
+
+
+@pytest.mark.ipu(backend="poptorch:ipu", rounds=3, warmup_rounds=1)
+def test_one_poptorch_model_records_its_device_latency(ipu_compile, ipu_benchmark, resnext101):
+    record = ipu_benchmark(ipu_compile(resnext101, (X,)), (X,))
+    assert record.placement is None
+    assert record.instances is None
+    assert record.simulator is False
+    assert record.device_latency["resolution_s"] == 0.001
+    assert record.device_latency["samples"] >= 1
+
+
+@pytest.mark.ipu(backend="popart:ipu-model", rounds=3, warmup_rounds=1, power="off")
+def test_the_ipu_model_is_labelled_a_simulator(ipu_compile, ipu_benchmark, resnext101):
+    record = ipu_benchmark(ipu_compile(resnext101, (X,)), (X,))
+    assert record.simulator is True
+    assert "simulated timings" in record.device_name
+
+
+@pytest.mark.ipu(backend="poptorch:ipu", instances=2)
+def test_a_worker_fails_to_compile(ipu_compile, resnext101):
+    with pytest.raises(CompileError, match=r"instance \\d of 2 could not compile Sequential in its worker"):
+        ipu_compile(resnext101, (X,), device_iterations=4)  # batch 2 is not a multiple of 4
+"""
+
+
+def test_failures_skip_or_fail_with_the_reason_and_release_every_ipu_and_worker(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_failures=FAILURES)
+    result = pytester.runpytest_subprocess(*INNER_ADDOPTS.split(), "-p", "no:randomly", "-rs")
+    result.assert_outcomes(passed=3, skipped=2)
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED [[]1[]] test_failures.py:12: pytest-ipu: placement on popart:ipu: cannot place 4 "
+            "instance(s) x 1 IPU each = 4 IPUs in aligned groups of 1: the ipu inventory has 2 IPUs, "
+            "ids [[]0, 1[]]*",
+            "SKIPPED [[]1[]] test_failures.py:19: pytest-ipu: Failed to acquire 1 IPU(s) for Sequential "
+            "(device id 1)*",
+        ],
+        consecutive=False,
+    )
+    after = json.loads((pytester.path / "after.json").read_text())
+    assert after == {"attached": 0, "children": 0}
+    result.stdout.fnmatch_lines(["*popart:ipu-model [[]sim[]]*", "[[]sim[]] = a simulator (the IPU Model)*"])

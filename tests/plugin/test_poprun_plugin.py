@@ -1,0 +1,112 @@
+"""Two PopRun instances end to end: each inner run (the fake ``popdist`` configured as instance 0 or 1
+of 2) writes its own ``--benchmark-json`` file, and ``pytest-ipu merge`` joins them, throughput summed.
+
+The inner runs are in-process and benchmark a plain callable (no torch). The fake popdist is copied
+into the pytester directory as ``popdist.py``, so ``import popdist`` finds it as it would the SDK's;
+pytester restores ``sys.modules`` after each inner run, so each run imports it afresh. The conftest
+only says which instance the process is; the plugin finds that out, renames the JSON file and adds
+the instance to ``machine_info`` and to every record.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ipu import cli
+from pytest_ipu import schema
+from tests.fakes import fake_popdist
+
+CONFTEST = """
+import os
+
+import popdist
+
+# The fake reads which instance of which launch this process is from the environment, as PopRun's
+# processes learn it from theirs; the plugin does the rest.
+popdist.configure_from_environ(os.environ)
+"""
+
+BENCH = """
+def test_sum(ipu_benchmark):
+    ipu_benchmark(lambda: sum(range(2000)), rounds=30, warmup_rounds=1)
+
+
+def test_join(ipu_benchmark):
+    ipu_benchmark(lambda batch: "-".join(map(str, batch * 100)), [[0, 1, 2, 3]], rounds=20, warmup_rounds=1)
+"""
+
+ARGS = ("--benchmark-json=results/run.json", "--ipu-power=off")
+
+
+def _setup(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(popdist=Path(fake_popdist.__file__).read_text())
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_work=BENCH)
+    (pytester.path / "results").mkdir()
+
+
+def _instance(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, index: int, count: int) -> None:
+    monkeypatch.setenv(fake_popdist.ENV, json.dumps({"instance_index": index, "num_instances": count}))
+    pytester.runpytest(*ARGS).assert_outcomes(passed=2)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def _records(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {b["name"]: b["extra_info"][schema.NAMESPACE] for b in data["benchmarks"]}
+
+
+def test_two_instances_write_two_files_that_merge(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _setup(pytester)
+    _instance(pytester, monkeypatch, 0, 2)
+    _instance(pytester, monkeypatch, 1, 2)
+    results = pytester.path / "results"
+    assert sorted(p.name for p in results.iterdir()) == [
+        "run.instance-0-of-2.json",
+        "run.instance-1-of-2.json",
+    ]
+    files = [results / "run.instance-0-of-2.json", results / "run.instance-1-of-2.json"]
+    runs = [_load(f) for f in files]
+    for index, run in enumerate(runs):
+        identity = run["machine_info"]["ipu"]["poprun"]
+        assert (identity["index"], identity["count"]) == (index, 2)
+        assert all(r["poprun"]["index"] == index for r in _records(run).values())
+
+    out = pytester.path / "merged.json"
+    capsys.readouterr()
+    assert cli.main(["merge", str(out), *map(str, reversed(files))]) == 0
+    assert capsys.readouterr().out == f"merged 2 PopRun instance(s), 2 benchmark(s), into {out}\n"
+    merged = _load(out)
+    per_instance = [_records(run) for run in runs]
+    for name, record in _records(merged).items():
+        throughputs = [records[name]["throughput_items_per_s"] for records in per_instance]
+        assert record["throughput_items_per_s"] == pytest.approx(sum(throughputs), rel=1e-12)
+        assert record["throughput_items_per_s"] > max(throughputs)
+        assert record["rounds"] == sum(records[name]["rounds"] for records in per_instance)
+        assert record["latency_worst_instance_p99_s"] == max(
+            r[name]["latency_s"]["p99"] for r in per_instance
+        )
+        assert [i["poprun"]["index"] for i in record["poprun"]["instances"]] == [0, 1]
+    assert _records(merged)["test_join"]["items_per_call"] == 4
+    assert merged["machine_info"]["ipu"]["poprun"]["count"] == 2
+    assert [b["stats"] for b in merged["benchmarks"]] == [b["stats"] for b in runs[0]["benchmarks"]]
+
+
+def test_outside_poprun_the_json_path_is_kept(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _setup(pytester)
+    monkeypatch.delenv(fake_popdist.ENV, raising=False)
+    pytester.runpytest(*ARGS).assert_outcomes(passed=2)
+    run = _load(pytester.path / "results" / "run.json")
+    assert "poprun" not in run["machine_info"]["ipu"]
+    assert [p.name for p in (pytester.path / "results").iterdir()] == ["run.json"]

@@ -1,0 +1,130 @@
+"""``placed.plan``: from the marker's request and a backend's inventory to one plan per instance."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from pytest_ipu import placed
+from pytest_ipu.errors import BackendUnavailable
+from pytest_ipu.errors import CompileError
+from pytest_ipu.placement import DeviceRequest
+from pytest_ipu.placement import Inventory
+from pytest_ipu.placement import parse_request
+
+
+class StubInventory:
+    """What ``plan`` needs of an ``IpuInventory``: ids, boards, multi-device ids, JSON."""
+
+    def __init__(self, ids: tuple[int, ...], simulator: bool = False) -> None:
+        self.ids = ids
+        self.simulator = simulator
+
+    def placement_inventory(self) -> Inventory:
+        return Inventory("ipu", self.ids, {i: f"board{i // 2}" for i in self.ids})
+
+    def multi_device_id(self, group: tuple[int, ...]) -> int:
+        return 1000 + group[0]  # distinguishable from any single-IPU id
+
+    def as_json(self) -> dict[str, Any]:
+        return {"count": len(self.ids)}
+
+
+class StubBackend:
+    def __init__(
+        self, name: str, device: str, inventory: object = None, concurrency: str = "threads"
+    ) -> None:
+        self.name, self.device = name, device
+        self.concurrency = concurrency
+        if inventory is not None:
+            self.inventory = lambda: inventory
+
+    def placement_options(self, replicas: int, stages: int) -> dict[str, object]:
+        return {"replication_factor": replicas, "ipus": stages}
+
+
+def _for(name: str, device: str) -> Any:
+    return StubBackend(name, device)
+
+
+def _req(**kw: object) -> DeviceRequest:
+    return parse_request(kw, "test")
+
+
+def test_one_instance_on_one_device_needs_no_placement() -> None:
+    assert placed.is_trivial(_req())
+    assert not placed.is_trivial(_req(instances=2))
+    assert not placed.is_trivial(_req(replicas=2))
+
+
+def test_instances_on_ipus_get_one_ipu_each_and_its_device_id() -> None:
+    backend = StubBackend("popart", "ipu", StubInventory((0, 1, 2, 3)))
+    plan = placed.plan(backend, _req(instances=2), {}, _for)  # type: ignore[arg-type]
+    assert [p.device for p in plan.instances] == ["ipu:0", "ipu:1"]
+    assert [p.ipu_ids for p in plan.instances] == [(0,), (1,)]
+    assert [p.backend.device for p in plan.instances] == ["ipu:0", "ipu:1"]
+    assert plan.as_json["runner"] == "threads"
+    assert plan.as_json["devices"] == ["ipu:0", "ipu:1"]
+    assert plan.as_json["shared_device"] is False
+    assert plan.as_json["ipu_ids"] == [[0], [1]]
+    assert plan.as_json["instances"] == 2
+
+
+def test_multi_ipu_instances_use_the_multi_ipu_device_id_and_the_backend_options() -> None:
+    backend = StubBackend("poptorch", "ipu", StubInventory((0, 1, 2, 3)), concurrency="processes")
+    plan = placed.plan(backend, _req(instances=2, replicas=2), {}, _for)  # type: ignore[arg-type]
+    assert [p.device for p in plan.instances] == ["ipu:1000", "ipu:1002"]
+    assert [p.options for p in plan.instances] == [{"replication_factor": 2, "ipus": 1}] * 2
+    assert plan.as_json["runner"] == "processes"
+
+
+def test_too_few_ipus_skips_naming_what_was_asked_and_what_exists() -> None:
+    backend = StubBackend("popart", "ipu", StubInventory((0,)))
+    with pytest.raises(BackendUnavailable) as info:
+        placed.plan(backend, _req(instances=2), {}, _for)  # type: ignore[arg-type]
+    text = str(info.value)
+    assert text.startswith("placement on popart:ipu: cannot place 2 instance(s) x 1 IPU each = 2 IPUs")
+    assert "the ipu inventory has 1 IPU, ids [0]" in text
+
+
+def test_no_inventory_skips_with_the_backends_reason() -> None:
+    backend = StubBackend("popart", "ipu", "no IPU: gc-info -l lists none")
+    with pytest.raises(BackendUnavailable, match="cannot place the model on popart:ipu: no IPU: gc-info -l"):
+        placed.plan(backend, _req(instances=2), {}, _for)  # type: ignore[arg-type]
+
+
+def test_a_pinned_device_id_cannot_take_a_placement() -> None:
+    backend = StubBackend("popart", "ipu:3", StubInventory((0, 1, 2, 3)))
+    with pytest.raises(CompileError, match=r"pins one device id.*use target popart:ipu$"):
+        placed.plan(backend, _req(instances=2), {}, _for)  # type: ignore[arg-type]
+
+
+def test_options_contradicting_the_marker_are_refused() -> None:
+    backend = StubBackend("poptorch", "ipu", StubInventory((0, 1)))
+    with pytest.raises(CompileError) as info:
+        placed.plan(backend, _req(replicas=2), {"replication_factor": 4}, _for)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "ipu_compile option replication_factor=4 contradicts the ipu marker's placement (replicas=2, "
+        "stages=1 means replication_factor=2); set it in one place only"
+    )
+
+
+def test_the_simulator_runs_every_instance_on_its_own_simulated_device() -> None:
+    backend = StubBackend("popart", "ipu-model", StubInventory((), simulator=True))
+    plan = placed.plan(backend, _req(instances=3), {}, _for)  # type: ignore[arg-type]
+    assert [p.device for p in plan.instances] == ["ipu-model"] * 3
+    assert plan.as_json["simulator"] is True
+
+
+def test_backends_without_inventory_share_their_device_between_instances() -> None:
+    backend = StubBackend("onnxruntime", "cpu")
+    plan = placed.plan(backend, _req(instances=2), {}, _for)  # type: ignore[arg-type]
+    assert [p.device for p in plan.instances] == ["cpu", "cpu"]
+    assert all(p.backend is backend for p in plan.instances)
+    assert plan.as_json["shared_device"] is True
+
+
+def test_replicas_and_stages_need_an_ipu_backend() -> None:
+    with pytest.raises(CompileError, match="is not an IPU backend; use a poptorch or popart target"):
+        placed.plan(StubBackend("torch", "cpu"), _req(stages=2), {}, _for)  # type: ignore[arg-type]

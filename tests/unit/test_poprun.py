@@ -1,0 +1,529 @@
+"""PopRun instances from popdist (the fake), per-instance JSON paths, and ``merge`` of the instances'
+files: sums, worst latencies, the checks that the files are one launch, and ``pytest-ipu merge``."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ipu import benchmark_json
+from pytest_ipu import cli
+from pytest_ipu import poprun
+from pytest_ipu import schema
+from pytest_ipu.ipu_inventory import IpuInfo
+from pytest_ipu.ipu_inventory import IpuInventory
+from pytest_ipu.metrics import LatencySummary
+from pytest_ipu.poprun import PopRunInstance
+from tests.fakes import fake_popart
+from tests.fakes import fake_popdist
+
+
+def exactly(message: str) -> str:
+    """A ``pytest.raises`` pattern matching ``message`` and nothing else."""
+    return f"^{re.escape(message)}$"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_popdist() -> Any:
+    fake_popdist.reset()
+    yield
+    fake_popdist.reset()
+
+
+# -- detect ----------------------------------------------------------------------------------------
+
+
+def test_outside_poprun_there_is_no_instance() -> None:
+    assert poprun.detect(fake_popdist) is None  # type: ignore[arg-type]
+    assert fake_popdist.calls() == ["isPopdistEnvSet"]
+
+
+def test_without_popdist_there_is_no_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "popdist", None)
+    assert poprun.detect() is None
+
+
+def test_an_instance_reads_every_getter_and_popdist_is_imported_lazily(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake_popdist.configure(1, 2, local_instance_index=0, replicas_local=2, ipus_per_replica=4)
+    monkeypatch.setitem(sys.modules, "popdist", fake_popdist)
+    instance = poprun.detect()
+    assert instance == PopRunInstance(
+        index=1, count=2, local_index=0, replicas_local=2, replicas_total=4, ipus_per_replica=4
+    )
+    assert instance.as_json() == {
+        "index": 1,
+        "count": 2,
+        "local_index": 0,
+        "replicas_local": 2,
+        "replicas_total": 4,
+        "ipus_per_replica": 4,
+    }
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            {"instance_index": 2, "num_instances": 2},
+            "popdist.getInstanceIndex() = 2 is not below popdist.getNumInstances() = 2; an instance index "
+            "lies in [0, 2): check the poprun command line (--num-instances)",
+        ),
+        (
+            {"instance_index": 0, "num_instances": 2, "local_instance_index": 3},
+            "popdist.getLocalInstanceIndex() = 3 is not below popdist.getNumInstances() = 2; an instance "
+            "index lies in [0, 2): check the poprun command line (--num-instances)",
+        ),
+        (
+            {"instance_index": -1, "num_instances": 2},
+            "popdist.getInstanceIndex() = -1 is below 0; check the poprun command line (--num-instances, "
+            "--num-replicas, --ipus-per-replica)",
+        ),
+        (
+            {"instance_index": 0, "num_instances": 0},
+            "popdist.getNumInstances() = 0 is below 1; check the poprun command line (--num-instances, "
+            "--num-replicas, --ipus-per-replica)",
+        ),
+        (
+            {"instance_index": 0, "num_instances": 2, "ipus_per_replica": "2"},
+            "popdist.getNumIpusPerReplica() = '2' is not an int; check the poprun command line and the "
+            "popdist installation",
+        ),
+        (
+            {"instance_index": 0, "num_instances": 2, "replicas_local": 4, "replicas_total": 2},
+            "popdist.getNumLocalReplicas() = 4 exceeds popdist.getNumTotalReplicas() = 2; check the poprun "
+            "command line (--num-replicas)",
+        ),
+    ],
+)
+def test_impossible_popdist_settings(settings: dict[str, Any], message: str) -> None:
+    fake_popdist.configure(**settings)
+    with pytest.raises(ValueError, match=exactly(message)):
+        poprun.detect(fake_popdist)  # type: ignore[arg-type]
+
+
+def test_a_failing_getter_is_named() -> None:
+    broken = types.ModuleType("popdist")
+    broken.isPopdistEnvSet = lambda: True  # type: ignore[attr-defined]
+
+    def fails() -> int:
+        raise RuntimeError("POPDIST variables incomplete")
+
+    for getter in ("getInstanceIndex", "getNumInstances"):
+        setattr(broken, getter, fails)
+    with pytest.raises(
+        ValueError,
+        match=exactly(
+            "popdist.getInstanceIndex() failed under PopRun: RuntimeError: POPDIST variables incomplete; "
+            "check the poprun command line"
+        ),
+    ):
+        poprun.detect(broken)
+
+
+def test_a_directly_built_instance_is_checked_too() -> None:
+    with pytest.raises(
+        ValueError,
+        match=exactly(
+            "PopRunInstance.index = 3 is not below PopRunInstance.count = 3; an instance index lies in "
+            "[0, 3): check the poprun command line (--num-instances)"
+        ),
+    ):
+        PopRunInstance(3, 3, 0, 1, 3, 1)
+
+
+def test_fake_device_ids_follow_gc_info_numbering() -> None:
+    # 4 instances x 1 replica x 2 IPUs on 8 IPUs: instance i holds the i-th pair.
+    pairs = fake_popart.make_module(ipus=8).DeviceManager().enumerateDevices(numIpus=2)
+    inventory = IpuInventory(tuple(IpuInfo(i) for i in range(8)), "test")
+    for device in pairs:
+        fake_popdist.configure(device.id - 8, 4, ipus_per_replica=2)
+        assert fake_popdist.getDeviceId() == device.id
+        assert inventory.multi_device_id(tuple(device.driverIds)) == device.id
+
+
+# -- JSON paths ------------------------------------------------------------------------------------
+
+TWO = PopRunInstance(0, 2, 0, 1, 2, 1)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("results/run.json", "results/run.instance-0-of-2.json"),
+        ("run", "run.instance-0-of-2"),
+        ("a.b/run.v1.json", "a.b/run.v1.instance-0-of-2.json"),
+        ("results/run.instance-0-of-2.json", "results/run.instance-0-of-2.json"),
+    ],
+)
+def test_instance_json_path(path: str, expected: str) -> None:
+    assert poprun.instance_json_path(Path(path), TWO) == Path(expected)
+
+
+def _config(json_path: Path | None) -> Any:
+    return types.SimpleNamespace(option=types.SimpleNamespace(benchmark_json=json_path))
+
+
+def test_configure_json_path_under_poprun() -> None:
+    fake_popdist.configure(1, 2)
+    config = _config(Path("out/run.json"))
+    instance = poprun.configure_json_path(config, fake_popdist)  # type: ignore[arg-type]
+    assert instance is not None
+    assert instance.index == 1
+    assert config.option.benchmark_json == Path("out/run.instance-1-of-2.json")
+    poprun.configure_json_path(config, fake_popdist)  # type: ignore[arg-type]
+    assert config.option.benchmark_json == Path("out/run.instance-1-of-2.json"), "not idempotent"
+
+
+def test_configure_json_path_without_json_or_outside_poprun() -> None:
+    fake_popdist.configure(0, 2)
+    no_json = _config(None)
+    assert poprun.configure_json_path(no_json, fake_popdist) is not None  # type: ignore[arg-type]
+    assert no_json.option.benchmark_json is None
+    fake_popdist.reset()
+    plain = _config(Path("run.json"))
+    assert poprun.configure_json_path(plain, fake_popdist) is None  # type: ignore[arg-type]
+    assert plain.option.benchmark_json == Path("run.json")
+
+
+# -- merge -----------------------------------------------------------------------------------------
+
+
+def _record(
+    throughput: float, window_s: float, rounds: int, p50: float, p99: float, **over: Any
+) -> dict[str, Any]:
+    record = schema.to_json(
+        schema.IpuRecord(
+            target="poptorch:ipu",
+            backend="poptorch",
+            device="ipu",
+            device_name="IPU",
+            precision="fp16",
+            io="host",
+            batch_size=4,
+            items_per_call=4,
+            rounds=rounds,
+            rounds_policy="fixed",
+            warmup_rounds=1,
+            latency=LatencySummary(p50 / 2, p50, (p50 + p99) / 2, p99, p99 * 1.1, p50, rounds),
+            window_s=window_s,
+            throughput_items_per_s=throughput,
+            compile_s=1.0,
+            compile_cached=False,
+            first_call_s=0.5,
+            power={"measured": False, "reason": "off"},
+        )
+    )
+    record.update(over)
+    return record
+
+
+def _bench(fullname: str, record: dict[str, Any] | None, mean: float) -> dict[str, Any]:
+    extra = {} if record is None else {"ipu": record}
+    return {
+        "group": None,
+        "name": fullname.rpartition("::")[2],
+        "fullname": fullname,
+        "params": None,
+        "param": None,
+        "extra_info": extra,
+        "options": {"timer": "perf_counter"},
+        "stats": {"mean": mean, "rounds": 10},
+    }
+
+
+def _run(index: int, count: int, benchmarks: list[dict[str, Any]], node: str = "host") -> dict[str, Any]:
+    identity = PopRunInstance(index, count, 0, 1, count, 1).as_json()
+    return {
+        "machine_info": {"node": node, "ipu": {"schema": 1, "poprun": identity}},
+        "commit_info": {"id": "abc"},
+        "benchmarks": benchmarks,
+        "datetime": f"2026-01-0{index + 1}T00:00:00",
+        "version": "5.3.1",
+    }
+
+
+def _two_instances() -> list[dict[str, Any]]:
+    return [
+        _run(
+            0,
+            2,
+            [
+                _bench("t.py::test_a", _record(100.0, 2.0, 50, 0.010, 0.020), 0.011),
+                _bench("t.py::test_plain", None, 0.5),
+            ],
+            node="host-a",
+        ),
+        _run(
+            1,
+            2,
+            [
+                _bench("t.py::test_plain", None, 0.7),
+                _bench("t.py::test_a", _record(80.0, 2.5, 40, 0.012, 0.018), 0.013),
+            ],
+            node="host-b",
+        ),
+    ]
+
+
+def _write(tmp_path: Path, docs: list[Any]) -> list[Path]:
+    paths = []
+    for i, doc in enumerate(docs):
+        path = tmp_path / f"run.instance-{i}.json"
+        path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+        paths.append(path)
+    return paths
+
+
+def test_merge_sums_throughput_and_keeps_the_worst_latency(tmp_path: Path) -> None:
+    docs = _two_instances()
+    paths = _write(tmp_path, docs)
+    merged = poprun.merge(list(reversed(paths)))  # any order: instances are ordered by index
+    assert [b["fullname"] for b in merged["benchmarks"]] == ["t.py::test_a", "t.py::test_plain"]
+    bench = merged["benchmarks"][0]
+    record = bench["extra_info"]["ipu"]
+    assert record["throughput_items_per_s"] == 180.0
+    assert record["window_s"] == 2.5
+    assert record["rounds"] == 90
+    assert record["latency_worst_instance_p50_s"] == 0.012
+    assert record["latency_worst_instance_p99_s"] == 0.020
+    assert record["latency_s"]["p50"] == 0.012
+    assert record["latency_s"]["p99"] == 0.020
+    assert record["power"] is None
+    assert record["poprun"]["merged"] is True
+    assert record["poprun"]["count"] == 2
+    assert record["poprun"]["aggregation"] == dict(poprun.AGGREGATION)
+    assert "windows run concurrently" in record["poprun"]["aggregation"]["throughput_items_per_s"]
+    assert record["poprun"]["instances"] == [
+        docs[0]["benchmarks"][0]["extra_info"]["ipu"],
+        docs[1]["benchmarks"][1]["extra_info"]["ipu"],
+    ]
+    assert bench["stats"] == {"mean": 0.011, "rounds": 10}, "stats are instance 0's"
+    assert merged["benchmarks"][1] == docs[0]["benchmarks"][1], "a benchmark without a record is instance 0's"
+    info = merged["machine_info"]["ipu"]["poprun"]
+    assert info["merged"] is True
+    assert info["instances"] == [
+        docs[0]["machine_info"]["ipu"]["poprun"],
+        docs[1]["machine_info"]["ipu"]["poprun"],
+    ]
+    assert info["hosts"] == ["host-a", "host-b"]
+    assert info["files"] == [str(p) for p in paths]
+    assert (merged["commit_info"], merged["datetime"]) == (docs[0]["commit_info"], docs[0]["datetime"])
+    assert docs == _two_instances(), "the inputs were modified"
+
+
+def test_a_merged_file_reads_back_as_a_run(tmp_path: Path) -> None:
+    out = tmp_path / "merged.json"
+    poprun.write_atomic(out, poprun.merge(_write(tmp_path, _two_instances())))
+    stored = {b.fullname: b for b in benchmark_json.load_run(out)}
+    merged_record = stored["t.py::test_a"].record
+    assert merged_record is not None
+    assert merged_record.throughput_items_per_s == 180.0
+    assert merged_record.latency.p99_s == 0.020
+    assert stored["t.py::test_plain"].record is None
+
+
+def test_identity_from_the_records_when_machine_info_lacks_it(tmp_path: Path) -> None:
+    docs = _two_instances()
+    for doc in docs:
+        identity = doc["machine_info"]["ipu"].pop("poprun")
+        for bench in doc["benchmarks"]:
+            if bench["extra_info"]:
+                bench["extra_info"]["ipu"]["poprun"] = identity
+    merged = poprun.merge(_write(tmp_path, docs))
+    assert merged["benchmarks"][0]["extra_info"]["ipu"]["throughput_items_per_s"] == 180.0
+
+
+def test_one_instance_merges_to_itself(tmp_path: Path) -> None:
+    doc = _run(0, 1, [_bench("t.py::test_a", _record(100.0, 2.0, 50, 0.010, 0.020), 0.011)])
+    merged = poprun.merge(_write(tmp_path, [doc]))
+    assert merged["benchmarks"][0]["extra_info"]["ipu"]["throughput_items_per_s"] == 100.0
+
+
+def _edit(change: Any) -> list[Any]:
+    docs: list[Any] = _two_instances()
+    change(docs)
+    return docs
+
+
+def _set(doc_index: int, path: tuple[Any, ...], value: Any) -> Any:
+    def change(docs: list[Any]) -> None:
+        target = docs[doc_index]
+        for key in path[:-1]:
+            target = target[key]
+        target[path[-1]] = value
+
+    return change
+
+
+BAD_MERGES = [
+    (
+        "not JSON",
+        lambda docs: docs.__setitem__(1, "{nope"),
+        "{1}: not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+    ),
+    (
+        "no benchmarks",
+        lambda docs: docs.__setitem__(1, {"machine_info": {}}),
+        "{1}: not a pytest-benchmark run (no 'benchmarks' list)",
+    ),
+    (
+        "a benchmark that is not an object",
+        lambda docs: docs[1]["benchmarks"].append(3),
+        "{1}: benchmarks[2] is not a pytest-benchmark benchmark object",
+    ),
+    (
+        "no PopRun identity",
+        lambda docs: docs[0]["machine_info"].pop("ipu"),
+        "{0}: not written by a PopRun instance of pytest-ipu (no machine_info['ipu']['poprun'] section); "
+        "pass the files pytest-ipu wrote under poprun",
+    ),
+    (
+        "a malformed identity",
+        _set(0, ("machine_info", "ipu", "poprun", "index"), 5),
+        "{0}: malformed machine_info['ipu']['poprun']: PopRunInstance.index = 5 is not below "
+        "PopRunInstance.count = 2; an instance index lies in [0, 2): check the poprun command line "
+        "(--num-instances)",
+    ),
+    (
+        "another launch",
+        _set(1, ("machine_info", "ipu", "poprun"), PopRunInstance(1, 3, 0, 1, 3, 1).as_json()),
+        "{1}: written by instance 1 of 3, but {0} by instance 0 of 2: not one PopRun launch; merge files "
+        "of one launch",
+    ),
+    (
+        "an instance twice",
+        _set(1, ("machine_info", "ipu", "poprun"), TWO.as_json()),
+        "{1}: instance 0 of 2 again (also {0}); pass each instance's file once",
+    ),
+    (
+        "a missing benchmark",
+        lambda docs: docs[1]["benchmarks"].pop(1),
+        "{1}: has no benchmark 't.py::test_a', which {0} has; every instance must run the same benchmarks",
+    ),
+    (
+        "an extra benchmark",
+        lambda docs: docs[1]["benchmarks"].append(_bench("t.py::test_z", None, 1.0)),
+        "{1}: benchmark 't.py::test_z' is not in {0}; every instance must run the same benchmarks",
+    ),
+    (
+        "a benchmark twice",
+        lambda docs: docs[1]["benchmarks"].append(copy.deepcopy(docs[1]["benchmarks"][0])),
+        "{1}: benchmark 't.py::test_plain' appears twice; pass unmerged files",
+    ),
+    (
+        "a different batch",
+        _set(1, ("benchmarks", 1, "extra_info", "ipu", "items_per_call"), 8),
+        "{1}: benchmark 't.py::test_a' has items_per_call=8 but {0} has items_per_call=4: not the same "
+        "benchmark; merge files of one launch",
+    ),
+    (
+        "a record in one instance only",
+        _set(0, ("benchmarks", 0, "extra_info"), {}),
+        "{0}: benchmark 't.py::test_a' has no extra_info['ipu'] record, while {1} has one; merge files of "
+        "one launch",
+    ),
+    (
+        "a foreign record",
+        _set(1, ("benchmarks", 1, "extra_info", "ipu"), {"schema": "x"}),
+        "{1}: benchmark 't.py::test_a': not a pytest-ipu record (schema version 'x')",
+    ),
+    (
+        "an extra_info that is not an object",
+        _set(1, ("benchmarks", 0, "extra_info"), [1]),
+        "{1}: benchmark 't.py::test_plain': extra_info is not an object",
+    ),
+    (
+        "an already merged file",
+        _set(1, ("machine_info", "ipu", "poprun"), {"merged": True, "count": 2}),
+        "{1}: already a merged file; pass the files of the instances",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "message"), [b[1:] for b in BAD_MERGES], ids=[b[0] for b in BAD_MERGES])
+def test_bad_merges(tmp_path: Path, change: Any, message: str) -> None:
+    paths = _write(tmp_path, _edit(change))
+    with pytest.raises(poprun.MergeError, match=exactly(message.format(*paths))):
+        poprun.merge(paths)
+
+
+def test_a_missing_instance_and_an_unreadable_file(tmp_path: Path) -> None:
+    paths = _write(tmp_path, _two_instances())
+    with pytest.raises(
+        poprun.MergeError,
+        match=exactly(f"{paths[1]}: instance(s) 0 of 2 missing; pass the JSON file of every instance"),
+    ):
+        poprun.merge(paths[1:])
+    with pytest.raises(
+        poprun.MergeError, match=exactly(f"{tmp_path / 'gone.json'}: cannot read: No such file or directory")
+    ):
+        poprun.merge([paths[0], tmp_path / "gone.json"])
+    with pytest.raises(
+        poprun.MergeError,
+        match=exactly("no input files; pass the JSON file of every instance of the PopRun launch"),
+    ):
+        poprun.merge([])
+
+
+def test_merged_files_are_not_merged_again(tmp_path: Path) -> None:
+    paths = _write(tmp_path, _two_instances())
+    merged = poprun.merge(paths)
+    merged["machine_info"]["ipu"]["poprun"] = TWO.as_json()  # disguised as an instance file
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps(merged))
+    with pytest.raises(
+        poprun.MergeError,
+        match=exactly(f"{again}: benchmark 't.py::test_a' is already merged; pass unmerged files"),
+    ):
+        poprun.merge([again, paths[1]])
+
+
+# -- writing and the command -----------------------------------------------------------------------
+
+
+def test_write_atomic_replaces_whole_or_not_at_all(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    out.write_text("old")
+    poprun.write_atomic(out, {"a": 1})
+    assert json.loads(out.read_text()) == {"a": 1}
+    with pytest.raises(TypeError):
+        poprun.write_atomic(out, {"a": object()})
+    assert json.loads(out.read_text()) == {"a": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"], "a temporary file was left behind"
+
+
+def test_cli_merge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    paths = _write(tmp_path, _two_instances())
+    out = tmp_path / "merged.json"
+    assert cli.main(["merge", str(out), *map(str, paths)]) == 0
+    assert capsys.readouterr().out == f"merged 2 PopRun instance(s), 2 benchmark(s), into {out}\n"
+    assert (
+        json.loads(out.read_text())["benchmarks"][0]["extra_info"]["ipu"]["throughput_items_per_s"] == 180.0
+    )
+
+
+def test_cli_merge_bad_input_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    paths = _write(tmp_path, _two_instances())
+    out = tmp_path / "merged.json"
+    assert cli.main(["merge", str(out), str(paths[0]), str(paths[0])]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"pytest-ipu: {paths[0]}: instance 0 of 2 again (also {paths[0]}); pass each instance's file once\n"
+    )
+    assert not out.exists()
+    assert cli.main(["merge", str(tmp_path / "no-dir" / "m.json"), *map(str, paths)]) == 2
+    assert capsys.readouterr().err == (
+        f"pytest-ipu: {tmp_path / 'no-dir' / 'm.json'}: cannot write: No such file or directory\n"
+    )
