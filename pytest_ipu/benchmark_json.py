@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,22 @@ class StoredBenchmark:
     fullname: str
     group: str | None
     record: schema.IpuRecord | None
+    #: pytest-benchmark's per-round times, seconds (``stats.data``): present with ``--benchmark-json``,
+    #: and in saved runs only with ``--benchmark-save-data``; ``None`` when absent.
+    samples_s: tuple[float, ...] | None = None
+    #: The test's parameters (``params``), e.g. ``{"batch_size": 4}``; empty when it has none.
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A whole saved run: where it came from, the machine it ran on, and its benchmarks."""
+
+    path: Path
+    machine_info: Mapping[str, Any]
+    commit_info: Mapping[str, Any]
+    datetime: str | None
+    benchmarks: tuple[StoredBenchmark, ...]
 
 
 def attach(extra_info: dict[str, Any], record: Mapping[str, Any]) -> None:
@@ -49,6 +66,11 @@ def update_json(output_json: dict[str, Any], run_info: Mapping[str, Any]) -> Non
 
 def load_run(path: Path) -> list[StoredBenchmark]:
     """Read the benchmarks of a pytest-benchmark JSON file; raises ``RunFileError`` on bad input."""
+    return list(read_run(path).benchmarks)
+
+
+def read_run(path: Path) -> StoredRun:
+    """Read a pytest-benchmark JSON file whole; raises ``RunFileError`` naming the file and the problem."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -69,6 +91,32 @@ def load_run(path: Path) -> list[StoredBenchmark]:
         except schema.SchemaError as exc:
             raise RunFileError(f"{path}: benchmark {bench.get('fullname')!r}: {exc}") from None
         out.append(
-            StoredBenchmark(str(bench.get("name")), str(bench.get("fullname")), bench.get("group"), record)
+            StoredBenchmark(
+                str(bench.get("name")),
+                str(bench.get("fullname")),
+                bench.get("group"),
+                record,
+                _samples(bench),
+                dict(bench.get("params") or {}) if isinstance(bench.get("params") or {}, dict) else {},
+            )
         )
-    return out
+    machine = data.get("machine_info")
+    commit = data.get("commit_info")
+    return StoredRun(
+        path,
+        dict(machine) if isinstance(machine, dict) else {},
+        dict(commit) if isinstance(commit, dict) else {},
+        str(data["datetime"]) if isinstance(data.get("datetime"), str) else None,
+        tuple(out),
+    )
+
+
+def _samples(bench: Mapping[str, Any]) -> tuple[float, ...] | None:
+    stats = bench.get("stats")
+    data = stats.get("data") if isinstance(stats, dict) else None
+    if not isinstance(data, list) or not data:
+        return None
+    try:
+        return tuple(float(x) for x in data)
+    except (TypeError, ValueError):
+        return None

@@ -78,11 +78,24 @@ def test_load_run_reads_records_and_plain_benchmarks(tmp_path):
         ),
     )
     stored = benchmark_json.load_run(path)
+    data = (0.001, 0.005)
     assert stored == [
-        StoredBenchmark("test_x[torch-cpu]", "tests/test_x.py::test_x[torch-cpu]", "g", RECORD),
-        StoredBenchmark("test_plain", "tests/test_x.py::test_plain", None, None),
-        StoredBenchmark("test_no_extra", "tests/test_x.py::test_no_extra", "g", None),
+        StoredBenchmark("test_x[torch-cpu]", "tests/test_x.py::test_x[torch-cpu]", "g", RECORD, data),
+        StoredBenchmark("test_plain", "tests/test_x.py::test_plain", None, None, data),
+        StoredBenchmark("test_no_extra", "tests/test_x.py::test_no_extra", "g", None, data),
     ]
+
+
+def test_read_run_keeps_machine_params_and_samples_and_says_when_samples_are_absent(tmp_path):
+    with_params = _bench("test_p[4]", None)
+    with_params["params"] = {"batch_size": 4}
+    without_data = _bench("test_q", None)
+    del without_data["stats"]["data"]
+    run = benchmark_json.read_run(_write(tmp_path, _run(with_params, without_data)))
+    assert run.machine_info == {"node": "host", "ipu": {"schema": 1}}
+    assert run.datetime == "2025-01-01T00:00:00"
+    assert [b.params for b in run.benchmarks] == [{"batch_size": 4}, {}]
+    assert [b.samples_s for b in run.benchmarks] == [(0.001, 0.005), None]
 
 
 def test_load_run_of_empty_run(tmp_path):
