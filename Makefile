@@ -16,12 +16,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
+# The report is written even when a benchmark failed, from whatever the run measured.
 bench: $(STAMP)
-	@mkdir -p $(RESULTS)
-	$(BIN)/python -m pytest benchmarks -p no:cacheprovider \
+	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/latest.json
+	@$(BIN)/python -m pytest benchmarks -p no:cacheprovider \
 		--benchmark-json=$(RESULTS)/latest.json --benchmark-autosave \
-		--benchmark-columns=median,iqr,rounds $(BENCH_ARGS)
-	@echo "JSON written to $(RESULTS)/latest.json (history in .benchmarks/)"
+		--benchmark-columns=median,iqr,rounds $(BENCH_ARGS); rc=$$?; \
+	if [ -f $(RESULTS)/latest.json ]; then \
+		echo "JSON written to $(RESULTS)/latest.json (history in .benchmarks/)"; \
+		$(BIN)/pytest-ipu report $(RESULTS)/latest.json --output $(RESULTS)/report || { [ $$rc -ne 0 ] || rc=1; }; \
+	fi; exit $$rc
 
 test: lint typecheck unit
 

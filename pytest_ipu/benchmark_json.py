@@ -36,6 +36,9 @@ class StoredBenchmark:
     samples_s: tuple[float, ...] | None = None
     #: The test's parameters (``params``), e.g. ``{"batch_size": 4}``; empty when it has none.
     params: Mapping[str, Any] = field(default_factory=dict)
+    #: pytest-benchmark's time statistics of the rounds, seconds (``min``, ``median``, ``mean``,
+    #: ``max``, ``stddev``, ``iqr``), as far as the file has them.
+    stats: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,12 @@ def read_run(path: Path) -> StoredRun:
         raise RunFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise RunFileError(f"{path}: not JSON: {exc}") from None
+    return parse_run(data, path)
+
+
+def parse_run(data: object, path: Path) -> StoredRun:
+    """A run from its parsed JSON (``path`` names where it came from, in messages and the result);
+    raises ``RunFileError`` naming ``path`` and the problem."""
     benchmarks = data.get("benchmarks") if isinstance(data, dict) else None
     if not isinstance(benchmarks, list):
         raise RunFileError(f"{path}: not a pytest-benchmark run (no 'benchmarks' list)")
@@ -98,8 +107,10 @@ def read_run(path: Path) -> StoredRun:
                 record,
                 _samples(bench),
                 dict(bench.get("params") or {}) if isinstance(bench.get("params") or {}, dict) else {},
+                _time_stats(bench),
             )
         )
+    assert isinstance(data, dict)  # a list of benchmarks was found in it
     machine = data.get("machine_info")
     commit = data.get("commit_info")
     return StoredRun(
@@ -120,3 +131,18 @@ def _samples(bench: Mapping[str, Any]) -> tuple[float, ...] | None:
         return tuple(float(x) for x in data)
     except (TypeError, ValueError):
         return None
+
+
+#: The time statistics of pytest-benchmark's ``stats`` that ``StoredBenchmark.stats`` keeps.
+TIME_STATS = ("min", "median", "mean", "max", "stddev", "iqr")
+
+
+def _time_stats(bench: Mapping[str, Any]) -> dict[str, float]:
+    stats = bench.get("stats")
+    if not isinstance(stats, dict):
+        return {}
+    return {
+        k: float(stats[k])
+        for k in TIME_STATS
+        if isinstance(stats.get(k), (int, float)) and not isinstance(stats.get(k), bool)
+    }

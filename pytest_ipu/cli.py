@@ -1,9 +1,10 @@
-"""The ``pytest-ipu`` command: ``summary`` of saved runs; ``merge`` of the files of one PopRun launch; the
+"""The ``pytest-ipu`` command: ``summary`` of saved runs; ``compare`` of runs (with gates) and their
+``report`` (plots and HTML); ``merge`` of the files of one PopRun launch; the
 ``targets`` and ``devices`` (targets and power sources) present on this machine, each with the reason
 when absent.
 
 The only module that prints to stdout directly and calls ``sys.exit``. Exit codes: 0 success,
-2 bad input (an unreadable or foreign file says which file and why).
+1 a gate failed (``compare``), 2 bad input (an unreadable or foreign file says which file and why).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from pytest_ipu import __version__
 from pytest_ipu import backends
 from pytest_ipu import benchmark_json
+from pytest_ipu import compare
+from pytest_ipu import gates
 from pytest_ipu import poprun
 from pytest_ipu import power
 from pytest_ipu import report
@@ -59,6 +62,36 @@ def _merge(out: Path, paths: Sequence[Path]) -> int:
     return 0
 
 
+def _compare(paths: Sequence[Path], gate_texts: Sequence[str], fmt: str, strict: bool) -> int:
+    if len(paths) < 2:
+        print(f"pytest-ipu: compare needs at least two run files, got {len(paths)}", file=sys.stderr)
+        return 2
+    try:
+        gate_list = [gates.parse(text) for text in gate_texts]
+    except gates.GateError as exc:
+        print(f"pytest-ipu: --gate: {exc}", file=sys.stderr)
+        return 2
+    try:
+        runs = [benchmark_json.read_run(path) for path in paths]
+    except benchmark_json.RunFileError as exc:
+        print(f"pytest-ipu: {exc}", file=sys.stderr)
+        return 2
+    comparison = compare.compare_runs(runs)
+    print(compare.RENDERERS[fmt](comparison))
+    verdicts = compare.check_gates(comparison, gate_list)
+    failed = [v for v in verdicts if not v.passed]
+    if gate_list:
+        lines = [f"gates: {len(verdicts)} checked, {len(failed)} failed", *(v.line() for v in failed)]
+        print("\n".join(("", *(f"- {line}" if fmt == "markdown" else line for line in lines))))
+    if strict and comparison.missing:
+        print(
+            f"pytest-ipu: {len(comparison.missing)} benchmark(s) missing from a run (--strict)",
+            file=sys.stderr,
+        )
+        return 1
+    return 1 if failed else 0
+
+
 def _targets() -> int:
     for target in backends.all_candidates():
         backend = backends.make_backend(target)
@@ -97,6 +130,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     merge.add_argument("out", type=Path, metavar="OUT.json")
     merge.add_argument("files", nargs="+", type=Path, metavar="IN.json")
+    comparing = sub.add_parser(
+        "compare",
+        help="saved runs side by side, every metric with its ratio to the first run; exits 1 when a gate "
+        "fails, 2 on bad input",
+    )
+    comparing.add_argument("files", nargs="+", type=Path, metavar="RUN.json")
+    comparing.add_argument(
+        "--gate",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="a gate each later run must pass against the first, e.g. 'throughput:-5%%' or "
+        "'latency.p99<2ms' (repeatable; docs/ci.md)",
+    )
+    comparing.add_argument("--format", choices=compare.FORMATS, default="table", help="output format")
+    comparing.add_argument(
+        "--strict", action="store_true", help="a benchmark missing from any run makes the exit code 1"
+    )
+    reporting = sub.add_parser("report", help="plots (PNG, SVG) and a self-contained HTML page of saved runs")
+    reporting.add_argument("files", nargs="+", type=Path, metavar="RUN.json")
+    reporting.add_argument(
+        "-o", "--output", type=Path, default=Path("report"), metavar="DIR", help="output directory"
+    )
     sub.add_parser("targets", help="list the built-in backend targets and whether each is present here")
     sub.add_parser("devices", help="list compute targets and power sources, each with why it is absent")
     args = parser.parse_args(argv)
@@ -104,6 +160,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _summary(args.files)
     if args.command == "merge":
         return _merge(args.out, args.files)
+    if args.command == "compare":
+        return _compare(args.files, args.gate, args.format, args.strict)
+    if args.command == "report":
+        from pytest_ipu import html_report  # matplotlib only when a report is asked for
+
+        return html_report.main(args.files, args.output)
     if args.command == "devices":
         return _devices()
     return _targets()

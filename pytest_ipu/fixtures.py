@@ -23,9 +23,12 @@ from pytest_ipu import report
 from pytest_ipu import schema
 from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.ci_gate import GATE_KEY
+from pytest_ipu.ci_gate import Measured
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.host import cpu_name
+from pytest_ipu.marker import marker_gates
 from pytest_ipu.marker import marker_overrides
 from pytest_ipu.marker import placement_request
 from pytest_ipu.options import AUTO
@@ -296,6 +299,15 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
             data[poprun.KEY] = session.poprun.as_json()
         request.config.hook.pytest_ipu_update_record(config=request.config, item=request.node, record=data)
         benchmark_json.attach(benchmark.extra_info, data)
+        request.config.stash[GATE_KEY].add(
+            Measured(
+                request.node.nodeid,
+                request.node.name,
+                data,
+                tuple(benchmark.stats.stats.data),
+                marker_gates(request.node),
+            )
+        )
         group = benchmark.group or getattr(request.node, "originalname", request.node.name)
         session.add_row(report.Row(group, request.node.name, record))
         return record

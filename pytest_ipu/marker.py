@@ -14,14 +14,16 @@ from typing import Any
 
 import pytest
 
+from pytest_ipu import gates
 from pytest_ipu import options
 from pytest_ipu import placement
 from pytest_ipu.errors import ConfigError
+from pytest_ipu.gates import Gate
 
 MARKER = "ipu"
 MARKER_HELP = (
     "ipu(backend=..., precision=..., rounds=..., warmup_rounds=..., min_rounds=..., max_time=..., "
-    "power=..., ipus=..., replicas=..., stages=..., instances=...): "
+    "power=..., ipus=..., replicas=..., stages=..., instances=..., gate=...): "
     "pytest-ipu settings for this benchmark, overriding the command line, and its device placement"
 )
 
@@ -38,7 +40,8 @@ class Keyword:
 
 
 def _placement_value(value: object) -> object:
-    # Checked together by placement.parse_request, which knows how the four keywords combine.
+    # Checked elsewhere: placement.parse_request knows how the four placement keywords combine, and
+    # marker_gates parses gate expressions.
     return value
 
 
@@ -58,6 +61,7 @@ KEYWORDS: Mapping[str, Keyword] = {
         Keyword("replicas", None, _placement_value, "data-parallel replicas inside one model"),
         Keyword("stages", None, _placement_value, "pipeline stages, one IPU each"),
         Keyword("instances", None, _placement_value, "independent copies of the model, run concurrently"),
+        Keyword("gate", None, _placement_value, "this benchmark's gates (replace --ipu-gate per metric)"),
     )
 }
 
@@ -107,3 +111,23 @@ def placement_request(item: pytest.Item) -> placement.DeviceRequest:
         return placement.parse_request(merged, f"{item.nodeid}: @pytest.mark.ipu")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def marker_gates(item: pytest.Item) -> tuple[Gate, ...]:
+    """The gates of ``item``'s closest ``ipu`` marker with ``gate=`` (one expression or a list of
+    them); ``()`` when none. Raises ``ConfigError`` naming the node id for a bad expression."""
+    for mark in item.iter_markers(MARKER):
+        if "gate" not in mark.kwargs:
+            continue
+        value = mark.kwargs["gate"]
+        texts = [value] if isinstance(value, str) else value
+        if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
+            raise ConfigError(
+                f"{item.nodeid}: invalid value {value!r} for @pytest.mark.ipu(gate=...): expected an "
+                "expression such as 'throughput:-5%' or a list of them"
+            )
+        try:
+            return tuple(gates.parse(t) for t in texts)
+        except gates.GateError as exc:
+            raise ConfigError(f"{item.nodeid}: @pytest.mark.ipu(gate=...): {exc}") from None
+    return ()

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from pytest_ipu import gates
 from pytest_ipu.errors import ConfigError
+from pytest_ipu.gates import Gate
 from pytest_ipu.target import Target
 from pytest_ipu.target import parse_target
 
@@ -46,6 +48,9 @@ class Settings:
     power: str = AUTO
     power_hz: float | None = None
     idle_s: float = 5.0
+    gates: tuple[Gate, ...] = ()
+    baseline: Path | None = None
+    baseline_missing: str = "warn"
 
     def as_json(self) -> dict[str, Any]:
         """Plain-JSON form, written to the top level of the benchmark JSON."""
@@ -54,6 +59,8 @@ class Settings:
         out["rounds"] = AUTO if self.rounds is None else self.rounds
         out["cache_dir"] = str(self.cache_dir)
         out["power_hz"] = AUTO if self.power_hz is None else self.power_hz
+        out["gates"] = [str(g) for g in self.gates]
+        out["baseline"] = None if self.baseline is None else str(self.baseline)
         return out
 
 
@@ -148,9 +155,32 @@ def parse_targets(value: object) -> tuple[Target, ...]:
     return tuple(dict.fromkeys(targets))  # de-duplicated, order kept
 
 
+def parse_gates(value: object) -> tuple[Gate, ...]:
+    """Gate expressions (``throughput:-5%``, ``latency.p99<2ms``): a list (repeated flag, ini lines)
+    or one string with ``;`` between expressions (environment); ``none`` for no gates."""
+    texts = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value).split(";")
+    texts = [t.strip() for t in texts if t.strip() and t.strip().lower() != "none"]
+    try:
+        return tuple(gates.parse(t) for t in texts)
+    except gates.GateError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def parse_baseline(value: object) -> Path | None:
+    """A pytest-benchmark JSON file to gate against, or ``none``."""
+    text = str(value).strip()
+    if not text or text.lower() == "none":
+        return None
+    return Path(text).expanduser()
+
+
 @dataclass(frozen=True)
 class OptionSpec:
-    """One option: the settings field it fills and every name it goes by."""
+    """One option: the settings field it fills and every name it goes by.
+
+    A ``multiple`` option may be repeated on the command line and takes one value per line in the
+    ini file; its environment variable separates values with ``;``.
+    """
 
     field: str
     flag: str
@@ -158,6 +188,7 @@ class OptionSpec:
     default: str
     parse: Callable[[object], Any]
     help: str
+    multiple: bool = False
 
     @property
     def ini(self) -> str:
@@ -263,6 +294,32 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse_idle,
         "how long to measure idle power (once per power source per run) before the first window; 0 skips it",
     ),
+    OptionSpec(
+        "gates",
+        "--ipu-gate",
+        "EXPR",
+        "none",
+        parse_gates,
+        "a performance gate, e.g. 'throughput:-5%' (relative to the baseline) or 'latency.p99<2ms' "
+        "(absolute); repeatable; a failing gate makes the exit code 1",
+        multiple=True,
+    ),
+    OptionSpec(
+        "baseline",
+        "--ipu-baseline",
+        "PATH",
+        "none",
+        parse_baseline,
+        "the pytest-benchmark JSON run that relative gates compare against (else --benchmark-compare's)",
+    ),
+    OptionSpec(
+        "baseline_missing",
+        "--ipu-baseline-missing",
+        "POLICY",
+        "warn",
+        _choice(("warn", "fail")),
+        "a benchmark with gates but no counterpart in the baseline: warn, or fail the run",
+    ),
 )
 
 
@@ -280,9 +337,14 @@ def add_options(parser: pytest.Parser) -> None:
             dest=spec.ini,
             metavar=spec.metavar,
             default=None,
-            help=f"{spec.help} (default: {spec.default}; env {spec.env}; ini {spec.ini})",
+            action="append" if spec.multiple else "store",
+            # argparse formats help with %: a literal one (as in 'throughput:-5%') must be doubled.
+            help=f"{spec.help} (default: {spec.default}; env {spec.env}; ini {spec.ini})".replace("%", "%%"),
         )
-        parser.addini(spec.ini, f"{spec.help} (default: {spec.default})", default=None)
+        if spec.multiple:
+            parser.addini(spec.ini, f"{spec.help} (one per line)", type="linelist", default=[])
+        else:
+            parser.addini(spec.ini, f"{spec.help} (default: {spec.default})", default=None)
 
 
 def resolve_settings(
@@ -302,7 +364,8 @@ def resolve_settings(
         try:
             values[spec.field] = spec.parse(raw)
         except ValueError as exc:
-            raise ConfigError(f"invalid value {raw!r} for {spec.flag} from {source}: {exc}") from None
+            shown = "; ".join(map(str, raw)) if isinstance(raw, (list, tuple)) else raw
+            raise ConfigError(f"invalid value {shown!r} for {spec.flag} from {source}: {exc}") from None
     return Settings(**values)
 
 

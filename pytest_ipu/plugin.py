@@ -11,6 +11,8 @@ import pytest
 from pytest_ipu import hookspec
 from pytest_ipu import options
 from pytest_ipu import poprun
+from pytest_ipu.ci_gate import GATE_KEY
+from pytest_ipu.ci_gate import GateCheck
 from pytest_ipu.fixtures import ipu_backend
 from pytest_ipu.fixtures import ipu_benchmark
 from pytest_ipu.fixtures import ipu_compile
@@ -23,6 +25,7 @@ from pytest_ipu.session import IpuSession
 __all__ = ["ipu_backend", "ipu_benchmark", "ipu_compile", "ipu_power", "ipu_settings"]
 
 _PLUGIN_NAME = "pytest-ipu-session"
+_GATES_NAME = "pytest-ipu-gates"
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -47,6 +50,9 @@ def pytest_configure(config: pytest.Config) -> None:
     session = IpuSession(config, options.settings_from_config(config), poprun=instance)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, _PLUGIN_NAME)
+    gate_check = GateCheck(session.settings)
+    config.stash[GATE_KEY] = gate_check
+    config.pluginmanager.register(gate_check, _GATES_NAME)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -55,6 +61,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if session is not None:
         config.pluginmanager.unregister(session, _PLUGIN_NAME)
         del config.stash[SESSION_KEY]
+    gate_check = config.stash.get(GATE_KEY, None)
+    if gate_check is not None:
+        config.pluginmanager.unregister(gate_check, _GATES_NAME)
+        del config.stash[GATE_KEY]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -26,6 +26,7 @@ from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
+from pytest_ipu.marker import marker_gates
 from pytest_ipu.marker import marker_overrides
 from pytest_ipu.marker import placement_request
 from pytest_ipu.options import AUTO
@@ -197,6 +198,7 @@ class IpuSession:
             try:
                 marker_overrides(item)
                 placement_request(item)
+                marker_gates(item)
             except ConfigError as exc:
                 raise pytest.UsageError(f"pytest-ipu: {exc}") from None
 

@@ -52,7 +52,10 @@ def test_help_names_each_options_metavar_default_env_var_and_ini_key(
 
 
 def test_help_lists_every_ini_key(help_lines: list[str]) -> None:
-    ini_keys = {m.group(1) for line in help_lines if (m := re.match(r"^  (ipu_[a-z_]+) \(string\):", line))}
+    # Repeatable options take one value per line in the ini file.
+    ini_keys = {
+        m.group(1) for line in help_lines if (m := re.match(r"^  (ipu_[a-z_]+) \((string|linelist)\):", line))
+    }
     assert ini_keys == {spec.ini for spec in OPTIONS}
 
 

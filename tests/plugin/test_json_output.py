@@ -291,6 +291,9 @@ def test_top_level_section_has_schema_version_and_settings(torch_run: TorchRun) 
             "power": "off",
             "power_hz": "auto",
             "idle_s": 5.0,
+            "gates": [],
+            "baseline": None,
+            "baseline_missing": "warn",
         },
     }
 

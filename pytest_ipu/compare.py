@@ -1,0 +1,332 @@
+"""``pytest-ipu compare``: saved runs side by side, every metric with its ratio to the first run.
+
+Benchmarks are paired by pytest's full name (``fullname``) across the runs; the first run is the
+baseline. For each pair: pytest-benchmark's time statistics, the latency percentiles, throughput,
+compile and first-call time and the energy figures, each with the ratio later/first and whether
+that is better or worse (each metric knows its better direction). Rows are grouped by benchmark
+group and sorted by the test's parameters (batch size first), so backends sit side by side.
+
+Output as a terminal table, markdown (for CI step summaries) or CSV. ``--gate`` expressions (see
+``gates``) are checked for every later run against the first; a failing gate makes the exit code
+1, bad input 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from typing import Literal
+
+from pytest_ipu import gates
+from pytest_ipu import report
+from pytest_ipu import schema
+from pytest_ipu.benchmark_json import StoredBenchmark
+from pytest_ipu.benchmark_json import StoredRun
+
+#: A change smaller than this (relative) is shown as "same": timer noise, not a difference.
+SAME_WITHIN = 0.01
+FORMATS = ("table", "markdown", "csv")
+
+
+@dataclass(frozen=True)
+class CompareMetric:
+    """A number every benchmark may have: its name, unit, better direction and how to read it."""
+
+    name: str
+    unit: str
+    better: Literal["lower", "higher"]
+    read: Callable[[StoredBenchmark], float | None]
+
+
+def _time_stat(key: str) -> Callable[[StoredBenchmark], float | None]:
+    return lambda bench: bench.stats.get(key)
+
+
+def _record_metric(name: str) -> Callable[[StoredBenchmark], float | None]:
+    def read(bench: StoredBenchmark) -> float | None:
+        if bench.record is None:
+            return None
+        return gates.metric_value(schema.to_json(bench.record), name)
+
+    return read
+
+
+METRICS: tuple[CompareMetric, ...] = (
+    *(CompareMetric(f"time.{k}", "s", "lower", _time_stat(k)) for k in ("min", "median", "mean", "max")),
+    *(CompareMetric(m.name, m.unit, m.better, _record_metric(m.name)) for m in schema.METRICS.values()),
+)
+
+
+@dataclass(frozen=True)
+class Line:
+    """One metric of one benchmark across the runs, with each later run's ratio to the first."""
+
+    group: str
+    name: str
+    metric: CompareMetric
+    values: tuple[float | None, ...]
+
+    def ratio(self, index: int) -> float | None:
+        """Run ``index``'s value over the first run's; ``None`` when either is missing or zero."""
+        first, value = self.values[0], self.values[index]
+        if first is None or value is None or first == 0:
+            return None
+        return value / first
+
+    def verdict(self, index: int) -> str:
+        """``better``, ``worse`` or ``same`` (within 1 %) for run ``index`` against the first."""
+        ratio = self.ratio(index)
+        if ratio is None:
+            return ""
+        if abs(ratio - 1) < SAME_WITHIN:
+            return "same"
+        worse = ratio > 1 if self.metric.better == "lower" else ratio < 1
+        return "worse" if worse else "better"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every line, the benchmarks not in every run, and what differs about the machines."""
+
+    runs: tuple[StoredRun, ...]
+    lines: tuple[Line, ...]
+    missing: tuple[str, ...]
+    hardware: tuple[str, ...]
+
+
+def compare_runs(runs: Sequence[StoredRun]) -> Comparison:
+    """Pair the runs' benchmarks by full name and collect every metric that any run has."""
+    if len(runs) < 2:
+        raise ValueError(f"compare needs at least two runs, got {len(runs)}")
+    by_run = [{b.fullname: b for b in run.benchmarks} for run in runs]
+    order: dict[str, StoredBenchmark] = {}
+    for mapping in by_run:
+        for fullname, bench in mapping.items():
+            order.setdefault(fullname, bench)
+    missing = []
+    for fullname in order:
+        absent = [runs[i].path.name for i, mapping in enumerate(by_run) if fullname not in mapping]
+        if absent:
+            missing.append(f"{fullname}: not in {', '.join(absent)}")
+    groups = list(dict.fromkeys(_group(b) for b in order.values()))
+    lines = []
+    for group in groups:
+        members = sorted((b for b in order.values() if _group(b) == group), key=_sort_key)
+        for bench in members:
+            present = [mapping.get(bench.fullname) for mapping in by_run]
+            for metric in METRICS:
+                values = tuple(None if b is None else metric.read(b) for b in present)
+                if any(v is not None for v in values):
+                    lines.append(Line(group, bench.name, metric, values))
+    return Comparison(tuple(runs), tuple(lines), tuple(missing), tuple(hardware_differences(runs)))
+
+
+def _group(bench: StoredBenchmark) -> str:
+    return bench.group or bench.name.partition("[")[0]
+
+
+def _sort_key(bench: StoredBenchmark) -> tuple[Any, ...]:
+    """Batch size first (from the record, else a ``batch_size`` parameter), then the other
+    parameters (numbers before text), then the target and the name."""
+    batch = bench.record.batch_size if bench.record is not None else bench.params.get("batch_size")
+    params = tuple(
+        (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0.0, str(v))
+        for k, v in sorted(bench.params.items())
+        if k != "batch_size"
+    )
+    batch_key = (0, float(batch)) if isinstance(batch, (int, float)) else (1, 0.0)
+    target = bench.record.target if bench.record is not None else ""
+    return (batch_key, params, target, bench.name)
+
+
+def machine_summary(machine_info: Mapping[str, Any]) -> dict[str, str]:
+    """What identifies the hardware of a run: the CPU, and each accelerator target's device name."""
+    out: dict[str, str] = {}
+    cpu = machine_info.get("cpu")
+    if isinstance(cpu, Mapping) and cpu.get("brand_raw"):
+        out["cpu"] = str(cpu["brand_raw"])
+    ipu = machine_info.get(schema.NAMESPACE)
+    backends = ipu.get("backends") if isinstance(ipu, Mapping) else None
+    if isinstance(backends, Mapping):
+        for target, described in sorted(backends.items()):
+            if isinstance(described, Mapping) and described.get("device_name"):
+                out[str(target)] = str(described["device_name"])
+    return out
+
+
+def hardware_differences(runs: Sequence[StoredRun]) -> list[str]:
+    """One line per later run whose hardware differs from the first run's (by CPU or device name)."""
+    first = machine_summary(runs[0].machine_info)
+    notes = []
+    for run in runs[1:]:
+        other = machine_summary(run.machine_info)
+        diffs = [
+            f"{key} {first[key]!r} vs {other[key]!r}"
+            for key in sorted(set(first) & set(other))
+            if first[key] != other[key]
+        ]
+        if diffs:
+            notes.append(
+                f"{run.path.name} ran on different hardware from {runs[0].path.name}: {'; '.join(diffs)}"
+            )
+    return notes
+
+
+def check_gates(comparison: Comparison, gate_list: Sequence[gates.Gate]) -> list[gates.Verdict]:
+    """Every gate on every benchmark with a record, each later run against the first run."""
+    verdicts = []
+    first = {b.fullname: b for b in comparison.runs[0].benchmarks}
+    for run in comparison.runs[1:]:
+        for bench in run.benchmarks:
+            if bench.record is None:
+                continue
+            base = first.get(bench.fullname)
+            current = schema.to_json(bench.record)
+            label = bench.name if len(comparison.runs) == 2 else f"{bench.name} ({run.path.name})"
+            for gate in gate_list:
+                if gate.kind == "relative":
+                    if base is None or base.record is None:
+                        continue  # reported in ``missing``
+                    verdicts.append(
+                        gates.check(
+                            gate,
+                            label,
+                            current,
+                            schema.to_json(base.record),
+                            bench.samples_s,
+                            base.samples_s,
+                        )
+                    )
+                else:
+                    verdicts.append(gates.check(gate, label, current))
+    return verdicts
+
+
+# -- rendering ------------------------------------------------------------------------------------
+
+
+def format_value(value: float | None, unit: str) -> str:
+    """A value in its unit, scaled for reading (``1.36 ms``, ``2,526 items/s``); ``-`` when absent."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if unit == "s":
+        return report.format_seconds(value)
+    if unit == "items/s":
+        return f"{report.format_rate(value)} items/s"
+    return f"{value:.4g} {unit}"
+
+
+def format_change(line: Line, index: int) -> str:
+    """``+12.0% worse``, ``-3.1% better``, ``same`` or ``-``."""
+    ratio = line.ratio(index)
+    if ratio is None:
+        return "-"
+    verdict = line.verdict(index)
+    return "same" if verdict == "same" else f"{(ratio - 1) * 100:+.1f}% {verdict}"
+
+
+#: Run files with names longer than this are shown as ``#1``, ``#2``... with a legend.
+MAX_LABEL = 24
+
+
+def run_labels(comparison: Comparison) -> list[str]:
+    """Column labels for the runs: their file names when short and distinct, else ``#1``, ``#2``..."""
+    names = [run.path.name for run in comparison.runs]
+    if len(set(names)) == len(names) and all(len(n) <= MAX_LABEL for n in names):
+        return names
+    return [f"#{i + 1}" for i in range(len(names))]
+
+
+def _legend(comparison: Comparison) -> list[str]:
+    labels = run_labels(comparison)
+    if labels == [run.path.name for run in comparison.runs]:
+        return []
+    return [f"{label} = {run.path}" for label, run in zip(labels, comparison.runs, strict=True)]
+
+
+def _cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    names = run_labels(comparison)
+    header = ["group", "benchmark", "metric", *names]
+    header += [f"{name} vs {names[0]}" for name in names[1:]]
+    rows = []
+    for line in comparison.lines:
+        values = [format_value(v, line.metric.unit) for v in line.values]
+        changes = [format_change(line, i) for i in range(1, len(line.values))]
+        rows.append([line.group, line.name, line.metric.name, *values, *changes])
+    return header, rows
+
+
+def render_table(comparison: Comparison) -> str:
+    """The terminal table: aligned columns, one line per benchmark and metric."""
+    header, rows = _cells(comparison)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    right = [False, False, False] + [True] * (len(header) - 3)
+    out = []
+    for n, row in enumerate([header, *rows]):
+        out.append(
+            "  ".join(
+                c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right, strict=True)
+            ).rstrip()
+        )
+        if n == 0:
+            out.append("-" * len(out[0]))
+    return "\n".join(_legend(comparison) + out + _notes(comparison))
+
+
+def render_markdown(comparison: Comparison) -> str:
+    """A GitHub-flavoured markdown table (pipes escaped), with the notes as a list below it."""
+    header, rows = _cells(comparison)
+
+    def row(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    out = [f"{line}  " for line in _legend(comparison)]  # two spaces: a markdown line break
+    out += [row(header), "|" + "|".join("---" if i < 3 else "---:" for i in range(len(header))) + "|"]
+    out += [row(r) for r in rows]
+    notes = _notes(comparison)
+    if notes:
+        out += [""] + [f"- {n}" for n in notes]
+    return "\n".join(out)
+
+
+def render_csv(comparison: Comparison) -> str:
+    """CSV with raw SI values (no scaling) and the ratios as numbers, for spreadsheets and scripts."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    names = [run.path.name for run in comparison.runs]
+    writer.writerow(
+        ["group", "benchmark", "metric", "unit", "better", *names, *[f"{n}/{names[0]}" for n in names[1:]]]
+    )
+    for line in comparison.lines:
+        ratios = [line.ratio(i) for i in range(1, len(line.values))]
+        writer.writerow(
+            [
+                line.group,
+                line.name,
+                line.metric.name,
+                line.metric.unit,
+                line.metric.better,
+                *("" if v is None else repr(float(v)) for v in line.values),
+                *("" if r is None else repr(r) for r in ratios),
+            ]
+        )
+    return buffer.getvalue().rstrip("\n")
+
+
+def _notes(comparison: Comparison) -> list[str]:
+    notes = [f"missing: {m}" for m in comparison.missing]
+    notes += [f"hardware: {h}" for h in comparison.hardware]
+    return notes
+
+
+RENDERERS: Mapping[str, Callable[[Comparison], str]] = {
+    "table": render_table,
+    "markdown": render_markdown,
+    "csv": render_csv,
+}

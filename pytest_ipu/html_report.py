@@ -1,0 +1,391 @@
+"""``pytest-ipu report``: plots of saved runs as PNG and SVG files, and one self-contained HTML page.
+
+The page (``index.html``) carries everything inline, CSS and figures (as base64 SVG), so the file
+alone can be mailed or attached to a review. Its tables are the terminal tables' columns with the
+same markers and footnotes (``n/m``, ``?``, ``~``, ``*``), rendered by ``pytest_ipu.report``.
+
+Every file is written through a temporary file and ``os.replace``, and every figure is rendered
+before the first file is written, so a failure leaves earlier files whole and no half-written page.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import html
+import io
+import os
+import re
+import secrets
+import sys
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_ipu import __version__
+from pytest_ipu import benchmark_json
+from pytest_ipu import plots
+from pytest_ipu import report
+from pytest_ipu.benchmark_json import StoredRun
+from pytest_ipu.schema import IpuRecord
+
+#: Resolution of the PNG files.
+PNG_DPI = 150
+
+#: The terminal table's columns the page shows, by header, after the batch and target columns.
+TABLE_COLUMNS = ("precision", "p50", "p99", "items/s", "W", "J/item", "items/J")
+
+_CSS = """
+:root { color-scheme: light; }
+body { font: 15px/1.5 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+  color: #1d1d1f; margin: 0; background: #fafafa; }
+main { max-width: 1180px; margin: 0 auto; padding: 24px 32px 48px; }
+h1 { font-size: 26px; margin: 8px 0 4px; }
+h2 { font-size: 20px; margin: 40px 0 8px; padding-top: 12px; border-top: 1px solid #e2e2e2; }
+h3 { font-size: 15px; margin: 20px 0 6px; color: #444; }
+.sub { color: #666; margin: 0 0 16px; }
+table { border-collapse: collapse; margin: 8px 0; background: #fff; font-size: 13.5px; }
+th, td { padding: 4px 10px; border-bottom: 1px solid #e6e6e6; text-align: left; vertical-align: top; }
+th { background: #f0f0f2; font-weight: 600; white-space: nowrap; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tbody tr:nth-child(even) td { background: #f8f8fa; }
+table.facts th { background: none; color: #555; font-weight: 500; }
+.notes { color: #555; font-size: 12.5px; margin: 6px 0 16px; padding-left: 18px; }
+.figures { display: grid; grid-template-columns: 1fr; gap: 16px; }
+figure { margin: 0; background: #fff; border: 1px solid #e2e2e2; border-radius: 6px; padding: 8px; }
+figure img { width: 100%; height: auto; display: block; }
+figcaption { color: #777; font-size: 12px; margin-top: 4px; }
+code { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 12.5px; }
+details { margin: 6px 0; color: #555; font-size: 13px; }
+ul.contents { margin: 4px 0 8px; padding-left: 18px; }
+a { color: #0a5fa8; text-decoration: none; }
+footer { color: #888; font-size: 12px; margin-top: 40px; }
+"""
+
+
+class ReportError(RuntimeError):
+    """The report cannot be made from these runs or here (no record to plot, no matplotlib)."""
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """What ``write_report`` wrote: the HTML page and the images (PNG and SVG) beside it."""
+
+    html: Path
+    images: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class _Figure:
+    """One rendered view of one group: the file stem and both formats' bytes."""
+
+    group: str
+    view: str
+    stem: str
+    png: bytes
+    svg: bytes
+
+
+def _slug(text: str) -> str:
+    """A file-name-safe version of a group name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "group"
+
+
+def _render(runs: Sequence[StoredRun]) -> list[_Figure]:
+    """Every group's three views as PNG and SVG bytes, before anything is written."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise ReportError("pytest-ipu report needs matplotlib: pip install 'pytest-ipu[report]'") from None
+    out: list[_Figure] = []
+    stems: set[str] = set()
+    for group in plots.groups(runs):
+        stem = _slug(group)
+        # Two group names can reduce to one slug (``a b`` and ``a-b``); keep their files apart.
+        base, n = stem, 2
+        while stem in stems:
+            stem, n = f"{base}-{n}", n + 1
+        stems.add(stem)
+        machine = plots.machine_label(runs, group)
+        for view in plots.VIEWS:
+            series = plots.series_for(runs, group, view)
+            figure = plots.draw(view, group, series, plots.notes_for(view, series), machine=machine)
+            png, svg = io.BytesIO(), io.BytesIO()
+            # A fixed hash salt and no date make the SVG the same bytes for the same data, so that
+            # reports diff cleanly; text as paths needs no font on the reader's machine.
+            with matplotlib.rc_context({"svg.hashsalt": "pytest-ipu", "svg.fonttype": "path"}):
+                figure.savefig(png, format="png", dpi=PNG_DPI, metadata={"Software": None})
+                figure.savefig(
+                    svg, format="svg", metadata=dict.fromkeys(("Creator", "Date", "Format", "Type"))
+                )
+            out.append(_Figure(group, view, f"{stem}-{view}", png.getvalue(), svg.getvalue()))
+    return out
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never a part.
+
+    The temporary file is in the same directory because ``os.replace`` is atomic only within one
+    file system; on any failure it is removed and ``path`` is left as it was.
+    """
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        raise
+
+
+def write_report(runs: Sequence[StoredRun], out_dir: Path) -> ReportFiles:
+    """Write ``index.html`` and a PNG and an SVG per group and view into ``out_dir`` (created if needed).
+
+    Raises ``ReportError`` when no run holds a pytest-ipu record or matplotlib is missing, and
+    ``OSError`` when a file cannot be written.
+    """
+    if not plots.groups(runs):
+        raise ReportError("no benchmark carries extra_info['ipu']: nothing to report")
+    figures = _render(runs)
+    page = _page(runs, figures).encode("utf-8")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    images: list[Path] = []
+    for figure in figures:
+        for suffix, data in ((".png", figure.png), (".svg", figure.svg)):
+            path = out_dir / f"{figure.stem}{suffix}"
+            _write_atomic(path, data)
+            images.append(path)
+    # The page last: it is what a reader opens, and it must never describe images not yet written.
+    html_path = out_dir / "index.html"
+    _write_atomic(html_path, page)
+    return ReportFiles(html_path, tuple(images))
+
+
+def main(paths: Sequence[Path], out_dir: Path) -> int:
+    """The ``pytest-ipu report`` command: 0 on success, 2 on bad input or when nothing can be written."""
+    runs: list[StoredRun] = []
+    if not paths:
+        print("pytest-ipu: report needs at least one RUN.json", file=sys.stderr)
+        return 2
+    for path in paths:
+        try:
+            run = benchmark_json.read_run(path)
+        except benchmark_json.RunFileError as exc:
+            print(f"pytest-ipu: {exc}", file=sys.stderr)
+            return 2
+        if not any(b.record is not None for b in run.benchmarks):
+            print(
+                f"pytest-ipu: {path}: no benchmark carries extra_info['ipu'] (not a pytest-ipu run): "
+                "nothing to report",
+                file=sys.stderr,
+            )
+            return 2
+        runs.append(run)
+    try:
+        files = write_report(runs, out_dir)
+    except ReportError as exc:
+        print(f"pytest-ipu: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        where = exc.filename or out_dir
+        print(f"pytest-ipu: {where}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    groups = len(plots.groups(runs))
+    print(f"wrote {files.html} ({groups} group(s), {len(files.images) // 2} figure(s))")
+    print(f"wrote {len(files.images)} image(s), PNG and SVG, to {out_dir}")
+    return 0
+
+
+# --- the page ---------------------------------------------------------------------------------
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _target_cell(record: IpuRecord) -> str:
+    count = len(record.instances) if record.instances else 1
+    text = record.target + (f" x{count}" if count > 1 else "")
+    return text + (" [sim] simulated timings" if record.simulator else "")
+
+
+def _commit(run: StoredRun) -> str:
+    info = run.commit_info
+    commit = info.get("id")
+    if not commit:
+        return "none recorded"
+    text = str(commit)[:12]
+    if info.get("branch"):
+        text += f" on {info['branch']}"
+    if info.get("dirty"):
+        text += " (uncommitted changes)"
+    return text
+
+
+def _cpu(machine: Mapping[str, Any]) -> str:
+    cpu = _mapping(machine.get("cpu"))
+    text = str(cpu.get("brand_raw") or machine.get("processor") or "unknown CPU")
+    details = [
+        f"{cpu['count']} CPUs" if isinstance(cpu.get("count"), int) else "",
+        str(cpu.get("arch") or ""),
+    ]
+    details = [d for d in details if d]
+    return text + (f" ({', '.join(details)})" if details else "")
+
+
+def _backend_text(name: str, info: Mapping[str, Any]) -> str:
+    """``torch:cpu``: its device name and the facts the backend recorded (versions, mode, threads)."""
+    skip = {"backend", "device", "device_name", "providers_available"}
+    facts = [
+        f"{key} {', '.join(map(str, value)) if isinstance(value, list) else value}"
+        for key, value in info.items()
+        if key not in skip and not isinstance(value, Mapping) and value not in (None, "")
+    ]
+    device = info.get("device_name")
+    return f"{name}: {device}" + (f" ({'; '.join(facts)})" if facts else "") if device else name
+
+
+def _facts_table(rows: Sequence[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" for k, v in rows)
+    return f'<table class="facts"><tbody>{body}</tbody></table>'
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object, else an empty one: machine_info is free-form."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _run_section(run: StoredRun, label: str | None) -> str:
+    machine = run.machine_info
+    ipu = _mapping(machine.get("ipu"))
+    backends = _mapping(ipu.get("backends"))
+    absent = _mapping(ipu.get("absent"))
+    rows = [
+        ("file", f"<code>{_e(run.path)}</code>"),
+        ("date", _e(plots.format_date(run.datetime))),
+        ("commit", _e(_commit(run))),
+        ("CPU", _e(_cpu(machine))),
+        ("node", _e(machine.get("node") or "unknown")),
+        (
+            "system",
+            _e(" ".join(str(machine.get(k) or "") for k in ("system", "release")).strip() or "unknown"),
+        ),
+        ("Python", _e(machine.get("python_version") or "unknown")),
+    ]
+    if ipu.get("pytest_ipu"):
+        rows.append(("pytest-ipu", _e(ipu["pytest_ipu"])))
+    if backends:
+        items = "<br/>".join(_e(_backend_text(str(n), _mapping(b))) for n, b in backends.items())
+        rows.append(("backends", items))
+    parts = [f"<h3>{_e(label)}</h3>" if label else "", _facts_table(rows)]
+    if absent:
+        items = "".join(f"<li><code>{_e(n)}</code>: {_e(why)}</li>" for n, why in absent.items())
+        summary = f"{len(absent)} target(s) absent on this machine"
+        parts.append(f"<details><summary>{summary}</summary><ul>{items}</ul></details>")
+    return "".join(parts)
+
+
+def _group_rows(runs: Sequence[StoredRun], group: str) -> list[tuple[int, report.Row]]:
+    rows = [
+        (index, report.Row(group, bench.name, bench.record))
+        for index, run in enumerate(runs)
+        for bench in run.benchmarks
+        if bench.record is not None and plots.group_of(bench) == group
+    ]
+    rows.sort(key=lambda item: (report.sort_key(item[1]), item[0]))
+    return rows
+
+
+def footnotes(rows: Sequence[report.Row]) -> list[str]:
+    """The terminal tables' footnotes for these rows, word for word.
+
+    ``report.tables`` ends every group's table with a blank line and puts its footnotes after the
+    last one, so the lines after the last blank line are the footnotes.
+    """
+    lines = report.tables(rows)
+    last_blank = max((i for i, line in enumerate(lines) if not line), default=-1)
+    return lines[last_blank + 1 :]
+
+
+def _table(runs: Sequence[StoredRun], group: str) -> str:
+    columns = {c.header: c for c in report.COLUMNS}
+    labels = plots.run_labels(runs)
+    multi = len(runs) > 1
+    headers = ["run"] if multi else []
+    headers += ["batch", "target", *TABLE_COLUMNS]
+    text_columns = {"run", "target", "precision"}
+    attrs = ["" if h in text_columns else ' class="num"' for h in headers]
+    head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip(attrs, headers, strict=True))
+    body = []
+    rows = _group_rows(runs, group)
+    for index, row in rows:
+        cells = [labels[index]] if multi else []
+        cells += [str(row.record.batch_size), _target_cell(row.record)]
+        cells += [columns[h].render(row) for h in TABLE_COLUMNS]
+        body.append(
+            "<tr>" + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip(attrs, cells, strict=True)) + "</tr>"
+        )
+    notes = footnotes([row for _, row in rows])
+    notes_html = f'<ul class="notes">{"".join(f"<li>{_e(n)}</li>" for n in notes)}</ul>' if notes else ""
+    caption = "latency per call; throughput summed over instances"
+    return (
+        f'<p class="sub">{_e(caption)}</p><table><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>{notes_html}"
+    )
+
+
+def _figures(figures: Sequence[_Figure]) -> str:
+    parts = []
+    for figure in figures:
+        data = base64.b64encode(figure.svg).decode("ascii")
+        alt = f"{figure.group}: {plots.VIEW_TITLES[figure.view]} against batch size"
+        parts.append(
+            f'<figure><img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}"/>'
+            f"<figcaption>{_e(figure.stem)}.png, {_e(figure.stem)}.svg</figcaption></figure>"
+        )
+    return f'<div class="figures">{"".join(parts)}</div>'
+
+
+def _page(runs: Sequence[StoredRun], figures: Sequence[_Figure]) -> str:
+    groups = plots.groups(runs)
+    labels = plots.run_labels(runs)
+    title = "pytest-ipu report"
+    if len(runs) == 1:
+        sub = f"{plots.format_date(runs[0].datetime)} on {plots.machine_label(runs)}"
+        machine = "<h2>Machine and run</h2>" + _run_section(runs[0], None)
+    else:
+        sub = f"{len(runs)} runs compared: " + ", ".join(labels)
+        machine = "<h2>Runs</h2>" + "".join(
+            _run_section(r, f"run {lab}") for r, lab in zip(runs, labels, strict=True)
+        )
+    sections = []
+    contents = []
+    for index, group in enumerate(groups):
+        anchor = f"group-{index + 1}-{_slug(group)}"
+        mine = [f for f in figures if f.group == group]
+        body = f"<h2>{_e(group)}</h2>{_table(runs, group)}{_figures(mine)}"
+        sections.append(f'<section id="{_e(anchor)}">{body}</section>')
+        contents.append(f'<li><a href="#{_e(anchor)}">{_e(group)}</a></li>')
+    nav = f'<nav><ul class="contents">{"".join(contents)}</ul></nav>'
+    skipped = sum(1 for run in runs for bench in run.benchmarks if bench.record is None)
+    skipped_note = (
+        f'<p class="sub">{skipped} benchmark(s) without a pytest-ipu record are not shown.</p>'
+        if skipped
+        else ""
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"/>'
+        '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
+        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>"
+        f'<h1>{_e(title)}</h1><p class="sub">{_e(sub)}</p>{skipped_note}{nav}'
+        f"{machine}{''.join(sections)}"
+        f"<footer>Made by pytest-ipu {_e(__version__)} from {_e(', '.join(str(r.path) for r in runs))}. "
+        "Numbers: see docs/numbers.md; energy: docs/power.md.</footer>"
+        "</main></body></html>\n"
+    )

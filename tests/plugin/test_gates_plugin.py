@@ -1,0 +1,206 @@
+"""Gates in a pytest run: baselines, relative and absolute gates, marker gates, missing benchmarks.
+
+In-process runs of plain callables (no deep-learning runtime). A "slow" benchmark sleeps 3 ms per
+call instead of 1 ms, a 200 % regression that no noise explains; the others do not change.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.plugin.inner import assert_usage_error
+
+BENCH = """
+import os
+import time
+
+import pytest
+
+SLOW = float(os.environ.get("SLOW", "0.001"))
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_steady(ipu_benchmark, batch):
+    ipu_benchmark(lambda: time.sleep(0.001), rounds=30, warmup_rounds=1, items_per_call=batch)
+
+
+def test_changing(ipu_benchmark):
+    ipu_benchmark(lambda: time.sleep(SLOW), rounds=30, warmup_rounds=1)
+"""
+
+NEW_BENCH = """
+
+def test_new(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=30, warmup_rounds=1)
+"""
+
+ARGS = ("--ipu-power=off",)
+
+
+def _baseline(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Path:
+    pytester.makepyfile(test_work=BENCH)
+    monkeypatch.setenv("SLOW", "0.001")
+    pytester.runpytest(*ARGS, "--benchmark-json=base.json").assert_outcomes(passed=3)
+    return pytester.path / "base.json"
+
+
+def test_a_real_regression_fails_the_run_with_one_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _baseline(pytester, monkeypatch)
+    monkeypatch.setenv("SLOW", "0.003")
+    result = pytester.runpytest(*ARGS, "--ipu-baseline=base.json", "--ipu-gate=throughput:-5%")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=3)  # every test passed: the gate is what failed the run
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-ipu gates*",
+            "3 gate check(s) on 3 benchmark(s) against base.json: 2 passed, 1 failed",
+            "FAILED test_changing throughput: * -> * (-6?.?%, threshold -5%)*p=*",
+        ]
+    )
+    assert "FAILED test_steady" not in result.stdout.str()
+
+
+def test_no_change_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    _baseline(pytester, monkeypatch)
+    result = pytester.runpytest(*ARGS, "--ipu-baseline=base.json", "--ipu-gate=latency.p50:+50%")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["3 gate check(s) on 3 benchmark(s) against base.json: 3 passed, 0 failed"])
+
+
+def test_absolute_gates_need_no_baseline(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=BENCH)
+    result = pytester.runpytest(*ARGS, "--ipu-gate=latency.p50<1s", "--ipu-gate=throughput>1000000/s")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["6 gate check(s) on 3 benchmark(s): 3 passed, 3 failed"])
+    assert result.stdout.str().count("FAILED test_") == 3  # each benchmark misses 1,000,000 items/s
+
+
+def test_gates_from_the_environment_and_the_ini_file(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_work=BENCH)
+    pytester.makeini("[pytest]\nipu_gate =\n    latency.p50<1s\n    latency.p99<1s\n")
+    result = pytester.runpytest(*ARGS)
+    result.stdout.fnmatch_lines(["6 gate check(s) on 3 benchmark(s): 6 passed, 0 failed"])
+    monkeypatch.setenv("PYTEST_IPU_GATE", "throughput>1000000/s; latency.p50<1s")
+    result = pytester.runpytest(*ARGS)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["6 gate check(s) on 3 benchmark(s): 3 passed, 3 failed"])
+
+
+def test_relative_gates_without_a_baseline_stop_the_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=BENCH)
+    result = pytester.runpytest(*ARGS, "--ipu-gate=throughput:-5%")
+    assert_usage_error(
+        pytester,
+        result,
+        "relative gates (such as 'throughput:-5%') need a baseline run, and there is none: pass "
+        "--ipu-baseline=PATH (a pytest-benchmark JSON file) or --benchmark-compare with a saved run "
+        "(--benchmark-save or --benchmark-autosave makes one)",
+    )
+
+
+def test_a_bad_expression_is_a_usage_error_naming_its_source(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=BENCH)
+    result = pytester.runpytest(*ARGS, "--ipu-gate=latency.p99<2xs")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = [line for line in result.errlines if line.strip()]
+    assert line.startswith(
+        "ERROR: pytest-ipu: invalid value 'latency.p99<2xs' for --ipu-gate from the command line: "
+    )
+    assert "'xs'" in line
+
+
+def test_an_unreadable_baseline_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=BENCH)
+    (pytester.path / "base.json").write_text("{not json")
+    result = pytester.runpytest(*ARGS, "--ipu-baseline=base.json", "--ipu-gate=throughput:-5%")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = [line for line in result.errlines if line.strip()]
+    assert line.startswith("ERROR: pytest-ipu: --ipu-baseline: base.json: not JSON: ")
+
+
+def test_a_benchmark_missing_from_the_baseline_is_reported_and_fails_only_when_asked(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _baseline(pytester, monkeypatch)
+    pytester.makepyfile(test_work=BENCH + NEW_BENCH)
+    gate = ("--ipu-baseline=base.json", "--ipu-gate=latency.p50:+50%")
+    result = pytester.runpytest(*ARGS, *gate)
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "MISSING (a warning) test_new is not in the baseline (base.json): its relative gates "
+            "(latency.p50:+50%) were not checked"
+        ]
+    )
+    result = pytester.runpytest(*ARGS, *gate, "--ipu-baseline-missing=fail")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["MISSING (fails the run) test_new is not in the baseline*"])
+
+
+def test_a_marker_gate_replaces_the_runs_gate_on_its_metric(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _baseline(pytester, monkeypatch)
+    monkeypatch.setenv("SLOW", "0.003")
+    # test_changing may lose up to 90 % of its throughput; the others keep the run's 5 %.
+    pytester.makepyfile(
+        test_work=BENCH.replace(
+            "def test_changing", '@pytest.mark.ipu(gate="throughput:-90%")\ndef test_changing'
+        )
+    )
+    result = pytester.runpytest(*ARGS, "--ipu-baseline=base.json", "--ipu-gate=throughput:-5%")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["3 gate check(s) on 3 benchmark(s) against base.json: 3 passed, 0 failed"])
+
+
+def test_a_bad_marker_gate_stops_the_run_at_collection(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_work=BENCH.replace("def test_changing", '@pytest.mark.ipu(gate="speed:-5%")\ndef test_changing')
+    )
+    result = pytester.runpytest(*ARGS)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    (line,) = [line for line in result.errlines if line.strip()]
+    assert line.startswith(
+        "ERROR: pytest-ipu: test_work.py::test_changing: @pytest.mark.ipu(gate=...): bad gate 'speed:-5%'"
+    )
+
+
+def test_pytest_benchmarks_compare_storage_is_a_baseline_too(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_work=BENCH)
+    storage = f"--benchmark-storage=file://{pytester.path / 'store'}"
+    monkeypatch.setenv("SLOW", "0.001")
+    pytester.runpytest(*ARGS, storage, "--benchmark-save=base", "--benchmark-save-data").assert_outcomes(
+        passed=3
+    )
+    monkeypatch.setenv("SLOW", "0.003")
+    result = pytester.runpytest(*ARGS, storage, "--benchmark-compare", "--ipu-gate=throughput:-5%")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "3 gate check(s) on 3 benchmark(s) against --benchmark-compare: 2 passed, 1 failed",
+            "FAILED test_changing*",
+        ]
+    )
+
+
+def test_a_baseline_from_other_hardware_is_called_out(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = _baseline(pytester, monkeypatch)
+    data = json.loads(base.read_text())
+    for bench in data["benchmarks"]:
+        bench["extra_info"]["ipu"]["device_name"] = "Another CPU"
+    base.write_text(json.dumps(data))
+    result = pytester.runpytest(*ARGS, "--ipu-baseline=base.json", "--ipu-gate=latency.p50:+50%")
+    result.stdout.fnmatch_lines(
+        ["NOTE different hardware: the baseline ran test_steady[[]1[]] on 'Another CPU', this run on *"]
+    )

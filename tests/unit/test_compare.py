@@ -1,0 +1,125 @@
+"""``pytest-ipu compare``: pairing, ratios and their direction, ordering, notes, formats, exit codes."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+
+from pytest_ipu import cli
+from pytest_ipu import compare
+from pytest_ipu.benchmark_json import read_run
+from tests.unit.run_files import bench
+from tests.unit.run_files import write
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> tuple[Path, Path]:
+    a = write(tmp_path / "a.json", bench(10, 0.010, 1000.0), bench(2, 0.002, 1000.0), bench(4, 0.004, 1000.0))
+    b = write(
+        tmp_path / "b.json",
+        bench(2, 0.002, 1000.0, seed=1),
+        bench(10, 0.013, 769.0, seed=1),
+        bench(4, 0.004, 1000.0, seed=1),
+    )
+    return a, b
+
+
+def test_pairs_by_name_sorts_by_batch_and_marks_direction(runs: tuple[Path, Path]) -> None:
+    comparison = compare.compare_runs([read_run(p) for p in runs])
+    names = list(dict.fromkeys(line.name for line in comparison.lines))
+    assert names == ["test_mlp[torch-cpu-2]", "test_mlp[torch-cpu-4]", "test_mlp[torch-cpu-10]"]
+    by = {(line.name, line.metric.name): line for line in comparison.lines}
+    slower = by[("test_mlp[torch-cpu-10]", "latency.p50")]
+    assert slower.values == (0.010, 0.013)
+    assert slower.ratio(1) == pytest.approx(1.3)
+    assert slower.verdict(1) == "worse"
+    assert compare.format_change(slower, 1) == "+30.0% worse"
+    lower_throughput = by[("test_mlp[torch-cpu-10]", "throughput")]
+    assert lower_throughput.verdict(1) == "worse"  # better higher: a drop is worse
+    assert by[("test_mlp[torch-cpu-2]", "throughput")].verdict(1) == "same"
+    assert comparison.missing == ()
+    assert comparison.hardware == ()
+
+
+def test_missing_benchmarks_and_other_hardware_are_noted(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.json", bench(2, 0.002, 1000.0), bench(4, 0.004, 1000.0))
+    b = write(tmp_path / "b.json", bench(2, 0.002, 1000.0), cpu="EPYC")
+    comparison = compare.compare_runs([read_run(a), read_run(b)])
+    assert comparison.missing == ("tests/test_mlp.py::test_mlp[torch-cpu-4]: not in b.json",)
+    assert comparison.hardware == ("b.json ran on different hardware from a.json: cpu 'Xeon' vs 'EPYC'",)
+    text = compare.render_table(comparison)
+    assert "missing: tests/test_mlp.py::test_mlp[torch-cpu-4]: not in b.json" in text
+    assert "hardware: b.json ran on different hardware" in text
+
+
+def test_markdown_and_csv(runs: tuple[Path, Path]) -> None:
+    comparison = compare.compare_runs([read_run(p) for p in runs])
+    markdown = compare.render_markdown(comparison).splitlines()
+    assert markdown[0] == "| group | benchmark | metric | a.json | b.json | b.json vs a.json |"
+    assert markdown[1] == "|---|---|---|---:|---:|---:|"
+    assert "| mlp | test_mlp[torch-cpu-10] | latency.p50 | 10 ms | 13 ms | +30.0% worse |" in markdown
+    rows = list(csv.reader(io.StringIO(compare.render_csv(comparison))))
+    assert rows[0] == ["group", "benchmark", "metric", "unit", "better", "a.json", "b.json", "b.json/a.json"]
+    row = next(r for r in rows if r[1] == "test_mlp[torch-cpu-10]" and r[2] == "latency.p50")
+    assert (row[3], row[4], float(row[5]), float(row[6])) == ("s", "lower", 0.010, 0.013)
+    assert float(row[7]) == pytest.approx(1.3)
+
+
+def test_long_file_names_become_numbered_columns_with_a_legend(tmp_path: Path) -> None:
+    a = write(tmp_path / ("a" * 30 + ".json"), bench(2, 0.002, 1000.0))
+    b = write(tmp_path / "b.json", bench(2, 0.002, 1000.0))
+    text = compare.render_table(compare.compare_runs([read_run(a), read_run(b)]))
+    assert text.splitlines()[0] == f"#1 = {a}"
+    assert " #2 vs #1" in text
+
+
+def test_cli_exit_codes(runs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = map(str, runs)
+    assert cli.main(["compare", a, b]) == 0
+    assert cli.main(["compare", a, b, "--gate", "latency.p50:+50%"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("gates: 3 checked, 0 failed")
+    assert cli.main(["compare", a, b, "--gate", "latency.p50:+10%", "--format", "markdown"]) == 1
+    out = capsys.readouterr().out
+    assert "- gates: 3 checked, 1 failed" in out
+    assert "- test_mlp[torch-cpu-10] latency.p50" in out
+    assert cli.main(["compare", a, b, "--gate", "latency.p50<11ms"]) == 1  # b's 13 ms breaks the bound
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["compare", "A"], "pytest-ipu: compare needs at least two run files, got 1"),
+        (["compare", "A", "MISSING"], "pytest-ipu: MISSING: cannot read: No such file or directory"),
+        (
+            ["compare", "A", "FOREIGN"],
+            "pytest-ipu: FOREIGN: not a pytest-benchmark run (no 'benchmarks' list)",
+        ),
+        (["compare", "A", "A", "--gate", "speed:-5%"], "pytest-ipu: --gate: bad gate 'speed:-5%'"),
+    ],
+)
+def test_cli_bad_input_exits_2_naming_the_file(
+    runs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    (tmp_path / "foreign.json").write_text('{"results": []}')
+    paths = {
+        "A": str(runs[0]),
+        "MISSING": str(tmp_path / "missing.json"),
+        "FOREIGN": str(tmp_path / "foreign.json"),
+    }
+    argv = [paths.get(a, a) for a in argv]
+    message = message.replace("MISSING", paths["MISSING"]).replace("FOREIGN", paths["FOREIGN"])
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.startswith(message)
+
+
+def test_strict_makes_a_missing_benchmark_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write(tmp_path / "a.json", bench(2, 0.002, 1000.0), bench(4, 0.004, 1000.0))
+    b = write(tmp_path / "b.json", bench(2, 0.002, 1000.0))
+    assert cli.main(["compare", str(a), str(b)]) == 0
+    assert cli.main(["compare", str(a), str(b), "--strict"]) == 1
+    assert "1 benchmark(s) missing from a run (--strict)" in capsys.readouterr().err

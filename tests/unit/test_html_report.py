@@ -1,0 +1,285 @@
+"""``pytest-ipu report`` (pytest_ipu.html_report): the files it writes, the page, bad input, atomic writes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ipu import benchmark_json
+from pytest_ipu import html_report
+from pytest_ipu import plots
+from pytest_ipu import report
+from pytest_ipu import schema
+from pytest_ipu.metrics import LatencySummary
+from pytest_ipu.schema import IpuRecord
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _record(target: str, batch_size: int, power: dict[str, Any] | None, **more: Any) -> dict[str, Any]:
+    p50 = 0.001 * batch_size
+    return schema.to_json(
+        IpuRecord(
+            target=target,
+            backend=target.partition(":")[0],
+            device=target.partition(":")[2],
+            device_name="Some CPU",
+            precision="fp32",
+            io="host",
+            batch_size=batch_size,
+            items_per_call=batch_size,
+            rounds=more.pop("rounds", 200),
+            rounds_policy="auto",
+            warmup_rounds=2,
+            latency=LatencySummary(
+                p50 / 2, p50, p50, p50 * 2, p50 * 3, p50, 200, more.pop("unsupported", ())
+            ),
+            window_s=5.0,
+            throughput_items_per_s=batch_size / p50,
+            compile_s=1.0,
+            compile_cached=False,
+            first_call_s=0.1,
+            power=power,
+            **more,
+        )
+    )
+
+
+def _power(items_per_j: float, low: bool = False) -> dict[str, Any]:
+    return {
+        "measured": True,
+        "valid": True,
+        "source": "rapl",
+        "mean_power_w": 40.0,
+        "energy_per_item_j": 1 / items_per_j,
+        "items_per_j": items_per_j,
+        "warnings": ["low confidence: window 1 s < 5 s"] if low else [],
+        "devices": [{"scope": "cpu-package"}],
+    }
+
+
+OFF = {"measured": False, "valid": False, "reason": "power measurement is off (--ipu-power=off)"}
+
+
+def _write_run(path: Path, benchmarks: list[tuple[str | None, str, dict[str, Any] | None]]) -> Path:
+    document = {
+        "machine_info": {
+            "node": "bench-node",
+            "cpu": {"brand_raw": "Some CPU", "count": 4},
+            "ipu": {"backends": {"torch:cpu": {"device_name": "Some CPU", "torch": "2.13.0"}}},
+        },
+        "commit_info": {"id": "0123456789abcdef", "branch": "main", "dirty": True},
+        "datetime": "2026-11-29T20:31:34+00:00",
+        "benchmarks": [
+            {
+                "group": group,
+                "name": name,
+                "fullname": f"bench.py::{name}",
+                "params": {},
+                "stats": {},
+                "extra_info": {} if record is None else {"ipu": record},
+            }
+            for group, name, record in benchmarks
+        ],
+    }
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def two_groups(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, html_report.ReportFiles]:
+    """One report with a measured group (one point low confidence) and one with power off."""
+    root = tmp_path_factory.mktemp("report")
+    run = _write_run(
+        root / "run.json",
+        [
+            ("measured", "test_a[1]", _record("torch:cpu", 1, _power(2.0, low=True))),
+            ("measured", "test_a[4]", _record("torch:cpu", 4, _power(3.0))),
+            (
+                "measured",
+                "test_a[2]",
+                _record("onnxruntime:cpu", 2, _power(5.0), rounds=20, unsupported=("p99",)),
+            ),
+            ("off", "test_b[2]", _record("torch:cpu", 2, OFF)),
+            ("plain", "test_plain", None),
+        ],
+    )
+    files = html_report.write_report([benchmark_json.read_run(run)], root / "out")
+    return root / "out", files
+
+
+def test_write_report_writes_the_page_and_a_png_and_svg_per_group_and_view(two_groups) -> None:
+    out, files = two_groups
+    assert files.html == out / "index.html"
+    expected = {f"{g}-{v}{ext}" for g in ("measured", "off") for v in plots.VIEWS for ext in (".png", ".svg")}
+    assert {p.name for p in files.images} == expected
+    assert {p.name for p in out.iterdir()} == expected | {"index.html"}
+    for path in files.images:
+        data = path.read_bytes()
+        if path.suffix == ".png":
+            assert data.startswith(PNG_SIGNATURE)
+        else:
+            assert ET.fromstring(data).tag.endswith("svg")
+
+
+def test_the_page_is_well_formed_self_contained_and_embeds_every_figure(two_groups) -> None:
+    out, _ = two_groups
+    text = (out / "index.html").read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>")
+    # The page is written as well-formed markup, so an XML parser reads all of it.
+    root = ET.fromstring(text.removeprefix("<!DOCTYPE html>"))
+    assert "http://" not in text
+    assert "https://" not in text
+    assert not re.search(r"""(src|href)=["'](?!data:|#)""", text)
+    images = [img.get("src", "") for img in root.iter("img")]
+    assert len(images) == 6
+    for src in images:
+        prefix = "data:image/svg+xml;base64,"
+        assert src.startswith(prefix)
+        assert ET.fromstring(base64.b64decode(src.removeprefix(prefix))).tag.endswith("svg")
+
+
+def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups) -> None:
+    out, _ = two_groups
+    root = ET.fromstring((out / "index.html").read_text(encoding="utf-8").removeprefix("<!DOCTYPE html>"))
+    tables = [t for t in root.iter("table") if t.get("class") != "facts"]
+    assert len(tables) == 2
+    rows = [[td.text for td in tr.iter("td")] for tr in tables[0].iter("tr")][1:]
+    headers = [th.text for th in tables[0].iter("th")]
+    assert headers == ["batch", "target", "precision", "p50", "p99", "items/s", "W", "J/item", "items/J"]
+    assert rows == [
+        ["1", "torch:cpu", "fp32", "1 ms", "2 ms", "1,000", "~40", "~0.5", "~2"],
+        ["2", "onnxruntime:cpu", "fp32", "2 ms", "4 ms*", "1,000", "40", "0.2", "5"],
+        ["4", "torch:cpu", "fp32", "4 ms", "8 ms", "1,000", "40", "0.333", "3"],
+    ]
+    off = [[td.text for td in tr.iter("td")] for tr in tables[1].iter("tr")][1:]
+    assert off == [["2", "torch:cpu", "fp32", "2 ms", "4 ms", "1,000", "n/m", "n/m", "n/m"]]
+    notes = [li.text for ul in root.iter("ul") if ul.get("class") == "notes" for li in ul.iter("li")]
+    assert "~ = low confidence: the energy window is shorter than the sensor needs" in notes
+    assert "n/m = power not measured: power measurement is off (--ipu-power=off)" in notes
+    assert any(n.startswith("* too few rounds for this percentile") for n in notes)
+    page = ET.tostring(root, encoding="unicode")
+    for fact in ("Some CPU (4 CPUs)", "bench-node", "2026-11-29 20:31 UTC", "0123456789ab on main"):
+        assert fact in page
+    assert "1 benchmark(s) without a pytest-ipu record are not shown" in page
+
+
+def test_footnotes_are_the_terminal_tables_footnotes() -> None:
+    rec = benchmark_json.StoredBenchmark("t[1]", "t", "g", schema.from_json(_record("torch:cpu", 1, OFF)))
+    rows = [report.Row("g", rec.name, rec.record)] if rec.record else []
+    assert html_report.footnotes(rows) == [
+        "n/m = power not measured: power measurement is off (--ipu-power=off)"
+    ]
+    assert html_report.footnotes([]) == []
+
+
+def test_multi_run_page_names_the_file_of_every_row(tmp_path: Path) -> None:
+    a = _write_run(tmp_path / "a.json", [("g", "t[1]", _record("torch:cpu", 1, OFF))])
+    b = _write_run(tmp_path / "b.json", [("g", "t[1]", _record("torch:cpu", 1, OFF))])
+    runs = [benchmark_json.read_run(a), benchmark_json.read_run(b)]
+    # The page alone, without rendering: the run column and the runs section.
+    page = html_report._page(runs, [])
+    root = ET.fromstring(page.removeprefix("<!DOCTYPE html>"))
+    (table,) = [t for t in root.iter("table") if t.get("class") != "facts"]
+    assert next(th.text for th in table.iter("th")) == "run"
+    assert [tr.findtext("td") for tr in table.iter("tr") if tr.find("td") is not None] == ["a.json", "b.json"]
+    assert "run a.json" in page
+    assert "run b.json" in page
+
+
+def test_main_prints_what_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _write_run(tmp_path / "run.json", [("g", "t[1]", _record("torch:cpu", 1, OFF))])
+    assert html_report.main([run], tmp_path / "out") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"wrote {tmp_path / 'out' / 'index.html'} (1 group(s), 3 figure(s))"
+    assert out[1] == f"wrote 6 image(s), PNG and SVG, to {tmp_path / 'out'}"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read"),
+        ("{not json", "not JSON"),
+        ('{"foo": 1}', "not a pytest-benchmark run"),
+    ],
+)
+def test_main_refuses_bad_input_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str
+) -> None:
+    path = tmp_path / "run.json"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    assert html_report.main([path], tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pytest-ipu: {path}: {message}")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_main_refuses_a_run_without_pytest_ipu_records(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write_run(tmp_path / "plain.json", [("g", "test_plain", None)])
+    assert html_report.main([path], tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pytest-ipu: {path}: no benchmark carries extra_info['ipu']")
+    assert err.endswith("nothing to report\n")
+    assert err.count("\n") == 1
+
+
+def test_main_says_when_the_output_cannot_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _write_run(tmp_path / "run.json", [("g", "t[1]", _record("torch:cpu", 1, OFF))])
+    blocker = tmp_path / "out"
+    blocker.write_text("a file where the directory should be", encoding="utf-8")
+    assert html_report.main([run], blocker) == 2
+    assert capsys.readouterr().err.startswith(f"pytest-ipu: {blocker}: cannot write: ")
+
+
+def test_a_failed_figure_leaves_no_page_and_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.figure import Figure
+
+    run = _write_run(tmp_path / "run.json", [("g", "t[1]", _record("torch:cpu", 1, OFF))])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "index.html").write_text("the previous report", encoding="utf-8")
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", broken)
+    with pytest.raises(OSError, match="No space left"):
+        html_report.write_report([benchmark_json.read_run(run)], out)
+    assert [p.name for p in out.iterdir()] == ["index.html"]
+    assert (out / "index.html").read_text(encoding="utf-8") == "the previous report"
+
+
+def test_a_failed_page_write_leaves_the_old_page_whole_and_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = _write_run(tmp_path / "run.json", [("g", "t[1]", _record("torch:cpu", 1, OFF))])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "index.html").write_text("the previous report", encoding="utf-8")
+    real_replace = Path.replace
+
+    def replace(self: Path, target: Any) -> Path:
+        if Path(target).name == "index.html":
+            raise OSError(5, "Input/output error")
+        return real_replace(self, target)
+
+    monkeypatch.setattr(Path, "replace", replace)
+    with pytest.raises(OSError, match="Input/output error"):
+        html_report.write_report([benchmark_json.read_run(run)], out)
+    assert (out / "index.html").read_text(encoding="utf-8") == "the previous report"
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    assert len(list(out.glob("*.png"))) == 3
