@@ -4,7 +4,10 @@ Gates come from ``--ipu-gate`` (and its ini key and environment variable) for ev
 and from ``@pytest.mark.ipu(gate=...)`` for one benchmark, where they replace the run's gates on
 the same metric. Relative gates need a baseline: ``--ipu-baseline=PATH``, else the run that
 pytest-benchmark's ``--benchmark-compare`` loads (taken through its public
-``pytest_benchmark_compare_machine_info`` hook). Without one, the run stops before any test.
+``pytest_benchmark_compare_machine_info`` hook). Without one, the run stops before any test. Given
+several baseline runs (``--ipu-baseline`` repeated, or a glob), the last is the baseline and all of
+them together measure how much whole runs drift on this machine; from three on, every verdict
+states that drift, and metrics without per-round samples are tested against it.
 
 When the benchmarks are done, every gate is checked on every measured benchmark (``gates.check``:
 beyond the threshold and significant on the per-round samples). A failure sets the exit code to 1
@@ -62,6 +65,9 @@ class GateCheck:
     verdicts: list[gates.Verdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     baseline: StoredRun | None = None
+    #: Every baseline run, the baseline last: with ``gates.HISTORY_MIN`` or more, their spread
+    #: decides instead of the per-round samples.
+    history: list[StoredRun] = field(default_factory=list)
     _compared: list[Mapping[str, Any]] = field(default_factory=list)
     _marker_relative: bool = False
 
@@ -93,16 +99,24 @@ class GateCheck:
 
     def _load_baseline(self) -> None:
         needs = self._marker_relative or any(g.kind == "relative" for g in self.settings.gates)
-        if self.settings.baseline is not None:
+        if self.settings.baselines:
             try:
-                self.baseline = benchmark_json.read_run(self.settings.baseline)
+                self.history = [benchmark_json.read_run(path) for path in self.settings.baselines]
             except benchmark_json.RunFileError as exc:
                 raise pytest.UsageError(f"pytest-ipu: --ipu-baseline: {exc}") from None
         elif self._compared:
             try:
-                self.baseline = benchmark_json.parse_run(self._compared[-1], Path(COMPARE_SOURCE))
+                many = len(self._compared) > 1
+                self.history = [
+                    benchmark_json.parse_run(
+                        data, Path(f"{COMPARE_SOURCE} run {i + 1}" if many else COMPARE_SOURCE)
+                    )
+                    for i, data in enumerate(self._compared)
+                ]
             except benchmark_json.RunFileError as exc:
                 raise pytest.UsageError(f"pytest-ipu: the --benchmark-compare run: {exc}") from None
+        if self.history:
+            self.baseline = self.history[-1]
         if needs and self.baseline is None:
             raise pytest.UsageError(
                 "pytest-ipu: relative gates (such as 'throughput:-5%') need a baseline run, and there is "
@@ -148,10 +162,26 @@ class GateCheck:
             schema.to_json(counterpart.record),
             m.samples_s or None,
             counterpart.samples_s,
+            history=self._history_of(m.fullname, gate.metric),
         )
 
+    def _history_of(self, fullname: str, metric: str) -> list[float]:
+        """The metric's value for ``fullname`` in every baseline run that has it."""
+        values = []
+        for run in self.history:
+            bench = next((b for b in run.benchmarks if b.fullname == fullname), None)
+            if bench is not None and bench.record is not None:
+                value = gates.metric_value(schema.to_json(bench.record), metric)
+                if value is not None:
+                    values.append(value)
+        return values
+
     def _baseline_name(self) -> str:
-        return str(self.baseline.path) if self.baseline is not None else "none"
+        if self.baseline is None:
+            return "none"
+        if len(self.history) > 1:
+            return f"{self.baseline.path} (and {len(self.history) - 1} earlier baseline run(s))"
+        return str(self.baseline.path)
 
     @property
     def missing(self) -> list[str]:

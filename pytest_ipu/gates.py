@@ -67,6 +67,12 @@ baseline saved without ``--benchmark-save-data`` keeps no round times: such a ga
 threshold alone, and its verdict's method says so. When the baseline record lacks the metric (the
 baseline measured no power, say), the gate cannot compare and passes, saying so.
 
+Given three or more baseline runs (``history``), the verdict also states how much the gated metric
+differs between them and the smallest change that drift lets a run-to-run test see; and a gate
+that has no per-round samples to test is decided by that run-to-run test instead of the threshold
+alone: a one-sided t test of this run's value (log scale) against the baseline runs' mean moved by
+the threshold, their spread as the noise, ``k - 1`` degrees of freedom, p < alpha.
+
 An absolute gate (``latency.p99<2ms``, ``throughput>2500/s``) fails when the current value is not
 strictly within the bound. A value the current record lacks fails any gate, with the reason the
 record gives (for power, the reason it was not measured).
@@ -633,11 +639,15 @@ def check(
     baseline_samples_s: Sequence[float] | None = None,
     *,
     alpha: float = 0.01,
+    history: Sequence[float] | None = None,
 ) -> Verdict:
     """Decide one gate for one benchmark by the rule of the module docstring.
 
     ``current`` and ``baseline`` are record JSON objects (``extra_info["ipu"]``); the samples are
-    pytest-benchmark's per-round times in seconds (``None`` or empty when not saved). Raises
+    pytest-benchmark's per-round times in seconds (``None`` or empty when not saved). ``history``
+    holds the gated metric's value in every baseline run (the baseline's own included); with
+    ``HISTORY_MIN`` or more of them the verdict states their drift, and where there are no per-round
+    samples to test, a run-to-run test against that drift decides instead of the threshold alone. Raises
     ``ValueError`` for a relative gate without a baseline record (callers decide what a missing
     baseline means) and for ``alpha`` outside (0, 1).
     """
@@ -659,9 +669,21 @@ def check(
     if before is None:
         reason = f"no value in the baseline: {_missing_reason(baseline, gate.metric)}"
         return Verdict(gate, benchmark, True, None, value, None, None, None, reason)
+    usable = [h for h in history or () if h > 0 and math.isfinite(h)]
+    runs = len(usable) >= HISTORY_MIN and value > 0
     change = _relative_change(before, value)
     beyond = _beyond(gate, change)
     statistic = _SAMPLE_STATISTIC.get(gate.metric)
+    no_samples = (
+        baseline_samples_s is None
+        or len(baseline_samples_s) == 0
+        or current_samples_s is None
+        or len(current_samples_s) == 0
+    )
+    if runs and (statistic is None or no_samples):
+        # Nothing per round to test: the spread of whole baseline runs is the best evidence there is.
+        return _check_history(gate, benchmark, value, usable, alpha)
+    drift = f"; {_drift(gate, usable, alpha)}" if runs else ""
     if statistic is None:
         method = f"threshold only: {gate.metric} is measured once per benchmark, not per round"
     elif baseline_samples_s is None or len(baseline_samples_s) == 0:
@@ -685,12 +707,70 @@ def check(
         method = (
             f"one-sided Mann-Whitney U of per-round times against the baseline's x {allowed:.4g} "
             f"(n={len(current_samples_s)} current vs {len(baseline_samples_s)} baseline, alpha {alpha:g}), "
-            f"bootstrap {(1.0 - alpha) * 100:g}% CI of the ratio"
+            f"bootstrap {(1.0 - alpha) * 100:g}% CI of the ratio{drift}"
         )
         return Verdict(
             gate, benchmark, not (beyond and p < alpha), before, value, change, p, interval, method
         )
-    return Verdict(gate, benchmark, not beyond, before, value, change, None, None, method)
+    return Verdict(gate, benchmark, not beyond, before, value, change, None, None, method + drift)
+
+
+#: Fewest baseline runs from which the run-to-run spread is estimated.
+HISTORY_MIN = 3
+
+
+def _spread(gate: Gate, history: Sequence[float], alpha: float) -> tuple[float, float, float, float]:
+    """Of the baseline runs' log values: mean, sd, the scale of a new run's deviation, and the
+    smallest change (as a ratio) the run-to-run test could call beyond the threshold."""
+    logs = np.log(np.asarray(history, dtype=np.float64))
+    k = len(logs)
+    centre, spread = float(np.mean(logs)), float(np.std(logs, ddof=1))
+    scale = spread * math.sqrt(1.0 + 1.0 / k)
+    critical = stats.t_isf(alpha, k - 1) * scale
+    if METRICS[gate.metric].better == "higher":
+        detectable = math.exp(-(math.log(1.0 - gate.threshold) - critical))
+    else:
+        detectable = math.exp(math.log1p(gate.threshold) + critical)
+    return centre, spread, scale, detectable
+
+
+def _drift(gate: Gate, history: Sequence[float], alpha: float) -> str:
+    """What the baseline runs say about this machine's run-to-run drift, as a caution."""
+    _, spread, _, detectable = _spread(gate, history, alpha)
+    return (
+        f"{len(history)} baseline runs differ by {spread * 100:.1f}% sd between runs: a change under "
+        f"{_percent(detectable - 1.0)} is within this machine's drift"
+    )
+
+
+def _check_history(
+    gate: Gate, benchmark: str, value: float, history: Sequence[float], alpha: float
+) -> Verdict:
+    """The run-to-run test, for metrics without per-round samples: is this run's value beyond the
+    threshold, judged by how much the baseline runs themselves spread?
+
+    On log values (ratios become differences): the one-sided t statistic of this run, as a new
+    observation, against the baseline runs' mean moved by the threshold,
+    ``(log(value) - mean - log(1 + t)) / (sd * sqrt(1 + 1/k))`` with ``k - 1`` degrees of freedom
+    (mirrored for better-higher metrics). ``method`` states the spread and the smallest change it
+    lets the gate detect.
+    """
+    centre, spread, scale, detectable = _spread(gate, history, alpha)
+    baseline = math.exp(centre)
+    change = value / baseline - 1.0
+    beyond = _beyond(gate, change)
+    if METRICS[gate.metric].better == "higher":
+        excess = centre + math.log(1.0 - gate.threshold) - math.log(value)
+    else:
+        excess = math.log(value) - centre - math.log1p(gate.threshold)
+    # Identical baseline runs leave no spread: then only the sign of the excess can decide.
+    p = (0.0 if excess > 0 else 1.0) if scale == 0.0 else stats.t_sf(excess / scale, len(history) - 1)
+    method = (
+        f"run-to-run: one-sided t test against {len(history)} baseline runs (geometric mean; spread "
+        f"{spread * 100:.1f}% sd between runs, alpha {alpha:g}); changes under {_percent(detectable - 1.0)} "
+        "cannot fail here"
+    )
+    return Verdict(gate, benchmark, not (beyond and p < alpha), baseline, value, change, p, None, method)
 
 
 def _allowed_time_factor(gate: Gate) -> float:

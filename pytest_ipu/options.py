@@ -6,6 +6,7 @@ any source is a one-line usage error that names the value, its source and what i
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -49,7 +50,7 @@ class Settings:
     power_hz: float | None = None
     idle_s: float = 5.0
     gates: tuple[Gate, ...] = ()
-    baseline: Path | None = None
+    baselines: tuple[Path, ...] = ()
     baseline_missing: str = "warn"
 
     def as_json(self) -> dict[str, Any]:
@@ -60,7 +61,7 @@ class Settings:
         out["cache_dir"] = str(self.cache_dir)
         out["power_hz"] = AUTO if self.power_hz is None else self.power_hz
         out["gates"] = [str(g) for g in self.gates]
-        out["baseline"] = None if self.baseline is None else str(self.baseline)
+        out["baselines"] = [str(b) for b in self.baselines]
         return out
 
 
@@ -166,12 +167,24 @@ def parse_gates(value: object) -> tuple[Gate, ...]:
         raise ValueError(str(exc)) from None
 
 
-def parse_baseline(value: object) -> Path | None:
-    """A pytest-benchmark JSON file to gate against, or ``none``."""
-    text = str(value).strip()
-    if not text or text.lower() == "none":
-        return None
-    return Path(text).expanduser()
+def parse_baselines(value: object) -> tuple[Path, ...]:
+    """pytest-benchmark JSON files to gate against (a list, or ``;`` between them), each a path or a
+    glob pattern (``.benchmarks/*/*.json``, expanded in sorted order); ``none`` for none."""
+    texts = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value).split(";")
+    paths: list[Path] = []
+    for text in (t.strip() for t in texts):
+        if not text or text.lower() == "none":
+            continue
+        expanded = str(Path(text).expanduser())
+        if any(ch in expanded for ch in "*?["):
+            # glob.glob, not Path.glob: patterns may be absolute (/ci/baselines/*.json).
+            matches = sorted(glob.glob(expanded))  # noqa: PTH207
+            if not matches:
+                raise ValueError(f"no file matches {text!r}")
+            paths.extend(Path(m) for m in matches)
+        else:
+            paths.append(Path(expanded))
+    return tuple(dict.fromkeys(paths))
 
 
 @dataclass(frozen=True)
@@ -305,12 +318,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
         multiple=True,
     ),
     OptionSpec(
-        "baseline",
+        "baselines",
         "--ipu-baseline",
         "PATH",
         "none",
-        parse_baseline,
-        "the pytest-benchmark JSON run that relative gates compare against (else --benchmark-compare's)",
+        parse_baselines,
+        "the pytest-benchmark JSON run that relative gates compare against (else --benchmark-compare's); "
+        "repeatable or a glob: with 3 or more runs the last is the baseline and all of them measure "
+        "how much whole runs drift here",
+        multiple=True,
     ),
     OptionSpec(
         "baseline_missing",

@@ -220,3 +220,57 @@ def _sorted_percentile(ordered: FloatArray, q: float) -> float:
         # No interpolation towards an infinity: the nearer neighbour stands for the percentile.
         return below if h - lo < 0.5 else above
     return below + (h - lo) * (above - below)
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularized incomplete beta function I_x(a, b), by its continued fraction (modified
+    Lentz), evaluated where it converges fast and mirrored (I_x(a, b) = 1 - I_{1-x}(b, a)) elsewhere."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 500):
+        # The even and the odd step of the continued fraction.
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * fraction / a
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t distribution with ``df`` degrees of freedom (``df`` > 0)."""
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df}")
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+def t_isf(p: float, df: float) -> float:
+    """The ``t`` with P(T > t) = ``p`` (0 < p < 1), by bisection on ``t_sf``."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p must be within (0, 1), got {p}")
+    low, high = -1e6, 1e6
+    for _ in range(200):
+        middle = (low + high) / 2.0
+        if t_sf(middle, df) > p:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2.0

@@ -204,3 +204,27 @@ def test_a_baseline_from_other_hardware_is_called_out(
     result.stdout.fnmatch_lines(
         ["NOTE different hardware: the baseline ran test_steady[[]1[]] on 'Another CPU', this run on *"]
     )
+
+
+def test_several_baseline_runs_from_a_glob_report_the_machines_drift(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_work=BENCH)
+    monkeypatch.setenv("SLOW", "0.001")
+    for n in range(3):
+        pytester.runpytest(*ARGS, f"--benchmark-json=base{n}.json").assert_outcomes(passed=3)
+    monkeypatch.setenv("SLOW", "0.003")
+    result = pytester.runpytest(*ARGS, "--ipu-baseline=base*.json", "--ipu-gate=latency.p50:+20%")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "3 gate check(s) on 3 benchmark(s) against base2.json (and 2 earlier baseline run(s)): "
+            "2 passed, 1 failed",
+            "FAILED test_changing latency.p50: * -> * (+*%, threshold +20%), p=*: FAIL (one-sided "
+            "Mann-Whitney U*; 3 baseline runs differ by *% sd between runs: a change under +*% is within "
+            "this machine's drift)",
+        ]
+    )
+    result = pytester.runpytest(*ARGS, "--ipu-baseline=nothing*.json", "--ipu-gate=latency.p50:+20%")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "no file matches 'nothing*.json'" in result.errlines[0]

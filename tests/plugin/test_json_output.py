@@ -292,7 +292,7 @@ def test_top_level_section_has_schema_version_and_settings(torch_run: TorchRun) 
             "power_hz": "auto",
             "idle_s": 5.0,
             "gates": [],
-            "baseline": None,
+            "baselines": [],
             "baseline_missing": "warn",
         },
     }

@@ -620,3 +620,66 @@ def test_throughput_is_tested_against_the_equivalent_growth_of_round_times():
         [1.0] * 10,
     )
     assert "against the baseline's x 1.053 " in verdict.method
+
+
+def _p50(value: float) -> dict[str, Any]:
+    return {"latency_s": {"p50": value}}
+
+
+def test_without_per_round_samples_several_baseline_runs_judge_a_change_by_their_drift():
+    gate = gates.parse("latency.p50:+5%")
+    steady = [1.000, 1.004, 0.998, 1.002, 1.001]  # runs agree within 0.3 %
+    drifting = [1.00, 1.05, 0.97, 1.04, 0.96]  # runs drift by 4 %
+    # 10 % slower than steady runs: clearly beyond 5 %, fails.
+    verdict = gates.check(gate, "t", _p50(1.10), _p50(1.001), history=steady)
+    assert not verdict.passed
+    assert verdict.baseline == pytest.approx(1.001, abs=1e-3)  # the runs' geometric mean
+    assert verdict.p_value is not None
+    assert verdict.p_value < 1e-4
+    assert verdict.method.startswith("run-to-run: one-sided t test against 5 baseline runs (geometric mean; ")
+    # The same 10 % against runs that drift by 4 %: within what this machine's drift can explain.
+    verdict = gates.check(gate, "t", _p50(1.10), _p50(0.96), history=drifting)
+    assert verdict.passed
+    assert verdict.change == pytest.approx(1.10 / math.exp(np.mean(np.log(drifting))) - 1)
+    assert "spread 4.0% sd between runs" in verdict.method
+    limit = float(verdict.method.rsplit("changes under +", 1)[1].split("%")[0])
+    assert 20 < limit < 30  # what this drift hides, stated: 5 % + t(0.99, 4) x 4 % x sqrt(1.2)
+    assert ": pass, not significant (run-to-run" in verdict.line()
+
+
+def test_fewer_than_three_baseline_runs_leave_the_per_round_test_in_charge():
+    gate = gates.parse("latency.p50:+5%")
+    rng = np.random.default_rng(1)
+    base = rng.lognormal(math.log(2 * MS), 0.02, 50)
+    current = rng.lognormal(math.log(2 * MS * 1.2), 0.02, 50)
+    verdict = gates.check(
+        gate, "t", _record(current), _record(base), current, base, history=[float(np.median(base))] * 2
+    )
+    assert verdict.method.startswith("one-sided Mann-Whitney U")
+    assert not verdict.passed
+
+
+def test_throughput_history_is_mirrored():
+    gate = gates.parse("throughput:-5%")
+    runs = [100.0, 100.5, 99.7, 100.2]
+    assert not gates.check(
+        gate, "t", {"throughput_items_per_s": 85.0}, {"throughput_items_per_s": 100.2}, history=runs
+    ).passed
+    assert gates.check(
+        gate, "t", {"throughput_items_per_s": 115.0}, {"throughput_items_per_s": 100.2}, history=runs
+    ).passed
+
+
+def test_with_per_round_samples_the_baseline_runs_only_state_the_drift():
+    gate = gates.parse("latency.p50:+5%")
+    rng = np.random.default_rng(1)
+    base = rng.lognormal(math.log(2 * MS), 0.02, 50)
+    current = rng.lognormal(math.log(2 * MS * 1.2), 0.02, 50)
+    history = [2 * MS * f for f in (1.0, 1.05, 0.97, 1.04, 0.96)]
+    verdict = gates.check(gate, "t", _record(current), _record(base), current, base, history=history)
+    assert not verdict.passed  # the per-round test decides: 20 % slower
+    assert verdict.method.startswith("one-sided Mann-Whitney U")
+    assert verdict.method.endswith(
+        "; 5 baseline runs differ by 4.0% sd between runs: a change under +23.8% is within this "
+        "machine's drift"
+    )
