@@ -74,13 +74,21 @@ def load_run(path: Path) -> list[StoredBenchmark]:
 
 def read_run(path: Path) -> StoredRun:
     """Read a pytest-benchmark JSON file whole; raises ``RunFileError`` naming the file and the problem."""
+    return parse_run(read_document(path), path)
+
+
+def read_document(path: Path) -> dict[str, Any]:
+    """The parsed JSON of a pytest-benchmark run file, checked to have a ``benchmarks`` list; raises
+    ``RunFileError`` naming the file and the problem."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RunFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise RunFileError(f"{path}: not JSON: {exc}") from None
-    return parse_run(data, path)
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise RunFileError(f"{path}: not a pytest-benchmark run (no 'benchmarks' list)")
+    return data
 
 
 def parse_run(data: object, path: Path) -> StoredRun:

@@ -263,8 +263,11 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
                     **info.as_json(),
                     "calls": len(calls),
                     "latency_s": schema.latency_json(metrics.summarize_latency(calls)),
+                    "device_latency": None if counters is None else dict(counters),
                 }
-                for info, calls in zip(group.compiled_info(), per, strict=True)
+                for info, calls, counters in zip(
+                    group.compiled_info(), per, group.device_latencies(), strict=True
+                )
             )
         device_latency = compiled.device_latency() if compiled.device_latency is not None else None
         record = schema.IpuRecord(

@@ -11,12 +11,9 @@ before the first file is written, so a failure leaves earlier files whole and no
 from __future__ import annotations
 
 import base64
-import contextlib
 import html
 import io
-import os
 import re
-import secrets
 import sys
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -25,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ipu import __version__
+from pytest_ipu import atomic
 from pytest_ipu import benchmark_json
 from pytest_ipu import plots
 from pytest_ipu import report
@@ -124,26 +122,6 @@ def _render(runs: Sequence[StoredRun]) -> list[_Figure]:
     return out
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader sees the old file or the new one, never a part.
-
-    The temporary file is in the same directory because ``os.replace`` is atomic only within one
-    file system; on any failure it is removed and ``path`` is left as it was.
-    """
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        temporary.replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
-
-
 def write_report(runs: Sequence[StoredRun], out_dir: Path) -> ReportFiles:
     """Write ``index.html`` and a PNG and an SVG per group and view into ``out_dir`` (created if needed).
 
@@ -159,11 +137,11 @@ def write_report(runs: Sequence[StoredRun], out_dir: Path) -> ReportFiles:
     for figure in figures:
         for suffix, data in ((".png", figure.png), (".svg", figure.svg)):
             path = out_dir / f"{figure.stem}{suffix}"
-            _write_atomic(path, data)
+            atomic.write_bytes(path, data)
             images.append(path)
     # The page last: it is what a reader opens, and it must never describe images not yet written.
     html_path = out_dir / "index.html"
-    _write_atomic(html_path, page)
+    atomic.write_bytes(html_path, page)
     return ReportFiles(html_path, tuple(images))
 
 

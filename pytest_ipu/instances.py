@@ -130,6 +130,10 @@ class InstanceGroup(Protocol):
     def compiled_info(self) -> list[InstanceInfo]:
         """Per instance: where it runs and what its compile produced."""
 
+    def device_latencies(self) -> list[Mapping[str, object] | None]:
+        """Per instance, the device's own latency counters for its last call
+        (``CompiledModel.device_latency``), or ``None`` where the backend has none."""
+
     def close(self) -> None:
         """Release everything (idempotent); close errors are raised once, after all is released."""
 
@@ -154,6 +158,34 @@ def _close_failures(failures: Sequence[tuple[int, str]]) -> InstanceError:
 
 
 # -- threads ------------------------------------------------------------------------------------
+
+
+class _Usable:
+    """What both runners share: a group becomes unusable once closed, or broken by a failed round,
+    and runs rounds only on prepared inputs."""
+
+    runner = ""
+    _broken: str | None = None
+    _closed = False
+    _prepared = False
+    _rounds = 0
+
+    def _start_round(self) -> None:
+        self._check_usable("run a round")
+        if not self._prepared:
+            raise RuntimeError("call prepare(inputs) before round(): the instances have no inputs yet")
+        self._rounds += 1
+
+    def _check_usable(self, action: str) -> None:
+        if self._closed:
+            raise RuntimeError(
+                f"cannot {action}: this {self.runner} instance group was closed; build a new one"
+            )
+        if self._broken is not None:
+            raise RuntimeError(
+                f"cannot {action}: this {self.runner} instance group is unusable since {self._broken}; "
+                "close it and build a new one"
+            )
 
 
 class _Slot:
@@ -197,7 +229,7 @@ class _Slot:
                 self.done.release()
 
 
-class ThreadInstances:
+class ThreadInstances(_Usable):
     """Instances compiled in this process, each called from a persistent thread of its own.
 
     ``compiled`` are the instances, already compiled (one per device, say); the group owns them and
@@ -228,17 +260,6 @@ class ThreadInstances:
         for slot in self._slots:
             slot.thread.start()
 
-    def _check_usable(self, action: str) -> None:
-        if self._closed:
-            raise RuntimeError(
-                f"cannot {action}: this {self.runner} instance group was closed; build a new one"
-            )
-        if self._broken is not None:
-            raise RuntimeError(
-                f"cannot {action}: this {self.runner} instance group is unusable since {self._broken}; "
-                "close it and build a new one"
-            )
-
     def prepare(self, inputs: Sequence[object]) -> None:
         """Every instance's ``prepare_inputs(inputs)``, in this thread, kept for ``round``."""
         self._check_usable("prepare inputs")
@@ -256,10 +277,7 @@ class ThreadInstances:
 
     def round(self) -> None:
         """Start every instance's call, wait for all; ``InstanceError`` for the lowest failing index."""
-        self._check_usable("run a round")
-        if not self._prepared:
-            raise RuntimeError("call prepare(inputs) before round(): the instances have no inputs yet")
-        self._rounds += 1
+        self._start_round()
         try:
             for slot in self._slots:
                 slot.go.release()
@@ -311,6 +329,14 @@ class ThreadInstances:
     def latencies_s(self) -> list[list[float]]:
         """Per instance, each ``round`` call's duration in seconds, oldest first."""
         return [[ns * 1e-9 for ns in slot.durations_ns] for slot in self._slots]
+
+    def device_latencies(self) -> list[Mapping[str, object] | None]:
+        """Each compiled model's own latency counters for its last call, where it has them."""
+        self._check_usable("read device latencies")
+        return [
+            None if slot.compiled.device_latency is None else slot.compiled.device_latency()
+            for slot in self._slots
+        ]
 
     def compiled_info(self) -> list[InstanceInfo]:
         """Each compiled model's target, device, compile time, phases and facts."""
@@ -390,6 +416,7 @@ class InstanceSpec:
 _PREPARE = "prepare"
 _ROUND = "round"
 _CALL = "call"
+_DEVICE_LATENCY = "device_latency"
 _CLOSE = "close"
 # Replies, worker to parent.
 _OK = "ok"
@@ -499,6 +526,9 @@ def _serve(conn: Connection, compiled: CompiledModel) -> CompiledModel | None:
                 reply = (_OK, None)
             elif command == _CALL:
                 reply = (_OK, _to_host(compiled.run(*compiled.prepare_inputs(tuple(request[1])))))
+            elif command == _DEVICE_LATENCY:
+                measured = compiled.device_latency() if compiled.device_latency is not None else None
+                reply = (_OK, None if measured is None else dict(measured))
             elif command == _CLOSE:
                 try:
                     compiled.close()
@@ -539,7 +569,7 @@ class _Worker:
     state: str = "starting"
 
 
-class ProcessInstances:
+class ProcessInstances(_Usable):
     """Instances compiled and called in worker processes, one each, for runtimes that hold the GIL.
 
     The workers start together and compile in parallel; the constructor returns when all are ready
@@ -678,17 +708,6 @@ class ProcessInstances:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def _check_usable(self, action: str) -> None:
-        if self._closed:
-            raise RuntimeError(
-                f"cannot {action}: this {self.runner} instance group was closed; build a new one"
-            )
-        if self._broken is not None:
-            raise RuntimeError(
-                f"cannot {action}: this {self.runner} instance group is unusable since {self._broken}; "
-                "close it and build a new one"
-            )
-
     def _exchange(self, workers: Sequence[_Worker], request: bytes, what: str, fatal: bool) -> list[object]:
         """Send ``request`` to every worker in ``workers``, then collect each reply's value.
 
@@ -754,10 +773,7 @@ class ProcessInstances:
 
     def round(self) -> None:
         """Start every worker's call, wait for all; record each call's duration as the worker timed it."""
-        self._check_usable("run a round")
-        if not self._prepared:
-            raise RuntimeError("call prepare(inputs) before round(): the instances have no inputs yet")
-        self._rounds += 1
+        self._start_round()
         values = self._exchange(self._workers, _ROUND_BYTES, f"round {self._rounds}", fatal=True)
         for durations, ns in zip(self._durations_ns, values, strict=True):
             durations.append(cast(int, ns))
@@ -778,6 +794,13 @@ class ProcessInstances:
     def latencies_s(self) -> list[list[float]]:
         """Per instance, each ``round`` call's duration in seconds (timed in the worker), oldest first."""
         return [[ns * 1e-9 for ns in durations] for durations in self._durations_ns]
+
+    def device_latencies(self) -> list[Mapping[str, object] | None]:
+        """Each worker's model's own latency counters for its last call (read in the worker)."""
+        self._check_usable("read device latencies")
+        request = pickle.dumps((_DEVICE_LATENCY,), protocol=pickle.HIGHEST_PROTOCOL)
+        replies = self._exchange(self._workers, request, "reading its device latency", fatal=False)
+        return [cast("Mapping[str, object] | None", reply) for reply in replies]
 
     def compiled_info(self) -> list[InstanceInfo]:
         """What each worker's compile reported, with ``compile_s`` timed in the worker."""

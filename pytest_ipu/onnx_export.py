@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from collections.abc import Sequence
@@ -28,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_ipu.atomic import atomic_path
 from pytest_ipu.errors import PytestIpuError
 from pytest_ipu.runtime_warnings import runtime_internals_quiet
 
@@ -87,7 +87,7 @@ def export(
     start = time.perf_counter_ns()
     data = _export(model, example_inputs, options)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    with _atomic_path(onnx_path) as tmp:
+    with atomic_path(onnx_path) as tmp:
         tmp.write_bytes(data)
     digest = _sha256(onnx_path)
     names, opset = _inputs_and_opset(data)
@@ -98,7 +98,7 @@ def export(
         "input_names": list(names),
         "opset": opset,
     }
-    with _atomic_path(meta_path) as tmp:
+    with atomic_path(meta_path) as tmp:
         tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
     return ExportedModel(onnx_path, digest, False, (time.perf_counter_ns() - start) * 1e-9, names, opset)
 
@@ -257,23 +257,6 @@ def _quiet_exporter() -> Iterator[None]:
             yield
     finally:
         logger.setLevel(level)
-
-
-@contextlib.contextmanager
-def _atomic_path(target: Path) -> Iterator[Path]:
-    """A temporary path beside ``target``, renamed onto it only if the block succeeds."""
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(name)
-    # mkstemp makes the file private (0600); a shared cache wants what open() would have given.
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o666 & ~umask)
-    try:
-        yield tmp
-        tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _sha256(path: Path) -> str:

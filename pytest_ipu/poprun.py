@@ -17,13 +17,10 @@ of one launch into one pytest-benchmark document.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib
 import json
 import math
-import os
-import secrets
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +29,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 from typing import Any
 
+from pytest_ipu import atomic
+from pytest_ipu import benchmark_json
 from pytest_ipu import schema
 
 if TYPE_CHECKING:
@@ -84,17 +83,7 @@ class PopRunInstance:
     ipus_per_replica: int
 
     def __post_init__(self) -> None:
-        _check(
-            {
-                "index": self.index,
-                "count": self.count,
-                "local_index": self.local_index,
-                "replicas_local": self.replicas_local,
-                "replicas_total": self.replicas_total,
-                "ipus_per_replica": self.ipus_per_replica,
-            },
-            "PopRunInstance",
-        )
+        _check(self.as_json(), "PopRunInstance")
 
     def as_json(self) -> dict[str, int]:
         """Plain JSON for ``machine_info["ipu"]["poprun"]`` and each record's ``"poprun"``."""
@@ -286,13 +275,9 @@ def _host(data: Mapping[str, Any]) -> object:
 
 def _read(path: Path) -> _Run:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise MergeError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise MergeError(f"{path}: not JSON: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
-        raise MergeError(f"{path}: not a pytest-benchmark run (no 'benchmarks' list)")
+        data = benchmark_json.read_document(path)
+    except benchmark_json.RunFileError as exc:
+        raise MergeError(str(exc)) from None
     benchmarks: dict[str, dict[str, Any]] = {}
     for position, bench in enumerate(data["benchmarks"]):
         if not isinstance(bench, dict) or not isinstance(bench.get("fullname"), str):
@@ -414,22 +399,5 @@ def _merge_records(fullname: str, runs: list[_Run], records: list[dict[str, Any]
 
 
 def write_atomic(path: Path, document: Mapping[str, Any]) -> None:
-    """Write ``document`` as JSON to ``path`` so that readers see the old file or the new, never half.
-
-    The temporary file sits in the same directory, since ``os.replace`` is atomic only within one
-    file system; on failure it is removed and ``path`` is untouched.
-    """
-    text = json.dumps(document, indent=4) + "\n"
-    # A unique name created with 0o666, so the umask gives the file the mode any new file gets.
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        temporary.replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temporary.unlink()
-        raise
+    """Write ``document`` as JSON to ``path`` so that readers see the old file or the new, never half."""
+    atomic.write_text(path, json.dumps(document, indent=4) + "\n")

@@ -114,14 +114,7 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
         "rounds": record.rounds,
         "rounds_policy": record.rounds_policy,
         "warmup_rounds": record.warmup_rounds,
-        "latency_s": {
-            "min": lat.min_s,
-            "p50": lat.p50_s,
-            "p90": lat.p90_s,
-            "p99": lat.p99_s,
-            "max": lat.max_s,
-            "mean": lat.mean_s,
-        },
+        "latency_s": _latency_stats(lat),
         "latency_unsupported": list(lat.unsupported),
         "window_s": record.window_s,
         "throughput_items_per_s": record.throughput_items_per_s,
@@ -141,6 +134,10 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
 
 def latency_json(lat: LatencySummary) -> dict[str, Any]:
     """A latency summary as the record stores it: seconds per statistic, and the unsupported ones."""
+    return {**_latency_stats(lat), "rounds": lat.rounds, "unsupported": list(lat.unsupported)}
+
+
+def _latency_stats(lat: LatencySummary) -> dict[str, float]:
     return {
         "min": lat.min_s,
         "p50": lat.p50_s,
@@ -148,8 +145,6 @@ def latency_json(lat: LatencySummary) -> dict[str, Any]:
         "p99": lat.p99_s,
         "max": lat.max_s,
         "mean": lat.mean_s,
-        "rounds": lat.rounds,
-        "unsupported": list(lat.unsupported),
     }
 
 

@@ -7,6 +7,7 @@ run state (pytest-benchmark's JSON hooks, the header and the terminal summary).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
@@ -169,12 +170,7 @@ class IpuSession:
         evicted = {k: e for k, e in self._compiled.items() if e.exclusive}
         for key in evicted:
             del self._compiled[key]
-        errors = []
-        for entry in evicted.values():
-            try:
-                entry.compiled.close()
-            except Exception as exc:
-                errors.append(f"{entry.compiled.target}: {type(exc).__name__}: {exc}")
+        errors = _close_all(evicted.values())
         if errors:
             warnings.warn(
                 PytestIpuWarning(f"pytest-ipu could not release a compiled model: {'; '.join(errors)}"),
@@ -271,11 +267,7 @@ class IpuSession:
                 meter.close()
             except Exception as exc:
                 errors.append(f"power source {meter.source.name}: {exc}")
-        for entry in entries:
-            try:
-                entry.compiled.close()
-            except Exception as exc:
-                errors.append(f"{entry.compiled.target}: {exc}")
+        errors.extend(_close_all(entries))
         if errors:
             warnings.warn(
                 PytestIpuWarning(
@@ -283,3 +275,14 @@ class IpuSession:
                 ),
                 stacklevel=1,
             )
+
+
+def _close_all(entries: Iterable[_CacheEntry]) -> list[str]:
+    """Close every entry's compiled model, whatever the others do; one message per failure."""
+    errors = []
+    for entry in entries:
+        try:
+            entry.compiled.close()
+        except Exception as exc:
+            errors.append(f"{entry.compiled.target}: {exc}")
+    return errors

@@ -143,8 +143,12 @@ def test_the_c2_study_runs_end_to_end_against_the_fakes(
         assert power["measured"]
         assert power["source"] == "gcipuinfo"
         assert power["mean_power_w"] == pytest.approx(110.0)  # the board power, counted once
+    # PopTorch's own latency counters, read in each worker process; PopART has none.
     poptorch = records["test_resnext101_c2_poptorch[poptorch-ipu-2]"]
-    assert poptorch["device_latency"] is None or poptorch["device_latency"]["resolution_s"] == 0.001
+    assert [i["device_latency"]["resolution_s"] for i in poptorch["instances"]] == [0.001, 0.001]
+    assert all(i["device_latency"]["samples"] >= 1 for i in poptorch["instances"])
+    popart = records["test_resnext101_c2_popart[popart-ipu-2]"]
+    assert [i["device_latency"] for i in popart["instances"]] == [None, None]
     inventory = data["machine_info"]["ipu"]["backends"]["popart:ipu"]["inventory"]
     assert inventory["count"] == 2
     after = json.loads((pytester.path / "after.json").read_text())

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pytest_ipu import atomic
 from pytest_ipu import onnx_export
 from pytest_ipu.onnx_export import ExportedModel
 from pytest_ipu.onnx_export import ExportError
@@ -375,7 +376,7 @@ def test_export_error_is_a_pytest_ipu_error():
 def test_cache_files_get_the_permissions_of_ordinary_files(tmp_path):
     old = os.umask(0o022)
     try:
-        with onnx_export._atomic_path(tmp_path / "model.onnx") as tmp:
+        with atomic.atomic_path(tmp_path / "model.onnx") as tmp:
             tmp.write_bytes(b"model")
     finally:
         os.umask(old)
