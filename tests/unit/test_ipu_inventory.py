@@ -9,6 +9,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -384,3 +385,27 @@ def test_repeated_ids_are_refused() -> None:
         ValueError, match=exactly("IpuInventory: IPU ids [0, 0] repeat an id; list each IPU once")
     ):
         IpuInventory((IpuInfo(0), IpuInfo(0)), "test")
+
+
+# -- contract: the same assertions on the fake and, where it imports, the real gcipuinfo -----------
+
+
+@pytest.fixture(params=["fake", "real"])
+def any_gcipuinfo(request: pytest.FixtureRequest) -> Any:
+    if request.param == "fake":
+        return fake_gcipuinfo.FakeGcIpuInfoModule(fake_gcipuinfo.c2_card())
+    return pytest.importorskip("gcipuinfo")
+
+
+def test_contract_gcipuinfo_inventory(any_gcipuinfo: Any) -> None:
+    found = ipu_inventory.discover(gcipuinfo_module=any_gcipuinfo, popart_module=None, poptorch_module=None)
+    if isinstance(found, str):
+        pytest.skip(f"no IPU here: {found}")
+    assert found.source == "gcipuinfo"
+    assert found.count >= 1
+    assert found.ids == tuple(sorted(found.ids))
+    assert json.loads(json.dumps(found.as_json())) == found.as_json()
+    for group_size in (1, 2):
+        if found.count >= group_size:
+            group = tuple(range(group_size))
+            assert found.multi_device_id(group) >= 0

@@ -527,3 +527,23 @@ def test_cli_merge_bad_input_exits_2_with_one_line(
     assert capsys.readouterr().err == (
         f"pytest-ipu: {tmp_path / 'no-dir' / 'm.json'}: cannot write: No such file or directory\n"
     )
+
+
+# -- contract: the same assertions on the fake and, where it imports, the real popdist -------------
+
+
+@pytest.fixture(params=["fake", "real"])
+def any_popdist(request: pytest.FixtureRequest) -> Any:
+    if request.param == "fake":
+        return fake_popdist
+    return pytest.importorskip("popdist")
+
+
+def test_contract_outside_poprun(any_popdist: Any) -> None:
+    if any_popdist.isPopdistEnvSet():
+        pytest.skip("this process was launched by PopRun")
+    assert poprun.detect(any_popdist) is None
+    # Single-process defaults, which detect relies on never being asked for outside PopRun.
+    assert any_popdist.getInstanceIndex() == 0
+    assert any_popdist.getNumLocalReplicas() == 1
+    assert any_popdist.getNumIpusPerReplica() == 1
