@@ -296,15 +296,16 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
     labels = plots.run_labels(runs)
     multi = len(runs) > 1
     headers = ["run"] if multi else []
-    headers += ["batch", "target", *TABLE_COLUMNS]
-    text_columns = {"run", "target", "precision"}
+    headers += ["benchmark", "batch", "target", *TABLE_COLUMNS]
+    text_columns = {"run", "benchmark", "target", "precision"}
     attrs = ["" if h in text_columns else ' class="num"' for h in headers]
     head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip(attrs, headers, strict=True))
     body = []
     rows = _group_rows(runs, group)
     for index, row in rows:
         cells = [labels[index]] if multi else []
-        cells += [str(row.record.batch_size), _target_cell(row.record)]
+        # The test's parameters tell rows apart that share a batch size and target (workload=...).
+        cells += [columns["benchmark"].render(row), str(row.record.batch_size), _target_cell(row.record)]
         cells += [columns[h].render(row) for h in TABLE_COLUMNS]
         body.append(
             "<tr>" + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip(attrs, cells, strict=True)) + "</tr>"

@@ -150,15 +150,28 @@ def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups
     root = ET.fromstring((out / "index.html").read_text(encoding="utf-8").removeprefix("<!DOCTYPE html>"))
     tables = [t for t in root.iter("table") if t.get("class") != "facts"]
     assert len(tables) == 2
-    rows = [[td.text for td in tr.iter("td")] for tr in tables[0].iter("tr")][1:]
+    rows = [[td.text for td in tr.iter("td")][1:] for tr in tables[0].iter("tr")][1:]
+    names = [next(tr.iter("td")).text for tr in tables[0].iter("tr") if list(tr.iter("td"))]
+    assert all(names)  # the benchmark column: each row's test, by its parameters
     headers = [th.text for th in tables[0].iter("th")]
-    assert headers == ["batch", "target", "precision", "p50", "p99", "items/s", "W", "J/item", "items/J"]
+    assert headers == [
+        "benchmark",
+        "batch",
+        "target",
+        "precision",
+        "p50",
+        "p99",
+        "items/s",
+        "W",
+        "J/item",
+        "items/J",
+    ]
     assert rows == [
         ["1", "torch:cpu", "fp32", "1 ms", "2 ms", "1,000", "~40", "~0.5", "~2"],
         ["2", "onnxruntime:cpu", "fp32", "2 ms", "4 ms*", "1,000", "40", "0.2", "5"],
         ["4", "torch:cpu", "fp32", "4 ms", "8 ms", "1,000", "40", "0.333", "3"],
     ]
-    off = [[td.text for td in tr.iter("td")] for tr in tables[1].iter("tr")][1:]
+    off = [[td.text for td in tr.iter("td")][1:] for tr in tables[1].iter("tr")][1:]
     assert off == [["2", "torch:cpu", "fp32", "2 ms", "4 ms", "1,000", "n/m", "n/m", "n/m"]]
     notes = [li.text for ul in root.iter("ul") if ul.get("class") == "notes" for li in ul.iter("li")]
     assert "~ = low confidence: the energy window is shorter than the sensor needs" in notes
