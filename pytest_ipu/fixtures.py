@@ -122,6 +122,11 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
     With ``parity=True`` (a torch model only) the compiled model's outputs on the example inputs must
     match torch eager fp32 on the CPU within the precision's tolerance, else ``ParityError`` says by
     how much they differ; the comparison is stored in the record.
+
+    The test's ``ipu`` marker can place the model (``replicas=``, ``stages=``, ``instances=``): each
+    instance is compiled on its own IPUs and the returned model runs them all at once, one call
+    each per round (docs/fixtures.md). Too few IPUs, or none free ("Failed to acquire"), skips the
+    test with the reason (fails it under ``--ipu-missing-sdk=fail``).
     """
     session = _session(request)
 
@@ -199,7 +204,8 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
     4. stores latency percentiles, throughput (``items_per_call`` x rounds / window wall time),
        compile and first-call times under ``extra_info["ipu"]`` and returns the ``IpuRecord``.
 
-    ``items_per_call`` defaults to the leading dimension of the first input (the batch size).
+    ``items_per_call`` defaults to the leading dimension of the first input (the batch size); with
+    several instances it is per instance, and a round completes it once per instance.
     Returns ``None`` when pytest-benchmark is disabled (``--benchmark-disable``, or under xdist):
     the model then runs once and nothing is recorded.
     """
