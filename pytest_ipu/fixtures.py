@@ -1,4 +1,5 @@
-"""The public fixtures: ``ipu_settings``, ``ipu_backend``, ``ipu_compile`` and ``ipu_benchmark``."""
+"""The public fixtures: ``ipu_settings``, ``ipu_backend``, ``ipu_placement``, ``ipu_compile``,
+``ipu_benchmark`` and ``ipu_power``."""
 
 from __future__ import annotations
 
@@ -107,6 +108,27 @@ def ipu_backend(request: pytest.FixtureRequest, ipu_settings: Settings) -> Backe
             raise BackendUnavailable(message)
         pytest.skip(message)
     return backend
+
+
+@pytest.fixture
+def ipu_placement(
+    request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settings: Settings
+) -> placed.Plan:
+    """Where this test's model goes, for benchmarks that build their own sessions.
+
+    The ``ipu`` marker's request (``replicas=``, ``stages=``, ``instances=``; default one instance on
+    one device) placed on the backend's devices: ``plan.instances[i]`` has the device to use
+    (``ipu:N``, a ``gc-info -l`` id), its IPU ids and the backend options that give it its replicas
+    and stages; ``plan.as_json`` is what records store. ``ipu_compile`` places models the same way.
+    Too few IPUs skips the test with what was asked and what exists (fails it under
+    ``--ipu-missing-sdk=fail``).
+    """
+    try:
+        return placed.plan(ipu_backend, _placement_request(request), {}, _session(request).backend_for)
+    except BackendUnavailable as exc:
+        if ipu_settings.missing_sdk == "fail":
+            raise
+        pytest.skip(f"pytest-ipu: {exc}")
 
 
 @pytest.fixture

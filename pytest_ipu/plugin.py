@@ -16,13 +16,14 @@ from pytest_ipu.ci_gate import GateCheck
 from pytest_ipu.fixtures import ipu_backend
 from pytest_ipu.fixtures import ipu_benchmark
 from pytest_ipu.fixtures import ipu_compile
+from pytest_ipu.fixtures import ipu_placement
 from pytest_ipu.fixtures import ipu_power
 from pytest_ipu.fixtures import ipu_settings
 from pytest_ipu.marker import MARKER_HELP
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
 
-__all__ = ["ipu_backend", "ipu_benchmark", "ipu_compile", "ipu_power", "ipu_settings"]
+__all__ = ["ipu_backend", "ipu_benchmark", "ipu_compile", "ipu_placement", "ipu_power", "ipu_settings"]
 
 _PLUGIN_NAME = "pytest-ipu-session"
 _GATES_NAME = "pytest-ipu-gates"

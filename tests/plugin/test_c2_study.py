@@ -199,6 +199,12 @@ def test_the_ipu_model_is_labelled_a_simulator(ipu_compile, ipu_benchmark, resne
     assert "simulated timings" in record.device_name
 
 
+@pytest.mark.ipu(backend="popart:ipu", instances=2)
+def test_the_placement_fixture_gives_each_instance_its_ipu(ipu_placement):
+    assert [(i.device, i.ipu_ids) for i in ipu_placement.instances] == [("ipu:0", (0,)), ("ipu:1", (1,))]
+    assert ipu_placement.as_json["inventory"]["count"] == 2
+
+
 @pytest.mark.ipu(backend="poptorch:ipu", instances=2)
 def test_a_worker_fails_to_compile(ipu_compile, resnext101):
     with pytest.raises(CompileError, match=r"instance \\d of 2 could not compile Sequential in its worker"):
@@ -213,7 +219,7 @@ def test_failures_skip_or_fail_with_the_reason_and_release_every_ipu_and_worker(
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_failures=FAILURES)
     result = pytester.runpytest_subprocess(*INNER_ADDOPTS.split(), "-p", "no:randomly", "-rs")
-    result.assert_outcomes(passed=3, skipped=2)
+    result.assert_outcomes(passed=4, skipped=2)
     result.stdout.fnmatch_lines(
         [
             "SKIPPED [[]1[]] test_failures.py:12: pytest-ipu: placement on popart:ipu: cannot place 4 "

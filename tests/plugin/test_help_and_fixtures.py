@@ -66,7 +66,7 @@ def test_help_does_not_probe_backends(pytester: pytest.Pytester) -> None:
     assert any(line.startswith("  --ipu-backend=TARGETS") for line in result.outlines)
 
 
-def test_fixtures_shows_the_five_fixtures_with_their_docstrings(pytester: pytest.Pytester) -> None:
+def test_fixtures_shows_the_six_fixtures_with_their_docstrings(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = pytester.runpytest("--fixtures")
     assert result.ret == pytest.ExitCode.OK
@@ -95,6 +95,13 @@ def test_fixtures_shows_the_five_fixtures_with_their_docstrings(pytester: pytest
         [
             "ipu_compile -- *pytest_ipu*fixtures.py:*",
             "    Compile a model for this test's backend, once per run for each model and set of options.",
+        ],
+        consecutive=True,
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "ipu_placement -- *pytest_ipu*fixtures.py:*",
+            "    Where this test's model goes, for benchmarks that build their own sessions.",
         ],
         consecutive=True,
     )
