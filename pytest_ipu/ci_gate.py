@@ -208,6 +208,14 @@ class GateCheck:
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """After the tables: one line per failed gate, then the notes; a count of what passed."""
         if not self.verdicts and not self.notes:
+            if self.settings.gates and not self.measured:
+                # Gates were asked for but had nothing to judge: say so rather than pass in silence.
+                terminalreporter.section("pytest-ipu gates")
+                terminalreporter.write_line(
+                    f"{len(self.settings.gates)} gate(s) given, but no benchmark was measured (benchmarks "
+                    "disabled with --benchmark-disable or under xdist, or none selected): nothing checked",
+                    yellow=True,
+                )
             return
         terminalreporter.section("pytest-ipu gates")
         failed = [v for v in self.verdicts if not v.passed]

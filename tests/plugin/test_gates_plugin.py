@@ -228,3 +228,10 @@ def test_several_baseline_runs_from_a_glob_report_the_machines_drift(
     result = pytester.runpytest(*ARGS, "--ipu-baseline=nothing*.json", "--ipu-gate=latency.p50:+20%")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert "no file matches 'nothing*.json'" in result.errlines[0]
+
+
+def test_gates_with_nothing_measured_say_so(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_work=BENCH)
+    result = pytester.runpytest(*ARGS, "--benchmark-disable", "--ipu-gate=latency.p50<1s")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["1 gate(s) given, but no benchmark was measured *: nothing checked"])
