@@ -175,13 +175,14 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
             _signature(example_inputs) if ipu_backend.shape_specialized(options) else None,
             request_,
         )
-        compiled = session.cached(cache_key)
+        user = request.node.nodeid
+        compiled = session.cached(cache_key, user)
         if compiled is not None:
             compiled = dataclasses.replace(compiled, compile_cached=True)
         else:
             exclusive = bool(getattr(ipu_backend, "exclusive_device", False))
             if exclusive:
-                session.release_exclusive()
+                session.release_exclusive(user)
             start = time.perf_counter_ns()
             try:
                 if placed.is_trivial(request_):
@@ -195,11 +196,15 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
                     raise
                 pytest.skip(f"pytest-ipu: {exc}")
             compiled = dataclasses.replace(compiled, compile_s=(time.perf_counter_ns() - start) * 1e-9)
-            session.remember(cache_key, compiled, model, exclusive=exclusive)
+            session.remember(cache_key, compiled, model, exclusive=exclusive, user=user)
         if parity and compiled.parity is None:
             compiled = dataclasses.replace(compiled, parity=_check_parity(compiled, model, example_inputs))
             session.remember(
-                cache_key, compiled, model, exclusive=bool(getattr(ipu_backend, "exclusive_device", False))
+                cache_key,
+                compiled,
+                model,
+                exclusive=bool(getattr(ipu_backend, "exclusive_device", False)),
+                user=user,
             )
         if parity and compiled.parity is not None and not compiled.parity.passed:
             p = compiled.parity

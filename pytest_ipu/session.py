@@ -48,6 +48,8 @@ class _CacheEntry:
     model: object
     # Holds its devices exclusively while open (an IPU executable stays attached).
     exclusive: bool = False
+    # The test that last asked for it: a test's own models are never evicted under it.
+    user: str = ""
 
 
 @dataclass
@@ -147,27 +149,38 @@ class IpuSession:
 
     # -- compile cache ----------------------------------------------------------------------------
 
-    def cached(self, key: tuple[Any, ...]) -> CompiledModel | None:
-        """A model compiled earlier in this run under ``key``, if any."""
+    def cached(self, key: tuple[Any, ...], user: str = "") -> CompiledModel | None:
+        """A model compiled earlier in this run under ``key``, if any; ``user`` (a node id) now uses it."""
         entry = self._compiled.get(key)
-        return entry.compiled if entry else None
+        if entry is None:
+            return None
+        entry.user = user
+        return entry.compiled
 
     def remember(
-        self, key: tuple[Any, ...], compiled: CompiledModel, model: object, exclusive: bool = False
+        self,
+        key: tuple[Any, ...],
+        compiled: CompiledModel,
+        model: object,
+        exclusive: bool = False,
+        user: str = "",
     ) -> None:
         """Keep a compiled model for later tests; it is closed when the run ends, or (``exclusive``)
-        when another model needs exclusive devices (``release_exclusive``)."""
-        self._compiled[key] = _CacheEntry(compiled, model, exclusive)
+        when another test's model needs exclusive devices (``release_exclusive``)."""
+        self._compiled[key] = _CacheEntry(compiled, model, exclusive, user)
 
-    def release_exclusive(self) -> None:
+    def release_exclusive(self, user: str = "") -> None:
         """Close every cached model that holds its devices exclusively, before another is compiled.
 
         An IPU runs one executable at a time and a session keeps its IPUs attached until closed, so
         a second batch size (or backend) could never acquire them while the first stays cached. Only
         one exclusive model lives at a time; a test that needs an evicted one again recompiles it
-        (the SDK's executable caches make that quick). A close that fails is reported as a warning.
+        (the SDK's executable caches make that quick). Models the test ``user`` itself is using
+        stay open: closing them under it would break the test, while a second model that cannot get
+        the IPUs skips it with "Failed to acquire", which is the truth. A close that fails is
+        reported as a warning.
         """
-        evicted = {k: e for k, e in self._compiled.items() if e.exclusive}
+        evicted = {k: e for k, e in self._compiled.items() if e.exclusive and (not user or e.user != user)}
         for key in evicted:
             del self._compiled[key]
         errors = _close_all(evicted.values())

@@ -199,6 +199,15 @@ def test_the_ipu_model_is_labelled_a_simulator(ipu_compile, ipu_benchmark, resne
     assert "simulated timings" in record.device_name
 
 
+@pytest.mark.ipu(backend="popart:ipu", rounds=2, warmup_rounds=0, power="off")
+def test_a_tests_own_ipu_models_stay_open_while_it_compiles_another(ipu_compile, ipu_benchmark, resnext101):
+    first = ipu_compile(resnext101, (X,), key="first")
+    second = ipu_compile(resnext101, (torch.randn(4, 3, 64, 64),), key="second")
+    assert POPART.system.attached_count() == 2  # one IPU each: neither was closed under the test
+    assert ipu_benchmark(first, (X,)).rounds == 2
+    assert second.compile_cached is False
+
+
 @pytest.mark.ipu(backend="popart:ipu", instances=2)
 def test_the_placement_fixture_gives_each_instance_its_ipu(ipu_placement):
     assert [(i.device, i.ipu_ids) for i in ipu_placement.instances] == [("ipu:0", (0,)), ("ipu:1", (1,))]
@@ -219,7 +228,7 @@ def test_failures_skip_or_fail_with_the_reason_and_release_every_ipu_and_worker(
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_failures=FAILURES)
     result = pytester.runpytest_subprocess(*INNER_ADDOPTS.split(), "-p", "no:randomly", "-rs")
-    result.assert_outcomes(passed=4, skipped=2)
+    result.assert_outcomes(passed=5, skipped=2)
     result.stdout.fnmatch_lines(
         [
             "SKIPPED [[]1[]] test_failures.py:12: pytest-ipu: placement on popart:ipu: cannot place 4 "
