@@ -187,10 +187,13 @@ def instance_json_path(path: Path, instance: PopRunInstance) -> Path:
 def configure_json_path(
     config: pytest.Config, popdist_module: ModuleType | None = None
 ) -> PopRunInstance | None:
-    """Under PopRun, point ``--benchmark-json`` at this instance's own file; the instance or ``None``.
+    """Under PopRun, give this instance its own output files; the instance, or ``None`` outside PopRun.
 
-    Call it from a ``pytest_configure`` that runs before pytest-benchmark's (which is ``trylast``
-    and reads the option when it creates its session).
+    ``--benchmark-json`` becomes ``instance_json_path``'s file, and the names ``--benchmark-save``
+    and ``--benchmark-autosave`` save under gain ``.instance-I-of-N``, so instances saving into one
+    storage at once never pick the same file. Safe to call twice. Call it from a
+    ``pytest_configure`` that runs before pytest-benchmark's (which is ``trylast`` and reads the
+    options when it creates its session).
     """
     instance = detect(popdist_module)
     if instance is None:
@@ -198,6 +201,11 @@ def configure_json_path(
     path = getattr(config.option, "benchmark_json", None)
     if path is not None:
         config.option.benchmark_json = instance_json_path(Path(path), instance)
+    suffix = f".instance-{instance.index}-of-{instance.count}"
+    for option in ("benchmark_save", "benchmark_autosave"):
+        name = getattr(config.option, option, None)
+        if isinstance(name, str) and name and not name.endswith(suffix):
+            setattr(config.option, option, name + suffix)
     return instance
 
 

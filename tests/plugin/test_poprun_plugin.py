@@ -110,3 +110,15 @@ def test_outside_poprun_the_json_path_is_kept(
     run = _load(pytester.path / "results" / "run.json")
     assert "poprun" not in run["machine_info"]["ipu"]
     assert [p.name for p in (pytester.path / "results").iterdir()] == ["run.json"]
+
+
+def test_instances_saving_into_one_storage_get_a_file_each(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _setup(pytester)
+    storage = f"--benchmark-storage=file://{pytester.path / 'store'}"
+    for index in (0, 1):
+        monkeypatch.setenv(fake_popdist.ENV, json.dumps({"instance_index": index, "num_instances": 2}))
+        pytester.runpytest("--ipu-power=off", storage, "--benchmark-save=base").assert_outcomes(passed=2)
+    saved = sorted(p.name.split("_", 1)[1] for p in (pytester.path / "store").rglob("*.json"))
+    assert saved == ["base.instance-0-of-2.json", "base.instance-1-of-2.json"]
