@@ -63,6 +63,9 @@ class GateCheck:
     settings: Settings
     measured: list[Measured] = field(default_factory=list)
     verdicts: list[gates.Verdict] = field(default_factory=list)
+    #: Gated benchmarks the baseline lacks (their relative gates were not checked).
+    missing: list[str] = field(default_factory=list)
+    #: Other things the reader should know (a baseline from different hardware).
     notes: list[str] = field(default_factory=list)
     baseline: StoredRun | None = None
     #: Every baseline run, the baseline last: with ``gates.HISTORY_MIN`` or more, their spread
@@ -127,7 +130,7 @@ class GateCheck:
     # -- the check ----------------------------------------------------------------------------------
 
     def check(self) -> None:
-        """Check every gate on every measured benchmark; fill ``verdicts`` and ``notes``."""
+        """Check every gate on every measured benchmark; fill ``verdicts``, ``missing`` and ``notes``."""
         base = {b.fullname: b for b in self.baseline.benchmarks} if self.baseline is not None else {}
         devices: dict[str, None] = {}
         for m in self.measured:
@@ -138,7 +141,7 @@ class GateCheck:
             relative = [g for g in chosen if g.kind == "relative"]
             if relative and (counterpart is None or counterpart.record is None):
                 why = "is not in" if counterpart is None else "has no pytest-ipu record in"
-                self.notes.append(
+                self.missing.append(
                     f"{m.name} {why} the baseline ({self._baseline_name()}): its relative gates "
                     f"({', '.join(map(str, relative))}) were not checked"
                 )
@@ -184,11 +187,6 @@ class GateCheck:
         return str(self.baseline.path)
 
     @property
-    def missing(self) -> list[str]:
-        """The notes about benchmarks the baseline lacks."""
-        return [n for n in self.notes if "the baseline (" in n]
-
-    @property
     def failed(self) -> bool:
         """Whether a gate failed, or a benchmark is missing from the baseline under ``fail``."""
         return any(not v.passed for v in self.verdicts) or (
@@ -207,7 +205,7 @@ class GateCheck:
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """After the tables: one line per failed gate, then the notes; a count of what passed."""
-        if not self.verdicts and not self.notes:
+        if not self.verdicts and not self.missing and not self.notes:
             if self.settings.gates and not self.measured:
                 # Gates were asked for but had nothing to judge: say so rather than pass in silence.
                 terminalreporter.section("pytest-ipu gates")
@@ -228,6 +226,7 @@ class GateCheck:
         for verdict in failed:
             terminalreporter.write_line(f"FAILED {verdict.line()}", red=True)
         policy = "fails the run" if self.settings.baseline_missing == "fail" else "a warning"
+        for line in self.missing:
+            terminalreporter.write_line(f"MISSING ({policy}) {line}", yellow=True)
         for note in self.notes:
-            prefix = f"MISSING ({policy}) " if note in self.missing else "NOTE "
-            terminalreporter.write_line(prefix + note, yellow=True)
+            terminalreporter.write_line(f"NOTE {note}", yellow=True)

@@ -101,13 +101,12 @@ def ipu_backend(request: pytest.FixtureRequest, ipu_settings: Settings) -> Backe
     skips the test with the reason, or fails it under ``--ipu-missing-sdk=fail``.
     """
     target = _requested_target(request, ipu_settings)
-    backend, availability = _session(request).backend(target)
-    if backend is None or not availability.ok:
-        message = f"pytest-ipu: target {target} is not available: {availability.reason}"
+    try:
+        return _session(request).backend_for(target.backend, target.device)
+    except BackendUnavailable as exc:
         if ipu_settings.missing_sdk == "fail":
-            raise BackendUnavailable(message)
-        pytest.skip(message)
-    return backend
+            raise
+        pytest.skip(str(exc))
 
 
 @pytest.fixture
@@ -176,11 +175,11 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
             request_,
         )
         user = request.node.nodeid
+        exclusive = bool(getattr(ipu_backend, "exclusive_device", False))
         compiled = session.cached(cache_key, user)
         if compiled is not None:
             compiled = dataclasses.replace(compiled, compile_cached=True)
         else:
-            exclusive = bool(getattr(ipu_backend, "exclusive_device", False))
             if exclusive:
                 session.release_exclusive(user)
             start = time.perf_counter_ns()
@@ -199,13 +198,7 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
             session.remember(cache_key, compiled, model, exclusive=exclusive, user=user)
         if parity and compiled.parity is None:
             compiled = dataclasses.replace(compiled, parity=_check_parity(compiled, model, example_inputs))
-            session.remember(
-                cache_key,
-                compiled,
-                model,
-                exclusive=bool(getattr(ipu_backend, "exclusive_device", False)),
-                user=user,
-            )
+            session.remember(cache_key, compiled, model, exclusive=exclusive, user=user)
         if parity and compiled.parity is not None and not compiled.parity.passed:
             p = compiled.parity
             raise ParityError(

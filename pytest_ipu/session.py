@@ -81,7 +81,7 @@ class IpuSession:
             self._backends[target] = (found, availability)
         return self._backends[target]
 
-    def backend_for(self, name: str, device: str) -> Backend:
+    def backend_for(self, name: str, device: str | None) -> Backend:
         """The backend for ``name:device``, made once per run; ``BackendUnavailable`` (the test skips)
         when it cannot run here."""
         target = Target(name, device)

@@ -17,6 +17,9 @@ from pytest_ipu import parity
 from pytest_ipu.backends.onnxruntime import OrtBackend
 from pytest_ipu.errors import CompileError
 from pytest_ipu.host import cpu_name
+from tests.unit.small_net import eager as _eager
+from tests.unit.small_net import inputs as _inputs
+from tests.unit.small_net import small_net
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
@@ -24,31 +27,6 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")
 
 ALLOWED = "graph_optimization_level, intra_op_threads, inter_op_threads, io, opset"
-
-
-class SmallNet(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-        self.head = torch.nn.Linear(4, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.conv(x)).mean(dim=(2, 3)))
-
-
-def small_net() -> SmallNet:
-    torch.manual_seed(0)
-    return SmallNet().eval()
-
-
-def _inputs(batch: int) -> torch.Tensor:
-    torch.manual_seed(batch)
-    return torch.randn(batch, 3, 6, 6)
-
-
-def _eager(x: torch.Tensor) -> np.ndarray:
-    with torch.inference_mode():
-        return small_net()(x).numpy()
 
 
 def _run(compiled, x) -> list[np.ndarray]:

@@ -28,37 +28,15 @@ from pytest_ipu.backends.popart import PopArtBackend
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from tests.fakes import fake_popart
+from tests.unit.small_net import eager as _eager
+from tests.unit.small_net import inputs as _inputs
+from tests.unit.small_net import small_net
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
 
 ALLOWED = ", ".join(OPTIONS)
-
-
-class SmallNet(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-        self.head = torch.nn.Linear(4, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(torch.relu(self.conv(x)).mean(dim=(2, 3)))
-
-
-def small_net() -> SmallNet:
-    torch.manual_seed(0)
-    return SmallNet().eval()
-
-
-def _inputs(batch: int) -> torch.Tensor:
-    torch.manual_seed(batch)
-    return torch.randn(batch, 3, 6, 6)
-
-
-def _eager(x: torch.Tensor) -> np.ndarray:
-    with torch.inference_mode():
-        return small_net()(x).numpy()
 
 
 def _torchscript_onnx(model, inputs, precision: str = "fp32", opset: int = 11, dynamic: bool = True) -> bytes:
