@@ -8,7 +8,7 @@ unchanged run make an A/A pair (the false-alarm rate); each unchanged run and th
 after it make a pair with a real regression (the detection rate): a baseline and a candidate
 measured one after the other, as in a CI job that measures both. For every pair both gates decide:
 
-- pytest-ipu's ``latency.p50:+5%`` and ``throughput:-5%`` (``gates.check``: beyond the threshold
+- pytest-ipu's ``latency.p50:+5%`` and ``throughput:-5%`` (``decide.check``: beyond the threshold
   and significantly so on the per-round samples);
 - pytest-benchmark's own ``--benchmark-compare-fail=median:5%`` check (its
   ``PercentageRegressionCheck``, applied to the two runs' medians).
@@ -29,10 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from pytest_ipu import gates
-from pytest_ipu import metrics
-from pytest_ipu import schema
-from pytest_ipu import stats
+from pytest_ipu.measure import metrics
+from pytest_ipu.measure import stats
+from pytest_ipu.results import decide
+from pytest_ipu.results import gates
+from pytest_ipu.results import schema
 
 PAIRS = 200
 ROUNDS = 150
@@ -109,7 +110,7 @@ def _theirs_fails(base: Run, current: Run) -> bool:
 
 def _ours_fail(base: Run, current: Run) -> list[bool]:
     return [
-        not gates.check(gate, "pair", current.record, base.record, current.samples_s, base.samples_s).passed
+        not decide.check(gate, "pair", current.record, base.record, current.samples_s, base.samples_s).passed
         for gate in OURS
     ]
 

@@ -20,10 +20,10 @@ import pytest
 
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
-from pytest_ipu.instances import InstanceGroup
-from pytest_ipu.instances import InstanceSpec
-from pytest_ipu.instances import ProcessInstances
-from pytest_ipu.instances import ThreadInstances
+from pytest_ipu.placement.instances import InstanceGroup
+from pytest_ipu.placement.instances import InstanceSpec
+from pytest_ipu.placement.instances import ProcessInstances
+from pytest_ipu.placement.instances import ThreadInstances
 
 SECTION = "instances: cost of a round of 2 concurrent instances (medians)"
 ROUNDS = 300

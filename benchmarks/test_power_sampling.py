@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pytest_ipu import energy
 from pytest_ipu.backends.base import Availability
+from pytest_ipu.power import energy
 from pytest_ipu.power.base import PowerDevice
 from pytest_ipu.power.base import ReadingKind
 from pytest_ipu.power.sampler import PowerSampler

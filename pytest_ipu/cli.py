@@ -16,13 +16,13 @@ from pathlib import Path
 
 from pytest_ipu import __version__
 from pytest_ipu import backends
-from pytest_ipu import benchmark_json
-from pytest_ipu import compare
-from pytest_ipu import gates
-from pytest_ipu import poprun
 from pytest_ipu import power
-from pytest_ipu import report
 from pytest_ipu.backends.base import Availability
+from pytest_ipu.placement import poprun
+from pytest_ipu.report import terminal as report
+from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import compare
+from pytest_ipu.results import gates
 
 
 def _summary(paths: Sequence[Path]) -> int:
@@ -163,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "compare":
         return _compare(args.files, args.gate, args.format, args.strict)
     if args.command == "report":
-        from pytest_ipu import html_report  # matplotlib only when a report is asked for
+        from pytest_ipu.report import html as html_report  # matplotlib only when a report is asked for
 
         return html_report.main(args.files, args.output)
     if args.command == "devices":

@@ -15,36 +15,36 @@ from typing import Protocol
 
 import pytest
 
-from pytest_ipu import benchmark_json
-from pytest_ipu import measure
-from pytest_ipu import metrics
-from pytest_ipu import placed
-from pytest_ipu import poprun
-from pytest_ipu import report
-from pytest_ipu import schema
 from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.base import CompiledModel
-from pytest_ipu.ci_gate import GATE_KEY
-from pytest_ipu.ci_gate import Measured
+from pytest_ipu.backends.host import cpu_name
+from pytest_ipu.backends.parity import Parity
+from pytest_ipu.backends.parity import ParityError
+from pytest_ipu.backends.parity import compare
+from pytest_ipu.backends.target import Target
+from pytest_ipu.backends.target import parse_target
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import ConfigError
-from pytest_ipu.host import cpu_name
+from pytest_ipu.gating import GATE_KEY
+from pytest_ipu.gating import Measured
 from pytest_ipu.marker import marker_gates
 from pytest_ipu.marker import marker_overrides
 from pytest_ipu.marker import placement_request
+from pytest_ipu.measure import metrics
+from pytest_ipu.measure import timing as measure
 from pytest_ipu.options import AUTO
 from pytest_ipu.options import Settings
-from pytest_ipu.parity import Parity
-from pytest_ipu.parity import ParityError
-from pytest_ipu.parity import compare
-from pytest_ipu.placement import DeviceRequest
+from pytest_ipu.placement import plan as placed
+from pytest_ipu.placement import poprun
+from pytest_ipu.placement.request import DeviceRequest
 from pytest_ipu.power.meter import PowerResult
 from pytest_ipu.power.meter import min_window_s
 from pytest_ipu.power.meter import not_measured
+from pytest_ipu.report import terminal as report
+from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import schema
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
-from pytest_ipu.target import Target
-from pytest_ipu.target import parse_target
 
 
 class Compile(Protocol):

@@ -9,8 +9,8 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_ipu.backends.base import Backend
+    from pytest_ipu.backends.target import Target
     from pytest_ipu.power.base import PowerSource
-    from pytest_ipu.target import Target
 
 
 @pytest.hookspec(firstresult=True)

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import gates
 from pytest_ipu import options
-from pytest_ipu import placement
 from pytest_ipu.errors import ConfigError
-from pytest_ipu.gates import Gate
+from pytest_ipu.placement import request as placement
+from pytest_ipu.results import gates
+from pytest_ipu.results.gates import Gate
 
 MARKER = "ipu"
 MARKER_HELP = (

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import gates
+from pytest_ipu.backends.target import Target
+from pytest_ipu.backends.target import parse_target
 from pytest_ipu.errors import ConfigError
-from pytest_ipu.gates import Gate
-from pytest_ipu.target import Target
-from pytest_ipu.target import parse_target
+from pytest_ipu.results import gates
+from pytest_ipu.results.gates import Gate
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 MISSING_SDK_POLICIES = ("skip", "fail")

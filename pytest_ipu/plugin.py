@@ -10,16 +10,16 @@ import pytest
 
 from pytest_ipu import hookspec
 from pytest_ipu import options
-from pytest_ipu import poprun
-from pytest_ipu.ci_gate import GATE_KEY
-from pytest_ipu.ci_gate import GateCheck
 from pytest_ipu.fixtures import ipu_backend
 from pytest_ipu.fixtures import ipu_benchmark
 from pytest_ipu.fixtures import ipu_compile
 from pytest_ipu.fixtures import ipu_placement
 from pytest_ipu.fixtures import ipu_power
 from pytest_ipu.fixtures import ipu_settings
+from pytest_ipu.gating import GATE_KEY
+from pytest_ipu.gating import GateCheck
 from pytest_ipu.marker import MARKER_HELP
+from pytest_ipu.placement import poprun
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
 

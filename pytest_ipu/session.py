@@ -16,14 +16,11 @@ import pytest
 
 from pytest_ipu import __version__
 from pytest_ipu import backends
-from pytest_ipu import benchmark_json
-from pytest_ipu import poprun
 from pytest_ipu import power
-from pytest_ipu import report
-from pytest_ipu import schema
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.target import Target
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
@@ -32,11 +29,14 @@ from pytest_ipu.marker import marker_overrides
 from pytest_ipu.marker import placement_request
 from pytest_ipu.options import AUTO
 from pytest_ipu.options import Settings
-from pytest_ipu.poprun import PopRunInstance
+from pytest_ipu.placement import poprun
+from pytest_ipu.placement.poprun import PopRunInstance
 from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.power.meter import PowerMeter
-from pytest_ipu.target import Target
+from pytest_ipu.report import terminal as report
+from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import schema
 
 SESSION_KEY = pytest.StashKey["IpuSession"]()
 

@@ -16,7 +16,7 @@ from typing import Any
 from typing import cast
 
 from pytest_ipu.backends.base import Backend
-from pytest_ipu.target import Target
+from pytest_ipu.backends.target import Target
 
 __all__ = ["BUILTIN", "BackendEntry", "Target", "all_candidates", "auto_candidates", "make_backend"]
 

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 from typing import Any
 from typing import Protocol
 
+from pytest_ipu.backends.parity import Parity
 from pytest_ipu.errors import CompileError
-from pytest_ipu.parity import Parity
 
 if TYPE_CHECKING:
-    from pytest_ipu.instances import InstanceGroup
+    from pytest_ipu.placement.instances import InstanceGroup
 
 
 @dataclass(frozen=True)

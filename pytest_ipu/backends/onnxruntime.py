@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from pytest_ipu import onnx_export
+from pytest_ipu.backends import onnx_export
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.host import cpu_name
 from pytest_ipu.errors import CompileError
-from pytest_ipu.host import cpu_name
 
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
 OPTIONS: Mapping[str, object] = {

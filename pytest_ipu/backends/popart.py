@@ -56,15 +56,15 @@ from typing import Any
 
 import numpy as np
 
-from pytest_ipu import ipu_inventory
-from pytest_ipu import onnx_export
+from pytest_ipu.backends import onnx_export
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
-from pytest_ipu.ipu_inventory import IpuInventory
+from pytest_ipu.placement import inventory as ipu_inventory
+from pytest_ipu.placement.inventory import IpuInventory
 
 #: The ONNX (``ai.onnx``) opsets PopART 3.x imports.
 MIN_OPSET = 6

@@ -25,15 +25,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pytest_ipu import ipu_inventory
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
-from pytest_ipu.ipu_inventory import IpuInventory
-from pytest_ipu.runtime_warnings import runtime_internals_quiet
+from pytest_ipu.placement import inventory as ipu_inventory
+from pytest_ipu.placement.inventory import IpuInventory
 
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
 OPTIONS: Mapping[str, object] = {

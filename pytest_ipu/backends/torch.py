@@ -17,9 +17,9 @@ from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.host import cpu_name
+from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
 from pytest_ipu.errors import CompileError
-from pytest_ipu.host import cpu_name
-from pytest_ipu.runtime_warnings import runtime_internals_quiet
 
 _DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-from pytest_ipu import energy
+from pytest_ipu.power import energy
 from pytest_ipu.power.base import PowerDevice
 from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.sampler import Clock

@@ -1,6 +1,6 @@
 """A background thread that reads a power source at a fixed rate onto one monotonic clock.
 
-The thread only reads and timestamps; the caller integrates (``pytest_ipu.energy``). A reading's
+The thread only reads and timestamps; the caller integrates (``pytest_ipu.power.energy``). A reading's
 timestamp is the midpoint of the clock values taken just before and just after the read, so the
 read's own latency is centred rather than biasing every sample late. The sampler is stopped, and
 its thread joined, on every path out of its ``with`` block, including exceptions and

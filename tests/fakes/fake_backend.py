@@ -1,5 +1,5 @@
 """A runtime-free backend that worker processes can rebuild: it pickles, compiles by sleeping, and runs
-numpy arithmetic, so that tests of ``pytest_ipu.instances`` start workers without importing torch.
+numpy arithmetic, so that tests of ``pytest_ipu.placement.instances`` start workers without importing torch.
 
 ``FakeBackend(compile_s=..., run_s=..., fail=..., fail_on_calls=..., close_marker=...)`` is built by
 the worker through ``functools.partial(FakeBackend, ...)``, which pickles by reference to this module.

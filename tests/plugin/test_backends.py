@@ -70,7 +70,7 @@ def test_string_parameter_of_ipu_backend_selects_the_target(pytester: pytest.Pyt
     pytester.makepyfile(
         test_b="""
         import pytest
-        from pytest_ipu.target import Target
+        from pytest_ipu.backends.target import Target
 
         @pytest.mark.parametrize("ipu_backend", ["nosuch:dev", Target("other")], indirect=True)
         def test_chosen(ipu_backend):

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import pytest_ipu
-from pytest_ipu import schema
+from pytest_ipu.results import schema
 
 VENV_BIN = Path(sys.executable).parent
 INNER_ADDOPTS = "-p no:hypothesispytest -p no:cacheprovider"

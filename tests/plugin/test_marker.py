@@ -158,7 +158,7 @@ def test_closest_marker_wins_keyword_by_keyword(pytester: pytest.Pytester) -> No
 
 BACKEND_TESTS = """
 import pytest
-from pytest_ipu.target import Target
+from pytest_ipu.backends.target import Target
 
 def test_default(ipu_backend):
     pass
@@ -247,8 +247,7 @@ def test_marker_rounds_reach_ipu_benchmark(pytester: pytest.Pytester) -> None:
         (
             "@pytest.mark.ipu(replicas=3)",
             "test_m.py::test_a: @pytest.mark.ipu: invalid stages=1, replicas=3: 3 IPUs per instance is not a "
-            "power of two, the only sizes multi-IPU devices come in; make stages x replicas 4, or pass "
-            "auto_round=True to round up to 4 IPUs",
+            "power of two, the only sizes multi-IPU devices come in; make stages x replicas 4",
         ),
         (
             "@pytest.mark.ipu(instances=0)",

@@ -202,9 +202,9 @@ def test_onnxruntime_and_torch_side_by_side_with_parity(pytester: pytest.Pyteste
     # -- a backend whose outputs are off by one fails its parity check, saying by how much ----------------
     result.stdout.fnmatch_lines(
         [
-            "E * pytest_ipu.parity.ParityError: wrong:cpu fp32 outputs of Sequential differ from "
+            "E * pytest_ipu.backends.parity.ParityError: wrong:cpu fp32 outputs of Sequential differ from "
             f"{REFERENCE}: max abs error 1, max rel error * > tolerance 0.001",
-            "FAILED test_onnx.py::test_wrong_outputs[[]wrong-cpu] - pytest_ipu.parity.Parity*",
+            "FAILED test_onnx.py::test_wrong_outputs[[]wrong-cpu] - pytest_ipu.backends.pari*",
         ]
     )
     assert not [b for b in data["benchmarks"] if "wrong" in b["name"]]  # it never got to ipu_benchmark

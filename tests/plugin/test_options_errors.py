@@ -193,7 +193,7 @@ def test_ipu_settings_sees_the_resolved_values(
     pytester.makepyfile(
         """
         from pytest_ipu.options import Settings
-        from pytest_ipu.target import Target
+        from pytest_ipu.backends.target import Target
 
         def test_settings(ipu_settings):
             assert isinstance(ipu_settings, Settings)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_ipu import cli
-from pytest_ipu import schema
+from pytest_ipu.results import schema
 from tests.fakes import fake_popdist
 
 CONFTEST = """

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from pytest_ipu import schema
-from pytest_ipu.metrics import LatencySummary
+from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.results import schema
 
 
 def record(batch: int, p50: float, throughput: float, device: str = "Some CPU") -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Reading saved runs (pytest_ipu.benchmark_json.load_run) and the host CPU name (pytest_ipu.host)."""
+"""Reading saved runs (results.benchmark_json.load_run) and the host CPU name (backends.host)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import benchmark_json
-from pytest_ipu import host
-from pytest_ipu import schema
-from pytest_ipu.benchmark_json import RunFileError
-from pytest_ipu.benchmark_json import StoredBenchmark
-from pytest_ipu.metrics import LatencySummary
-from pytest_ipu.schema import IpuRecord
+from pytest_ipu.backends import host
+from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import schema
+from pytest_ipu.results.benchmark_json import RunFileError
+from pytest_ipu.results.benchmark_json import StoredBenchmark
+from pytest_ipu.results.schema import IpuRecord
 
 RECORD = IpuRecord(
     target="torch:cpu",

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pytest_ipu import cli
-from pytest_ipu import compare
-from pytest_ipu.benchmark_json import read_run
+from pytest_ipu.results import compare
+from pytest_ipu.results.benchmark_json import read_run
 from tests.unit.run_files import bench
 from tests.unit.run_files import write
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from pytest_ipu import backends
-from pytest_ipu import schema
 from pytest_ipu.marker import KEYWORDS
-from pytest_ipu.metrics import LatencySummary
+from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.options import OPTIONS
+from pytest_ipu.results import schema
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

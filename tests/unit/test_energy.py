@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from pytest_ipu.energy import CoverageError
-from pytest_ipu.energy import integrate
+from pytest_ipu.power.energy import CoverageError
+from pytest_ipu.power.energy import integrate
 
 S = 1_000_000_000  # ns per second
 RULES = ("counter_delta", "trapezoid", "backward_rect")

@@ -1,4 +1,4 @@
-"""Performance gates (pytest_ipu.gates): the expression grammar, its errors, and the decision rule."""
+"""Performance gates (pytest_ipu.results.gates): the expression grammar, its errors, and the decision rule."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from pytest_ipu import gates
-from pytest_ipu import stats
-from pytest_ipu.gates import Gate
-from pytest_ipu.gates import GateError
-from pytest_ipu.gates import Verdict
-from pytest_ipu.schema import METRICS
+from pytest_ipu.measure import stats
+from pytest_ipu.results import decide
+from pytest_ipu.results import gates
+from pytest_ipu.results.decide import Verdict
+from pytest_ipu.results.gates import Gate
+from pytest_ipu.results.gates import GateError
+from pytest_ipu.results.schema import METRICS
 
 MS = 1e-3
 METRIC_LIST = ", ".join(METRICS)
@@ -337,19 +338,19 @@ def test_any_text_parses_or_raises_one_line_gate_error(text):
 
 def test_metric_value_reads_the_schema_path():
     record = _record([1 * MS, 2 * MS, 3 * MS], power={"energy_j": 12, "mean_power_w": None})
-    assert gates.metric_value(record, "latency.p50") == 2 * MS
-    assert gates.metric_value(record, "throughput") == pytest.approx(4 / (2 * MS))
-    assert gates.metric_value(record, "energy") == 12.0
-    assert isinstance(gates.metric_value(record, "energy"), float)
-    assert gates.metric_value(record, "power") is None  # null: not measured
-    assert gates.metric_value(record, "items_per_j") is None  # key absent
-    assert gates.metric_value(record, "compile") is None
-    assert gates.metric_value({"power": None}, "energy") is None
-    assert gates.metric_value({}, "latency.p99") is None
-    assert gates.metric_value({"latency_s": {"p99": "fast"}}, "latency.p99") is None
-    assert gates.metric_value({"compile_s": True}, "compile") is None
+    assert decide.metric_value(record, "latency.p50") == 2 * MS
+    assert decide.metric_value(record, "throughput") == pytest.approx(4 / (2 * MS))
+    assert decide.metric_value(record, "energy") == 12.0
+    assert isinstance(decide.metric_value(record, "energy"), float)
+    assert decide.metric_value(record, "power") is None  # null: not measured
+    assert decide.metric_value(record, "items_per_j") is None  # key absent
+    assert decide.metric_value(record, "compile") is None
+    assert decide.metric_value({"power": None}, "energy") is None
+    assert decide.metric_value({}, "latency.p99") is None
+    assert decide.metric_value({"latency_s": {"p99": "fast"}}, "latency.p99") is None
+    assert decide.metric_value({"compile_s": True}, "compile") is None
     with pytest.raises(KeyError):
-        gates.metric_value(record, "latency")
+        decide.metric_value(record, "latency")
 
 
 # --- check: absolute gates and missing values -----------------------------------------------------
@@ -357,10 +358,10 @@ def test_metric_value_reads_the_schema_path():
 
 def test_absolute_gate_is_a_strict_bound():
     record = _record([1 * MS, 2 * MS, 3 * MS])
-    assert gates.check(gates.parse("latency.p50<2.5ms"), "t", record).passed
-    assert not gates.check(gates.parse("latency.p50<2ms"), "t", record).passed
-    assert gates.check(gates.parse("throughput>1000/s"), "t", record).passed
-    verdict = gates.check(gates.parse("throughput>3000/s"), "t", record, _record([1 * MS]))
+    assert decide.check(gates.parse("latency.p50<2.5ms"), "t", record).passed
+    assert not decide.check(gates.parse("latency.p50<2ms"), "t", record).passed
+    assert decide.check(gates.parse("throughput>1000/s"), "t", record).passed
+    verdict = decide.check(gates.parse("throughput>3000/s"), "t", record, _record([1 * MS]))
     assert verdict == Verdict(
         gates.parse("throughput>3000/s"), "t", False, None, 2000.0, None, None, None, "absolute bound"
     )
@@ -368,14 +369,14 @@ def test_absolute_gate_is_a_strict_bound():
 
 def test_missing_power_fails_with_the_records_reason():
     record = _record([1 * MS], power={"measured": False, "reason": "no readable RAPL counters"})
-    verdict = gates.check(gates.parse("power<300W"), "test_a", record)
+    verdict = decide.check(gates.parse("power<300W"), "test_a", record)
     assert not verdict.passed
     assert verdict.current is None
     assert verdict.line() == (
         "test_a power: no value, bound < 300 W: FAIL "
         "(no value in the current record: power not measured: no readable RAPL counters)"
     )
-    no_section = gates.check(gates.parse("energy:+5%"), "test_a", _record([1 * MS]), _record([1 * MS]))
+    no_section = decide.check(gates.parse("energy:+5%"), "test_a", _record([1 * MS]), _record([1 * MS]))
     assert not no_section.passed
     assert no_section.method == (
         "no value in the current record: power not measured (the record has no power section)"
@@ -385,14 +386,14 @@ def test_missing_power_fails_with_the_records_reason():
 def test_relative_gate_needs_a_baseline_and_a_sane_alpha():
     record = _record([1 * MS])
     with pytest.raises(ValueError, match=r"relative gate latency\.p99:\+5% on t: no baseline record"):
-        gates.check(gates.parse("latency.p99:+5%"), "t", record)
+        decide.check(gates.parse("latency.p99:+5%"), "t", record)
     with pytest.raises(ValueError, match=r"alpha must be within \(0, 1\), got 0"):
-        gates.check(gates.parse("latency.p99<1s"), "t", record, alpha=0)
+        decide.check(gates.parse("latency.p99<1s"), "t", record, alpha=0)
 
 
 def test_metric_missing_from_the_baseline_is_not_compared():
     current = _record([1 * MS], power={"energy_j": 10.0})
-    verdict = gates.check(gates.parse("energy:+5%"), "test_a", current, _record([1 * MS]))
+    verdict = decide.check(gates.parse("energy:+5%"), "test_a", current, _record([1 * MS]))
     assert verdict.passed
     assert verdict.baseline is None
     assert verdict.line() == (
@@ -416,8 +417,8 @@ def _draws(seed: int, count: int, rounds: int, sigma: float, shift: float = 1.0)
 def test_equal_distributions_rarely_fail(expression):
     # Noisy rounds (30%): the observed change is often beyond 5%, but it is rarely significant.
     gate = gates.parse(expression)
-    verdicts = [gates.check(gate, "t", _record(c), _record(b), c, b) for b, c in _draws(11, 200, 100, 0.3)]
-    beyond = sum(gates._beyond(gate, v.change) for v in verdicts if v.change is not None)
+    verdicts = [decide.check(gate, "t", _record(c), _record(b), c, b) for b, c in _draws(11, 200, 100, 0.3)]
+    beyond = sum(decide._beyond(gate, v.change) for v in verdicts if v.change is not None)
     false_alarms = sum(not v.passed for v in verdicts)
     assert beyond >= 20
     assert false_alarms <= 4  # 2% of 200
@@ -427,7 +428,7 @@ def test_equal_distributions_rarely_fail(expression):
 def test_a_ten_percent_slowdown_is_detected(expression, count):
     gate = gates.parse(expression)
     failed = sum(
-        not gates.check(gate, "t", _record(c), _record(b), c, b).passed
+        not decide.check(gate, "t", _record(c), _record(b), c, b).passed
         for b, c in _draws(12, count, 100, 0.05, shift=1.10)
     )
     assert failed >= 0.95 * count
@@ -437,7 +438,7 @@ def test_a_speedup_never_fails():
     for expression in ("latency.p50:+5%", "throughput:-5%"):
         gate = gates.parse(expression)
         for b, c in _draws(13, 20, 100, 0.05, shift=0.8):
-            verdict = gates.check(gate, "t", _record(c), _record(b), c, b)
+            verdict = decide.check(gate, "t", _record(c), _record(b), c, b)
             assert verdict.passed
             assert verdict.p_value is not None
             assert verdict.p_value > 0.5
@@ -447,7 +448,7 @@ def test_beyond_the_threshold_but_not_significant_passes_and_says_why():
     baseline = [2.0 * MS, 1.6 * MS, 2.5 * MS, 1.9 * MS]
     current = [2.6 * MS, 1.8 * MS, 3.1 * MS, 2.2 * MS]
     gate = gates.parse("latency.p50:+5%")
-    verdict = gates.check(gate, "test_small", _record(current), _record(baseline), current, baseline)
+    verdict = decide.check(gate, "test_small", _record(current), _record(baseline), current, baseline)
     assert verdict.passed
     assert verdict.change == pytest.approx(2.4 / 1.95 - 1)
     assert verdict.p_value is not None
@@ -469,7 +470,7 @@ def test_a_real_but_small_change_passes():
     rng = np.random.default_rng(14)
     baseline = rng.lognormal(math.log(2 * MS), 0.01, 200)
     current = rng.lognormal(math.log(2 * MS * 1.02), 0.01, 200)
-    verdict = gates.check(gate, "t", _record(current), _record(baseline), current, baseline)
+    verdict = decide.check(gate, "t", _record(current), _record(baseline), current, baseline)
     assert verdict.p_value is not None
     assert verdict.p_value > 0.5  # the test is against the threshold: nowhere near beyond it
     assert verdict.change == pytest.approx(0.02, abs=0.005)
@@ -482,7 +483,7 @@ def test_a_real_but_small_change_passes():
 def test_throughput_interval_is_a_ratio_of_throughputs():
     gate = gates.parse("throughput:-5%")
     (b, c), *_ = _draws(15, 1, 100, 0.05, shift=1.25)
-    verdict = gates.check(gate, "t", _record(c), _record(b), c, b)
+    verdict = decide.check(gate, "t", _record(c), _record(b), c, b)
     assert verdict.interval is not None
     assert verdict.interval[0] < 0.8 < verdict.interval[1]
     assert verdict.change == pytest.approx(-0.2, abs=0.02)
@@ -507,7 +508,7 @@ def test_throughput_interval_is_a_ratio_of_throughputs():
 )
 def test_without_samples_the_threshold_decides_and_says_so(baseline_samples, current_samples, method):
     gate = gates.parse("latency.p50:+5%")
-    verdict = gates.check(gate, "t", _record([2 * MS]), _record([1 * MS]), current_samples, baseline_samples)
+    verdict = decide.check(gate, "t", _record([2 * MS]), _record([1 * MS]), current_samples, baseline_samples)
     assert not verdict.passed
     assert verdict.p_value is None
     assert verdict.interval is None
@@ -518,13 +519,13 @@ def test_metrics_measured_once_decide_on_the_threshold_and_say_so():
     baseline = _record([1 * MS], power={"energy_j": 10.0})
     current = _record([1 * MS], power={"energy_j": 12.0})
     samples = [1 * MS, 1.1 * MS]
-    verdict = gates.check(gates.parse("energy:+5%"), "test_a", current, baseline, samples, samples)
+    verdict = decide.check(gates.parse("energy:+5%"), "test_a", current, baseline, samples, samples)
     assert not verdict.passed
     assert verdict.line() == (
         "test_a energy: 10 J -> 12 J (+20.0%, threshold +5%): FAIL "
         "(threshold only: energy is measured once per benchmark, not per round)"
     )
-    within = gates.check(gates.parse("energy:+25%"), "test_a", current, baseline)
+    within = decide.check(gates.parse("energy:+25%"), "test_a", current, baseline)
     assert within.passed
     assert within.line().endswith(
         ": pass (threshold only: energy is measured once per benchmark, not per round)"
@@ -534,7 +535,7 @@ def test_metrics_measured_once_decide_on_the_threshold_and_say_so():
 def test_a_zero_baseline_is_an_infinite_rise():
     baseline = _record([1 * MS], power={"energy_j": 0.0})
     current = _record([1 * MS], power={"energy_j": 1.0})
-    verdict = gates.check(gates.parse("energy:+5%"), "t", current, baseline)
+    verdict = decide.check(gates.parse("energy:+5%"), "t", current, baseline)
     assert verdict.change == math.inf
     assert not verdict.passed
 
@@ -571,18 +572,18 @@ def test_line_of_a_throughput_drop_and_an_absolute_pass():
         "test_b throughput: 2,526 items/s -> 2,302 items/s (-8.9%, threshold -5%): FAIL "
         "(threshold only: no per-round samples in the baseline (save it with --benchmark-save-data))"
     )
-    bound = gates.check(gates.parse("items_per_j>9.5"), "test_c", {"power": {"items_per_j": 12.25}})
+    bound = decide.check(gates.parse("items_per_j>9.5"), "test_c", {"power": {"items_per_j": 12.25}})
     assert bound.line() == "test_c items_per_j: 12.25 items/J, bound > 9.5 items/J: pass (absolute bound)"
 
 
 def test_line_shows_the_bound_exactly():
     record = _record([2.0004 * MS])
-    verdict = gates.check(gates.parse("latency.p99<2ms"), "test_d", record)
+    verdict = decide.check(gates.parse("latency.p99<2ms"), "test_d", record)
     # The current value is rounded for reading; the bound is not, so the failure is not a puzzle.
     assert verdict.line() == "test_d latency.p99: 2 ms, bound < 2 ms: FAIL (absolute bound)"
-    close = gates.check(gates.parse("latency.p99<2.0005ms"), "test_d", record)
+    close = decide.check(gates.parse("latency.p99<2.0005ms"), "test_d", record)
     assert close.line() == "test_d latency.p99: 2 ms, bound < 2.0005 ms: pass (absolute bound)"
-    rate = gates.check(gates.parse("throughput>2500/s"), "test_d", record)
+    rate = decide.check(gates.parse("throughput>2500/s"), "test_d", record)
     assert rate.line() == "test_d throughput: 2,000 items/s, bound > 2500 items/s: FAIL (absolute bound)"
 
 
@@ -596,14 +597,14 @@ def test_the_test_is_against_the_threshold_not_against_no_change():
     drift = rng.lognormal(math.log(2 * MS * 1.06), 0.03, 60)
     _, against_no_change = stats.mann_whitney_u(drift, baseline, alternative="greater")
     assert against_no_change < 1e-10  # a test against no change would call it a regression
-    verdict = gates.check(gate, "t", _record(drift), _record(baseline), drift, baseline)
+    verdict = decide.check(gate, "t", _record(drift), _record(baseline), drift, baseline)
     assert verdict.change is not None
     assert verdict.change > 0.05
     assert verdict.p_value is not None
     assert verdict.p_value > 0.01
     assert verdict.passed
     slower = rng.lognormal(math.log(2 * MS * 1.15), 0.03, 60)
-    verdict = gates.check(gate, "t", _record(slower), _record(baseline), slower, baseline)
+    verdict = decide.check(gate, "t", _record(slower), _record(baseline), slower, baseline)
     assert not verdict.passed
     assert verdict.p_value is not None
     assert verdict.p_value < 1e-6
@@ -611,7 +612,7 @@ def test_the_test_is_against_the_threshold_not_against_no_change():
 
 def test_throughput_is_tested_against_the_equivalent_growth_of_round_times():
     # 5 % less throughput is rounds 1/0.95 = 5.26 % longer.
-    verdict = gates.check(
+    verdict = decide.check(
         gates.parse("throughput:-5%"),
         "t",
         {"throughput_items_per_s": 90.0},
@@ -631,14 +632,14 @@ def test_without_per_round_samples_several_baseline_runs_judge_a_change_by_their
     steady = [1.000, 1.004, 0.998, 1.002, 1.001]  # runs agree within 0.3 %
     drifting = [1.00, 1.05, 0.97, 1.04, 0.96]  # runs drift by 4 %
     # 10 % slower than steady runs: clearly beyond 5 %, fails.
-    verdict = gates.check(gate, "t", _p50(1.10), _p50(1.001), history=steady)
+    verdict = decide.check(gate, "t", _p50(1.10), _p50(1.001), history=steady)
     assert not verdict.passed
     assert verdict.baseline == pytest.approx(1.001, abs=1e-3)  # the runs' geometric mean
     assert verdict.p_value is not None
     assert verdict.p_value < 1e-4
     assert verdict.method.startswith("run-to-run: one-sided t test against 5 baseline runs (geometric mean; ")
     # The same 10 % against runs that drift by 4 %: within what this machine's drift can explain.
-    verdict = gates.check(gate, "t", _p50(1.10), _p50(0.96), history=drifting)
+    verdict = decide.check(gate, "t", _p50(1.10), _p50(0.96), history=drifting)
     assert verdict.passed
     assert verdict.change == pytest.approx(1.10 / math.exp(np.mean(np.log(drifting))) - 1)
     assert "spread 4.0% sd between runs" in verdict.method
@@ -652,7 +653,7 @@ def test_fewer_than_three_baseline_runs_leave_the_per_round_test_in_charge():
     rng = np.random.default_rng(1)
     base = rng.lognormal(math.log(2 * MS), 0.02, 50)
     current = rng.lognormal(math.log(2 * MS * 1.2), 0.02, 50)
-    verdict = gates.check(
+    verdict = decide.check(
         gate, "t", _record(current), _record(base), current, base, history=[float(np.median(base))] * 2
     )
     assert verdict.method.startswith("one-sided Mann-Whitney U")
@@ -662,10 +663,10 @@ def test_fewer_than_three_baseline_runs_leave_the_per_round_test_in_charge():
 def test_throughput_history_is_mirrored():
     gate = gates.parse("throughput:-5%")
     runs = [100.0, 100.5, 99.7, 100.2]
-    assert not gates.check(
+    assert not decide.check(
         gate, "t", {"throughput_items_per_s": 85.0}, {"throughput_items_per_s": 100.2}, history=runs
     ).passed
-    assert gates.check(
+    assert decide.check(
         gate, "t", {"throughput_items_per_s": 115.0}, {"throughput_items_per_s": 100.2}, history=runs
     ).passed
 
@@ -676,7 +677,7 @@ def test_with_per_round_samples_the_baseline_runs_only_state_the_drift():
     base = rng.lognormal(math.log(2 * MS), 0.02, 50)
     current = rng.lognormal(math.log(2 * MS * 1.2), 0.02, 50)
     history = [2 * MS * f for f in (1.0, 1.05, 0.97, 1.04, 0.96)]
-    verdict = gates.check(gate, "t", _record(current), _record(base), current, base, history=history)
+    verdict = decide.check(gate, "t", _record(current), _record(base), current, base, history=history)
     assert not verdict.passed  # the per-round test decides: 20 % slower
     assert verdict.method.startswith("one-sided Mann-Whitney U")
     assert verdict.method.endswith(

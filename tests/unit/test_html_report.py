@@ -1,4 +1,4 @@
-"""``pytest-ipu report`` (pytest_ipu.html_report): the files it writes, the page, bad input, atomic writes."""
+"""``pytest-ipu report`` (pytest_ipu.report.html): the files it writes, the page, bad input, atomic writes."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import benchmark_json
-from pytest_ipu import html_report
-from pytest_ipu import plots
-from pytest_ipu import report
-from pytest_ipu import schema
-from pytest_ipu.metrics import LatencySummary
-from pytest_ipu.schema import IpuRecord
+from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.report import html as html_report
+from pytest_ipu.report import plots
+from pytest_ipu.report import terminal as report
+from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import schema
+from pytest_ipu.results.schema import IpuRecord
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

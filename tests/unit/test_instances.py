@@ -1,4 +1,4 @@
-"""Concurrent instances (pytest_ipu.instances): threads over fake compiled models whose calls sleep
+"""Concurrent instances (pytest_ipu.placement.instances): threads over fake compiled models whose calls sleep
 (sleeping releases the GIL, as a device call does), and worker processes over the runtime-free
 backend of tests/fakes/fake_backend.py. Worker tests are few: each starts interpreters.
 """
@@ -28,11 +28,11 @@ import pytest
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
-from pytest_ipu.instances import InstanceError
-from pytest_ipu.instances import InstanceInfo
-from pytest_ipu.instances import InstanceSpec
-from pytest_ipu.instances import ProcessInstances
-from pytest_ipu.instances import ThreadInstances
+from pytest_ipu.placement.instances import InstanceError
+from pytest_ipu.placement.instances import InstanceInfo
+from pytest_ipu.placement.instances import InstanceSpec
+from pytest_ipu.placement.instances import ProcessInstances
+from pytest_ipu.placement.instances import ThreadInstances
 
 fake_backend = importlib.import_module("tests.fakes.fake_backend")
 FakeBackend = fake_backend.FakeBackend
@@ -499,7 +499,7 @@ def test_unusable_specs_are_refused_before_any_worker_starts():
 
 
 def test_specs_pickle_and_outputs_reach_the_parent_as_numpy():
-    from pytest_ipu.instances import _to_host
+    from pytest_ipu.placement.instances import _to_host
 
     assert pickle.loads(pickle.dumps(spec(0))).index == 0
     converted = _to_host({"a": [np.float32(1.0), (np.zeros(2), None)], "b": 3})
@@ -514,7 +514,7 @@ def test_specs_pickle_and_outputs_reach_the_parent_as_numpy():
 
 def test_importing_the_module_imports_no_runtime():
     code = (
-        "import sys, pytest_ipu.instances\n"
+        "import sys, pytest_ipu.placement.instances\n"
         "heavy = [m for m in ('torch', 'numpy', 'poptorch', 'popart', 'onnxruntime') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )

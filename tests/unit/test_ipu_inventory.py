@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import ipu_inventory
-from pytest_ipu import placement
-from pytest_ipu.ipu_inventory import IpuInfo
-from pytest_ipu.ipu_inventory import IpuInventory
+from pytest_ipu.placement import inventory as ipu_inventory
+from pytest_ipu.placement.allocate import Inventory
+from pytest_ipu.placement.inventory import IpuInfo
+from pytest_ipu.placement.inventory import IpuInventory
 from tests.fakes import fake_gcipuinfo
 from tests.fakes import fake_popart
 
@@ -65,7 +65,7 @@ def test_gcipuinfo_lists_ipus_boards_and_architecture(no_sdk: None) -> None:
         IpuInfo(3, "ipu1", "C2", "SER-B", 1),
     )
     assert (found.count, found.architecture, found.board_types) == (4, "ipu1", ("C2",))
-    assert found.placement_inventory() == placement.Inventory(
+    assert found.placement_inventory() == Inventory(
         "ipu", (0, 1, 2, 3), {0: "SER-A", 1: "SER-A", 2: "SER-B", 3: "SER-B"}
     )
     assert found.as_json() == {
@@ -224,7 +224,7 @@ def test_popart_imported_lazily_when_onnx_is_absent(monkeypatch: pytest.MonkeyPa
 def test_importing_the_modules_imports_no_sdk_or_runtime(tmp_path: Path) -> None:
     heavy = ("torch", "onnx", "onnxruntime", "gcipuinfo", "popart", "poptorch", "popdist")
     code = (
-        "import json, sys\nimport pytest_ipu.ipu_inventory, pytest_ipu.poprun\n"
+        "import json, sys\nimport pytest_ipu.placement.inventory, pytest_ipu.placement.poprun\n"
         f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))\n"
     )
     proc = subprocess.run(
@@ -248,7 +248,7 @@ def test_simulator_inventory_is_labelled_simulated() -> None:
         "ipu21",
         [],
     )
-    assert sim.placement_inventory() == placement.Inventory("ipu", (0, 1), {})
+    assert sim.placement_inventory() == Inventory("ipu", (0, 1), {})
 
 
 @pytest.mark.parametrize(

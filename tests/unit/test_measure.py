@@ -1,4 +1,4 @@
-"""The round plan, the warm-up and the timed window (pytest_ipu.measure), on fake clocks."""
+"""The round plan, the warm-up and the timed window (pytest_ipu.measure.timing), on fake clocks."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from pytest_ipu import measure
-from pytest_ipu.measure import MAX_AUTO_ROUNDS
+from pytest_ipu.measure import timing as measure
+from pytest_ipu.measure.timing import MAX_AUTO_ROUNDS
 
 
 class ScriptedClock:

@@ -1,4 +1,4 @@
-"""Latency summaries and throughput (pytest_ipu.metrics)."""
+"""Latency summaries and throughput (pytest_ipu.measure.metrics)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pytest_ipu import metrics
+from pytest_ipu.measure import metrics
 
 MS_1_TO_100 = [i / 1000 for i in range(1, 101)]
 

@@ -1,5 +1,5 @@
-"""torch -> ONNX export (pytest_ipu.onnx_export): round trips with a dynamic batch, the content-keyed disk
-cache (hits, invalidation, corrupt files, atomic writes) and export errors.
+"""torch -> ONNX export (pytest_ipu.backends.onnx_export): round trips with a dynamic batch, the
+content-keyed disk cache (hits, invalidation, corrupt files, atomic writes) and export errors.
 
 Small models only: each export takes about a second. Models exported once are shared per module.
 """
@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_ipu import atomic
-from pytest_ipu import onnx_export
-from pytest_ipu.onnx_export import ExportedModel
-from pytest_ipu.onnx_export import ExportError
-from pytest_ipu.onnx_export import ExportOptions
+from pytest_ipu.backends import onnx_export
+from pytest_ipu.backends.onnx_export import ExportedModel
+from pytest_ipu.backends.onnx_export import ExportError
+from pytest_ipu.backends.onnx_export import ExportOptions
+from pytest_ipu.results import atomic
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")

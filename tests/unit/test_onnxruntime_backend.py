@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pytest_ipu import onnx_export
-from pytest_ipu import parity
+from pytest_ipu.backends import onnx_export
+from pytest_ipu.backends import parity
+from pytest_ipu.backends.host import cpu_name
 from pytest_ipu.backends.onnxruntime import OrtBackend
 from pytest_ipu.errors import CompileError
-from pytest_ipu.host import cpu_name
 from tests.unit.small_net import eager as _eager
 from tests.unit.small_net import inputs as _inputs
 from tests.unit.small_net import small_net

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from pytest_ipu import options
+from pytest_ipu.backends.target import Target
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.options import Settings
-from pytest_ipu.target import Target
 
 # (ini key, CLI value, env value, ini value, settings field, parsed CLI, parsed env, parsed ini, default)
 PRECEDENCE = [

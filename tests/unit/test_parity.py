@@ -1,4 +1,5 @@
-"""Output parity (pytest_ipu.parity): the scale-free error measure, tolerances, structure checks, flattening.
+"""Output parity (pytest_ipu.backends.parity): the scale-free error measure, tolerances, structure
+checks, flattening.
 
 The arrays are built so that every difference is exact in binary floating point: the expected
 ``max_abs`` and ``max_rel`` are compared with ``==``, not approximately.
@@ -11,11 +12,11 @@ import math
 import numpy as np
 import pytest
 
-from pytest_ipu.parity import TOLERANCES
-from pytest_ipu.parity import Parity
-from pytest_ipu.parity import ParityError
-from pytest_ipu.parity import compare
-from pytest_ipu.parity import to_arrays
+from pytest_ipu.backends.parity import TOLERANCES
+from pytest_ipu.backends.parity import Parity
+from pytest_ipu.backends.parity import ParityError
+from pytest_ipu.backends.parity import compare
+from pytest_ipu.backends.parity import to_arrays
 
 try:  # module level: torch must not be first imported after in-process pytester runs
     import torch

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import placed
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
-from pytest_ipu.placement import DeviceRequest
-from pytest_ipu.placement import Inventory
-from pytest_ipu.placement import parse_request
+from pytest_ipu.placement import plan as placed
+from pytest_ipu.placement.allocate import Inventory
+from pytest_ipu.placement.request import DeviceRequest
+from pytest_ipu.placement.request import parse_request
 
 
 class StubInventory:

@@ -1,4 +1,4 @@
-"""Device placement (pytest_ipu.placement): marker keywords -> DeviceRequest -> Placement."""
+"""Device placement (pytest_ipu.placement.request): marker keywords -> DeviceRequest -> Placement."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from pytest_ipu.placement import DeviceRequest
-from pytest_ipu.placement import InstancePlacement
-from pytest_ipu.placement import Inventory
-from pytest_ipu.placement import Placement
-from pytest_ipu.placement import PlacementError
-from pytest_ipu.placement import allocate
-from pytest_ipu.placement import is_power_of_two
-from pytest_ipu.placement import parse_request
+from pytest_ipu.placement.allocate import InstancePlacement
+from pytest_ipu.placement.allocate import Inventory
+from pytest_ipu.placement.allocate import Placement
+from pytest_ipu.placement.allocate import PlacementError
+from pytest_ipu.placement.allocate import allocate
+from pytest_ipu.placement.request import DeviceRequest
+from pytest_ipu.placement.request import is_power_of_two
+from pytest_ipu.placement.request import parse_request
 
 SRC = "tests/test_x.py::test_a"
 
@@ -106,8 +106,7 @@ def test_is_power_of_two_rejects(n):
 def test_non_power_of_two_is_rejected_naming_the_keywords():
     message = (
         f"{SRC}: invalid stages=3, replicas=1: 3 IPUs per instance is not a power of two, the only "
-        "sizes multi-IPU devices come in; make stages x replicas 4, or pass auto_round=True to round "
-        "up to 4 IPUs"
+        "sizes multi-IPU devices come in; make stages x replicas 4"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         parse_request({"stages": 3}, SRC)
@@ -115,43 +114,24 @@ def test_non_power_of_two_is_rejected_naming_the_keywords():
         parse_request({"ipus": 6, "stages": 3, "replicas": 2}, SRC)
 
 
-@pytest.mark.parametrize(("stages", "rounded"), [(3, 4), (5, 8), (6, 8), (7, 8), (33, 64)])
-def test_auto_round_rounds_up_and_records_it(stages, rounded):
-    request = parse_request({"stages": stages, "instances": 2}, SRC, auto_round=True)
-    assert request == DeviceRequest(rounded, 1, stages, 2, rounded_from=stages)
-    placement = allocate(ipus(*range(2 * rounded)), request)
-    assert placement.as_json()["rounded_from"] == stages
-    assert [len(group) for group in ids_of(placement)] == [rounded, rounded]
-
-
-def test_auto_round_leaves_powers_of_two_alone():
-    request = parse_request({"stages": 4}, SRC, auto_round=True)
-    assert request.rounded_from is None
-    assert "rounded_from" not in allocate(ipus(0, 1, 2, 3), request).as_json()
-
-
-@pytest.mark.parametrize("auto_round", [False, True])
-def test_at_most_64_ipus_per_instance(auto_round):
+def test_at_most_64_ipus_per_instance():
     message = (
         f"{SRC}: invalid stages=8, replicas=16: 128 IPUs per instance, more than the 64 of the "
         "largest multi-IPU device; use fewer stages x replicas per instance and more instances"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
-        parse_request({"stages": 8, "replicas": 16}, SRC, auto_round=auto_round)
+        parse_request({"stages": 8, "replicas": 16}, SRC)
     with pytest.raises(ValueError, match=r"invalid stages=65, replicas=1: 65 IPUs per instance, more than"):
-        parse_request({"stages": 65}, SRC, auto_round=auto_round)
+        parse_request({"stages": 65}, SRC)
 
 
 def test_direct_construction_checks_the_same_rules():
     with pytest.raises(ValueError, match=r"^DeviceRequest: invalid replicas=0: expected a positive int"):
         DeviceRequest(replicas=0)
-    with pytest.raises(ValueError, match=r"^DeviceRequest: invalid ipus_per_instance=2 with rounded_from"):
+    with pytest.raises(ValueError, match=r"^DeviceRequest: invalid ipus_per_instance=2: stages x replicas"):
         DeviceRequest(2, replicas=1)
     with pytest.raises(ValueError, match=r"invalid ipus_per_instance=3: 3 IPUs per instance is not a power"):
         DeviceRequest(3, stages=3)
-    with pytest.raises(ValueError, match=r"^DeviceRequest: invalid ipus_per_instance=4 with rounded_from=4"):
-        DeviceRequest(4, stages=4, rounded_from=4)  # nothing was rounded
-    assert DeviceRequest(4, stages=3, rounded_from=3).rounded_from == 3
 
 
 # --- allocate ------------------------------------------------------------------------------------
@@ -241,15 +221,14 @@ def test_placement_rejects_a_shared_ipu():
 
 
 def test_as_json_round_trips():
-    request = parse_request({"stages": 3, "instances": 2}, SRC, auto_round=True)
+    request = parse_request({"stages": 4, "instances": 2}, SRC)
     placement = allocate(ipus(*range(8)), request)
     record = placement.as_json()
     assert record == {
         "instances": [
-            {"index": 0, "ipu_ids": [0, 1, 2, 3], "replicas": 1, "stages": 3},
-            {"index": 1, "ipu_ids": [4, 5, 6, 7], "replicas": 1, "stages": 3},
+            {"index": 0, "ipu_ids": [0, 1, 2, 3], "replicas": 1, "stages": 4},
+            {"index": 1, "ipu_ids": [4, 5, 6, 7], "replicas": 1, "stages": 4},
         ],
-        "rounded_from": 3,
     }
     assert json.loads(json.dumps(record)) == record
 

@@ -1,4 +1,4 @@
-"""Plots of saved runs (pytest_ipu.plots): series extraction, notes, and what a drawn figure shows."""
+"""Plots of saved runs (pytest_ipu.report.plots): series extraction, notes, and what a drawn figure shows."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import plots
-from pytest_ipu.benchmark_json import StoredBenchmark
-from pytest_ipu.benchmark_json import StoredRun
-from pytest_ipu.metrics import LatencySummary
-from pytest_ipu.schema import IpuRecord
+from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.report import plots
+from pytest_ipu.results.benchmark_json import StoredBenchmark
+from pytest_ipu.results.benchmark_json import StoredRun
+from pytest_ipu.results.schema import IpuRecord
 
 LOW = "low confidence: window 1.2 s < 5 s (rapl)"
 
@@ -292,7 +292,7 @@ def test_format_date() -> None:
 
 
 def test_importing_the_report_modules_does_not_import_matplotlib(tmp_path: Path) -> None:
-    code = "import sys, pytest_ipu.plots, pytest_ipu.html_report\nprint('matplotlib' in sys.modules)\n"
+    code = "import sys, pytest_ipu.report.plots, pytest_ipu.report.html\nprint('matplotlib' in sys.modules)\n"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHONPATH"))}
     proc = subprocess.run(
         [sys.executable, "-c", code],

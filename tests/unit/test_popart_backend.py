@@ -20,8 +20,8 @@ import warnings
 import numpy as np
 import pytest
 
-from pytest_ipu import onnx_export
-from pytest_ipu import parity
+from pytest_ipu.backends import onnx_export
+from pytest_ipu.backends import parity
 from pytest_ipu.backends.popart import NOT_INSTALLED
 from pytest_ipu.backends.popart import OPTIONS
 from pytest_ipu.backends.popart import PopArtBackend

@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import benchmark_json
 from pytest_ipu import cli
-from pytest_ipu import poprun
-from pytest_ipu import schema
-from pytest_ipu.ipu_inventory import IpuInfo
-from pytest_ipu.ipu_inventory import IpuInventory
-from pytest_ipu.metrics import LatencySummary
-from pytest_ipu.poprun import PopRunInstance
+from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.placement import poprun
+from pytest_ipu.placement.inventory import IpuInfo
+from pytest_ipu.placement.inventory import IpuInventory
+from pytest_ipu.placement.poprun import PopRunInstance
+from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import schema
 from tests.fakes import fake_popart
 from tests.fakes import fake_popdist
 

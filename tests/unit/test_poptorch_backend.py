@@ -854,8 +854,8 @@ def test_two_instances_compile_and_run_in_worker_processes_on_two_ipus():
 
     import numpy as np
 
-    from pytest_ipu.instances import InstanceSpec
-    from pytest_ipu.instances import ProcessInstances
+    from pytest_ipu.placement.instances import InstanceSpec
+    from pytest_ipu.placement.instances import ProcessInstances
 
     model, x = mlp(), batch()
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""Terminal tables (pytest_ipu.report): number formatting, grouping, row order, flagged percentiles."""
+"""Terminal tables (report.terminal): number formatting, grouping, row order, flagged percentiles."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import report
-from pytest_ipu.metrics import LatencySummary
-from pytest_ipu.report import Row
-from pytest_ipu.schema import IpuRecord
+from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.report import terminal as report
+from pytest_ipu.report.terminal import Row
+from pytest_ipu.results.schema import IpuRecord
 
 
 def make_record(**changes: Any) -> IpuRecord:

@@ -1,4 +1,4 @@
-"""The versioned record JSON (pytest_ipu.schema): round trip, plain types, rejections, metrics."""
+"""The versioned record JSON (pytest_ipu.results.schema): round trip, plain types, rejections, metrics."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from pytest_ipu import schema
-from pytest_ipu.metrics import LatencySummary
-from pytest_ipu.schema import IpuRecord
-from pytest_ipu.schema import SchemaError
+from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.results import schema
+from pytest_ipu.results.schema import IpuRecord
+from pytest_ipu.results.schema import SchemaError
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 count = st.integers(min_value=0, max_value=10**9)

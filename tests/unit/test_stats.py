@@ -1,4 +1,4 @@
-"""Percentiles and the sample counts they need (pytest_ipu.stats), checked against numpy and by property."""
+"""Percentiles and the sample counts they need (measure.stats), checked against numpy and by property."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from pytest_ipu import metrics
-from pytest_ipu import stats
+from pytest_ipu.measure import metrics
+from pytest_ipu.measure import stats
 
 # Latencies in seconds: non-negative, finite, from well under a nanosecond to hours.
 latency = st.floats(min_value=0.0, max_value=1e4, allow_nan=False, allow_infinity=False)

@@ -1,4 +1,4 @@
-"""Significance of a change (pytest_ipu.stats): Mann-Whitney U against exact enumeration, bootstrap CI."""
+"""Significance of a change (measure.stats): Mann-Whitney U against exact enumeration, bootstrap CI."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from pytest_ipu import stats
+from pytest_ipu.measure import stats
 
 # Round times: finite, non-negative, with few enough distinct values that ties happen.
 value = st.floats(min_value=0.0, max_value=1e3, allow_nan=False, allow_infinity=False)

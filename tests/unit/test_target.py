@@ -1,4 +1,4 @@
-"""Targets (pytest_ipu.target) and the typo hints of the marker and the backend registry."""
+"""Targets (pytest_ipu.backends.target) and the typo hints of the marker and the backend registry."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from pytest_ipu import backends
 from pytest_ipu import marker
-from pytest_ipu.target import Target
-from pytest_ipu.target import parse_target
+from pytest_ipu.backends.target import Target
+from pytest_ipu.backends.target import parse_target
 
 
 @pytest.mark.parametrize(

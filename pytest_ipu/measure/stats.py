@@ -1,7 +1,7 @@
 """Percentiles, how many samples a percentile needs, and whether two samples differ (pure).
 
 The significance tests are written here with numpy alone (no scipy): ``mann_whitney_u`` and
-``bootstrap_ratio_ci``, used by the performance gates (``pytest_ipu.gates``).
+``bootstrap_ratio_ci``, used by the performance gates (``pytest_ipu.results.gates``).
 """
 
 from __future__ import annotations

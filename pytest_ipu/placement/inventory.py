@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from pytest_ipu import placement
+from pytest_ipu.placement.allocate import Inventory
+from pytest_ipu.placement.request import MAX_IPUS_PER_INSTANCE
+from pytest_ipu.placement.request import is_power_of_two
 
 #: gcipuinfo attribute keys, as gcipuinfo and ``gc-info -i`` spell them (reference section 4.1).
 KEY_ID = "id"
@@ -41,7 +43,7 @@ ARCHITECTURES = ("ipu1", "ipu2", "ipu21")
 SIMULATED_TIMING = "simulated: IPU Model timings are not hardware timings"
 HARDWARE_TIMING = "hardware"
 #: PopTorch reserves at most this many IPUs per process; probing stops there.
-_MAX_PROBE_IPUS = placement.MAX_IPUS_PER_INSTANCE
+_MAX_PROBE_IPUS = MAX_IPUS_PER_INSTANCE
 
 _FIX = (
     "enable Graphcore's Poplar SDK in the shell that runs pytest (source the SDK's enable script) so "
@@ -123,9 +125,9 @@ class IpuInventory:
             "notes": list(self.notes),
         }
 
-    def placement_inventory(self) -> placement.Inventory:
-        """The ``placement.Inventory`` to allocate from: every IPU, grouped into boards by serial."""
-        return placement.Inventory(
+    def placement_inventory(self) -> Inventory:
+        """The ``Inventory`` to allocate from: every IPU, grouped into boards by serial."""
+        return Inventory(
             "ipu",
             self.ids,
             {ipu.id: ipu.board_serial for ipu in self.ipus if ipu.board_serial is not None},
@@ -155,7 +157,7 @@ class IpuInventory:
                 f"{label}: the ids are not consecutive and ascending; a multi-IPU device is a run of "
                 f"ids such as {tuple(range(size))}"
             )
-        if not placement.is_power_of_two(size):
+        if not is_power_of_two(size):
             raise ValueError(
                 f"{label}: a group of {size} IPUs is not a power of two, the only sizes multi-IPU "
                 f"devices come in; use groups of 1, 2, 4, 8, ... IPUs"

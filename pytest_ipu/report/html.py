@@ -2,7 +2,7 @@
 
 The page (``index.html``) carries everything inline, CSS and figures (as base64 SVG), so the file
 alone can be mailed or attached to a review. Its tables are the terminal tables' columns with the
-same markers and footnotes (``n/m``, ``?``, ``~``, ``*``), rendered by ``pytest_ipu.report``.
+same markers and footnotes (``n/m``, ``?``, ``~``, ``*``), rendered by ``pytest_ipu.report.terminal``.
 
 Every file is written through a temporary file and ``os.replace``, and every figure is rendered
 before the first file is written, so a failure leaves earlier files whole and no half-written page.
@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ipu import __version__
-from pytest_ipu import atomic
-from pytest_ipu import benchmark_json
-from pytest_ipu import plots
-from pytest_ipu import report
-from pytest_ipu.benchmark_json import StoredRun
-from pytest_ipu.schema import IpuRecord
+from pytest_ipu.report import plots
+from pytest_ipu.report import terminal as report
+from pytest_ipu.results import atomic
+from pytest_ipu.results import benchmark_json
+from pytest_ipu.results.benchmark_json import StoredRun
+from pytest_ipu.results.schema import IpuRecord
 
 #: Resolution of the PNG files.
 PNG_DPI = 150

@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 from typing import Literal
 
-from pytest_ipu import gates
-from pytest_ipu import report
-from pytest_ipu import schema
-from pytest_ipu.benchmark_json import StoredBenchmark
-from pytest_ipu.benchmark_json import StoredRun
+from pytest_ipu.report import terminal as report
+from pytest_ipu.results import decide
+from pytest_ipu.results import gates
+from pytest_ipu.results import schema
+from pytest_ipu.results.benchmark_json import StoredBenchmark
+from pytest_ipu.results.benchmark_json import StoredRun
 
 #: A change smaller than this (relative) is shown as "same": timer noise, not a difference.
 SAME_WITHIN = 0.01
@@ -52,7 +53,7 @@ def _record_metric(name: str) -> Callable[[StoredBenchmark], float | None]:
     def read(bench: StoredBenchmark) -> float | None:
         if bench.record is None:
             return None
-        return gates.metric_value(schema.to_json(bench.record), name)
+        return decide.metric_value(schema.to_json(bench.record), name)
 
     return read
 
@@ -178,7 +179,7 @@ def hardware_differences(runs: Sequence[StoredRun]) -> list[str]:
     return notes
 
 
-def check_gates(comparison: Comparison, gate_list: Sequence[gates.Gate]) -> list[gates.Verdict]:
+def check_gates(comparison: Comparison, gate_list: Sequence[gates.Gate]) -> list[decide.Verdict]:
     """Every gate on every benchmark with a record, each later run against the first run."""
     verdicts = []
     first = {b.fullname: b for b in comparison.runs[0].benchmarks}
@@ -194,7 +195,7 @@ def check_gates(comparison: Comparison, gate_list: Sequence[gates.Gate]) -> list
                     if base is None or base.record is None:
                         continue  # reported in ``missing``
                     verdicts.append(
-                        gates.check(
+                        decide.check(
                             gate,
                             label,
                             current,
@@ -204,7 +205,7 @@ def check_gates(comparison: Comparison, gate_list: Sequence[gates.Gate]) -> list
                         )
                     )
                 else:
-                    verdicts.append(gates.check(gate, label, current))
+                    verdicts.append(decide.check(gate, label, current))
     return verdicts
 
 

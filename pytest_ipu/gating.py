@@ -9,7 +9,7 @@ several baseline runs (``--ipu-baseline`` repeated, or a glob), the last is the 
 them together measure how much whole runs drift on this machine; from three on, every verdict
 states that drift, and metrics without per-round samples are tested against it.
 
-When the benchmarks are done, every gate is checked on every measured benchmark (``gates.check``:
+When the benchmarks are done, every gate is checked on every measured benchmark (``decide.check``:
 beyond the threshold and significant on the per-round samples). A failure sets the exit code to 1
 and gets one line in the summary. A gated benchmark missing from the baseline is reported, never
 skipped silently (and fails the run under ``--ipu-baseline-missing=fail``); so is a baseline that
@@ -27,12 +27,13 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import benchmark_json
-from pytest_ipu import gates
-from pytest_ipu import schema
-from pytest_ipu.benchmark_json import StoredBenchmark
-from pytest_ipu.benchmark_json import StoredRun
 from pytest_ipu.options import Settings
+from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import decide
+from pytest_ipu.results import gates
+from pytest_ipu.results import schema
+from pytest_ipu.results.benchmark_json import StoredBenchmark
+from pytest_ipu.results.benchmark_json import StoredRun
 
 GATE_KEY = pytest.StashKey["GateCheck"]()
 #: How the baseline from pytest-benchmark's storage is named in messages.
@@ -62,13 +63,13 @@ class GateCheck:
 
     settings: Settings
     measured: list[Measured] = field(default_factory=list)
-    verdicts: list[gates.Verdict] = field(default_factory=list)
+    verdicts: list[decide.Verdict] = field(default_factory=list)
     #: Gated benchmarks the baseline lacks (their relative gates were not checked).
     missing: list[str] = field(default_factory=list)
     #: Other things the reader should know (a baseline from different hardware).
     notes: list[str] = field(default_factory=list)
     baseline: StoredRun | None = None
-    #: Every baseline run, the baseline last: with ``gates.HISTORY_MIN`` or more, their spread
+    #: Every baseline run, the baseline last: with ``decide.HISTORY_MIN`` or more, their spread
     #: decides instead of the per-round samples.
     history: list[StoredRun] = field(default_factory=list)
     _compared: list[Mapping[str, Any]] = field(default_factory=list)
@@ -147,7 +148,7 @@ class GateCheck:
                 )
             for gate in chosen:
                 if gate.kind == "absolute":
-                    self.verdicts.append(gates.check(gate, m.name, m.record))
+                    self.verdicts.append(decide.check(gate, m.name, m.record))
                 elif counterpart is not None and counterpart.record is not None:
                     self.verdicts.append(self._relative(gate, m, counterpart))
             if counterpart is not None and counterpart.record is not None:
@@ -156,9 +157,9 @@ class GateCheck:
                     devices[f"the baseline ran {m.name} on {was!r}, this run on {now!r}"] = None
         self.notes.extend(f"different hardware: {d}" for d in devices)
 
-    def _relative(self, gate: gates.Gate, m: Measured, counterpart: StoredBenchmark) -> gates.Verdict:
+    def _relative(self, gate: gates.Gate, m: Measured, counterpart: StoredBenchmark) -> decide.Verdict:
         assert counterpart.record is not None
-        return gates.check(
+        return decide.check(
             gate,
             m.name,
             m.record,
@@ -174,7 +175,7 @@ class GateCheck:
         for run in self.history:
             bench = next((b for b in run.benchmarks if b.fullname == fullname), None)
             if bench is not None and bench.record is not None:
-                value = gates.metric_value(schema.to_json(bench.record), metric)
+                value = decide.metric_value(schema.to_json(bench.record), metric)
                 if value is not None:
                     values.append(value)
         return values

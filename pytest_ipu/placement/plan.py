@@ -1,7 +1,7 @@
 """Compiling a model at a device placement: the marker's request, the backend's inventory, and one
 compiled copy per instance, run concurrently as one ``CompiledModel``.
 
-``placement.py`` decides which IPU ids each instance gets; this module turns that into backends
+``allocate`` decides which IPU ids each instance gets; this module turns that into backends
 and options (a device id per instance, replicas and pipeline stages in the backend's own option
 names), compiles every instance, and groups them. IPU backends say how through three optional
 methods, so third-party backends need none of them:
@@ -32,12 +32,12 @@ from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
-from pytest_ipu.placement import DeviceRequest
-from pytest_ipu.placement import PlacementError
-from pytest_ipu.placement import allocate
+from pytest_ipu.placement.allocate import PlacementError
+from pytest_ipu.placement.allocate import allocate
+from pytest_ipu.placement.request import DeviceRequest
 
 if TYPE_CHECKING:
-    from pytest_ipu.instances import InstanceGroup
+    from pytest_ipu.placement.instances import InstanceGroup
 
 #: A function giving the backend for a target spelled ``name:device`` (the run's backend cache).
 BackendFor = Callable[[str, str], Backend]
@@ -85,8 +85,6 @@ def plan(
         "stages": request.stages,
         "runner": runner if request.instances > 1 else "inline",
     }
-    if request.rounded_from is not None:
-        base["rounded_from"] = request.rounded_from
     if inventory_of is None:
         if request.replicas > 1 or request.stages > 1:
             raise CompileError(
@@ -140,7 +138,6 @@ def plan(
         tuple(plans_list),
         {
             **base,
-            **({"rounded_from": placed.rounded_from} if placed.rounded_from is not None else {}),
             "ipu_ids": [list(i.ipu_ids) for i in placed.instances],
             "shared_device": False,
             "devices": [p.device for p in plans_list],
@@ -175,7 +172,7 @@ def compile_plan(
     so far is closed before the error propagates.
     """
     # Imported here: a run without placements never needs threads or worker processes.
-    from pytest_ipu import instances
+    from pytest_ipu.placement import instances
 
     plans = the_plan.instances
     first = plans[0]

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_ipu import stats
+from pytest_ipu.measure import stats
 
 
 @dataclass(frozen=True)

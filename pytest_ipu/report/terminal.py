@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_ipu import stats
-from pytest_ipu.schema import IpuRecord
+from pytest_ipu.measure import stats
+from pytest_ipu.results.schema import IpuRecord
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from typing import Any
 
-from pytest_ipu import stats
-from pytest_ipu.benchmark_json import StoredBenchmark
-from pytest_ipu.benchmark_json import StoredRun
-from pytest_ipu.schema import IpuRecord
+from pytest_ipu.measure import stats
+from pytest_ipu.results.benchmark_json import StoredBenchmark
+from pytest_ipu.results.benchmark_json import StoredRun
+from pytest_ipu.results.schema import IpuRecord
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -13,7 +13,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from pytest_ipu import schema
+from pytest_ipu.results import schema
 
 #: Top-level key of the run-wide section pytest-ipu adds to the JSON.
 TOP_LEVEL_KEY = "pytest_ipu"

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_ipu.atomic import atomic_path
+from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
 from pytest_ipu.errors import PytestIpuError
-from pytest_ipu.runtime_warnings import runtime_internals_quiet
+from pytest_ipu.results.atomic import atomic_path
 
 #: The opset used unless a caller asks for another (ONNX Runtime reads it; PopART 3.x asks for 11).
 DEFAULT_OPSET = 18

@@ -29,9 +29,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 from typing import Any
 
-from pytest_ipu import atomic
-from pytest_ipu import benchmark_json
-from pytest_ipu import schema
+from pytest_ipu.results import atomic
+from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import schema
 
 if TYPE_CHECKING:
     import pytest

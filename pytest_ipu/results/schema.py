@@ -17,7 +17,7 @@ from dataclasses import field
 from typing import Any
 from typing import Literal
 
-from pytest_ipu.metrics import LatencySummary
+from pytest_ipu.measure.metrics import LatencySummary
 
 SCHEMA_VERSION = 1
 NAMESPACE = "ipu"
