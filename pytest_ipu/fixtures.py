@@ -42,6 +42,7 @@ from pytest_ipu.power.meter import min_window_s
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.report import terminal as report
 from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import records
 from pytest_ipu.results import schema
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
@@ -74,7 +75,7 @@ class Benchmark(Protocol):
         items_per_call: int | None = None,
         rounds: int | None = None,
         warmup_rounds: int | None = None,
-    ) -> schema.IpuRecord | None:
+    ) -> records.IpuRecord | None:
         """Measure ``model`` on ``inputs``; the record, or ``None`` when benchmarking is disabled."""
 
 
@@ -238,7 +239,7 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
         items_per_call: int | None = None,
         rounds: int | None = None,
         warmup_rounds: int | None = None,
-    ) -> schema.IpuRecord | None:
+    ) -> records.IpuRecord | None:
         __tracebackhide__ = True
         compiled = model if isinstance(model, CompiledModel) else _wrap_callable(model)
         args = compiled.prepare_inputs(tuple(inputs))
@@ -296,7 +297,7 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
                 )
             )
         device_latency = compiled.device_latency() if compiled.device_latency is not None else None
-        record = schema.IpuRecord(
+        record = records.IpuRecord(
             target=compiled.target,
             backend=compiled.backend,
             device=compiled.device,

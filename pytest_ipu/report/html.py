@@ -27,7 +27,7 @@ from pytest_ipu.report import terminal as report
 from pytest_ipu.results import atomic
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results.benchmark_json import StoredRun
-from pytest_ipu.results.schema import IpuRecord
+from pytest_ipu.results.records import IpuRecord
 
 #: Resolution of the PNG files.
 PNG_DPI = 150

@@ -26,7 +26,7 @@ from typing import Any
 from pytest_ipu.measure import stats
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
-from pytest_ipu.results.schema import IpuRecord
+from pytest_ipu.results.records import IpuRecord
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_ipu.measure import stats
-from pytest_ipu.results.schema import IpuRecord
+from pytest_ipu.results.records import IpuRecord
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from pytest_ipu.results import records
 from pytest_ipu.results import schema
 
 #: Top-level key of the run-wide section pytest-ipu adds to the JSON.
@@ -30,7 +31,7 @@ class StoredBenchmark:
     name: str
     fullname: str
     group: str | None
-    record: schema.IpuRecord | None
+    record: records.IpuRecord | None
     #: pytest-benchmark's per-round times, seconds (``stats.data``): present with ``--benchmark-json``,
     #: and in saved runs only with ``--benchmark-save-data``; ``None`` when absent.
     samples_s: tuple[float, ...] | None = None

@@ -18,6 +18,7 @@ from typing import Any
 from typing import Literal
 
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.results.records import IpuRecord
 
 SCHEMA_VERSION = 1
 NAMESPACE = "ipu"
@@ -25,49 +26,6 @@ NAMESPACE = "ipu"
 
 class SchemaError(ValueError):
     """A JSON object that is not a pytest-ipu record of a version this code can read."""
-
-
-@dataclass(frozen=True)
-class IpuRecord:
-    """What one benchmark measured, in SI units.
-
-    ``io`` says where a timed call starts and ends: ``"host"`` means inputs start in host memory and
-    outputs are back in host memory when the call returns. ``compile_s`` is ``None`` when the
-    benchmarked object was a plain callable rather than a compiled model; ``compile_cached`` is true
-    when the model was compiled by an earlier test of the same run (``compile_s`` is that compile).
-    """
-
-    target: str
-    backend: str
-    device: str
-    device_name: str
-    precision: str
-    io: str
-    batch_size: int
-    items_per_call: int
-    rounds: int
-    rounds_policy: Literal["auto", "fixed"]
-    warmup_rounds: int
-    latency: LatencySummary
-    window_s: float
-    throughput_items_per_s: float
-    compile_s: float | None
-    compile_cached: bool
-    first_call_s: float
-    compile_phases_s: Mapping[str, float] = field(default_factory=dict)
-    compile_info: Mapping[str, Any] = field(default_factory=dict)
-    parity: Mapping[str, Any] | None = None
-    power: Mapping[str, Any] | None = None
-    #: True on a simulator (the IPU Model): its timings are not hardware timings.
-    simulator: bool = False
-    #: Where the model ran when the test's marker asked for a placement (instances, IPU ids,
-    #: replicas, stages, runner); ``None`` for one model on the backend's own device.
-    placement: Mapping[str, Any] | None = None
-    #: One entry per concurrently running instance: index, device, compile time and its own
-    #: latency summary (``latency_s``); ``None`` for a single instance.
-    instances: tuple[Mapping[str, Any], ...] | None = None
-    #: The device's own latency counters (PopTorch's ``getLatency``), with their ``resolution_s``.
-    device_latency: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

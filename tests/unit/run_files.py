@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.results import records
 from pytest_ipu.results import schema
 
 
@@ -16,7 +17,7 @@ def record(batch: int, p50: float, throughput: float, device: str = "Some CPU") 
     """A torch:cpu record of batch ``batch`` with median latency ``p50`` and ``throughput``."""
     lat = LatencySummary(p50 * 0.9, p50, p50 * 1.1, p50 * 1.2, p50 * 1.3, p50, 40)
     return schema.to_json(
-        schema.IpuRecord(
+        records.IpuRecord(
             target="torch:cpu",
             backend="torch",
             device="cpu",

@@ -13,7 +13,7 @@ from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import schema
 from pytest_ipu.results.benchmark_json import RunFileError
 from pytest_ipu.results.benchmark_json import StoredBenchmark
-from pytest_ipu.results.schema import IpuRecord
+from pytest_ipu.results.records import IpuRecord
 
 RECORD = IpuRecord(
     target="torch:cpu",

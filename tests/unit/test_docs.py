@@ -10,6 +10,7 @@ from pytest_ipu import backends
 from pytest_ipu.marker import KEYWORDS
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.options import OPTIONS
+from pytest_ipu.results import records
 from pytest_ipu.results import schema
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -46,7 +47,7 @@ def test_every_fixture_has_a_section(fixture):
 
 
 def test_every_record_key_is_in_the_schema_page():
-    record = schema.IpuRecord(
+    record = records.IpuRecord(
         target="t:d",
         backend="t",
         device="d",

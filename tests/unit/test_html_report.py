@@ -17,7 +17,7 @@ from pytest_ipu.report import plots
 from pytest_ipu.report import terminal as report
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import schema
-from pytest_ipu.results.schema import IpuRecord
+from pytest_ipu.results.records import IpuRecord
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

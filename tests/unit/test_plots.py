@@ -15,7 +15,7 @@ from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import plots
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
-from pytest_ipu.results.schema import IpuRecord
+from pytest_ipu.results.records import IpuRecord
 
 LOW = "low confidence: window 1.2 s < 5 s (rapl)"
 

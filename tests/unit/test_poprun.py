@@ -20,6 +20,7 @@ from pytest_ipu.placement.inventory import IpuInfo
 from pytest_ipu.placement.inventory import IpuInventory
 from pytest_ipu.placement.poprun import PopRunInstance
 from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import records
 from pytest_ipu.results import schema
 from tests.fakes import fake_popart
 from tests.fakes import fake_popdist
@@ -201,7 +202,7 @@ def _record(
     throughput: float, window_s: float, rounds: int, p50: float, p99: float, **over: Any
 ) -> dict[str, Any]:
     record = schema.to_json(
-        schema.IpuRecord(
+        records.IpuRecord(
             target="poptorch:ipu",
             backend="poptorch",
             device="ipu",

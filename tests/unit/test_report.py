@@ -10,7 +10,7 @@ import pytest
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import terminal as report
 from pytest_ipu.report.terminal import Row
-from pytest_ipu.results.schema import IpuRecord
+from pytest_ipu.results.records import IpuRecord
 
 
 def make_record(**changes: Any) -> IpuRecord:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import schema
-from pytest_ipu.results.schema import IpuRecord
+from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.schema import SchemaError
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
