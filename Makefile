@@ -1,5 +1,6 @@
 # The two commands of the README: `make bench` (set up, then run the studies) and `make test`
-# (set up, then lint, type-check and run the test suite). Both are idempotent: the virtual
+# (set up, then lint, type-check and run the test suite); `make test-floor` runs the suite at the
+# declared floors of the dependencies. Both are idempotent: the virtual
 # environment is rebuilt only when pyproject.toml changes, so a second run starts in seconds.
 
 PYTHON ?= python3
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 RESULTS := results
 
-.PHONY: bench test lint typecheck unit clean
+.PHONY: bench test test-floor lint typecheck unit clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,5 +42,22 @@ unit: $(STAMP)
 	@$(BIN)/python -m pytest $(TEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
+# The suite again in a second environment at the declared floors (tests/floor_pins.py reads them
+# from pyproject.toml): pytest-ipu itself without its dependencies, so pip cannot raise them.
+FLOOR_VENV := .venv-floor
+FLOOR_STAMP := $(FLOOR_VENV)/.installed-stamp
+
+$(FLOOR_STAMP): pyproject.toml tests/floor_pins.py
+	@test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
+	$(PYTHON) tests/floor_pins.py pyproject.toml > $(FLOOR_VENV)/floors.txt
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(FLOOR_VENV)/floors.txt
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	@touch $(FLOOR_STAMP)
+
+test-floor: $(FLOOR_STAMP)
+	@echo "floors: $$(paste -sd' ' $(FLOOR_VENV)/floors.txt)"
+	@$(FLOOR_VENV)/bin/python -m pytest $(TEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-floor: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
 clean:
-	rm -rf $(VENV) $(RESULTS) .benchmarks .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(FLOOR_VENV) $(RESULTS) .benchmarks .mypy_cache .ruff_cache

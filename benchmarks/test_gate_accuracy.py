@@ -33,7 +33,7 @@ from pytest_ipu.measure import metrics
 from pytest_ipu.measure import stats
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
-from pytest_ipu.results import schema
+from pytest_ipu.results import records
 
 PAIRS = 200
 ROUNDS = 150
@@ -71,15 +71,18 @@ def _slowed(fn: Callable[[], None]) -> Callable[[], None]:
 
 @dataclass(frozen=True)
 class Run:
-    """One run's per-round times and the record fields the gates read."""
+    """One run's per-round times and its record, as ``ipu_benchmark`` would make them."""
 
     samples_s: tuple[float, ...]
-    record: dict[str, Any]
+    record: records.IpuRecord
 
 
 def run_once(fn: Callable[[], None]) -> Run:
-    """Warm up, then time ``ROUNDS`` calls; the record as ``ipu_benchmark`` would store it."""
+    """First call and warm-up, then time ``ROUNDS`` calls; the record as ``ipu_benchmark`` would make it."""
     clock = time.perf_counter_ns
+    start = clock()
+    fn()
+    first_call_s = (clock() - start) * 1e-9
     for _ in range(WARMUP):
         fn()
     samples = []
@@ -89,14 +92,25 @@ def run_once(fn: Callable[[], None]) -> Run:
         fn()
         samples.append((clock() - start) * 1e-9)
     window_s = (clock() - window_start) * 1e-9
-    lat = metrics.summarize_latency(samples)
-    record = {
-        "latency_s": schema.latency_json(lat),
-        "latency_unsupported": list(lat.unsupported),
-        "throughput_items_per_s": metrics.throughput(ROUNDS, window_s),
-        "window_s": window_s,
-        "rounds": ROUNDS,
-    }
+    record = records.IpuRecord(
+        target="python:host",
+        backend="python",
+        device="host",
+        device_name="this machine's CPU",
+        precision="n/a",
+        io="host",
+        batch_size=1,
+        items_per_call=1,
+        rounds=ROUNDS,
+        rounds_policy="fixed",
+        warmup_rounds=WARMUP,
+        latency=metrics.summarize_latency(samples),
+        window_s=window_s,
+        throughput_items_per_s=metrics.throughput(ROUNDS, window_s),
+        compile_s=None,
+        compile_cached=False,
+        first_call_s=first_call_s,
+    )
     return Run(tuple(samples), record)
 
 

@@ -53,7 +53,7 @@ def _run(ipu_compile: Any, ipu_benchmark: Any, model: Any, variant: str, batch_s
     if record is not None:
         assert record.batch_size == batch_size
         assert record.placement is not None
-        assert record.placement["instances"] == 2
+        assert record.placement.instances == 2
         assert record.instances is not None
         assert len(record.instances) == 2
         assert record.throughput_items_per_s > 0

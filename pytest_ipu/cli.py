@@ -23,6 +23,7 @@ from pytest_ipu.report import terminal as report
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import compare
 from pytest_ipu.results import gates
+from pytest_ipu.results.records import group_name
 
 
 def _summary(paths: Sequence[Path]) -> int:
@@ -35,7 +36,7 @@ def _summary(paths: Sequence[Path]) -> int:
             return 2
         for bench in stored:
             if bench.record is not None:
-                group = bench.group or bench.name.partition("[")[0]
+                group = group_name(bench.group, bench.name)
                 rows.append(
                     report.Row(
                         f"{group} ({path.name})" if len(paths) > 1 else group, bench.name, bench.record

@@ -26,7 +26,3 @@ class CompileError(PytestIpuError):
 
 class PytestIpuWarning(pytest.PytestWarning):
     """Base class of every warning pytest-ipu emits."""
-
-
-class MeasurementWarning(PytestIpuWarning):
-    """A measurement was taken but deserves less trust than usual (say, too few rounds)."""

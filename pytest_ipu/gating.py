@@ -9,8 +9,9 @@ several baseline runs (``--ipu-baseline`` repeated, or a glob), the last is the 
 them together measure how much whole runs drift on this machine; from three on, every verdict
 states that drift, and metrics without per-round samples are tested against it.
 
-When the benchmarks are done, every gate is checked on every measured benchmark (``decide.check``:
-beyond the threshold and significant on the per-round samples). A failure sets the exit code to 1
+When the benchmarks are done, every gate is checked on every measured benchmark by
+``decide.GateRunner``, the runner ``pytest-ipu compare`` uses too (``decide.check``: beyond the
+threshold and significant on the per-round samples). A failure sets the exit code to 1
 and gets one line in the summary. A gated benchmark missing from the baseline is reported, never
 skipped silently (and fails the run under ``--ipu-baseline-missing=fail``); so is a baseline that
 ran on different hardware.
@@ -19,65 +20,47 @@ ran on different hardware.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from collections.abc import Sequence
-from dataclasses import dataclass
-from dataclasses import field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 
 import pytest
 
 from pytest_ipu.options import Settings
-from pytest_ipu.results import benchmark_json
-from pytest_ipu.results import decide
-from pytest_ipu.results import gates
-from pytest_ipu.results import schema
-from pytest_ipu.results.benchmark_json import StoredBenchmark
-from pytest_ipu.results.benchmark_json import StoredRun
+
+if TYPE_CHECKING:
+    from pytest_ipu.results.benchmark_json import StoredRun
+    from pytest_ipu.results.decide import GateRunner
+    from pytest_ipu.results.decide import Verdict
+    from pytest_ipu.results.records import Measured
 
 GATE_KEY = pytest.StashKey["GateCheck"]()
 #: How the baseline from pytest-benchmark's storage is named in messages.
 COMPARE_SOURCE = "--benchmark-compare"
 
 
-@dataclass(frozen=True)
-class Measured:
-    """A benchmark of this run as the gates see it: its record, per-round times and own gates."""
-
-    fullname: str
-    name: str
-    record: Mapping[str, Any]
-    samples_s: tuple[float, ...]
-    gates: tuple[gates.Gate, ...] = ()
-
-
-def effective_gates(run_gates: Sequence[gates.Gate], own: Sequence[gates.Gate]) -> tuple[gates.Gate, ...]:
-    """The run's gates, except where the benchmark's own gates name the same metric (theirs win)."""
-    mine = {g.metric for g in own}
-    return (*(g for g in run_gates if g.metric not in mine), *own)
-
-
-@dataclass
 class GateCheck:
-    """Collects what was measured, checks the gates at the end of the run and reports them."""
+    """Checks the gates on what the session measured at the end of the run, and reports them.
 
-    settings: Settings
-    measured: list[Measured] = field(default_factory=list)
-    verdicts: list[decide.Verdict] = field(default_factory=list)
-    #: Gated benchmarks the baseline lacks (their relative gates were not checked).
-    missing: list[str] = field(default_factory=list)
-    #: Other things the reader should know (a baseline from different hardware).
-    notes: list[str] = field(default_factory=list)
-    baseline: StoredRun | None = None
-    #: Every baseline run, the baseline last: with ``decide.HISTORY_MIN`` or more, their spread
-    #: decides instead of the per-round samples.
-    history: list[StoredRun] = field(default_factory=list)
-    _compared: list[Mapping[str, Any]] = field(default_factory=list)
-    _marker_relative: bool = False
+    An ordinary class, not a dataclass: pytest registers it as a plugin, and plugins must be
+    hashable by identity. It reads the session's list of measured benchmarks (``measured``), the
+    one list the tables and the JSON are made from too; the decision is ``decide.GateRunner``'s.
+    """
 
-    def add(self, measured: Measured) -> None:
-        """Remember one measured benchmark (``ipu_benchmark`` calls this)."""
-        self.measured.append(measured)
+    def __init__(self, settings: Settings, measured: list[Measured]) -> None:
+        self.settings = settings
+        self.measured = measured
+        self.verdicts: list[Verdict] = []
+        #: Gated benchmarks the baseline lacks (their relative gates were not checked).
+        self.missing: list[str] = []
+        #: Other things the reader should know (a baseline from different hardware).
+        self.notes: list[str] = []
+        self.baseline: StoredRun | None = None
+        #: Every baseline run, the baseline last: with ``decide.HISTORY_MIN`` or more, their spread
+        #: decides instead of the per-round samples.
+        self.history: list[StoredRun] = []
+        self._compared: list[Mapping[str, Any]] = []
+        self._marker_relative = False
 
     # -- the baseline -------------------------------------------------------------------------------
 
@@ -102,6 +85,8 @@ class GateCheck:
         self._load_baseline()
 
     def _load_baseline(self) -> None:
+        from pytest_ipu.results import benchmark_json
+
         needs = self._marker_relative or any(g.kind == "relative" for g in self.settings.gates)
         if self.settings.baselines:
             try:
@@ -132,60 +117,18 @@ class GateCheck:
 
     def check(self) -> None:
         """Check every gate on every measured benchmark; fill ``verdicts``, ``missing`` and ``notes``."""
-        base = {b.fullname: b for b in self.baseline.benchmarks} if self.baseline is not None else {}
-        devices: dict[str, None] = {}
-        for m in self.measured:
-            chosen = effective_gates(self.settings.gates, m.gates)
-            if not chosen:
-                continue
-            counterpart = base.get(m.fullname)
-            relative = [g for g in chosen if g.kind == "relative"]
-            if relative and (counterpart is None or counterpart.record is None):
-                why = "is not in" if counterpart is None else "has no pytest-ipu record in"
-                self.missing.append(
-                    f"{m.name} {why} the baseline ({self._baseline_name()}): its relative gates "
-                    f"({', '.join(map(str, relative))}) were not checked"
-                )
-            for gate in chosen:
-                if gate.kind == "absolute":
-                    self.verdicts.append(decide.check(gate, m.name, m.record))
-                elif counterpart is not None and counterpart.record is not None:
-                    self.verdicts.append(self._relative(gate, m, counterpart))
-            if counterpart is not None and counterpart.record is not None:
-                was, now = counterpart.record.device_name, str(m.record.get("device_name"))
-                if was != now:
-                    devices[f"the baseline ran {m.name} on {was!r}, this run on {now!r}"] = None
-        self.notes.extend(f"different hardware: {d}" for d in devices)
+        outcome = self._runner().check(self.measured)
+        self.verdicts.extend(outcome.verdicts)
+        self.missing.extend(outcome.missing)
+        self.notes.extend(outcome.notes)
 
-    def _relative(self, gate: gates.Gate, m: Measured, counterpart: StoredBenchmark) -> decide.Verdict:
-        assert counterpart.record is not None
-        return decide.check(
-            gate,
-            m.name,
-            m.record,
-            schema.to_json(counterpart.record),
-            m.samples_s or None,
-            counterpart.samples_s,
-            history=self._history_of(m.fullname, gate.metric),
-        )
+    def _runner(self) -> GateRunner:
+        from pytest_ipu.results.decide import GateRunner
 
-    def _history_of(self, fullname: str, metric: str) -> list[float]:
-        """The metric's value for ``fullname`` in every baseline run that has it."""
-        values = []
-        for run in self.history:
-            bench = next((b for b in run.benchmarks if b.fullname == fullname), None)
-            if bench is not None and bench.record is not None:
-                value = decide.metric_value(schema.to_json(bench.record), metric)
-                if value is not None:
-                    values.append(value)
-        return values
+        return GateRunner(history=self.history, run_gates=self.settings.gates, baseline=self.baseline)
 
     def _baseline_name(self) -> str:
-        if self.baseline is None:
-            return "none"
-        if len(self.history) > 1:
-            return f"{self.baseline.path} (and {len(self.history) - 1} earlier baseline run(s))"
-        return str(self.baseline.path)
+        return self._runner().baseline_name()
 
     @property
     def failed(self) -> bool:

@@ -1,7 +1,8 @@
 """The pytest11 entry point: options, marker, hooks and fixtures are wired here; no logic.
 
-Imports stay light (pytest, the standard library, numpy and pytest-ipu's pure modules), so
-``pytest --help`` works on machines without any deep-learning runtime.
+Every pytest run of a project with pytest-ipu installed loads this module, so it imports only the
+glue and what parsing the options needs: no numpy, no runtime. Everything a benchmark needs loads
+on first use (``benchmarks/test_startup_cost.py`` measures what the plugin adds to start-up).
 """
 
 from __future__ import annotations
@@ -45,13 +46,13 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         # Under PopRun each instance writes its own --benchmark-json file (before pytest-benchmark,
         # whose trylast pytest_configure reads the option).
-        instance = poprun.configure_json_path(config)
+        instance = poprun.configure_json_path(config.option)
     except ValueError as exc:
         raise pytest.UsageError(f"pytest-ipu: {exc}") from None
     session = IpuSession(config, options.settings_from_config(config), poprun=instance)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, _PLUGIN_NAME)
-    gate_check = GateCheck(session.settings)
+    gate_check = GateCheck(session.settings, session.measured)
     config.stash[GATE_KEY] = gate_check
     config.pluginmanager.register(gate_check, _GATES_NAME)
 

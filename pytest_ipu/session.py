@@ -1,15 +1,15 @@
 """Per-run state of pytest-ipu: settings, backends, the compile cache and the records measured.
 
 The session is registered as a plugin, so its methods are the hook implementations that need
-run state (pytest-benchmark's JSON hooks, the header and the terminal summary).
+run state (pytest-benchmark's JSON hooks, the header and the terminal summary). It is made at
+every pytest start-up, so what only a benchmark needs (the compile cache, power meters, the JSON
+schema, the tables) is imported on first use.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
-from dataclasses import dataclass
-from dataclasses import field
+from typing import TYPE_CHECKING
 from typing import Any
 
 import pytest
@@ -19,7 +19,6 @@ from pytest_ipu import backends
 from pytest_ipu import power
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import Backend
-from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.target import Target
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import ConfigError
@@ -33,38 +32,47 @@ from pytest_ipu.placement import poprun
 from pytest_ipu.placement.poprun import PopRunInstance
 from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.base import PowerSourceError
-from pytest_ipu.power.meter import PowerMeter
-from pytest_ipu.report import terminal as report
-from pytest_ipu.results import benchmark_json
-from pytest_ipu.results import schema
+from pytest_ipu.results.records import Measured
+
+if TYPE_CHECKING:
+    from pytest_ipu.compiling import CompileCache
+    from pytest_ipu.power.meter import PowerMeter
+    from pytest_ipu.results.gates import Gate
+    from pytest_ipu.results.records import IpuRecord
 
 SESSION_KEY = pytest.StashKey["IpuSession"]()
 
 
-@dataclass
-class _CacheEntry:
-    compiled: CompiledModel
-    # Holding the model keeps its id() from being reused by another object while cached.
-    model: object
-    # Holds its devices exclusively while open (an IPU executable stays attached).
-    exclusive: bool = False
-    # The test that last asked for it: a test's own models are never evicted under it.
-    user: str = ""
-
-
-@dataclass
 class IpuSession:
-    """State shared by every pytest-ipu fixture and hook of one pytest run."""
+    """State shared by every pytest-ipu fixture and hook of one pytest run.
 
-    config: pytest.Config
-    settings: Settings
-    #: This process's place in a PopRun launch, or ``None`` outside PopRun.
-    poprun: PopRunInstance | None = None
-    _backends: dict[Target, tuple[Backend | None, Availability]] = field(default_factory=dict)
-    _compiled: dict[tuple[Any, ...], _CacheEntry] = field(default_factory=dict)
-    _rows: list[report.Row] = field(default_factory=list)
-    _auto: tuple[list[Target], list[tuple[Target, str]]] | None = None
-    _meters: dict[tuple[str, str], tuple[PowerMeter | None, str]] = field(default_factory=dict)
+    An ordinary class, not a dataclass: pytest registers it as a plugin, and plugins must be
+    hashable by identity.
+    """
+
+    def __init__(
+        self, config: pytest.Config, settings: Settings, poprun: PopRunInstance | None = None
+    ) -> None:
+        self.config = config
+        self.settings = settings
+        #: This process's place in a PopRun launch, or ``None`` outside PopRun.
+        self.poprun = poprun
+        #: Every benchmark measured in this run, in order: the one list the terminal tables, the
+        #: gates and the JSON are made from.
+        self.measured: list[Measured] = []
+        self._compiled: CompileCache | None = None
+        self._backends: dict[Target, tuple[Backend | None, Availability]] = {}
+        self._auto: tuple[list[Target], list[tuple[Target, str]]] | None = None
+        self._meters: dict[tuple[str, str], tuple[PowerMeter | None, str]] = {}
+
+    @property
+    def compiled(self) -> CompileCache:
+        """Models compiled in this run (``ipu_compile``), closed when the run ends."""
+        if self._compiled is None:
+            from pytest_ipu.compiling import CompileCache
+
+            self._compiled = CompileCache()
+        return self._compiled
 
     # -- backends ---------------------------------------------------------------------------------
 
@@ -139,6 +147,8 @@ class IpuSession:
         availability = source.availability()
         if not availability.ok:
             return None, f"{name} unavailable: {availability.reason}"
+        from pytest_ipu.power.meter import PowerMeter
+
         meter = PowerMeter(source, hz=self.settings.power_hz, idle_s=self.settings.idle_s)
         try:
             meter.open()
@@ -147,52 +157,29 @@ class IpuSession:
             return None, f"{name} failed to open: {exc}"
         return meter, ""
 
-    # -- compile cache ----------------------------------------------------------------------------
+    # -- results ----------------------------------------------------------------------------------
 
-    def cached(self, key: tuple[Any, ...], user: str = "") -> CompiledModel | None:
-        """A model compiled earlier in this run under ``key``, if any; ``user`` (a node id) now uses it."""
-        entry = self._compiled.get(key)
-        if entry is None:
-            return None
-        entry.user = user
-        return entry.compiled
-
-    def remember(
+    def publish(
         self,
-        key: tuple[Any, ...],
-        compiled: CompiledModel,
-        model: object,
-        exclusive: bool = False,
-        user: str = "",
+        item: pytest.Item,
+        extra_info: dict[str, Any],
+        record: IpuRecord,
+        samples_s: tuple[float, ...],
+        group: str,
+        gates: tuple[Gate, ...],
     ) -> None:
-        """Keep a compiled model for later tests; it is closed when the run ends, or (``exclusive``)
-        when another test's model needs exclusive devices (``release_exclusive``)."""
-        self._compiled[key] = _CacheEntry(compiled, model, exclusive, user)
+        """Keep a measured benchmark (``ipu_benchmark`` calls this once per benchmark) and give
+        pytest-benchmark its JSON form, ``extra_info["ipu"]``, after ``pytest_ipu_update_record``."""
+        from pytest_ipu.results import benchmark_json
+        from pytest_ipu.results import schema
 
-    def release_exclusive(self, user: str = "") -> None:
-        """Close every cached model that holds its devices exclusively, before another is compiled.
-
-        An IPU runs one executable at a time and a session keeps its IPUs attached until closed, so
-        a second batch size (or backend) could never acquire them while the first stays cached. Only
-        one exclusive model lives at a time; a test that needs an evicted one again recompiles it
-        (the SDK's executable caches make that quick). Models the test ``user`` itself is using
-        stay open: closing them under it would break the test, while a second model that cannot get
-        the IPUs skips it with "Failed to acquire", which is the truth. A close that fails is
-        reported as a warning.
-        """
-        evicted = {k: e for k, e in self._compiled.items() if e.exclusive and (not user or e.user != user)}
-        for key in evicted:
-            del self._compiled[key]
-        errors = _close_all(evicted.values())
-        if errors:
-            warnings.warn(
-                PytestIpuWarning(f"pytest-ipu could not release a compiled model: {'; '.join(errors)}"),
-                stacklevel=2,
-            )
-
-    def add_row(self, row: report.Row) -> None:
-        """Record a measured benchmark for the terminal summary."""
-        self._rows.append(row)
+        measured = Measured(item.nodeid, item.name, group, record, samples_s, gates)
+        self.measured.append(measured)
+        data = schema.to_json(record)
+        if self.poprun is not None:
+            data[poprun.KEY] = self.poprun.as_json()
+        self.config.hook.pytest_ipu_update_record(config=self.config, item=item, record=data)
+        benchmark_json.attach(extra_info, data)
 
     # -- hooks ------------------------------------------------------------------------------------
 
@@ -235,6 +222,9 @@ class IpuSession:
     ) -> None:
         """``machine_info["ipu"]``: the plugin version, each backend used as it describes itself, and
         (under ``auto``) the default targets absent here with the reason."""
+        from pytest_ipu.results import benchmark_json
+        from pytest_ipu.results import schema
+
         # Keyed like the records' "target" (backend:device), whatever spelling the user asked for.
         used = {
             f"{b.name}:{b.device}": b.describe()
@@ -255,6 +245,9 @@ class IpuSession:
 
     def pytest_benchmark_update_json(self, config: pytest.Config, output_json: dict[str, Any]) -> None:
         """The top-level ``pytest_ipu`` section: schema version, plugin version and settings."""
+        from pytest_ipu.results import benchmark_json
+        from pytest_ipu.results import schema
+
         run_info = {
             "schema": schema.SCHEMA_VERSION,
             "version": __version__,
@@ -264,7 +257,10 @@ class IpuSession:
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """The pytest-ipu tables, and under ``auto`` which targets were found and which were not."""
-        lines = (report.tables(self._rows) if self._rows else []) + self._target_lines()
+        from pytest_ipu.report import terminal as report
+
+        rows = [report.Row(m.group, m.name, m.record) for m in self.measured]
+        lines = (report.tables(rows) if rows else []) + self._target_lines()
         if lines:
             terminalreporter.section("pytest-ipu")
             for line in lines:
@@ -272,7 +268,6 @@ class IpuSession:
 
     def pytest_sessionfinish(self) -> None:
         """Release every compiled model and power source, whatever happened."""
-        entries, self._compiled = list(self._compiled.values()), {}
         meters, self._meters = [m for m, _ in self._meters.values() if m is not None], {}
         errors = []
         for meter in meters:
@@ -280,7 +275,8 @@ class IpuSession:
                 meter.close()
             except Exception as exc:
                 errors.append(f"power source {meter.source.name}: {exc}")
-        errors.extend(_close_all(entries))
+        if self._compiled is not None:
+            errors.extend(self._compiled.close())
         if errors:
             warnings.warn(
                 PytestIpuWarning(
@@ -288,14 +284,3 @@ class IpuSession:
                 ),
                 stacklevel=1,
             )
-
-
-def _close_all(entries: Iterable[_CacheEntry]) -> list[str]:
-    """Close every entry's compiled model, whatever the others do; one message per failure."""
-    errors = []
-    for entry in entries:
-        try:
-            entry.compiled.close()
-        except Exception as exc:
-            errors.append(f"{entry.compiled.target}: {exc}")
-    return errors

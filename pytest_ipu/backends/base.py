@@ -9,13 +9,16 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import Literal
 from typing import Protocol
+from typing import runtime_checkable
 
-from pytest_ipu.backends.parity import Parity
 from pytest_ipu.errors import CompileError
 
 if TYPE_CHECKING:
-    from pytest_ipu.placement.instances import InstanceGroup
+    from pytest_ipu.placement.inventory import IpuInventory
+    from pytest_ipu.results.records import ParityRecord
+    from pytest_ipu.results.records import PlacementRecord
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,73 @@ class Availability:
     def no(cls, reason: str) -> Availability:
         """Not available, because of ``reason`` (which should also say what would fix it)."""
         return cls(False, reason)
+
+
+@dataclass(frozen=True)
+class InstanceInfo:
+    """What one instance's compile produced: where it runs, how long compiling took, and its facts.
+
+    ``compile_s`` is ``None`` when nobody timed the compile; ``phases_s`` and ``info`` are the
+    backend's own breakdown and plain-JSON facts (``CompiledModel.phases_s`` and ``.info``).
+    """
+
+    index: int
+    target: str
+    device: str
+    device_name: str
+    compile_s: float | None
+    phases_s: Mapping[str, float] = field(default_factory=dict)
+    info: Mapping[str, object] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, object]:
+        """Plain JSON values (a fresh dict; mappings copied)."""
+        return {
+            "index": self.index,
+            "target": self.target,
+            "device": self.device,
+            "device_name": self.device_name,
+            "compile_s": self.compile_s,
+            "phases_s": {str(k): float(v) for k, v in self.phases_s.items()},
+            "info": dict(self.info),
+        }
+
+
+class InstanceGroup(Protocol):
+    """N independent instances of a compiled model, called together one round at a time."""
+
+    #: Number of instances.
+    count: int
+    #: ``"threads"`` or ``"processes"``.
+    runner: str
+
+    def prepare(self, inputs: Sequence[object]) -> None:
+        """Untimed: every instance converts ``inputs`` once (its own ``prepare_inputs``) and keeps them."""
+
+    def round(self) -> None:
+        """One call of every instance on its prepared inputs, all at once; returns when all have
+        finished. An instance's failure raises ``InstanceError`` naming it, and the group is then
+        unusable (only ``close`` works)."""
+
+    def call(self, index: int, inputs: Sequence[object]) -> object:
+        """Untimed: instance ``index`` called once on ``inputs``; its outputs (for parity checks). A
+        failing call raises ``InstanceError`` and leaves the group usable."""
+
+    def reset_latencies(self) -> None:
+        """Forget the call durations recorded so far."""
+
+    def latencies_s(self) -> list[list[float]]:
+        """Per instance, the duration (s) of each call ``round`` made since the last reset, timed
+        inside the instance around the call only."""
+
+    def compiled_info(self) -> list[InstanceInfo]:
+        """Per instance: where it runs and what its compile produced."""
+
+    def device_latencies(self) -> list[Mapping[str, object] | None]:
+        """Per instance, the device's own latency counters for its last call
+        (``CompiledModel.device_latency``), or ``None`` where the backend has none."""
+
+    def close(self) -> None:
+        """Release everything (idempotent); close errors are raised once, after all is released."""
 
 
 @dataclass(frozen=True)
@@ -63,13 +133,13 @@ class CompiledModel:
     compile_s: float | None = None
     compile_cached: bool = False
     #: The output comparison against the reference, when ``ipu_compile(..., parity=True)`` asked.
-    parity: Parity | None = None
+    parity: ParityRecord | None = None
     #: The device's own latency counters for the last call (plain JSON with ``resolution_s``), for
     #: backends that have them (PopTorch's ``getLatency``); ``None`` when the backend has none.
     device_latency: Callable[[], Mapping[str, object] | None] | None = None
     #: Where the model was placed (plain JSON: instances, their IPU ids, replicas, stages, runner),
     #: when the test's marker asked for a placement.
-    placement: Mapping[str, object] | None = None
+    placement: PlacementRecord | None = None
     #: The concurrently running instances behind ``run`` when the placement has more than one:
     #: each ``run`` is one round in which every instance makes one call.
     group: InstanceGroup | None = None
@@ -144,3 +214,34 @@ class Backend(Protocol):
         options: Mapping[str, object],
     ) -> CompiledModel:
         """Prepare ``model`` to run; raise ``CompileError`` naming the model and the reason."""
+
+
+@runtime_checkable
+class PlacedBackend(Backend, Protocol):
+    """A backend whose models placement can spread over several devices (the IPU backends).
+
+    ``ipu_compile`` and the ``ipu_placement`` fixture check for this protocol (``isinstance``), never
+    for single members. A backend without it runs ``instances=N`` copies side by side on its one
+    device, and cannot take replicas or pipeline stages.
+    """
+
+    #: How concurrent instances run: ``"threads"`` in this process (calls release the GIL) or
+    #: ``"processes"``, one worker each (calls hold the GIL); the latter needs ``WorkerBackend``.
+    concurrency: Literal["threads", "processes"]
+    #: Whether a compiled model holds its devices until closed (an IPU executable stays attached),
+    #: so that the run's other cached models must be closed before another compiles.
+    exclusive_device: bool
+
+    def inventory(self) -> IpuInventory | str:
+        """The devices present, or why there are none (a message naming the fix)."""
+
+    def placement_options(self, replicas: int, stages: int) -> dict[str, object]:
+        """The backend options that give one model ``replicas`` replicas and ``stages`` stages."""
+
+
+@runtime_checkable
+class WorkerBackend(PlacedBackend, Protocol):
+    """A placed backend whose instances run in worker processes: it can be rebuilt in one."""
+
+    def worker_factory(self) -> Callable[[], Backend]:
+        """A picklable callable that makes an equal backend in a worker process."""

@@ -8,10 +8,11 @@ happens to be near zero. The tolerance depends on the precision the backend ran 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from pytest_ipu.results.records import ParityRecord
 
 #: Largest allowed ``max_rel`` per precision. fp32 allows for reordered reductions and TF32 on GPUs;
 #: fp16 and bf16 for their 11 and 8 bits of mantissa accumulated through a deep network.
@@ -20,31 +21,6 @@ TOLERANCES: Mapping[str, float] = {"fp32": 1e-3, "fp16": 1e-2, "bf16": 5e-2}
 
 class ParityError(AssertionError):
     """A backend's outputs differ from the reference by more than the precision's tolerance."""
-
-
-@dataclass(frozen=True)
-class Parity:
-    """The comparison of one compiled model's outputs against the reference on the example inputs."""
-
-    reference: str
-    max_abs: float
-    max_rel: float
-    tolerance: float
-
-    @property
-    def passed(self) -> bool:
-        """Whether ``max_rel`` is within the tolerance."""
-        return self.max_rel <= self.tolerance
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, stored as ``extra_info["ipu"]["parity"]``."""
-        return {
-            "reference": self.reference,
-            "max_abs": self.max_abs,
-            "max_rel": self.max_rel,
-            "tolerance": self.tolerance,
-            "passed": self.passed,
-        }
 
 
 def to_arrays(outputs: Any) -> list[np.ndarray]:
@@ -60,8 +36,9 @@ def to_arrays(outputs: Any) -> list[np.ndarray]:
     return [np.asarray(outputs, dtype=np.float64)]
 
 
-def compare(reference: Any, actual: Any, precision: str, reference_name: str) -> Parity:
-    """Compare outputs; raises ``ParityError`` when their structure or shapes differ."""
+def compare(reference: Any, actual: Any, precision: str, reference_name: str) -> ParityRecord:
+    """Compare outputs (the record's ``passed`` says whether they match within the precision's
+    tolerance); raises ``ParityError`` when their structure or shapes differ."""
     ref, out = to_arrays(reference), to_arrays(actual)
     if len(ref) != len(out):
         raise ParityError(f"the model returned {len(out)} output(s), the reference {len(ref)}")
@@ -71,9 +48,9 @@ def compare(reference: Any, actual: Any, precision: str, reference_name: str) ->
             raise ParityError(f"output {i} has shape {a.shape}, the reference {r.shape}")
         if not (np.all(np.isfinite(a)) and np.all(np.isfinite(r))):
             # A non-finite value on either side makes the outputs incomparable: fail, never pass.
-            return Parity(reference_name, float("inf"), float("inf"), TOLERANCES[precision])
+            return ParityRecord(reference_name, float("inf"), float("inf"), TOLERANCES[precision])
         diff = float(np.max(np.abs(a - r))) if r.size else 0.0
         scale = float(np.max(np.abs(r))) if r.size else 0.0
         max_abs = max(max_abs, diff)
         max_rel = max(max_rel, diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf")))
-    return Parity(reference_name, max_abs, max_rel, TOLERANCES[precision])
+    return ParityRecord(reference_name, max_abs, max_rel, TOLERANCES[precision])

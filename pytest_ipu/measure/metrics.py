@@ -6,8 +6,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_ipu.measure import stats
-
 
 @dataclass(frozen=True)
 class LatencySummary:
@@ -29,6 +27,9 @@ class LatencySummary:
 
 def summarize_latency(samples_s: Sequence[float]) -> LatencySummary:
     """Summarize per-round latencies (seconds); raises ``ValueError`` on an empty or negative sample."""
+    # numpy (under stats) loads on the first summary, not when pytest starts.
+    from pytest_ipu.measure import stats
+
     if not samples_s:
         raise ValueError("no latency samples to summarize")
     if min(samples_s) < 0:

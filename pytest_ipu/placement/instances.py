@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
-from typing import Protocol
 from typing import cast
 
 from pytest_ipu.errors import BackendUnavailable
@@ -45,6 +44,9 @@ if TYPE_CHECKING:
 
     from pytest_ipu.backends.base import Backend
     from pytest_ipu.backends.base import CompiledModel
+
+from pytest_ipu.backends.base import InstanceGroup
+from pytest_ipu.backends.base import InstanceInfo
 
 __all__ = [
     "InstanceError",
@@ -69,73 +71,6 @@ class InstanceError(RuntimeError):
     def __init__(self, message: str, index: int) -> None:
         super().__init__(message)
         self.index = index
-
-
-@dataclass(frozen=True)
-class InstanceInfo:
-    """What one instance's compile produced: where it runs, how long compiling took, and its facts.
-
-    ``compile_s`` is ``None`` when nobody timed the compile; ``phases_s`` and ``info`` are the
-    backend's own breakdown and plain-JSON facts (``CompiledModel.phases_s`` and ``.info``).
-    """
-
-    index: int
-    target: str
-    device: str
-    device_name: str
-    compile_s: float | None
-    phases_s: Mapping[str, float] = field(default_factory=dict)
-    info: Mapping[str, object] = field(default_factory=dict)
-
-    def as_json(self) -> dict[str, object]:
-        """Plain JSON values (a fresh dict; mappings copied)."""
-        return {
-            "index": self.index,
-            "target": self.target,
-            "device": self.device,
-            "device_name": self.device_name,
-            "compile_s": self.compile_s,
-            "phases_s": {str(k): float(v) for k, v in self.phases_s.items()},
-            "info": dict(self.info),
-        }
-
-
-class InstanceGroup(Protocol):
-    """N independent instances of a compiled model, called together one round at a time."""
-
-    #: Number of instances.
-    count: int
-    #: ``"threads"`` or ``"processes"``.
-    runner: str
-
-    def prepare(self, inputs: Sequence[object]) -> None:
-        """Untimed: every instance converts ``inputs`` once (its own ``prepare_inputs``) and keeps them."""
-
-    def round(self) -> None:
-        """One call of every instance on its prepared inputs, all at once; returns when all have
-        finished. An instance's failure raises ``InstanceError`` naming it, and the group is then
-        unusable (only ``close`` works)."""
-
-    def call(self, index: int, inputs: Sequence[object]) -> object:
-        """Untimed: instance ``index`` called once on ``inputs``; its outputs (for parity checks). A
-        failing call raises ``InstanceError`` and leaves the group usable."""
-
-    def reset_latencies(self) -> None:
-        """Forget the call durations recorded so far."""
-
-    def latencies_s(self) -> list[list[float]]:
-        """Per instance, the duration (s) of each call ``round`` made since the last reset, timed
-        inside the instance around the call only."""
-
-    def compiled_info(self) -> list[InstanceInfo]:
-        """Per instance: where it runs and what its compile produced."""
-
-    def device_latencies(self) -> list[Mapping[str, object] | None]:
-        """Per instance, the device's own latency counters for its last call
-        (``CompiledModel.device_latency``), or ``None`` where the backend has none."""
-
-    def close(self) -> None:
-        """Release everything (idempotent); close errors are raised once, after all is released."""
 
 
 def _describe(exc: BaseException) -> str:

@@ -3,16 +3,12 @@ compiled copy per instance, run concurrently as one ``CompiledModel``.
 
 ``allocate`` decides which IPU ids each instance gets; this module turns that into backends
 and options (a device id per instance, replicas and pipeline stages in the backend's own option
-names), compiles every instance, and groups them. IPU backends say how through three optional
-methods, so third-party backends need none of them:
+names), compiles every instance, and groups them. IPU backends say how by implementing the
+``PlacedBackend`` protocol of ``pytest_ipu.backends.base`` (an inventory of devices, the options
+that give a model replicas and stages, and whether instances run in threads or, for
+``WorkerBackend``, worker processes), so third-party backends need none of it.
 
-- ``inventory()``: an ``IpuInventory`` of the devices present, or the reason there is none;
-- ``placement_options(replicas, stages)``: the backend options that give one model that many
-  replicas and pipeline stages;
-- ``worker_factory()``: a picklable callable that rebuilds the backend in a worker process, for
-  backends whose ``concurrency`` is ``"processes"`` (their calls hold the GIL).
-
-A backend without ``inventory`` can still run ``instances`` copies side by side on its one device
+A backend that is not a ``PlacedBackend`` can still run ``instances`` copies side by side on its one device
 (CPU, or one GPU), recorded as a shared device; replicas and pipeline stages are IPU concepts.
 """
 
@@ -20,24 +16,24 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-from typing import Any
 
 from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import InstanceGroup
+from pytest_ipu.backends.base import PlacedBackend
+from pytest_ipu.backends.base import WorkerBackend
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from pytest_ipu.placement.allocate import PlacementError
 from pytest_ipu.placement.allocate import allocate
 from pytest_ipu.placement.request import DeviceRequest
-
-if TYPE_CHECKING:
-    from pytest_ipu.placement.instances import InstanceGroup
+from pytest_ipu.results.records import PlacementRecord
 
 #: A function giving the backend for a target spelled ``name:device`` (the run's backend cache).
 BackendFor = Callable[[str, str], Backend]
@@ -56,10 +52,10 @@ class InstancePlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """Every instance of a placed model, and the placement as plain JSON for the record."""
+    """Every instance of a placed model, and the placement as the record keeps it."""
 
     instances: tuple[InstancePlan, ...]
-    as_json: Mapping[str, Any]
+    placement: PlacementRecord
 
 
 def is_trivial(request: DeviceRequest) -> bool:
@@ -76,16 +72,16 @@ def plan(
     device id with a placement, options that contradict the marker) and ``BackendUnavailable``
     (the test skips) when this machine has too few devices, naming what was asked and what exists.
     """
-    runner = str(getattr(backend, "concurrency", "threads"))
-    inventory_of = getattr(backend, "inventory", None)
-    base: dict[str, Any] = {
-        "instances": request.instances,
-        "ipus_per_instance": request.ipus_per_instance,
-        "replicas": request.replicas,
-        "stages": request.stages,
-        "runner": runner if request.instances > 1 else "inline",
-    }
-    if inventory_of is None:
+    runner = backend.concurrency if isinstance(backend, PlacedBackend) else "threads"
+    base = functools.partial(
+        PlacementRecord,
+        request.instances,
+        request.ipus_per_instance,
+        request.replicas,
+        request.stages,
+        runner if request.instances > 1 else "inline",
+    )
+    if not isinstance(backend, PlacedBackend):
         if request.replicas > 1 or request.stages > 1:
             raise CompileError(
                 f"replicas={request.replicas} and stages={request.stages} place one model over several IPUs, "
@@ -93,9 +89,9 @@ def plan(
                 "target, or ask for instances= only"
             )
         plans = tuple(InstancePlan(i, backend, backend.device, (), {}) for i in range(request.instances))
-        return Plan(plans, {**base, "shared_device": True, "devices": [backend.device] * request.instances})
+        return Plan(plans, base(shared_device=True, devices=(backend.device,) * request.instances))
 
-    inventory = inventory_of()
+    inventory = backend.inventory()
     if isinstance(inventory, str):
         raise BackendUnavailable(f"cannot place the model on {backend.name}:{backend.device}: {inventory}")
     device = backend.device
@@ -116,10 +112,7 @@ def plan(
     if inventory.simulator:
         # The IPU Model simulates each instance on the host: no ids to allocate, nothing shared.
         plans = tuple(InstancePlan(i, backend, device, (), extra) for i in range(request.instances))
-        return Plan(
-            plans,
-            {**base, "shared_device": False, "simulator": True, "devices": [device] * request.instances},
-        )
+        return Plan(plans, base(shared_device=False, devices=(device,) * request.instances, simulator=True))
     try:
         placed = allocate(inventory.placement_inventory(), request)
     except PlacementError as exc:
@@ -136,26 +129,19 @@ def plan(
         )
     return Plan(
         tuple(plans_list),
-        {
-            **base,
-            "ipu_ids": [list(i.ipu_ids) for i in placed.instances],
-            "shared_device": False,
-            "devices": [p.device for p in plans_list],
-            "inventory": inventory.as_json(),
-        },
+        base(
+            shared_device=False,
+            devices=tuple(p.device for p in plans_list),
+            ipu_ids=tuple(i.ipu_ids for i in placed.instances),
+            inventory=inventory.as_json(),
+        ),
     )
 
 
-def _placement_options(backend: Backend, request: DeviceRequest) -> dict[str, object]:
+def _placement_options(backend: PlacedBackend, request: DeviceRequest) -> dict[str, object]:
     if request.replicas == 1 and request.stages == 1:
         return {}
-    method = getattr(backend, "placement_options", None)
-    if method is None:
-        raise CompileError(
-            f"target {backend.name}:{backend.device} cannot place replicas or pipeline stages (its backend "
-            "has no placement_options); ask for instances= only"
-        )
-    return dict(method(request.replicas, request.stages))
+    return dict(backend.placement_options(request.replicas, request.stages))
 
 
 def compile_plan(
@@ -179,14 +165,13 @@ def compile_plan(
     if len(plans) == 1:
         compiled = first.backend.compile(model, example_inputs, precision, {**options, **first.options})
         return _with_placement(compiled, the_plan)
-    runner = str(getattr(first.backend, "concurrency", "threads"))
+    runner = first.backend.concurrency if isinstance(first.backend, PlacedBackend) else "threads"
     group: InstanceGroup
     start = time.perf_counter_ns()
     if runner == "processes":
         specs = []
         for p in plans:
-            factory = getattr(p.backend, "worker_factory", None)
-            if factory is None:
+            if not isinstance(p.backend, WorkerBackend):
                 raise CompileError(
                     f"{p.backend.name} runs instances in worker processes but has no worker_factory() to "
                     "rebuild itself there"
@@ -194,7 +179,7 @@ def compile_plan(
             specs.append(
                 instances.InstanceSpec(
                     index=p.index,
-                    factory=factory(),
+                    factory=p.backend.worker_factory(),
                     model=model,
                     example_inputs=tuple(example_inputs),
                     precision=precision,
@@ -243,15 +228,15 @@ def compile_plan(
         options=dict(options),
         phases_s={"instances_wall": wall_s},
         info={"instances": [info.as_json() for info in infos]},
-        placement=dict(the_plan.as_json),
+        placement=the_plan.placement,
         group=group,
-        simulator=bool(the_plan.as_json.get("simulator", False)),
+        simulator=the_plan.placement.simulator,
     )
 
 
 def _with_placement(compiled: CompiledModel, the_plan: Plan) -> CompiledModel:
-    simulator = compiled.simulator or bool(the_plan.as_json.get("simulator", False))
-    return dataclasses.replace(compiled, placement=dict(the_plan.as_json), simulator=simulator)
+    simulator = compiled.simulator or the_plan.placement.simulator
+    return dataclasses.replace(compiled, placement=the_plan.placement, simulator=simulator)
 
 
 def _base_device(device: str) -> str:

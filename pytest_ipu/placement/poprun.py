@@ -26,15 +26,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
 from typing import Any
 
 from pytest_ipu.results import atomic
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import schema
-
-if TYPE_CHECKING:
-    import pytest
 
 #: Where an instance's ``as_json()`` goes: ``machine_info["ipu"][KEY]`` and each record's ``KEY``.
 KEY = "poprun"
@@ -184,28 +180,26 @@ def instance_json_path(path: Path, instance: PopRunInstance) -> Path:
     return path.with_name(f"{path.stem}{tag}{path.suffix}")
 
 
-def configure_json_path(
-    config: pytest.Config, popdist_module: ModuleType | None = None
-) -> PopRunInstance | None:
+def configure_json_path(option: Any, popdist_module: ModuleType | None = None) -> PopRunInstance | None:
     """Under PopRun, give this instance its own output files; the instance, or ``None`` outside PopRun.
 
     ``--benchmark-json`` becomes ``instance_json_path``'s file, and the names ``--benchmark-save``
     and ``--benchmark-autosave`` save under gain ``.instance-I-of-N``, so instances saving into one
     storage at once never pick the same file. Safe to call twice. Call it from a
     ``pytest_configure`` that runs before pytest-benchmark's (which is ``trylast`` and reads the
-    options when it creates its session).
+    options when it creates its session). ``option`` is pytest's parsed options (``config.option``).
     """
     instance = detect(popdist_module)
     if instance is None:
         return None
-    path = getattr(config.option, "benchmark_json", None)
+    path = getattr(option, "benchmark_json", None)
     if path is not None:
-        config.option.benchmark_json = instance_json_path(Path(path), instance)
+        option.benchmark_json = instance_json_path(Path(path), instance)
     suffix = f".instance-{instance.index}-of-{instance.count}"
-    for option in ("benchmark_save", "benchmark_autosave"):
-        name = getattr(config.option, option, None)
+    for key in ("benchmark_save", "benchmark_autosave"):
+        name = getattr(option, key, None)
         if isinstance(name, str) and name and not name.endswith(suffix):
-            setattr(config.option, option, name + suffix)
+            setattr(option, key, name + suffix)
     return instance
 
 

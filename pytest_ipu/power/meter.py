@@ -1,8 +1,9 @@
 """Energy over a timed window: an open source, its idle baseline, sampling, integration, checks.
 
 ``PowerMeter`` owns one open source for a run. It measures idle power once, before the first
-window, and then measures any number of windows. ``PowerResult`` is what a window's energy is,
-including why it is not measured when it is not; it is never zero in place of unknown.
+window, and then measures any number of windows. What a window's energy is, including why it is
+not measured when it is not, is a ``PowerRecord`` (``pytest_ipu.results.records``); it is never
+zero in place of unknown.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.sampler import Clock
 from pytest_ipu.power.sampler import PowerSampler
 from pytest_ipu.power.sampler import Trace
+from pytest_ipu.results.records import DeviceEnergy
+from pytest_ipu.results.records import PowerRecord
 
 #: Shortest window whose energy we call confident, and its multiple of the sensor period (R3).
 MIN_WINDOW_S = 5.0
@@ -38,57 +41,9 @@ UNKNOWN_PERIOD_HZ = 100.0
 _RULE = {"energy_counter": "counter_delta", "instant_power": "trapezoid", "average_power": "backward_rect"}
 
 
-@dataclass(frozen=True)
-class DeviceEnergy:
-    """One measured device's share of a window."""
-
-    id: str
-    name: str
-    scope: str
-    energy_j: float
-    mean_w: float
-    idle_w: float | None
-
-
-@dataclass(frozen=True)
-class PowerResult:
-    """Energy over one timed window, or why there is none (``measured`` false, ``reason`` set).
-
-    ``items_per_j`` equals items/s/W: (items / window) / (energy / window). ``idle_power_w`` is
-    reported beside the total and never subtracted from it.
-    """
-
-    measured: bool
-    source: str
-    reason: str = ""
-    method: str | None = None
-    integration: str | None = None
-    devices: tuple[DeviceEnergy, ...] = ()
-    energy_j: float | None = None
-    mean_power_w: float | None = None
-    idle_power_w: float | None = None
-    items: int = 0
-    energy_per_item_j: float | None = None
-    items_per_j: float | None = None
-    samples: int = 0
-    sample_hz_requested: float | None = None
-    sample_hz_achieved: float | None = None
-    update_period_s: float | None = None
-    window_s: float | None = None
-    valid: bool = False
-    warnings: tuple[str, ...] = ()
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, stored as ``extra_info["ipu"]["power"]``."""
-        out: dict[str, Any] = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out["devices"] = [dict(d.__dict__) for d in self.devices]
-        out["warnings"] = list(self.warnings)
-        return out
-
-
-def not_measured(source: str, reason: str) -> PowerResult:
+def not_measured(source: str, reason: str) -> PowerRecord:
     """An explicit "not measured", with the reason; shown as such, never as 0."""
-    return PowerResult(measured=False, source=source, reason=reason)
+    return PowerRecord(measured=False, source=source, reason=reason)
 
 
 def min_window_s(update_period_s: float | None) -> float:
@@ -179,7 +134,7 @@ class PowerMeter:
         refresh = period * 1e9 if period and self.source.kind == "energy_counter" else None
         return energy.integrate(_RULE[self.source.kind], t, v, start_ns, end_ns, refresh)  # type: ignore[arg-type]
 
-    def result(self, trace: Trace, start_ns: int, end_ns: int, items: int, rounds_fixed: bool) -> PowerResult:
+    def result(self, trace: Trace, start_ns: int, end_ns: int, items: int, rounds_fixed: bool) -> PowerRecord:
         """Integrate ``trace`` over the window, check it (R18) and derive the per-item figures."""
         window_s = (end_ns - start_ns) * 1e-9
         period = self.source.update_period_s()
@@ -196,11 +151,12 @@ class PowerMeter:
             "window_s": window_s,
         }
         if trace.error is not None:
-            return PowerResult(**base, reason=f"sampling failed: {trace.error}", valid=False)
+            return PowerRecord(**base, reason=f"sampling failed: {trace.error}", valid=False)
         try:
             per_device = {d.id: self._joules(trace, d.id, start_ns, end_ns) for d in self.devices}
         except (ValueError, KeyError) as exc:
-            return PowerResult(**base, reason=f"cannot integrate the window: {exc}", valid=False)
+            return PowerRecord(**base, reason=f"cannot integrate the window: {exc}", valid=False)
+        low_confidence = window_s < min_window_s(period)
         warnings = self._warnings(
             per_device, base, window_s, period, rounds_fixed, len(trace.t_ns), trace.missed
         )
@@ -212,7 +168,7 @@ class PowerMeter:
             for d in self.devices
         )
         valid = total >= 0 and all(e >= 0 for e in per_device.values())
-        return PowerResult(
+        return PowerRecord(
             **base,
             devices=devices,
             energy_j=total,
@@ -222,6 +178,7 @@ class PowerMeter:
             items_per_j=items / total if items and total > 0 else None,
             valid=valid,
             warnings=tuple(warnings) if valid else (*warnings, "negative energy: the reading is wrong"),
+            low_confidence=low_confidence,
         )
 
     def _warnings(
@@ -237,6 +194,7 @@ class PowerMeter:
         out = []
         shortest = min_window_s(period)
         if window_s < shortest:
+            # The record's low_confidence flag says so too; this says by how much and why.
             why = "the rounds were fixed" if rounds_fixed else "the round cap was reached"
             out.append(f"low confidence: window {window_s:.3g} s < {shortest:.3g} s ({why})")
         if base["method"] == "sampled_power" and base["samples"] < MIN_SAMPLES:

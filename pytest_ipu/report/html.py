@@ -2,7 +2,8 @@
 
 The page (``index.html``) carries everything inline, CSS and figures (as base64 SVG), so the file
 alone can be mailed or attached to a review. Its tables are the terminal tables' columns with the
-same markers and footnotes (``n/m``, ``?``, ``~``, ``*``), rendered by ``pytest_ipu.report.terminal``.
+same markers and footnotes (``n/m``, ``?``, ``~``, ``*``), from ``pytest_ipu.report.terminal``
+(its ``COLUMNS`` and ``footnotes``).
 
 Every file is written through a temporary file and ``os.replace``, and every figure is rendered
 before the first file is written, so a failure leaves earlier files whole and no half-written page.
@@ -28,6 +29,7 @@ from pytest_ipu.results import atomic
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.records import IpuRecord
+from pytest_ipu.results.records import group_name
 
 #: Resolution of the PNG files.
 PNG_DPI = 150
@@ -274,21 +276,10 @@ def _group_rows(runs: Sequence[StoredRun], group: str) -> list[tuple[int, report
         (index, report.Row(group, bench.name, bench.record))
         for index, run in enumerate(runs)
         for bench in run.benchmarks
-        if bench.record is not None and plots.group_of(bench) == group
+        if bench.record is not None and group_name(bench.group, bench.name) == group
     ]
     rows.sort(key=lambda item: (report.sort_key(item[1]), item[0]))
     return rows
-
-
-def footnotes(rows: Sequence[report.Row]) -> list[str]:
-    """The terminal tables' footnotes for these rows, word for word.
-
-    ``report.tables`` ends every group's table with a blank line and puts its footnotes after the
-    last one, so the lines after the last blank line are the footnotes.
-    """
-    lines = report.tables(rows)
-    last_blank = max((i for i, line in enumerate(lines) if not line), default=-1)
-    return lines[last_blank + 1 :]
 
 
 def _table(runs: Sequence[StoredRun], group: str) -> str:
@@ -310,7 +301,7 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
         body.append(
             "<tr>" + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip(attrs, cells, strict=True)) + "</tr>"
         )
-    notes = footnotes([row for _, row in rows])
+    notes = report.footnotes([row for _, row in rows])
     notes_html = f'<ul class="notes">{"".join(f"<li>{_e(n)}</li>" for n in notes)}</ul>' if notes else ""
     caption = "latency per call; throughput summed over instances"
     return (

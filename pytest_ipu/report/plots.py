@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from pytest_ipu.measure import stats
+from pytest_ipu.measure import units
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.records import IpuRecord
+from pytest_ipu.results.records import group_name
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -124,18 +126,13 @@ class _Point:
     record: IpuRecord
 
 
-def group_of(bench: StoredBenchmark) -> str:
-    """The benchmark's pytest-benchmark group, else its test function's name (as the terminal tables)."""
-    return bench.group or bench.name.partition("[")[0]
-
-
 def groups(runs: Sequence[StoredRun]) -> list[str]:
     """The groups that hold at least one pytest-ipu record, in first-seen order over the runs."""
     seen: dict[str, None] = {}
     for run in runs:
         for bench in run.benchmarks:
             if bench.record is not None:
-                seen[group_of(bench)] = None
+                seen[group_name(bench.group, bench.name)] = None
     return list(seen)
 
 
@@ -162,7 +159,7 @@ def _variant(bench: StoredBenchmark) -> str:
 def _points(runs: Sequence[StoredRun]) -> list[_Point]:
     """Every record of every run with the backend it belongs to, variants split only where needed."""
     raw: list[tuple[int, str, StoredBenchmark, IpuRecord]] = [
-        (index, group_of(bench), bench, bench.record)
+        (index, group_name(bench.group, bench.name), bench, bench.record)
         for index, run in enumerate(runs)
         for bench in run.benchmarks
         if bench.record is not None
@@ -203,22 +200,19 @@ def _backend_label(backend: _Backend) -> str:
     return " ".join(parts)
 
 
-def _is_low_confidence(power: Mapping[str, Any]) -> bool:
-    return any(str(w).startswith("low confidence") for w in power.get("warnings", []) or [])
-
-
 def _energy(record: IpuRecord) -> tuple[float | None, bool, str | None, str | None]:
     """Items per joule, whether it is of low confidence, why it is missing, and its source."""
-    power = record.power or {}
-    if not power.get("measured"):
-        return None, False, f"energy not measured: {power.get('reason') or 'no power record'}", None
-    value = power.get("items_per_j")
-    if not power.get("valid") or value is None:
-        why = power.get("reason") or "; ".join(str(w) for w in power.get("warnings", []) or [])
+    power = record.power
+    if power is None or not power.measured:
+        reason = power.reason if power is not None else ""
+        return None, False, f"energy not measured: {reason or 'no power record'}", None
+    value = power.items_per_j
+    if not power.valid or value is None:
+        why = power.reason or "; ".join(power.warnings)
         return None, False, f"energy invalid ({record.target}): {why or 'no reason given'}", None
-    scopes = sorted({str(d.get("scope")) for d in power.get("devices", []) or [] if d.get("scope")})
-    source = str(power.get("source") or "unknown source") + (f" ({', '.join(scopes)})" if scopes else "")
-    return float(value), _is_low_confidence(power), None, source
+    scopes = sorted({d.scope for d in power.devices if d.scope})
+    source = (power.source or "unknown source") + (f" ({', '.join(scopes)})" if scopes else "")
+    return value, power.low_confidence, None, source
 
 
 def series_for(runs: Sequence[StoredRun], group: str, view: str) -> list[Series]:
@@ -354,7 +348,7 @@ def machine_label(runs: Sequence[StoredRun], group: str | None = None) -> str:
             for b in run.benchmarks
             if b.record is not None
             and b.record.device not in ("cpu", "host")
-            and (group is None or group_of(b) == group)
+            and (group is None or group_name(b.group, b.name) == group)
         )
         parts.extend(accelerators)
         labels[" + ".join(parts)] = None
@@ -372,23 +366,6 @@ def format_date(value: str | None) -> str:
     offset = when.utcoffset()
     zone = "" if offset is None else " UTC" if not offset else when.strftime(" UTC%z")
     return when.strftime("%Y-%m-%d %H:%M") + zone
-
-
-def _time_unit(values: Sequence[float]) -> tuple[float, str]:
-    """The scale and unit (s, ms, us) that suit the middle of the values' range."""
-    positive = [v for v in values if v > 0]
-    middle = math.sqrt(min(positive) * max(positive)) if positive else 1.0
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
-        if middle >= scale:
-            return scale, unit
-    return 1e-9, "ns"
-
-
-def _number(value: float) -> str:
-    """Tick text: thousands separators for large numbers, at most three significant figures below."""
-    if value >= 1000:
-        return f"{value:,.0f}"
-    return f"{value:.3g}"
 
 
 def _wide(values: Sequence[float]) -> bool:
@@ -434,7 +411,7 @@ def draw(
     batch_sizes = sorted({b for s in series for b in s.batch_sizes})
     present = [v for s in series for v in (*s.values, *s.upper) if v is not None]
     if view == "latency":
-        scale, unit = _time_unit(present)
+        scale, unit = units.axis_scale(present, "s")
         ax.set_ylabel(f"latency per call ({unit})")
     elif view == "throughput":
         scale = 1.0
@@ -494,16 +471,16 @@ def draw(
         _no_data(ax, view, series)
     elif _wide(scaled):
         ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _number(v)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.format_number(v)))
         # Label the 2s and 5s between decades too when the range spans few decades.
         decades = math.log10(max(scaled) / min(v for v in scaled if v > 0))
         if decades < 3:
             ax.yaxis.set_minor_formatter(
-                FuncFormatter(lambda v, _: _number(v) if f"{v:.1e}"[0] in "25" else "")
+                FuncFormatter(lambda v, _: units.format_number(v) if f"{v:.1e}"[0] in "25" else "")
             )
     else:
         ax.set_ylim(0, max(scaled) * 1.12)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _number(v)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.format_number(v)))
 
     ax.grid(True, which="major", color="#dddddd", linewidth=0.8)
     ax.grid(True, which="minor", axis="y", color="#eeeeee", linewidth=0.5)

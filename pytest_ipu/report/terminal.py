@@ -1,16 +1,22 @@
-"""Terminal tables of pytest-ipu records: one per group, rows sorted by batch size (presentation only)."""
+"""Terminal tables of pytest-ipu records: one per group, rows sorted by batch size (presentation only).
+
+Cells are formatted by the units registry (``pytest_ipu.measure.units``); markers in cells (``*``,
+``n/m``, ``?``, ``~``, ``xN``, ``[sim]``) come from the records' fields, and ``footnotes`` explains
+those a set of rows uses (the HTML report shows the same lines under its tables).
+"""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_ipu.measure import stats
+from pytest_ipu.measure import units
 from pytest_ipu.results.records import IpuRecord
+from pytest_ipu.results.records import ParityRecord
+from pytest_ipu.results.records import PowerRecord
 
 
 @dataclass(frozen=True)
@@ -31,27 +37,9 @@ class Column:
     right: bool = True
 
 
-def format_seconds(seconds: float | None) -> str:
-    """``0.00136`` -> ``1.36 ms``: three significant figures in the unit that suits the value."""
-    if seconds is None:
-        return "-"
-    if abs(seconds) >= 999.5:
-        return f"{seconds:,.0f} s"
-    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "us")):
-        # Compare after rounding, so 0.9996 s reads '1 s', not '1e+03 ms'.
-        if abs(float(f"{seconds / scale:.3g}")) >= 1:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
-
-
-def format_rate(per_s: float) -> str:
-    """Items per second with thousands separators: ``2526.4`` -> ``2,526``."""
-    return f"{per_s:,.0f}" if per_s >= 100 else f"{per_s:.3g}"
-
-
 def _percentile(key: str) -> Callable[[Row], str]:
     def render(row: Row) -> str:
-        text = format_seconds(getattr(row.record.latency, f"{key}_s"))
+        text = units.format_value(getattr(row.record.latency, f"{key}_s"), "s")
         return f"{text}*" if key in row.record.latency.unsupported else text
 
     return render
@@ -63,6 +51,22 @@ def _name(row: Row) -> str:
     return name[name.index("[") :] if "[" in name and name.startswith(row.group) else name
 
 
+def _power(read: Callable[[PowerRecord], float | None]) -> Callable[[Row], str]:
+    """A power figure's cell: ``n/m`` (not measured, see the footnote), ``?`` marks an invalid
+    window, ``~`` a low-confidence one. Never a 0 in place of an unknown."""
+
+    def render(row: Row) -> str:
+        power = row.record.power
+        if power is None or not power.measured:
+            return "n/m"
+        value = read(power)
+        if value is None or not power.valid:
+            return "?"
+        return ("~" if power.low_confidence else "") + units.format_number(value)
+
+    return render
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("benchmark", _name, right=False),
     Column("target", lambda r: _target(r.record), right=False),
@@ -71,15 +75,17 @@ COLUMNS: tuple[Column, ...] = (
     Column("rounds", lambda r: str(r.record.rounds)),
     Column("p50", _percentile("p50")),
     Column("p99", _percentile("p99")),
-    Column("items/s", lambda r: format_rate(r.record.throughput_items_per_s)),
-    Column("first call", lambda r: format_seconds(r.record.first_call_s)),
+    Column("items/s", lambda r: units.format_number(r.record.throughput_items_per_s)),
+    Column("first call", lambda r: units.format_value(r.record.first_call_s, "s")),
     Column(
         "compile",
-        lambda r: format_seconds(r.record.compile_s) + (" (cached)" if r.record.compile_cached else ""),
+        lambda r: (
+            units.format_value(r.record.compile_s, "s") + (" (cached)" if r.record.compile_cached else "")
+        ),
     ),
-    Column("W", lambda r: _power(r.record.power, "mean_power_w", "{:.3g}")),
-    Column("J/item", lambda r: _power(r.record.power, "energy_per_item_j", "{:.3g}")),
-    Column("items/J", lambda r: _power(r.record.power, "items_per_j", "{:.3g}")),
+    Column("W", _power(lambda p: p.mean_power_w)),
+    Column("J/item", _power(lambda p: p.energy_per_item_j)),
+    Column("items/J", _power(lambda p: p.items_per_j)),
     Column("parity", lambda r: _parity(r.record.parity)),
 )
 
@@ -91,23 +97,11 @@ def _target(record: IpuRecord) -> str:
     return text + (" [sim]" if record.simulator else "")
 
 
-def _power(power: Mapping[str, Any] | None, key: str, fmt: str) -> str:
-    """A power figure; ``n/m`` (not measured, see the footnote), ``?`` marks an invalid window,
-    ``~`` a low-confidence one. Never a 0 in place of an unknown."""
-    if not power or not power.get("measured"):
-        return "n/m"
-    value = power.get(key)
-    if value is None or not power.get("valid"):
-        return "?"
-    low = any(str(w).startswith("low confidence") for w in power.get("warnings", []))
-    return ("~" if low else "") + fmt.format(value)
-
-
-def _parity(parity: Mapping[str, Any] | None) -> str:
+def _parity(parity: ParityRecord | None) -> str:
     """``-`` when not checked, else whether it passed and the max relative error."""
     if parity is None:
         return "-"
-    return f"{'ok' if parity.get('passed') else 'FAIL'} {float(parity['max_rel']):.1e}"
+    return f"{'ok' if parity.passed else 'FAIL'} {parity.max_rel:.1e}"
 
 
 def sort_key(row: Row) -> tuple[int, str, str]:
@@ -116,7 +110,7 @@ def sort_key(row: Row) -> tuple[int, str, str]:
 
 
 def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str]:
-    """Render one table per group (groups in first-seen order), with a footnote for flagged percentiles."""
+    """Render one table per group (groups in first-seen order), then the ``footnotes`` of all rows."""
     lines: list[str] = []
     order = list(dict.fromkeys(r.group for r in rows))
     by_group = {g: sorted((r for r in rows if r.group == g), key=sort_key) for g in order}
@@ -133,6 +127,16 @@ def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str
             if n == 0:
                 lines.append("-" * len(text.rstrip()))
         lines.append("")
+    lines.extend(footnotes(rows, columns))
+    return lines
+
+
+def footnotes(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str]:
+    """The lines that explain the markers ``tables`` puts in these rows' cells: percentiles too few
+    rounds support (``*``, for the percentile columns among ``columns``), concurrent instances
+    (``xN``), simulators (``[sim]``) and power not measured, invalid or of low confidence
+    (``n/m``, ``?``, ``~``). Empty when no row needs one."""
+    lines: list[str] = []
     headers = {c.header for c in columns}
     flagged = sorted(
         p
@@ -157,13 +161,14 @@ def _power_notes(rows: Sequence[Row]) -> list[str]:
     """One line per distinct reason power was not measured, was invalid, or is of low confidence."""
     notes: dict[str, None] = {}
     for row in rows:
-        power = row.record.power or {}
-        if not power.get("measured"):
-            notes[f"n/m = power not measured: {power.get('reason') or 'no power record'}"] = None
-        elif not power.get("valid"):
-            why = power.get("reason") or "; ".join(power.get("warnings", []))
+        power = row.record.power
+        if power is None or not power.measured:
+            reason = power.reason if power is not None else ""
+            notes[f"n/m = power not measured: {reason or 'no power record'}"] = None
+            continue
+        if not power.valid:
+            why = power.reason or "; ".join(power.warnings)
             notes[f"? = power window invalid ({row.record.target}): {why}"] = None
-        for warning in power.get("warnings", []):
-            if str(warning).startswith("low confidence"):
-                notes["~ = low confidence: the energy window is shorter than the sensor needs"] = None
+        if power.low_confidence:
+            notes["~ = low confidence: the energy window is shorter than the sensor needs"] = None
     return list(notes)

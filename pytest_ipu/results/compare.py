@@ -6,9 +6,16 @@ compile and first-call time and the energy figures, each with the ratio later/fi
 that is better or worse (each metric knows its better direction). Rows are grouped by benchmark
 group and sorted by the test's parameters (batch size first), so backends sit side by side.
 
-Output as a terminal table, markdown (for CI step summaries) or CSV. ``--gate`` expressions (see
-``gates``) are checked for every later run against the first; a failing gate makes the exit code
-1, bad input 2.
+Output as a terminal table, markdown (for CI step summaries) or CSV; values are shown by the units
+registry (``pytest_ipu.measure.units``), the CSV keeps raw SI values.
+
+``--gate`` expressions (see ``gates``) are checked by the same runner as the plugin's gates
+(``decide.GateRunner``): every later run against the first, and every run before it (the first
+included) is its history. So with four or more files, a later run has ``decide.HISTORY_MIN`` (3)
+or more runs before it: its verdicts then state how much those runs drift, and a gate without
+per-round samples is decided by the run-to-run test against that drift (docs/ci.md). With two or
+three files there is too little history, and the per-round test (or the threshold) decides alone.
+A failing gate makes the exit code 1, bad input 2.
 """
 
 from __future__ import annotations
@@ -21,14 +28,15 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
-from typing import Literal
 
-from pytest_ipu.report import terminal as report
+from pytest_ipu.measure import units
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
 from pytest_ipu.results import schema
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
+from pytest_ipu.results.records import Measured
+from pytest_ipu.results.records import group_name
 
 #: A change smaller than this (relative) is shown as "same": timer noise, not a difference.
 SAME_WITHIN = 0.01
@@ -37,12 +45,16 @@ FORMATS = ("table", "markdown", "csv")
 
 @dataclass(frozen=True)
 class CompareMetric:
-    """A number every benchmark may have: its name, unit, better direction and how to read it."""
+    """A number every benchmark may have: its name, unit and how to read it."""
 
     name: str
     unit: str
-    better: Literal["lower", "higher"]
     read: Callable[[StoredBenchmark], float | None]
+
+    @property
+    def better(self) -> units.Better:
+        """``lower`` or ``higher``, as the unit has it."""
+        return units.UNITS[self.unit].better
 
 
 def _time_stat(key: str) -> Callable[[StoredBenchmark], float | None]:
@@ -50,17 +62,12 @@ def _time_stat(key: str) -> Callable[[StoredBenchmark], float | None]:
 
 
 def _record_metric(name: str) -> Callable[[StoredBenchmark], float | None]:
-    def read(bench: StoredBenchmark) -> float | None:
-        if bench.record is None:
-            return None
-        return decide.metric_value(schema.to_json(bench.record), name)
-
-    return read
+    return lambda bench: None if bench.record is None else bench.record.value(name)
 
 
 METRICS: tuple[CompareMetric, ...] = (
-    *(CompareMetric(f"time.{k}", "s", "lower", _time_stat(k)) for k in ("min", "median", "mean", "max")),
-    *(CompareMetric(m.name, m.unit, m.better, _record_metric(m.name)) for m in schema.METRICS.values()),
+    *(CompareMetric(f"time.{k}", "s", _time_stat(k)) for k in ("min", "median", "mean", "max")),
+    *(CompareMetric(m.name, m.unit, _record_metric(m.name)) for m in schema.METRICS.values()),
 )
 
 
@@ -115,10 +122,10 @@ def compare_runs(runs: Sequence[StoredRun]) -> Comparison:
         absent = [runs[i].path.name for i, mapping in enumerate(by_run) if fullname not in mapping]
         if absent:
             missing.append(f"{fullname}: not in {', '.join(absent)}")
-    groups = list(dict.fromkeys(_group(b) for b in order.values()))
+    groups = list(dict.fromkeys(group_name(b.group, b.name) for b in order.values()))
     lines = []
     for group in groups:
-        members = sorted((b for b in order.values() if _group(b) == group), key=_sort_key)
+        members = sorted((b for b in order.values() if group_name(b.group, b.name) == group), key=_sort_key)
         for bench in members:
             present = [mapping.get(bench.fullname) for mapping in by_run]
             for metric in METRICS:
@@ -126,10 +133,6 @@ def compare_runs(runs: Sequence[StoredRun]) -> Comparison:
                 if any(v is not None for v in values):
                     lines.append(Line(group, bench.name, metric, values))
     return Comparison(tuple(runs), tuple(lines), tuple(missing), tuple(hardware_differences(runs)))
-
-
-def _group(bench: StoredBenchmark) -> str:
-    return bench.group or bench.name.partition("[")[0]
 
 
 def _sort_key(bench: StoredBenchmark) -> tuple[Any, ...]:
@@ -180,32 +183,28 @@ def hardware_differences(runs: Sequence[StoredRun]) -> list[str]:
 
 
 def check_gates(comparison: Comparison, gate_list: Sequence[gates.Gate]) -> list[decide.Verdict]:
-    """Every gate on every benchmark with a record, each later run against the first run."""
-    verdicts = []
-    first = {b.fullname: b for b in comparison.runs[0].benchmarks}
-    for run in comparison.runs[1:]:
-        for bench in run.benchmarks:
-            if bench.record is None:
-                continue
-            base = first.get(bench.fullname)
-            current = schema.to_json(bench.record)
-            label = bench.name if len(comparison.runs) == 2 else f"{bench.name} ({run.path.name})"
-            for gate in gate_list:
-                if gate.kind == "relative":
-                    if base is None or base.record is None:
-                        continue  # reported in ``missing``
-                    verdicts.append(
-                        decide.check(
-                            gate,
-                            label,
-                            current,
-                            schema.to_json(base.record),
-                            bench.samples_s,
-                            base.samples_s,
-                        )
-                    )
-                else:
-                    verdicts.append(decide.check(gate, label, current))
+    """Every gate on every benchmark with a record, each later run against the first run, with the
+    runs before it as its history (the module docstring has the rule); ``decide.GateRunner`` decides.
+
+    Benchmarks missing from the first run and runs on other hardware are in the comparison's
+    ``missing`` and ``hardware`` notes.
+    """
+    runs = comparison.runs
+    verdicts: list[decide.Verdict] = []
+    for index, run in enumerate(runs[1:], start=1):
+        runner = decide.GateRunner(history=runs[:index], run_gates=gate_list, baseline=runs[0])
+        measured = [
+            Measured(
+                bench.fullname,
+                bench.name if len(runs) == 2 else f"{bench.name} ({run.path.name})",
+                group_name(bench.group, bench.name),
+                bench.record,
+                bench.samples_s or (),
+            )
+            for bench in run.benchmarks
+            if bench.record is not None
+        ]
+        verdicts.extend(runner.check(measured).verdicts)
     return verdicts
 
 
@@ -214,13 +213,9 @@ def check_gates(comparison: Comparison, gate_list: Sequence[gates.Gate]) -> list
 
 def format_value(value: float | None, unit: str) -> str:
     """A value in its unit, scaled for reading (``1.36 ms``, ``2,526 items/s``); ``-`` when absent."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if value is None or math.isnan(value):
         return "-"
-    if unit == "s":
-        return report.format_seconds(value)
-    if unit == "items/s":
-        return f"{report.format_rate(value)} items/s"
-    return f"{value:.4g} {unit}"
+    return units.format_value(value, unit)
 
 
 def format_change(line: Line, index: int) -> str:

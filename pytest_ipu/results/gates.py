@@ -23,12 +23,12 @@ throughput), and the percentage must be more than 0 and less than 1000 (less tha
 since nothing drops by 100% or more). Units: ``s``, ``ms``, ``us`` (or ``µs``) and ``ns`` for
 times (latency, compile, first_call); ``/s`` or ``items/s`` for throughput; ``J``, ``mJ`` and
 ``kJ`` for energy and energy_per_item; ``W``, ``mW`` and ``kW`` for power; ``/J`` or ``items/J``
-for items_per_j. A bare number is accepted only for throughput and items_per_j, whose unit has
-no prefixes to confuse; times, energies and powers need their unit (``latency.p99<2`` is an
-error). An absolute bound may use ``<`` or ``>`` on any metric; ``<`` needs a bound above 0,
-since no metric is negative. ``<=``, ``>=`` and ``=`` are not accepted: a bound is strict. A bad
-expression raises ``GateError`` with one line: the expression, the bad part and its column
-(counted from 1), and the fix.
+for items_per_j (the registry of units is ``pytest_ipu.measure.units``). A bare number is
+accepted only for throughput and items_per_j, whose unit has no prefixes to confuse; times,
+energies and powers need their unit (``latency.p99<2`` is an error). An absolute bound may use
+``<`` or ``>`` on any metric; ``<`` needs a bound above 0, since no metric is negative. ``<=``,
+``>=`` and ``=`` are not accepted: a bound is strict. A bad expression raises ``GateError`` with
+one line: the expression, the bad part and its column (counted from 1), and the fix.
 
 How a gate is decided is in ``pytest_ipu.results.decide``.
 """
@@ -38,71 +38,19 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from decimal import DecimalException
 from typing import Literal
 from typing import cast
 
-from pytest_ipu.results.schema import METRICS
+from pytest_ipu.measure import units
+from pytest_ipu.results.catalog import METRICS
 
 
 class GateError(ValueError):
     """A gate expression that does not parse or does not make sense; the message is one line."""
 
-
-@dataclass(frozen=True)
-class _Unit:
-    """How the values of one kind of metric are written: accepted units and display scales."""
-
-    #: How the hint names the unit ("seconds").
-    words: str
-    #: Accepted unit text -> power of ten of its scale to SI.
-    accepted: Mapping[str, int]
-    #: The accepted units the hint lists, in order.
-    listed: tuple[str, ...]
-    #: Whether a bare number is accepted (the unit has no prefixes to mistake).
-    bare: bool
-    #: A bound to show in examples of a fix.
-    example: str
-    #: Display units from the smallest scale up: (text, power of ten); a bare unit is "".
-    display: tuple[tuple[str, int], ...]
-
-
-_UNITS: Mapping[str, _Unit] = {
-    "s": _Unit(
-        "seconds",
-        {"s": 0, "ms": -3, "us": -6, "\u00b5s": -6, "\u03bcs": -6, "ns": -9},
-        ("s", "ms", "us", "ns"),
-        False,
-        "2ms",
-        (("ns", -9), ("us", -6), ("ms", -3), ("s", 0)),
-    ),
-    "items/s": _Unit(
-        "items per second", {"/s": 0, "items/s": 0}, ("/s", "items/s"), True, "2500/s", (("/s", 0),)
-    ),
-    "J": _Unit(
-        "joules",
-        {"J": 0, "mJ": -3, "kJ": 3},
-        ("J", "mJ", "kJ"),
-        False,
-        "0.5J",
-        (("mJ", -3), ("J", 0), ("kJ", 3)),
-    ),
-    "W": _Unit(
-        "watts",
-        {"W": 0, "mW": -3, "kW": 3},
-        ("W", "mW", "kW"),
-        False,
-        "300W",
-        (("mW", -3), ("W", 0), ("kW", 3)),
-    ),
-    "items/J": _Unit("items per joule", {"/J": 0, "items/J": 0}, ("/J", "items/J"), True, "9.5", (("", 0),)),
-}
-
-#: How a line names the units that expressions write in short.
-_UNIT_NAMES: Mapping[str, str] = {"/s": "items/s", "": "items/J"}
 
 #: Percentages a relative threshold must stay under: a rise may be large, a drop stays under 100%.
 _MAX_RISE_PCT = Decimal(1000)
@@ -111,25 +59,7 @@ _MAX_DROP_PCT = Decimal(100)
 
 def _hint(metric: str) -> str:
     """``latency.p99 is in seconds: use s, ms, us or ns`` (what to write for the metric's unit)."""
-    unit = _UNITS[METRICS[metric].unit]
-    *head, last = unit.listed
-    listed = f"{', '.join(head)} or {last}" if head else last
-    return f"{metric} is in {unit.words}: use {listed}" + (", or no unit" if unit.bare else "")
-
-
-def _decimal_text(value: Decimal) -> str:
-    """Shortest plain text of a decimal: ``2``, ``0.25``; exponent form only for extreme magnitudes."""
-    value = value.normalize()
-    if value.is_zero():
-        return "0"
-    if -7 <= value.adjusted() <= 15:
-        return format(value, "f")
-    return format(value, "e")
-
-
-def _float_decimal(value: float) -> Decimal:
-    """The shortest decimal that reads back as ``value`` (``repr``), so text round-trips exactly."""
-    return Decimal(repr(abs(value)))
+    return f"{metric} is in {units.hint(METRICS[metric].unit)}"
 
 
 @dataclass(frozen=True)
@@ -175,24 +105,9 @@ class Gate:
     def __str__(self) -> str:
         if self.kind == "relative":
             sign = "-" if METRICS[self.metric].better == "higher" else "+"
-            return f"{self.metric}:{sign}{_decimal_text(_float_decimal(self.threshold).scaleb(2))}%"
-        number, unit = _exact_bound(self.threshold, METRICS[self.metric].unit)
+            return f"{self.metric}:{sign}{units.decimal_text(units.float_decimal(self.threshold).scaleb(2))}%"
+        number, unit = units.exact_text(self.threshold, METRICS[self.metric].unit)
         return f"{self.metric}{self.op}{number}{unit}"
-
-
-def _exact_bound(value: float, unit: str) -> tuple[str, str]:
-    """A bound as exact text in a suitable unit: ``0.002`` s -> ``("2", "ms")``.
-
-    The unit is the largest display unit not above the value (the smallest one for tiny values).
-    Decimal scaling is exact, so the text parses back to the same float.
-    """
-    spec = _UNITS[unit]
-    exact = _float_decimal(value)
-    text, power = spec.display[0]
-    for candidate, candidate_power in spec.display:
-        if exact >= Decimal(1).scaleb(candidate_power):
-            text, power = candidate, candidate_power
-    return _decimal_text(exact.scaleb(-power)), text
 
 
 # --- Tokenizer and parser -------------------------------------------------------------------------
@@ -313,7 +228,7 @@ class _Parser:
     @staticmethod
     def absolute_example(metric: str, op: str | None = None) -> str:
         op = op or (">" if METRICS[metric].better == "higher" else "<")
-        return f"{metric}{op}{_UNITS[METRICS[metric].unit].example}"
+        return f"{metric}{op}{units.UNITS[METRICS[metric].unit].example}"
 
     def relative(self, metric: str) -> Gate:
         better = METRICS[metric].better
@@ -393,7 +308,8 @@ class _Parser:
 
     def unit(self, metric: str, number: _Token) -> int:
         """The power of ten of the unit after ``number``; the rest of the expression is the unit."""
-        spec = _UNITS[METRICS[metric].unit]
+        unit = METRICS[metric].unit
+        spec = units.UNITS[unit]
         rest = self.tokens[self.index :]
         self.index = len(self.tokens)
         if not rest:
@@ -416,12 +332,14 @@ class _Parser:
                 )
         first = rest[0]
         text = self.text[first.column - 1 : rest[-1].column - 1 + len(rest[-1].text)]
-        if text in spec.accepted:
-            return spec.accepted[text]
-        other = next((name for name, u in _UNITS.items() if text in u.accepted), None)
+        scale = units.scale(unit, text)
+        if scale is not None:
+            return scale
+        other = units.unit_of(text)
         if other is not None:
+            words = units.UNITS[other].words
             raise self.fail(
-                f"unit {text!r} at column {first.column} measures {_UNITS[other].words}, not {spec.words}",
+                f"unit {text!r} at column {first.column} measures {words}, not {spec.words}",
                 _hint(metric),
             )
         raise self.fail(f"unknown unit {text!r} at column {first.column}", _hint(metric))
@@ -444,5 +362,3 @@ def parse(text: str) -> Gate:
     if not isinstance(text, str):
         raise GateError(f"bad gate {text!r}: a gate is text, got {type(text).__name__}")
     return _Parser(text).gate()
-
-

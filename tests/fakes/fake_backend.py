@@ -3,12 +3,19 @@ numpy arithmetic, so that tests of ``pytest_ipu.placement.instances`` start work
 
 ``FakeBackend(compile_s=..., run_s=..., fail=..., fail_on_calls=..., close_marker=...)`` is built by
 the worker through ``functools.partial(FakeBackend, ...)``, which pickles by reference to this module.
+
+``meet_dir`` and ``meet_count`` make workers prove that they run at the same time, whatever the
+machine's load: at the end of its compile, and in each call listed in ``meet_on_calls``, a worker
+leaves a file in ``meet_dir`` and waits until ``meet_count`` workers have left theirs, a barrier
+between processes. Run one after the other, they would never all arrive, and the wait fails after
+``MEET_TIMEOUT_S`` (a guard against a hang, not a bound on speed).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +28,23 @@ from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
+
+#: How long a worker waits at a meeting point for the others before it gives up (a hang guard).
+MEET_TIMEOUT_S = 120.0
+
+
+def meet(directory: str, point: str, name: str, count: int, error: Callable[[str], Exception]) -> None:
+    """Arrive at meeting point ``point`` as ``name`` and wait until ``count`` parties have arrived."""
+    folder = Path(directory)
+    (folder / f"{point}.{name}").write_text(str(os.getpid()))
+    deadline = time.monotonic() + MEET_TIMEOUT_S
+    while len(list(folder.glob(f"{point}.*"))) < count:
+        if time.monotonic() > deadline:
+            arrived = sorted(p.name for p in folder.glob(f"{point}.*"))
+            raise error(
+                f"{name} waited {MEET_TIMEOUT_S:g} s at {point!r} for {count} parties; only {arrived} came"
+            )
+        time.sleep(0.002)
 
 
 class Doubler:
@@ -37,7 +61,9 @@ class FakeBackend(NamedBackend):
     ``fail``: ``"compile"`` raises ``CompileError`` and ``"unavailable"`` ``BackendUnavailable`` from
     ``compile``; ``"close"`` makes the compiled model's ``close`` raise. ``fail_on_calls``: the calls
     (counted from 1) that raise ``ValueError``. ``close_marker``: a file that ``close`` creates, so
-    that a test can see that a worker closed its model.
+    that a test can see that a worker closed its model. ``compiled_marker``: a file that ``compile``
+    creates once its sleep is over, so that a test can see that a compile ran to its end.
+    ``meet_dir``, ``meet_count`` and ``meet_on_calls``: the barrier of the module docstring.
     """
 
     def __init__(
@@ -50,6 +76,10 @@ class FakeBackend(NamedBackend):
         fail: str | None = None,
         fail_on_calls: tuple[int, ...] = (),
         close_marker: str | None = None,
+        compiled_marker: str | None = None,
+        meet_dir: str | None = None,
+        meet_count: int = 0,
+        meet_on_calls: tuple[int, ...] = (),
     ) -> None:
         super().__init__(name, device)
         self.compile_s = compile_s
@@ -57,6 +87,10 @@ class FakeBackend(NamedBackend):
         self.fail = fail
         self.fail_on_calls = fail_on_calls
         self.close_marker = close_marker
+        self.compiled_marker = compiled_marker
+        self.meet_dir = meet_dir
+        self.meet_count = meet_count
+        self.meet_on_calls = meet_on_calls
 
     def availability(self) -> Availability:
         """Always available."""
@@ -81,10 +115,14 @@ class FakeBackend(NamedBackend):
         precision: str,
         options: Mapping[str, object],
     ) -> CompiledModel:
-        """Sleep ``compile_s`` (recording when, on the system-wide monotonic clock), then fail as
-        ``fail`` says or return a compiled ``Doubler``."""
+        """Sleep ``compile_s`` (recording when, on the system-wide monotonic clock), meet the other
+        workers if asked to, then fail as ``fail`` says or return a compiled ``Doubler``."""
         started_ns = time.monotonic_ns()
         time.sleep(self.compile_s)
+        if self.compiled_marker is not None:
+            Path(self.compiled_marker).write_text(str(os.getpid()))
+        if self.meet_dir is not None:
+            meet(self.meet_dir, "compile", self.device, self.meet_count, CompileError)
         if self.fail == "compile":
             raise CompileError(f"fake compile of {type(model).__name__} failed on {self.device}")
         if self.fail == "unavailable":
@@ -96,12 +134,20 @@ class FakeBackend(NamedBackend):
         fail_on_calls = self.fail_on_calls
         fail_close = self.fail == "close"
         marker = self.close_marker
+        meet_dir, meet_count, meet_on_calls, device = (
+            self.meet_dir,
+            self.meet_count,
+            self.meet_on_calls,
+            self.device,
+        )
 
         def prepare_inputs(inputs: Sequence[object]) -> tuple[object, ...]:
             return tuple(np.asarray(x, dtype=np.float32) for x in inputs)
 
         def run(*inputs: Any) -> tuple[Any, ...]:
             calls[0] += 1
+            if meet_dir is not None and calls[0] in meet_on_calls:
+                meet(meet_dir, f"call{calls[0]}", device, meet_count, TimeoutError)
             time.sleep(run_s)
             if calls[0] in fail_on_calls:
                 raise ValueError(f"fake run failed on call {calls[0]}")

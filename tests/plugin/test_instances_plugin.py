@@ -11,6 +11,8 @@ import pytest
 
 from tests.plugin.inner import INNER_ADDOPTS
 
+pytest.importorskip("torch")  # the inner run's model is a torch model
+
 TESTS = """
 import pytest
 import torch

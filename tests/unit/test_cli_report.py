@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -10,7 +11,14 @@ import pytest
 from pytest_ipu import cli
 from tests.unit.run_files import bench
 
+#: The report's figures need matplotlib (the ``report`` extra); without it these tests skip.
+requires_matplotlib = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason="needs matplotlib (pip install 'pytest-ipu[report]')",
+)
 
+
+@requires_matplotlib
 def test_report_writes_the_page_and_the_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = tmp_path / "run.json"
     run.write_text(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from pathlib import Path
 
 import pytest
 
 from pytest_ipu import cli
 from pytest_ipu.results import compare
+from pytest_ipu.results import gates
 from pytest_ipu.results.benchmark_json import read_run
 from tests.unit.run_files import bench
 from tests.unit.run_files import write
@@ -123,3 +125,46 @@ def test_strict_makes_a_missing_benchmark_fail(tmp_path: Path, capsys: pytest.Ca
     assert cli.main(["compare", str(a), str(b)]) == 0
     assert cli.main(["compare", str(a), str(b), "--strict"]) == 1
     assert "1 benchmark(s) missing from a run (--strict)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "text"),
+    [
+        (0.013, "s", "13 ms"),
+        (2526.4, "items/s", "2,526 items/s"),
+        (0.5211, "J", "521 mJ"),
+        (366.8, "W", "367 W"),
+        (9.588, "items/J", "9.59 items/J"),
+        (None, "s", "-"),
+        (math.nan, "W", "-"),
+    ],
+)
+def test_values_are_shown_by_the_units_registry(value, unit, text) -> None:
+    assert compare.format_value(value, unit) == text
+
+
+def test_four_runs_give_the_last_one_the_drift_of_the_runs_before_it(tmp_path: Path) -> None:
+    paths = [
+        write(tmp_path / f"r{i}.json", bench(2, 0.002 * f, 1000.0 / f, seed=i))
+        for i, f in enumerate((1.0, 1.01, 0.99, 1.0))
+    ]
+    comparison = compare.compare_runs([read_run(p) for p in paths])
+    verdicts = compare.check_gates(
+        comparison, [gates.parse("first_call:+50%"), gates.parse("latency.p50:+5%")]
+    )
+    by = {(v.benchmark, v.gate.metric): v for v in verdicts}
+    name = "test_mlp[torch-cpu-2]"
+    assert set(by) == {(f"{name} (r{i}.json)", m) for i in (1, 2, 3) for m in ("first_call", "latency.p50")}
+    # r1 and r2 have one and two runs before them: too few to measure drift.
+    for i in (1, 2):
+        assert by[(f"{name} (r{i}.json)", "first_call")].method.startswith("threshold only")
+        assert "baseline runs differ" not in by[(f"{name} (r{i}.json)", "latency.p50")].method
+    # r3 has r0, r1 and r2: a metric measured once is judged by their spread, and the per-round test
+    # states it. The baseline stays the first run.
+    once = by[(f"{name} (r3.json)", "first_call")]
+    assert once.method.startswith("run-to-run: one-sided t test against 3 baseline runs")
+    per_round = by[(f"{name} (r3.json)", "latency.p50")]
+    assert per_round.method.startswith("one-sided Mann-Whitney U")
+    assert "; 3 baseline runs differ by " in per_round.method
+    assert per_round.baseline == pytest.approx(0.002)
+    assert all(v.passed for v in verdicts)

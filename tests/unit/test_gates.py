@@ -1,8 +1,10 @@
-"""Performance gates (pytest_ipu.results.gates): the expression grammar, its errors, and the decision rule."""
+"""Performance gates (pytest_ipu.results.gates and .decide): grammar, errors, decision rule, runner."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,34 +15,73 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from pytest_ipu.measure import stats
+from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
+from pytest_ipu.results.benchmark_json import StoredBenchmark
+from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.decide import Verdict
 from pytest_ipu.results.gates import Gate
 from pytest_ipu.results.gates import GateError
+from pytest_ipu.results.records import IpuRecord
+from pytest_ipu.results.records import Measured
+from pytest_ipu.results.records import PowerRecord
 from pytest_ipu.results.schema import METRICS
 
 MS = 1e-3
 METRIC_LIST = ", ".join(METRICS)
 
 
-def _record(samples: Any, items_per_call: int = 4, power: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The parts of a record JSON the gates read, computed from per-round times as the plugin does."""
+def _power(measured: bool = True, reason: str = "", **values: float) -> PowerRecord:
+    """A power section with ``values`` (``energy_j=12.0``...), valid when measured."""
+    return PowerRecord(measured=measured, source="rapl", reason=reason, valid=measured, **values)
+
+
+def _typed(
+    p50: float = 1 * MS,
+    throughput: float = 1000.0,
+    power: PowerRecord | None = None,
+    **latency: float,
+) -> IpuRecord:
+    """A record with the given p50 latency and throughput (the other percentiles as given, else p50)."""
+    stat = {k: latency.get(k, p50) for k in ("min", "p90", "p99", "max", "mean")}
+    return IpuRecord(
+        target="torch:cpu",
+        backend="torch",
+        device="cpu",
+        device_name="Some CPU",
+        precision="fp32",
+        io="host",
+        batch_size=4,
+        items_per_call=4,
+        rounds=1,
+        rounds_policy="fixed",
+        warmup_rounds=0,
+        latency=LatencySummary(
+            stat["min"], p50, stat["p90"], stat["p99"], stat["max"], stat["mean"], 1, ("p50", "p90", "p99")
+        ),
+        window_s=1.0,
+        throughput_items_per_s=throughput,
+        compile_s=None,
+        compile_cached=False,
+        first_call_s=1.5,
+        power=power,
+    )
+
+
+def _record(samples: Any, items_per_call: int = 4, power: PowerRecord | None = None) -> IpuRecord:
+    """A record whose numbers are computed from per-round times as the plugin does."""
     s = np.asarray(samples, dtype=np.float64)
-    return {
-        "latency_s": {
-            "min": float(s.min()),
-            "p50": float(np.percentile(s, 50)),
-            "p90": float(np.percentile(s, 90)),
-            "p99": float(np.percentile(s, 99)),
-            "max": float(s.max()),
-            "mean": float(s.mean()),
-        },
-        "throughput_items_per_s": items_per_call * s.size / float(s.sum()),
-        "compile_s": None,
-        "first_call_s": 1.5,
-        "power": power,
-    }
+    return _typed(
+        p50=float(np.percentile(s, 50)),
+        throughput=items_per_call * s.size / float(s.sum()),
+        power=power,
+        min=float(s.min()),
+        p90=float(np.percentile(s, 90)),
+        p99=float(np.percentile(s, 99)),
+        max=float(s.max()),
+        mean=float(s.mean()),
+    )
 
 
 # --- Grammar: valid expressions -------------------------------------------------------------------
@@ -333,26 +374,6 @@ def test_any_text_parses_or_raises_one_line_gate_error(text):
         assert gates.parse(str(gate)) == gate
 
 
-# --- Values in records ----------------------------------------------------------------------------
-
-
-def test_metric_value_reads_the_schema_path():
-    record = _record([1 * MS, 2 * MS, 3 * MS], power={"energy_j": 12, "mean_power_w": None})
-    assert decide.metric_value(record, "latency.p50") == 2 * MS
-    assert decide.metric_value(record, "throughput") == pytest.approx(4 / (2 * MS))
-    assert decide.metric_value(record, "energy") == 12.0
-    assert isinstance(decide.metric_value(record, "energy"), float)
-    assert decide.metric_value(record, "power") is None  # null: not measured
-    assert decide.metric_value(record, "items_per_j") is None  # key absent
-    assert decide.metric_value(record, "compile") is None
-    assert decide.metric_value({"power": None}, "energy") is None
-    assert decide.metric_value({}, "latency.p99") is None
-    assert decide.metric_value({"latency_s": {"p99": "fast"}}, "latency.p99") is None
-    assert decide.metric_value({"compile_s": True}, "compile") is None
-    with pytest.raises(KeyError):
-        decide.metric_value(record, "latency")
-
-
 # --- check: absolute gates and missing values -----------------------------------------------------
 
 
@@ -368,7 +389,7 @@ def test_absolute_gate_is_a_strict_bound():
 
 
 def test_missing_power_fails_with_the_records_reason():
-    record = _record([1 * MS], power={"measured": False, "reason": "no readable RAPL counters"})
+    record = _record([1 * MS], power=_power(False, "no readable RAPL counters"))
     verdict = decide.check(gates.parse("power<300W"), "test_a", record)
     assert not verdict.passed
     assert verdict.current is None
@@ -392,7 +413,7 @@ def test_relative_gate_needs_a_baseline_and_a_sane_alpha():
 
 
 def test_metric_missing_from_the_baseline_is_not_compared():
-    current = _record([1 * MS], power={"energy_j": 10.0})
+    current = _record([1 * MS], power=_power(energy_j=10.0))
     verdict = decide.check(gates.parse("energy:+5%"), "test_a", current, _record([1 * MS]))
     assert verdict.passed
     assert verdict.baseline is None
@@ -516,8 +537,8 @@ def test_without_samples_the_threshold_decides_and_says_so(baseline_samples, cur
 
 
 def test_metrics_measured_once_decide_on_the_threshold_and_say_so():
-    baseline = _record([1 * MS], power={"energy_j": 10.0})
-    current = _record([1 * MS], power={"energy_j": 12.0})
+    baseline = _record([1 * MS], power=_power(energy_j=10.0))
+    current = _record([1 * MS], power=_power(energy_j=12.0))
     samples = [1 * MS, 1.1 * MS]
     verdict = decide.check(gates.parse("energy:+5%"), "test_a", current, baseline, samples, samples)
     assert not verdict.passed
@@ -533,8 +554,8 @@ def test_metrics_measured_once_decide_on_the_threshold_and_say_so():
 
 
 def test_a_zero_baseline_is_an_infinite_rise():
-    baseline = _record([1 * MS], power={"energy_j": 0.0})
-    current = _record([1 * MS], power={"energy_j": 1.0})
+    baseline = _record([1 * MS], power=_power(energy_j=0.0))
+    current = _record([1 * MS], power=_power(energy_j=1.0))
     verdict = decide.check(gates.parse("energy:+5%"), "t", current, baseline)
     assert verdict.change == math.inf
     assert not verdict.passed
@@ -572,7 +593,7 @@ def test_line_of_a_throughput_drop_and_an_absolute_pass():
         "test_b throughput: 2,526 items/s -> 2,302 items/s (-8.9%, threshold -5%): FAIL "
         "(threshold only: no per-round samples in the baseline (save it with --benchmark-save-data))"
     )
-    bound = decide.check(gates.parse("items_per_j>9.5"), "test_c", {"power": {"items_per_j": 12.25}})
+    bound = decide.check(gates.parse("items_per_j>9.5"), "test_c", _typed(power=_power(items_per_j=12.25)))
     assert bound.line() == "test_c items_per_j: 12.25 items/J, bound > 9.5 items/J: pass (absolute bound)"
 
 
@@ -615,16 +636,16 @@ def test_throughput_is_tested_against_the_equivalent_growth_of_round_times():
     verdict = decide.check(
         gates.parse("throughput:-5%"),
         "t",
-        {"throughput_items_per_s": 90.0},
-        {"throughput_items_per_s": 100.0},
+        _typed(throughput=90.0),
+        _typed(throughput=100.0),
         [1.0] * 10,
         [1.0] * 10,
     )
     assert "against the baseline's x 1.053 " in verdict.method
 
 
-def _p50(value: float) -> dict[str, Any]:
-    return {"latency_s": {"p50": value}}
+def _p50(value: float) -> IpuRecord:
+    return _typed(p50=value)
 
 
 def test_without_per_round_samples_several_baseline_runs_judge_a_change_by_their_drift():
@@ -663,12 +684,8 @@ def test_fewer_than_three_baseline_runs_leave_the_per_round_test_in_charge():
 def test_throughput_history_is_mirrored():
     gate = gates.parse("throughput:-5%")
     runs = [100.0, 100.5, 99.7, 100.2]
-    assert not decide.check(
-        gate, "t", {"throughput_items_per_s": 85.0}, {"throughput_items_per_s": 100.2}, history=runs
-    ).passed
-    assert decide.check(
-        gate, "t", {"throughput_items_per_s": 115.0}, {"throughput_items_per_s": 100.2}, history=runs
-    ).passed
+    assert not decide.check(gate, "t", _typed(throughput=85.0), _typed(throughput=100.2), history=runs).passed
+    assert decide.check(gate, "t", _typed(throughput=115.0), _typed(throughput=100.2), history=runs).passed
 
 
 def test_with_per_round_samples_the_baseline_runs_only_state_the_drift():
@@ -684,3 +701,103 @@ def test_with_per_round_samples_the_baseline_runs_only_state_the_drift():
         "; 5 baseline runs differ by 4.0% sd between runs: a change under +23.8% is within this "
         "machine's drift"
     )
+
+
+# --- GateRunner: every gate of a run ---------------------------------------------------------------
+
+
+def _stored(name: str, record: IpuRecord | None, samples: Any = None) -> StoredBenchmark:
+    return StoredBenchmark(
+        name, f"t.py::{name}", None, record, None if samples is None else tuple(float(x) for x in samples)
+    )
+
+
+def _run(path: str, *benchmarks: StoredBenchmark) -> StoredRun:
+    return StoredRun(Path(path), {}, {}, None, benchmarks)
+
+
+def _measured(name: str, record: IpuRecord, samples: Any = (), own: tuple[Gate, ...] = ()) -> Measured:
+    return Measured(f"t.py::{name}", name, "t", record, tuple(float(x) for x in samples), own)
+
+
+def test_a_benchmarks_own_gates_replace_the_runs_on_the_same_metric():
+    run_gates = (gates.parse("throughput:-5%"), gates.parse("latency.p99:+10%"))
+    own = (gates.parse("latency.p99<2ms"),)
+    assert decide.effective_gates(run_gates, own) == (gates.parse("throughput:-5%"), *own)
+    assert decide.effective_gates(run_gates, ()) == run_gates
+
+
+def test_the_runner_checks_against_the_last_baseline_run_and_reports_what_it_cannot():
+    rng = np.random.default_rng(3)
+    base_samples = rng.lognormal(math.log(2 * MS), 0.02, 60)
+    slow_samples = base_samples * 1.3
+    baseline = _run(
+        "base.json",
+        _stored("test_a", _record(base_samples), base_samples),
+        _stored("test_c", None),
+        _stored("test_d", dataclasses.replace(_record(base_samples), device_name="Other CPU"), base_samples),
+    )
+    older = _run("older.json", _stored("test_a", _record(base_samples * 2), base_samples * 2))
+    runner = decide.GateRunner(history=[older, baseline], run_gates=[gates.parse("latency.p50:+5%")])
+    assert runner.base is baseline
+    assert runner.baseline_name() == "base.json (and 1 earlier baseline run(s))"
+    outcome = runner.check(
+        [
+            _measured("test_a", _record(slow_samples), slow_samples),
+            _measured("test_b", _record(base_samples), base_samples, (gates.parse("latency.p99<1s"),)),
+            _measured("test_c", _record(base_samples), base_samples),
+            _measured("test_d", _record(base_samples), base_samples),
+        ]
+    )
+    by_name = {(v.benchmark, str(v.gate)): v for v in outcome.verdicts}
+    assert set(by_name) == {
+        ("test_a", "latency.p50:+5%"),
+        ("test_b", "latency.p99<1s"),
+        ("test_d", "latency.p50:+5%"),
+    }
+    slow = by_name[("test_a", "latency.p50:+5%")]
+    assert not slow.passed
+    assert slow.baseline == pytest.approx(float(np.percentile(base_samples, 50)))  # the last run, not older
+    assert by_name[("test_b", "latency.p99<1s")].passed
+    assert outcome.failed == (slow,)
+    assert outcome.missing == (
+        "test_b is not in the baseline (base.json (and 1 earlier baseline run(s))): its relative gates "
+        "(latency.p50:+5%) were not checked",
+        "test_c has no pytest-ipu record in the baseline (base.json (and 1 earlier baseline run(s))): its "
+        "relative gates (latency.p50:+5%) were not checked",
+    )
+    assert outcome.notes == (
+        "different hardware: the baseline ran test_d on 'Other CPU', this run on 'Some CPU'",
+    )
+
+
+def test_benchmarks_without_gates_are_not_checked():
+    runner = decide.GateRunner(history=[_run("base.json")])
+    assert runner.check([_measured("test_a", _record([1 * MS]))]) == decide.GateOutcome()
+    assert decide.GateRunner().baseline_name() == "none"
+
+
+def test_the_runner_gives_each_gate_the_history_of_its_benchmark():
+    history = [
+        _run(f"run{i}.json", _stored("test_a", _typed(p50=p50)))
+        for i, p50 in enumerate((1.000, 1.004, 0.998, 1.002))
+    ]
+    runner = decide.GateRunner(history=history, run_gates=[gates.parse("latency.p50:+5%")])
+    assert runner.history_of("t.py::test_a", "latency.p50") == [1.000, 1.004, 0.998, 1.002]
+    assert runner.history_of("t.py::test_b", "latency.p50") == []
+    assert runner.history_of("t.py::test_a", "energy") == []  # no power section: no value
+    (verdict,) = runner.check([_measured("test_a", _typed(p50=1.10))]).verdicts
+    assert not verdict.passed
+    assert verdict.method.startswith("run-to-run: one-sided t test against 4 baseline runs")
+
+
+def test_an_explicit_baseline_need_not_be_the_last_run():
+    first = _run("a.json", _stored("test_a", _typed(p50=1.0)))
+    second = _run("b.json", _stored("test_a", _typed(p50=2.0)))
+    runner = decide.GateRunner(
+        history=[first, second], run_gates=[gates.parse("latency.p50:+5%")], baseline=first
+    )
+    (verdict,) = runner.check([_measured("test_a", _typed(p50=1.01))]).verdicts
+    assert verdict.baseline == 1.0
+    assert verdict.passed
+    assert runner.baseline_name() == "a.json (and 1 earlier baseline run(s))"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import importlib.util
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -17,12 +18,23 @@ from pytest_ipu.report import plots
 from pytest_ipu.report import terminal as report
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import schema
+from pytest_ipu.results.records import DeviceEnergy
 from pytest_ipu.results.records import IpuRecord
+from pytest_ipu.results.records import PowerRecord
+
+#: The report's figures need matplotlib (the ``report`` extra); without it these tests skip.
+requires_matplotlib = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason="needs matplotlib (pip install 'pytest-ipu[report]')",
+)
+
+pytestmark = requires_matplotlib
+
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def _record(target: str, batch_size: int, power: dict[str, Any] | None, **more: Any) -> dict[str, Any]:
+def _record(target: str, batch_size: int, power: PowerRecord | None, **more: Any) -> dict[str, Any]:
     p50 = 0.001 * batch_size
     return schema.to_json(
         IpuRecord(
@@ -51,20 +63,21 @@ def _record(target: str, batch_size: int, power: dict[str, Any] | None, **more: 
     )
 
 
-def _power(items_per_j: float, low: bool = False) -> dict[str, Any]:
-    return {
-        "measured": True,
-        "valid": True,
-        "source": "rapl",
-        "mean_power_w": 40.0,
-        "energy_per_item_j": 1 / items_per_j,
-        "items_per_j": items_per_j,
-        "warnings": ["low confidence: window 1 s < 5 s"] if low else [],
-        "devices": [{"scope": "cpu-package"}],
-    }
+def _power(items_per_j: float, low: bool = False) -> PowerRecord:
+    return PowerRecord(
+        measured=True,
+        valid=True,
+        source="rapl",
+        mean_power_w=40.0,
+        energy_per_item_j=1 / items_per_j,
+        items_per_j=items_per_j,
+        warnings=("low confidence: window 1 s < 5 s",) if low else (),
+        low_confidence=low,
+        devices=(DeviceEnergy("package-0", "package 0", "cpu-package", 1.0, 40.0, None),),
+    )
 
 
-OFF = {"measured": False, "valid": False, "reason": "power measurement is off (--ipu-power=off)"}
+OFF = PowerRecord(measured=False, source="off", reason="power measurement is off (--ipu-power=off)")
 
 
 def _write_run(path: Path, benchmarks: list[tuple[str | None, str, dict[str, Any] | None]]) -> Path:
@@ -183,13 +196,24 @@ def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups
     assert "1 benchmark(s) without a pytest-ipu record are not shown" in page
 
 
-def test_footnotes_are_the_terminal_tables_footnotes() -> None:
-    rec = benchmark_json.StoredBenchmark("t[1]", "t", "g", schema.from_json(_record("torch:cpu", 1, OFF)))
-    rows = [report.Row("g", rec.name, rec.record)] if rec.record else []
-    assert html_report.footnotes(rows) == [
-        "n/m = power not measured: power measurement is off (--ipu-power=off)"
+def test_the_pages_footnotes_are_the_terminal_tables_footnotes(tmp_path: Path) -> None:
+    path = _write_run(
+        tmp_path / "run.json",
+        [
+            ("g", "t[1]", _record("torch:cpu", 1, OFF)),
+            ("g", "t[2]", _record("torch:cpu", 2, _power(2.0, low=True))),
+        ],
+    )
+    run = benchmark_json.read_run(path)
+    rows = [report.Row("g", b.name, b.record) for b in run.benchmarks if b.record is not None]
+    notes = report.footnotes(rows)
+    assert notes == [
+        "n/m = power not measured: power measurement is off (--ipu-power=off)",
+        "~ = low confidence: the energy window is shorter than the sensor needs",
     ]
-    assert html_report.footnotes([]) == []
+    table = html_report._table([run], "g")
+    assert table.endswith('<ul class="notes">' + "".join(f"<li>{n}</li>" for n in notes) + "</ul>")
+    assert report.footnotes([]) == []
 
 
 def test_multi_run_page_names_the_file_of_every_row(tmp_path: Path) -> None:

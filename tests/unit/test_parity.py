@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from pytest_ipu.backends.parity import TOLERANCES
-from pytest_ipu.backends.parity import Parity
 from pytest_ipu.backends.parity import ParityError
 from pytest_ipu.backends.parity import compare
 from pytest_ipu.backends.parity import to_arrays
+from pytest_ipu.results.records import ParityRecord
 
 try:  # module level: torch must not be first imported after in-process pytester runs
     import torch
@@ -38,7 +38,7 @@ def _a(*values: float) -> np.ndarray:
 def test_equal_outputs_pass_with_zero_error():
     ref = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
     parity = compare(ref, ref.copy(), "fp32", REF)
-    assert parity == Parity(REF, 0.0, 0.0, TOLERANCES["fp32"])
+    assert parity == ParityRecord(REF, 0.0, 0.0, TOLERANCES["fp32"])
     assert parity.passed
 
 
@@ -63,9 +63,9 @@ def test_tolerances_grow_as_precision_shrinks():
 
 
 def test_error_exactly_at_the_tolerance_passes():
-    parity = Parity(REF, 1.0, TOLERANCES["fp16"], TOLERANCES["fp16"])
+    parity = ParityRecord(REF, 1.0, TOLERANCES["fp16"], TOLERANCES["fp16"])
     assert parity.passed
-    assert not Parity(REF, 1.0, math.nextafter(TOLERANCES["fp16"], 1.0), TOLERANCES["fp16"]).passed
+    assert not ParityRecord(REF, 1.0, math.nextafter(TOLERANCES["fp16"], 1.0), TOLERANCES["fp16"]).passed
 
 
 def test_worst_output_decides_and_each_output_has_its_own_scale():

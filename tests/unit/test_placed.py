@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from pytest_ipu.backends.base import PlacedBackend
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from pytest_ipu.placement import plan as placed
@@ -32,13 +33,39 @@ class StubInventory:
 
 
 class StubBackend:
-    def __init__(
-        self, name: str, device: str, inventory: object = None, concurrency: str = "threads"
-    ) -> None:
+    """A backend placement cannot spread: no inventory (a CPU or GPU runtime)."""
+
+    def __init__(self, name: str, device: str) -> None:
         self.name, self.device = name, device
+
+    def availability(self) -> object:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def default_precision(self) -> str:
+        raise NotImplementedError
+
+    def shape_specialized(self, options: object) -> bool:
+        raise NotImplementedError
+
+    def compile(self, *args: object) -> object:
+        raise NotImplementedError
+
+
+class PlacedStub(StubBackend):
+    """An IPU-style backend: every member of the PlacedBackend protocol."""
+
+    exclusive_device = True
+
+    def __init__(self, name: str, device: str, inventory: object, concurrency: str = "threads") -> None:
+        super().__init__(name, device)
         self.concurrency = concurrency
-        if inventory is not None:
-            self.inventory = lambda: inventory
+        self._inventory = inventory
+
+    def inventory(self) -> object:
+        return self._inventory
 
     def placement_options(self, replicas: int, stages: int) -> dict[str, object]:
         return {"replication_factor": replicas, "ipus": stages}
@@ -58,29 +85,34 @@ def test_one_instance_on_one_device_needs_no_placement() -> None:
     assert not placed.is_trivial(_req(replicas=2))
 
 
+def test_placement_capabilities_are_a_declared_protocol() -> None:
+    assert isinstance(PlacedStub("popart", "ipu", StubInventory((0,))), PlacedBackend)
+    assert not isinstance(StubBackend("torch", "cpu"), PlacedBackend)
+
+
 def test_instances_on_ipus_get_one_ipu_each_and_its_device_id() -> None:
-    backend = StubBackend("popart", "ipu", StubInventory((0, 1, 2, 3)))
+    backend = PlacedStub("popart", "ipu", StubInventory((0, 1, 2, 3)))
     plan = placed.plan(backend, _req(instances=2), {}, _for)  # type: ignore[arg-type]
     assert [p.device for p in plan.instances] == ["ipu:0", "ipu:1"]
     assert [p.ipu_ids for p in plan.instances] == [(0,), (1,)]
     assert [p.backend.device for p in plan.instances] == ["ipu:0", "ipu:1"]
-    assert plan.as_json["runner"] == "threads"
-    assert plan.as_json["devices"] == ["ipu:0", "ipu:1"]
-    assert plan.as_json["shared_device"] is False
-    assert plan.as_json["ipu_ids"] == [[0], [1]]
-    assert plan.as_json["instances"] == 2
+    assert plan.placement.as_json()["runner"] == "threads"
+    assert plan.placement.as_json()["devices"] == ["ipu:0", "ipu:1"]
+    assert plan.placement.as_json()["shared_device"] is False
+    assert plan.placement.as_json()["ipu_ids"] == [[0], [1]]
+    assert plan.placement.as_json()["instances"] == 2
 
 
 def test_multi_ipu_instances_use_the_multi_ipu_device_id_and_the_backend_options() -> None:
-    backend = StubBackend("poptorch", "ipu", StubInventory((0, 1, 2, 3)), concurrency="processes")
+    backend = PlacedStub("poptorch", "ipu", StubInventory((0, 1, 2, 3)), concurrency="processes")
     plan = placed.plan(backend, _req(instances=2, replicas=2), {}, _for)  # type: ignore[arg-type]
     assert [p.device for p in plan.instances] == ["ipu:1000", "ipu:1002"]
     assert [p.options for p in plan.instances] == [{"replication_factor": 2, "ipus": 1}] * 2
-    assert plan.as_json["runner"] == "processes"
+    assert plan.placement.as_json()["runner"] == "processes"
 
 
 def test_too_few_ipus_skips_naming_what_was_asked_and_what_exists() -> None:
-    backend = StubBackend("popart", "ipu", StubInventory((0,)))
+    backend = PlacedStub("popart", "ipu", StubInventory((0,)))
     with pytest.raises(BackendUnavailable) as info:
         placed.plan(backend, _req(instances=2), {}, _for)  # type: ignore[arg-type]
     text = str(info.value)
@@ -89,19 +121,19 @@ def test_too_few_ipus_skips_naming_what_was_asked_and_what_exists() -> None:
 
 
 def test_no_inventory_skips_with_the_backends_reason() -> None:
-    backend = StubBackend("popart", "ipu", "no IPU: gc-info -l lists none")
+    backend = PlacedStub("popart", "ipu", "no IPU: gc-info -l lists none")
     with pytest.raises(BackendUnavailable, match="cannot place the model on popart:ipu: no IPU: gc-info -l"):
         placed.plan(backend, _req(instances=2), {}, _for)  # type: ignore[arg-type]
 
 
 def test_a_pinned_device_id_cannot_take_a_placement() -> None:
-    backend = StubBackend("popart", "ipu:3", StubInventory((0, 1, 2, 3)))
+    backend = PlacedStub("popart", "ipu:3", StubInventory((0, 1, 2, 3)))
     with pytest.raises(CompileError, match=r"pins one device id.*use target popart:ipu$"):
         placed.plan(backend, _req(instances=2), {}, _for)  # type: ignore[arg-type]
 
 
 def test_options_contradicting_the_marker_are_refused() -> None:
-    backend = StubBackend("poptorch", "ipu", StubInventory((0, 1)))
+    backend = PlacedStub("poptorch", "ipu", StubInventory((0, 1)))
     with pytest.raises(CompileError) as info:
         placed.plan(backend, _req(replicas=2), {"replication_factor": 4}, _for)  # type: ignore[arg-type]
     assert str(info.value) == (
@@ -111,10 +143,10 @@ def test_options_contradicting_the_marker_are_refused() -> None:
 
 
 def test_the_simulator_runs_every_instance_on_its_own_simulated_device() -> None:
-    backend = StubBackend("popart", "ipu-model", StubInventory((), simulator=True))
+    backend = PlacedStub("popart", "ipu-model", StubInventory((), simulator=True))
     plan = placed.plan(backend, _req(instances=3), {}, _for)  # type: ignore[arg-type]
     assert [p.device for p in plan.instances] == ["ipu-model"] * 3
-    assert plan.as_json["simulator"] is True
+    assert plan.placement.as_json()["simulator"] is True
 
 
 def test_backends_without_inventory_share_their_device_between_instances() -> None:
@@ -122,7 +154,7 @@ def test_backends_without_inventory_share_their_device_between_instances() -> No
     plan = placed.plan(backend, _req(instances=2), {}, _for)  # type: ignore[arg-type]
     assert [p.device for p in plan.instances] == ["cpu", "cpu"]
     assert all(p.backend is backend for p in plan.instances)
-    assert plan.as_json["shared_device"] is True
+    assert plan.placement.as_json()["shared_device"] is True
 
 
 def test_replicas_and_stages_need_an_ipu_backend() -> None:

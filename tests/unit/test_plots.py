@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,17 @@ from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import plots
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
+from pytest_ipu.results.records import DeviceEnergy
+from pytest_ipu.results.records import InstanceRecord
 from pytest_ipu.results.records import IpuRecord
+from pytest_ipu.results.records import PowerRecord
+
+#: The report's figures need matplotlib (the ``report`` extra); without it these tests skip.
+requires_matplotlib = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason="needs matplotlib (pip install 'pytest-ipu[report]')",
+)
+
 
 LOW = "low confidence: window 1.2 s < 5 s (rapl)"
 
@@ -27,21 +38,24 @@ def power(
     valid: bool = True,
     low: bool = False,
     **more: Any,
-) -> dict[str, Any]:
-    """A power record as the meter writes it (only the keys the plots read)."""
+) -> PowerRecord:
+    """A power record as the meter makes it (with the fields the plots read)."""
     if not measured:
-        return {"measured": False, "valid": False, "reason": more.get("reason", "power measurement is off")}
-    return {
-        "measured": True,
-        "valid": valid,
-        "source": "rapl",
-        "devices": [{"id": "package-0", "scope": "cpu-package"}],
-        "mean_power_w": 50.0,
-        "energy_per_item_j": None if items_per_j is None else 1 / items_per_j,
-        "items_per_j": items_per_j,
-        "warnings": [LOW] if low else [],
-        "reason": more.get("reason"),
-    }
+        return PowerRecord(
+            measured=False, source="off", reason=more.get("reason", "power measurement is off")
+        )
+    return PowerRecord(
+        measured=True,
+        valid=valid,
+        source="rapl",
+        devices=(DeviceEnergy("package-0", "package 0", "cpu-package", 1.0, 50.0, None),),
+        mean_power_w=50.0,
+        energy_per_item_j=None if items_per_j is None else 1 / items_per_j,
+        items_per_j=items_per_j,
+        warnings=(LOW,) if low else (),
+        low_confidence=low,
+        reason=more.get("reason", ""),
+    )
 
 
 def record(
@@ -50,7 +64,7 @@ def record(
     *,
     precision: str = "fp32",
     p50_s: float = 0.002,
-    power: Mapping[str, Any] | None = None,
+    power: PowerRecord | None = None,
     simulator: bool = False,
     instances: int = 1,
     rounds: int = 200,
@@ -85,8 +99,13 @@ def record(
         first_call_s=0.1,
         power=power,
         simulator=simulator,
-        instances=tuple({"index": i} for i in range(instances)) if instances > 1 else None,
+        instances=tuple(_instance(i, target) for i in range(instances)) if instances > 1 else None,
     )
+
+
+def _instance(index: int, target: str) -> InstanceRecord:
+    lat = LatencySummary(0.001, 0.002, 0.002, 0.002, 0.003, 0.002, 200)
+    return InstanceRecord(index, target, target.partition(":")[2], "GC200", 1.0, 200, lat)
 
 
 def bench(
@@ -189,6 +208,14 @@ def test_energy_points_are_none_unless_measured_and_valid_with_the_reason() -> N
     assert series.sources == ("rapl (cpu-package)",)
 
 
+def test_hollow_points_follow_the_low_confidence_flag() -> None:
+    flagged = power(3.0, low=True)
+    worded = dataclasses.replace(flagged, low_confidence=False)  # the warning's words alone flag nothing
+    r = run(bench(record(batch_size=1, power=flagged)), bench(record(batch_size=2, power=worded)))
+    (series,) = plots.series_for([r], "g", "items_per_j")
+    assert series.hollow == (True, False)
+
+
 def test_simulator_and_instances_are_in_the_label() -> None:
     r = run(
         bench(record("poptorch:ipu", 1, precision="fp16", simulator=True)),
@@ -233,6 +260,7 @@ def _texts(fig: Any) -> list[str]:
     return [t.get_text() for t in fig.texts] + [t.get_text() for ax in fig.axes for t in ax.texts]
 
 
+@requires_matplotlib
 def test_energy_view_with_nothing_measured_says_so_in_the_plot_body() -> None:
     r = run(
         bench(record(batch_size=1, power=power(measured=False, reason="power measurement is off"))),
@@ -248,6 +276,7 @@ def test_energy_view_with_nothing_measured_says_so_in_the_plot_body() -> None:
     assert ax.get_legend() is None
 
 
+@requires_matplotlib
 def test_low_confidence_points_are_drawn_hollow_and_explained() -> None:
     r = run(
         bench(record(batch_size=1, power=power(3.0))), bench(record(batch_size=2, power=power(4.0, low=True)))
@@ -263,6 +292,7 @@ def test_low_confidence_points_are_drawn_hollow_and_explained() -> None:
     assert ax.get_title(loc="left") == "Some CPU"
 
 
+@requires_matplotlib
 def test_latency_figure_has_units_batch_ticks_and_a_log_axis_when_the_range_is_wide() -> None:
     r = run(bench(record(batch_size=1, p50_s=1e-4)), bench(record(batch_size=64, p50_s=0.05)))
     series = plots.series_for([r], "g", "latency")

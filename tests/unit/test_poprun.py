@@ -108,7 +108,7 @@ def test_an_instance_reads_every_getter_and_popdist_is_imported_lazily(
 def test_impossible_popdist_settings(settings: dict[str, Any], message: str) -> None:
     fake_popdist.configure(**settings)
     with pytest.raises(ValueError, match=exactly(message)):
-        poprun.detect(fake_popdist)  # type: ignore[arg-type]
+        poprun.detect(fake_popdist)
 
 
 def test_a_failing_getter_is_named() -> None:
@@ -176,22 +176,22 @@ def _config(json_path: Path | None) -> Any:
 def test_configure_json_path_under_poprun() -> None:
     fake_popdist.configure(1, 2)
     config = _config(Path("out/run.json"))
-    instance = poprun.configure_json_path(config, fake_popdist)  # type: ignore[arg-type]
+    instance = poprun.configure_json_path(config.option, fake_popdist)
     assert instance is not None
     assert instance.index == 1
     assert config.option.benchmark_json == Path("out/run.instance-1-of-2.json")
-    poprun.configure_json_path(config, fake_popdist)  # type: ignore[arg-type]
+    poprun.configure_json_path(config.option, fake_popdist)
     assert config.option.benchmark_json == Path("out/run.instance-1-of-2.json"), "not idempotent"
 
 
 def test_configure_json_path_without_json_or_outside_poprun() -> None:
     fake_popdist.configure(0, 2)
     no_json = _config(None)
-    assert poprun.configure_json_path(no_json, fake_popdist) is not None  # type: ignore[arg-type]
+    assert poprun.configure_json_path(no_json.option, fake_popdist) is not None  # type: ignore[arg-type]
     assert no_json.option.benchmark_json is None
     fake_popdist.reset()
     plain = _config(Path("run.json"))
-    assert poprun.configure_json_path(plain, fake_popdist) is None  # type: ignore[arg-type]
+    assert poprun.configure_json_path(plain.option, fake_popdist) is None  # type: ignore[arg-type]
     assert plain.option.benchmark_json == Path("run.json")
 
 
@@ -220,7 +220,7 @@ def _record(
             compile_s=1.0,
             compile_cached=False,
             first_call_s=0.5,
-            power={"measured": False, "reason": "off"},
+            power=records.PowerRecord(measured=False, source="off", reason="off"),
         )
     )
     record.update(over)

@@ -1,4 +1,6 @@
-"""Terminal tables (report.terminal): number formatting, grouping, row order, flagged percentiles."""
+"""Terminal tables (report.terminal): cells, grouping, row order, flagged percentiles, footnotes.
+
+The number formats themselves are the units registry's (tests/unit/test_units.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import terminal as report
 from pytest_ipu.report.terminal import Row
 from pytest_ipu.results.records import IpuRecord
+from pytest_ipu.results.records import ParityRecord
+from pytest_ipu.results.records import PowerRecord
 
 
 def make_record(**changes: Any) -> IpuRecord:
@@ -46,39 +50,6 @@ def make_record(**changes: Any) -> IpuRecord:
     }
     base.update(changes)
     return IpuRecord(**base)
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (1.36e-3, "1.36 ms"),
-        (2.5, "2.5 s"),
-        (850e-9, "850 ns"),
-        (12.3e-6, "12.3 us"),
-        (None, "-"),
-        (1.0, "1 s"),
-        (1e-3, "1 ms"),
-        (1e-6, "1 us"),
-        (0.0, "0 ns"),
-        (123.456, "123 s"),
-        (0.999e-3, "999 us"),
-    ],
-)
-def test_format_seconds(seconds, text):
-    assert report.format_seconds(seconds) == text
-
-
-@pytest.mark.parametrize(("seconds", "text"), [(0.0009996, "1 ms"), (999.6e-9, "1 us"), (0.9996, "1 s")])
-def test_format_seconds_rounding_up_to_next_unit(seconds, text):
-    assert report.format_seconds(seconds) == text
-
-
-@pytest.mark.parametrize(
-    ("rate", "text"),
-    [(2526.4, "2,526"), (1_234_567.8, "1,234,568"), (100.0, "100"), (12.345, "12.3"), (0.5, "0.5")],
-)
-def test_format_rate(rate, text):
-    assert report.format_rate(rate) == text
 
 
 def _table_lines(lines: list[str], group: str) -> list[str]:
@@ -186,14 +157,10 @@ def test_missing_compile_renders_dash():
     assert _row_cells(make_record(compile_s=None))["compile"] == "-"
 
 
-def _parity(max_rel: float, passed: bool) -> dict[str, Any]:
-    return {
-        "reference": "torch eager fp32 on cpu",
-        "max_abs": 0.5,
-        "max_rel": max_rel,
-        "tolerance": 1e-3,
-        "passed": passed,
-    }
+def _parity(max_rel: float, passed: bool) -> ParityRecord:
+    parity = ParityRecord("torch eager fp32 on cpu", 0.5, max_rel, 1e-3)
+    assert parity.passed is passed
+    return parity
 
 
 @pytest.mark.parametrize(
@@ -243,3 +210,72 @@ def test_no_footnote_for_percentile_without_column():
 
 def test_no_rows_no_lines():
     assert report.tables([]) == []
+
+
+def _power(**changes: Any) -> PowerRecord:
+    base: dict[str, Any] = {
+        "measured": True,
+        "source": "rapl",
+        "energy_j": 6.0,
+        "mean_power_w": 46.25,
+        "energy_per_item_j": 0.015,
+        "items_per_j": 1234.5,
+        "valid": True,
+    }
+    return PowerRecord(**{**base, **changes})
+
+
+@pytest.mark.parametrize(
+    ("power", "cells"),
+    [
+        (_power(), ("46.2", "0.015", "1,234")),
+        (
+            _power(low_confidence=True, warnings=("low confidence: window 1 s < 5 s",)),
+            ("~46.2", "~0.015", "~1,234"),
+        ),
+        (_power(valid=False, reason="counter reset"), ("?", "?", "?")),
+        (_power(items_per_j=None, energy_per_item_j=None), ("46.2", "?", "?")),
+        (PowerRecord(measured=False, source="off", reason="power measurement is off"), ("n/m",) * 3),
+        (None, ("n/m",) * 3),
+    ],
+)
+def test_power_cells_read_the_typed_flags(power, cells):
+    row = _row_cells(make_record(power=power))
+    assert (row["W"], row["J/item"], row["items/J"]) == cells
+
+
+def test_low_confidence_comes_from_the_flag_not_the_warning_text():
+    # A warning that merely reads like the old one is not a flag; the flag alone marks the cell.
+    worded = _power(warnings=("low confidence: window 1 s < 5 s",))
+    assert _row_cells(make_record(power=worded))["W"] == "46.2"
+    assert report.footnotes([Row("g", "g[a]", make_record(power=worded))]) == []
+    flagged = _power(low_confidence=True)
+    assert report.footnotes([Row("g", "g[a]", make_record(power=flagged))]) == [
+        "~ = low confidence: the energy window is shorter than the sensor needs"
+    ]
+
+
+def test_footnotes_are_what_tables_ends_with():
+    rows = [
+        Row("g", "g[few]", make_record(rounds=50, unsupported=("p99",), power=_power(low_confidence=True))),
+        Row("h", "h[off]", make_record(power=PowerRecord(measured=False, source="off", reason="off here"))),
+        Row(
+            "h", "h[bad]", make_record(target="torch:cuda", power=_power(valid=False, reason="counter reset"))
+        ),
+        Row("h", "h[sim]", make_record(simulator=True)),
+    ]
+    notes = report.footnotes(rows)
+    assert notes == [
+        "* too few rounds for this percentile (p99 needs >= 100): it is the maximum of the rounds run",
+        "[sim] = a simulator (the IPU Model): its timings are not hardware timings",
+        "~ = low confidence: the energy window is shorter than the sensor needs",
+        "n/m = power not measured: off here",
+        "? = power window invalid (torch:cuda): counter reset",
+        "n/m = power not measured: no power record",
+    ]
+    lines = report.tables(rows)
+    assert lines[-len(notes) :] == notes
+    assert lines[-len(notes) - 1] == ""
+    # Only the percentile columns given are footnoted.
+    columns = [c for c in report.COLUMNS if c.header != "p99"]
+    assert report.footnotes(rows, columns)[0].startswith("[sim]")

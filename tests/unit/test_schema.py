@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,28 +12,102 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import schema
+from pytest_ipu.results.records import DeviceEnergy
+from pytest_ipu.results.records import InstanceRecord
 from pytest_ipu.results.records import IpuRecord
+from pytest_ipu.results.records import ParityRecord
+from pytest_ipu.results.records import PlacementRecord
+from pytest_ipu.results.records import PowerRecord
 from pytest_ipu.results.schema import SchemaError
+
+GOLDEN = Path(__file__).parent.parent / "golden"
 
 finite = st.floats(allow_nan=False, allow_infinity=False)
 count = st.integers(min_value=0, max_value=10**9)
 text = st.text(max_size=20)
 
 
+optional = st.none() | finite
+plain = st.none() | st.booleans() | count | text
+
+
 @st.composite
-def records(draw: Any) -> IpuRecord:
-    rounds = draw(count)
-    latency = LatencySummary(
+def latencies(draw: Any, rounds: int | None = None) -> LatencySummary:
+    return LatencySummary(
         min_s=draw(finite),
         p50_s=draw(finite),
         p90_s=draw(finite),
         p99_s=draw(finite),
         max_s=draw(finite),
         mean_s=draw(finite),
-        rounds=rounds,
+        rounds=draw(count) if rounds is None else rounds,
         unsupported=tuple(draw(st.lists(st.sampled_from(["p50", "p90", "p99"]), unique=True))),
     )
+
+
+powers = st.builds(
+    PowerRecord,
+    measured=st.booleans(),
+    source=text,
+    reason=text,
+    method=st.none() | st.sampled_from(["counter", "sampled_power"]),
+    integration=st.none() | text,
+    devices=st.lists(
+        st.builds(
+            DeviceEnergy, id=text, name=text, scope=text, energy_j=finite, mean_w=finite, idle_w=optional
+        ),
+        max_size=2,
+    ).map(tuple),
+    energy_j=optional,
+    mean_power_w=optional,
+    idle_power_w=optional,
+    items=count,
+    energy_per_item_j=optional,
+    items_per_j=optional,
+    samples=count,
+    sample_hz_requested=optional,
+    sample_hz_achieved=optional,
+    update_period_s=optional,
+    window_s=optional,
+    valid=st.booleans(),
+    warnings=st.lists(text, max_size=2).map(tuple),
+    low_confidence=st.booleans(),
+)
+
+placements = st.builds(
+    PlacementRecord,
+    instances=count,
+    ipus_per_instance=count,
+    replicas=count,
+    stages=count,
+    runner=st.sampled_from(["inline", "threads", "processes"]),
+    shared_device=st.booleans(),
+    devices=st.lists(text, max_size=3).map(tuple),
+    simulator=st.booleans(),
+    ipu_ids=st.none() | st.lists(st.lists(count, max_size=2).map(tuple), max_size=3).map(tuple),
+    inventory=st.none() | st.dictionaries(text, plain, max_size=2),
+)
+
+instances = st.builds(
+    InstanceRecord,
+    index=count,
+    target=text,
+    device=text,
+    device_name=text,
+    compile_s=optional,
+    calls=count,
+    latency=latencies(),
+    phases_s=st.dictionaries(text, finite, max_size=2),
+    info=st.dictionaries(text, plain, max_size=2),
+    device_latency=st.none() | st.dictionaries(text, plain, max_size=2),
+)
+
+
+@st.composite
+def records(draw: Any) -> IpuRecord:
+    rounds = draw(count)
     return IpuRecord(
         target=draw(text),
         backend=draw(text),
@@ -45,26 +120,23 @@ def records(draw: Any) -> IpuRecord:
         rounds=rounds,
         rounds_policy=draw(st.sampled_from(["auto", "fixed"])),
         warmup_rounds=draw(count),
-        latency=latency,
+        latency=draw(latencies(rounds)),
         window_s=draw(finite),
         throughput_items_per_s=draw(finite),
-        compile_s=draw(st.none() | finite),
+        compile_s=draw(optional),
         compile_cached=draw(st.booleans()),
         first_call_s=draw(finite),
         compile_phases_s=draw(st.dictionaries(text, finite, max_size=3)),
-        compile_info=draw(st.dictionaries(text, st.none() | st.booleans() | count | text, max_size=3)),
+        compile_info=draw(st.dictionaries(text, plain, max_size=3)),
         parity=draw(
             st.none()
-            | st.fixed_dictionaries(
-                {
-                    "reference": text,
-                    "max_abs": finite,
-                    "max_rel": finite,
-                    "tolerance": finite,
-                    "passed": st.booleans(),
-                }
-            )
+            | st.builds(ParityRecord, reference=text, max_abs=finite, max_rel=finite, tolerance=finite)
         ),
+        power=draw(st.none() | powers),
+        simulator=draw(st.booleans()),
+        placement=draw(st.none() | placements),
+        instances=draw(st.none() | st.lists(instances, min_size=1, max_size=3).map(tuple)),
+        device_latency=draw(st.none() | st.dictionaries(text, plain, max_size=2)),
     )
 
 
@@ -154,7 +226,7 @@ def test_to_json_of_an_onnxruntime_compile_with_parity():
     record = make_record(
         compile_phases_s={"export": 1.25, "session": 0.5, "first_run": 0.25},
         compile_info={"provider": "CPUExecutionProvider", "export_cached": True, "onnx_sha256": "ab" * 32},
-        parity={**parity, "passed": True},
+        parity=ParityRecord(**parity),
     )
     data = json.loads(json.dumps(schema.to_json(record)))
     assert data["compile_phases_s"] == {"export": 1.25, "session": 0.5, "first_run": 0.25}
@@ -254,19 +326,69 @@ def _resolve(data: dict[str, Any], path: tuple[str, ...]) -> object:
     return data
 
 
+MEASURED = PowerRecord(
+    measured=True,
+    source="rapl",
+    energy_j=6.0,
+    mean_power_w=46.2,
+    energy_per_item_j=0.015,
+    items_per_j=66.7,
+    valid=True,
+)
+
+
 @pytest.mark.parametrize("name", list(schema.METRICS))
 def test_every_metric_path_resolves(name):
     metric = schema.METRICS[name]
     assert metric.name == name
-    measured = {
-        "measured": True,
-        "energy_j": 6.0,
-        "mean_power_w": 46.2,
-        "energy_per_item_j": 0.015,
-        "items_per_j": 66.7,
-    }
-    value = _resolve(schema.to_json(make_record(power=measured)), metric.path)
+    value = _resolve(schema.to_json(make_record(power=MEASURED)), metric.path)
     assert isinstance(value, float)
+
+
+def _json_value(data: dict[str, Any], metric: str) -> float | None:
+    """A metric's value read from the record JSON along its path, as gates read it before records
+    were typed: ``None`` for a missing key, a null or anything that is not a number."""
+    node: Any = data
+    for key in schema.METRICS[metric].path:
+        if not isinstance(node, dict) or node.get(key) is None:
+            return None
+        node = node[key]
+    return None if isinstance(node, bool) or not isinstance(node, int | float) else float(node)
+
+
+@pytest.mark.parametrize("name", list(schema.METRICS))
+def test_value_of_every_metric_is_what_the_json_path_holds(name):
+    for record in (
+        make_record(power=MEASURED),
+        make_record(),  # no power section
+        make_record(compile_s=None, power=PowerRecord(measured=False, source="off", reason="off")),
+    ):
+        value = record.value(name)
+        assert value == _json_value(schema.to_json(record), name)
+        assert value is None or type(value) is float
+
+
+@settings(max_examples=100, deadline=None)
+@given(records())
+def test_value_agrees_with_the_json_path_for_any_record(record):
+    data = schema.to_json(record)
+    for name in schema.METRICS:
+        assert record.value(name) == _json_value(data, name), name
+
+
+def test_value_of_what_is_not_a_metric_is_a_key_error():
+    with pytest.raises(KeyError):
+        make_record().value("latency")
+
+
+def test_value_reads_the_typed_fields():
+    record = make_record(power=MEASURED, compile_s=None)
+    assert record.value("latency.p99") == 0.004
+    assert record.value("throughput") == 3076.9
+    assert record.value("compile") is None  # a plain callable has no compile step
+    assert record.value("energy") == 6.0
+    assert record.value("items_per_j") == 66.7
+    assert make_record().value("power") is None  # no power section
 
 
 def test_metric_directions_and_units():
@@ -290,3 +412,141 @@ def test_metric_values_match_the_record():
     assert _resolve(data, schema.METRICS["throughput"].path) == record.throughput_items_per_s
     assert _resolve(data, schema.METRICS["compile"].path) == record.compile_s
     assert _resolve(data, schema.METRICS["first_call"].path) == record.first_call_s
+
+
+# -- parts of the record, and records written by older code ----------------------------------------
+
+
+def _low(warnings: tuple[str, ...], low_confidence: bool) -> PowerRecord:
+    return PowerRecord(
+        measured=True,
+        source="rapl",
+        energy_j=0.5,
+        valid=True,
+        warnings=warnings,
+        low_confidence=low_confidence,
+    )
+
+
+def test_low_confidence_is_a_field_of_the_power_json():
+    data = schema.to_json(make_record(power=_low(("low confidence: window 1 s < 5 s (fixed)",), True)))
+    assert data["power"]["low_confidence"] is True
+    assert schema.from_json(data).power == _low(("low confidence: window 1 s < 5 s (fixed)",), True)
+
+
+@pytest.mark.parametrize(
+    ("warnings", "low"),
+    [
+        (("low confidence: window 0.0104 s < 5 s (the rounds were fixed)", "only 2 power readings"), True),
+        (("only 2 power readings in the window (want >= 10)",), False),
+        ((), False),
+    ],
+)
+def test_a_record_written_before_the_flag_derives_it_from_the_warning(warnings, low):
+    data = schema.to_json(make_record(power=_low(warnings, low)))
+    del data["power"]["low_confidence"]
+    power = schema.from_json(data).power
+    assert power is not None
+    assert power.low_confidence is low
+    assert power.warnings == warnings  # the text still says why
+
+
+def test_a_record_with_the_flag_is_taken_at_its_word():
+    data = schema.to_json(make_record(power=_low(("low confidence: window 1 s < 5 s",), False)))
+    power = schema.from_json(data).power
+    assert power is not None
+    assert power.low_confidence is False
+
+
+def test_placement_and_instances_json_keep_their_keys():
+    placement = PlacementRecord(2, 1, 1, 1, "threads", True, ("cpu", "cpu"))
+    assert placement.as_json() == {
+        "instances": 2,
+        "ipus_per_instance": 1,
+        "replicas": 1,
+        "stages": 1,
+        "runner": "threads",
+        "shared_device": True,
+        "devices": ["cpu", "cpu"],
+    }
+    on_ipus = PlacementRecord(
+        2, 1, 1, 1, "processes", False, ("ipu:0", "ipu:1"), ipu_ids=((0,), (1,)), inventory={}
+    )
+    assert list(on_ipus.as_json()) == [
+        "instances", "ipus_per_instance", "replicas", "stages", "runner", "ipu_ids", "shared_device",
+        "devices", "inventory",
+    ]  # fmt: skip
+    simulated = PlacementRecord(3, 1, 1, 1, "threads", False, ("ipu-model",) * 3, simulator=True)
+    assert simulated.as_json()["simulator"] is True
+    lat = LatencySummary(1.0, 2.0, 3.0, 4.0, 5.0, 2.5, 5, ("p90", "p99"))
+    instance = InstanceRecord(0, "torch:cpu", "cpu", "Some CPU", 0.5, 5, lat)
+    assert instance.as_json() == {
+        "index": 0,
+        "target": "torch:cpu",
+        "device": "cpu",
+        "device_name": "Some CPU",
+        "compile_s": 0.5,
+        "phases_s": {},
+        "info": {},
+        "calls": 5,
+        "latency_s": {
+            "min": 1.0,
+            "p50": 2.0,
+            "p90": 3.0,
+            "p99": 4.0,
+            "max": 5.0,
+            "mean": 2.5,
+            "rounds": 5,
+            "unsupported": ["p90", "p99"],
+        },
+        "device_latency": None,
+    }
+    record = make_record(placement=on_ipus, instances=(instance,))
+    assert schema.from_json(json.loads(json.dumps(schema.to_json(record)))) == record
+
+
+@pytest.mark.parametrize("name", ["schema-v1.json", "pytest-benchmark-5.2.0.json"])
+def test_golden_files_load_into_typed_records_and_write_back_the_same_json(name):
+    """Files written by pytest-ipu 0.1.0 (before ``low_confidence``) read into typed records; written
+    again they are the same JSON, plus the flag, which their warnings gave."""
+    path = GOLDEN / name
+    run = benchmark_json.read_run(path)
+    stored = {b["fullname"]: b["extra_info"]["ipu"] for b in json.loads(path.read_text())["benchmarks"]}
+    assert len(run.benchmarks) == 6
+    for bench in run.benchmarks:
+        record = bench.record
+        assert record is not None
+        assert record.power is not None
+        # Every window of these runs was low confidence; the one with power off measured nothing.
+        assert record.power.low_confidence is record.power.measured
+        expected = json.loads(json.dumps(stored[bench.fullname]))
+        expected["power"]["low_confidence"] = record.power.measured
+        assert schema.to_json(record) == expected
+        for metric in schema.METRICS:
+            assert record.value(metric) == _json_value(expected, metric)
+    by_name = {b.name: b.record for b in run.benchmarks if b.record is not None}
+    placed = by_name["test_mlp_poptorch_instances[poptorch-ipu]"]
+    assert placed.placement is not None
+    assert placed.placement.ipu_ids == ((0,), (1,))
+    assert placed.placement.runner == "processes"
+    assert placed.instances is not None
+    assert [i.device for i in placed.instances] == ["ipu:0", "ipu:1"]
+    assert all(i.device_latency is not None for i in placed.instances)
+    shared = by_name["test_mlp_instances[torch-cpu]"]
+    assert shared.placement is not None
+    assert shared.placement.shared_device
+    assert shared.instances is not None
+    assert shared.instances[0].latency.unsupported == ("p90", "p99")
+    assert by_name["test_mlp[torch-cpu-2]"].parity == ParityRecord("torch eager fp32 on cpu", 0.0, 0.0, 0.001)
+
+
+def test_golden_pytest_benchmark_4_file_reads_as_a_run_without_records():
+    """A baseline saved by pytest-benchmark 4.0 before a project adopted pytest-ipu: its benchmarks
+    have no record, but their time statistics and per-round samples are there to compare."""
+    run = benchmark_json.read_run(GOLDEN / "pytest-benchmark-4.0.0.json")
+    assert [b.record for b in run.benchmarks] == [None] * 4
+    assert {b.group for b in run.benchmarks} >= {"fib"}
+    for bench in run.benchmarks:
+        assert bench.samples_s, bench.name
+        assert set(bench.stats) >= {"min", "median", "mean", "max"}
+        assert bench.stats["min"] <= bench.stats["median"] <= bench.stats["max"]

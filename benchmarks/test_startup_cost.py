@@ -1,0 +1,92 @@
+"""What pytest-ipu costs every pytest run of a project that has it installed: start-up time.
+
+A trivial test file (one ``assert True``) in a project of its own is run by a fresh interpreter,
+``python -m pytest -q -p no:cacheprovider``, with the plugin loaded and with ``-p no:ipu``, the two
+alternating (ABAB...) so that drift of the machine lands on both. The medians of the two and their
+difference are printed at the end of ``make bench``; the target is at most 50 ms added (for scale:
+pytest-benchmark's own plugin costs about 100 ms). Also printed: how many pytest-ipu modules the
+plugin imports at start-up and whether numpy is among them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: Start-ups measured per side.
+RUNS = 9
+#: Target: milliseconds the plugin may add to a trivial run's start-up.
+MAX_ADDED_MS = 50.0
+SECTION = "start-up cost (trivial test file, pytest with the plugin vs -p no:ipu, medians)"
+
+_PROBE = """
+import json, sys
+import pytest_ipu.plugin
+mods = sorted(m for m in sys.modules if m.startswith("pytest_ipu"))
+print(json.dumps({"modules": mods, "numpy": "numpy" in sys.modules, "torch": "torch" in sys.modules}))
+"""
+
+
+def _env() -> dict[str, str]:
+    # The user's pytest options must not leak into the measured runs.
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_ADDOPTS", "PYTEST_IPU_"))}
+
+
+def _run_s(project: Path, *extra: str) -> float:
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *extra, "test_trivial.py"],
+        cwd=project,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return elapsed
+
+
+@pytest.mark.benchmark(group="startup")
+def test_startup_cost(tmp_path: Path, study_report: dict[str, list[str]], benchmark: Any) -> None:
+    """The plugin's added start-up time, side by side with the same run without it."""
+    (tmp_path / "test_trivial.py").write_text("def test_trivial():\n    assert True\n")
+    _run_s(tmp_path)  # warm the file system cache for both sides
+    _run_s(tmp_path, "-p", "no:ipu")
+    with_plugin: list[float] = []
+    without: list[float] = []
+    for _ in range(RUNS):
+        with_plugin.append(_run_s(tmp_path))
+        without.append(_run_s(tmp_path, "-p", "no:ipu"))
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=_env(), capture_output=True, text=True, timeout=120, check=True
+    )
+    loaded = json.loads(probe.stdout)
+    on, off = statistics.median(with_plugin), statistics.median(without)
+    added_ms = (on - off) * 1e3
+    verdict = "meets" if added_ms <= MAX_ADDED_MS else "MISSES"
+    study_report.setdefault(SECTION, []).append(
+        f"with pytest-ipu {on * 1e3:.0f} ms, with -p no:ipu {off * 1e3:.0f} ms: added {added_ms:+.0f} ms "
+        f"({verdict} <= {MAX_ADDED_MS:.0f} ms); {RUNS} runs each, alternating; the plugin imports "
+        f"{len(loaded['modules'])} pytest-ipu modules at start-up, "
+        f"numpy {'yes' if loaded['numpy'] else 'no'}, torch {'yes' if loaded['torch'] else 'no'}"
+    )
+    benchmark.extra_info["startup"] = {
+        "with_plugin_s": on,
+        "without_plugin_s": off,
+        "added_s": on - off,
+        "runs": RUNS,
+        "modules": loaded["modules"],
+        "numpy": loaded["numpy"],
+    }
+    # A benchmark of our own making, timed by pytest-benchmark too: one start-up with the plugin.
+    benchmark.pedantic(_run_s, args=(tmp_path,), rounds=1, iterations=1)
