@@ -235,14 +235,14 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
             min_rounds=s.min_rounds,
         )
         meter, source, reason = session.power_meter(compiled.device, s.power)
-        timer = _PytestBenchmarkTimer(benchmark)
         result = measure(
             compiled,
             inputs,
             items_per_call=items_per_call,
             policy=policy,
-            timer=timer,
+            timer=benchmark,
             meter=meter,
+            round_times_s=lambda: benchmark.stats.stats.data,
             unmeasured=(source, reason),
         )
         node = request.node
@@ -253,38 +253,6 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
         return result.record
 
     return run
-
-
-class _PytestBenchmarkTimer:
-    """pytest-benchmark's ``benchmark`` fixture as the timer ``measure.run`` asks for."""
-
-    def __init__(self, benchmark: Any) -> None:
-        self._benchmark = benchmark
-
-    def pedantic(
-        self,
-        target: Callable[..., object],
-        args: Sequence[object] = (),
-        kwargs: dict[str, object] | None = None,
-        setup: Callable[[], object] | None = None,
-        teardown: Callable[..., object] | None = None,
-        rounds: int = 1,
-        warmup_rounds: int = 0,
-        iterations: int = 1,
-    ) -> object:
-        return self._benchmark.pedantic(
-            target,
-            args=args,
-            kwargs=kwargs,
-            setup=setup,
-            teardown=teardown,
-            rounds=rounds,
-            warmup_rounds=warmup_rounds,
-            iterations=iterations,
-        )
-
-    def round_times_s(self) -> Sequence[float]:
-        return tuple(self._benchmark.stats.stats.data)
 
 
 @dataclass

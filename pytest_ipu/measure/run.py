@@ -9,9 +9,9 @@ the ``ipu_benchmark`` fixture gathers the arguments and publishes what this retu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.measure import metrics
@@ -31,14 +31,6 @@ class RoundsPolicy:
     rounds: int | None
     max_time_s: float
     min_rounds: int
-
-
-class RoundTimer(timing.PedanticBenchmark, Protocol):
-    """What times the rounds (pytest-benchmark's fixture, adapted): ``pedantic`` runs them and
-    ``round_times_s`` gives the time of each round it ran, in seconds."""
-
-    def round_times_s(self) -> Sequence[float]:
-        """Per-round times of the last ``pedantic`` call, seconds."""
 
 
 @dataclass(frozen=True)
@@ -68,7 +60,8 @@ def measure(
     *,
     items_per_call: int | None,
     policy: RoundsPolicy,
-    timer: RoundTimer,
+    timer: timing.PedanticBenchmark,
+    round_times_s: Callable[[], Sequence[float]],
     meter: PowerMeter | None,
     unmeasured: tuple[str, str] = ("none", "no power meter"),
 ) -> Measurement:
@@ -77,7 +70,8 @@ def measure(
     ``items_per_call`` defaults to the batch size (``batch_size(inputs)``); with several instances
     it is per instance, and a round completes it once per instance. ``meter`` measures the energy
     of the timed rounds; without one, the record's power section says it was not measured, with
-    the source and reason of ``unmeasured``.
+    the source and reason of ``unmeasured``. ``timer`` runs the timed rounds (pytest-benchmark's
+    fixture) and ``round_times_s`` then gives the time of each, seconds.
     """
     args = compiled.prepare_inputs(tuple(inputs))
     batch = batch_size(inputs)
@@ -104,7 +98,7 @@ def measure(
                 timer, compiled.run, args, planned, on_start=meter.mark, on_end=meter.mark
             )
         power = meter.result(trace, start_ns, end_ns, items * planned, rounds_fixed=policy.rounds is not None)
-    samples = tuple(timer.round_times_s())
+    samples = tuple(round_times_s())
     window_s = (end_ns - start_ns) * 1e-9
     instances: tuple[records.InstanceRecord, ...] | None = None
     if group is None:

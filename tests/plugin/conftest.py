@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# numpy is imported here, before any in-process (pytester) run: the plugin loads it only on first
+# use, inside such a run, and pytester then drops the modules the run imported; a second import
+# of numpy < 2 warns "The NumPy module was reloaded", which -W error makes a failure.
+import numpy  # noqa: F401
 import pytest
 
 from tests.plugin.inner import INNER_ADDOPTS
