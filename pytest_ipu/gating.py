@@ -117,6 +117,8 @@ class GateCheck:
 
     def check(self) -> None:
         """Check every gate on every measured benchmark; fill ``verdicts``, ``missing`` and ``notes``."""
+        if not self.settings.gates and not any(m.gates for m in self.measured):
+            return  # nothing to decide: the decision rule (and numpy) is never loaded
         outcome = self._runner().check(self.measured)
         self.verdicts.extend(outcome.verdicts)
         self.missing.extend(outcome.missing)

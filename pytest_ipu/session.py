@@ -209,6 +209,13 @@ class IpuSession:
         ]
         return lines
 
+    def _tables(self) -> list[str]:
+        if not self.measured:
+            return []  # a run without benchmarks never loads the tables (nor numpy)
+        from pytest_ipu.report import terminal as report
+
+        return report.tables([report.Row(m.group, m.name, m.record) for m in self.measured])
+
     def _target_lines(self) -> list[str]:
         if self._auto is None:
             return []
@@ -257,10 +264,7 @@ class IpuSession:
 
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """The pytest-ipu tables, and under ``auto`` which targets were found and which were not."""
-        from pytest_ipu.report import terminal as report
-
-        rows = [report.Row(m.group, m.name, m.record) for m in self.measured]
-        lines = (report.tables(rows) if rows else []) + self._target_lines()
+        lines = self._tables() + self._target_lines()
         if lines:
             terminalreporter.section("pytest-ipu")
             for line in lines:
