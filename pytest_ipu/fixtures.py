@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import NoReturn
 from typing import Protocol
 
 import pytest
@@ -78,7 +79,7 @@ def _session(request: pytest.FixtureRequest) -> IpuSession:
     return request.config.stash[SESSION_KEY]
 
 
-def _skip_or_fail(settings: Settings, exc: BackendUnavailable) -> None:
+def _skip_or_fail(settings: Settings, exc: BackendUnavailable) -> NoReturn:
     """A missing runtime, device or free IPU skips the test, or fails it under ``--ipu-missing-sdk=fail``."""
     __tracebackhide__ = True  # the skip is reported at the test's line, not here
     if settings.missing_sdk == "fail":
@@ -109,7 +110,6 @@ def ipu_backend(request: pytest.FixtureRequest, ipu_settings: Settings) -> Backe
         return _session(request).backend_for(target.backend, target.device)
     except BackendUnavailable as exc:
         _skip_or_fail(ipu_settings, exc)
-        raise  # unreachable: pytest.skip raised
 
 
 @pytest.fixture
@@ -131,7 +131,6 @@ def ipu_placement(
         return placed.plan(ipu_backend, _placement_request(request), {}, _session(request).backend_for)
     except BackendUnavailable as exc:
         _skip_or_fail(ipu_settings, exc)
-        raise
 
 
 @pytest.fixture
@@ -182,7 +181,6 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
         except BackendUnavailable as exc:
             # No device free or too few of them ("Failed to acquire 2 IPU(s)"): like a missing SDK.
             _skip_or_fail(ipu_settings, exc)
-            raise
 
     return compile_model
 
