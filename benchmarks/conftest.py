@@ -24,12 +24,19 @@ _REPORT = pytest.StashKey[dict[str, list[str]]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Study options: which ResNeXt-101 variant to run."""
+    """Study options: which ResNeXt-101 variant to run, and whether gate-accuracy targets are enforced."""
     parser.addoption(
         "--resnext-variant",
         default="32x4d",
         choices=sorted(resnext.VARIANTS),
         help="ResNeXt-101 variant of the inference study (default: 32x4d)",
+    )
+    parser.addoption(
+        "--gate-accuracy-strict",
+        action="store_true",
+        default=False,
+        help="fail test_gate_accuracy when a rule misses its target (default: report only; "
+        "or set PYTEST_IPU_GATE_ACCURACY_STRICT=1)",
     )
 
 

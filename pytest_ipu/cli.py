@@ -1,10 +1,11 @@
 """The ``pytest-ipu`` command: ``summary`` of saved runs; ``compare`` of runs (with gates) and their
-``report`` (plots and HTML); ``merge`` of the files of one PopRun launch; the
-``targets`` and ``devices`` (targets and power sources) present on this machine, each with the reason
-when absent.
+``report`` (plots and HTML); ``ab``, interleaved A/B runs of two sides decided on paired ratios;
+``merge`` of the files of one PopRun launch; the ``targets`` and ``devices`` (targets and power
+sources) present on this machine, each with the reason when absent.
 
 The only module that prints to stdout directly and calls ``sys.exit``. Exit codes: 0 success,
-1 a gate failed (``compare``), 2 bad input (an unreadable or foreign file says which file and why).
+1 a gate failed (``compare``, ``ab``), 2 bad input (an unreadable or foreign file says which file and
+why) or, for ``ab``, a side that failed to run.
 """
 
 from __future__ import annotations
@@ -93,6 +94,73 @@ def _compare(paths: Sequence[Path], gate_texts: Sequence[str], fmt: str, strict:
     return 1 if failed else 0
 
 
+def _ab(args: argparse.Namespace) -> int:
+    # Imported here: the runner and the decision are needed only by this command.
+    from pytest_ipu import ab_runner
+    from pytest_ipu.results import ab
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if not ab_runner.MIN_PAIRS <= args.pairs <= ab_runner.MAX_PAIRS:
+        print(
+            f"pytest-ipu: --pairs {args.pairs}: out of range; give from {ab_runner.MIN_PAIRS} to "
+            f"{ab_runner.MAX_PAIRS} pairs (5 is the default)",
+            file=sys.stderr,
+        )
+        return 2
+    if not 0.0 < args.alpha < 1.0:
+        print(
+            f"pytest-ipu: --alpha {args.alpha:g}: out of range; give a level within (0, 1), e.g. 0.01",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        gate_list = [gates.parse(text) for text in args.gate]
+    except gates.GateError as exc:
+        print(f"pytest-ipu: --gate: {exc}", file=sys.stderr)
+        return 2
+    pytest_args = [*(["-k", args.k] if args.k is not None else []), *args.pytest_args]
+    try:
+        cwd = Path.cwd()
+        plan = ab_runner.Plan(
+            ab_runner.resolve_side("baseline", args.baseline, cwd),
+            ab_runner.resolve_side("candidate", args.candidate, cwd),
+            args.pairs,
+            tuple(pytest_args),
+            args.keep,
+            cwd,
+        )
+        outcome = ab_runner.run(plan, progress)
+    except (ab_runner.SideError, ab_runner.RunFailed) as exc:
+        print(f"pytest-ipu: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pytest-ipu: ab interrupted; worktrees and temporary files removed", file=sys.stderr)
+        return 130
+    except ab_runner.Terminated:
+        print("pytest-ipu: ab terminated; worktrees and temporary files removed", file=sys.stderr)
+        return 143
+    result = ab.analyse(
+        outcome.baseline,
+        outcome.candidate,
+        gate_list,
+        alpha=args.alpha,
+        labels=(plan.baseline.label, plan.candidate.label),
+    )
+    print(ab.RENDERERS[args.format](result))
+    lines = ab.gate_lines(result)
+    if lines:
+        print("\n".join(("", *(f"- {line}" if args.format == "markdown" else line for line in lines))))
+    if outcome.directory is not None:
+        progress(f"pytest-ipu ab: runs and logs kept in {outcome.directory}")
+    if args.strict and result.missing:
+        print(
+            f"pytest-ipu: {len(result.missing)} benchmark(s) missing from a run (--strict)", file=sys.stderr
+        )
+    return ab.exit_code(result, args.strict)
+
+
 def _targets() -> int:
     for target in backends.all_candidates():
         backend = backends.make_backend(target)
@@ -154,6 +222,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     reporting.add_argument(
         "-o", "--output", type=Path, default=Path("report"), metavar="DIR", help="output directory"
     )
+    ab_parser = sub.add_parser(
+        "ab",
+        help="interleaved A/B benchmarking: run a baseline and a candidate alternately (ABBA) on this "
+        "machine and gate on paired ratios; exits 1 when a gate fails, 2 on bad input or a failed run",
+        description="Run two sides, each a command prefix that runs pytest or a git revision (git:REV), "
+        "alternately in ABBA order, and decide on the paired ratios candidate/baseline (docs/ci.md). "
+        "Arguments after '--' go to pytest.",
+    )
+    ab_parser.add_argument(
+        "--baseline",
+        required=True,
+        metavar="SIDE",
+        help="a command prefix that runs pytest (e.g. '/venv-a/bin/python -m pytest') or a git revision "
+        "(git:main, git:HEAD~1)",
+    )
+    ab_parser.add_argument("--candidate", required=True, metavar="SIDE", help="as --baseline")
+    ab_parser.add_argument(
+        "--pairs", type=int, default=5, metavar="N", help="pairs of runs, from 1 to 1000 (default 5)"
+    )
+    ab_parser.add_argument(
+        "--gate",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="a gate the candidate must pass against the baseline, e.g. 'throughput:-5%%' or "
+        "'latency.p99<2ms' (repeatable)",
+    )
+    # compare's formats: the same three, without importing the A/B modules for --help.
+    ab_parser.add_argument("--format", choices=compare.FORMATS, default="table", help="output format")
+    ab_parser.add_argument("-k", metavar="EXPR", help="pytest's -k: only the benchmarks matching EXPR")
+    ab_parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.01,
+        metavar="A",
+        help="significance level of the tests (default 0.01)",
+    )
+    ab_parser.add_argument(
+        "--keep", type=Path, metavar="DIR", help="keep every run's JSON and log in DIR (default: removed)"
+    )
+    ab_parser.add_argument(
+        "--strict", action="store_true", help="a benchmark missing from any run makes the exit code 1"
+    )
+    ab_parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed to pytest")
     sub.add_parser("targets", help="list the built-in backend targets and whether each is present here")
     sub.add_parser("devices", help="list compute targets and power sources, each with why it is absent")
     args = parser.parse_args(argv)
@@ -167,6 +279,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from pytest_ipu.report import html as html_report  # matplotlib only when a report is asked for
 
         return html_report.main(args.files, args.output)
+    if args.command == "ab":
+        return _ab(args)
     if args.command == "devices":
         return _devices()
     return _targets()

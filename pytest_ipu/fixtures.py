@@ -186,25 +186,37 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
 
 
 @pytest.fixture
-def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: Settings) -> Benchmark:
+def ipu_benchmark(
+    request: pytest.FixtureRequest, benchmark: Any, ipu_settings: Settings
+) -> Iterator[Benchmark]:
     """Measure a compiled model (or any callable) the way every pytest-ipu number is measured.
 
     ``ipu_benchmark(model, inputs, items_per_call=None, rounds=None, warmup_rounds=None)``:
 
     1. converts ``inputs`` once (``CompiledModel.prepare_inputs``), untimed;
-    2. makes the first call and the warm-up rounds, timed apart and never part of the statistics;
-    3. runs the timed rounds through pytest-benchmark's ``pedantic`` (``auto`` rounds fill
-       ``--ipu-max-time``), one synchronous call per round;
-    4. stores latency percentiles, throughput (``items_per_call`` x rounds / window wall time),
-       compile and first-call times under ``extra_info["ipu"]`` and returns the ``IpuRecord``.
+    2. makes the first call and the warm-up rounds, timed apart and never part of the statistics,
+       then (auto rounds) calibrates the round time over a stretch of back-to-back calls;
+    3. runs the timed rounds, one synchronous call per round: ``auto`` rounds fill the time
+       budget (``--ipu-max-time``) and end there, at least ``--ipu-min-rounds``, and never past
+       the hard cap (``--ipu-max-time-cap``);
+    4. does this in ``--ipu-repeats`` independent repeats (each warmed up anew, each given its share
+       of the budget; the test function runs once per repeat, ``pytest_ipu.repeats``), and pools
+       them: latency percentiles, throughput (items / window wall time), the spread between repeats
+       (``unstable``), other processes' share of the CPU (``contended``);
+    5. stores the record under ``extra_info["ipu"]``, checks the benchmark's gates (a failing gate
+       fails this test) and returns the ``IpuRecord``.
 
-    ``items_per_call`` defaults to the leading dimension of the first input (the batch size); with
-    several instances it is per instance, and a round completes it once per instance.
-    Returns ``None`` when pytest-benchmark is disabled (``--benchmark-disable``, or under xdist):
-    the model then runs once and nothing is recorded. The record is built by
-    ``pytest_ipu.measure.run.measure``; this fixture only gathers its arguments and publishes it.
+    pytest-benchmark times the rounds of the last repeat (its JSON statistics are those rounds);
+    the earlier repeats are timed the same way by pytest-ipu. ``items_per_call`` defaults to the
+    leading dimension of the first input (the batch size); with several instances it is per
+    instance, and a round completes it once per instance. Returns ``None`` when pytest-benchmark is
+    disabled (``--benchmark-disable``, or under xdist): the model then runs once and nothing is
+    recorded. The record is built by ``pytest_ipu.measure.run``; this fixture gathers its arguments.
     """
     session = _session(request)
+    #: Set when this run used the fixture without pytest-benchmark's timer (an earlier repeat, or a
+    #: worker that failed before the last repeat): its "not used" warning would be wrong.
+    quiet = [False]
 
     def run(
         model: CompiledModel | Callable[..., object],
@@ -215,10 +227,14 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
         warmup_rounds: int | None = None,
     ) -> records.IpuRecord | None:
         __tracebackhide__ = True
+        from pytest_ipu import repeats as repeating
         from pytest_ipu.backends.base import CompiledModel
         from pytest_ipu.backends.host import wrap_callable
+        from pytest_ipu.measure.contention import ContentionProbe
         from pytest_ipu.measure.run import RoundsPolicy
         from pytest_ipu.measure.run import measure
+        from pytest_ipu.measure.run import pool
+        from pytest_ipu.measure.timing import LocalTimer
         from pytest_ipu.results.records import group_name
 
         compiled = model if isinstance(model, CompiledModel) else wrap_callable(model)
@@ -226,12 +242,49 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
             benchmark.pedantic(compiled.run, args=compiled.prepare_inputs(tuple(inputs)), rounds=1)
             return None
         s = ipu_settings
+        node = request.node
+        count, mode = repeating.item_settings(node, s)
+        state = session.repeats.state(node.nodeid)
+        # Into how many repeats the budget is split: a worker is told by its parent; a benchmark
+        # whose earlier repeats did not run (skipped, say) is measured once, on the whole budget.
+        share = repeating.worker_share() or (
+            count if mode == "process" or not state.final or state.done else 1
+        )
         policy = RoundsPolicy(
             warmup_rounds=s.warmup_rounds if warmup_rounds is None else warmup_rounds,
             rounds=s.rounds if rounds is None else rounds,
-            max_time_s=s.max_time_s,
+            # Each repeat gets its share of the budget and of the cap: K repeats fill one budget.
+            max_time_s=s.max_time_s / share,
             min_rounds=s.min_rounds,
+            cap_s=s.time_cap.for_budget(s.max_time_s) / share,
         )
+        if state.final and mode == "process" and count > 1:
+            try:
+                state.done = repeating.run_workers(node, count - 1, s)
+            except repeating.RepeatError as exc:
+                quiet[0] = True
+                pytest.fail(f"pytest-ipu: {exc}", pytrace=False)
+        index = len(state.done) + 1
+        probe = ContentionProbe(threshold=s.contended_threshold)
+        if not state.final:
+            # An earlier repeat: timed here, kept for the last run, not recorded by pytest-benchmark.
+            local = LocalTimer()
+            quiet[0] = True
+            result = measure(
+                compiled,
+                inputs,
+                items_per_call=items_per_call,
+                policy=policy,
+                timer=local,
+                round_times_s=lambda: local.data,
+                meter=None,
+                unmeasured=("none", "measured in the last repeat only"),
+                probe=probe,
+                unstable_threshold=s.unstable_threshold,
+                index=index,
+            )
+            state.done.append(result)
+            return result.record
         meter, source, reason = session.power_meter(compiled.device, s.power)
         result = measure(
             compiled,
@@ -242,15 +295,26 @@ def ipu_benchmark(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: 
             meter=meter,
             round_times_s=lambda: benchmark.stats.stats.data,
             unmeasured=(source, reason),
+            probe=probe,
+            unstable_threshold=s.unstable_threshold,
+            index=index,
         )
-        node = request.node
+        pooled = pool([*state.done, result], mode, s.unstable_threshold)
+        # pytest-benchmark's statistics are the last repeat's rounds; gates weigh whole repeats.
         group = group_name(benchmark.group, node.name)
-        session.publish(
-            node, benchmark.extra_info, result.record, result.samples_s, group, marker_gates(node)
+        measured = session.publish(
+            node, benchmark.extra_info, pooled.record, result.samples_s, group, marker_gates(node)
         )
-        return result.record
+        failed = session.gate_check.check_item(measured)
+        if failed:
+            pytest.fail("\n".join(f"pytest-ipu gate FAILED: {line}" for line in failed), pytrace=False)
+        return pooled.record
 
-    return run
+    yield run
+    if quiet[0]:
+        # Tell pytest-benchmark its fixture was not forgotten (else it warns "Benchmark fixture was
+        # not used at all in this test!"): this run measured without it, or failed before it.
+        benchmark.skipped = True
 
 
 @dataclass

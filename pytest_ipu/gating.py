@@ -6,15 +6,15 @@ the same metric. Relative gates need a baseline: ``--ipu-baseline=PATH``, else t
 pytest-benchmark's ``--benchmark-compare`` loads (taken through its public
 ``pytest_benchmark_compare_machine_info`` hook). Without one, the run stops before any test. Given
 several baseline runs (``--ipu-baseline`` repeated, or a glob), the last is the baseline and all of
-them together measure how much whole runs drift on this machine; from three on, every verdict
-states that drift, and metrics without per-round samples are tested against it.
+them together measure how much whole runs drift on this machine; from three on, every gate is
+tested against that drift.
 
-When the benchmarks are done, every gate is checked on every measured benchmark by
-``decide.GateRunner``, the runner ``pytest-ipu compare`` uses too (``decide.check``: beyond the
-threshold and significant on the per-round samples). A failure sets the exit code to 1
-and gets one line in the summary. A gated benchmark missing from the baseline is reported, never
-skipped silently (and fails the run under ``--ipu-baseline-missing=fail``); so is a baseline that
-ran on different hardware.
+As each benchmark is measured, its gates are checked by ``decide.GateRunner``, the runner
+``pytest-ipu compare`` uses too (``decide.check``: beyond the threshold and significantly so on
+the spread between independent repeats or runs). A failing gate fails the benchmark's own test,
+with the gate's line in its report, and gets one line in the summary. A gated benchmark missing
+from the baseline is reported, never skipped silently (and fails the run under
+``--ipu-baseline-missing=fail``); so is a baseline that ran on different hardware.
 """
 
 from __future__ import annotations
@@ -57,10 +57,12 @@ class GateCheck:
         self.notes: list[str] = []
         self.baseline: StoredRun | None = None
         #: Every baseline run, the baseline last: with ``decide.HISTORY_MIN`` or more, their spread
-        #: decides instead of the per-round samples.
+        #: decides instead of the repeats.
         self.history: list[StoredRun] = []
         self._compared: list[Mapping[str, Any]] = []
         self._marker_relative = False
+        #: Benchmarks already checked (as each was published), by full name.
+        self._checked: set[str] = set()
 
     # -- the baseline -------------------------------------------------------------------------------
 
@@ -85,7 +87,11 @@ class GateCheck:
         self._load_baseline()
 
     def _load_baseline(self) -> None:
+        from pytest_ipu.repeats import in_worker
         from pytest_ipu.results import benchmark_json
+
+        if in_worker():
+            return  # a repeat worker measures; the process that started it gates
 
         needs = self._marker_relative or any(g.kind == "relative" for g in self.settings.gates)
         if self.settings.baselines:
@@ -115,14 +121,27 @@ class GateCheck:
 
     # -- the check ----------------------------------------------------------------------------------
 
+    def check_item(self, measured: Measured) -> list[str]:
+        """Check the gates of one benchmark as soon as it is measured, so that a failing gate fails
+        its own test; the lines of the failed verdicts (empty when all passed)."""
+        self._checked.add(measured.fullname)
+        return [v.line() for v in self._check([measured]) if not v.passed]
+
     def check(self) -> None:
-        """Check every gate on every measured benchmark; fill ``verdicts``, ``missing`` and ``notes``."""
-        if not self.settings.gates and not any(m.gates for m in self.measured):
-            return  # nothing to decide: the decision rule (and numpy) is never loaded
-        outcome = self._runner().check(self.measured)
+        """Check every gate on every measured benchmark not checked yet; fill ``verdicts``,
+        ``missing`` and ``notes``."""
+        self._check([m for m in self.measured if m.fullname not in self._checked])
+
+    def _check(self, measured: list[Measured]) -> tuple[Verdict, ...]:
+        from pytest_ipu.repeats import in_worker
+
+        if in_worker() or (not self.settings.gates and not any(m.gates for m in measured)):
+            return ()  # nothing to decide: the decision rule (and numpy) is never loaded
+        outcome = self._runner().check(measured)
         self.verdicts.extend(outcome.verdicts)
         self.missing.extend(outcome.missing)
-        self.notes.extend(outcome.notes)
+        self.notes.extend(v for v in outcome.notes if v not in self.notes)
+        return outcome.verdicts
 
     def _runner(self) -> GateRunner:
         from pytest_ipu.results.decide import GateRunner

@@ -23,7 +23,8 @@ from pytest_ipu.results.gates import Gate
 MARKER = "ipu"
 MARKER_HELP = (
     "ipu(backend=..., precision=..., rounds=..., warmup_rounds=..., min_rounds=..., max_time=..., "
-    "power=..., ipus=..., replicas=..., stages=..., instances=..., gate=...): "
+    "max_time_cap=..., repeats=..., repeat_mode=..., power=..., ipus=..., replicas=..., stages=..., "
+    "instances=..., gate=...): "
     "pytest-ipu settings for this benchmark, overriding the command line, and its device placement"
 )
 
@@ -56,6 +57,14 @@ KEYWORDS: Mapping[str, Keyword] = {
         Keyword(
             "max_time", "max_time_s", options.parser_for("max_time_s"), "time budget of the timed rounds"
         ),
+        Keyword(
+            "max_time_cap",
+            "time_cap",
+            options.parser_for("time_cap"),
+            "hard limit on the timed rounds ('3x' the budget, or '60s')",
+        ),
+        Keyword("repeats", "repeats", options.parser_for("repeats"), "independent repeats"),
+        Keyword("repeat_mode", "repeat_mode", options.parser_for("repeat_mode"), "interleaved or process"),
         Keyword("power", "power", options.parser_for("power"), "power source, or 'off'"),
         Keyword("ipus", None, _placement_value, "IPUs per instance (= stages x replicas)"),
         Keyword("replicas", None, _placement_value, "data-parallel replicas inside one model"),

@@ -26,7 +26,29 @@ from pytest_ipu.results.gates import Gate
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 MISSING_SDK_POLICIES = ("skip", "fail")
+REPEAT_MODES = ("interleaved", "process")
 AUTO = "auto"
+#: Upper limits of counts and durations: past them a value is a typo, not a plan.
+MAX_REPEATS = 100
+MAX_THREADS = 1024
+
+
+@dataclass(frozen=True)
+class TimeCap:
+    """The hard limit on one benchmark's timed rounds: ``factor`` times its time budget, or a fixed
+    ``seconds``. Rounds still running when it passes are ended and the record is flagged."""
+
+    factor: float | None = 3.0
+    seconds: float | None = None
+
+    def for_budget(self, budget_s: float) -> float:
+        """The cap, seconds, for a benchmark whose budget is ``budget_s``: never below the budget."""
+        if self.seconds is not None:
+            return max(self.seconds, budget_s)
+        return budget_s * (self.factor if self.factor is not None else 3.0)
+
+    def __str__(self) -> str:
+        return f"{self.factor:g}x" if self.seconds is None else f"{self.seconds:g}s"
 
 
 @dataclass(frozen=True)
@@ -52,6 +74,13 @@ class Settings:
     gates: tuple[Gate, ...] = ()
     baselines: tuple[Path, ...] = ()
     baseline_missing: str = "warn"
+    repeats: int = 3
+    repeat_mode: str = "interleaved"
+    time_cap: TimeCap = field(default_factory=TimeCap)
+    unstable_threshold: float = 0.05
+    contended_threshold: float = 0.10
+    torch_threads: int | None = None
+    torch_interop_threads: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         """Plain-JSON form, written to the top level of the benchmark JSON."""
@@ -62,20 +91,68 @@ class Settings:
         out["power_hz"] = AUTO if self.power_hz is None else self.power_hz
         out["gates"] = [str(g) for g in self.gates]
         out["baselines"] = [str(b) for b in self.baselines]
+        out["time_cap"] = str(self.time_cap)
+        out["torch_threads"] = AUTO if self.torch_threads is None else self.torch_threads
+        out["torch_interop_threads"] = (
+            AUTO if self.torch_interop_threads is None else self.torch_interop_threads
+        )
         return out
 
 
-def _int_at_least(minimum: int) -> Callable[[object], int]:
+def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[object], int]:
     def parse(value: object) -> int:
         try:
             number = int(str(value).strip()) if not isinstance(value, bool) else None
         except ValueError:
             number = None
-        if number is None or number < minimum:
-            raise ValueError(f"expected an integer >= {minimum}")
+        if number is None or number < minimum or (maximum is not None and number > maximum):
+            if maximum is None:
+                raise ValueError(f"expected an integer >= {minimum}")
+            raise ValueError(f"expected an integer from {minimum} to {maximum}")
         return number
 
     return parse
+
+
+def parse_threads(value: object) -> int | None:
+    """``auto`` (``None``: the library's own default) or a thread count."""
+    if str(value).strip().lower() == AUTO:
+        return None
+    try:
+        return _int_at_least(1, MAX_THREADS)(value)
+    except ValueError:
+        raise ValueError(f"expected 'auto' or an integer from 1 to {MAX_THREADS}") from None
+
+
+def parse_share(value: object) -> float:
+    """A share such as ``5%`` or ``0.05``, within (0, 1]."""
+    text = str(value).strip()
+    try:
+        share = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        share = -1.0
+    if not 0.0 < share <= 1.0:
+        raise ValueError("expected a share such as '5%' or '0.05', above 0 and at most 100%")
+    return share
+
+
+def parse_time_cap(value: object) -> TimeCap:
+    """``3x`` (a multiple of the time budget, at least 1) or a duration (``60s``)."""
+    text = str(value).strip().lower()
+    if text.endswith("x"):
+        try:
+            factor = float(text[:-1])
+        except ValueError:
+            factor = -1.0
+        if not 1.0 <= factor <= 1000.0:
+            raise ValueError("expected a multiple of the time budget from '1x' to '1000x', or a duration")
+        return TimeCap(factor=factor)
+    try:
+        return TimeCap(factor=None, seconds=parse_seconds(value))
+    except ValueError:
+        raise ValueError(
+            "expected a multiple of the time budget such as '3x', or a duration such as '60s'"
+        ) from None
 
 
 def parse_rounds(value: object) -> int | None:
@@ -265,6 +342,69 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "2s",
         parse_seconds,
         "time budget for the timed rounds of one benchmark when --ipu-rounds is 'auto'",
+    ),
+    OptionSpec(
+        "time_cap",
+        "--ipu-max-time-cap",
+        "CAP",
+        "3x",
+        parse_time_cap,
+        "hard limit on one benchmark's timed rounds, a multiple of its time budget ('3x') or a "
+        "duration ('60s'): rounds still running are ended there and the record is flagged 'capped'",
+    ),
+    OptionSpec(
+        "repeats",
+        "--ipu-repeats",
+        "K",
+        "3",
+        _int_at_least(1, MAX_REPEATS),
+        "independent repeats of each benchmark, each warmed up anew and given 1/K of the time budget; "
+        "gates test the change against the spread between repeats; 1 measures once",
+    ),
+    OptionSpec(
+        "repeat_mode",
+        "--ipu-repeat-mode",
+        "MODE",
+        "interleaved",
+        _choice(REPEAT_MODES),
+        "how repeats are run: 'interleaved' (in this process, round-robin over a test's parameters, "
+        "so slow drift spreads over all of them) or 'process' (each earlier repeat in a fresh worker "
+        "process, as pyperf does)",
+    ),
+    OptionSpec(
+        "unstable_threshold",
+        "--ipu-unstable",
+        "SHARE",
+        "5%",
+        parse_share,
+        "flag a benchmark 'unstable' when its repeats' throughput varies by more than this "
+        "(coefficient of variation), or with one repeat when its rounds' IQR / median does",
+    ),
+    OptionSpec(
+        "contended_threshold",
+        "--ipu-contended",
+        "SHARE",
+        "10%",
+        parse_share,
+        "flag a benchmark 'contended' when other processes used more than this share of the "
+        "machine's CPU time during its timed rounds",
+    ),
+    OptionSpec(
+        "torch_threads",
+        "--ipu-torch-threads",
+        "N",
+        AUTO,
+        parse_threads,
+        "intra-op threads of the torch backend (torch.set_num_threads); 'auto' keeps torch's default "
+        "(one per core), which oversubscribes a machine that other jobs share",
+    ),
+    OptionSpec(
+        "torch_interop_threads",
+        "--ipu-torch-interop-threads",
+        "N",
+        AUTO,
+        parse_threads,
+        "inter-op threads of the torch backend (torch.set_num_interop_threads); 'auto' keeps torch's default",
     ),
     OptionSpec(
         "missing_sdk",

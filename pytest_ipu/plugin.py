@@ -18,7 +18,6 @@ from pytest_ipu.fixtures import ipu_placement
 from pytest_ipu.fixtures import ipu_power
 from pytest_ipu.fixtures import ipu_settings
 from pytest_ipu.gating import GATE_KEY
-from pytest_ipu.gating import GateCheck
 from pytest_ipu.marker import MARKER_HELP
 from pytest_ipu.placement import poprun
 from pytest_ipu.session import SESSION_KEY
@@ -28,6 +27,7 @@ __all__ = ["ipu_backend", "ipu_benchmark", "ipu_compile", "ipu_placement", "ipu_
 
 _PLUGIN_NAME = "pytest-ipu-session"
 _GATES_NAME = "pytest-ipu-gates"
+_REPEATS_NAME = "pytest-ipu-repeats"
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -52,9 +52,9 @@ def pytest_configure(config: pytest.Config) -> None:
     session = IpuSession(config, options.settings_from_config(config), poprun=instance)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, _PLUGIN_NAME)
-    gate_check = GateCheck(session.settings, session.measured)
-    config.stash[GATE_KEY] = gate_check
-    config.pluginmanager.register(gate_check, _GATES_NAME)
+    config.stash[GATE_KEY] = session.gate_check
+    config.pluginmanager.register(session.gate_check, _GATES_NAME)
+    config.pluginmanager.register(session.repeats, _REPEATS_NAME)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -67,6 +67,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if gate_check is not None:
         config.pluginmanager.unregister(gate_check, _GATES_NAME)
         del config.stash[GATE_KEY]
+    if session is not None:
+        config.pluginmanager.unregister(session.repeats, _REPEATS_NAME)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -23,6 +23,7 @@ from pytest_ipu.backends.target import Target
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
+from pytest_ipu.gating import GateCheck
 from pytest_ipu.marker import marker_gates
 from pytest_ipu.marker import marker_overrides
 from pytest_ipu.marker import placement_request
@@ -32,6 +33,7 @@ from pytest_ipu.placement import poprun
 from pytest_ipu.placement.poprun import PopRunInstance
 from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.base import PowerSourceError
+from pytest_ipu.repeats import RepeatScheduler
 from pytest_ipu.results.records import Measured
 
 if TYPE_CHECKING:
@@ -64,6 +66,10 @@ class IpuSession:
         self._backends: dict[Target, tuple[Backend | None, Availability]] = {}
         self._auto: tuple[list[Target], list[tuple[Target, str]]] | None = None
         self._meters: dict[tuple[str, str], tuple[PowerMeter | None, str]] = {}
+        #: The repeats of each benchmark and their interleaved schedule (a plugin of its own).
+        self.repeats = RepeatScheduler(settings)
+        #: The gates, checked as each benchmark is published (a plugin of its own).
+        self.gate_check = GateCheck(settings, self.measured)
 
     @property
     def compiled(self) -> CompileCache:
@@ -167,7 +173,7 @@ class IpuSession:
         samples_s: tuple[float, ...],
         group: str,
         gates: tuple[Gate, ...],
-    ) -> None:
+    ) -> Measured:
         """Keep a measured benchmark (``ipu_benchmark`` calls this once per benchmark) and give
         pytest-benchmark its JSON form, ``extra_info["ipu"]``, after ``pytest_ipu_update_record``."""
         from pytest_ipu.results import benchmark_json
@@ -180,13 +186,18 @@ class IpuSession:
             data[poprun.KEY] = self.poprun.as_json()
         self.config.hook.pytest_ipu_update_record(config=self.config, item=item, record=data)
         benchmark_json.attach(extra_info, data)
+        return measured
 
     # -- hooks ------------------------------------------------------------------------------------
 
     @pytest.hookimpl(trylast=True)
     def pytest_ipu_make_backend(self, config: pytest.Config, target: Target) -> Backend | None:
         """The built-in registry, consulted after any conftest implementation."""
-        return backends.make_backend(target, self.settings.cache_dir)
+        return backends.make_backend(
+            target,
+            self.settings.cache_dir,
+            (self.settings.torch_threads, self.settings.torch_interop_threads),
+        )
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         """Check every ``ipu`` marker up front, so a typo stops the run before anything is measured."""

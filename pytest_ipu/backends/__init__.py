@@ -34,13 +34,22 @@ class BackendEntry:
     auto: bool = True
     #: Whether the constructor takes ``cache_dir`` (where exported models are kept).
     uses_cache_dir: bool = False
+    #: Whether the constructor takes ``intra_op_threads`` and ``inter_op_threads`` (torch's
+    #: process-wide thread counts, ``--ipu-torch-threads`` and ``--ipu-torch-interop-threads``).
+    uses_threads: bool = False
 
 
 BUILTIN: Mapping[str, BackendEntry] = {
-    "torch": BackendEntry("pytest_ipu.backends.torch:TorchBackend", {"mode": "eager"}, ("cpu", "cuda")),
+    "torch": BackendEntry(
+        "pytest_ipu.backends.torch:TorchBackend", {"mode": "eager"}, ("cpu", "cuda"), uses_threads=True
+    ),
     # torch.compile is opt-in: compiling a large model takes minutes on a small CPU.
     "torch-compile": BackendEntry(
-        "pytest_ipu.backends.torch:TorchBackend", {"mode": "compile"}, ("cpu", "cuda"), auto=False
+        "pytest_ipu.backends.torch:TorchBackend",
+        {"mode": "compile"},
+        ("cpu", "cuda"),
+        auto=False,
+        uses_threads=True,
     ),
     "onnxruntime": BackendEntry(
         "pytest_ipu.backends.onnxruntime:OrtBackend", {}, ("cpu", "cuda"), uses_cache_dir=True
@@ -59,8 +68,16 @@ BUILTIN: Mapping[str, BackendEntry] = {
 }
 
 
-def make_backend(target: Target, cache_dir: Path | None = None) -> Backend | None:
-    """Construct the built-in backend for ``target``, or ``None`` if the name is not built in."""
+def make_backend(
+    target: Target,
+    cache_dir: Path | None = None,
+    threads: tuple[int | None, int | None] = (None, None),
+) -> Backend | None:
+    """Construct the built-in backend for ``target``, or ``None`` if the name is not built in.
+
+    ``threads`` is (intra-op, inter-op) thread counts, ``None`` for the runtime's default; only
+    backends whose entry ``uses_threads`` (the torch ones) receive it, the others ignore it.
+    """
     entry = BUILTIN.get(target.backend)
     if entry is None:
         return None
@@ -69,6 +86,8 @@ def make_backend(target: Target, cache_dir: Path | None = None) -> Backend | Non
     kwargs = dict(entry.kwargs)
     if entry.uses_cache_dir:
         kwargs["cache_dir"] = cache_dir
+    if entry.uses_threads:
+        kwargs["intra_op_threads"], kwargs["inter_op_threads"] = threads
     return cast(Backend, cls(name=target.backend, device=target.device, **kwargs))
 
 

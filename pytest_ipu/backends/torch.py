@@ -21,6 +21,8 @@ from pytest_ipu.backends.host import cpu_name
 from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
 from pytest_ipu.errors import CompileError
 
+#: What the JSON says where torch's own default thread count is kept (as the settings do).
+AUTO = "auto"
 _DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
 OPTIONS: Mapping[str, object] = {"channels_last": False, "io": "host", "compile_mode": "default"}
@@ -33,6 +35,12 @@ class TorchBackend(NamedBackend):
     Options: ``channels_last`` (bool), ``io`` (``"host"``: each timed call copies inputs to the device
     and outputs back to host memory; ``"device"``: inputs stay on the device, outputs are left there
     and the call ends with a device synchronisation), ``compile_mode`` (``torch.compile``'s ``mode``).
+
+    ``intra_op_threads`` and ``inter_op_threads`` (``--ipu-torch-threads`` and
+    ``--ipu-torch-interop-threads``; ``None``: torch's default) are process-wide torch settings,
+    not per model: they are applied on every ``compile`` (so the first compile sets them for the
+    whole process) and the counts in effect are recorded in each compiled model's
+    ``info["threads"]``.
     """
 
     def __init__(
@@ -41,12 +49,21 @@ class TorchBackend(NamedBackend):
         device: str | None = None,
         mode: str = "eager",
         torch_module: ModuleType | None = None,
+        intra_op_threads: int | None = None,
+        inter_op_threads: int | None = None,
     ) -> None:
         if mode not in ("eager", "compile"):
             raise ValueError(f"torch backend mode must be 'eager' or 'compile', got {mode!r}")
+        for label, value in (("intra_op_threads", intra_op_threads), ("inter_op_threads", inter_op_threads)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(
+                    f"torch backend {label} must be None (torch's default) or >= 1, got {value!r}"
+                )
         super().__init__(name, device or "cpu")
         self._mode = mode
         self._torch = torch_module
+        self._intra_op_threads = intra_op_threads
+        self._inter_op_threads = inter_op_threads
 
     def _import(self) -> ModuleType:
         if self._torch is None:
@@ -97,8 +114,11 @@ class TorchBackend(NamedBackend):
             "torch": str(torch.__version__),
             "device": self._device,
             "device_name": self._device_name(torch),
+            # In effect when the machine info is written: process-wide, so after the first compile
+            # they are the requested ones (which are listed too; "auto" is torch's default).
             "threads": int(torch.get_num_threads()),
             "interop_threads": int(torch.get_num_interop_threads()),
+            "threads_requested": self._requested_threads(),
         }
         if self._device.startswith("cuda"):
             dev = torch.device(self._device)
@@ -110,6 +130,46 @@ class TorchBackend(NamedBackend):
         else:
             info["cpu_capability"] = str(torch.backends.cpu.get_cpu_capability())
         return info
+
+    def _requested_threads(self) -> dict[str, int | str]:
+        return {
+            "intra_op": AUTO if self._intra_op_threads is None else self._intra_op_threads,
+            "inter_op": AUTO if self._inter_op_threads is None else self._inter_op_threads,
+        }
+
+    def apply_threads(self) -> dict[str, Any]:
+        """Apply the requested thread counts to torch (process-wide) and return those in effect.
+
+        Plain JSON: ``{"intra_op": N, "inter_op": M, "requested": {"intra_op": ..., "inter_op": ...}}``
+        (``"auto"`` where nothing was requested). Raises ``CompileError`` when the inter-op count
+        differs from the requested one and torch no longer allows changing it.
+        """
+        torch = self._import()
+        intra, inter = self._intra_op_threads, self._inter_op_threads
+        if intra is not None and int(torch.get_num_threads()) != intra:
+            # Unlike the inter-op pool, the intra-op count can be changed at any time.
+            torch.set_num_threads(intra)
+        if inter is not None:
+            current = int(torch.get_num_interop_threads())
+            # torch allows set_num_interop_threads once, before its inter-op pool starts: asking
+            # again for the count already in effect must not fail, so it is not asked at all.
+            if current != inter:
+                try:
+                    torch.set_num_interop_threads(inter)
+                except RuntimeError:
+                    raise CompileError(
+                        f"--ipu-torch-interop-threads={inter} cannot be applied: torch's inter-op "
+                        f"threads are already {current} in this process, and torch allows "
+                        "set_num_interop_threads only once, before any inter-op parallel work starts; "
+                        f"use --ipu-torch-interop-threads={current} or auto, or keep conftests and "
+                        "earlier code from setting it or running parallel torch work before the first "
+                        "torch benchmark compiles"
+                    ) from None
+        return {
+            "intra_op": int(torch.get_num_threads()),
+            "inter_op": int(torch.get_num_interop_threads()),
+            "requested": self._requested_threads(),
+        }
 
     def _device_name(self, torch: ModuleType) -> str:
         if self._device.startswith("cuda"):
@@ -143,6 +203,8 @@ class TorchBackend(NamedBackend):
                 f"{self._device} ({self._device_name(torch)}) has no bf16 support for {_model_name(model)}; "
                 "use precision fp16 or fp32"
             )
+        # Before the model is copied or run, so the whole compile already uses the requested threads.
+        threads = self.apply_threads()
         channels_last = bool(opts["channels_last"])
         module = copy.deepcopy(model).eval().to(device=dev, dtype=dtype)
         if channels_last:
@@ -194,6 +256,7 @@ class TorchBackend(NamedBackend):
             prepare_inputs=prepare_inputs,
             close=close,
             options={**opts, "mode": self._mode},
+            info={"threads": threads},
         )
 
 

@@ -1,44 +1,63 @@
 """One benchmark, from a compiled model to its typed record: the one place a record is built.
 
-``measure`` converts the inputs once, makes the first call and the warm-up rounds (untimed),
-plans the timed rounds, runs them inside the energy window of a power meter when there is one,
-and computes latency and throughput (docs/numbers.md defines both). It knows nothing of pytest:
-the ``ipu_benchmark`` fixture gathers the arguments and publishes what this returns.
+``measure`` times one repeat: it converts the inputs once, makes the first call and the warm-up
+rounds (untimed), calibrates the round time over a measurable stretch, runs the timed rounds
+inside the energy window of a power meter when there is one and inside a time box (the budget,
+and the hard cap), and computes latency and throughput (docs/numbers.md defines both). ``pool``
+joins the repeats of one benchmark into its record: pooled figures, each repeat's summary, the
+spread between them. Nothing here knows pytest: the ``ipu_benchmark`` fixture gathers the
+arguments and publishes what these return.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import replace
 
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.measure import metrics
 from pytest_ipu.measure import timing
+from pytest_ipu.measure.contention import ContentionProbe
+from pytest_ipu.measure.contention import ContentionRecord
+from pytest_ipu.measure.contention import merge as merge_contention
 from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.power.meter import min_window_s
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import records
 
+#: Share of a repeat's budget spent calibrating the round time (untimed), unless the warm-up calls
+#: alone already last that long.
+CALIBRATION_SHARE = 0.1
+#: The window may land this far either side of its budget before the record says so.
+BUDGET_TOLERANCE = 0.25
+
 
 @dataclass(frozen=True)
 class RoundsPolicy:
-    """How one benchmark is timed: warm-up rounds, then ``rounds`` timed rounds, or (``None``:
-    auto) as many as fill ``max_time_s``, at least ``min_rounds``."""
+    """How one repeat is timed: warm-up rounds, then ``rounds`` timed rounds, or (``None``: auto)
+    as many as fill ``max_time_s`` (this repeat's budget), at least ``min_rounds``, ended at
+    ``cap_s`` whatever was done (auto rounds only; ``None``: no cap)."""
 
     warmup_rounds: int
     rounds: int | None
     max_time_s: float
     min_rounds: int
+    cap_s: float | None = None
 
 
 @dataclass(frozen=True)
 class Measurement:
-    """What ``measure`` returns: the record, and the per-round times the timer took."""
+    """What ``measure`` and ``pool`` return: the record, the per-round times the timer took, and
+    the per-call latencies the record's latency summarises (the round times, or with several
+    instances every instance's calls)."""
 
     record: records.IpuRecord
     samples_s: tuple[float, ...]
+    calls_s: tuple[float, ...] = ()
 
 
 def batch_size(inputs: Sequence[object]) -> int:
@@ -64,14 +83,20 @@ def measure(
     round_times_s: Callable[[], Sequence[float]],
     meter: PowerMeter | None,
     unmeasured: tuple[str, str] = ("none", "no power meter"),
+    probe: ContentionProbe | None = None,
+    unstable_threshold: float = 0.05,
+    index: int = 1,
+    process: str = "this",
 ) -> Measurement:
-    """Measure ``compiled`` on ``inputs`` and build its record.
+    """Measure one repeat of ``compiled`` on ``inputs`` and build its record.
 
     ``items_per_call`` defaults to the batch size (``batch_size(inputs)``); with several instances
     it is per instance, and a round completes it once per instance. ``meter`` measures the energy
     of the timed rounds; without one, the record's power section says it was not measured, with
     the source and reason of ``unmeasured``. ``timer`` runs the timed rounds (pytest-benchmark's
-    fixture) and ``round_times_s`` then gives the time of each, seconds.
+    fixture, or ``timing.LocalTimer``) and ``round_times_s`` then gives the time of each, seconds.
+    ``probe`` measures the other processes' share of the CPU over the window. The record has one
+    repeat (numbered ``index``); ``pool`` joins several.
     """
     args = compiled.prepare_inputs(tuple(inputs))
     batch = batch_size(inputs)
@@ -81,33 +106,60 @@ def measure(
     group = compiled.group
     # One round is one call of every instance, so it completes items_per_call x instances items.
     items = per_instance * (group.count if group is not None else 1)
+    auto = policy.rounds is None
     warm = timing.warm_up(compiled.run, args, policy.warmup_rounds)
-    planned = timing.plan_rounds(policy.rounds, warm.estimate_s, policy.max_time_s, policy.min_rounds)
-    if meter is not None and policy.rounds is None:
-        # An energy window shorter than the sensor can resolve is lengthened with more rounds.
-        needed = math.ceil(min_window_s(meter.source.update_period_s()) / max(warm.estimate_s, 1e-9))
-        planned = max(planned, min(needed, timing.MAX_AUTO_ROUNDS))
+    budget_s = policy.max_time_s
+    if meter is not None and auto:
+        # An energy window shorter than the sensor can resolve is lengthened: a longer budget.
+        budget_s = max(budget_s, min_window_s(meter.source.update_period_s()))
+    estimate_s = warm.estimate_s
+    stretch_s = CALIBRATION_SHARE * budget_s
+    if auto and estimate_s < stretch_s:
+        estimate_s = timing.calibrate(compiled.run, args, stretch_s).estimate_s
+    planned = timing.plan_rounds(policy.rounds, estimate_s, budget_s, policy.min_rounds)
+    # A lengthened budget lengthens the cap in proportion: the cap is a multiple of the budget.
+    cap_s = None if policy.cap_s is None else max(policy.cap_s * budget_s / policy.max_time_s, budget_s)
+    box = timing.TimeBox(budget_s, policy.min_rounds, cap_s) if auto else timing.TimeBox()
     if group is not None:
         group.reset_latencies()  # the warm-up calls are not part of the statistics
+
+    def opened() -> None:
+        if probe is not None:
+            probe.start()
+        if meter is not None:
+            meter.mark()
+
+    contention: list[ContentionRecord] = []
+
+    def closed() -> None:
+        if meter is not None:
+            meter.mark()
+        if probe is not None:
+            contention.append(probe.stop())
+
     if meter is None:
-        start_ns, end_ns = timing.timed_rounds(timer, compiled.run, args, planned)
+        window = timing.timed_rounds(
+            timer, compiled.run, args, planned, on_start=opened, on_end=closed, box=box
+        )
         power = not_measured(*unmeasured)
     else:
         with meter.sampling() as trace:
-            start_ns, end_ns = timing.timed_rounds(
-                timer, compiled.run, args, planned, on_start=meter.mark, on_end=meter.mark
+            window = timing.timed_rounds(
+                timer, compiled.run, args, planned, on_start=opened, on_end=closed, box=box
             )
-        power = meter.result(trace, start_ns, end_ns, items * planned, rounds_fixed=policy.rounds is not None)
+        power = meter.result(
+            trace, window.start_ns, window.end_ns, items * window.rounds, rounds_fixed=not auto
+        )
     samples = tuple(round_times_s())
-    window_s = (end_ns - start_ns) * 1e-9
+    window_s = window.seconds
     instances: tuple[records.InstanceRecord, ...] | None = None
     if group is None:
-        latency = metrics.summarize_latency(samples)
+        calls = samples
     else:
         # Latency is one call of one instance (docs/numbers.md); the timer's samples keep the round
         # times (every instance's call, the slowest last).
         per = group.latencies_s()
-        latency = metrics.summarize_latency([x for calls in per for x in calls])
+        calls = tuple(x for instance_calls in per for x in instance_calls)
         instances = tuple(
             records.InstanceRecord(
                 index=info.index,
@@ -115,17 +167,42 @@ def measure(
                 device=info.device,
                 device_name=info.device_name,
                 compile_s=info.compile_s,
-                calls=len(calls),
-                latency=metrics.summarize_latency(calls),
+                calls=len(instance_calls),
+                latency=metrics.summarize_latency(instance_calls),
                 phases_s=dict(info.phases_s),
                 info=dict(info.info),
                 device_latency=None if counters is None else dict(counters),
             )
-            for info, calls, counters in zip(
+            for info, instance_calls, counters in zip(
                 group.compiled_info(), per, group.device_latencies(), strict=True
             )
         )
+    latency = metrics.summarize_latency(calls)
+    throughput = metrics.throughput(items * window.rounds, window_s)
     device_latency = compiled.device_latency() if compiled.device_latency is not None else None
+    repeat = records.RepeatRecord(
+        index=index,
+        rounds=window.rounds,
+        window_s=window_s,
+        latency=latency,
+        throughput_items_per_s=throughput,
+        ended=window.ended,
+        process=process,
+    )
+    budget = records.BudgetRecord(
+        budget_s=budget_s if auto else None,
+        cap_s=cap_s,
+        window_s=window_s,
+        ended=window.ended,
+        min_rounds_past_budget=auto
+        and window.ended != "budget"
+        and window_s > (1 + BUDGET_TOLERANCE) * budget_s
+        and window.rounds <= policy.min_rounds,
+        rounds_limited=auto
+        and window.ended == "planned"
+        and planned >= timing.MAX_AUTO_ROUNDS
+        and window_s < (1 - BUDGET_TOLERANCE) * budget_s,
+    )
     record = records.IpuRecord(
         target=compiled.target,
         backend=compiled.backend,
@@ -135,12 +212,12 @@ def measure(
         io=compiled.io,
         batch_size=batch,
         items_per_call=per_instance,
-        rounds=planned,
-        rounds_policy="fixed" if policy.rounds is not None else "auto",
+        rounds=window.rounds,
+        rounds_policy="auto" if auto else "fixed",
         warmup_rounds=len(warm.warmup_s),
         latency=latency,
         window_s=window_s,
-        throughput_items_per_s=metrics.throughput(items * planned, window_s),
+        throughput_items_per_s=throughput,
         compile_s=compiled.compile_s,
         compile_cached=compiled.compile_cached,
         first_call_s=warm.first_call_s,
@@ -152,5 +229,102 @@ def measure(
         placement=compiled.placement,
         instances=instances,
         device_latency=None if device_latency is None else dict(device_latency),
+        repeats=(repeat,),
+        budget=budget,
+        stability=stability([repeat], samples, unstable_threshold, "single"),
+        contention=contention[0] if contention else None,
     )
-    return Measurement(record, samples)
+    return Measurement(record, samples, calls)
+
+
+def round_spread(samples_s: Sequence[float]) -> float | None:
+    """Interquartile range / median of the round times; ``None`` for fewer than 4 rounds or a zero median."""
+    if len(samples_s) < 4:
+        return None
+    q1, median, q3 = statistics.quantiles(samples_s, n=4, method="inclusive")
+    return None if median <= 0 else (q3 - q1) / median
+
+
+def stability(
+    repeats: Sequence[records.RepeatRecord], samples_s: Sequence[float], threshold: float, mode: str
+) -> records.StabilityRecord:
+    """The spread of a benchmark's figures: between its repeats' throughputs (the coefficient of
+    variation) when there are two or more, else between its rounds (IQR / median)."""
+    spread = round_spread(samples_s)
+    cv = None
+    if len(repeats) >= 2:
+        values = [r.throughput_items_per_s for r in repeats]
+        mean = statistics.fmean(values)
+        cv = statistics.stdev(values) / mean if mean > 0 else None
+    deciding = cv if len(repeats) >= 2 else spread
+    return records.StabilityRecord(
+        repeats=len(repeats),
+        mode=mode,
+        cv=cv,
+        round_spread=spread,
+        threshold=threshold,
+        unstable=deciding is not None and deciding > threshold,
+    )
+
+
+def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> Measurement:
+    """Join the repeats of one benchmark (in the order measured; the last is the one whose rounds
+    pytest-benchmark kept) into its record.
+
+    Latency percentiles are of every call of every repeat; throughput is every repeat's items over
+    the sum of their windows; rounds and the window are sums. The first call is the first repeat's
+    (the others' first calls are warm already). Energy, instances and device counters are the last
+    repeat's, the one measured with the power meter. The stability is the spread between repeats.
+    """
+    if not parts:
+        raise ValueError("no repeats to pool")
+    last = parts[-1].record
+    repeats = tuple(
+        replace(p.record.repeats[0], index=i + 1) if p.record.repeats else _as_repeat(p.record, i + 1)
+        for i, p in enumerate(parts)
+    )
+    samples = tuple(x for p in parts for x in p.samples_s)
+    calls = tuple(x for p in parts for x in p.calls_s)
+    window_s = math.fsum(r.window_s for r in repeats)
+    items = math.fsum(r.throughput_items_per_s * r.window_s for r in repeats)
+    budgets = [p.record.budget for p in parts if p.record.budget is not None]
+    endings = {b.ended for b in budgets}
+    budget = None
+    if budgets:
+        budget = records.BudgetRecord(
+            budget_s=None
+            if any(b.budget_s is None for b in budgets)
+            else math.fsum(b.budget_s or 0.0 for b in budgets),
+            cap_s=None
+            if any(b.cap_s is None for b in budgets)
+            else math.fsum(b.cap_s or 0.0 for b in budgets),
+            window_s=window_s,
+            ended="cap" if "cap" in endings else "budget" if "budget" in endings else "planned",
+            min_rounds_past_budget=any(b.min_rounds_past_budget for b in budgets),
+            rounds_limited=any(b.rounds_limited for b in budgets),
+        )
+    probes = [p.record.contention for p in parts if p.record.contention is not None]
+    record = replace(
+        last,
+        rounds=sum(r.rounds for r in repeats),
+        warmup_rounds=parts[0].record.warmup_rounds,
+        latency=metrics.summarize_latency(calls) if calls else last.latency,
+        window_s=window_s,
+        throughput_items_per_s=items / window_s,
+        first_call_s=parts[0].record.first_call_s,
+        repeats=repeats,
+        budget=budget,
+        stability=stability(repeats, samples, unstable_threshold, mode if len(parts) > 1 else "single"),
+        contention=merge_contention(probes) if probes else None,
+    )
+    return Measurement(record, samples, calls)
+
+
+def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
+    return records.RepeatRecord(
+        index=index,
+        rounds=record.rounds,
+        window_s=record.window_s,
+        latency=record.latency,
+        throughput_items_per_s=record.throughput_items_per_s,
+    )

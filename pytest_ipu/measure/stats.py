@@ -1,16 +1,13 @@
-"""Percentiles, how many samples a percentile needs, and whether two samples differ (pure).
+"""Percentiles, how many samples a percentile needs, and Student's t tail (pure).
 
-The significance tests are written here with numpy alone (no scipy): ``mann_whitney_u`` and
-``bootstrap_ratio_ci``, used by the performance gates (``pytest_ipu.results.gates``).
+The t distribution is written here without scipy: ``t_sf`` and ``t_isf``, used by the
+performance gates' tests on repeats and runs (``pytest_ipu.results.decide``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from collections.abc import Sequence
-from typing import Any
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -53,173 +50,7 @@ def is_supported(q: float, n: int) -> bool:
     return n >= min_samples_for(q)
 
 
-# --- Significance of a change between two samples -------------------------------------------------
-
-#: The alternatives ``mann_whitney_u`` can test, named for the first sample against the second.
-Alternative = Literal["less", "greater", "two-sided"]
-
-#: numpy reductions ``bootstrap_ratio_ci`` applies to all resamples at once (along an axis) instead
-#: of calling them once per resample.
-_VECTORISED: dict[Callable[..., Any], Callable[[FloatArray], FloatArray]] = {
-    np.mean: lambda x: np.mean(x, axis=1),
-    np.median: lambda x: np.median(x, axis=1),
-    np.min: lambda x: np.min(x, axis=1),
-    np.max: lambda x: np.max(x, axis=1),
-}
-
-#: Most resampled values held in memory at once: 2000 resamples of 100,000 rounds would be 1.6 GB.
-_BOOTSTRAP_CHUNK_VALUES = 4_000_000
-
-
-def _sample(values: Sequence[float] | FloatArray, name: str) -> FloatArray:
-    """A 1-D float array of ``values``; raises ``ValueError`` when it is empty or not finite."""
-    array = np.asarray(values, dtype=np.float64)
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be a flat sequence of numbers, got shape {array.shape}")
-    if array.size == 0:
-        raise ValueError(f"{name} is empty")
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} has values that are not finite (nan or inf)")
-    return array
-
-
-def _normal_sf(z: float) -> float:
-    """P(Z > z) for a standard normal Z; erfc keeps precision far into the upper tail."""
-    return 0.5 * math.erfc(z / math.sqrt(2.0))
-
-
-def mann_whitney_u(
-    a: Sequence[float] | FloatArray,
-    b: Sequence[float] | FloatArray,
-    alternative: Alternative = "two-sided",
-) -> tuple[float, float]:
-    """Mann-Whitney U test of ``a`` against ``b``: ``(u, p)``, with ``u`` the statistic of ``a``.
-
-    ``u`` counts the pairs ``(x in a, y in b)`` with ``x > y``, a tie counting one half; it is
-    ``len(a) * len(b) / 2`` when neither sample tends to be larger. ``alternative`` names the
-    hypothesis about ``a``: ``"greater"`` (values of ``a`` tend to be larger than those of ``b``),
-    ``"less"``, or ``"two-sided"``.
-
-    The p-value uses the normal approximation of ``u`` with the tie correction of its variance and a
-    continuity correction of one half. With 10 or more values per sample and no ties it is within
-    about 0.01 of the exact permutation p-value, and in the far tail (below 0.01) it tends to be the
-    larger of the two, so a decision at a small alpha errs towards "no difference". Samples with
-    only a few distinct values have a lumpy exact distribution, which the approximation follows
-    less closely (a few hundredths). When every value is the same there is no evidence either way
-    and ``p`` is 1. Raises
-    ``ValueError`` for an empty sample, a value that is not finite, or an unknown alternative.
-    """
-    x = _sample(a, "first sample")
-    y = _sample(b, "second sample")
-    if alternative not in ("less", "greater", "two-sided"):
-        raise ValueError(f"alternative must be 'less', 'greater' or 'two-sided', got {alternative!r}")
-    n1, n2 = x.size, y.size
-    n = n1 + n2
-    # Midranks: each run of tied values shares the mean of the ranks it spans.
-    _, inverse, counts = np.unique(np.concatenate([x, y]), return_inverse=True, return_counts=True)
-    ends = np.cumsum(counts)
-    midranks = ends - (counts - 1) / 2.0
-    rank_sum = float(np.sum(midranks[inverse[:n1]]))
-    u = rank_sum - n1 * (n1 + 1) / 2.0
-    mean = n1 * n2 / 2.0
-    # Ties shrink the spread of u: sum(t^3 - t) over runs of t tied values.
-    tie_term = float(np.sum(counts.astype(np.float64) ** 3 - counts))
-    variance = n1 * n2 / 12.0 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
-    if variance <= 0.0:
-        # Every value equal (or one value in all): each arrangement gives the same u.
-        return u, 1.0
-    sd = math.sqrt(variance)
-    if alternative == "greater":
-        p = _normal_sf((u - mean - 0.5) / sd)
-    elif alternative == "less":
-        p = _normal_sf((mean - u - 0.5) / sd)
-    else:
-        p = min(1.0, 2.0 * _normal_sf((abs(u - mean) - 0.5) / sd))
-    return u, p
-
-
-def _row_reducer(statistic: Callable[[FloatArray], float] | float) -> Callable[[FloatArray], FloatArray]:
-    """A function from a 2-D array of resamples (one per row) to the statistic of each row."""
-    if callable(statistic):
-        func = statistic
-        vectorised = _VECTORISED.get(func)
-        if vectorised is not None:
-            return vectorised
-
-        def each_row(rows: FloatArray) -> FloatArray:
-            return np.array([func(row) for row in rows], dtype=np.float64)
-
-        return each_row
-    q = float(statistic)
-    if not 0.0 <= q <= 100.0:
-        raise ValueError(f"percentile must be within [0, 100], got {statistic}")
-
-    def percentile_of_rows(rows: FloatArray) -> FloatArray:
-        # Sorting the rows and interpolating is several times faster than numpy.percentile's
-        # partition along an axis for the short rows of a bootstrap; same type-7 interpolation.
-        ordered = np.sort(rows, axis=1)
-        h = (ordered.shape[1] - 1) * q / 100.0
-        lo = math.floor(h)
-        hi = min(lo + 1, ordered.shape[1] - 1)
-        below, above = ordered[:, lo], ordered[:, hi]
-        result: FloatArray = below + (h - lo) * (above - below)
-        return result
-
-    return percentile_of_rows
-
-
-def bootstrap_ratio_ci(
-    a: Sequence[float] | FloatArray,
-    b: Sequence[float] | FloatArray,
-    statistic: Callable[[FloatArray], float] | float,
-    confidence: float = 0.99,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile-bootstrap confidence interval of ``statistic(a) / statistic(b)``: ``(low, high)``.
-
-    ``statistic`` is a percentile ``q`` (0-100, as ``percentile``) or a function of one sample;
-    percentiles and numpy's ``mean``, ``median``, ``min`` and ``max`` are computed for all resamples
-    at once, any other function once per resample. Each of the ``resamples`` draws resamples both
-    samples with replacement, from ``numpy.random.default_rng(seed)``, so the interval is the same
-    on every run. A ratio whose denominator is 0 is infinite (or nan for 0/0). Raises
-    ``ValueError`` for an empty sample, a value that is not finite, a confidence outside (0, 1),
-    fewer than one resample or a percentile outside [0, 100].
-    """
-    x = _sample(a, "first sample")
-    y = _sample(b, "second sample")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be within (0, 1), got {confidence}")
-    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 1:
-        raise ValueError(f"resamples must be a positive integer, got {resamples!r}")
-    reduce = _row_reducer(statistic)
-    rng = np.random.default_rng(seed)
-    # Chunks of resamples bound the memory; their size depends on the inputs only, so a given pair
-    # of samples always consumes the generator the same way and gets the same interval.
-    chunk = max(1, _BOOTSTRAP_CHUNK_VALUES // max(x.size, y.size))
-    ratios = np.empty(resamples, dtype=np.float64)
-    for start in range(0, resamples, chunk):
-        rows = min(chunk, resamples - start)
-        top = reduce(x[rng.integers(0, x.size, size=(rows, x.size))])
-        bottom = reduce(y[rng.integers(0, y.size, size=(rows, y.size))])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratios[start : start + rows] = top / bottom
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    ordered = np.sort(ratios)
-    return _sorted_percentile(ordered, tail), _sorted_percentile(ordered, 100.0 - tail)
-
-
-def _sorted_percentile(ordered: FloatArray, q: float) -> float:
-    """Type-7 percentile of sorted values that may be infinite (numpy's would make inf - inf = nan)."""
-    h = (ordered.size - 1) * q / 100.0
-    lo = math.floor(h)
-    below, above = float(ordered[lo]), float(ordered[min(lo + 1, ordered.size - 1)])
-    if below == above or h == lo:
-        return below
-    if math.isinf(below) or math.isinf(above):
-        # No interpolation towards an infinity: the nearer neighbour stands for the percentile.
-        return below if h - lo < 0.5 else above
-    return below + (h - lo) * (above - below)
+# --- Student's t distribution, for the gates' tests on repeats and runs ----------------------------
 
 
 def _incomplete_beta(a: float, b: float, x: float) -> float:

@@ -6,23 +6,30 @@ Nothing here knows JSON or pytest options. The clock is injectable; the default 
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from typing import Literal
 from typing import Protocol
 
-#: Most rounds ``auto`` plans: enough for p99 (100) many times over, and a bounded JSON size.
-MAX_AUTO_ROUNDS = 10_000
+#: Most rounds ``auto`` plans: enough for p99 (100) many times over and for a 2 s budget of 20 us calls,
+#: with a bounded JSON size (about 2 MB of samples under --benchmark-save-data).
+MAX_AUTO_ROUNDS = 100_000
 
 Clock = Callable[[], int]
 
 
 class PedanticBenchmark(Protocol):
     """The part of pytest-benchmark's ``benchmark`` fixture the timed loop uses."""
+
+    #: pytest-benchmark sets it when ``pedantic`` raised; such a benchmark is left out of its JSON.
+    has_error: bool
 
     def pedantic(
         self,
@@ -63,13 +70,93 @@ def warm_up(
     return WarmUp(durations[0], tuple(durations[1:]))
 
 
+def calibrate(
+    fn: Callable[..., object],
+    args: Sequence[Any],
+    stretch_s: float,
+    clock: Clock = time.perf_counter_ns,
+    max_calls: int = MAX_AUTO_ROUNDS,
+) -> Calibration:
+    """Estimate one call's duration as ``timeit.autorange`` does: time 1, 2, 4, ... calls back to back
+    until one batch lasts at least ``stretch_s`` (or ``max_calls`` calls), then divide.
+
+    A batch of calls is far less disturbed by the clock's resolution and by one unlucky call than
+    the two warm-up calls are, so the rounds it sizes fill their budget (``plan_rounds``).
+    """
+    calls = 1
+    total_calls = 0
+    while True:
+        start = clock()
+        for _ in range(calls):
+            fn(*args)
+        elapsed = (clock() - start) * 1e-9
+        total_calls += calls
+        if elapsed >= stretch_s or calls >= max_calls:
+            return Calibration(calls=calls, batch_s=elapsed, total_calls=total_calls)
+        calls = min(calls * 2, max_calls)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What ``calibrate`` found: the last batch of ``calls`` back-to-back calls lasted ``batch_s``;
+    ``total_calls`` were made in all (untimed, like the warm-up)."""
+
+    calls: int
+    batch_s: float
+    total_calls: int
+
+    @property
+    def estimate_s(self) -> float:
+        """One call's duration, seconds."""
+        return self.batch_s / self.calls
+
+
+#: Rounds are planned for this much more than the budget, and the time box ends them at the
+#: budget: calls that run faster than calibrated then still fill it.
+HEADROOM = 1.25
+
+
 def plan_rounds(fixed: int | None, estimate_s: float, max_time_s: float, min_rounds: int) -> int:
-    """Rounds to time: ``fixed`` if given, else as many as fit in ``max_time_s``, clamped to
+    """Rounds to time: ``fixed`` if given, else as many as fit in ``HEADROOM`` x ``max_time_s``
+    (the time box of ``timed_rounds`` ends them once the budget is reached), clamped to
     ``[min_rounds, MAX_AUTO_ROUNDS]``."""
     if fixed is not None:
         return fixed
-    fit = MAX_AUTO_ROUNDS if estimate_s <= 0 else math.ceil(max_time_s / estimate_s)
+    fit = MAX_AUTO_ROUNDS if estimate_s <= 0 else math.ceil(HEADROOM * max_time_s / estimate_s)
     return max(min_rounds, min(fit, MAX_AUTO_ROUNDS))
+
+
+@dataclass(frozen=True)
+class TimeBox:
+    """When the timed rounds end early: at ``budget_s`` once ``min_rounds`` are done (``None``: run
+    every planned round, as fixed rounds do), and at ``cap_s`` whatever was done (``None``: never)."""
+
+    budget_s: float | None = None
+    min_rounds: int = 1
+    cap_s: float | None = None
+
+
+#: How timed rounds ended: every planned round ran, the budget was reached, or the cap was.
+Ending = Literal["planned", "budget", "cap"]
+
+
+@dataclass(frozen=True)
+class Window:
+    """The timed window: its edges (clock ns), the rounds it holds and how it ended."""
+
+    start_ns: int
+    end_ns: int
+    rounds: int
+    ended: Ending
+
+    @property
+    def seconds(self) -> float:
+        """The window's wall time."""
+        return (self.end_ns - self.start_ns) * 1e-9
+
+
+class _EndRounds(Exception):
+    """Raised from pedantic's setup to end the rounds at the time box; never leaves ``timed_rounds``."""
 
 
 def timed_rounds(
@@ -80,17 +167,31 @@ def timed_rounds(
     clock: Clock = time.perf_counter_ns,
     on_start: Callable[[], None] | None = None,
     on_end: Callable[[], None] | None = None,
-) -> tuple[int, int]:
-    """Run ``rounds`` timed rounds through ``benchmark.pedantic``; return the window's edges (ns).
+    box: TimeBox = TimeBox(),
+) -> Window:
+    """Run up to ``rounds`` timed rounds through ``benchmark.pedantic``; return the window.
 
     pytest-benchmark times each call; the window runs from just before the first round's call to
     just after the last one's, so it includes pytest-benchmark's bookkeeping between rounds, as a
     wall-clock throughput must. The marks are taken in pedantic's setup/teardown, outside the
     timed calls. ``on_start`` runs just before the window opens and ``on_end`` just after it closes
     (reading an energy counter at the exact edges, say), both outside it.
+
+    ``box`` ends the rounds early: before each round, the window so far (up to the previous round's
+    end mark, so no extra clock read) is compared with the budget and the cap. Ending is done by
+    raising from pedantic's setup, which pytest-benchmark counts as an error (``has_error``) and
+    would leave out of its JSON; the rounds it timed are kept, so the flag is cleared here: an end
+    at the time box is the plan, not a failure.
     """
     marks: list[int] = []
     ended = [0]
+    reason: list[Ending] = []
+    budget_ns = None if box.budget_s is None else box.budget_s * 1e9
+    cap_ns = None if box.cap_s is None else box.cap_s * 1e9
+
+    def finish() -> None:
+        if on_end is not None:
+            on_end()
 
     def mark_start() -> None:
         # Returning None matters: pedantic treats a truthy return as replacement arguments.
@@ -98,6 +199,15 @@ def timed_rounds(
             if on_start is not None:
                 on_start()
             marks.append(clock())
+            return
+        so_far = marks[1] - marks[0]
+        if budget_ns is not None and so_far >= budget_ns and ended[0] >= box.min_rounds:
+            reason.append("budget")
+        elif cap_ns is not None and so_far >= cap_ns:
+            reason.append("cap")
+        if reason:
+            finish()
+            raise _EndRounds
 
     def mark_end(*_: object) -> None:
         end = clock()
@@ -106,16 +216,106 @@ def timed_rounds(
         else:
             marks.append(end)
         ended[0] += 1
-        if ended[0] == rounds and on_end is not None:
-            on_end()
+        if ended[0] == rounds:
+            finish()
 
-    benchmark.pedantic(
-        fn,
-        args=tuple(args),
-        setup=mark_start,
-        teardown=mark_end,
-        rounds=rounds,
-        warmup_rounds=0,
-        iterations=1,
-    )
-    return marks[0], marks[1]
+    try:
+        benchmark.pedantic(
+            fn,
+            args=tuple(args),
+            setup=mark_start,
+            teardown=mark_end,
+            rounds=rounds,
+            warmup_rounds=0,
+            iterations=1,
+        )
+    except _EndRounds:
+        benchmark.has_error = False
+    return Window(marks[0], marks[1], ended[0], reason[0] if reason else "planned")
+
+
+class LocalTimer:
+    """The timed loop of ``benchmark.pedantic`` without pytest-benchmark, for the repeats whose
+    rounds pytest-benchmark does not keep (every repeat but the one it records).
+
+    Each round does what pytest-benchmark 5's does, step for step: ``setup()``, a runner made for
+    the round, the tracer and profiler paused, the garbage collector's state read, the call timed
+    with ``time.perf_counter``, the time appended, ``teardown(*args)``. The work between rounds
+    is in the window, so a repeat timed here and one timed there must do the same of it: with
+    calls of a few microseconds, a leaner loop here would give these repeats a higher throughput
+    than pytest-benchmark's, a spread between repeats that is the harness, not the machine.
+    """
+
+    def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
+        self.timer = timer
+        self.data: list[float] = []
+        self.has_error = False
+
+    def pedantic(
+        self,
+        target: Callable[..., object],
+        args: Sequence[object] = (),
+        kwargs: dict[str, object] | None = None,
+        setup: Callable[[], object] | None = None,
+        teardown: Callable[..., object] | None = None,
+        rounds: int = 1,
+        warmup_rounds: int = 0,
+        iterations: int = 1,
+    ) -> object:
+        """Run ``rounds`` timed rounds of ``target`` (``warmup_rounds`` and ``iterations`` as
+        pytest-benchmark takes them: only 0 and 1 are used here)."""
+        if warmup_rounds or iterations != 1:
+            raise ValueError("LocalTimer runs warm-up-free single-call rounds only")
+        kwargs = kwargs or {}
+        result = None
+        try:
+            for _ in range(rounds):
+                if setup is not None:
+                    setup()
+                runner = self._runner(target, args, kwargs)
+                with _PausedInstrumentation():
+                    duration, result = runner()
+                self.data.append(duration)
+                if teardown is not None:
+                    teardown(*args, **kwargs)
+        except Exception:
+            self.has_error = True
+            raise
+        return result
+
+    def _runner(
+        self, target: Callable[..., object], args: Sequence[object], kwargs: dict[str, object]
+    ) -> Callable[[], tuple[float, object]]:
+        timer = self.timer
+
+        def runner() -> tuple[float, object]:
+            gc_enabled = gc.isenabled()
+            try:
+                start = timer()
+                result = target(*args, **kwargs)
+                end = timer()
+                return end - start, result
+            finally:
+                if gc_enabled:
+                    gc.enable()
+
+        return runner
+
+
+class _PausedInstrumentation:
+    """Tracer and profiler off for one call (a debugger's tracer would time itself), as
+    pytest-benchmark pauses them around each round."""
+
+    def __enter__(self) -> None:
+        self.tracer = sys.gettrace()
+        if self.tracer:
+            sys.settrace(None)
+        self.profiler = sys.getprofile()
+        if self.profiler:
+            sys.setprofile(None)
+
+    def __exit__(self, *_: object) -> None:
+        if self.tracer:
+            sys.settrace(self.tracer)
+        if self.profiler:
+            sys.setprofile(self.profiler)

@@ -8,6 +8,7 @@ those a set of rows uses (the HTML report shows the same lines under its tables)
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("precision", lambda r: r.record.precision, right=False),
     Column("batch", lambda r: str(r.record.batch_size)),
     Column("rounds", lambda r: str(r.record.rounds)),
+    Column("repeats", lambda r: _repeats(r.record)),
     Column("p50", _percentile("p50")),
     Column("p99", _percentile("p99")),
     Column("items/s", lambda r: units.format_number(r.record.throughput_items_per_s)),
@@ -87,7 +89,17 @@ COLUMNS: tuple[Column, ...] = (
     Column("J/item", _power(lambda p: p.energy_per_item_j)),
     Column("items/J", _power(lambda p: p.items_per_j)),
     Column("parity", lambda r: _parity(r.record.parity)),
+    Column("flags", lambda r: ",".join(r.record.flags) or "-", right=False),
 )
+
+
+def _repeats(record: IpuRecord) -> str:
+    """``3 cv 1.2%``: the repeats and the spread of their throughputs; ``1`` for one repeat."""
+    stability = record.stability
+    count = len(record.repeats) or 1
+    if stability is None or stability.cv is None:
+        return str(count)
+    return f"{count} cv {stability.cv * 100:.1f}%"
 
 
 def _target(record: IpuRecord) -> str:
@@ -154,7 +166,70 @@ def footnotes(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[
     if any(r.record.simulator for r in rows):
         lines.append("[sim] = a simulator (the IPU Model): its timings are not hardware timings")
     lines.extend(_power_notes(rows))
+    lines.extend(_flag_notes(rows))
+    lines.extend(_budget_note(rows))
     return lines
+
+
+def _budget_note(rows: Sequence[Row]) -> list[str]:
+    """How close the auto-round benchmarks came to their time budgets: the range of window / budget
+    and the one farthest from 1."""
+    ratios = [
+        (r.record.budget.ratio, r)
+        for r in rows
+        if r.record.budget is not None and r.record.budget.ratio is not None
+    ]
+    if not ratios:
+        return []
+    low, high = min(x for x, _ in ratios), max(x for x, _ in ratios)
+    worst, row = max(ratios, key=lambda item: abs(math.log(item[0])) if item[0] > 0 else math.inf)
+    return [
+        f"time budget: {len(ratios)} auto-round benchmark(s), window / budget {low:.2f} to {high:.2f}; "
+        f"farthest from it: {row.group} {_name(row)} at {worst:.2f}"
+    ]
+
+
+def _flag_notes(rows: Sequence[Row]) -> list[str]:
+    """One line per flagged benchmark and flag, with the figure that raised it; one line per
+    distinct reason the contention could not be measured."""
+    lines: list[str] = []
+    unreadable: dict[str, None] = {}
+    for row in rows:
+        record, name = row.record, _name(row)
+        stability, contention, budget = record.stability, record.contention, record.budget
+        if stability is not None and stability.unstable:
+            if stability.cv is not None:
+                figure = (
+                    f"throughput varied {stability.cv * 100:.1f}% (cv) between {stability.repeats} repeats"
+                )
+            else:
+                spread = (stability.round_spread or 0.0) * 100
+                figure = f"round times spread {spread:.1f}% (IQR / median), one repeat"
+            lines.append(f"unstable: {row.group} {name}: {figure}, above {stability.threshold * 100:g}%")
+        if contention is not None and contention.contended and contention.others_share is not None:
+            load = "" if contention.load_avg_1m is None else f", load average {contention.load_avg_1m:.2f}"
+            others = contention.others_share * 100
+            lines.append(
+                f"contended: {row.group} {name}: other processes used {others:.0f}% of the machine's CPU "
+                f"during the windows, above {contention.threshold * 100:g}%{load}"
+            )
+        if contention is not None and not contention.readable:
+            unreadable[f"contention not measured: {contention.reason}"] = None
+        if budget is not None and budget.budget_s is not None:
+            window = units.format_value(budget.window_s, "s")
+            of = f"of a {units.format_value(budget.budget_s, 's')} budget"
+            if budget.capped:
+                cap = units.format_value(budget.cap_s or 0.0, "s")
+                lines.append(
+                    f"capped: {row.group} {name}: the hard cap ({cap}) ended the rounds: {window} {of}"
+                )
+            if budget.min_rounds_past_budget:
+                lines.append(f"over-budget: {row.group} {name}: the minimum rounds took {window} {of}")
+            if budget.rounds_limited:
+                lines.append(
+                    f"rounds-limit: {row.group} {name}: the most rounds planned filled {window} {of}"
+                )
+    return lines + list(unreadable)
 
 
 def _power_notes(rows: Sequence[Row]) -> list[str]:

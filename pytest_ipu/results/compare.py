@@ -12,9 +12,9 @@ registry (``pytest_ipu.measure.units``), the CSV keeps raw SI values.
 ``--gate`` expressions (see ``gates``) are checked by the same runner as the plugin's gates
 (``decide.GateRunner``): every later run against the first, and every run before it (the first
 included) is its history. So with four or more files, a later run has ``decide.HISTORY_MIN`` (3)
-or more runs before it: its verdicts then state how much those runs drift, and a gate without
-per-round samples is decided by the run-to-run test against that drift (docs/ci.md). With two or
-three files there is too little history, and the per-round test (or the threshold) decides alone.
+or more runs before it, and its gates are decided by the run-to-run test against their drift
+(docs/ci.md). With two or three files there is too little history: the spread between each
+record's repeats decides, or with one repeat a side the threshold alone.
 A failing gate makes the exit code 1, bad input 2.
 """
 

@@ -5,44 +5,37 @@ Decision rule
 -------------
 A relative gate (``latency.p99:+10%``, ``throughput:-5%``) fails only when both hold:
 
-1. the observed change of the gated metric, ``current / baseline - 1`` from the two records, is
-   beyond the threshold in the metric's worse direction: a rise of more than 10% for
-   ``latency.p99:+10%``, a drop of more than 5% for ``throughput:-5%``; and
-2. the change is significantly *beyond the threshold* on pytest-benchmark's per-round times: a
-   one-sided Mann-Whitney U test (normal approximation with tie and continuity corrections) of
-   the hypothesis that the current round times are larger than the baseline's grown by the
-   allowed amount (x 1.10 for ``latency.p99:+10%``; x 1/0.95 for ``throughput:-5%``) gives
-   p < alpha (0.01 by default). Throughput is tested on the round times too: it regresses when
-   rounds take longer.
+1. the observed change of the gated metric, ``current / baseline - 1`` from the two records (the
+   figures pooled over each side's repeats), is beyond the threshold in the metric's worse
+   direction: a rise of more than 10% for ``latency.p99:+10%``, a drop of more than 5% for
+   ``throughput:-5%``; and
+2. the change is significantly *beyond the threshold*, judged by how much independent
+   measurements of the same code differ. The unit of evidence is the repeat (``--ipu-repeats``)
+   or the whole run, never the round: rounds of one run share its machine state (clock,
+   neighbours, caches), so two runs of the same code differ by a few percent as a whole, and a
+   test on rounds finds that difference significant however small it is.
 
-Why against the threshold and not against "no change": the rounds of one run share its machine
-state (clock frequency, neighbours, caches), so two runs of the same code differ by a few percent
-as a whole, and a test against no change finds that difference significant, however small. Tested
-against the threshold, a run-to-run drift has to exceed the allowed change clearly before the
-gate fails. ``benchmarks/test_gate_accuracy.py`` measures the false alarms and detections this
-gives, side by side with pytest-benchmark's check; docs/ci.md has the figures and their limits.
+Which evidence decides, in order:
 
-The test compares whole distributions of round times, so a change confined to the slowest rounds
-(a p99 that grows while the bulk stays put) may be beyond the threshold yet not significant; the
-bootstrap interval below shows how far the statistic itself moved.
+- **Baseline runs** (three or more, ``history``): a one-sided t test of this run's value (log
+  scale) against the baseline runs' mean moved by the threshold, their spread between runs as the
+  noise, ``k - 1`` degrees of freedom. Whole runs carry every source of drift.
+- **Repeats** (two or more on either side): a one-sided two-sample t test on the logs of each
+  repeat's value (its throughput, its latency percentile), the difference of the means against the
+  log of the allowed change, the spread between repeats pooled over both sides. The verdict
+  reports the (1 - alpha) confidence interval of the ratio of the sides' geometric means.
+- **Neither**: the threshold alone, and the verdict says so ("no variance estimate: use
+  --ipu-repeats or more baseline runs"); it never prints a p-value it does not have.
 
-Each verdict also reports a (1 - alpha) confidence interval, 99% by default, of the ratio current
-/ baseline of the gated statistic of the round times: the median for throughput (the ratio of
-throughputs, baseline median time / current median time), the percentile itself for
-latency.p50, p90 and p99, the minimum and maximum for latency.min and latency.max, the mean for
-latency.mean. The interval is a percentile bootstrap of 2000 resamples of both samples, seeded
-(``numpy.random.default_rng(0)``), so the same runs always give the same interval.
+The test is against the threshold, not against "no change": a drift has to exceed the allowed
+change clearly before the gate fails. ``benchmarks/test_gate_accuracy.py`` measures the false
+alarms and detections this gives on a loaded machine, side by side with pytest-benchmark's and
+pyperf's checks; docs/ci.md has the figures and their limits.
 
-Energy, power, compile and first-call times are measured once per benchmark, not per round, and a
-baseline saved without ``--benchmark-save-data`` keeps no round times: such a gate decides on the
-threshold alone, and its verdict's method says so. When the baseline record lacks the metric (the
-baseline measured no power, say), the gate cannot compare and passes, saying so.
-
-Given three or more baseline runs (``history``), the verdict also states how much the gated metric
-differs between them and the smallest change that drift lets a run-to-run test see; and a gate
-that has no per-round samples to test is decided by that run-to-run test instead of the threshold
-alone: a one-sided t test of this run's value (log scale) against the baseline runs' mean moved by
-the threshold, their spread as the noise, ``k - 1`` degrees of freedom, p < alpha.
+Energy, power, compile and first-call times are measured once per benchmark, not per repeat:
+they have no repeat spread, so baseline runs or the threshold alone decide them. When the
+baseline record lacks the metric (the baseline measured no power, say), the gate cannot compare
+and passes, saying so.
 
 An absolute gate (``latency.p99<2ms``, ``throughput>2500/s``) fails when the current value is not
 strictly within the bound. A value the current record lacks fails any gate, with the reason the
@@ -62,8 +55,6 @@ on another device (by device name) gets a line in ``notes``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -71,7 +62,6 @@ import numpy as np
 
 from pytest_ipu.measure import stats
 from pytest_ipu.measure import units
-from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.gates import Gate
@@ -107,10 +97,10 @@ class Verdict:
 
     ``baseline`` is ``None`` for an absolute gate; ``current`` is ``None`` when the current record
     lacks the metric (the gate then fails and ``method`` says why). ``change`` is ``current /
-    baseline - 1`` for a relative gate. ``p_value`` (one-sided Mann-Whitney U) and ``interval``
-    (bootstrap confidence interval of the ratio current / baseline of the gated statistic) are set
-    when per-round samples were used. ``method`` says how the verdict was reached, including when it
-    rests on the threshold alone.
+    baseline - 1`` for a relative gate. ``p_value`` (the one-sided t test's) is set when repeats or
+    baseline runs gave a variance estimate, ``interval`` (confidence interval of the ratio of the
+    repeats' geometric means) when repeats did. ``method`` says how the verdict was reached,
+    including when it rests on the threshold alone.
     """
 
     gate: Gate
@@ -167,43 +157,22 @@ def _beyond(gate: Gate, change: float) -> bool:
     return change > gate.threshold
 
 
-#: How each metric with per-round samples is computed from them, for the bootstrap interval:
-#: a percentile, or the mean. Throughput is items per unit time, so its ratio is the inverse of
-#: the ratio of median round times (``check`` swaps the samples).
-_SAMPLE_STATISTIC: Mapping[str, float | Callable[[stats.FloatArray], float]] = {
-    "latency.min": 0.0,
-    "latency.p50": 50.0,
-    "latency.p90": 90.0,
-    "latency.p99": 99.0,
-    "latency.max": 100.0,
-    "latency.mean": np.mean,
-    "throughput": 50.0,
-}
-
-#: Resamples of the bootstrap interval a verdict reports.
-BOOTSTRAP_RESAMPLES = 2000
-
-
 def check(
     gate: Gate,
     benchmark: str,
     current: IpuRecord,
     baseline: IpuRecord | None = None,
-    current_samples_s: Sequence[float] | None = None,
-    baseline_samples_s: Sequence[float] | None = None,
     *,
     alpha: float = 0.01,
     history: Sequence[float] | None = None,
 ) -> Verdict:
     """Decide one gate for one benchmark by the rule of the module docstring.
 
-    ``current`` and ``baseline`` are the two typed records; the samples are
-    pytest-benchmark's per-round times in seconds (``None`` or empty when not saved). ``history``
-    holds the gated metric's value in every baseline run (the baseline's own included); with
-    ``HISTORY_MIN`` or more of them the verdict states their drift, and where there are no per-round
-    samples to test, a run-to-run test against that drift decides instead of the threshold alone. Raises
-    ``ValueError`` for a relative gate without a baseline record (callers decide what a missing
-    baseline means) and for ``alpha`` outside (0, 1).
+    ``current`` and ``baseline`` are the two typed records (their repeats are the evidence);
+    ``history`` holds the gated metric's value in every baseline run (the baseline's own included);
+    with ``HISTORY_MIN`` or more of them their spread decides. Raises ``ValueError`` for a relative
+    gate without a baseline record (callers decide what a missing baseline means) and for
+    ``alpha`` outside (0, 1).
     """
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be within (0, 1), got {alpha}")
@@ -224,49 +193,68 @@ def check(
         reason = f"no value in the baseline: {_missing_reason(baseline, gate.metric)}"
         return Verdict(gate, benchmark, True, None, value, None, None, None, reason)
     usable = [h for h in history or () if h > 0 and math.isfinite(h)]
-    runs = len(usable) >= HISTORY_MIN and value > 0
-    change = _relative_change(before, value)
-    beyond = _beyond(gate, change)
-    statistic = _SAMPLE_STATISTIC.get(gate.metric)
-    no_samples = (
-        baseline_samples_s is None
-        or len(baseline_samples_s) == 0
-        or current_samples_s is None
-        or len(current_samples_s) == 0
-    )
-    if runs and (statistic is None or no_samples):
-        # Nothing per round to test: the spread of whole baseline runs is the best evidence there is.
+    if len(usable) >= HISTORY_MIN and value > 0:
         return _check_history(gate, benchmark, value, usable, alpha)
-    drift = f"; {_drift(gate, usable, alpha)}" if runs else ""
-    if statistic is None:
-        method = f"threshold only: {gate.metric} is measured once per benchmark, not per round"
-    elif baseline_samples_s is None or len(baseline_samples_s) == 0:
-        method = "threshold only: no per-round samples in the baseline (save it with --benchmark-save-data)"
-    elif current_samples_s is None or len(current_samples_s) == 0:
-        method = "threshold only: no per-round samples in the current run"
+    mine = [v for v in current.repeat_values(gate.metric) if v > 0 and math.isfinite(v)]
+    theirs = [v for v in baseline.repeat_values(gate.metric) if v > 0 and math.isfinite(v)]
+    if mine and theirs and (len(mine) >= 2 or len(theirs) >= 2):
+        return _check_repeats(gate, benchmark, before, value, mine, theirs, alpha)
+    change = _relative_change(before, value)
+    if METRICS[gate.metric].path[0] in ("latency_s", "throughput_items_per_s"):
+        advice = f"one repeat on each side): use --ipu-repeats or {HISTORY_MIN} or more baseline runs"
     else:
-        # Both throughput and latency regress when round times grow. The test is against the
-        # threshold, not against no change: are the current round times larger than the baseline's
-        # grown by the allowed amount? Per-round samples of one run share its machine state, so a
-        # test against no change calls any run-to-run drift significant (docs/ci.md measures this).
-        allowed = _allowed_time_factor(gate)
-        scaled = [t * allowed for t in baseline_samples_s]
-        _, p = stats.mann_whitney_u(current_samples_s, scaled, alternative="greater")
-        top, bottom = current_samples_s, baseline_samples_s
-        if gate.metric == "throughput":
-            top, bottom = bottom, top
-        interval = stats.bootstrap_ratio_ci(
-            top, bottom, statistic, confidence=1.0 - alpha, resamples=BOOTSTRAP_RESAMPLES, seed=0
-        )
-        method = (
-            f"one-sided Mann-Whitney U of per-round times against the baseline's x {allowed:.4g} "
-            f"(n={len(current_samples_s)} current vs {len(baseline_samples_s)} baseline, alpha {alpha:g}), "
-            f"bootstrap {(1.0 - alpha) * 100:g}% CI of the ratio{drift}"
-        )
-        return Verdict(
-            gate, benchmark, not (beyond and p < alpha), before, value, change, p, interval, method
-        )
-    return Verdict(gate, benchmark, not beyond, before, value, change, None, None, method + drift)
+        advice = f"{gate.metric} is measured once per benchmark): use {HISTORY_MIN} or more baseline runs"
+    method = f"threshold only: no variance estimate ({advice}"
+    return Verdict(gate, benchmark, not _beyond(gate, change), before, value, change, None, None, method)
+
+
+def _check_repeats(
+    gate: Gate,
+    benchmark: str,
+    before: float,
+    value: float,
+    mine: Sequence[float],
+    theirs: Sequence[float],
+    alpha: float,
+) -> Verdict:
+    """The repeat test: a one-sided two-sample t test (pooled variance) on the logs of each repeat's
+    value, of the hypothesis that the current side is worse than the baseline by more than the
+    threshold allows."""
+    logs_now = [math.log(v) for v in mine]
+    logs_before = [math.log(v) for v in theirs]
+    n, m = len(logs_now), len(logs_before)
+    shift = _mean(logs_now) - _mean(logs_before)
+    squares = sum((x - _mean(logs_now)) ** 2 for x in logs_now) + sum(
+        (x - _mean(logs_before)) ** 2 for x in logs_before
+    )
+    df = n + m - 2
+    spread = math.sqrt(squares / df)
+    scale = spread * math.sqrt(1.0 / n + 1.0 / m)
+    if METRICS[gate.metric].better == "higher":
+        excess = math.log(1.0 - gate.threshold) - shift
+    else:
+        excess = shift - math.log1p(gate.threshold)
+    # Repeats that agree exactly leave no spread: then only the sign of the excess can decide.
+    p = (0.0 if excess > 0 else 1.0) if scale == 0.0 else stats.t_sf(excess / scale, df)
+    reach = stats.t_isf(alpha / 2.0, df) * scale
+    interval = (_exp(shift - reach), _exp(shift + reach))
+    change = _relative_change(before, value)
+    method = (
+        f"repeats: one-sided t test on {n} current vs {m} baseline repeats (log scale, spread "
+        f"{spread * 100:.1f}% sd between repeats, df {df}, alpha {alpha:g}), "
+        f"{(1.0 - alpha) * 100:g}% CI of the ratio of geometric means"
+    )
+    passed = not (_beyond(gate, change) and p < alpha)
+    return Verdict(gate, benchmark, passed, before, value, change, p, interval, method)
+
+
+def _exp(x: float) -> float:
+    """``exp(x)``, infinite past what a float holds: repeats far apart give an unbounded interval."""
+    return math.inf if x > 709.0 else math.exp(x)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values)
 
 
 #: Fewest baseline runs from which the run-to-run spread is estimated.
@@ -288,20 +276,11 @@ def _spread(gate: Gate, history: Sequence[float], alpha: float) -> tuple[float, 
     return centre, spread, scale, detectable
 
 
-def _drift(gate: Gate, history: Sequence[float], alpha: float) -> str:
-    """What the baseline runs say about this machine's run-to-run drift, as a caution."""
-    _, spread, _, detectable = _spread(gate, history, alpha)
-    return (
-        f"{len(history)} baseline runs differ by {spread * 100:.1f}% sd between runs: a change under "
-        f"{_percent(detectable - 1.0)} is within this machine's drift"
-    )
-
-
 def _check_history(
     gate: Gate, benchmark: str, value: float, history: Sequence[float], alpha: float
 ) -> Verdict:
-    """The run-to-run test, for metrics without per-round samples: is this run's value beyond the
-    threshold, judged by how much the baseline runs themselves spread?
+    """The run-to-run test: is this run's value beyond the threshold, judged by how much the
+    baseline runs themselves spread?
 
     On log values (ratios become differences): the one-sided t statistic of this run, as a new
     observation, against the baseline runs' mean moved by the threshold,
@@ -325,14 +304,6 @@ def _check_history(
         "cannot fail here"
     )
     return Verdict(gate, benchmark, not (beyond and p < alpha), baseline, value, change, p, None, method)
-
-
-def _allowed_time_factor(gate: Gate) -> float:
-    """How much longer rounds may take before ``gate`` is crossed: ``1 + t`` for a time metric,
-    ``1 / (1 - t)`` for throughput (5 % less throughput is 5.26 % longer rounds)."""
-    if METRICS[gate.metric].better == "higher":
-        return 1.0 / (1.0 - gate.threshold)
-    return 1.0 + gate.threshold
 
 
 def _relative_change(before: float, after: float) -> float:
@@ -420,8 +391,8 @@ class GateRunner:
             for gate in chosen:
                 if gate.kind == "absolute":
                     verdicts.append(check(gate, m.name, m.record, alpha=self.alpha))
-                elif counterpart is not None and before is not None:
-                    verdicts.append(self._relative(gate, m, counterpart, before))
+                elif before is not None:
+                    verdicts.append(self._relative(gate, m, before))
             if before is not None and before.device_name != m.record.device_name:
                 was, now = before.device_name, m.record.device_name
                 devices[f"the baseline ran {m.name} on {was!r}, this run on {now!r}"] = None
@@ -429,16 +400,9 @@ class GateRunner:
             tuple(verdicts), tuple(missing), tuple(f"different hardware: {d}" for d in devices)
         )
 
-    def _relative(self, gate: Gate, m: Measured, counterpart: StoredBenchmark, before: IpuRecord) -> Verdict:
+    def _relative(self, gate: Gate, m: Measured, before: IpuRecord) -> Verdict:
         return check(
-            gate,
-            m.name,
-            m.record,
-            before,
-            m.samples_s or None,
-            counterpart.samples_s,
-            alpha=self.alpha,
-            history=self.history_of(m.fullname, gate.metric),
+            gate, m.name, m.record, before, alpha=self.alpha, history=self.history_of(m.fullname, gate.metric)
         )
 
     def history_of(self, fullname: str, metric: str) -> list[float]:

@@ -1,5 +1,6 @@
 """The typed records of a run: what one benchmark measured (``IpuRecord``, with its typed parts
-``PowerRecord``, ``ParityRecord``, ``PlacementRecord`` and ``InstanceRecord``) and a measured
+``PowerRecord``, ``ParityRecord``, ``PlacementRecord``, ``InstanceRecord``, ``RepeatRecord``,
+``BudgetRecord``, ``StabilityRecord`` and the contention's ``ContentionRecord``) and a measured
 benchmark as this run's gates, tables and JSON see it (``Measured``).
 
 Records are frozen dataclasses in SI units. Each part's ``as_json`` is its plain-JSON form inside
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 from typing import Any
 from typing import Literal
 
+from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
 
 if TYPE_CHECKING:
@@ -233,6 +235,133 @@ class InstanceRecord:
         }
 
 
+#: How a repeat's timed rounds ended: every planned round ran, the time budget was reached, or the
+#: hard cap was (``measure.timing.Ending``).
+Ending = Literal["planned", "budget", "cap"]
+
+
+@dataclass(frozen=True)
+class RepeatRecord:
+    """One independent repeat of a benchmark: warmed up anew, then timed on its own.
+
+    ``process`` is ``"this"`` for a repeat measured in the pytest process and ``"worker"`` for one
+    measured in a fresh worker process (``--ipu-repeat-mode=process``).
+    """
+
+    index: int
+    rounds: int
+    window_s: float
+    latency: LatencySummary
+    throughput_items_per_s: float
+    ended: Ending = "planned"
+    process: str = "this"
+
+    def value(self, metric: str) -> float | None:
+        """This repeat's value of a per-round metric (``latency.*``, ``throughput``); ``None`` for a
+        metric measured once per benchmark (energy, compile)."""
+        read = _REPEAT_VALUES.get(metric)
+        return None if read is None else float(read(self))
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain-JSON form, an entry of ``extra_info["ipu"]["repeats"]``."""
+        return {
+            "index": self.index,
+            "rounds": self.rounds,
+            "window_s": self.window_s,
+            "latency_s": latency_json(self.latency),
+            "throughput_items_per_s": self.throughput_items_per_s,
+            "ended": self.ended,
+            "process": self.process,
+        }
+
+
+_REPEAT_VALUES: Mapping[str, Callable[[RepeatRecord], float]] = {
+    "latency.min": lambda r: r.latency.min_s,
+    "latency.p50": lambda r: r.latency.p50_s,
+    "latency.p90": lambda r: r.latency.p90_s,
+    "latency.p99": lambda r: r.latency.p99_s,
+    "latency.max": lambda r: r.latency.max_s,
+    "latency.mean": lambda r: r.latency.mean_s,
+    "throughput": lambda r: r.throughput_items_per_s,
+}
+
+
+@dataclass(frozen=True)
+class BudgetRecord:
+    """The timed window against its time budget (auto rounds) and hard cap.
+
+    ``budget_s`` and ``cap_s`` are ``None`` for fixed rounds (no budget applies). ``ended`` is how
+    the rounds ended (``"cap"`` if any repeat hit the cap). ``min_rounds_past_budget`` is true when
+    the minimum rounds made the window longer than a quarter past the budget, ``rounds_limited``
+    when the most rounds pytest-ipu plans (``MAX_AUTO_ROUNDS``) ended the window a quarter short.
+    """
+
+    budget_s: float | None
+    cap_s: float | None
+    window_s: float
+    ended: Ending
+    min_rounds_past_budget: bool = False
+    rounds_limited: bool = False
+
+    @property
+    def ratio(self) -> float | None:
+        """Window / budget; ``None`` for fixed rounds."""
+        return None if not self.budget_s else self.window_s / self.budget_s
+
+    @property
+    def capped(self) -> bool:
+        """Whether the hard cap ended rounds that were still running."""
+        return self.ended == "cap"
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain-JSON form, stored as ``extra_info["ipu"]["budget"]``."""
+        return {
+            "budget_s": self.budget_s,
+            "cap_s": self.cap_s,
+            "window_s": self.window_s,
+            "ratio": self.ratio,
+            "ended": self.ended,
+            "capped": self.capped,
+            "min_rounds_past_budget": self.min_rounds_past_budget,
+            "rounds_limited": self.rounds_limited,
+        }
+
+
+@dataclass(frozen=True)
+class StabilityRecord:
+    """How much a benchmark's figures moved while it was measured.
+
+    With two or more repeats, ``cv`` is the coefficient of variation of the repeats' throughputs
+    (sample standard deviation / mean) and decides; with one, ``round_spread`` (the rounds'
+    interquartile range / median) does. ``unstable`` is true when the deciding figure exceeds
+    ``threshold`` (``--ipu-unstable``).
+    """
+
+    repeats: int
+    mode: str
+    cv: float | None
+    round_spread: float | None
+    threshold: float
+    unstable: bool
+
+    @property
+    def basis(self) -> str:
+        """Which figure decided: ``"repeats"`` (the CV) or ``"rounds"`` (the spread)."""
+        return "repeats" if self.cv is not None else "rounds"
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain-JSON form, stored as ``extra_info["ipu"]["stability"]``."""
+        return {
+            "repeats": self.repeats,
+            "mode": self.mode,
+            "cv": self.cv,
+            "round_spread": self.round_spread,
+            "basis": self.basis,
+            "threshold": self.threshold,
+            "unstable": self.unstable,
+        }
+
+
 @dataclass(frozen=True)
 class IpuRecord:
     """What one benchmark measured, in SI units.
@@ -275,6 +404,15 @@ class IpuRecord:
     instances: tuple[InstanceRecord, ...] | None = None
     #: The device's own latency counters (PopTorch's ``getLatency``), with their ``resolution_s``.
     device_latency: Mapping[str, Any] | None = None
+    #: Every independent repeat, in the order measured; empty in records that predate repeats
+    #: (schema 1), which were one repeat (``repeat_values``).
+    repeats: tuple[RepeatRecord, ...] = ()
+    #: The window against its budget and cap; ``None`` in records that predate it.
+    budget: BudgetRecord | None = None
+    #: Spread between repeats (or rounds) and the ``unstable`` flag; ``None`` in older records.
+    stability: StabilityRecord | None = None
+    #: Other processes' share of the CPU during the timed windows; ``None`` in older records.
+    contention: ContentionRecord | None = None
 
     def value(self, metric: str) -> float | None:
         """The value of ``metric`` (a name of ``pytest_ipu.results.catalog.METRICS``: ``latency.p50``,
@@ -283,6 +421,33 @@ class IpuRecord:
         a metric."""
         value = _METRIC_VALUES[metric](self)
         return None if value is None else float(value)
+
+    def repeat_values(self, metric: str) -> tuple[float, ...]:
+        """The metric's value in each independent repeat: the evidence a gate weighs. A record from
+        before repeats counts as one repeat (its own value); a metric measured once per benchmark
+        (energy, compile) has one value whatever the repeats."""
+        if self.repeats and metric in _REPEAT_VALUES:
+            return tuple(float(_REPEAT_VALUES[metric](r)) for r in self.repeats)
+        value = self.value(metric)
+        return () if value is None else (value,)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The conditions a reader of this figure must know: ``unstable``, ``contended``,
+        ``capped``, ``over-budget`` (minimum rounds past the budget), ``rounds-limit``."""
+        out = []
+        if self.stability is not None and self.stability.unstable:
+            out.append("unstable")
+        if self.contention is not None and self.contention.contended:
+            out.append("contended")
+        if self.budget is not None:
+            if self.budget.capped:
+                out.append("capped")
+            if self.budget.min_rounds_past_budget:
+                out.append("over-budget")
+            if self.budget.rounds_limited:
+                out.append("rounds-limit")
+        return tuple(out)
 
 
 def _power_value(read: Callable[[PowerRecord], float | None]) -> Callable[[IpuRecord], float | None]:

@@ -9,6 +9,12 @@ scales. Version history (additive changes only within a version):
   instances (per-instance latency when several run concurrently) and device_latency; then
   (additive) the power object's ``low_confidence`` flag. A record written before the flag has it
   derived from the meter's warning, which started with "low confidence" (``from_json``).
+- 2: a benchmark is measured in independent repeats. ``repeats`` (each repeat's rounds, window,
+  latency summary, throughput, how its rounds ended and in which process), ``budget`` (the window
+  against its time budget and hard cap), ``stability`` (the spread between repeats, ``unstable``)
+  and ``contention`` (other processes' share of the CPU during the windows, ``contended``). The
+  top-level figures pool the repeats. A version-1 record reads as one repeat without these parts
+  (``IpuRecord.repeat_values`` gives its own value); it is written back as version 2.
 
 The metrics (``METRICS``: name, place in this JSON, unit) are defined in ``catalog``. ``to_json``
 writes a typed ``IpuRecord`` (its parts write themselves: ``PowerRecord.as_json`` and
@@ -20,19 +26,23 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results.catalog import METRICS as METRICS
 from pytest_ipu.results.catalog import Metric as Metric
+from pytest_ipu.results.records import BudgetRecord
 from pytest_ipu.results.records import DeviceEnergy
 from pytest_ipu.results.records import InstanceRecord
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import ParityRecord
 from pytest_ipu.results.records import PlacementRecord
 from pytest_ipu.results.records import PowerRecord
+from pytest_ipu.results.records import RepeatRecord
+from pytest_ipu.results.records import StabilityRecord
 from pytest_ipu.results.records import latency_json as latency_json
 from pytest_ipu.results.records import latency_stats
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 NAMESPACE = "ipu"
 
 #: How the power meter's warning about a window too short for the sensor began, before records
@@ -75,6 +85,10 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
         "placement": None if record.placement is None else record.placement.as_json(),
         "instances": None if record.instances is None else [i.as_json() for i in record.instances],
         "device_latency": None if record.device_latency is None else dict(record.device_latency),
+        "repeats": [r.as_json() for r in record.repeats],
+        "budget": None if record.budget is None else record.budget.as_json(),
+        "stability": None if record.stability is None else record.stability.as_json(),
+        "contention": None if record.contention is None else record.contention.as_json(),
     }
 
 
@@ -120,6 +134,12 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
             if data.get("instances") is None
             else tuple(_instance(i) for i in data["instances"]),
             device_latency=None if data.get("device_latency") is None else dict(data["device_latency"]),
+            repeats=tuple(_repeat(r) for r in data.get("repeats") or ()),
+            budget=None if data.get("budget") is None else _budget(data["budget"]),
+            stability=None if data.get("stability") is None else _stability(data["stability"]),
+            contention=None
+            if data.get("contention") is None
+            else ContentionRecord.from_json(data["contention"]),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise SchemaError(f"malformed pytest-ipu record: {type(exc).__name__}: {exc}") from None
@@ -224,4 +244,49 @@ def _instance(data: Mapping[str, Any]) -> InstanceRecord:
         phases_s={str(k): float(v) for k, v in data.get("phases_s", {}).items()},
         info=dict(data.get("info", {})),
         device_latency=None if counters is None else dict(counters),
+    )
+
+
+_ENDINGS = ("planned", "budget", "cap")
+
+
+def _ending(value: Any) -> Any:
+    if value not in _ENDINGS:
+        raise ValueError(f"'ended' must be one of {', '.join(_ENDINGS)}, got {value!r}")
+    return value
+
+
+def _repeat(data: Mapping[str, Any]) -> RepeatRecord:
+    lat = data["latency_s"]
+    rounds = int(data["rounds"])
+    return RepeatRecord(
+        index=int(data["index"]),
+        rounds=rounds,
+        window_s=float(data["window_s"]),
+        latency=_latency(lat, int(lat.get("rounds", rounds)), lat.get("unsupported", [])),
+        throughput_items_per_s=float(data["throughput_items_per_s"]),
+        ended=_ending(data.get("ended", "planned")),
+        process=str(data.get("process", "this")),
+    )
+
+
+def _budget(data: Mapping[str, Any]) -> BudgetRecord:
+    return BudgetRecord(
+        budget_s=_optional_float(data.get("budget_s")),
+        cap_s=_optional_float(data.get("cap_s")),
+        window_s=float(data["window_s"]),
+        ended=_ending(data.get("ended", "planned")),
+        min_rounds_past_budget=bool(data.get("min_rounds_past_budget", False)),
+        rounds_limited=bool(data.get("rounds_limited", False)),
+    )
+
+
+def _stability(data: Mapping[str, Any]) -> StabilityRecord:
+    return StabilityRecord(
+        repeats=int(data["repeats"]),
+        mode=str(data["mode"]),
+        cv=_optional_float(data.get("cv")),
+        round_spread=_optional_float(data.get("round_spread")),
+        threshold=float(data["threshold"]),
+        unstable=bool(data["unstable"]),
     )

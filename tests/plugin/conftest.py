@@ -17,3 +17,6 @@ def _inner_run_options(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in XDIST_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+    # One repeat unless a test asks for more: most plugin tests check what one measurement gives
+    # (tests/plugin/test_repeats.py covers repeats).
+    monkeypatch.setenv("PYTEST_IPU_REPEATS", "1")

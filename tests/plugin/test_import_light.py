@@ -76,5 +76,7 @@ def test_benchmarking_a_plain_callable_imports_no_runtime(tmp_path: Path) -> Non
     assert ret == 0, stdout
     assert imported == []
     data = json.loads((tmp_path / "out.json").read_text())
-    assert data["benchmarks"][0]["extra_info"]["ipu"]["rounds"] == 3
+    record = data["benchmarks"][0]["extra_info"]["ipu"]
+    # 3 rounds in each of the 3 repeats a benchmark gets by default.
+    assert (record["rounds"], [r["rounds"] for r in record["repeats"]]) == (9, [3, 3, 3])
     assert data["machine_info"]["ipu"]["backends"] == {}

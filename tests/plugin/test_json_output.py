@@ -55,6 +55,10 @@ RECORD_KEYS = {
     "placement",
     "instances",
     "device_latency",
+    "repeats",
+    "budget",
+    "stability",
+    "contention",
 }
 
 BENCH_FILE = """
@@ -108,6 +112,7 @@ def _clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTEST_ADDOPTS"] = INNER_ADDOPTS
     env["PY_COLORS"] = "0"
+    env["PYTEST_IPU_REPEATS"] = "1"  # the module checks one measurement (test_repeats.py: several)
     return env
 
 
@@ -124,6 +129,9 @@ def _section(lines: list[str]) -> list[str]:
         i for i, line in enumerate(lines) if line.strip("= ") == "pytest-ipu" and line.startswith("=")
     )
     end = next(i for i in range(start, len(lines)) if lines[i].startswith("n/m = power not measured"))
+    # Flag notes (unstable, contended) follow the power note when this machine's load raised them.
+    while end + 1 < len(lines) and lines[end + 1].startswith(("unstable: ", "contended: ")):
+        end += 1
     section = lines[start + 1 : end + 1]
     while section and not section[0].strip():
         section.pop(0)
@@ -188,7 +196,7 @@ def test_record_has_exactly_the_schema_keys(torch_run: TorchRun, name: str) -> N
     record = torch_run.record(name)
     assert set(record) == RECORD_KEYS
     assert set(record["latency_s"]) == {"min", "p50", "p90", "p99", "max", "mean"}
-    assert record["schema"] == schema.SCHEMA_VERSION == 1
+    assert record["schema"] == schema.SCHEMA_VERSION == 2
     assert schema.to_json(schema.from_json(record)) == record  # the reader reads back what was written
 
 
@@ -203,8 +211,12 @@ def test_torch_record_values(torch_run: TorchRun, name: str) -> None:
     assert (record["rounds"], record["rounds_policy"], record["warmup_rounds"]) == (ROUNDS, "fixed", 1)
     assert record["compile_s"] > 0
     assert record["first_call_s"] > 0
-    # The torch backend reports no compile phases or facts, and no parity check was asked for.
-    assert (record["compile_phases_s"], record["compile_info"], record["parity"]) == ({}, {}, None)
+    # The torch backend reports no compile phases, only the threads in effect; no parity was asked for.
+    assert (record["compile_phases_s"], record["parity"]) == ({}, None)
+    threads = record["compile_info"]["threads"]
+    assert threads["requested"] == {"intra_op": "auto", "inter_op": "auto"}
+    assert threads["intra_op"] >= 1
+    assert threads["inter_op"] >= 1
 
 
 def test_plain_callable_record_values(torch_run: TorchRun) -> None:
@@ -261,7 +273,7 @@ def test_throughput_is_items_times_rounds_over_the_window(torch_run: TorchRun, n
 
 def test_machine_info_describes_the_torch_cpu_backend(torch_run: TorchRun) -> None:
     info = torch_run.data["machine_info"]["ipu"]
-    assert info["schema"] == 1
+    assert info["schema"] == 2
     assert info["pytest_ipu"] == pytest_ipu.__version__
     assert list(info["backends"]) == ["torch:cpu"]  # the plain callable is no backend
     torch_cpu = info["backends"]["torch:cpu"]
@@ -277,7 +289,7 @@ def test_machine_info_describes_the_torch_cpu_backend(torch_run: TorchRun) -> No
 def test_top_level_section_has_schema_version_and_settings(torch_run: TorchRun) -> None:
     top = torch_run.data["pytest_ipu"]
     assert top == {
-        "schema": 1,
+        "schema": 2,
         "version": pytest_ipu.__version__,
         "settings": {
             "targets": ["torch:cpu"],
@@ -294,6 +306,13 @@ def test_top_level_section_has_schema_version_and_settings(torch_run: TorchRun) 
             "gates": [],
             "baselines": [],
             "baseline_missing": "warn",
+            "repeats": 1,
+            "repeat_mode": "interleaved",
+            "time_cap": "3x",
+            "unstable_threshold": 0.05,
+            "contended_threshold": 0.1,
+            "torch_threads": "auto",
+            "torch_interop_threads": "auto",
         },
     }
 
@@ -309,6 +328,7 @@ def test_terminal_shows_the_pytest_ipu_tables_and_the_footnote(torch_run: TorchR
             "precision",
             "batch",
             "rounds",
+            "repeats",
             "p50",
             "p99",
             "items/s",
@@ -319,29 +339,38 @@ def test_terminal_shows_the_pytest_ipu_tables_and_the_footnote(torch_run: TorchR
             "J/item",
             "items/J",
             "parity",
+            "flags",
         ]
-    assert section[-2:] == [
-        "* too few rounds for this percentile (p99 needs >= 100): it is the maximum of the rounds run",
-        "n/m = power not measured: power measurement is off (--ipu-power=off or the test's marker)",
+    # The footnotes follow the tables; flag notes (an unstable round spread, on a busy machine) may
+    # come after these two.
+    notes = section[
+        section.index(
+            "* too few rounds for this percentile (p99 needs >= 100): it is the maximum of the rounds run"
+        ) :
     ]
+    assert (
+        notes[1]
+        == "n/m = power not measured: power measurement is off (--ipu-power=off or the test's marker)"
+    )
+    assert all(line.startswith(("unstable: ", "contended: ")) for line in notes[2:]), notes
     pytest.LineMatcher(section).fnmatch_lines(
         [
             "test_plain (latency per call; throughput summed over instances)",
             "benchmark * p50 * p99 *",
             "-----*",
-            f"test_plain * python:host * n/a * 1 * {ROUNDS} *s *s[*] * - *-",
+            f"test_plain * python:host * n/a * 1 * {ROUNDS} * 1 *s *s[*] * - *",
             "test_linear (latency per call; throughput summed over instances)",
             "benchmark *",
             "-----*",
-            f"[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s *s[*] *s *-",
+            f"[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} * 1 *s *s[*] *s *- *",
             "test_linear_again (latency per call; throughput summed over instances)",
             "benchmark *",
             "-----*",
-            f"[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s[*] * (cached) *-",
+            f"[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s[*] * (cached) *- *",
             "linear-items (latency per call; throughput summed over instances)",
             "benchmark *",
             "-----*",
-            f"test_linear_items[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s[*] * (cached) *-",
+            f"test_linear_items[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s[*] * (cached) *- *",
         ]
     )
 
@@ -358,8 +387,8 @@ def test_pytest_ipu_summary_prints_the_terminal_tables(torch_run: TorchRun) -> N
     assert run.ret == 0, run.stderr
     assert run.stderr == ""
     printed = run.lines
-    assert printed[-2].startswith("* too few rounds for this percentile (p99 needs >= 100)")
-    assert printed[-1].startswith("n/m = power not measured: power measurement is off")
+    assert any(line.startswith("* too few rounds for this percentile (p99 needs >= 100)") for line in printed)
+    assert any(line.startswith("n/m = power not measured: power measurement is off") for line in printed)
     # The saved file gives back the very tables the run printed.
     assert printed == _section(torch_run.run.lines)
 

@@ -85,9 +85,10 @@ def _ipu_table_row(lines: list[str], benchmark: str) -> list[str]:
 
 
 def _power_cells(cells: list[str]) -> list[str]:
-    """W, J/item and items/J: the three columns before the last (parity, '-' here)."""
-    assert cells[-1] == "-"
-    return cells[-4:-1]
+    """W, J/item and items/J: the three columns before parity ('-' here) and the flags (one cell
+    without spaces, whatever this machine's load flags)."""
+    assert cells[-2] == "-"
+    return cells[-5:-2]
 
 
 def _summary(pytester: pytest.Pytester, name: str = "out.json") -> subprocess.CompletedProcess[str]:
@@ -157,11 +158,14 @@ def test_energy(ipu_benchmark):
     assert power["source"] == "rapl"
     assert power["reason"] == ""
     assert (power["method"], power["integration"]) == ("sampled_power", "trapezoid")
-    # --ipu-max-time=0.05 at 1 ms a round would give 50 rounds; the window was lengthened to
-    # min_window_s = max(5 s, 20 x 0.01 s) = 5 s instead: 5000 rounds of at least 1 ms each
+    # --ipu-max-time=0.05 at 1 ms a round would give about 50 rounds; the budget was lengthened to
+    # min_window_s = max(5 s, 20 x 0.01 s) = 5 s instead, and the rounds end once it is reached:
+    # at most 5000 rounds of at least 1 ms each.
     assert record["rounds_policy"] == "auto"
-    assert record["rounds"] == math.ceil(5.0 / 0.001)
+    assert record["budget"]["budget_s"] == 5.0
+    assert record["budget"]["ended"] == "budget"
     assert record["window_s"] >= 5.0
+    assert 5 <= record["rounds"] <= math.ceil(5.0 / 0.001)
     assert not any(w.startswith("low confidence") for w in power["warnings"]), power["warnings"]
     # The only warning a busy machine may add: a sampling thread that lost the CPU missed reads.
     # It is there only when the run's own count says more than 10% were missed.

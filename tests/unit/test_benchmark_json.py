@@ -156,7 +156,7 @@ def test_record_with_newer_schema(tmp_path):
         tmp_path, _run(_bench("test_ok", {"ipu": schema.to_json(RECORD)}), _bench("test_new", {"ipu": newer}))
     )
     message = _load_error(path)
-    assert message.startswith(f"{path}: benchmark 'tests/test_x.py::test_new': record has schema version 2")
+    assert message.startswith(f"{path}: benchmark 'tests/test_x.py::test_new': record has schema version 3")
     assert message.endswith("upgrade pytest-ipu")
 
 

@@ -155,16 +155,28 @@ def test_four_runs_give_the_last_one_the_drift_of_the_runs_before_it(tmp_path: P
     by = {(v.benchmark, v.gate.metric): v for v in verdicts}
     name = "test_mlp[torch-cpu-2]"
     assert set(by) == {(f"{name} (r{i}.json)", m) for i in (1, 2, 3) for m in ("first_call", "latency.p50")}
-    # r1 and r2 have one and two runs before them: too few to measure drift.
+    # r1 and r2 have one and two runs before them: too few to measure drift, and records of one
+    # repeat give no spread either: the threshold alone decides, and says why.
     for i in (1, 2):
-        assert by[(f"{name} (r{i}.json)", "first_call")].method.startswith("threshold only")
-        assert "baseline runs differ" not in by[(f"{name} (r{i}.json)", "latency.p50")].method
-    # r3 has r0, r1 and r2: a metric measured once is judged by their spread, and the per-round test
-    # states it. The baseline stays the first run.
-    once = by[(f"{name} (r3.json)", "first_call")]
-    assert once.method.startswith("run-to-run: one-sided t test against 3 baseline runs")
-    per_round = by[(f"{name} (r3.json)", "latency.p50")]
-    assert per_round.method.startswith("one-sided Mann-Whitney U")
-    assert "; 3 baseline runs differ by " in per_round.method
-    assert per_round.baseline == pytest.approx(0.002)
+        assert by[(f"{name} (r{i}.json)", "first_call")].method == (
+            "threshold only: no variance estimate (first_call is measured once per benchmark): use "
+            "3 or more baseline runs"
+        )
+        latency = by[(f"{name} (r{i}.json)", "latency.p50")]
+        assert latency.method == (
+            "threshold only: no variance estimate (one repeat on each side): use --ipu-repeats or 3 or "
+            "more baseline runs"
+        )
+        assert latency.p_value is None
+        assert latency.baseline == pytest.approx(0.002)  # the first run
+    # r3 has r0, r1 and r2: every metric is judged by their spread, against their geometric mean.
+    for metric in ("first_call", "latency.p50"):
+        verdict = by[(f"{name} (r3.json)", metric)]
+        assert verdict.method.startswith(
+            "run-to-run: one-sided t test against 3 baseline runs (geometric mean; "
+        )
+        assert verdict.p_value is not None
+    per_run = by[(f"{name} (r3.json)", "latency.p50")]
+    assert "spread 1.0% sd between runs" in per_run.method
+    assert per_run.baseline == pytest.approx(0.002 * (1.0 * 1.01 * 0.99) ** (1 / 3))
     assert all(v.passed for v in verdicts)

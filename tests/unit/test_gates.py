@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from pytest_ipu.results.gates import GateError
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import Measured
 from pytest_ipu.results.records import PowerRecord
+from pytest_ipu.results.records import RepeatRecord
 from pytest_ipu.results.schema import METRICS
 
 MS = 1e-3
@@ -41,9 +43,12 @@ def _typed(
     p50: float = 1 * MS,
     throughput: float = 1000.0,
     power: PowerRecord | None = None,
+    repeats: Sequence[RepeatRecord] = (),
+    compile_s: float | None = None,
     **latency: float,
 ) -> IpuRecord:
-    """A record with the given p50 latency and throughput (the other percentiles as given, else p50)."""
+    """A record with the given p50 latency and throughput (the other percentiles as given, else p50),
+    and the given repeats (none: a record of schema 1, one repeat)."""
     stat = {k: latency.get(k, p50) for k in ("min", "p90", "p99", "max", "mean")}
     return IpuRecord(
         target="torch:cpu",
@@ -62,10 +67,11 @@ def _typed(
         ),
         window_s=1.0,
         throughput_items_per_s=throughput,
-        compile_s=None,
+        compile_s=compile_s,
         compile_cached=False,
         first_call_s=1.5,
         power=power,
+        repeats=tuple(repeats),
     )
 
 
@@ -81,6 +87,42 @@ def _record(samples: Any, items_per_call: int = 4, power: PowerRecord | None = N
         p99=float(np.percentile(s, 99)),
         max=float(s.max()),
         mean=float(s.mean()),
+    )
+
+
+def _geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(math.fsum(math.log(v) for v in values) / len(values))
+
+
+def _repeated(
+    p50s: Sequence[float] = (),
+    throughputs: Sequence[float] = (),
+    power: PowerRecord | None = None,
+    compile_s: float | None = None,
+) -> IpuRecord:
+    """A record of independent repeats, one per value given: each repeat's latency statistics are
+    its p50 (``p50s``), its throughput 4 items a call at that latency; or, with ``throughputs``, each
+    repeat's throughput is given and its latency is 4 items at that rate. The record's own figures,
+    which the change is computed from, are the repeats' geometric means."""
+    if throughputs:
+        p50s = [4.0 / v for v in throughputs]
+    rates = list(throughputs) or [4.0 / v for v in p50s]
+    repeats = [
+        RepeatRecord(
+            index=i + 1,
+            rounds=30,
+            window_s=30 * p50,
+            latency=LatencySummary(p50, p50, p50, p50, p50, p50, 30),
+            throughput_items_per_s=rate,
+        )
+        for i, (p50, rate) in enumerate(zip(p50s, rates, strict=True))
+    ]
+    return _typed(
+        p50=_geometric_mean(p50s),
+        throughput=_geometric_mean(rates),
+        power=power,
+        repeats=repeats,
+        compile_s=compile_s,
     )
 
 
@@ -425,132 +467,255 @@ def test_metric_missing_from_the_baseline_is_not_compared():
 
 # --- check: the decision rule ---------------------------------------------------------------------
 
-
-def _draws(seed: int, count: int, rounds: int, sigma: float, shift: float = 1.0):
-    """Seeded (baseline, current) pairs of lognormal round times around 2 ms; current scaled by shift."""
-    rng = np.random.default_rng(seed)
-    for _ in range(count):
-        baseline, current = rng.lognormal(math.log(2 * MS), sigma, (2, rounds))
-        yield baseline, current * shift
-
-
-@pytest.mark.parametrize("expression", ["latency.p50:+5%", "latency.p99:+5%"])
-def test_equal_distributions_rarely_fail(expression):
-    # Noisy rounds (30%): the observed change is often beyond 5%, but it is rarely significant.
-    gate = gates.parse(expression)
-    verdicts = [decide.check(gate, "t", _record(c), _record(b), c, b) for b, c in _draws(11, 200, 100, 0.3)]
-    beyond = sum(decide._beyond(gate, v.change) for v in verdicts if v.change is not None)
-    false_alarms = sum(not v.passed for v in verdicts)
-    assert beyond >= 20
-    assert false_alarms <= 4  # 2% of 200
+LATENCY = "latency.p50:+5%"
+ALPHA = 0.01
+#: The threshold-only method of a latency or throughput gate with one repeat on each side.
+ONE_REPEAT = (
+    "threshold only: no variance estimate (one repeat on each side): use --ipu-repeats or 3 or "
+    "more baseline runs"
+)
 
 
-@pytest.mark.parametrize(("expression", "count"), [("latency.p50:+5%", 200), ("throughput:-5%", 50)])
-def test_a_ten_percent_slowdown_is_detected(expression, count):
-    gate = gates.parse(expression)
-    failed = sum(
-        not decide.check(gate, "t", _record(c), _record(b), c, b).passed
-        for b, c in _draws(12, count, 100, 0.05, shift=1.10)
-    )
-    assert failed >= 0.95 * count
+def _by_hand(
+    current: Sequence[float], baseline: Sequence[float], allowed: float, higher_is_better: bool = False
+) -> dict[str, float]:
+    """The pooled two-sample t test of the rule, written out: logs of each side's repeat values,
+    the shift of their means, the pooled sd, and the t statistic of the shift beyond ``allowed``
+    (the log of the allowed ratio: ``log(1.05)`` for ``+5%``, ``log(0.95)`` for ``-5%``; mirrored
+    for a better-higher metric, where a drop is the regression)."""
+    x = [math.log(v) for v in current]
+    y = [math.log(v) for v in baseline]
+    n, m = len(x), len(y)
+    mean_x, mean_y = sum(x) / n, sum(y) / m
+    squares = sum((v - mean_x) ** 2 for v in x) + sum((v - mean_y) ** 2 for v in y)
+    df = n + m - 2
+    sd = math.sqrt(squares / df)
+    scale = sd * math.sqrt(1 / n + 1 / m)
+    shift = mean_x - mean_y
+    t = (allowed - shift) / scale if higher_is_better else (shift - allowed) / scale
+    return {"shift": shift, "sd": sd, "scale": scale, "df": df, "t": t}
 
 
-def test_a_speedup_never_fails():
-    for expression in ("latency.p50:+5%", "throughput:-5%"):
-        gate = gates.parse(expression)
-        for b, c in _draws(13, 20, 100, 0.05, shift=0.8):
-            verdict = decide.check(gate, "t", _record(c), _record(b), c, b)
-            assert verdict.passed
-            assert verdict.p_value is not None
-            assert verdict.p_value > 0.5
-
-
-def test_beyond_the_threshold_but_not_significant_passes_and_says_why():
-    baseline = [2.0 * MS, 1.6 * MS, 2.5 * MS, 1.9 * MS]
-    current = [2.6 * MS, 1.8 * MS, 3.1 * MS, 2.2 * MS]
-    gate = gates.parse("latency.p50:+5%")
-    verdict = decide.check(gate, "test_small", _record(current), _record(baseline), current, baseline)
+def test_identical_repeats_on_both_sides_pass():
+    gate = gates.parse(LATENCY)
+    same = [1.00 * MS, 1.02 * MS, 0.98 * MS]
+    verdict = decide.check(gate, "test_a", _repeated(same), _repeated(same))
     assert verdict.passed
-    assert verdict.change == pytest.approx(2.4 / 1.95 - 1)
+    assert verdict.change == pytest.approx(0.0, abs=1e-12)
     assert verdict.p_value is not None
-    assert verdict.p_value > 0.01
+    assert verdict.p_value > 0.5  # nowhere near beyond +5 %
     assert verdict.interval is not None
     assert verdict.interval[0] < 1.0 < verdict.interval[1]
-    assert verdict.method == (
-        "one-sided Mann-Whitney U of per-round times against the baseline's x 1.05 (n=4 current vs 4 "
-        "baseline, alpha 0.01), bootstrap 99% CI of the ratio"
-    )
-    line = verdict.line()
-    assert line.startswith("test_small latency.p50: 1.95 ms -> 2.4 ms (+23.1%, threshold +5%), p=0.")
-    assert ": pass, not significant (one-sided Mann-Whitney U" in line
+    assert verdict.method.startswith("repeats: one-sided t test on 3 current vs 3 baseline repeats (")
+    assert ": pass (repeats: " in verdict.line()
+    # Repeats that agree exactly leave no spread: the sign of the excess decides, p = 1.
+    flat = decide.check(gate, "test_a", _repeated([MS] * 3), _repeated([MS] * 3))
+    assert flat.passed
+    assert flat.p_value == 1.0
+    assert flat.interval == (1.0, 1.0)
 
 
-def test_a_real_but_small_change_passes():
-    # A 2 % slowdown is real (the interval excludes 1) but within a 5 % gate: not beyond the threshold.
-    gate = gates.parse("latency.p50:+5%")
-    rng = np.random.default_rng(14)
-    baseline = rng.lognormal(math.log(2 * MS), 0.01, 200)
-    current = rng.lognormal(math.log(2 * MS * 1.02), 0.01, 200)
-    verdict = decide.check(gate, "t", _record(current), _record(baseline), current, baseline)
-    assert verdict.p_value is not None
-    assert verdict.p_value > 0.5  # the test is against the threshold: nowhere near beyond it
-    assert verdict.change == pytest.approx(0.02, abs=0.005)
-    assert verdict.interval is not None
-    assert 1.0 < verdict.interval[0] < 1.02 < verdict.interval[1] < 1.05
-    assert verdict.passed
-    assert ": pass (" in verdict.line()
-
-
-def test_throughput_interval_is_a_ratio_of_throughputs():
-    gate = gates.parse("throughput:-5%")
-    (b, c), *_ = _draws(15, 1, 100, 0.05, shift=1.25)
-    verdict = decide.check(gate, "t", _record(c), _record(b), c, b)
-    assert verdict.interval is not None
-    assert verdict.interval[0] < 0.8 < verdict.interval[1]
-    assert verdict.change == pytest.approx(-0.2, abs=0.02)
+def test_a_thirty_percent_slowdown_in_every_repeat_fails():
+    gate = gates.parse(LATENCY)
+    baseline = [1.00 * MS, 1.01 * MS, 0.99 * MS]
+    verdict = decide.check(gate, "test_a", _repeated([v * 1.3 for v in baseline]), _repeated(baseline))
     assert not verdict.passed
+    assert verdict.change == pytest.approx(0.3)
+    assert verdict.p_value is not None
+    assert verdict.p_value < ALPHA
+    assert verdict.interval is not None
+    assert 1.05 < verdict.interval[0] < 1.3 < verdict.interval[1]
+    line = verdict.line()
+    assert line.startswith("test_a latency.p50: 1 ms -> 1.3 ms (+30.0%, threshold +5%), p=")
+    assert ", ratio CI [" in line
+    assert line.endswith(
+        ": FAIL (repeats: one-sided t test on 3 current vs 3 baseline repeats (log scale, spread 1.0% sd "
+        "between repeats, df 4, alpha 0.01), 99% CI of the ratio of geometric means)"
+    )
+
+
+def test_beyond_the_threshold_with_a_large_spread_between_repeats_is_not_significant():
+    # +29 % between the geometric means, but the repeats of each side differ by more than that.
+    gate = gates.parse(LATENCY)
+    verdict = decide.check(
+        gate, "test_a", _repeated([1.4 * MS, 0.9 * MS, 1.8 * MS]), _repeated([1.0 * MS, 1.5 * MS, 0.7 * MS])
+    )
+    assert verdict.passed
+    assert verdict.change is not None
+    assert verdict.change > 0.25
+    assert verdict.p_value is not None
+    assert verdict.p_value > ALPHA
+    assert verdict.interval is not None
+    assert verdict.interval[0] < 1.0 < 1.3 < verdict.interval[1]
+    assert ": pass, not significant (repeats: one-sided t test on 3 current vs 3 baseline repeats" in (
+        verdict.line()
+    )
+
+
+def test_p_value_and_interval_are_the_pooled_t_test_by_hand():
+    baseline = [1.00 * MS, 1.04 * MS, 0.97 * MS]
+    current = [1.30 * MS, 1.37 * MS, 1.25 * MS]
+    verdict = decide.check(gates.parse(LATENCY), "t", _repeated(current), _repeated(baseline))
+    by_hand = _by_hand(current, baseline, math.log(1.05))
+    assert by_hand["df"] == 4
+    assert by_hand["t"] == pytest.approx(6.4498, abs=1e-4)
+    # p: the upper tail of t with 4 degrees of freedom beyond the statistic.
+    p = stats.t_sf(by_hand["t"], 4)
+    assert 0.001 < p < 0.002  # t(0.999, 4) = 7.173 and t(0.998, 4) = 5.598, from tables
+    assert verdict.p_value == pytest.approx(p, rel=1e-12)
+    # The 99 % interval of the ratio of geometric means: exp(shift +- t(0.995, 4) x scale).
+    t_995 = 4.604095  # from tables
+    assert stats.t_isf(0.005, 4) == pytest.approx(t_995, abs=1e-6)
+    low = math.exp(by_hand["shift"] - t_995 * by_hand["scale"])
+    high = math.exp(by_hand["shift"] + t_995 * by_hand["scale"])
+    assert verdict.interval is not None
+    assert verdict.interval == pytest.approx((low, high), rel=1e-6)
+    assert verdict.interval == pytest.approx((1.1166, 1.5180), abs=1e-4)
+    assert not verdict.passed
+    assert verdict.method == (
+        f"repeats: one-sided t test on 3 current vs 3 baseline repeats (log scale, spread "
+        f"{by_hand['sd'] * 100:.1f}% sd between repeats, df 4, alpha 0.01), 99% CI of the ratio of "
+        "geometric means"
+    )
+    assert "spread 4.1% sd" in verdict.method
+    # alpha sets both the test's level and the interval's confidence.
+    loose = decide.check(gates.parse(LATENCY), "t", _repeated(current), _repeated(baseline), alpha=0.05)
+    assert loose.p_value == pytest.approx(p, rel=1e-12)
+    t_975 = 2.776445  # t(0.975, 4), from tables
+    assert loose.interval == pytest.approx(
+        (
+            math.exp(by_hand["shift"] - t_975 * by_hand["scale"]),
+            math.exp(by_hand["shift"] + t_975 * by_hand["scale"]),
+        ),
+        rel=1e-6,
+    )
+    assert loose.method.endswith("df 4, alpha 0.05), 95% CI of the ratio of geometric means")
+
+
+def test_throughput_a_drop_is_the_regression():
+    gate = gates.parse("throughput:-5%")
+    baseline = [985.0, 1000.0, 1020.0]
+    # 11 % less throughput in every repeat: beyond the 5 % allowed; the test is against log(0.95).
+    drop = [870.0, 890.0, 900.0]
+    verdict = decide.check(gate, "t", _repeated(throughputs=drop), _repeated(throughputs=baseline))
+    by_hand = _by_hand(drop, baseline, math.log(0.95), higher_is_better=True)
+    assert by_hand["t"] > 0
+    assert verdict.p_value is not None
+    assert verdict.p_value == pytest.approx(stats.t_sf(by_hand["t"], 4), rel=1e-12)
+    assert verdict.p_value < ALPHA
+    ratio = _geometric_mean(drop) / _geometric_mean(baseline)  # 0.885
+    assert verdict.change == pytest.approx(ratio - 1)
+    assert verdict.interval is not None
+    assert verdict.interval[0] < ratio < verdict.interval[1] < 0.95
+    assert not verdict.passed
+    # 4 % less in every repeat: clearly lower, but within the 5 % that -5% allows.
+    within = [v * 0.96 for v in baseline]
+    verdict = decide.check(gate, "t", _repeated(throughputs=within), _repeated(throughputs=baseline))
+    assert verdict.passed
+    assert verdict.change == pytest.approx(-0.04)
+    assert ": pass (" in verdict.line()
+    # More throughput is never a regression.
+    verdict = decide.check(
+        gate, "t", _repeated(throughputs=[v * 1.3 for v in baseline]), _repeated(throughputs=baseline)
+    )
+    assert verdict.passed
+    assert verdict.p_value is not None
+    assert verdict.p_value > 0.999
+
+
+@pytest.mark.parametrize("expression", [LATENCY, "throughput:-5%"])
+@pytest.mark.parametrize("records", ["schema 1", "one repeat each"])
+def test_one_repeat_on_each_side_is_the_threshold_alone_without_a_p_value(expression, records):
+    # Twice as slow: beyond any threshold here, but with nothing to measure the noise by.
+    if records == "schema 1":
+        current, baseline = _typed(p50=2 * MS, throughput=2000.0), _typed(p50=1 * MS, throughput=4000.0)
+    else:
+        current, baseline = _repeated([2 * MS]), _repeated([1 * MS])
+        assert len(current.repeats) == len(baseline.repeats) == 1
+    verdict = decide.check(gates.parse(expression), "t", current, baseline)
+    assert not verdict.passed
+    assert verdict.p_value is None
+    assert verdict.interval is None
+    assert verdict.method == ONE_REPEAT
+    assert "p=" not in verdict.line()
+    assert verdict.line().endswith(f": FAIL ({ONE_REPEAT})")
+    # Within the threshold it passes, on the same grounds.
+    same = decide.check(gates.parse(expression), "t", baseline, baseline)
+    assert same.passed
+    assert same.line().endswith(f": pass ({ONE_REPEAT})")
+
+
+def test_three_repeats_against_one_are_a_t_test_with_n_plus_m_minus_2_df():
+    gate = gates.parse(LATENCY)
+    three = [1.30 * MS, 1.37 * MS, 1.25 * MS]
+    # The baseline of schema 1, without repeats: one repeat, its own value.
+    one = _typed(p50=1.0 * MS)
+    verdict = decide.check(gate, "t", _repeated(three), one)
+    by_hand = _by_hand(three, [1.0 * MS], math.log(1.05))
+    assert by_hand["df"] == 2  # 3 + 1 - 2: the one repeat adds a mean, not a spread
+    assert verdict.p_value == pytest.approx(stats.t_sf(by_hand["t"], 2), rel=1e-12)
+    assert verdict.method.startswith(
+        "repeats: one-sided t test on 3 current vs 1 baseline repeats (log scale, spread "
+    )
+    assert ", df 2, alpha 0.01)" in verdict.method
+    # With 2 degrees of freedom, +31 % is not yet significant at 1 % (p = 0.027)...
+    assert verdict.p_value is not None
+    assert 0.02 < verdict.p_value < 0.03
+    assert verdict.passed
+    assert ": pass, not significant (repeats: " in verdict.line()
+    # ...and twice as slow is.
+    slower = decide.check(gate, "t", _repeated([2 * v for v in three]), one)
+    assert not slower.passed
+    # The other way round: one current repeat against three baseline repeats.
+    reverse = decide.check(gate, "t", _typed(p50=1.0 * MS), _repeated(three))
+    assert reverse.method.startswith("repeats: one-sided t test on 1 current vs 3 baseline repeats (")
+    assert ", df 2, " in reverse.method
+    assert reverse.passed
+
+
+def test_a_record_without_repeats_counts_as_one_repeat():
+    record = _typed(p50=1.5 * MS, throughput=2000.0)
+    assert record.repeats == ()
+    assert record.repeat_values("latency.p50") == (1.5 * MS,)
+    assert record.repeat_values("throughput") == (2000.0,)
+    assert _repeated([1 * MS, 2 * MS]).repeat_values("latency.p50") == (1 * MS, 2 * MS)
+    # Against two repeats: a t test on 1 vs 2, the record's own value as its one repeat.
+    verdict = decide.check(gates.parse(LATENCY), "t", record, _repeated([1.0 * MS, 1.01 * MS]))
+    by_hand = _by_hand([1.5 * MS], [1.0 * MS, 1.01 * MS], math.log(1.05))
+    assert verdict.method.startswith("repeats: one-sided t test on 1 current vs 2 baseline repeats (")
+    assert verdict.p_value == pytest.approx(stats.t_sf(by_hand["t"], 1), rel=1e-12)
 
 
 @pytest.mark.parametrize(
-    ("baseline_samples", "current_samples", "method"),
-    [
-        (
-            None,
-            [2 * MS],
-            "threshold only: no per-round samples in the baseline (save it with --benchmark-save-data)",
-        ),
-        (
-            [],
-            [2 * MS],
-            "threshold only: no per-round samples in the baseline (save it with --benchmark-save-data)",
-        ),
-        ([1 * MS], None, "threshold only: no per-round samples in the current run"),
-    ],
+    ("expression", "field", "before", "after"),
+    [("energy:+5%", "energy", 10.0, 12.0), ("compile:+5%", "compile", 1.0, 1.2)],
 )
-def test_without_samples_the_threshold_decides_and_says_so(baseline_samples, current_samples, method):
-    gate = gates.parse("latency.p50:+5%")
-    verdict = decide.check(gate, "t", _record([2 * MS]), _record([1 * MS]), current_samples, baseline_samples)
+def test_metrics_measured_once_decide_on_the_threshold_and_say_so(expression, field, before, after):
+    # Both records have three repeats: they say nothing about energy or compile time.
+    def record(value: float) -> IpuRecord:
+        if field == "energy":
+            return _repeated([1.0 * MS, 1.1 * MS, 0.9 * MS], power=_power(energy_j=value))
+        return _repeated([1.0 * MS, 1.1 * MS, 0.9 * MS], compile_s=value)
+
+    method = (
+        f"threshold only: no variance estimate ({field} is measured once per benchmark): use "
+        "3 or more baseline runs"
+    )
+    gate = gates.parse(expression)
+    verdict = decide.check(gate, "test_a", record(after), record(before))
     assert not verdict.passed
     assert verdict.p_value is None
     assert verdict.interval is None
     assert verdict.method == method
-
-
-def test_metrics_measured_once_decide_on_the_threshold_and_say_so():
-    baseline = _record([1 * MS], power=_power(energy_j=10.0))
-    current = _record([1 * MS], power=_power(energy_j=12.0))
-    samples = [1 * MS, 1.1 * MS]
-    verdict = decide.check(gates.parse("energy:+5%"), "test_a", current, baseline, samples, samples)
-    assert not verdict.passed
+    unit = "J" if field == "energy" else "s"
     assert verdict.line() == (
-        "test_a energy: 10 J -> 12 J (+20.0%, threshold +5%): FAIL "
-        "(threshold only: energy is measured once per benchmark, not per round)"
+        f"test_a {field}: {before:g} {unit} -> {after:g} {unit} (+20.0%, threshold +5%): FAIL ({method})"
     )
-    within = decide.check(gates.parse("energy:+25%"), "test_a", current, baseline)
+    within = decide.check(
+        gates.parse(expression.replace("+5%", "+25%")), "test_a", record(after), record(before)
+    )
     assert within.passed
-    assert within.line().endswith(
-        ": pass (threshold only: energy is measured once per benchmark, not per round)"
-    )
+    assert within.line().endswith(f": pass ({method})")
 
 
 def test_a_zero_baseline_is_an_infinite_rise():
@@ -559,6 +724,105 @@ def test_a_zero_baseline_is_an_infinite_rise():
     verdict = decide.check(gates.parse("energy:+5%"), "t", current, baseline)
     assert verdict.change == math.inf
     assert not verdict.passed
+
+
+def test_the_test_is_against_the_threshold_not_against_no_change():
+    # 6 % slower in every repeat: clearly different from the baseline, but not clearly beyond the
+    # allowed 5 %. A drift of that size must not fail the gate; 15 % slower must.
+    gate = gates.parse(LATENCY)
+    baseline = [1.000 * MS, 1.010 * MS, 0.990 * MS]
+    drift = [1.065 * MS, 1.070 * MS, 1.045 * MS]
+    against_none = _by_hand(drift, baseline, 0.0)
+    t_none = against_none["shift"] / against_none["scale"]
+    assert stats.t_sf(t_none, 4) < 0.005  # a test against no change would call it a regression
+    verdict = decide.check(gate, "t", _repeated(drift), _repeated(baseline))
+    assert verdict.change is not None
+    assert verdict.change > 0.05
+    assert verdict.p_value is not None
+    assert verdict.p_value > 0.1
+    assert verdict.passed
+    slower = decide.check(gate, "t", _repeated([v * 1.15 for v in baseline]), _repeated(baseline))
+    assert not slower.passed
+    assert slower.p_value is not None
+    assert slower.p_value < 1e-3
+
+
+def test_a_real_but_small_change_passes():
+    # 2 % slower in every repeat, with 0.2 % spread: real (the interval excludes 1), but within 5 %.
+    gate = gates.parse(LATENCY)
+    baseline = [2.000 * MS, 2.004 * MS, 1.996 * MS]
+    verdict = decide.check(gate, "t", _repeated([v * 1.02 for v in baseline]), _repeated(baseline))
+    assert verdict.change == pytest.approx(0.02)
+    assert verdict.interval is not None
+    assert 1.0 < verdict.interval[0] < 1.02 < verdict.interval[1] < 1.05
+    assert verdict.p_value is not None
+    assert verdict.p_value > 0.99
+    assert verdict.passed
+    assert ": pass (" in verdict.line()
+
+
+def _pairs(seed: int, count: int, sigma: float, shift: float = 1.0, repeats: int = 3):
+    """Seeded (baseline, current) repeat values, lognormal around 1 ms; current scaled by shift."""
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        baseline, current = rng.lognormal(math.log(1 * MS), sigma, (2, repeats))
+        yield [float(v) for v in baseline], [float(v * shift) for v in current]
+
+
+def test_a_over_a_repeats_rarely_fail_and_a_thirty_percent_slowdown_is_found():
+    # Three repeats a side, 3 % spread between repeats, as from a quiet machine.
+    gate = gates.parse(LATENCY)
+    same = [decide.check(gate, "t", _repeated(c), _repeated(b)) for b, c in _pairs(21, 400, 0.03)]
+    assert sum(not v.passed for v in same) < 4  # under 1 % of 400 false alarms
+    assert sum(decide._beyond(gate, v.change) for v in same if v.change is not None) >= 2  # yet beyond 5 %
+    slow = [decide.check(gate, "t", _repeated(c), _repeated(b)) for b, c in _pairs(22, 400, 0.03, 1.3)]
+    assert sum(not v.passed for v in slow) > 0.9 * 400
+    # Throughput the same way: 30 % slower calls are 1/1.3 of the throughput.
+    rate = gates.parse("throughput:-5%")
+    found = sum(
+        not decide.check(rate, "t", _repeated(c), _repeated(b)).passed for b, c in _pairs(23, 100, 0.03, 1.3)
+    )
+    assert found > 90
+
+
+def test_a_change_of_exactly_the_threshold_fails_at_most_about_alpha():
+    # At the threshold the test is exact on lognormal repeats: it fails in a fraction alpha of draws.
+    gate = gates.parse(LATENCY)
+    verdicts = [decide.check(gate, "t", _repeated(c), _repeated(b)) for b, c in _pairs(24, 1000, 0.03, 1.05)]
+    assert sum(not v.passed for v in verdicts) <= 20  # alpha is 1 %: 10 expected of 1000
+
+
+# Repeat values within a factor of 1000 of each other (1 ms to 1 s, say): repeats of one benchmark
+# that differ by more are not a measurement.
+_REPEAT_VALUES = st.lists(st.floats(min_value=1.0, max_value=1000.0), min_size=1, max_size=5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_REPEAT_VALUES, _REPEAT_VALUES, st.floats(min_value=0.2, max_value=1.0))
+@example([1e-3, 1e-3], [1e-3], 1.0)
+def test_a_uniform_speedup_never_fails(baseline, current, factor):
+    # Whatever repeats the baseline had, the current side the same or faster never fails a gate.
+    faster = [v * factor for v in baseline]  # latencies: throughputs are 1 / factor higher
+    for expression, ratio in ((LATENCY, factor), ("throughput:-5%", 1 / factor)):
+        verdict = decide.check(gates.parse(expression), "t", _repeated(faster), _repeated(baseline))
+        assert verdict.passed
+        if len(baseline) >= 2:
+            assert verdict.p_value is not None
+            assert 0.5 <= verdict.p_value <= 1.0
+            assert verdict.interval is not None
+            assert verdict.interval[0] <= ratio * (1 + 1e-9)
+            assert verdict.interval[1] >= ratio * (1 - 1e-9)
+        else:
+            assert verdict.p_value is None
+    # Any two sides: a p-value is a probability, and the interval holds the geometric means' ratio.
+    verdict = decide.check(gates.parse(LATENCY), "t", _repeated(current), _repeated(baseline))
+    if len(current) + len(baseline) >= 3:
+        assert verdict.p_value is not None
+        assert 0.0 <= verdict.p_value <= 1.0
+        assert verdict.interval is not None
+        ratio = _geometric_mean(current) / _geometric_mean(baseline)
+        assert verdict.interval[0] <= ratio * (1 + 1e-9)
+        assert ratio <= verdict.interval[1] * (1 + 1e-9)
 
 
 # --- Verdict lines --------------------------------------------------------------------------------
@@ -574,24 +838,23 @@ def test_line_of_a_significant_regression():
         change=2.45 / 2.1 - 1,
         p_value=0.00031,
         interval=(1.121, 1.2049),
-        method="one-sided Mann-Whitney U on per-round times (n=120 current vs 118 baseline, alpha 0.01), "
-        "bootstrap 99% CI of the ratio",
+        method="repeats: one-sided t test on 5 current vs 5 baseline repeats (log scale, spread 1.2% sd "
+        "between repeats, df 8, alpha 0.01), 99% CI of the ratio of geometric means",
     )
     assert verdict.line() == (
         "test_resnet[bs4] latency.p99: 2.1 ms -> 2.45 ms (+16.7%, threshold +10%), p=0.00031, "
-        "ratio CI [1.121, 1.205]: FAIL (one-sided Mann-Whitney U on per-round times "
-        "(n=120 current vs 118 baseline, alpha 0.01), bootstrap 99% CI of the ratio)"
+        "ratio CI [1.121, 1.205]: FAIL (repeats: one-sided t test on 5 current vs 5 baseline repeats "
+        "(log scale, spread 1.2% sd between repeats, df 8, alpha 0.01), 99% CI of the ratio of "
+        "geometric means)"
     )
 
 
 def test_line_of_a_throughput_drop_and_an_absolute_pass():
-    verdict = Verdict(
-        gates.parse("throughput:-5%"), "test_b", False, 2526.4, 2301.9, 2301.9 / 2526.4 - 1, None, None,
-        "threshold only: no per-round samples in the baseline (save it with --benchmark-save-data)",
-    )  # fmt: skip
+    verdict = decide.check(
+        gates.parse("throughput:-5%"), "test_b", _typed(throughput=2301.9), _typed(throughput=2526.4)
+    )
     assert verdict.line() == (
-        "test_b throughput: 2,526 items/s -> 2,302 items/s (-8.9%, threshold -5%): FAIL "
-        "(threshold only: no per-round samples in the baseline (save it with --benchmark-save-data))"
+        f"test_b throughput: 2,526 items/s -> 2,302 items/s (-8.9%, threshold -5%): FAIL ({ONE_REPEAT})"
     )
     bound = decide.check(gates.parse("items_per_j>9.5"), "test_c", _typed(power=_power(items_per_j=12.25)))
     assert bound.line() == "test_c items_per_j: 12.25 items/J, bound > 9.5 items/J: pass (absolute bound)"
@@ -608,48 +871,15 @@ def test_line_shows_the_bound_exactly():
     assert rate.line() == "test_d throughput: 2,000 items/s, bound > 2500 items/s: FAIL (absolute bound)"
 
 
-def test_the_test_is_against_the_threshold_not_against_no_change():
-    # 6 % slower, clearly different from the baseline, but not clearly beyond the allowed 5 %: a
-    # run-to-run drift of that size must not fail the gate; 15 % slower must. (Seed 0: the median
-    # rises 6.1 %, p = 0.036 against the threshold, 1e-15 against no change.)
-    gate = gates.parse("latency.p50:+5%")
-    rng = np.random.default_rng(0)
-    baseline = rng.lognormal(math.log(2 * MS), 0.03, 60)
-    drift = rng.lognormal(math.log(2 * MS * 1.06), 0.03, 60)
-    _, against_no_change = stats.mann_whitney_u(drift, baseline, alternative="greater")
-    assert against_no_change < 1e-10  # a test against no change would call it a regression
-    verdict = decide.check(gate, "t", _record(drift), _record(baseline), drift, baseline)
-    assert verdict.change is not None
-    assert verdict.change > 0.05
-    assert verdict.p_value is not None
-    assert verdict.p_value > 0.01
-    assert verdict.passed
-    slower = rng.lognormal(math.log(2 * MS * 1.15), 0.03, 60)
-    verdict = decide.check(gate, "t", _record(slower), _record(baseline), slower, baseline)
-    assert not verdict.passed
-    assert verdict.p_value is not None
-    assert verdict.p_value < 1e-6
-
-
-def test_throughput_is_tested_against_the_equivalent_growth_of_round_times():
-    # 5 % less throughput is rounds 1/0.95 = 5.26 % longer.
-    verdict = decide.check(
-        gates.parse("throughput:-5%"),
-        "t",
-        _typed(throughput=90.0),
-        _typed(throughput=100.0),
-        [1.0] * 10,
-        [1.0] * 10,
-    )
-    assert "against the baseline's x 1.053 " in verdict.method
+# --- check: baseline runs --------------------------------------------------------------------------
 
 
 def _p50(value: float) -> IpuRecord:
     return _typed(p50=value)
 
 
-def test_without_per_round_samples_several_baseline_runs_judge_a_change_by_their_drift():
-    gate = gates.parse("latency.p50:+5%")
+def test_several_baseline_runs_judge_a_change_by_their_drift():
+    gate = gates.parse(LATENCY)
     steady = [1.000, 1.004, 0.998, 1.002, 1.001]  # runs agree within 0.3 %
     drifting = [1.00, 1.05, 0.97, 1.04, 0.96]  # runs drift by 4 %
     # 10 % slower than steady runs: clearly beyond 5 %, fails.
@@ -658,6 +888,7 @@ def test_without_per_round_samples_several_baseline_runs_judge_a_change_by_their
     assert verdict.baseline == pytest.approx(1.001, abs=1e-3)  # the runs' geometric mean
     assert verdict.p_value is not None
     assert verdict.p_value < 1e-4
+    assert verdict.interval is None
     assert verdict.method.startswith("run-to-run: one-sided t test against 5 baseline runs (geometric mean; ")
     # The same 10 % against runs that drift by 4 %: within what this machine's drift can explain.
     verdict = decide.check(gate, "t", _p50(1.10), _p50(0.96), history=drifting)
@@ -669,15 +900,43 @@ def test_without_per_round_samples_several_baseline_runs_judge_a_change_by_their
     assert ": pass, not significant (run-to-run" in verdict.line()
 
 
-def test_fewer_than_three_baseline_runs_leave_the_per_round_test_in_charge():
-    gate = gates.parse("latency.p50:+5%")
-    rng = np.random.default_rng(1)
-    base = rng.lognormal(math.log(2 * MS), 0.02, 50)
-    current = rng.lognormal(math.log(2 * MS * 1.2), 0.02, 50)
+def test_the_run_to_run_p_value_by_hand():
+    gate = gates.parse(LATENCY)
+    runs = [1.00, 1.02, 0.99, 1.01]
+    verdict = decide.check(gate, "t", _p50(1.12), _p50(1.01), history=runs)
+    logs = [math.log(v) for v in runs]
+    centre = sum(logs) / 4
+    sd = math.sqrt(sum((v - centre) ** 2 for v in logs) / 3)
+    t = (math.log(1.12) - centre - math.log(1.05)) / (sd * math.sqrt(1 + 1 / 4))
+    assert verdict.p_value == pytest.approx(stats.t_sf(t, 3), rel=1e-9)
+    assert verdict.baseline == pytest.approx(math.exp(centre))
+
+
+def test_fewer_than_three_baseline_runs_leave_the_repeats_in_charge():
+    gate = gates.parse(LATENCY)
+    baseline = [1.00 * MS, 1.01 * MS, 0.99 * MS]
+    current = [v * 1.2 for v in baseline]
+    verdict = decide.check(gate, "t", _repeated(current), _repeated(baseline), history=[1.0 * MS] * 2)
+    assert verdict.method.startswith("repeats: one-sided t test on 3 current vs 3 baseline repeats")
+    assert not verdict.passed
+
+
+def test_three_baseline_runs_decide_before_the_repeats():
+    # Repeats that agree within 1 %, but whole runs that drift by 4 %: the runs' drift decides.
+    gate = gates.parse(LATENCY)
+    baseline = [1.00 * MS, 1.01 * MS, 0.99 * MS]
+    current = [v * 1.2 for v in baseline]
+    history = [MS * f for f in (1.0, 1.05, 0.97, 1.04, 0.96)]
+    verdict = decide.check(gate, "t", _repeated(current), _repeated(baseline), history=history)
+    assert verdict.method.startswith("run-to-run: one-sided t test against 5 baseline runs")
+    assert verdict.interval is None
+    assert verdict.passed  # +20 % is within this drift (changes under +23.8 % cannot fail)
+    assert "changes under +23.8% cannot fail here" in verdict.method
+    # Values a run cannot have (zero, not finite) are not history; with too few left, repeats decide.
     verdict = decide.check(
-        gate, "t", _record(current), _record(base), current, base, history=[float(np.median(base))] * 2
+        gate, "t", _repeated(current), _repeated(baseline), history=[MS, 0.0, math.inf, math.nan, MS]
     )
-    assert verdict.method.startswith("one-sided Mann-Whitney U")
+    assert verdict.method.startswith("repeats: ")
     assert not verdict.passed
 
 
@@ -686,21 +945,6 @@ def test_throughput_history_is_mirrored():
     runs = [100.0, 100.5, 99.7, 100.2]
     assert not decide.check(gate, "t", _typed(throughput=85.0), _typed(throughput=100.2), history=runs).passed
     assert decide.check(gate, "t", _typed(throughput=115.0), _typed(throughput=100.2), history=runs).passed
-
-
-def test_with_per_round_samples_the_baseline_runs_only_state_the_drift():
-    gate = gates.parse("latency.p50:+5%")
-    rng = np.random.default_rng(1)
-    base = rng.lognormal(math.log(2 * MS), 0.02, 50)
-    current = rng.lognormal(math.log(2 * MS * 1.2), 0.02, 50)
-    history = [2 * MS * f for f in (1.0, 1.05, 0.97, 1.04, 0.96)]
-    verdict = decide.check(gate, "t", _record(current), _record(base), current, base, history=history)
-    assert not verdict.passed  # the per-round test decides: 20 % slower
-    assert verdict.method.startswith("one-sided Mann-Whitney U")
-    assert verdict.method.endswith(
-        "; 5 baseline runs differ by 4.0% sd between runs: a change under +23.8% is within this "
-        "machine's drift"
-    )
 
 
 # --- GateRunner: every gate of a run ---------------------------------------------------------------
@@ -728,25 +972,24 @@ def test_a_benchmarks_own_gates_replace_the_runs_on_the_same_metric():
 
 
 def test_the_runner_checks_against_the_last_baseline_run_and_reports_what_it_cannot():
-    rng = np.random.default_rng(3)
-    base_samples = rng.lognormal(math.log(2 * MS), 0.02, 60)
-    slow_samples = base_samples * 1.3
+    steady = [2.00 * MS, 2.02 * MS, 1.98 * MS]
+    base, slow_record = _repeated(steady), _repeated([v * 1.3 for v in steady])
     baseline = _run(
         "base.json",
-        _stored("test_a", _record(base_samples), base_samples),
+        _stored("test_a", base),
         _stored("test_c", None),
-        _stored("test_d", dataclasses.replace(_record(base_samples), device_name="Other CPU"), base_samples),
+        _stored("test_d", dataclasses.replace(base, device_name="Other CPU")),
     )
-    older = _run("older.json", _stored("test_a", _record(base_samples * 2), base_samples * 2))
+    older = _run("older.json", _stored("test_a", _repeated([2 * v for v in steady])))
     runner = decide.GateRunner(history=[older, baseline], run_gates=[gates.parse("latency.p50:+5%")])
     assert runner.base is baseline
     assert runner.baseline_name() == "base.json (and 1 earlier baseline run(s))"
     outcome = runner.check(
         [
-            _measured("test_a", _record(slow_samples), slow_samples),
-            _measured("test_b", _record(base_samples), base_samples, (gates.parse("latency.p99<1s"),)),
-            _measured("test_c", _record(base_samples), base_samples),
-            _measured("test_d", _record(base_samples), base_samples),
+            _measured("test_a", slow_record),
+            _measured("test_b", base, own=(gates.parse("latency.p99<1s"),)),
+            _measured("test_c", base),
+            _measured("test_d", base),
         ]
     )
     by_name = {(v.benchmark, str(v.gate)): v for v in outcome.verdicts}
@@ -757,7 +1000,9 @@ def test_the_runner_checks_against_the_last_baseline_run_and_reports_what_it_can
     }
     slow = by_name[("test_a", "latency.p50:+5%")]
     assert not slow.passed
-    assert slow.baseline == pytest.approx(float(np.percentile(base_samples, 50)))  # the last run, not older
+    assert slow.baseline == pytest.approx(base.latency.p50_s)  # the last run, not the older one
+    # Two baseline runs are too few for their drift: the repeats of both records decide.
+    assert slow.method.startswith("repeats: one-sided t test on 3 current vs 3 baseline repeats")
     assert by_name[("test_b", "latency.p99<1s")].passed
     assert outcome.failed == (slow,)
     assert outcome.missing == (
@@ -769,6 +1014,20 @@ def test_the_runner_checks_against_the_last_baseline_run_and_reports_what_it_can
     assert outcome.notes == (
         "different hardware: the baseline ran test_d on 'Other CPU', this run on 'Some CPU'",
     )
+
+
+def test_the_runner_weighs_repeats_not_round_samples():
+    # The rounds of the current run are ten times slower; its repeats, the evidence, are not.
+    repeats = [1.00 * MS, 1.01 * MS, 0.99 * MS]
+    rounds = [1 * MS] * 30
+    baseline = _run("base.json", _stored("test_a", _repeated(repeats), rounds))
+    runner = decide.GateRunner(history=[baseline], run_gates=[gates.parse("latency.p50:+5%")])
+    (verdict,) = runner.check([_measured("test_a", _repeated(repeats), [10 * r for r in rounds])]).verdicts
+    assert verdict.passed
+    assert verdict.method.startswith("repeats: one-sided t test on 3 current vs 3 baseline repeats")
+    # And the other way round: rounds that agree do not hide repeats that are 30 % slower.
+    (verdict,) = runner.check([_measured("test_a", _repeated([1.3 * r for r in repeats]), rounds)]).verdicts
+    assert not verdict.passed
 
 
 def test_benchmarks_without_gates_are_not_checked():

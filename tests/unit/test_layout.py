@@ -46,7 +46,9 @@ LAYERS: dict[str, int] = {
     "pytest_ipu.session": 3,
     "pytest_ipu.fixtures": 3,
     "pytest_ipu.gating": 3,
+    "pytest_ipu.repeats": 3,
     "pytest_ipu.cli": 3,
+    "pytest_ipu.ab_runner": 3,
 }
 #: Layers allowed to import pytest.
 PYTEST_LAYERS = {3}

@@ -54,6 +54,7 @@ class FakeBenchmark:
         self.overhead_ns = overhead_ns
         self.calls: list[dict[str, object]] = []
         self.events: list[str] = []
+        self.has_error = False
 
     def pedantic(
         self,
@@ -74,17 +75,21 @@ class FakeBenchmark:
         assert not (iterations > 1 and setup), "pytest-benchmark rejects iterations > 1 with a setup"
         kwargs = kwargs or {}
         result = None
-        for _ in range(warmup_rounds + rounds):
-            if setup is not None:
-                self.events.append("setup")
-                returned = setup()
-                assert returned is None, "a truthy setup() return replaces the arguments"
-            self.events.append("target")
-            result = target(*args, **kwargs)
-            if teardown is not None:
-                self.events.append("teardown")
-                teardown(*args, **kwargs)
-            self.clock.now += self.overhead_ns
+        try:
+            for _ in range(warmup_rounds + rounds):
+                if setup is not None:
+                    self.events.append("setup")
+                    returned = setup()
+                    assert returned is None, "a truthy setup() return replaces the arguments"
+                self.events.append("target")
+                result = target(*args, **kwargs)
+                if teardown is not None:
+                    self.events.append("teardown")
+                    teardown(*args, **kwargs)
+                self.clock.now += self.overhead_ns
+        except Exception:
+            self.has_error = True  # as pytest-benchmark does: such a benchmark leaves its JSON
+            raise
         return result
 
 
@@ -100,8 +105,8 @@ def test_plan_fixed_rounds_win(estimate_s):
 @pytest.mark.parametrize(
     ("estimate_s", "max_time_s", "min_rounds", "expected"),
     [
-        (0.01, 2.0, 5, 200),  # fits exactly
-        (0.3, 1.0, 1, 4),  # 3.33 rounds fit: rounded up
+        (0.01, 2.0, 5, 250),  # 200 fit: planned with a quarter of headroom (the time box ends them)
+        (0.3, 1.0, 1, 5),  # 4.17 rounds fit in 1.25 s: rounded up
         (1.0, 2.0, 5, 5),  # only 2 fit: min_rounds
         (10.0, 2.0, 5, 5),  # none fit: min_rounds
         (1e-6, 2.0, 5, MAX_AUTO_ROUNDS),  # 2 million fit: capped
@@ -126,11 +131,12 @@ def test_plan_min_rounds_beats_the_cap():
 def test_plan_auto_rounds_property(estimate_s, max_time_s, min_rounds):
     n = measure.plan_rounds(None, estimate_s, max_time_s, min_rounds)
     assert min_rounds <= n <= MAX_AUTO_ROUNDS
-    fit = math.ceil(max_time_s / estimate_s)
+    room = measure.HEADROOM * max_time_s
+    fit = math.ceil(room / estimate_s)
     if min_rounds < n < MAX_AUTO_ROUNDS:
-        # Not clamped: just enough rounds to fill the time budget.
-        assert n * estimate_s >= max_time_s * (1 - 1e-12)
-        assert (n - 1) * estimate_s < max_time_s * (1 + 1e-12)
+        # Not clamped: just enough rounds to fill the budget and its headroom.
+        assert n * estimate_s >= room * (1 - 1e-12)
+        assert (n - 1) * estimate_s < room * (1 + 1e-12)
         assert n == fit
     if n == MAX_AUTO_ROUNDS:
         assert fit >= MAX_AUTO_ROUNDS
@@ -189,8 +195,7 @@ def test_timed_rounds_window_spans_first_start_to_last_end(rounds):
         seen.append(args)
         clock.now += next(durations)
 
-    start, end = measure.timed_rounds(bench, fn, ["a", 1], rounds, clock=clock)
-    window = (end - start) * 1e-9
+    window = measure.timed_rounds(bench, fn, ["a", 1], rounds, clock=clock).seconds
 
     expected_ns = sum([100, 250, 40, 90, 60][:rounds]) + 7 * (rounds - 1)
     assert window == pytest.approx(expected_ns * 1e-9, rel=1e-12)
@@ -205,8 +210,7 @@ def test_timed_rounds_with_scripted_clock():
     # start, then end of rounds 1..3: the window is last end minus first start.
     clock = ScriptedClock([10_000, 12_000, 15_000, 19_500])
     bench = FakeBenchmark(SimulatedClock())
-    start, end = measure.timed_rounds(bench, lambda: None, (), 3, clock=clock)
-    window = (end - start) * 1e-9
+    window = measure.timed_rounds(bench, lambda: None, (), 3, clock=clock).seconds
     assert window == pytest.approx(9_500e-9, rel=1e-12)
     assert clock.reads == 4
 
@@ -215,7 +219,7 @@ def test_edge_callbacks_run_once_just_outside_the_window():
     clock = ScriptedClock([10_000, 12_000, 15_000, 19_500])
     bench = FakeBenchmark(SimulatedClock())
     seen: list[tuple[str, int]] = []
-    start, end = measure.timed_rounds(
+    result = measure.timed_rounds(
         bench,
         lambda: bench.events.append("call"),
         (),
@@ -226,4 +230,127 @@ def test_edge_callbacks_run_once_just_outside_the_window():
     )
     # on_start before the first clock read (the window opens after it); on_end after the last.
     assert seen == [("start", 0), ("end", 4)]
-    assert (start, end) == (10_000, 19_500)
+    assert (result.start_ns, result.end_ns, result.rounds, result.ended) == (10_000, 19_500, 3, "planned")
+
+
+# -- the time box ----------------------------------------------------------------------------------
+
+
+def _ticking(clock: SimulatedClock, durations: Sequence[int]) -> Callable[[], None]:
+    it = iter(durations)
+
+    def fn() -> None:
+        clock.now += next(it)
+
+    return fn
+
+
+def test_auto_rounds_end_once_the_window_reaches_the_budget() -> None:
+    clock = SimulatedClock()
+    bench = FakeBenchmark(clock)
+    ends: list[int] = []
+    # 100 ns calls, a 450 ns budget: the fifth round ends at 500 ns, the sixth is never started.
+    window = measure.timed_rounds(
+        bench,
+        _ticking(clock, [100] * 50),
+        (),
+        50,
+        clock=clock,
+        on_end=lambda: ends.append(clock.now),
+        box=measure.TimeBox(budget_s=450e-9, min_rounds=1),
+    )
+    assert (window.rounds, window.ended, window.end_ns - window.start_ns) == (5, "budget", 500)
+    assert bench.events.count("target") == 5
+    assert ends == [window.end_ns]  # the energy edge is read once, at the window's end
+    assert bench.has_error is False  # the end is the plan: pytest-benchmark keeps the rounds
+
+
+def test_minimum_rounds_run_past_the_budget() -> None:
+    clock = SimulatedClock()
+    bench = FakeBenchmark(clock)
+    window = measure.timed_rounds(
+        bench,
+        _ticking(clock, [100] * 50),
+        (),
+        50,
+        clock=clock,
+        box=measure.TimeBox(budget_s=150e-9, min_rounds=7),
+    )
+    assert (window.rounds, window.ended) == (7, "budget")
+
+
+def test_the_cap_ends_rounds_below_the_minimum() -> None:
+    clock = SimulatedClock()
+    bench = FakeBenchmark(clock)
+    # Calls slow down 10x after the third: the cap (1 us) ends the rounds before the 20 minimum.
+    window = measure.timed_rounds(
+        bench,
+        _ticking(clock, [100, 100, 100] + [1_000] * 47),
+        (),
+        50,
+        clock=clock,
+        box=measure.TimeBox(budget_s=200e-9, min_rounds=20, cap_s=1e-6),
+    )
+    assert (window.rounds, window.ended) == (4, "cap")
+    assert window.end_ns - window.start_ns == 1_300
+
+
+def test_fixed_rounds_run_every_round() -> None:
+    clock = SimulatedClock()
+    bench = FakeBenchmark(clock)
+    window = measure.timed_rounds(bench, _ticking(clock, [100] * 9), (), 9, clock=clock)
+    assert (window.rounds, window.ended) == (9, "planned")
+
+
+# -- calibration ----------------------------------------------------------------------------------
+
+
+def test_calibration_doubles_the_batch_until_it_lasts_the_stretch() -> None:
+    clock = SimulatedClock()
+    calls = []
+
+    def fn() -> None:
+        calls.append(1)
+        clock.now += 1_000  # 1 us a call
+
+    found = measure.calibrate(fn, (), stretch_s=10e-6, clock=clock)
+    # Batches of 1, 2, 4, 8 (8 us, short) and 16 (16 us): the last one decides.
+    assert (found.calls, found.total_calls, len(calls)) == (16, 31, 31)
+    assert found.estimate_s == pytest.approx(1e-6)
+
+
+def test_calibration_stops_at_the_most_calls() -> None:
+    clock = SimulatedClock()
+    found = measure.calibrate(lambda: None, (), stretch_s=1.0, clock=clock, max_calls=8)
+    assert (found.calls, found.batch_s) == (8, 0.0)
+
+
+# -- the local timer -------------------------------------------------------------------------------
+
+
+def test_local_timer_runs_rounds_as_pedantic_does_and_keeps_their_times() -> None:
+    events: list[str] = []
+    ticks = iter(range(0, 100, 1))
+    timer = measure.LocalTimer(timer=lambda: float(next(ticks)))
+    timer.pedantic(
+        lambda x: events.append(f"call {x}"),
+        args=("a",),
+        setup=lambda: events.append("setup"),
+        teardown=lambda x: events.append(f"teardown {x}"),
+        rounds=3,
+    )
+    assert events == ["setup", "call a", "teardown a"] * 3
+    assert timer.data == [1.0, 1.0, 1.0]
+
+
+def test_local_timer_marks_an_error_and_refuses_what_it_does_not_do() -> None:
+    timer = measure.LocalTimer()
+
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        timer.pedantic(boom, rounds=2)
+    assert timer.has_error
+    with pytest.raises(ValueError, match="warm-up-free single-call rounds only"):
+        measure.LocalTimer().pedantic(lambda: None, warmup_rounds=1)

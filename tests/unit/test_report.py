@@ -82,6 +82,7 @@ HEADERS = [
     "precision",
     "batch",
     "rounds",
+    "repeats",
     "p50",
     "p99",
     "items/s",
@@ -91,6 +92,7 @@ HEADERS = [
     "J/item",
     "items/J",
     "parity",
+    "flags",
 ]
 
 

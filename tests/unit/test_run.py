@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -10,9 +11,17 @@ import pytest
 
 from pytest_ipu.backends.host import wrap_callable
 from pytest_ipu.measure import stats
+from pytest_ipu.measure.contention import ContentionRecord
+from pytest_ipu.measure.metrics import summarize_latency
+from pytest_ipu.measure.run import Measurement
 from pytest_ipu.measure.run import RoundsPolicy
 from pytest_ipu.measure.run import batch_size
 from pytest_ipu.measure.run import measure
+from pytest_ipu.measure.run import pool
+from pytest_ipu.measure.run import round_spread
+from pytest_ipu.measure.run import stability
+from pytest_ipu.measure.timing import LocalTimer
+from pytest_ipu.results.records import RepeatRecord
 
 
 class RecordingBenchmark:
@@ -91,3 +100,96 @@ def test_batch_size_is_the_leading_dimension_of_the_first_input(
     inputs: tuple[object, ...], expected: int
 ) -> None:
     assert batch_size(inputs) == expected
+
+
+# -- repeats: one repeat's parts, pooling, stability ------------------------------------------------
+
+
+class FakeProbe:
+    """Stands in for the contention probe: records when it is started and stopped."""
+
+    def __init__(self, events: list[str], others: float) -> None:
+        self.events = events
+        self.others = others
+
+    def start(self) -> None:
+        self.events.append("probe start")
+
+    def stop(self) -> ContentionRecord:
+        self.events.append("probe stop")
+        return ContentionRecord(
+            True, window_s=1.0, cpus=2, others_share=self.others, contended=self.others > 0.1
+        )
+
+
+def _repeat(calls: list[str], index: int, rounds: int = 6, others: float = 0.0) -> Measurement:
+    timer = LocalTimer()
+    return measure(
+        wrap_callable(lambda _batch: calls.append("call")),
+        ([1, 2],),
+        items_per_call=None,
+        policy=RoundsPolicy(warmup_rounds=1, rounds=rounds, max_time_s=1.0, min_rounds=1),
+        timer=timer,
+        round_times_s=lambda: timer.data,
+        meter=None,
+        probe=FakeProbe(calls, others),  # type: ignore[arg-type]
+        index=index,
+    )
+
+
+def test_one_repeat_records_itself_its_budget_and_the_contention_around_its_window() -> None:
+    calls: list[str] = []
+    result = _repeat(calls, index=2)
+    record = result.record
+    # The probe brackets the timed rounds only, not the first call or the warm-up.
+    assert calls == ["call", "call", "probe start", *["call"] * 6, "probe stop"]
+    assert len(record.repeats) == 1
+    assert (record.repeats[0].index, record.repeats[0].rounds, record.repeats[0].ended) == (2, 6, "planned")
+    assert record.repeats[0].throughput_items_per_s == record.throughput_items_per_s
+    assert record.budget is not None
+    assert (record.budget.budget_s, record.budget.cap_s, record.budget.ended) == (None, None, "planned")
+    assert record.contention is not None
+    assert record.contention.others_share == 0.0
+    assert record.stability is not None
+    assert (record.stability.repeats, record.stability.mode, record.stability.cv) == (1, "single", None)
+    assert result.calls_s == result.samples_s
+
+
+def test_pooled_repeats_sum_rounds_and_windows_and_keep_each_summary() -> None:
+    calls: list[str] = []
+    parts = [_repeat(calls, index=1, rounds=5), _repeat(calls, index=2, rounds=7, others=0.3)]
+    pooled = pool(parts, "interleaved", unstable_threshold=0.05)
+    record = pooled.record
+    assert record.rounds == 12
+    assert [r.index for r in record.repeats] == [1, 2]
+    assert [r.rounds for r in record.repeats] == [5, 7]
+    assert record.window_s == pytest.approx(parts[0].record.window_s + parts[1].record.window_s)
+    items = sum(p.record.throughput_items_per_s * p.record.window_s for p in parts)
+    assert record.throughput_items_per_s == pytest.approx(items / record.window_s)
+    assert record.latency.rounds == 12  # the percentiles are of every call of every repeat
+    assert pooled.samples_s == parts[0].samples_s + parts[1].samples_s
+    assert record.first_call_s == parts[0].record.first_call_s
+    assert record.contention is not None
+    assert record.contention.contended
+    assert record.stability is not None
+    assert (record.stability.repeats, record.stability.mode) == (2, "interleaved")
+    values = [p.record.throughput_items_per_s for p in parts]
+    assert record.stability.cv == pytest.approx(statistics.stdev(values) / statistics.fmean(values))
+    assert record.stability.unstable == (record.stability.cv > 0.05)
+
+
+def test_stability_decides_on_repeats_when_there_are_two_and_on_rounds_otherwise() -> None:
+    def repeat(throughput: float) -> RepeatRecord:
+        return RepeatRecord(1, 4, 1.0, summarize_latency([0.1] * 4), throughput)
+
+    steady = stability([repeat(100.0), repeat(101.0)], [0.1, 0.5, 0.1, 0.5], 0.05, "interleaved")
+    assert steady.basis == "repeats"
+    assert steady.unstable is False  # the rounds spread widely, the repeats agree: repeats decide
+    shaky = stability([repeat(100.0), repeat(130.0)], [0.1] * 4, 0.05, "interleaved")
+    assert shaky.unstable is True
+    alone = stability([repeat(100.0)], [1.0, 1.0, 2.0, 2.0], 0.05, "single")
+    assert (alone.basis, alone.cv, alone.unstable) == ("rounds", None, True)
+    assert alone.round_spread == pytest.approx(1.0 / 1.5)  # IQR 1 over median 1.5
+    assert round_spread([1.0, 2.0, 3.0]) is None  # too few rounds for quartiles
+    with pytest.raises(ValueError, match="no repeats to pool"):
+        pool([], "interleaved", 0.05)

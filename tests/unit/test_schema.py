@@ -205,7 +205,7 @@ def test_to_json_holds_only_plain_types(record):
 
 def test_to_json_layout():
     data = schema.to_json(make_record())
-    assert data["schema"] == schema.SCHEMA_VERSION == 1
+    assert data["schema"] == schema.SCHEMA_VERSION == 2
     assert data["latency_s"] == {
         "min": 0.001,
         "p50": 0.002,
@@ -219,6 +219,50 @@ def test_to_json_layout():
     assert schema.to_json(make_record(compile_s=None))["compile_s"] is None
     # Additive in version 1: empty or None unless a backend or a parity check filled them in.
     assert (data["compile_phases_s"], data["compile_info"], data["parity"]) == ({}, {}, None)
+
+
+def test_version_2_parts_round_trip() -> None:
+    from pytest_ipu.measure.contention import ContentionRecord
+    from pytest_ipu.measure.metrics import summarize_latency
+    from pytest_ipu.results.records import BudgetRecord
+    from pytest_ipu.results.records import RepeatRecord
+    from pytest_ipu.results.records import StabilityRecord
+
+    repeats = tuple(
+        RepeatRecord(i, 10, 0.5, summarize_latency([0.05 + i * 1e-3] * 10), 20.0 - i, "budget", p)
+        for i, p in ((1, "worker"), (2, "this"))
+    )
+    record = make_record(
+        repeats=repeats,
+        budget=BudgetRecord(1.0, 3.0, 1.0, "cap", min_rounds_past_budget=True, rounds_limited=False),
+        stability=StabilityRecord(2, "process", 0.035, 0.02, 0.05, False),
+        contention=ContentionRecord(True, "", 1.0, 2, 0.25, 0.5, None, 1.5, 0.1, True),
+    )
+    data = json.loads(json.dumps(schema.to_json(record), allow_nan=False))
+    assert data["repeats"][0]["process"] == "worker"
+    assert data["budget"]["ratio"] == 1.0
+    assert data["budget"]["capped"] is True
+    assert data["stability"]["basis"] == "repeats"
+    assert data["contention"]["contended"] is True
+    back = schema.from_json(data)
+    assert back == record
+    assert back.repeat_values("throughput") == (19.0, 18.0)
+    assert back.repeat_values("energy") == ()  # measured once per benchmark, and not here
+    assert back.flags == ("contended", "capped", "over-budget")
+
+
+def test_a_repeat_that_ended_in_an_unknown_way_is_refused() -> None:
+    from pytest_ipu.measure.metrics import summarize_latency
+    from pytest_ipu.results.records import RepeatRecord
+
+    data = schema.to_json(
+        make_record(repeats=(RepeatRecord(1, 5, 0.1, summarize_latency([0.02] * 5), 50.0),))
+    )
+    data["repeats"][0]["ended"] = "sometime"
+    with pytest.raises(
+        schema.SchemaError, match="'ended' must be one of planned, budget, cap, got 'sometime'"
+    ):
+        schema.from_json(data)
 
 
 def test_to_json_of_an_onnxruntime_compile_with_parity():
@@ -507,8 +551,9 @@ def test_placement_and_instances_json_keep_their_keys():
 
 @pytest.mark.parametrize("name", ["schema-v1.json", "pytest-benchmark-5.2.0.json"])
 def test_golden_files_load_into_typed_records_and_write_back_the_same_json(name):
-    """Files written by pytest-ipu 0.1.0 (before ``low_confidence``) read into typed records; written
-    again they are the same JSON, plus the flag, which their warnings gave."""
+    """Files written by pytest-ipu 0.1.0 (schema 1, before ``low_confidence``) read into typed records;
+    written again they are the same JSON in schema 2: plus the flag, which their warnings gave, and
+    the parts of version 2, empty (a record of one repeat, with no budget, stability or contention)."""
     path = GOLDEN / name
     run = benchmark_json.read_run(path)
     stored = {b["fullname"]: b["extra_info"]["ipu"] for b in json.loads(path.read_text())["benchmarks"]}
@@ -521,7 +566,11 @@ def test_golden_files_load_into_typed_records_and_write_back_the_same_json(name)
         assert record.power.low_confidence is record.power.measured
         expected = json.loads(json.dumps(stored[bench.fullname]))
         expected["power"]["low_confidence"] = record.power.measured
+        assert expected["schema"] == 1
+        expected.update(schema=2, repeats=[], budget=None, stability=None, contention=None)
         assert schema.to_json(record) == expected
+        assert record.repeats == ()
+        assert record.repeat_values("throughput") == (record.throughput_items_per_s,)
         for metric in schema.METRICS:
             assert record.value(metric) == _json_value(expected, metric)
     by_name = {b.name: b.record for b in run.benchmarks if b.record is not None}

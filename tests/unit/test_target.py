@@ -70,8 +70,8 @@ def test_session_sorts_targets_with_and_without_device_by_their_text():
 # -- marker keyword hints -------------------------------------------------------------------------
 
 ALLOWED = (
-    "backend, precision, rounds, warmup_rounds, min_rounds, max_time, power, "
-    "ipus, replicas, stages, instances, gate"
+    "backend, precision, rounds, warmup_rounds, min_rounds, max_time, max_time_cap, repeats, "
+    "repeat_mode, power, ipus, replicas, stages, instances, gate"
 )
 
 
@@ -97,6 +97,9 @@ def test_marker_keywords_map_to_settings_fields():
     assert marker.KEYWORDS["max_time"].field == "max_time_s"
     assert marker.KEYWORDS["backend"].field == "targets"
     assert marker.KEYWORDS["max_time"].parse("250ms") == pytest.approx(0.25)
+    assert marker.KEYWORDS["repeats"].parse("4") == 4
+    assert marker.KEYWORDS["max_time_cap"].field == "time_cap"
+    assert str(marker.KEYWORDS["max_time_cap"].parse("60s")) == "60s"
 
 
 # -- backend registry hints -----------------------------------------------------------------------

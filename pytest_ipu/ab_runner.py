@@ -1,0 +1,366 @@
+"""Running ``pytest-ipu ab``: the two sides, alternately, in ABBA order, one pytest process per run.
+
+A side is a command prefix that runs pytest (``/venv-a/bin/python -m pytest``) or a git revision
+(``git:main``), read by ``resolve_side``:
+
+1. ``git:REV`` is a git revision of the repository of the working directory; it must name a commit
+   (``git rev-parse --verify REV^{commit}``).
+2. Anything else is split like a shell line (``shlex``). It is a command when its first word is an
+   executable (a path to an executable file, or a name found on ``PATH``), and a git revision when
+   it is a single word that ``git rev-parse --verify REV^{commit}`` resolves. Both at once
+   (a branch named ``pytest``, say) is an error that asks for ``git:REV`` or a path; neither is an
+   error too.
+
+A git side is checked out with ``git worktree add --detach`` into a temporary directory and run
+with this interpreter (``sys.executable -m pytest``), from the worktree's counterpart of the
+working directory, with the worktree's root first on ``PYTHONPATH`` so that its own code is
+imported. Worktrees and temporary files are removed on every path, Ctrl-C and SIGTERM included.
+
+Each run is ``<prefix> [-k EXPR] [pytest args] -p no:cacheprovider --benchmark-json=FILE -q``,
+with ``PYTEST_IPU_REPEATS=1`` in its environment unless the caller set that variable (not empty)
+or passed ``--ipu-repeats`` (the pairs are the repeats; the variable overrides an ini file's
+``ipu_repeats``). Its output goes to a log file next to its JSON.
+
+Nothing here prints: progress lines go to a callback (the command writes them to stderr).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from types import FrameType
+from typing import Literal
+
+from pytest_ipu.results import benchmark_json
+from pytest_ipu.results.benchmark_json import StoredRun
+
+#: Bounds of ``--pairs``: at least one pair; past a thousand it is a typo, not a plan.
+MIN_PAIRS = 1
+MAX_PAIRS = 1000
+#: Lines of a failed run's output quoted in its error.
+TAIL_LINES = 20
+#: The environment variable of ``--ipu-repeats``, set to 1 unless the caller chose otherwise.
+REPEATS_ENV = "PYTEST_IPU_REPEATS"
+
+Role = Literal["baseline", "candidate"]
+Progress = Callable[[str], None]
+
+
+class SideError(ValueError):
+    """Bad input to ``pytest-ipu ab``: one line naming the value, where it came from, and the fix."""
+
+
+class RunFailed(RuntimeError):
+    """A side's pytest run failed: the message names the side, the pair, the command and its output."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of the comparison: a command prefix, or a commit checked out in a worktree."""
+
+    role: Role
+    spec: str
+    kind: Literal["command", "git"]
+    prefix: tuple[str, ...] = ()
+    commit: str | None = None
+
+    @property
+    def label(self) -> str:
+        """How tables and messages name the side: its text, and the commit a revision resolved to."""
+        return self.spec if self.commit is None else f"{self.spec} ({self.commit[:12]})"
+
+
+def _git(args: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run git quietly; ``FileNotFoundError`` when git is not installed."""
+    return subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL
+    )
+
+
+def _commit(revision: str, cwd: Path) -> str | None:
+    """The commit ``revision`` names in the repository of ``cwd``; ``None`` when it names none (or
+    there is no repository, or no git)."""
+    if not revision or revision.startswith("-"):  # never let a revision pass as a git option
+        return None
+    try:
+        found = _git(["rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"], cwd)
+    except OSError:
+        return None
+    return found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else None
+
+
+def _is_executable(word: str) -> bool:
+    if os.sep in word or (os.altsep and os.altsep in word):
+        path = Path(word)
+        return path.is_file() and os.access(path, os.X_OK)
+    return shutil.which(word) is not None
+
+
+def resolve_side(role: Role, spec: str, cwd: Path) -> Side:
+    """Read ``--baseline`` or ``--candidate`` by the rule of the module docstring; raises
+    ``SideError`` with one line naming the value, its option and the fix."""
+    option = f"--{role}"
+    if spec.startswith("git:"):
+        revision = spec.removeprefix("git:")
+        commit = _commit(revision, cwd)
+        if commit is None:
+            raise SideError(
+                f"{option} {spec!r}: {revision!r} is not a commit of the git repository at {cwd} "
+                f"(git rev-parse --verify {revision}^{{commit}} failed); give an existing branch, tag or "
+                "commit, e.g. git:HEAD~1 (in a CI checkout, fetch with fetch-depth 0)"
+            )
+        return Side(role, spec, "git", commit=commit)
+    try:
+        words = shlex.split(spec)
+    except ValueError as exc:
+        raise SideError(f"{option} {spec!r}: cannot split into words ({exc}); balance the quotes") from None
+    if not words:
+        raise SideError(
+            f"{option} {spec!r}: empty; give a command that runs pytest ('python -m pytest') or git:REV"
+        )
+    command = _is_executable(words[0])
+    commit = _commit(words[0], cwd) if len(words) == 1 else None
+    if command and commit is not None:
+        raise SideError(
+            f"{option} {spec!r}: both an executable on PATH and a git revision ({commit[:12]}); write "
+            f"git:{spec} for the revision, or the command's path ({shutil.which(words[0])}) for the command"
+        )
+    if commit is not None:
+        return Side(role, spec, "git", commit=commit)
+    if command:
+        return Side(role, spec, "command", prefix=tuple(words))
+    raise SideError(
+        f"{option} {spec!r}: {words[0]!r} is neither an executable (a path or a name on PATH) nor a git "
+        f"revision of {cwd}; give a command that runs pytest, e.g. '{sys.executable} -m pytest', or git:REV"
+    )
+
+
+def abba_order(pairs: int) -> list[tuple[int, Role]]:
+    """The runs in order: pair 1 runs the baseline then the candidate, pair 2 the candidate then the
+    baseline, and so on, alternating (A B, B A, A B, ...); pairs count from 1."""
+    order: list[tuple[int, Role]] = []
+    for pair in range(1, pairs + 1):
+        first: Role = "baseline" if pair % 2 == 1 else "candidate"
+        second: Role = "candidate" if first == "baseline" else "baseline"
+        order += [(pair, first), (pair, second)]
+    return order
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: both sides, how many pairs, the pytest arguments, where files go."""
+
+    baseline: Side
+    candidate: Side
+    pairs: int = 5
+    pytest_args: tuple[str, ...] = ()
+    keep: Path | None = None
+    cwd: Path = field(default_factory=Path.cwd)
+
+    def __post_init__(self) -> None:
+        if not MIN_PAIRS <= self.pairs <= MAX_PAIRS:
+            raise SideError(
+                f"--pairs {self.pairs}: out of range; give from {MIN_PAIRS} to {MAX_PAIRS} pairs "
+                "(5 is the default)"
+            )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The runs of both sides, in pair order, and where their files are (``None`` once removed)."""
+
+    baseline: tuple[StoredRun, ...]
+    candidate: tuple[StoredRun, ...]
+    directory: Path | None
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A side ready to run: its command prefix, its working directory, its extra environment."""
+
+    side: Side
+    prefix: tuple[str, ...]
+    cwd: Path
+    pythonpath: Path | None = None
+
+
+class Terminated(BaseException):
+    """SIGTERM (a cancelled CI job), raised so that ``finally`` blocks still remove the worktrees."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """Turn SIGTERM into an exception while the runs go on, so that cleanup runs; only the main
+    thread can set a handler, elsewhere SIGTERM keeps its default."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        # Once is enough: a second SIGTERM must not cut the cleanup short (SIGKILL still can).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated(f"terminated by signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _toplevel(cwd: Path) -> Path:
+    found = _git(["rev-parse", "--show-toplevel"], cwd)
+    if found.returncode != 0:
+        raise SideError(f"git sides need a git repository, and {cwd} is not in one: {found.stderr.strip()}")
+    return Path(found.stdout.strip())
+
+
+@contextlib.contextmanager
+def _worktree(side: Side, scratch: Path, cwd: Path, progress: Progress) -> Iterator[_Prepared]:
+    """Check the side's commit out into a detached worktree under ``scratch``; remove it on exit."""
+    assert side.commit is not None
+    top = _toplevel(cwd)
+    path = scratch / f"worktree-{side.role}"
+    added = _git(["worktree", "add", "--detach", str(path), side.commit], top)
+    if added.returncode != 0:
+        raise SideError(f"--{side.role} {side.spec!r}: git worktree add failed: {added.stderr.strip()}")
+    try:
+        # The same place in the worktree as the working directory in the repository, so that the
+        # pytest arguments' relative paths mean the same on both sides.
+        here = path / cwd.resolve().relative_to(top.resolve())
+        if not here.is_dir():
+            raise SideError(
+                f"--{side.role} {side.spec!r}: {here.relative_to(path)} does not exist at "
+                f"{side.commit[:12]}; run pytest-ipu ab from a directory that both revisions have"
+            )
+        yield _Prepared(side, (sys.executable, "-m", "pytest"), here, path)
+    finally:
+        removed = _git(["worktree", "remove", "--force", str(path)], top)
+        if removed.returncode != 0:
+            # Whatever git could not remove goes by hand; prune then drops git's record of it.
+            shutil.rmtree(path, ignore_errors=True)
+            _git(["worktree", "prune"], top)
+            progress(f"pytest-ipu ab: removed worktree {path} by hand: {removed.stderr.strip()}")
+
+
+def _environment(prepared: _Prepared, pytest_args: Sequence[str]) -> dict[str, str]:
+    env = dict(os.environ)
+    # An empty variable counts as unset, as the plugin reads it.
+    user_repeats = bool(os.environ.get(REPEATS_ENV, "").strip()) or any(
+        a.startswith("--ipu-repeats") for a in pytest_args
+    )
+    if not user_repeats:
+        env[REPEATS_ENV] = "1"  # the pairs are the repeats
+    if prepared.pythonpath is not None:
+        rest = env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = str(prepared.pythonpath) + (os.pathsep + rest if rest else "")
+    return env
+
+
+def _tail(log: Path) -> str:
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        return f"    (cannot read {log}: {exc.strerror or exc})"
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return "\n".join(f"    {line}" for line in lines[-TAIL_LINES:]) or "    (no output)"
+
+
+#: What pytest's exit codes other than 0 and 1 usually mean, for the error.
+_EXIT_HINTS = {
+    2: "interrupted",
+    3: "internal error",
+    4: "usage error: check the pytest arguments",
+    5: "no tests were collected: check -k and the paths",
+}
+
+
+def _run_one(
+    prepared: _Prepared, pair: int, directory: Path, pytest_args: Sequence[str]
+) -> tuple[Path, Path, int, list[str]]:
+    """One pytest run of one side: its JSON, its log, its exit code and its command."""
+    role = prepared.side.role
+    out = directory / f"pair{pair}-{role}.json"
+    log = directory / f"pair{pair}-{role}.log"
+    out.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this one's
+    command = [*prepared.prefix, *pytest_args, "-p", "no:cacheprovider", f"--benchmark-json={out}", "-q"]
+    with log.open("w", encoding="utf-8") as sink:
+        # subprocess.run kills and reaps the child when anything (Ctrl-C included) interrupts the wait.
+        done = subprocess.run(
+            command,
+            cwd=prepared.cwd,
+            env=_environment(prepared, pytest_args),
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    return out, log, done.returncode, command
+
+
+def run(plan: Plan, progress: Progress) -> Outcome:
+    """Run both sides ``plan.pairs`` times in ABBA order and read their JSON back.
+
+    Raises ``SideError`` for a side that cannot be set up, ``RunFailed`` for a run that exits with
+    a code other than 0 and 1 or writes no JSON. Worktrees and the temporary directory (everything
+    when ``plan.keep`` is ``None``; with ``keep``, the JSON and logs stay there) are removed on every
+    path.
+    """
+    pytest_args = tuple(plan.pytest_args)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_sigterm_unwinds())
+        scratch = Path(tempfile.mkdtemp(prefix="pytest-ipu-ab-"))
+        stack.callback(shutil.rmtree, scratch, True)
+        if plan.keep is not None:
+            # Absolute: the runs' working directories differ (a worktree), the files' place must not.
+            directory = (plan.cwd / plan.keep).resolve()
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise SideError(f"--keep {str(directory)!r}: cannot create: {exc.strerror or exc}") from None
+        else:
+            directory = scratch / "runs"
+            directory.mkdir()
+        prepared: dict[Role, _Prepared] = {}
+        for side in (plan.baseline, plan.candidate):
+            if side.kind == "git":
+                prepared[side.role] = stack.enter_context(_worktree(side, scratch, plan.cwd, progress))
+            else:
+                prepared[side.role] = _Prepared(side, side.prefix, plan.cwd)
+        runs: dict[Role, list[StoredRun]] = {"baseline": [], "candidate": []}
+        order = abba_order(plan.pairs)
+        for count, (pair, role) in enumerate(order, start=1):
+            side = prepared[role].side
+            progress(f"pytest-ipu ab: run {count}/{len(order)}: pair {pair} {role}: {side.label}")
+            out, log, code, command = _run_one(prepared[role], pair, directory, pytest_args)
+            if code not in (0, 1) or not out.exists():
+                why = f"exit {code}" + (f", {_EXIT_HINTS[code]}" if code in _EXIT_HINTS else "")
+                if code in (0, 1):
+                    why += " but no JSON written: did a test use ipu_benchmark?"
+                # Without --keep the log is removed on the way out: then its path would lead nowhere.
+                where = f" ({log})" if plan.keep is not None else " (--keep DIR keeps the whole log)"
+                raise RunFailed(
+                    f"the {role} side ({side.label}) failed in pair {pair} ({why}): {shlex.join(command)}\n"
+                    f"  last lines of its output{where}:\n{_tail(log)}"
+                )
+            if code == 1:
+                progress(f"pytest-ipu ab: pair {pair} {role}: some tests failed (exit 1); log: {log}")
+            try:
+                runs[role].append(benchmark_json.read_run(out))
+            except benchmark_json.RunFileError as exc:
+                raise RunFailed(f"the {role} side ({side.label}) in pair {pair}: {exc}") from None
+        return Outcome(tuple(runs["baseline"]), tuple(runs["candidate"]), directory if plan.keep else None)

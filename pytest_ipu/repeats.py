@@ -1,0 +1,270 @@
+"""Independent repeats of a benchmark (``--ipu-repeats=K``): which repeat a test's run is, the
+interleaved schedule, and the worker processes of ``--ipu-repeat-mode=process``.
+
+``interleaved`` (the default): the test function of a benchmark runs K times in this process.
+``RepeatScheduler`` takes each run of consecutive items of one test function (its parametrized
+set) when pytest reaches the first of them, and runs the first K - 1 repeats of all of them
+round-robin (``a[1] b[1] c[1] a[2] b[2] c[2]``) without reporting them; pytest then runs each
+item a last time as usual. Slow drift of the machine (clock, neighbours) thus spreads over every
+parameter instead of landing on one. A repeat that fails is reported at once and the item is not
+run again. ``ipu_benchmark`` keeps each earlier repeat (timed by ``timing.LocalTimer``) and on
+the last run times through pytest-benchmark, pools them all (``measure.run.pool``), publishes the
+record and checks its gates.
+
+``process``: on its one run, ``ipu_benchmark`` first measures K - 1 repeats in fresh worker
+processes, one after the other (``python -m pytest NODEID`` with this run's pytest-ipu settings,
+ini file and root directory, one repeat each, their record read back from pytest-benchmark's
+JSON), then the last repeat in this process, as pyperf spreads values over worker processes to
+capture what differs between processes (memory layout, thread pools, JIT state).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+from typing import cast
+
+import pytest
+
+from pytest_ipu.errors import ConfigError
+from pytest_ipu.marker import marker_overrides
+from pytest_ipu.options import OPTIONS
+from pytest_ipu.options import Settings
+
+if TYPE_CHECKING:
+    from pytest_ipu.measure.run import Measurement
+
+#: Set in a worker process's environment: measure one repeat, gate nothing.
+WORKER_ENV = "PYTEST_IPU_REPEAT_WORKER"
+#: How long one worker may run before it is killed (a hang must not hang the run).
+WORKER_TIMEOUT_S = 3600.0
+
+
+class RepeatError(RuntimeError):
+    """A worker process of ``--ipu-repeat-mode=process`` failed; the message says how."""
+
+
+@dataclass
+class RepeatState:
+    """The repeats of one benchmark measured so far, and whether the current run is its last."""
+
+    done: list[Measurement] = field(default_factory=list)
+    final: bool = True
+
+
+def in_worker() -> bool:
+    """Whether this pytest process is a repeat worker of another one."""
+    return bool(os.environ.get(WORKER_ENV))
+
+
+def worker_share() -> int | None:
+    """In a worker process, the parent's repeat count (the worker's share of the budget is 1/K);
+    ``None`` elsewhere."""
+    text = os.environ.get(WORKER_ENV, "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def item_settings(item: pytest.Item, settings: Settings) -> tuple[int, str]:
+    """The repeats and repeat mode of ``item`` (its marker over the run's settings); one repeat in a
+    worker process."""
+    if in_worker():
+        return 1, "interleaved"
+    try:
+        overrides = marker_overrides(item)
+    except ConfigError:
+        return 1, settings.repeat_mode  # reported by collection already
+    return int(overrides.get("repeats", settings.repeats)), str(
+        overrides.get("repeat_mode", settings.repeat_mode)
+    )
+
+
+class RepeatScheduler:
+    """Runs the earlier repeats of interleaved benchmarks round-robin over each parametrized set.
+
+    An ordinary class: pytest registers it as a plugin, and plugins must be hashable by identity.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        #: Repeats of each benchmark by node id, filled by ``ipu_benchmark``.
+        self.states: dict[str, RepeatState] = {}
+        self._sets: dict[str, list[pytest.Item]] = {}
+        self._started: set[str] = set()
+        self._reported: set[str] = set()
+
+    def state(self, nodeid: str) -> RepeatState:
+        """The repeat state of a benchmark (a last run with nothing before it, if never scheduled)."""
+        return self.states.setdefault(nodeid, RepeatState())
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Group the benchmarks into parametrized sets: runs of consecutive items of one function."""
+        if not self._benchmarks_enabled(session.config):
+            return
+        previous: tuple[object, str] | None = None
+        current: list[pytest.Item] = []
+        for item in session.items:
+            if "ipu_benchmark" not in getattr(item, "fixturenames", ()):
+                previous = None
+                continue
+            repeats, mode = item_settings(item, self.settings)
+            if repeats < 2 or mode != "interleaved":
+                previous = None
+                continue
+            key = (item.parent, getattr(item, "originalname", item.name))
+            if key != previous:
+                current = []
+                previous = key
+            current.append(item)
+            self._sets[item.nodeid] = current
+
+    @staticmethod
+    def _benchmarks_enabled(config: pytest.Config) -> bool:
+        # Disabled or skipped benchmarks (and xdist, where pytest-benchmark disables them) measure
+        # nothing, so there is nothing to repeat.
+        option = config.option
+        return not (
+            getattr(option, "benchmark_disable", False)
+            or getattr(option, "benchmark_skip", False)
+            or getattr(option, "numprocesses", None)
+            or hasattr(config, "workerinput")
+        )
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        """Before the first item of a parametrized set, its earlier repeats; skip items whose earlier
+        repeat failed (already reported)."""
+        if item.nodeid in self._reported:
+            return True
+        members = self._sets.get(item.nodeid)
+        if members is not None and members[0].nodeid not in self._started:
+            self._started.add(members[0].nodeid)
+            self._earlier_repeats(members)
+        if item.nodeid in self._reported:
+            return True
+        self.state(item.nodeid).final = True
+        return None
+
+    def _earlier_repeats(self, members: list[pytest.Item]) -> None:
+        from _pytest.runner import runtestprotocol
+
+        counts = {m.nodeid: item_settings(m, self.settings)[0] for m in members}
+        stopped: set[str] = set()
+        for index in range(1, max(counts.values())):
+            for member in members:
+                if counts[member.nodeid] <= index or member.nodeid in stopped:
+                    continue
+                state = self.state(member.nodeid)
+                state.final = False
+                # Teardown keeps what the next item needs. The next run is of this set, maybe of
+                # this very item: naming the parent (every member's) as the next keeps the module,
+                # class and their fixtures, and tears down the item itself, so it is set up anew.
+                following = cast(pytest.Item, member.parent)
+                reports = runtestprotocol(member, nextitem=following, log=False)
+                if any(r.failed for r in reports):
+                    self._report(member, reports)
+                    stopped.add(member.nodeid)
+                elif any(r.skipped for r in reports) or len(state.done) < index:
+                    # Skipped, or a run that measured nothing: its last run says what happens.
+                    stopped.add(member.nodeid)
+
+    def _report(self, item: pytest.Item, reports: list[pytest.TestReport]) -> None:
+        """Report a failed earlier repeat as the item's result; it is not run again."""
+        self._reported.add(item.nodeid)
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+        for report in reports:
+            item.ihook.pytest_runtest_logreport(report=report)
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+
+# -- process mode -------------------------------------------------------------------------------------
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment variables that give a worker process these settings (no gates, no baselines:
+    a worker measures, its parent decides)."""
+    data = settings.as_json()
+    env: dict[str, str] = {}
+    for spec in OPTIONS:
+        value = data[spec.field]
+        if spec.field in ("gates", "baselines"):
+            text = "none"
+        elif isinstance(value, list):
+            text = ",".join(map(str, value))
+        elif spec.field == "idle_s" and value == 0:
+            text = "0"
+        else:
+            text = str(value)
+        env[spec.env] = text
+    return env
+
+
+def run_workers(item: pytest.Item, count: int, settings: Settings) -> list[Measurement]:
+    """Measure ``count`` repeats of ``item`` (the first ``count`` of ``count + 1``), each in a fresh
+    ``python -m pytest`` worker process, one after the other; raise ``RepeatError`` naming the
+    worker that failed and its output."""
+    return list(_workers(item, count, settings))
+
+
+def _workers(item: pytest.Item, count: int, settings: Settings) -> Iterator[Measurement]:
+    # Only process mode needs these: pytest start-up does not pay for them.
+    import subprocess
+    import tempfile
+
+    from pytest_ipu.measure.run import Measurement
+    from pytest_ipu.results import benchmark_json
+
+    config = item.config
+    _, _, rest = item.nodeid.partition("::")
+    target = f"{item.path}::{rest}" if rest else str(item.path)
+    env = {**os.environ, **settings_env(settings), WORKER_ENV: str(count + 1), "PYTEST_IPU_REPEATS": "1"}
+    with tempfile.TemporaryDirectory(prefix="pytest-ipu-repeat-") as tmp:
+        for n in range(count):
+            who = f"repeat worker {n + 1} of {item.nodeid}"
+            out = Path(tmp) / f"repeat-{n + 1}.json"
+            command = [
+                sys.executable,
+                "-m",
+                "pytest",
+                target,
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--rootdir",
+                str(config.rootpath),
+                "--benchmark-json",
+                str(out),
+                "--benchmark-save-data",
+            ]
+            if config.inipath is not None:
+                command += ["-c", str(config.inipath)]
+            try:
+                done = subprocess.run(
+                    command,
+                    cwd=config.invocation_params.dir,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=WORKER_TIMEOUT_S,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                raise RepeatError(f"{who} ran longer than {WORKER_TIMEOUT_S:g} s and was killed") from None
+            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+            if done.returncode != 0 or not out.exists():
+                raise RepeatError(f"{who} exited {done.returncode}: {' '.join(command)}\n{tail}")
+            run = benchmark_json.read_run(out)
+            mine = [b for b in run.benchmarks if b.record is not None]
+            if len(mine) != 1:
+                raise RepeatError(f"{who} measured {len(mine)} benchmark(s), expected 1:\n{tail}")
+            record = mine[0].record
+            assert record is not None
+            record = replace(record, repeats=tuple(replace(r, process="worker") for r in record.repeats))
+            samples = tuple(mine[0].samples_s or ())
+            # A worker's per-call latencies are its round times (several instances: its rounds).
+            yield Measurement(record, samples, samples)

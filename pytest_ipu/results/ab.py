@@ -1,0 +1,551 @@
+"""``pytest-ipu ab``: the decision on interleaved A/B runs, and its tables (no subprocess, no pytest).
+
+The command (``pytest_ipu.ab_runner``) runs the baseline and the candidate alternately, N pairs in
+ABBA order, one pytest run per side and pair; this module reads the runs back as values and
+decides.
+
+Decision rule
+-------------
+For each benchmark present in every run of both sides, and each metric, the paired log-ratios
+``r_i = log(candidate_i / baseline_i)`` of the N pairs are the evidence: the two runs of a pair
+share the machine's state (clock, neighbours, thermal), so whatever drifts between pairs cancels
+within each ``r_i``, and the alternating order (A,B then B,A) cancels a linear drift across pairs.
+
+A relative gate (``throughput:-5%``, ``latency.p99:+10%``) fails when both hold:
+
+1. the geometric-mean ratio ``exp(mean(r_i))`` is beyond the threshold in the metric's worse
+   direction (above ``1 + t`` for a lower-is-better metric, below ``1 - t`` for throughput); and
+2. a one-sided t test of the N log-ratios (df N - 1) against the threshold's log (``log(1 + t)``,
+   or ``log(1 - t)`` for a higher-is-better metric) gives p < alpha (0.01 by default).
+
+With one pair there is no variance estimate: the threshold alone decides and the verdict says
+"no variance estimate: use more --pairs"; it never shows a p. A verdict reports the geometric
+means of both sides (their ratio is exactly the geometric-mean ratio), the change, p and the
+(1 - alpha) t confidence interval of the ratio candidate / baseline.
+
+An absolute gate (``latency.p99<2ms``) applies to the candidate's median over the pairs.
+
+A value missing from a candidate run fails the gate (with the record's reason); one missing from a
+baseline run leaves the gate "not compared". A value of 0 leaves no log-ratio: the gate then
+decides on the ratio of the medians against the threshold alone, and says so.
+
+The tables show, per benchmark and metric, the median over the pairs of each side, the
+geometric-mean ratio with its (1 - alpha) t interval, and p of a two-sided paired t test of "no
+change" (the gate lines carry the p of the test against the gate's threshold).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import statistics
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pytest_ipu.measure import stats
+from pytest_ipu.results import compare
+from pytest_ipu.results.benchmark_json import StoredBenchmark
+from pytest_ipu.results.benchmark_json import StoredRun
+from pytest_ipu.results.catalog import METRICS
+from pytest_ipu.results.decide import Verdict
+from pytest_ipu.results.decide import _beyond
+from pytest_ipu.results.decide import _missing_reason
+from pytest_ipu.results.decide import _relative_change
+from pytest_ipu.results.gates import Gate
+from pytest_ipu.results.records import group_name
+
+#: Metrics every table shows (with every gated metric added), in the catalog's order.
+SHOWN = ("throughput", "latency.p50", "latency.p99")
+#: What a verdict with a single pair says instead of a p.
+NO_VARIANCE = "no variance estimate: use more --pairs"
+
+BASELINE = "baseline"
+CANDIDATE = "candidate"
+
+
+# --- Paired statistics -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RatioSummary:
+    """What N paired values say about the ratio candidate / baseline.
+
+    ``ratio`` is the geometric mean of the paired ratios; ``interval`` its (1 - alpha) t
+    confidence interval and ``p`` a two-sided paired t test of "no change" (both ``None`` with
+    fewer than two pairs, or when a value is missing or not positive: then ``ratio`` is that of the
+    medians, or ``None`` when a side has no value at all).
+    """
+
+    n: int
+    ratio: float | None
+    interval: tuple[float, float] | None
+    p: float | None
+
+
+def log_ratios(baseline: Sequence[float | None], candidate: Sequence[float | None]) -> list[float] | None:
+    """``log(candidate_i / baseline_i)`` for every pair; ``None`` when a value is missing, zero,
+    negative or not finite in any pair (then there is no log-ratio to test)."""
+    if len(baseline) != len(candidate):
+        raise ValueError(f"unpaired values: {len(baseline)} baseline vs {len(candidate)} candidate")
+    out = []
+    for before, after in zip(baseline, candidate, strict=True):
+        if before is None or after is None or not (0.0 < before < math.inf and 0.0 < after < math.inf):
+            return None
+        # Subtracting logs rather than taking log(after / before): exact for equal values.
+        out.append(math.log(after) - math.log(before))
+    return out
+
+
+def _mean_se(logs: Sequence[float]) -> tuple[float, float]:
+    """Mean of the log-ratios and its standard error (``len(logs)`` >= 2)."""
+    return statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(len(logs))
+
+
+def _interval(logs: Sequence[float], alpha: float) -> tuple[float, float]:
+    """The (1 - alpha) two-sided t interval of the geometric-mean ratio (``len(logs)`` >= 2)."""
+    centre, se = _mean_se(logs)
+    half = stats.t_isf(alpha / 2.0, len(logs) - 1) * se
+    return math.exp(centre - half), math.exp(centre + half)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def summarise(
+    baseline: Sequence[float | None], candidate: Sequence[float | None], alpha: float = 0.01
+) -> RatioSummary:
+    """The ratio candidate / baseline of N paired values, with its interval and p (see the class)."""
+    _check_alpha(alpha)
+    logs = log_ratios(baseline, candidate)
+    if logs is None or not logs:
+        before, after = _median(baseline), _median(candidate)
+        ratio = after / before if before and after is not None else None
+        return RatioSummary(len(baseline), ratio, None, None)
+    ratio = math.exp(statistics.fmean(logs))
+    if len(logs) < 2:
+        return RatioSummary(1, ratio, None, None)
+    centre, se = _mean_se(logs)
+    if se == 0.0:
+        # Every pair gave the same ratio: no spread, so only whether it is 1 can decide.
+        p = 1.0 if centre == 0.0 else 0.0
+    else:
+        p = min(1.0, 2.0 * stats.t_sf(abs(centre) / se, len(logs) - 1))
+    return RatioSummary(len(logs), ratio, _interval(logs, alpha), p)
+
+
+def _check_alpha(alpha: float) -> None:
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be within (0, 1), got {alpha}")
+
+
+# --- Verdicts ---------------------------------------------------------------------------------------
+
+
+def _geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def check_paired(
+    gate: Gate,
+    benchmark: str,
+    baseline: Sequence[float | None],
+    candidate: Sequence[float | None],
+    *,
+    alpha: float = 0.01,
+    baseline_gap: str | None = None,
+    candidate_gap: str | None = None,
+) -> Verdict:
+    """Decide one gate for one benchmark on N paired values (SI units, pair order) by the module
+    docstring's rule. ``baseline_gap`` and ``candidate_gap`` say why a side lacks a value where it
+    does (the record's reason). Raises ``ValueError`` for unpaired values, no pairs, or ``alpha``
+    outside (0, 1)."""
+    _check_alpha(alpha)
+    if len(baseline) != len(candidate) or not baseline:
+        raise ValueError(f"need N >= 1 pairs, got {len(baseline)} baseline and {len(candidate)} candidate")
+    n = len(candidate)
+    if any(v is None for v in candidate):
+        reason = f"no value in the candidate: {candidate_gap or 'missing from a run'}"
+        return Verdict(gate, benchmark, False, None, None, None, None, None, reason)
+    present = [v for v in candidate if v is not None]
+    if gate.kind == "absolute":
+        value = statistics.median(present)
+        passed = value < gate.threshold if gate.op == "<" else value > gate.threshold
+        method = f"absolute bound on the candidate's median over {n} pair(s)"
+        return Verdict(gate, benchmark, passed, None, value, None, None, None, method)
+    if any(v is None for v in baseline):
+        reason = f"no value in the baseline: {baseline_gap or 'missing from a run'}"
+        return Verdict(gate, benchmark, True, None, statistics.median(present), None, None, None, reason)
+    logs = log_ratios(baseline, candidate)
+    if logs is None:
+        # A 0 (or an infinity) has no log: the medians against the threshold are all that is left.
+        before = statistics.median(v for v in baseline if v is not None)
+        after = statistics.median(present)
+        change = _relative_change(before, after)
+        method = "threshold only on the medians: a value of 0 leaves no log-ratio to test"
+        return Verdict(gate, benchmark, not _beyond(gate, change), before, after, change, None, None, method)
+    before = _geometric_mean([v for v in baseline if v is not None])
+    after = _geometric_mean(present)
+    change = math.exp(statistics.fmean(logs)) - 1.0
+    beyond = _beyond(gate, change)
+    if n < 2:
+        method = f"threshold only on 1 pair: {NO_VARIANCE}"
+        return Verdict(gate, benchmark, not beyond, before, after, change, None, None, method)
+    centre, se = _mean_se(logs)
+    if METRICS[gate.metric].better == "higher":
+        excess = math.log(1.0 - gate.threshold) - centre
+    else:
+        excess = centre - math.log1p(gate.threshold)
+    # Identical ratios in every pair leave no spread: then only the sign of the excess can decide.
+    p = (0.0 if excess > 0 else 1.0) if se == 0.0 else stats.t_sf(excess / se, n - 1)
+    method = (
+        f"paired: one-sided t test of {n} ABBA pairs' log-ratios against the threshold (df {n - 1}, "
+        f"alpha {alpha:g}); geometric means, {(1.0 - alpha) * 100:g}% t CI of the ratio"
+    )
+    interval = _interval(logs, alpha)
+    return Verdict(gate, benchmark, not (beyond and p < alpha), before, after, change, p, interval, method)
+
+
+# --- Pairing the runs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Paired:
+    """One metric of one benchmark in every pair: each side's values in pair order (``None`` where
+    a run lacks the value; ``*_gap`` then says why, from the record)."""
+
+    benchmark: str
+    fullname: str
+    group: str
+    metric: str
+    baseline: tuple[float | None, ...]
+    candidate: tuple[float | None, ...]
+    baseline_gap: str | None = None
+    candidate_gap: str | None = None
+
+    def summary(self, alpha: float) -> RatioSummary:
+        """The ratio candidate / baseline over the pairs (``summarise``)."""
+        return summarise(self.baseline, self.candidate, alpha)
+
+
+@dataclass(frozen=True)
+class ABResult:
+    """Everything ``pytest-ipu ab`` reports: the paired values, the gates' verdicts, the
+    benchmarks not measured by every run, and how the sides were named."""
+
+    labels: tuple[str, str]
+    pairs: int
+    alpha: float
+    lines: tuple[Paired, ...]
+    verdicts: tuple[Verdict, ...]
+    missing: tuple[str, ...]
+    gates: tuple[Gate, ...] = ()
+
+    @property
+    def failed(self) -> tuple[Verdict, ...]:
+        """The verdicts that failed."""
+        return tuple(v for v in self.verdicts if not v.passed)
+
+
+def _gap(runs: Sequence[StoredRun], fullname: str, metric: str, side: str) -> str | None:
+    """Why the first run of ``side`` that lacks ``metric`` for ``fullname`` lacks it."""
+    for index, run in enumerate(runs, start=1):
+        bench = _find(run, fullname)
+        if bench is not None and bench.record is not None and bench.record.value(metric) is None:
+            return f"{side} pair {index}: {_missing_reason(bench.record, metric)}"
+    return None
+
+
+def _find(run: StoredRun, fullname: str) -> StoredBenchmark | None:
+    return next((b for b in run.benchmarks if b.fullname == fullname), None)
+
+
+def analyse(
+    baseline_runs: Sequence[StoredRun],
+    candidate_runs: Sequence[StoredRun],
+    gate_list: Sequence[Gate] = (),
+    *,
+    alpha: float = 0.01,
+    labels: tuple[str, str] = (BASELINE, CANDIDATE),
+) -> ABResult:
+    """Pair the runs (run ``i`` of each side is pair ``i``), then check every gate on every benchmark
+    that every run measured with a pytest-ipu record. Benchmarks missing from some run, or without
+    a record, are listed in ``missing``. Raises ``ValueError`` for unequal or no runs and for
+    ``alpha`` outside (0, 1)."""
+    _check_alpha(alpha)
+    if len(baseline_runs) != len(candidate_runs) or not baseline_runs:
+        raise ValueError(
+            f"need N >= 1 pairs of runs, got {len(baseline_runs)} baseline and "
+            f"{len(candidate_runs)} candidate runs"
+        )
+    sides = {BASELINE: baseline_runs, CANDIDATE: candidate_runs}
+    order: dict[str, StoredBenchmark] = {}
+    for run in (*baseline_runs, *candidate_runs):
+        for bench in run.benchmarks:
+            order.setdefault(bench.fullname, bench)
+    missing: list[str] = []
+    complete: list[StoredBenchmark] = []
+    for fullname, first in order.items():
+        absent = [
+            f"{side} pair {i}"
+            for side, runs in sides.items()
+            for i, run in enumerate(runs, start=1)
+            if _find(run, fullname) is None
+        ]
+        bare = [
+            f"{side} pair {i}"
+            for side, runs in sides.items()
+            for i, run in enumerate(runs, start=1)
+            if (b := _find(run, fullname)) is not None and b.record is None
+        ]
+        if absent:
+            missing.append(f"{fullname}: not in {_places(absent, len(baseline_runs))}: not compared")
+        elif bare:
+            missing.append(
+                f"{fullname}: no pytest-ipu record in {_places(bare, len(baseline_runs))}: not compared"
+            )
+        else:
+            complete.append(first)
+    names = [b.name for b in complete]
+    shown = {*SHOWN, *(g.metric for g in gate_list)}
+    metrics = [m for m in METRICS if m in shown]
+    lines: list[Paired] = []
+    verdicts: list[Verdict] = []
+    for bench in complete:
+        # Short names read better; two benchmarks of one name (in two files) need their full names.
+        display = bench.name if names.count(bench.name) == 1 else bench.fullname
+        values = {
+            side: {
+                metric: tuple(_value(_find(run, bench.fullname), metric) for run in runs)
+                for metric in metrics
+            }
+            for side, runs in sides.items()
+        }
+        for metric in metrics:
+            before, after = values[BASELINE][metric], values[CANDIDATE][metric]
+            line = Paired(
+                display,
+                bench.fullname,
+                group_name(bench.group, bench.name),
+                metric,
+                before,
+                after,
+                _gap(baseline_runs, bench.fullname, metric, BASELINE) if None in before else None,
+                _gap(candidate_runs, bench.fullname, metric, CANDIDATE) if None in after else None,
+            )
+            if any(v is not None for v in (*before, *after)):
+                lines.append(line)
+            for gate in (g for g in gate_list if g.metric == metric):
+                verdicts.append(
+                    check_paired(
+                        gate,
+                        display,
+                        before,
+                        after,
+                        alpha=alpha,
+                        baseline_gap=line.baseline_gap,
+                        candidate_gap=line.candidate_gap,
+                    )
+                )
+    return ABResult(
+        labels, len(baseline_runs), alpha, tuple(lines), tuple(verdicts), tuple(missing), tuple(gate_list)
+    )
+
+
+def _value(bench: StoredBenchmark | None, metric: str) -> float | None:
+    return None if bench is None or bench.record is None else bench.record.value(metric)
+
+
+def _places(where: Sequence[str], pairs: int) -> str:
+    """``baseline pair 2, candidate pair 3``, or ``every baseline run`` when a whole side lacks it."""
+    out = []
+    for side in (BASELINE, CANDIDATE):
+        mine = [w for w in where if w.startswith(f"{side} ")]
+        if len(mine) == pairs:
+            out.append(f"any {side} run")
+        else:
+            out.extend(mine)
+    return ", ".join(out)
+
+
+# --- Rendering --------------------------------------------------------------------------------------
+
+
+def _change(ratio: float | None, metric: str) -> str:
+    """``+12.0% worse``, ``-3.1% better``, ``same`` (within ``compare.SAME_WITHIN``) or ``-``."""
+    if ratio is None:
+        return "-"
+    if abs(ratio - 1.0) < compare.SAME_WITHIN:
+        return "same"
+    worse = ratio > 1.0 if METRICS[metric].better == "lower" else ratio < 1.0
+    return f"{(ratio - 1.0) * 100:+.1f}% {'worse' if worse else 'better'}"
+
+
+def _confidence(result: ABResult) -> str:
+    return f"{(1.0 - result.alpha) * 100:g}% CI"
+
+
+def _legend(result: ABResult) -> list[str]:
+    base, cand = result.labels
+    return [
+        f"baseline: {base}",
+        f"candidate: {cand}",
+        f"{result.pairs} pair(s) in ABBA order; values are medians over the pairs; ratio = geometric mean "
+        f"of candidate/baseline per pair, with its {_confidence(result)} (t); p = paired t test of no change",
+    ]
+
+
+def _by_benchmark(result: ABResult) -> dict[str, list[Paired]]:
+    out: dict[str, list[Paired]] = {}
+    for line in result.lines:
+        out.setdefault(line.fullname, []).append(line)
+    return out
+
+
+def _cells(result: ABResult, lines: Sequence[Paired]) -> tuple[list[str], list[list[str]]]:
+    header = ["metric", "baseline", "candidate", "ratio", _confidence(result), "p", "change"]
+    rows = []
+    for line in lines:
+        unit = METRICS[line.metric].unit
+        summary = line.summary(result.alpha)
+        rows.append(
+            [
+                line.metric,
+                compare.format_value(_median(line.baseline), unit),
+                compare.format_value(_median(line.candidate), unit),
+                "-" if summary.ratio is None else f"{summary.ratio:.3f}",
+                "-"
+                if summary.interval is None
+                else f"[{summary.interval[0]:.3f}, {summary.interval[1]:.3f}]",
+                "-" if summary.p is None else f"{summary.p:.2g}",
+                _change(summary.ratio, line.metric),
+            ]
+        )
+    return header, rows
+
+
+def _notes(result: ABResult) -> list[str]:
+    notes = [f"missing: {m}" for m in result.missing]
+    if result.pairs < 2:
+        notes.append(f"1 pair: {NO_VARIANCE}")
+    return notes
+
+
+def render_table(result: ABResult) -> str:
+    """Terminal tables, one per benchmark: aligned columns, one line per metric."""
+    out = _legend(result)
+    for lines in _by_benchmark(result).values():
+        header, rows = _cells(result, lines)
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        out += ["", f"{lines[0].benchmark} ({lines[0].fullname})"]
+        for n, row in enumerate([header, *rows]):
+            text = "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+            out.append(text.rstrip())
+            if n == 0:
+                out.append("-" * len(out[-1]))
+    notes = _notes(result)
+    return "\n".join(out + ([""] if notes else []) + notes)
+
+
+def render_markdown(result: ABResult) -> str:
+    """GitHub-flavoured markdown: the legend, a table per benchmark (pipes escaped), the notes."""
+
+    def row(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    out = [f"{line}  " for line in _legend(result)]  # two spaces: a markdown line break
+    for lines in _by_benchmark(result).values():
+        header, rows = _cells(result, lines)
+        out += ["", f"**{lines[0].benchmark}** (`{lines[0].fullname}`)", ""]
+        out += [row(header), "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+        out += [row(r) for r in rows]
+    notes = _notes(result)
+    if notes:
+        out += [""] + [f"- {n}" for n in notes]
+    return "\n".join(out)
+
+
+def render_csv(result: ABResult) -> str:
+    """CSV with raw SI values and every pair's values (``;`` between pairs), for scripts."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(
+        [
+            "group",
+            "benchmark",
+            "fullname",
+            "metric",
+            "unit",
+            "better",
+            "pairs",
+            "baseline_median",
+            "candidate_median",
+            "ratio",
+            "ci_low",
+            "ci_high",
+            "p",
+            "baseline_values",
+            "candidate_values",
+        ]
+    )
+
+    def number(value: float | None) -> str:
+        return "" if value is None else repr(float(value))
+
+    for line in result.lines:
+        summary = line.summary(result.alpha)
+        low, high = summary.interval if summary.interval is not None else (None, None)
+        writer.writerow(
+            [
+                line.group,
+                line.benchmark,
+                line.fullname,
+                line.metric,
+                METRICS[line.metric].unit,
+                METRICS[line.metric].better,
+                summary.n,
+                number(_median(line.baseline)),
+                number(_median(line.candidate)),
+                number(summary.ratio),
+                number(low),
+                number(high),
+                number(summary.p),
+                ";".join(number(v) for v in line.baseline),
+                ";".join(number(v) for v in line.candidate),
+            ]
+        )
+    return buffer.getvalue().rstrip("\n")
+
+
+RENDERERS: Mapping[str, Callable[[ABResult], str]] = {
+    "table": render_table,
+    "markdown": render_markdown,
+    "csv": render_csv,
+}
+FORMATS = tuple(RENDERERS)
+
+
+def gate_lines(result: ABResult) -> list[str]:
+    """The gates' summary line, then every verdict's line (as ``pytest-ipu compare`` writes them);
+    empty when no gate was given. Every verdict is listed, passes included: an A/B run is costly, and
+    the p of a pass shows how close it came."""
+    if not result.gates:
+        return []
+    if not result.verdicts:
+        return ["gates: nothing was checked: no benchmark was measured with a pytest-ipu record in every run"]
+    head = f"gates: {len(result.verdicts)} checked, {len(result.failed)} failed"
+    return [head, *(v.line() for v in result.verdicts)]
+
+
+def exit_code(result: ABResult, strict: bool = False) -> int:
+    """0 when every gate passed; 1 when one failed, when gates were given but none was checked, or
+    (``strict``) when a benchmark is missing from a run."""
+    if result.failed or (result.gates and not result.verdicts):
+        return 1
+    return 1 if strict and result.missing else 0

@@ -1,0 +1,327 @@
+"""``pytest-ipu ab`` end to end: a small example project benchmarked between two command prefixes
+(two "environments": one env var apart) and between two git revisions; the ABBA order, the files
+kept, the exit codes, the errors, and worktrees and temporary files removed.
+
+Each side run is a real pytest subprocess (about a second). The assertions are on behaviour and
+order, never on wall-clock time; the injected slowdown is 20x, far past any gate's threshold, so a
+loaded machine cannot turn it into a pass. Everything lives under ``tmp_path`` (fine under
+``-n 2``): the example test appends which side ran to a file named by ``AB_ORDER``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from pytest_ipu import ab_runner
+from pytest_ipu import cli
+
+#: The example benchmark: its work, and the side it reports, come from the environment, so two
+#: command prefixes that set them differently act as two environments with different code.
+EXAMPLE = """
+import os
+from pathlib import Path
+
+
+def test_x(ipu_benchmark):
+    work = int(os.environ.get("AB_WORK", "20000"))
+    side = os.environ.get("AB_SIDE", "?")
+    with Path(os.environ["AB_ORDER"]).open("a") as out:
+        out.write(f"{side} repeats={os.environ.get('PYTEST_IPU_REPEATS')}\\n")
+    ipu_benchmark(lambda: sum(range(work)), rounds=10)
+"""
+
+#: The same benchmark in a git project: its work comes from a module of the revision checked out.
+GIT_EXAMPLE = """
+import os
+from pathlib import Path
+
+import work
+
+
+def test_x(ipu_benchmark):
+    with Path(os.environ["AB_ORDER"]).open("a") as out:
+        out.write(f"{work.LABEL} {work.__file__} {Path.cwd()}\\n")
+    ipu_benchmark(lambda: sum(range(work.N)), rounds=10)
+"""
+
+
+def _side(*env: str) -> str:
+    """A command prefix that runs pytest with this interpreter, with ``env`` assignments first."""
+    return shlex.join(["env", *env, sys.executable, "-m", "pytest"])
+
+
+def _ab(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main(["ab", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _progress(err: str) -> list[str]:
+    """``pair N role`` of each progress line, in order."""
+    return [line.split(": ", 3)[2] for line in err.splitlines() if line.startswith("pytest-ipu ab: run ")]
+
+
+def _order(path: Path) -> list[str]:
+    return [line.split()[0] for line in path.read_text().splitlines()]
+
+
+def _scratch() -> list[Path]:
+    """What the command left in the temporary directory (``project`` makes it this test's own)."""
+    return sorted(Path(tempfile.gettempdir()).iterdir())
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An example project as the working directory; ``AB_ORDER`` names the file of sides run."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "test_bench.py").write_text(EXAMPLE)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("AB_ORDER", str(tmp_path / "order.txt"))
+    monkeypatch.delenv("PYTEST_IPU_REPEATS", raising=False)
+    # The command's temporary directories go under this test's own (xdist workers share /tmp).
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    return root
+
+
+def test_a_20x_slower_candidate_fails_its_gate_in_abba_order(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keep = tmp_path / "keep"
+    code, out, err = _ab(
+        [
+            "--baseline",
+            _side("AB_SIDE=A"),
+            "--candidate",
+            _side("AB_SIDE=B", "AB_WORK=400000"),
+            "--pairs",
+            "4",
+            # The median latency: a few stalled rounds on a loaded machine move it least.
+            "--gate",
+            "latency.p50:+100%",
+            "--gate",
+            "throughput:-50%",
+            "--keep",
+            str(keep),
+            "--",
+            "test_bench.py",
+        ],
+        capsys,
+    )
+    assert code == 1, out + err
+    # Executed in ABBA order (from the tests themselves) and announced in that order.
+    assert _order(tmp_path / "order.txt") == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert _progress(err) == [
+        "pair 1 baseline",
+        "pair 1 candidate",
+        "pair 2 candidate",
+        "pair 2 baseline",
+        "pair 3 baseline",
+        "pair 3 candidate",
+        "pair 4 candidate",
+        "pair 4 baseline",
+    ]
+    # The pairs are the repeats: each run measured once.
+    assert set((tmp_path / "order.txt").read_text().split()[1::2]) == {"repeats=1"}
+    assert sorted(p.name for p in keep.iterdir()) == sorted(
+        f"pair{p}-{role}.{ext}"
+        for p in (1, 2, 3, 4)
+        for role in ("baseline", "candidate")
+        for ext in ("json", "log")
+    )
+    for path in keep.glob("*.json"):
+        (bench,) = json.loads(path.read_text())["benchmarks"]
+        assert bench["fullname"] == "test_bench.py::test_x"
+        assert bench["extra_info"]["ipu"]["rounds"] == 10
+    assert "passed" in (keep / "pair2-candidate.log").read_text()
+    assert "test_x (test_bench.py::test_x)" in out
+    assert "gates: 2 checked, " in out
+    (line,) = [line for line in out.splitlines() if line.startswith("test_x latency.p50:")]
+    assert "threshold +100%" in line
+    assert ": FAIL (paired: one-sided t test of 4 ABBA pairs' log-ratios" in line
+    assert any(line.startswith("test_x throughput:") for line in out.splitlines())
+
+
+def test_identical_sides_pass_a_generous_gate(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _ab(
+        [
+            "--baseline",
+            _side("AB_SIDE=A"),
+            "--candidate",
+            _side("AB_SIDE=B"),
+            "--pairs",
+            "2",
+            "--gate",
+            "throughput:-50%",
+            "--format",
+            "markdown",
+            "-k",
+            "test_x",
+        ],
+        capsys,
+    )
+    assert code == 0, out + err
+    assert _order(tmp_path / "order.txt") == ["A", "B", "B", "A"]
+    assert "| metric | baseline | candidate | ratio | 99% CI | p | change |" in out
+    assert "- gates: 1 checked, 0 failed" in out
+    assert _scratch() == []  # without --keep, nothing is left behind
+
+
+def test_a_side_that_fails_to_run_stops_with_exit_2(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _ab(
+        ["--baseline", _side("AB_SIDE=A"), "--candidate", _side("AB_SIDE=B") + " --no-such-option"],
+        capsys,
+    )
+    assert code == 2
+    assert out == ""
+    assert _order(tmp_path / "order.txt") == ["A"]  # pair 1's baseline ran, its candidate did not
+    message = err.split("pytest-ipu: ", 2)[-1]
+    assert message.startswith("the candidate side (")
+    assert "failed in pair 1 (exit 4, usage error: check the pytest arguments)" in message
+    assert "--no-such-option" in message.splitlines()[0]
+    assert "unrecognized arguments: --no-such-option" in message
+    assert _scratch() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--baseline", "no-such-thing-here"],
+            "--baseline 'no-such-thing-here': 'no-such-thing-here' is neither",
+        ),
+        (["--pairs", "0"], "--pairs 0: out of range; give from 1 to 1000 pairs"),
+        (["--pairs", "1001"], "--pairs 1001: out of range"),
+        (["--gate", "throughput:+5%"], "--gate: bad gate 'throughput:+5%'"),
+        (["--alpha", "2"], "--alpha 2: out of range"),
+        (["--candidate", "git:HEAD"], "--candidate 'git:HEAD': 'HEAD' is not a commit of the git repository"),
+        (["--candidate", "'unbalanced"], '--candidate "\'unbalanced": cannot split into words'),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    defaults = {"--baseline": _side("AB_SIDE=A"), "--candidate": _side("AB_SIDE=B")}
+    given = dict(zip(args[::2], args[1::2], strict=True))
+    argv = [item for key, value in {**defaults, **given}.items() for item in (key, value)]
+    code, out, err = _ab(argv, capsys)
+    assert code == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith(f"pytest-ipu: {message}"), err
+    assert not (tmp_path / "order.txt").exists()  # nothing ran
+
+
+# --- Git revisions ----------------------------------------------------------------------------------
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.com",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.com",
+    }
+    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+@pytest.fixture
+def repo(project: Path) -> Path:
+    """The example project as a git repository of two commits: the second does 20x the work."""
+    (project / "test_bench.py").write_text(GIT_EXAMPLE)
+    (project / "work.py").write_text('LABEL = "old"\nN = 20000\n')
+    _git(project, "init", "-q")
+    _git(project, "add", ".")
+    _git(project, "commit", "-q", "-m", "one")
+    (project / "work.py").write_text('LABEL = "new"\nN = 400000\n')
+    _git(project, "commit", "-q", "-am", "two")
+    return project
+
+
+def test_two_git_revisions_run_their_own_code_in_worktrees_that_are_removed(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The checkout's own files change too: a git side must not see them.
+    (repo / "work.py").write_text('LABEL = "dirty"\nN = 1\n')
+    code, out, err = _ab(
+        ["--baseline", "git:HEAD~1", "--candidate", "HEAD", "--pairs", "2", "--gate", "latency.p50<10s"],
+        capsys,
+    )
+    assert code == 0, out + err
+    rows = [line.split() for line in (tmp_path / "order.txt").read_text().splitlines()]
+    assert [r[0] for r in rows] == ["old", "new", "new", "old"]
+    for label, module, cwd in rows:
+        # Each run imported work.py from its own worktree, and ran there.
+        assert Path(module).parent == Path(cwd)
+        assert Path(cwd).name == ("worktree-baseline" if label == "old" else "worktree-candidate")
+        assert not Path(cwd).exists()  # removed afterwards
+    head, parent = _git(repo, "rev-parse", "HEAD").strip(), _git(repo, "rev-parse", "HEAD~1").strip()
+    assert out.splitlines()[:2] == [f"baseline: git:HEAD~1 ({parent[:12]})", f"candidate: HEAD ({head[:12]})"]
+    assert "gates: 1 checked, 0 failed" in out
+    median = next(line for line in out.splitlines() if line.startswith("latency.p50"))
+    assert median.endswith("worse")
+    worktrees = [
+        line
+        for line in _git(repo, "worktree", "list", "--porcelain").splitlines()
+        if line.startswith("worktree ")
+    ]
+    assert worktrees == [f"worktree {repo.resolve()}"]
+    assert _scratch() == []
+
+
+def test_worktrees_are_removed_when_a_git_side_fails(repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _ab(
+        ["--baseline", "git:HEAD~1", "--candidate", "git:HEAD", "--", "--no-such-option"], capsys
+    )
+    assert code == 2
+    assert "the baseline side (git:HEAD~1 (" in err
+    worktrees = [
+        line
+        for line in _git(repo, "worktree", "list", "--porcelain").splitlines()
+        if line.startswith("worktree ")
+    ]
+    assert worktrees == [f"worktree {repo.resolve()}"]
+    assert _scratch() == []
+
+
+def test_a_name_both_executable_and_a_revision_is_ambiguous(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert shutil.which("env") is not None  # the sides of these tests use it too
+    _git(repo, "branch", "env")
+    code, _, err = _ab(["--baseline", "env", "--candidate", "git:HEAD"], capsys)
+    assert code == 2
+    assert "--baseline 'env': both an executable on PATH and a git revision" in err
+    assert "write git:env for the revision" in err
+
+
+def test_repeats_are_one_per_run_unless_the_user_chose(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    side = ab_runner.Side("baseline", "git:HEAD", "git", commit="0" * 40)
+    prepared = ab_runner._Prepared(side, (sys.executable, "-m", "pytest"), tmp_path, tmp_path / "root")
+    monkeypatch.delenv("PYTEST_IPU_REPEATS", raising=False)
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")
+    env = ab_runner._environment(prepared, ["-k", "x"])
+    assert env["PYTEST_IPU_REPEATS"] == "1"
+    assert env["PYTHONPATH"] == f"{tmp_path / 'root'}{os.pathsep}elsewhere"  # the worktree's code first
+    assert "PYTEST_IPU_REPEATS" not in ab_runner._environment(prepared, ["--ipu-repeats=3"])
+    monkeypatch.setenv("PYTEST_IPU_REPEATS", "4")
+    assert ab_runner._environment(prepared, [])["PYTEST_IPU_REPEATS"] == "4"
