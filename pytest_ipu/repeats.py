@@ -157,6 +157,8 @@ class RepeatScheduler:
         stopped: set[str] = set()
         for index in range(1, max(counts.values())):
             for member in members:
+                if member.session.shouldfail or member.session.shouldstop:
+                    return  # -x or --maxfail was reached by an earlier repeat's failure
                 if counts[member.nodeid] <= index or member.nodeid in stopped:
                     continue
                 state = self.state(member.nodeid)

@@ -35,7 +35,7 @@ from pytest_ipu.results.records import group_name
 PNG_DPI = 150
 
 #: The terminal table's columns the page shows, by header, after the batch and target columns.
-TABLE_COLUMNS = ("precision", "p50", "p99", "items/s", "W", "J/item", "items/J")
+TABLE_COLUMNS = ("precision", "repeats", "p50", "p99", "items/s", "W", "J/item", "items/J", "flags")
 
 _CSS = """
 :root { color-scheme: light; }

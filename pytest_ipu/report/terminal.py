@@ -171,6 +171,23 @@ def footnotes(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[
     return lines
 
 
+def _threads_hint(record: IpuRecord) -> str:
+    """For a contended torch benchmark on torch's default threads: the option that helps."""
+    threads = record.compile_info.get("threads")
+    if not isinstance(threads, dict):
+        return ""
+    requested = threads.get("requested", {})
+    intra = threads.get("intra_op")
+    if not isinstance(requested, dict) or requested.get("intra_op") != "auto" or not isinstance(intra, int):
+        return ""
+    if intra < 2:
+        return ""
+    return (
+        f"; torch ran {intra} intra-op threads, which wait on each other when others take the CPU: "
+        "--ipu-torch-threads=1 avoids it"
+    )
+
+
 def _budget_note(rows: Sequence[Row]) -> list[str]:
     """How close the auto-round benchmarks came to their time budgets: the range of window / budget
     and the one farthest from 1."""
@@ -211,7 +228,7 @@ def _flag_notes(rows: Sequence[Row]) -> list[str]:
             others = contention.others_share * 100
             lines.append(
                 f"contended: {row.group} {name}: other processes used {others:.0f}% of the machine's CPU "
-                f"during the windows, above {contention.threshold * 100:g}%{load}"
+                f"during the windows, above {contention.threshold * 100:g}%{load}{_threads_hint(record)}"
             )
         if contention is not None and not contention.readable:
             unreadable[f"contention not measured: {contention.reason}"] = None

@@ -237,3 +237,27 @@ def test_fill(ipu_benchmark):
     if budget["ended"] == "budget":
         assert record["window_s"] >= 0.2
     assert budget["ratio"] == pytest.approx(record["window_s"] / 0.2)
+
+
+def test_maxfail_stops_the_earlier_repeats_too(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTEST_IPU_REPEATS", "3")
+    pytester.makepyfile(
+        test_stop="""
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.parametrize("name", ["a", "b", "c"])
+def test_x(ipu_benchmark, name):
+    with Path("ran.txt").open("a") as out:
+        out.write(name)
+    ipu_benchmark(lambda: None, rounds=3)
+    assert name != "a", "a fails in its first repeat"
+"""
+    )
+    result = pytester.runpytest("-x")
+    result.assert_outcomes(failed=1)
+    assert (pytester.path / "ran.txt").read_text() == "a"

@@ -172,20 +172,23 @@ def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups
         "batch",
         "target",
         "precision",
+        "repeats",
         "p50",
         "p99",
         "items/s",
         "W",
         "J/item",
         "items/J",
+        "flags",
     ]
+    # Records written before repeats: one repeat each, and no flags.
     assert rows == [
-        ["1", "torch:cpu", "fp32", "1 ms", "2 ms", "1,000", "~40", "~0.5", "~2"],
-        ["2", "onnxruntime:cpu", "fp32", "2 ms", "4 ms*", "1,000", "40", "0.2", "5"],
-        ["4", "torch:cpu", "fp32", "4 ms", "8 ms", "1,000", "40", "0.333", "3"],
+        ["1", "torch:cpu", "fp32", "1", "1 ms", "2 ms", "1,000", "~40", "~0.5", "~2", "-"],
+        ["2", "onnxruntime:cpu", "fp32", "1", "2 ms", "4 ms*", "1,000", "40", "0.2", "5", "-"],
+        ["4", "torch:cpu", "fp32", "1", "4 ms", "8 ms", "1,000", "40", "0.333", "3", "-"],
     ]
     off = [[td.text for td in tr.iter("td")][1:] for tr in tables[1].iter("tr")][1:]
-    assert off == [["2", "torch:cpu", "fp32", "2 ms", "4 ms", "1,000", "n/m", "n/m", "n/m"]]
+    assert off == [["2", "torch:cpu", "fp32", "1", "2 ms", "4 ms", "1,000", "n/m", "n/m", "n/m", "-"]]
     notes = [li.text for ul in root.iter("ul") if ul.get("class") == "notes" for li in ul.iter("li")]
     assert "~ = low confidence: the energy window is shorter than the sensor needs" in notes
     assert "n/m = power not measured: power measurement is off (--ipu-power=off)" in notes

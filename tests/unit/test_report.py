@@ -281,3 +281,70 @@ def test_footnotes_are_what_tables_ends_with():
     # Only the percentile columns given are footnoted.
     columns = [c for c in report.COLUMNS if c.header != "p99"]
     assert report.footnotes(rows, columns)[0].startswith("[sim]")
+
+
+# -- repeats and flags -----------------------------------------------------------------------------
+
+
+def _flagged(**changes: Any) -> IpuRecord:
+    from pytest_ipu.measure.contention import ContentionRecord
+    from pytest_ipu.results.records import BudgetRecord
+    from pytest_ipu.results.records import RepeatRecord
+    from pytest_ipu.results.records import StabilityRecord
+
+    lat = LatencySummary(0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 10)
+    repeats = tuple(RepeatRecord(i, 10, 0.5, lat, t) for i, t in ((1, 100.0), (2, 150.0), (3, 100.0)))
+    base: dict[str, Any] = {
+        "repeats": repeats,
+        "stability": StabilityRecord(3, "interleaved", 0.2165, 0.01, 0.05, True),
+        "contention": ContentionRecord(
+            True, window_s=1.5, cpus=2, others_share=0.48, load_avg_1m=2.5, contended=True
+        ),
+        "budget": BudgetRecord(2.0, 6.0, 6.0, "cap", min_rounds_past_budget=True),
+        "compile_info": {"threads": {"intra_op": 2, "inter_op": 2, "requested": {"intra_op": "auto"}}},
+    }
+    return make_record(**{**base, **changes})
+
+
+def test_flags_and_repeats_have_cells_and_footnotes_with_their_figures() -> None:
+    cells = _row_cells(_flagged())
+    assert cells["repeats"] == "3 cv 21.6%"
+    assert cells["flags"] == "unstable,contended,capped,over-budget"
+    lines = report.tables([Row("g", "g[a]", _flagged())])
+    assert "unstable: g [a]: throughput varied 21.6% (cv) between 3 repeats, above 5%" in lines
+    assert (
+        "contended: g [a]: other processes used 48% of the machine's CPU during the windows, above 10%, load "
+        "average 2.50; torch ran 2 intra-op threads, which wait on each other when others take the CPU: "
+        "--ipu-torch-threads=1 avoids it"
+    ) in lines
+    assert "capped: g [a]: the hard cap (6 s) ended the rounds: 6 s of a 2 s budget" in lines
+    assert "over-budget: g [a]: the minimum rounds took 6 s of a 2 s budget" in lines
+    assert (
+        lines[-1]
+        == "time budget: 1 auto-round benchmark(s), window / budget 3.00 to 3.00; farthest from it: g [a] "
+        "at 3.00"
+    )
+
+
+def test_threads_asked_for_get_no_hint_and_a_quiet_record_no_flags() -> None:
+    asked = _flagged(compile_info={"threads": {"intra_op": 1, "requested": {"intra_op": 1}}})
+    contended = next(
+        line for line in report.tables([Row("g", "g[a]", asked)]) if line.startswith("contended")
+    )
+    assert "--ipu-torch-threads" not in contended
+    quiet = make_record()
+    assert _row_cells(quiet)["flags"] == "-"
+    assert _row_cells(quiet)["repeats"] == "1"
+    assert not any(
+        line.startswith(("unstable", "contended", "capped", "time budget"))
+        for line in report.tables([Row("g", "g[a]", quiet)])
+    )
+
+
+def test_unreadable_contention_is_said_once() -> None:
+    from pytest_ipu.measure.contention import ContentionRecord
+
+    blind = ContentionRecord(False, reason="/proc/stat is not readable here (not Linux?)")
+    rows = [Row("g", f"g[{n}]", make_record(contention=blind)) for n in "ab"]
+    lines = report.tables(rows)
+    assert lines.count("contention not measured: /proc/stat is not readable here (not Linux?)") == 1
