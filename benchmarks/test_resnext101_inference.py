@@ -17,6 +17,10 @@ from benchmarks.conftest import BATCH_SIZES
 from benchmarks.conftest import image_batch
 
 
+# The budget fits the slowest call: batch 12 on a 2-core CPU takes about 1.2 s, and the window of
+# each of the 3 repeats lands within half a call of its share of the budget, so a share of 8/3 s
+# keeps the window within a quarter of the budget.
+@pytest.mark.ipu(max_time="8s")
 @pytest.mark.benchmark(group="resnext101-inference")
 @pytest.mark.parametrize("batch_size", BATCH_SIZES)
 def test_resnext101_inference(

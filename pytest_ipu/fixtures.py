@@ -243,7 +243,7 @@ def ipu_benchmark(
             return None
         s = ipu_settings
         node = request.node
-        count, mode = repeating.item_settings(node, s)
+        count, mode = repeating.plan(s)
         state = session.repeats.state(node.nodeid)
         # Into how many repeats the budget is split: a worker is told by its parent; a benchmark
         # whose earlier repeats did not run (skipped, say) is measured once, on the whole budget.
@@ -301,6 +301,7 @@ def ipu_benchmark(
             index=index,
         )
         pooled = pool([*state.done, result], mode, s.unstable_threshold)
+        session.repeats.states.pop(node.nodeid, None)  # the earlier repeats' samples are not kept
         # pytest-benchmark's statistics are the last repeat's rounds; gates weigh whole repeats.
         group = group_name(benchmark.group, node.name)
         measured = session.publish(

@@ -20,6 +20,7 @@ capture what differs between processes (memory layout, thread pools, JIT state).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Iterator
@@ -70,18 +71,21 @@ def worker_share() -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-def item_settings(item: pytest.Item, settings: Settings) -> tuple[int, str]:
-    """The repeats and repeat mode of ``item`` (its marker over the run's settings); one repeat in a
-    worker process."""
+def plan(settings: Settings) -> tuple[int, str]:
+    """The repeats and repeat mode these settings (a test's, its marker applied) ask for; one repeat
+    in a worker process, whose parent runs the others."""
     if in_worker():
         return 1, "interleaved"
+    return settings.repeats, settings.repeat_mode
+
+
+def item_settings(item: pytest.Item, settings: Settings) -> tuple[int, str]:
+    """``plan`` for ``item``: its marker over the run's settings."""
     try:
         overrides = marker_overrides(item)
     except ConfigError:
         return 1, settings.repeat_mode  # reported by collection already
-    return int(overrides.get("repeats", settings.repeats)), str(
-        overrides.get("repeat_mode", settings.repeat_mode)
-    )
+    return plan(dataclasses.replace(settings, **overrides))
 
 
 class RepeatScheduler:

@@ -107,7 +107,10 @@ def measure(
     # One round is one call of every instance, so it completes items_per_call x instances items.
     items = per_instance * (group.count if group is not None else 1)
     auto = policy.rounds is None
-    warm = timing.warm_up(compiled.run, args, policy.warmup_rounds)
+    # A later repeat's first call is not a first call of the model any more: it counts as one of
+    # the warm-up calls that warm the repeat anew.
+    rewarm = max(policy.warmup_rounds - 1, 0) if index > 1 else policy.warmup_rounds
+    warm = timing.warm_up(compiled.run, args, rewarm)
     budget_s = policy.max_time_s
     if meter is not None and auto:
         # An energy window shorter than the sensor can resolve is lengthened: a longer budget.
@@ -119,7 +122,12 @@ def measure(
     planned = timing.plan_rounds(policy.rounds, estimate_s, budget_s, policy.min_rounds)
     # A lengthened budget lengthens the cap in proportion: the cap is a multiple of the budget.
     cap_s = None if policy.cap_s is None else max(policy.cap_s * budget_s / policy.max_time_s, budget_s)
-    box = timing.TimeBox(budget_s, policy.min_rounds, cap_s) if auto else timing.TimeBox()
+    # An energy window must reach the sensor's minimum: those rounds end past the budget, not near it.
+    box = (
+        timing.TimeBox(budget_s, policy.min_rounds, cap_s, nearest=meter is None)
+        if auto
+        else timing.TimeBox()
+    )
     if group is not None:
         group.reset_latencies()  # the warm-up calls are not part of the statistics
 

@@ -128,12 +128,16 @@ def plan_rounds(fixed: int | None, estimate_s: float, max_time_s: float, min_rou
 
 @dataclass(frozen=True)
 class TimeBox:
-    """When the timed rounds end early: at ``budget_s`` once ``min_rounds`` are done (``None``: run
-    every planned round, as fixed rounds do), and at ``cap_s`` whatever was done (``None``: never)."""
+    """When the timed rounds end early: at the round boundary nearest ``budget_s`` once ``min_rounds``
+    are done (``None``: run every planned round, as fixed rounds do), and at ``cap_s`` whatever was
+    done (``None``: never)."""
 
     budget_s: float | None = None
     min_rounds: int = 1
     cap_s: float | None = None
+    #: False: end only once the window has reached the budget (an energy window must be at least
+    #: as long as its sensor needs), instead of at the nearest round boundary.
+    nearest: bool = True
 
 
 #: How timed rounds ended: every planned round ran, the budget was reached, or the cap was.
@@ -178,10 +182,11 @@ def timed_rounds(
     (reading an energy counter at the exact edges, say), both outside it.
 
     ``box`` ends the rounds early: before each round, the window so far (up to the previous round's
-    end mark, so no extra clock read) is compared with the budget and the cap. Ending is done by
-    raising from pedantic's setup, which pytest-benchmark counts as an error (``has_error``) and
-    would leave out of its JSON; the rounds it timed are kept, so the flag is cleared here: an end
-    at the time box is the plan, not a failure.
+    end mark, so no extra clock read) is compared with the budget, and the rounds end at the round
+    boundary nearest to it (within half a mean round), and with the cap, which ends them outright.
+    Ending is done by raising from pedantic's setup, which pytest-benchmark counts as an error
+    (``has_error``) and would leave out of its JSON; the rounds it timed are kept, so the flag is
+    cleared here: an end at the time box is the plan, not a failure.
     """
     marks: list[int] = []
     ended = [0]
@@ -201,7 +206,10 @@ def timed_rounds(
             marks.append(clock())
             return
         so_far = marks[1] - marks[0]
-        if budget_ns is not None and so_far >= budget_ns and ended[0] >= box.min_rounds:
+        # End at the round boundary nearest the budget: when another round (as long as the mean so
+        # far) would take the window further past the budget than it now falls short of it.
+        slack = so_far / ended[0] / 2 if box.nearest else 0.0
+        if budget_ns is not None and so_far + slack >= budget_ns and ended[0] >= box.min_rounds:
             reason.append("budget")
         elif cap_ns is not None and so_far >= cap_ns:
             reason.append("cap")

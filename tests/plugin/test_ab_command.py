@@ -1,6 +1,6 @@
 """``pytest-ipu ab`` end to end: a small example project benchmarked between two command prefixes
-(two "environments": one env var apart) and between two git revisions; the ABBA order, the files
-kept, the exit codes, the errors, and worktrees and temporary files removed.
+(one env var apart), between two real virtual environments and between two git revisions; the
+ABBA order, the files kept, the exit codes, the errors, and worktrees and temporary files removed.
 
 Each side run is a real pytest subprocess (about a second). The assertions are on behaviour and
 order, never on wall-clock time; the injected slowdown is 20x, far past any gate's threshold, so a
@@ -178,6 +178,74 @@ def test_identical_sides_pass_a_generous_gate(
     assert "| metric | baseline | candidate | ratio | 99% CI | p | change |" in out
     assert "- gates: 1 checked, 0 failed" in out
     assert _scratch() == []  # without --keep, nothing is left behind
+
+
+#: The example benchmark of two real virtual environments: each has its own ``ab_env`` module.
+VENV_EXAMPLE = """
+import os
+import sys
+from pathlib import Path
+
+import ab_env
+
+
+def test_x(ipu_benchmark):
+    with Path(os.environ["AB_ORDER"]).open("a") as out:
+        out.write(f"{ab_env.LABEL} {sys.prefix}\\n")
+    ipu_benchmark(lambda: sum(range(ab_env.WORK)), rounds=10)
+"""
+
+
+def _venv(path: Path, label: str, work: int) -> Path:
+    """A real virtual environment (no pip: made in a second) that sees this interpreter's packages,
+    pytest-ipu among them, and has an ``ab_env`` module of its own; its python."""
+    import sysconfig
+    import venv
+
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(path)
+    python = path / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # An 'import' line of a .pth file runs at start-up: addsitedir also reads that directory's own
+    # .pth files (the editable install of pytest-ipu is one).
+    here = sysconfig.get_paths()["purelib"]
+    (Path(purelib) / "shared.pth").write_text(f"import site; site.addsitedir({here!r})\n")
+    (Path(purelib) / "ab_env.py").write_text(f"LABEL = {label!r}\nWORK = {work}\n")
+    return python
+
+
+def test_two_virtual_environments_are_two_sides(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (project / "test_bench.py").write_text(VENV_EXAMPLE)
+    fast = _venv(tmp_path / "venv-a", "A", 20_000)
+    slow = _venv(tmp_path / "venv-b", "B", 400_000)
+    code, out, err = _ab(
+        [
+            "--baseline",
+            f"{fast} -m pytest",
+            "--candidate",
+            f"{slow} -m pytest",
+            "--pairs",
+            "3",
+            "--gate",
+            "latency.p50:+100%",
+            "--",
+            "test_bench.py",
+        ],
+        capsys,
+    )
+    assert code == 1, out + err
+    runs = [line.split() for line in (tmp_path / "order.txt").read_text().splitlines()]
+    # Each run in its own environment, in ABBA order; the candidate's 20x work fails the gate.
+    assert [label for label, _ in runs] == ["A", "B", "B", "A", "A", "B"]
+    assert {label: Path(prefix).name for label, prefix in runs} == {"A": "venv-a", "B": "venv-b"}
+    (line,) = [line for line in out.splitlines() if line.startswith("test_x latency.p50:")]
+    assert ": FAIL (paired: one-sided t test of 3 ABBA pairs' log-ratios" in line
 
 
 def test_a_side_that_fails_to_run_stops_with_exit_2(

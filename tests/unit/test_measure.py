@@ -249,7 +249,8 @@ def test_auto_rounds_end_once_the_window_reaches_the_budget() -> None:
     clock = SimulatedClock()
     bench = FakeBenchmark(clock)
     ends: list[int] = []
-    # 100 ns calls, a 450 ns budget: the fifth round ends at 500 ns, the sixth is never started.
+    # 100 ns calls, a 430 ns budget: after 4 rounds (400 ns) a fifth would end 70 ns past it, 30 ns
+    # further than the window now falls short: the rounds end at the nearer boundary, 400 ns.
     window = measure.timed_rounds(
         bench,
         _ticking(clock, [100] * 50),
@@ -257,12 +258,22 @@ def test_auto_rounds_end_once_the_window_reaches_the_budget() -> None:
         50,
         clock=clock,
         on_end=lambda: ends.append(clock.now),
-        box=measure.TimeBox(budget_s=450e-9, min_rounds=1),
+        box=measure.TimeBox(budget_s=430e-9, min_rounds=1),
     )
-    assert (window.rounds, window.ended, window.end_ns - window.start_ns) == (5, "budget", 500)
-    assert bench.events.count("target") == 5
+    assert (window.rounds, window.ended, window.end_ns - window.start_ns) == (4, "budget", 400)
+    assert bench.events.count("target") == 4
     assert ends == [window.end_ns]  # the energy edge is read once, at the window's end
     assert bench.has_error is False  # the end is the plan: pytest-benchmark keeps the rounds
+
+
+def test_a_budget_nearer_the_next_boundary_takes_one_more_round() -> None:
+    clock = SimulatedClock()
+    bench = FakeBenchmark(clock)
+    # A 470 ns budget: 4 rounds fall 70 ns short, a fifth ends 30 ns past it: five rounds.
+    window = measure.timed_rounds(
+        bench, _ticking(clock, [100] * 50), (), 50, clock=clock, box=measure.TimeBox(budget_s=470e-9)
+    )
+    assert (window.rounds, window.ended) == (5, "budget")
 
 
 def test_minimum_rounds_run_past_the_budget() -> None:
