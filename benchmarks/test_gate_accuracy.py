@@ -12,13 +12,16 @@ one core) runs beside the whole experiment, as other jobs do on a shared CI runn
 
 The stream, and why it is built so
 ----------------------------------
-``pytest-ipu ab`` decides on N = 5 pairs of runs in ABBA order (pair 1: A then B, pair 2: B then A,
+``pytest-ipu ab`` decides on N pairs of runs in ABBA order (pair 1: A then B, pair 2: B then A,
 ...), the baseline as side A, on the paired log-ratios. To judge every rule on the *same* pairs,
 the stream of runs is made of groups of 2N runs, each group exactly the order ``pytest-ipu ab``
 runs them in, and the groups alternate between two kinds:
 
 - a *10 % slower* group: side A the plain sort, side B the slowed one;
 - an *A/A* group: both sides the plain sort (same code, so any alarm is false).
+
+N is 10; the command's default, 5 pairs, is judged on the first 5 pairs of each group (AB BA AB BA
+AB, the order the command itself runs 5 pairs in).
 
 A/A and slowed groups alternate every 2N runs (about a second), so both kinds meet the same machine
 (clock, neighbours, the hog). Each pair is two runs measured back to back, as a CI job that measures
@@ -65,8 +68,10 @@ import pytest
 from benchmarks import gate_accuracy_support as support
 from benchmarks.gate_accuracy_support import Run
 
-#: Pairs of runs per ``pytest-ipu ab`` decision.
-N = 5
+#: Pairs of runs per ``pytest-ipu ab`` decision; the command's default (5) is judged too, on the
+#: first 5 pairs of each group (AB BA AB BA AB: its own order).
+N = 10
+DEFAULT_PAIRS = 5
 #: Groups of 2N runs of each kind (A/A and 10 % slower): pairs of each kind = GROUPS * N.
 GROUPS = 20
 #: Measuring stops starting new groups after this long (a busier machine gets fewer groups, and the
@@ -207,9 +212,14 @@ def test_gate_accuracy(study_report: dict[str, list[str]], pytestconfig: pytest.
             (Target("<=", 0.02), Target(">=", 0.90)),
             {AA: [], SLOWER: []},
         ),
+        Rule(
+            f"`pytest-ipu ab`, N={DEFAULT_PAIRS} pairs (the default)",
+            (Target("<=", 0.01), Target(">=", 0.95)),
+            {AA: [], SLOWER: []},
+        ),
         Rule(f"`pytest-ipu ab`, N={N} pairs", (Target("<=", 0.01), Target(">=", 0.95)), {AA: [], SLOWER: []}),
     ]
-    theirs, pyperf, gate, paired = rules
+    theirs, pyperf, gate, paired_default, paired = rules
     # Each of pytest-ipu's gates alone, for the lines under the table.
     alone = {
         (name, str(g)): Rule(f"{name} `{g}` alone", None, {AA: [], SLOWER: []})
@@ -225,6 +235,10 @@ def test_gate_accuracy(study_report: dict[str, list[str]], pytestconfig: pytest.
                 gate.decisions[kind].append(any(failures))
                 for g, failed in zip(support.OURS, failures, strict=True):
                     alone["gate", str(g)].decisions[kind].append(failed)
+            first = group[:DEFAULT_PAIRS]
+            paired_default.decisions[kind].append(
+                any(support.ab_failures([b for b, _ in first], [c for _, c in first]))
+            )
             failures = support.ab_failures([b for b, _ in group], [c for _, c in group])
             paired.decisions[kind].append(any(failures))
             for g, failed in zip(support.OURS, failures, strict=True):
@@ -264,7 +278,7 @@ def test_gate_accuracy(study_report: dict[str, list[str]], pytestconfig: pytest.
     # slowdown from no change (it catches slowdowns hardly more often than it raises false alarms),
     # is broken whatever the machine. How many it catches on a busy machine is a measurement: the
     # table reports it against the target.
-    for rule in (gate, paired):
+    for rule in (gate, paired_default, paired):
         assert rule.rate(AA) < 0.5, f"{rule.name} flagged {rule.cell(AA)} of identical pairs"
         assert rule.rate(SLOWER) > max(2 * rule.rate(AA), 0.1), (
             f"{rule.name} caught {rule.cell(SLOWER)} of 10 % slowdowns against {rule.cell(AA)} false alarms"

@@ -51,9 +51,9 @@ from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.decide import Verdict
-from pytest_ipu.results.decide import _beyond
-from pytest_ipu.results.decide import _missing_reason
-from pytest_ipu.results.decide import _relative_change
+from pytest_ipu.results.decide import beyond_threshold
+from pytest_ipu.results.decide import missing_reason
+from pytest_ipu.results.decide import relative_change
 from pytest_ipu.results.gates import Gate
 from pytest_ipu.results.records import group_name
 
@@ -185,13 +185,15 @@ def check_paired(
         # A 0 (or an infinity) has no log: the medians against the threshold are all that is left.
         before = statistics.median(v for v in baseline if v is not None)
         after = statistics.median(present)
-        change = _relative_change(before, after)
+        change = relative_change(before, after)
         method = "threshold only on the medians: a value of 0 leaves no log-ratio to test"
-        return Verdict(gate, benchmark, not _beyond(gate, change), before, after, change, None, None, method)
+        return Verdict(
+            gate, benchmark, not beyond_threshold(gate, change), before, after, change, None, None, method
+        )
     before = _geometric_mean([v for v in baseline if v is not None])
     after = _geometric_mean(present)
     change = math.exp(statistics.fmean(logs)) - 1.0
-    beyond = _beyond(gate, change)
+    beyond = beyond_threshold(gate, change)
     if n < 2:
         method = f"threshold only on 1 pair: {NO_VARIANCE}"
         return Verdict(gate, benchmark, not beyond, before, after, change, None, None, method)
@@ -256,7 +258,7 @@ def _gap(runs: Sequence[StoredRun], fullname: str, metric: str, side: str) -> st
     for index, run in enumerate(runs, start=1):
         bench = _find(run, fullname)
         if bench is not None and bench.record is not None and bench.record.value(metric) is None:
-            return f"{side} pair {index}: {_missing_reason(bench.record, metric)}"
+            return f"{side} pair {index}: {missing_reason(bench.record, metric)}"
     return None
 
 
@@ -456,15 +458,11 @@ def render_table(result: ABResult) -> str:
 def render_markdown(result: ABResult) -> str:
     """GitHub-flavoured markdown: the legend, a table per benchmark (pipes escaped), the notes."""
 
-    def row(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
     out = [f"{line}  " for line in _legend(result)]  # two spaces: a markdown line break
     for lines in _by_benchmark(result).values():
         header, rows = _cells(result, lines)
         out += ["", f"**{lines[0].benchmark}** (`{lines[0].fullname}`)", ""]
-        out += [row(header), "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
-        out += [row(r) for r in rows]
+        out += compare.markdown_table(header, rows, left=1)
     notes = _notes(result)
     if notes:
         out += [""] + [f"- {n}" for n in notes]

@@ -278,17 +278,23 @@ def render_table(comparison: Comparison) -> str:
 def render_markdown(comparison: Comparison) -> str:
     """A GitHub-flavoured markdown table (pipes escaped), with the notes as a list below it."""
     header, rows = _cells(comparison)
-
-    def row(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
     out = [f"{line}  " for line in _legend(comparison)]  # two spaces: a markdown line break
-    out += [row(header), "|" + "|".join("---" if i < 3 else "---:" for i in range(len(header))) + "|"]
-    out += [row(r) for r in rows]
+    out += markdown_table(header, rows, left=3)
     notes = _notes(comparison)
     if notes:
         out += [""] + [f"- {n}" for n in notes]
     return "\n".join(out)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> list[str]:
+    """A markdown table's lines: the first ``left`` columns aligned left, the numbers right; a ``|``
+    inside a cell escaped."""
+
+    def row(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    rule = "|" + "|".join("---" if i < left else "---:" for i in range(len(header))) + "|"
+    return [row(header), rule, *(row(r) for r in rows)]
 
 
 def render_csv(comparison: Comparison) -> str:

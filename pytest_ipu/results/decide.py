@@ -71,7 +71,7 @@ from pytest_ipu.results.records import Measured
 # --- Values in records ----------------------------------------------------------------------------
 
 
-def _missing_reason(record: IpuRecord, metric: str) -> str:
+def missing_reason(record: IpuRecord, metric: str) -> str:
     """Why ``metric`` has no value in ``record``, as specific as the record allows."""
     path = METRICS[metric].path
     if path[0] == "power":
@@ -140,7 +140,7 @@ class Verdict:
             return "FAIL"
         if self.gate.kind == "relative" and self.baseline is None:
             return "not compared"
-        if self.change is not None and _beyond(self.gate, self.change):
+        if self.change is not None and beyond_threshold(self.gate, self.change):
             return "pass, not significant"
         return "pass"
 
@@ -150,7 +150,7 @@ def _percent(change: float) -> str:
     return f"{change * 100:+.1f}%"
 
 
-def _beyond(gate: Gate, change: float) -> bool:
+def beyond_threshold(gate: Gate, change: float) -> bool:
     """Whether a relative change is past the gate's threshold in the metric's worse direction."""
     if METRICS[gate.metric].better == "higher":
         return change < -gate.threshold
@@ -179,7 +179,7 @@ def check(
     value = current.value(gate.metric)
     if gate.kind == "absolute":
         if value is None:
-            reason = f"no value in the current record: {_missing_reason(current, gate.metric)}"
+            reason = f"no value in the current record: {missing_reason(current, gate.metric)}"
             return Verdict(gate, benchmark, False, None, None, None, None, None, reason)
         passed = value < gate.threshold if gate.op == "<" else value > gate.threshold
         return Verdict(gate, benchmark, passed, None, value, None, None, None, "absolute bound")
@@ -187,10 +187,10 @@ def check(
         raise ValueError(f"relative gate {gate} on {benchmark}: no baseline record to compare with")
     before = baseline.value(gate.metric)
     if value is None:
-        reason = f"no value in the current record: {_missing_reason(current, gate.metric)}"
+        reason = f"no value in the current record: {missing_reason(current, gate.metric)}"
         return Verdict(gate, benchmark, False, before, None, None, None, None, reason)
     if before is None:
-        reason = f"no value in the baseline: {_missing_reason(baseline, gate.metric)}"
+        reason = f"no value in the baseline: {missing_reason(baseline, gate.metric)}"
         return Verdict(gate, benchmark, True, None, value, None, None, None, reason)
     usable = [h for h in history or () if h > 0 and math.isfinite(h)]
     if len(usable) >= HISTORY_MIN and value > 0:
@@ -199,13 +199,15 @@ def check(
     theirs = [v for v in baseline.repeat_values(gate.metric) if v > 0 and math.isfinite(v)]
     if mine and theirs and (len(mine) >= 2 or len(theirs) >= 2):
         return _check_repeats(gate, benchmark, before, value, mine, theirs, alpha)
-    change = _relative_change(before, value)
+    change = relative_change(before, value)
     if METRICS[gate.metric].path[0] in ("latency_s", "throughput_items_per_s"):
         advice = f"one repeat on each side): use --ipu-repeats or {HISTORY_MIN} or more baseline runs"
     else:
         advice = f"{gate.metric} is measured once per benchmark): use {HISTORY_MIN} or more baseline runs"
     method = f"threshold only: no variance estimate ({advice}"
-    return Verdict(gate, benchmark, not _beyond(gate, change), before, value, change, None, None, method)
+    return Verdict(
+        gate, benchmark, not beyond_threshold(gate, change), before, value, change, None, None, method
+    )
 
 
 def _check_repeats(
@@ -238,13 +240,13 @@ def _check_repeats(
     p = (0.0 if excess > 0 else 1.0) if scale == 0.0 else stats.t_sf(excess / scale, df)
     reach = stats.t_isf(alpha / 2.0, df) * scale
     interval = (_exp(shift - reach), _exp(shift + reach))
-    change = _relative_change(before, value)
+    change = relative_change(before, value)
     method = (
         f"repeats: one-sided t test on {n} current vs {m} baseline repeats (log scale, spread "
         f"{spread * 100:.1f}% sd between repeats, df {df}, alpha {alpha:g}), "
         f"{(1.0 - alpha) * 100:g}% CI of the ratio of geometric means"
     )
-    passed = not (_beyond(gate, change) and p < alpha)
+    passed = not (beyond_threshold(gate, change) and p < alpha)
     return Verdict(gate, benchmark, passed, before, value, change, p, interval, method)
 
 
@@ -291,7 +293,7 @@ def _check_history(
     centre, spread, scale, detectable = _spread(gate, history, alpha)
     baseline = math.exp(centre)
     change = value / baseline - 1.0
-    beyond = _beyond(gate, change)
+    beyond = beyond_threshold(gate, change)
     if METRICS[gate.metric].better == "higher":
         excess = centre + math.log(1.0 - gate.threshold) - math.log(value)
     else:
@@ -306,7 +308,7 @@ def _check_history(
     return Verdict(gate, benchmark, not (beyond and p < alpha), baseline, value, change, p, None, method)
 
 
-def _relative_change(before: float, after: float) -> float:
+def relative_change(before: float, after: float) -> float:
     """``after / before - 1``; from a baseline of 0 any rise is infinite (metrics are never negative)."""
     if before == 0.0:
         return 0.0 if after == 0.0 else math.copysign(math.inf, after)

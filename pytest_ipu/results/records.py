@@ -275,13 +275,24 @@ class RepeatRecord:
         }
 
 
+#: The latency metrics and the ``LatencySummary`` field each reads.
+_LATENCY_FIELDS: Mapping[str, str] = {
+    "latency.min": "min_s",
+    "latency.p50": "p50_s",
+    "latency.p90": "p90_s",
+    "latency.p99": "p99_s",
+    "latency.max": "max_s",
+    "latency.mean": "mean_s",
+}
+
+
+def _latency_value(field: str) -> Callable[[RepeatRecord | IpuRecord], float]:
+    return lambda record: float(getattr(record.latency, field))
+
+
+#: How each per-round metric is read from one repeat (``RepeatRecord.value``).
 _REPEAT_VALUES: Mapping[str, Callable[[RepeatRecord], float]] = {
-    "latency.min": lambda r: r.latency.min_s,
-    "latency.p50": lambda r: r.latency.p50_s,
-    "latency.p90": lambda r: r.latency.p90_s,
-    "latency.p99": lambda r: r.latency.p99_s,
-    "latency.max": lambda r: r.latency.max_s,
-    "latency.mean": lambda r: r.latency.mean_s,
+    **{metric: _latency_value(field) for metric, field in _LATENCY_FIELDS.items()},
     "throughput": lambda r: r.throughput_items_per_s,
 }
 
@@ -456,12 +467,7 @@ def _power_value(read: Callable[[PowerRecord], float | None]) -> Callable[[IpuRe
 
 #: How each metric of ``catalog.METRICS`` is read from a typed record (``IpuRecord.value``).
 _METRIC_VALUES: Mapping[str, Callable[[IpuRecord], float | None]] = {
-    "latency.min": lambda r: r.latency.min_s,
-    "latency.p50": lambda r: r.latency.p50_s,
-    "latency.p90": lambda r: r.latency.p90_s,
-    "latency.p99": lambda r: r.latency.p99_s,
-    "latency.max": lambda r: r.latency.max_s,
-    "latency.mean": lambda r: r.latency.mean_s,
+    **{metric: _latency_value(field) for metric, field in _LATENCY_FIELDS.items()},
     "throughput": lambda r: r.throughput_items_per_s,
     "compile": lambda r: r.compile_s,
     "first_call": lambda r: r.first_call_s,

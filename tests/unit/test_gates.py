@@ -774,7 +774,9 @@ def test_a_over_a_repeats_rarely_fail_and_a_thirty_percent_slowdown_is_found():
     gate = gates.parse(LATENCY)
     same = [decide.check(gate, "t", _repeated(c), _repeated(b)) for b, c in _pairs(21, 400, 0.03)]
     assert sum(not v.passed for v in same) < 4  # under 1 % of 400 false alarms
-    assert sum(decide._beyond(gate, v.change) for v in same if v.change is not None) >= 2  # yet beyond 5 %
+    assert (
+        sum(decide.beyond_threshold(gate, v.change) for v in same if v.change is not None) >= 2
+    )  # yet beyond 5 %
     slow = [decide.check(gate, "t", _repeated(c), _repeated(b)) for b, c in _pairs(22, 400, 0.03, 1.3)]
     assert sum(not v.passed for v in slow) > 0.9 * 400
     # Throughput the same way: 30 % slower calls are 1/1.3 of the throughput.
