@@ -38,8 +38,11 @@ from pytest_ipu.session import IpuSession
 if TYPE_CHECKING:
     from pytest_ipu.backends.base import Backend
     from pytest_ipu.backends.base import CompiledModel
+    from pytest_ipu.measure.run import Measurement
+    from pytest_ipu.measure.timing import PedanticBenchmark
     from pytest_ipu.placement import plan as placed
     from pytest_ipu.placement.request import DeviceRequest
+    from pytest_ipu.power.meter import PowerMeter
     from pytest_ipu.results import records
     from pytest_ipu.results.records import PowerRecord
 
@@ -266,40 +269,36 @@ def ipu_benchmark(
                 quiet[0] = True
                 pytest.fail(f"pytest-ipu: {exc}", pytrace=False)
         index = len(state.done) + 1
-        probe = ContentionProbe(threshold=s.contended_threshold)
-        if not state.final:
-            # An earlier repeat: timed here, kept for the last run, not recorded by pytest-benchmark.
-            local = LocalTimer()
-            quiet[0] = True
-            result = measure(
+
+        def timed(
+            timer: PedanticBenchmark,
+            times: Callable[[], Sequence[float]],
+            meter: PowerMeter | None,
+            unmeasured: tuple[str, str],
+        ) -> Measurement:
+            return measure(
                 compiled,
                 inputs,
                 items_per_call=items_per_call,
                 policy=policy,
-                timer=local,
-                round_times_s=lambda: local.data,
-                meter=None,
-                unmeasured=("none", "measured in the last repeat only"),
-                probe=probe,
+                timer=timer,
+                round_times_s=times,
+                meter=meter,
+                unmeasured=unmeasured,
+                probe=ContentionProbe(threshold=s.contended_threshold),
                 unstable_threshold=s.unstable_threshold,
                 index=index,
             )
-            state.done.append(result)
-            return result.record
+
+        if not state.final:
+            # An earlier repeat: timed here, kept for the last run, not recorded by pytest-benchmark.
+            local = LocalTimer()
+            quiet[0] = True
+            earlier = timed(local, lambda: local.data, None, ("none", "measured in the last repeat only"))
+            state.done.append(earlier)
+            return earlier.record
         meter, source, reason = session.power_meter(compiled.device, s.power)
-        result = measure(
-            compiled,
-            inputs,
-            items_per_call=items_per_call,
-            policy=policy,
-            timer=benchmark,
-            meter=meter,
-            round_times_s=lambda: benchmark.stats.stats.data,
-            unmeasured=(source, reason),
-            probe=probe,
-            unstable_threshold=s.unstable_threshold,
-            index=index,
-        )
+        result = timed(benchmark, lambda: benchmark.stats.stats.data, meter, (source, reason))
         pooled = pool([*state.done, result], mode, s.unstable_threshold)
         session.repeats.states.pop(node.nodeid, None)  # the earlier repeats' samples are not kept
         # pytest-benchmark's statistics are the last repeat's rounds; gates weigh whole repeats.
