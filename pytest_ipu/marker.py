@@ -23,7 +23,8 @@ from pytest_ipu.results.gates import Gate
 MARKER = "ipu"
 MARKER_HELP = (
     "ipu(backend=..., precision=..., rounds=..., warmup_rounds=..., min_rounds=..., max_time=..., "
-    "max_time_cap=..., repeats=..., repeat_mode=..., power=..., ipus=..., replicas=..., stages=..., "
+    "max_time_cap=..., repeats=..., repeat_mode=..., call_timeout=..., power=..., "
+    "ipus=..., replicas=..., stages=..., "
     "instances=..., gate=...): "
     "pytest-ipu settings for this benchmark, overriding the command line, and its device placement"
 )
@@ -64,6 +65,12 @@ KEYWORDS: Mapping[str, Keyword] = {
             "hard limit on the timed rounds ('3x' the budget, or '60s')",
         ),
         Keyword("repeats", "repeats", options.parser_for("repeats"), "independent repeats"),
+        Keyword(
+            "call_timeout",
+            "call_timeout_s",
+            options.parser_for("call_timeout_s"),
+            "longest one call may take",
+        ),
         Keyword("repeat_mode", "repeat_mode", options.parser_for("repeat_mode"), "interleaved or process"),
         Keyword("power", "power", options.parser_for("power"), "power source, or 'off'"),
         Keyword("ipus", None, _placement_value, "IPUs per instance (= stages x replicas)"),

@@ -81,6 +81,7 @@ class Settings:
     contended_threshold: float = 0.10
     torch_threads: int | None = None
     torch_interop_threads: int | None = None
+    call_timeout_s: float = 600.0
 
     def as_json(self) -> dict[str, Any]:
         """Plain-JSON form, written to the top level of the benchmark JSON."""
@@ -179,6 +180,22 @@ def parse_seconds(value: object) -> float:
         seconds = -1.0
     if not seconds > 0 or seconds == float("inf"):
         raise ValueError("expected a positive duration such as '2', '2s' or '500ms'")
+    return seconds
+
+
+#: Longest per-call timeout accepted: a day (past it a value is a typo, not a plan).
+MAX_CALL_TIMEOUT_S = 86_400.0
+
+
+def parse_timeout(value: object) -> float:
+    """A per-call timeout: a duration (``600``, ``600s``, ``500ms``) or minutes (``10min``), at most a day."""
+    text = str(value).strip().lower()
+    try:
+        seconds = float(text[:-3]) * 60.0 if text.endswith("min") else parse_seconds(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds <= MAX_CALL_TIMEOUT_S:
+        raise ValueError("expected a duration such as '600s', '10min' or '500ms', at most a day (86400s)")
     return seconds
 
 
@@ -351,6 +368,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse_time_cap,
         "hard limit on one benchmark's timed rounds, a multiple of its time budget ('3x') or a "
         "duration ('60s'): rounds still running are ended there and the record is flagged 'capped'",
+    ),
+    OptionSpec(
+        "call_timeout_s",
+        "--ipu-call-timeout",
+        "SECONDS",
+        "10min",
+        parse_timeout,
+        "longest one call of a benchmark (first call, warm-up or timed round) may take: a call still "
+        "running then fails the test, naming the call and round",
     ),
     OptionSpec(
         "repeats",

@@ -313,6 +313,7 @@ def test_top_level_section_has_schema_version_and_settings(torch_run: TorchRun) 
             "contended_threshold": 0.1,
             "torch_threads": "auto",
             "torch_interop_threads": "auto",
+            "call_timeout_s": 600.0,
         },
     }
 

@@ -71,7 +71,7 @@ def test_session_sorts_targets_with_and_without_device_by_their_text():
 
 ALLOWED = (
     "backend, precision, rounds, warmup_rounds, min_rounds, max_time, max_time_cap, repeats, "
-    "repeat_mode, power, ipus, replicas, stages, instances, gate"
+    "call_timeout, repeat_mode, power, ipus, replicas, stages, instances, gate"
 )
 
 
