@@ -11,10 +11,15 @@ RESULTS := results
 
 .PHONY: bench test test-floor lint typecheck unit clean
 
-$(STAMP): pyproject.toml
+# The editable install puts the checkout on sys.path (editable_mode=compat) instead of an import
+# hook: pytest then finds pytest_ipu when it registers plugins for assertion rewriting, whether the
+# suite starts as `python -m pytest` or as the `pytest` script.
+EDITABLE := --config-settings editable_mode=compat
+
+$(STAMP): pyproject.toml Makefile
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' $(EDITABLE)
 	@touch $(STAMP)
 
 # The report is written even when a benchmark failed, from whatever the run measured.
@@ -47,11 +52,11 @@ unit: $(STAMP)
 FLOOR_VENV := .venv-floor
 FLOOR_STAMP := $(FLOOR_VENV)/.installed-stamp
 
-$(FLOOR_STAMP): pyproject.toml tests/floor_pins.py
+$(FLOOR_STAMP): pyproject.toml tests/floor_pins.py Makefile
 	@test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
 	$(PYTHON) tests/floor_pins.py pyproject.toml > $(FLOOR_VENV)/floors.txt
 	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(FLOOR_VENV)/floors.txt
-	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . $(EDITABLE)
 	@touch $(FLOOR_STAMP)
 
 test-floor: $(FLOOR_STAMP)

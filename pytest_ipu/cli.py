@@ -81,17 +81,15 @@ def _compare(paths: Sequence[Path], gate_texts: Sequence[str], fmt: str, strict:
     comparison = compare.compare_runs(runs)
     print(compare.RENDERERS[fmt](comparison))
     verdicts = compare.check_gates(comparison, gate_list)
-    failed = [v for v in verdicts if not v.passed]
-    if gate_list:
-        lines = [f"gates: {len(verdicts)} checked, {len(failed)} failed", *(v.line() for v in failed)]
+    lines = compare.gate_lines(gate_list, verdicts)
+    if lines:
         print("\n".join(("", *(f"- {line}" if fmt == "markdown" else line for line in lines))))
     if strict and comparison.missing:
         print(
             f"pytest-ipu: {len(comparison.missing)} benchmark(s) missing from a run (--strict)",
             file=sys.stderr,
         )
-        return 1
-    return 1 if failed else 0
+    return compare.exit_code(comparison, gate_list, verdicts, strict)
 
 
 def _ab(args: argparse.Namespace) -> int:

@@ -6,13 +6,26 @@ shapes, input shapes), times the compile (never inside a timed window), places s
 when the marker asks, and checks outputs against torch eager fp32 on request. A backend that holds
 its devices exclusively (``PlacedBackend.exclusive_device``, an IPU) first has the run's other cached
 models on such devices closed, except those of the current test.
+
+An entry keyed by the model object itself (no ``key=``) holds that model only through a weak
+reference: once nothing else references the model, no later call can pass it again, so the entry can
+never be hit and is released (its compiled model closed) at the end of the test
+(``release_unreachable``) or before another test's compile, never under the test that may still run
+it. Holding the model strongly, as the cache once did, kept every model of a sweep that builds one
+per parameter, and its compiled copy, until the run ended. A model that is a module-level or fixture
+object stays alive, and so does its entry: the repeats of a test and later tests still hit it. An
+entry with an explicit ``key=`` is kept for the run. A backend whose compiled model references the
+caller's model (rather than a copy, as the built-in ones make) keeps it alive, and so its entry.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 import warnings
+import weakref
+from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,12 +41,21 @@ from pytest_ipu.placement.request import DeviceRequest
 @dataclass
 class _Entry:
     compiled: CompiledModel
-    # Holding the model keeps its id() from being reused by another object while cached.
-    model: object
+    # The model of an entry keyed by its identity (``None`` for an explicit ``key=``): a weak reference,
+    # so the cache alone never keeps a model (and its id) alive. A model that cannot be weakly
+    # referenced is held strongly, as its id must not be reused while the entry answers for it.
+    model: Callable[[], object | None] | None
     # Holds its devices exclusively while open (an IPU executable stays attached).
     exclusive: bool
     # The test that last asked for it: a test's own models are never evicted under it.
     user: str
+    # A full garbage collection at the end of a test found the model still referenced elsewhere (a
+    # module-level or fixture model): no further collection is spent on this entry's account.
+    outlived_gc: bool = False
+
+    def unreachable(self) -> bool:
+        """Whether no call can hit this entry again: its identity-keyed model is gone."""
+        return self.model is not None and self.model() is None
 
 
 class CompileCache:
@@ -42,6 +64,8 @@ class CompileCache:
 
     def __init__(self) -> None:
         self._entries: dict[tuple[Any, ...], _Entry] = {}
+        # Stale entries taken out of the index while their test may still use their compiled model.
+        self._retired: list[_Entry] = []
 
     def compile(
         self,
@@ -64,14 +88,24 @@ class CompileCache:
         cache_key: tuple[Any, ...] = (
             backend.name,
             backend.device,
-            key if key is not None else id(model),
+            # Tagged, so that an explicit key can never equal another model's id.
+            ("key", key) if key is not None else ("id", id(model)),
             precision,
             tuple(sorted((k, repr(v)) for k, v in options.items())),
             _signature(example_inputs) if backend.shape_specialized(options) else None,
             placement,
         )
         exclusive = isinstance(backend, PlacedBackend) and backend.exclusive_device
+        # Other tests' entries whose model died go first: their memory (and devices) may be what this
+        # compile needs. This test's own stay open until it ends: it may still be running a compiled
+        # model whose model was a temporary (``ipu_compile(Net(), x)``).
+        self._release(self._pop_unreachable(keep_user=user))
         entry = self._entries.get(cache_key)
+        if entry is not None and entry.model is not None and entry.model() is not model:
+            # A dead model's id reused by this new object: the entry is stale, never a hit. It is this
+            # test's own (the others' went above), so it is closed when the test ends, not now.
+            self._retired.append(self._entries.pop(cache_key))
+            entry = None
         if entry is not None:
             entry.user = user
             compiled = dataclasses.replace(entry.compiled, compile_cached=True)
@@ -85,7 +119,8 @@ class CompileCache:
                 the_plan = placed.plan(backend, placement, options, backend_for)
                 compiled = placed.compile_plan(the_plan, model, example_inputs, precision, options)
             compiled = dataclasses.replace(compiled, compile_s=(time.perf_counter_ns() - start) * 1e-9)
-            entry = self._entries[cache_key] = _Entry(compiled, model, exclusive, user)
+            held = None if key is not None else _reference(model)
+            entry = self._entries[cache_key] = _Entry(compiled, held, exclusive, user)
         if parity and compiled.parity is None:
             compiled = dataclasses.replace(compiled, parity=_check_parity(compiled, model, example_inputs))
             entry.compiled = dataclasses.replace(entry.compiled, parity=compiled.parity)
@@ -112,17 +147,54 @@ class CompileCache:
         reported as a warning.
         """
         evicted = [k for k, e in self._entries.items() if e.exclusive and (not user or e.user != user)]
-        errors = _close_all([self._entries.pop(k) for k in evicted])
+        self._release([self._entries.pop(k) for k in evicted], stacklevel=3)
+
+    def release_unreachable(self, user: str) -> list[str]:
+        """At the end of test ``user``: close and drop every entry whose model is gone; one message per
+        failure to close.
+
+        A model the test built and let go is normally freed by reference counting as the test
+        returns. One caught in a reference cycle waits for the garbage collector, so when an entry
+        the test used still has its model, one full collection decides; an entry whose model
+        survives it is referenced elsewhere (module-level or fixture model) and never costs another.
+        """
+        suspects = [
+            e for e in self._entries.values() if e.user == user and not e.outlived_gc and e.model is not None
+        ]
+        if any(not e.unreachable() for e in suspects):
+            gc.collect()
+            for entry in suspects:
+                entry.outlived_gc = not entry.unreachable()
+        retired, self._retired = self._retired, []
+        return _close_all(retired + self._pop_unreachable())
+
+    def _pop_unreachable(self, keep_user: str | None = None) -> list[_Entry]:
+        """Take out every entry whose model is gone, except those of the test ``keep_user``."""
+        dead = [k for k, e in self._entries.items() if e.unreachable() and e.user != keep_user]
+        return [self._entries.pop(k) for k in dead]
+
+    def _release(self, entries: Sequence[_Entry], stacklevel: int = 3) -> None:
+        """Close ``entries``; a close that fails is reported as a warning, not raised."""
+        errors = _close_all(entries)
         if errors:
             warnings.warn(
                 PytestIpuWarning(f"pytest-ipu could not release a compiled model: {'; '.join(errors)}"),
-                stacklevel=2,
+                stacklevel=stacklevel,
             )
 
     def close(self) -> list[str]:
         """Close every cached model, whatever the others do; one message per failure."""
-        entries, self._entries = list(self._entries.values()), {}
+        entries, self._entries = self._retired + list(self._entries.values()), {}
+        self._retired = []
         return _close_all(entries)
+
+
+def _reference(model: object) -> Callable[[], object | None]:
+    """A weak reference to ``model`` or, for objects that have none (a list, a builtin), a strong one."""
+    try:
+        return weakref.ref(model)
+    except TypeError:
+        return lambda: model
 
 
 def _close_all(entries: Sequence[_Entry]) -> list[str]:

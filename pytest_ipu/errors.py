@@ -26,3 +26,21 @@ class CompileError(PytestIpuError):
 
 class PytestIpuWarning(pytest.PytestWarning):
     """Base class of every warning pytest-ipu emits."""
+
+
+class BenchmarkArgumentError(PytestIpuError, ValueError):
+    """A bad argument to ``ipu_benchmark`` (a count below its minimum, say): one test's mistake, so
+    it fails that test with one line, never the run."""
+
+
+class BenchmarkArgumentTypeError(BenchmarkArgumentError, TypeError):
+    """An ``ipu_benchmark`` argument of the wrong type (a string or float count, a tensor passed
+    as the inputs sequence)."""
+
+
+class CallTimeout(PytestIpuError):
+    """A call of a benchmark's model was still running at the call timeout (``--ipu-call-timeout``).
+
+    Raised in the main thread by the watchdog's signal handler (``pytest_ipu.measure.timing``),
+    wherever the call was blocked; it fails the benchmark's test.
+    """

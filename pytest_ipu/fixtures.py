@@ -215,6 +215,10 @@ def ipu_benchmark(
     instance, and a round completes it once per instance. Returns ``None`` when pytest-benchmark is
     disabled (``--benchmark-disable``, or under xdist): the model then runs once and nothing is
     recorded. The record is built by ``pytest_ipu.measure.run``; this fixture gathers its arguments.
+
+    Bad arguments (``rounds=0``, ``items_per_call="8"``, a tensor as ``inputs`` instead of ``(x,)``)
+    and a call still running at ``--ipu-call-timeout`` fail the test with one line saying what to
+    change.
     """
     session = _session(request)
     #: Set when this run used the fixture without pytest-benchmark's timer (an earlier repeat, or a
@@ -233,18 +237,45 @@ def ipu_benchmark(
         from pytest_ipu import repeats as repeating
         from pytest_ipu.backends.base import CompiledModel
         from pytest_ipu.backends.host import wrap_callable
+        from pytest_ipu.errors import BenchmarkArgumentError
+        from pytest_ipu.errors import CallTimeout
         from pytest_ipu.measure.contention import ContentionProbe
         from pytest_ipu.measure.run import RoundsPolicy
+        from pytest_ipu.measure.run import check_arguments
         from pytest_ipu.measure.run import measure
         from pytest_ipu.measure.run import pool
         from pytest_ipu.measure.timing import LocalTimer
+        from pytest_ipu.measure.timing import Watchdog
         from pytest_ipu.results.records import group_name
 
+        s = ipu_settings
+        #: A bad argument or a call timeout: failed below, outside the ``except`` (else pytest would
+        #: print the error twice, "during handling of the above exception").
+        problem: str | None = None
+        try:
+            # One test's mistake fails that test in one line, before anything is called.
+            check_arguments(
+                model.run if isinstance(model, CompiledModel) else model,
+                inputs,
+                items_per_call=items_per_call,
+                rounds=rounds,
+                warmup_rounds=warmup_rounds,
+            )
+        except BenchmarkArgumentError as exc:
+            problem = str(exc)
+        if problem is not None:
+            quiet[0] = True
+            pytest.fail(problem, pytrace=False)
         compiled = model if isinstance(model, CompiledModel) else wrap_callable(model)
         if not benchmark.enabled:
-            benchmark.pedantic(compiled.run, args=compiled.prepare_inputs(tuple(inputs)), rounds=1)
+            try:
+                with Watchdog(s.call_timeout_s):
+                    benchmark.pedantic(compiled.run, args=compiled.prepare_inputs(tuple(inputs)), rounds=1)
+            except CallTimeout as exc:
+                problem = str(exc)
+            if problem is not None:
+                pytest.fail(problem, pytrace=False)
             return None
-        s = ipu_settings
         node = request.node
         count, mode = repeating.plan(s)
         state = session.repeats.state(node.nodeid)
@@ -288,17 +319,26 @@ def ipu_benchmark(
                 probe=ContentionProbe(threshold=s.contended_threshold),
                 unstable_threshold=s.unstable_threshold,
                 index=index,
+                call_timeout_s=s.call_timeout_s,
             )
 
-        if not state.final:
-            # An earlier repeat: timed here, kept for the last run, not recorded by pytest-benchmark.
-            local = LocalTimer()
+        try:
+            if not state.final:
+                # An earlier repeat: timed here, kept for the last run, not recorded by pytest-benchmark.
+                local = LocalTimer()
+                quiet[0] = True
+                earlier = timed(local, lambda: local.data, None, ("none", "measured in the last repeat only"))
+                state.done.append(earlier)
+                return earlier.record
+            meter, source, reason = session.power_meter(compiled.device, s.power)
+            result = timed(benchmark, lambda: benchmark.stats.stats.data, meter, (source, reason))
+        except (CallTimeout, BenchmarkArgumentError) as exc:
+            # The message names the call (or argument), the value and the fix; the traceback would
+            # only show where the model was blocked, which its author can reproduce without us.
+            problem = str(exc)
+        if problem is not None:
             quiet[0] = True
-            earlier = timed(local, lambda: local.data, None, ("none", "measured in the last repeat only"))
-            state.done.append(earlier)
-            return earlier.record
-        meter, source, reason = session.power_meter(compiled.device, s.power)
-        result = timed(benchmark, lambda: benchmark.stats.stats.data, meter, (source, reason))
+            pytest.fail(problem, pytrace=False)
         pooled = pool([*state.done, result], mode, s.unstable_threshold)
         session.repeats.states.pop(node.nodeid, None)  # the earlier repeats' samples are not kept
         # pytest-benchmark's statistics are the last repeat's rounds; gates weigh whole repeats.

@@ -15,6 +15,13 @@ the spread between independent repeats or runs). A failing gate fails the benchm
 with the gate's line in its report, and gets one line in the summary. A gated benchmark missing
 from the baseline is reported, never skipped silently (and fails the run under
 ``--ipu-baseline-missing=fail``); so is a baseline that ran on different hardware.
+
+Gates that checked nothing do not pass: when gates were asked for and benchmarks measured but not
+one gate check was made (every gated benchmark missing from the baseline, say), the run fails
+with the reason. A baseline run that pytest-ipu did not write whole (no top-level ``pytest_ipu``
+section: another tool's file; or no pytest-ipu record in any benchmark: an interrupted run's
+partial entry that pytest-benchmark saved) is skipped with a line saying so; when every baseline
+run is skipped, relative gates have no baseline and the run stops as without one.
 """
 
 from __future__ import annotations
@@ -60,6 +67,8 @@ class GateCheck:
         #: decides instead of the repeats.
         self.history: list[StoredRun] = []
         self._compared: list[Mapping[str, Any]] = []
+        #: Baseline runs skipped (partial or not pytest-ipu's), one line each saying which and why.
+        self.skipped: list[str] = []
         self._marker_relative = False
         #: Benchmarks already checked (as each was published), by full name.
         self._checked: set[str] = set()
@@ -94,29 +103,36 @@ class GateCheck:
             return  # a repeat worker measures; the process that started it gates
 
         needs = self._marker_relative or any(g.kind == "relative" for g in self.settings.gates)
+        loaded: list[tuple[Mapping[str, Any], StoredRun]] = []
         if self.settings.baselines:
             try:
-                self.history = [benchmark_json.read_run(path) for path in self.settings.baselines]
+                for path in self.settings.baselines:
+                    data = benchmark_json.read_document(path)
+                    loaded.append((data, benchmark_json.parse_run(data, path)))
             except benchmark_json.RunFileError as exc:
                 raise pytest.UsageError(f"pytest-ipu: --ipu-baseline: {exc}") from None
         elif self._compared:
             try:
                 many = len(self._compared) > 1
-                self.history = [
-                    benchmark_json.parse_run(
-                        data, Path(f"{COMPARE_SOURCE} run {i + 1}" if many else COMPARE_SOURCE)
-                    )
-                    for i, data in enumerate(self._compared)
-                ]
+                for i, compared in enumerate(self._compared):
+                    name = Path(f"{COMPARE_SOURCE} run {i + 1}" if many else COMPARE_SOURCE)
+                    loaded.append((compared, benchmark_json.parse_run(compared, name)))
             except benchmark_json.RunFileError as exc:
                 raise pytest.UsageError(f"pytest-ipu: the --benchmark-compare run: {exc}") from None
+        for document, run in loaded:
+            reason = _not_a_baseline(document, run)
+            if reason is None:
+                self.history.append(run)
+            else:
+                self.skipped.append(f"baseline {run.path} skipped: {reason}")
         if self.history:
             self.baseline = self.history[-1]
         if needs and self.baseline is None:
+            skipped = f" ({'; '.join(self.skipped)})" if self.skipped else ""
             raise pytest.UsageError(
                 "pytest-ipu: relative gates (such as 'throughput:-5%') need a baseline run, and there is "
-                "none: pass --ipu-baseline=PATH (a pytest-benchmark JSON file) or --benchmark-compare "
-                "with a saved run (--benchmark-save or --benchmark-autosave makes one)"
+                f"none{skipped}: pass --ipu-baseline=PATH (a pytest-benchmark JSON file) or "
+                "--benchmark-compare with a saved run (--benchmark-save or --benchmark-autosave makes one)"
             )
 
     # -- the check ----------------------------------------------------------------------------------
@@ -152,10 +168,22 @@ class GateCheck:
         return self._runner().baseline_name()
 
     @property
+    def nothing_checked(self) -> bool:
+        """Whether gates were asked for and benchmarks measured, yet not one gate check was made."""
+        from pytest_ipu.repeats import in_worker
+
+        if in_worker() or self.verdicts or not self.measured:
+            return False
+        return bool(self.settings.gates) or any(m.gates for m in self.measured)
+
+    @property
     def failed(self) -> bool:
-        """Whether a gate failed, or a benchmark is missing from the baseline under ``fail``."""
-        return any(not v.passed for v in self.verdicts) or (
-            self.settings.baseline_missing == "fail" and bool(self.missing)
+        """Whether a gate failed, a benchmark is missing from the baseline under ``fail``, or the gates
+        checked nothing."""
+        return (
+            any(not v.passed for v in self.verdicts)
+            or (self.settings.baseline_missing == "fail" and bool(self.missing))
+            or self.nothing_checked
         )
 
     # -- hooks --------------------------------------------------------------------------------------
@@ -170,7 +198,7 @@ class GateCheck:
     @pytest.hookimpl(trylast=True)
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """After the tables: one line per failed gate, then the notes; a count of what passed."""
-        if not self.verdicts and not self.missing and not self.notes:
+        if not self.verdicts and not self.missing and not self.notes and not self.skipped:
             if self.settings.gates and not self.measured:
                 # Gates were asked for but had nothing to judge: say so rather than pass in silence.
                 terminalreporter.section("pytest-ipu gates")
@@ -190,8 +218,39 @@ class GateCheck:
         )
         for verdict in failed:
             terminalreporter.write_line(f"FAILED {verdict.line()}", red=True)
+        if self.nothing_checked:
+            why = (
+                "every gated benchmark is missing from the baseline"
+                if self.missing
+                else "no gate applied to what was measured"
+            )
+            terminalreporter.write_line(
+                f"FAILED no gate was checked ({why}): gates that check nothing do not pass; give a "
+                "baseline that holds these benchmarks (--ipu-baseline or --benchmark-compare)",
+                red=True,
+            )
         policy = "fails the run" if self.settings.baseline_missing == "fail" else "a warning"
         for line in self.missing:
             terminalreporter.write_line(f"MISSING ({policy}) {line}", yellow=True)
         for note in self.notes:
             terminalreporter.write_line(f"NOTE {note}", yellow=True)
+        for line in self.skipped:
+            terminalreporter.write_line(f"SKIPPED {line}", yellow=True)
+
+
+def _not_a_baseline(document: Mapping[str, Any], run: StoredRun) -> str | None:
+    """Why a run cannot be a baseline (``None`` when it can): pytest-ipu did not write it, or did not
+    finish it (pytest-benchmark saves an interrupted run's benchmarks without our records)."""
+    from pytest_ipu.results import benchmark_json
+
+    if benchmark_json.TOP_LEVEL_KEY not in document:
+        return (
+            f"not written by pytest-ipu (no top-level '{benchmark_json.TOP_LEVEL_KEY}' section); "
+            "use a run saved with pytest-ipu active"
+        )
+    if not any(b.record is not None for b in run.benchmarks):
+        return (
+            "no benchmark has a pytest-ipu record (extra_info['ipu']): a partial run (interrupted, "
+            "or benchmarks disabled); use a complete run"
+        )
+    return None

@@ -23,7 +23,7 @@ from pytest_ipu.results.gates import Gate
 MARKER = "ipu"
 MARKER_HELP = (
     "ipu(backend=..., precision=..., rounds=..., warmup_rounds=..., min_rounds=..., max_time=..., "
-    "max_time_cap=..., repeats=..., repeat_mode=..., call_timeout=..., power=..., "
+    "max_time_cap=..., repeats=..., call_timeout=..., repeat_mode=..., power=..., "
     "ipus=..., replicas=..., stages=..., "
     "instances=..., gate=...): "
     "pytest-ipu settings for this benchmark, overriding the command line, and its device placement"

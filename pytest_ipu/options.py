@@ -6,6 +6,7 @@ any source is a one-line usage error that names the value, its source and what i
 
 from __future__ import annotations
 
+import difflib
 import glob
 import os
 from collections.abc import Callable
@@ -21,6 +22,7 @@ import pytest
 from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.target import parse_target
 from pytest_ipu.errors import ConfigError
+from pytest_ipu.errors import PytestIpuWarning
 from pytest_ipu.results import gates
 from pytest_ipu.results.gates import Gate
 
@@ -31,6 +33,18 @@ AUTO = "auto"
 #: Upper limits of counts and durations: past them a value is a typo, not a plan.
 MAX_REPEATS = 100
 MAX_THREADS = 1024
+#: Fixed timed rounds: a million 1 us calls is a second; more only grows the JSON (8 bytes a round).
+MAX_ROUNDS = 1_000_000
+#: Warm-up rounds: far more than any runtime needs to reach a steady state.
+MAX_WARMUP_ROUNDS = 100_000
+#: The ``auto`` plan's floor may not pass its own cap: equal to ``measure.timing.MAX_AUTO_ROUNDS``
+#: (not imported: the plugin's start-up loads no measurement code; tests/unit/test_options.py checks).
+MAX_MIN_ROUNDS = 100_000
+#: Longest duration of any option (time budget, cap, idle baseline, per-call timeout): a day.
+MAX_DURATION_S = 86_400.0
+#: Power sampling rates: below 0.1 Hz a benchmark gets no sample; above 10 kHz no sensor updates.
+MIN_POWER_HZ = 0.1
+MAX_POWER_HZ = 10_000.0
 
 
 @dataclass(frozen=True)
@@ -161,13 +175,13 @@ def parse_rounds(value: object) -> int | None:
     if str(value).strip().lower() == AUTO:
         return None
     try:
-        return _int_at_least(1)(value)
+        return _int_at_least(1, MAX_ROUNDS)(value)
     except ValueError:
-        raise ValueError("expected a positive integer or 'auto'") from None
+        raise ValueError(f"expected 'auto' or an integer from 1 to {MAX_ROUNDS}") from None
 
 
 def parse_seconds(value: object) -> float:
-    """A positive duration: ``2``, ``2s``, ``0.5`` or ``500ms``."""
+    """A positive duration of at most a day: ``2``, ``2s``, ``0.5`` or ``500ms``."""
     text = str(value).strip().lower()
     scale = 1.0
     if text.endswith("ms"):
@@ -178,13 +192,16 @@ def parse_seconds(value: object) -> float:
         seconds = float(text) * scale
     except ValueError:
         seconds = -1.0
-    if not seconds > 0 or seconds == float("inf"):
-        raise ValueError("expected a positive duration such as '2', '2s' or '500ms'")
+    # `not 0 < x <= max` is also true for NaN, which no comparison admits.
+    if not 0 < seconds <= MAX_DURATION_S:
+        raise ValueError(
+            f"expected a positive duration such as '2', '2s' or '500ms', at most a day ({MAX_DURATION_S:g}s)"
+        )
     return seconds
 
 
-#: Longest per-call timeout accepted: a day (past it a value is a typo, not a plan).
-MAX_CALL_TIMEOUT_S = 86_400.0
+#: Longest per-call timeout accepted: a day, as for every duration.
+MAX_CALL_TIMEOUT_S = MAX_DURATION_S
 
 
 def parse_timeout(value: object) -> float:
@@ -200,7 +217,7 @@ def parse_timeout(value: object) -> float:
 
 
 def parse_hz(value: object) -> float | None:
-    """``auto`` (``None``: twice the sensor's rate, 10 Hz to 1 kHz) or a positive rate in Hz."""
+    """``auto`` (``None``: twice the sensor's rate, 10 Hz to 1 kHz) or a rate from 0.1 Hz to 10 kHz."""
     text = str(value).strip().lower()
     if text == AUTO:
         return None
@@ -208,13 +225,13 @@ def parse_hz(value: object) -> float | None:
         hz = float(text.removesuffix("hz"))
     except ValueError:
         hz = -1.0
-    if not 0 < hz <= 10_000:
-        raise ValueError("expected 'auto' or a rate in Hz, 0 < rate <= 10000")
+    if not MIN_POWER_HZ <= hz <= MAX_POWER_HZ:
+        raise ValueError(f"expected 'auto' or a rate in Hz from {MIN_POWER_HZ:g} to {MAX_POWER_HZ:g}")
     return hz
 
 
 def parse_idle(value: object) -> float:
-    """A duration for the idle baseline; ``0`` turns it off."""
+    """A duration for the idle baseline, at most a day; ``0`` turns it off."""
     if str(value).strip().lower() in ("0", "0s", "off"):
         return 0.0
     return parse_seconds(value)
@@ -250,10 +267,24 @@ def parse_targets(value: object) -> tuple[Target, ...]:
     return tuple(dict.fromkeys(targets))  # de-duplicated, order kept
 
 
+def _listed(value: object, expected: str) -> list[str]:
+    """The texts of a ``multiple`` option: a list (repeated flag, ini lines) or one ``;``-separated string.
+
+    An empty item of a list is an error: ``--ipu-gate=`` is a flag given without its value (a shell
+    variable that expanded to nothing, say), as ``--ipu-rounds=`` is; ``;;`` in a string is a separator.
+    """
+    if not isinstance(value, (list, tuple)):
+        return str(value).split(";")
+    texts = [str(v) for v in value]
+    if any(not t.strip() for t in texts):
+        raise ValueError(f"{expected}, got an empty value")
+    return texts
+
+
 def parse_gates(value: object) -> tuple[Gate, ...]:
     """Gate expressions (``throughput:-5%``, ``latency.p99<2ms``): a list (repeated flag, ini lines)
     or one string with ``;`` between expressions (environment); ``none`` for no gates."""
-    texts = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value).split(";")
+    texts = _listed(value, "expected a gate expression such as 'throughput:-5%' or 'none'")
     texts = [t.strip() for t in texts if t.strip() and t.strip().lower() != "none"]
     try:
         return tuple(gates.parse(t) for t in texts)
@@ -264,7 +295,7 @@ def parse_gates(value: object) -> tuple[Gate, ...]:
 def parse_baselines(value: object) -> tuple[Path, ...]:
     """pytest-benchmark JSON files to gate against (a list, or ``;`` between them), each a path or a
     glob pattern (``.benchmarks/*/*.json``, expanded in sorted order); ``none`` for none."""
-    texts = [str(v) for v in value] if isinstance(value, (list, tuple)) else str(value).split(";")
+    texts = _listed(value, "expected a pytest-benchmark JSON path, a glob or 'none'")
     paths: list[Path] = []
     for text in (t.strip() for t in texts):
         if not text or text.lower() == "none":
@@ -341,7 +372,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "--ipu-warmup-rounds",
         "N",
         "2",
-        _int_at_least(0),
+        _int_at_least(0, MAX_WARMUP_ROUNDS),
         "untimed warm-up rounds after the (also untimed) first call",
     ),
     OptionSpec(
@@ -349,7 +380,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "--ipu-min-rounds",
         "N",
         "5",
-        _int_at_least(1),
+        _int_at_least(1, MAX_MIN_ROUNDS),
         "fewest timed rounds when --ipu-rounds is 'auto'",
     ),
     OptionSpec(
@@ -569,11 +600,58 @@ def _pick(
     return spec.default, "the default"
 
 
-def settings_from_config(config: pytest.Config) -> Settings:
-    """Resolve settings for a pytest run, as a ``pytest.UsageError`` on bad input."""
+def _config_sources(
+    config: pytest.Config,
+) -> tuple[dict[str, object | None], dict[str, object | None], str | None]:
     cli = {spec.ini: config.getoption(spec.ini) for spec in OPTIONS}
     ini = {spec.ini: config.getini(spec.ini) for spec in OPTIONS}
+    return cli, ini, str(config.inipath) if config.inipath else None
+
+
+def settings_from_config(config: pytest.Config) -> Settings:
+    """Resolve settings for a pytest run, as a ``pytest.UsageError`` on bad input."""
+    cli, ini, ini_path = _config_sources(config)
     try:
-        return resolve_settings(cli, ini, os.environ, str(config.inipath) if config.inipath else None)
+        return resolve_settings(cli, ini, os.environ, ini_path)
     except ConfigError as exc:
         raise pytest.UsageError(f"pytest-ipu: {exc}") from None
+
+
+def value_and_source(config: pytest.Config, field: str) -> tuple[object, str]:
+    """The raw value of the option that fills settings field ``field`` and where it came from
+    (``the command line``, ``environment variable PYTEST_IPU_BACKEND``, ...), for messages about a
+    value that parsed but is refused later (an unknown backend is known only once conftests load)."""
+    spec = next(spec for spec in OPTIONS if spec.field == field)
+    cli, ini, ini_path = _config_sources(config)
+    raw, source = _pick(spec, cli, ini, os.environ, ini_path)
+    shown = "; ".join(map(str, raw)) if isinstance(raw, (list, tuple)) else raw
+    return shown, source
+
+
+#: ``PYTEST_IPU_*`` variables that are not options: the repeat worker's marker
+#: (``repeats.WORKER_ENV``, set for the worker processes of --ipu-repeat-mode=process) and the
+#: gate-accuracy benchmark's strict switch (``benchmarks/test_gate_accuracy.py``). Spelled out, not
+#: imported: ``repeats`` is above this module, and the benchmarks are not part of the package.
+NON_OPTION_VARIABLES = frozenset({"PYTEST_IPU_REPEAT_WORKER", "PYTEST_IPU_GATE_ACCURACY_STRICT"})
+
+
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One message per ``PYTEST_IPU_*`` variable that no option reads, naming the closest option's.
+
+    A misspelt variable (``PYTEST_IPU_ROUND=3``) would otherwise be ignored in silence.
+    """
+    known = [spec.env for spec in OPTIONS]
+    messages = []
+    for name in sorted(environ):
+        if not name.startswith("PYTEST_IPU_") or name in known or name in NON_OPTION_VARIABLES:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]}?" if close else f"; the options' variables are {', '.join(known)}"
+        messages.append(f"pytest-ipu: unknown environment variable {name} is ignored{hint}")
+    return messages
+
+
+def warn_unknown_variables(config: pytest.Config, environ: Mapping[str, str] = os.environ) -> None:
+    """Warn at configure time (``-W error`` makes it a failure) about each unknown ``PYTEST_IPU_*``."""
+    for message in unknown_variables(environ):
+        config.issue_config_time_warning(PytestIpuWarning(message), stacklevel=2)

@@ -7,10 +7,17 @@ on first use (``benchmarks/test_startup_cost.py`` measures what the plugin adds 
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
 import pytest
 
+from pytest_ipu import backends
 from pytest_ipu import hookspec
 from pytest_ipu import options
+from pytest_ipu.backends.target import Target
+from pytest_ipu.backends.target import parse_target
 from pytest_ipu.fixtures import ipu_backend
 from pytest_ipu.fixtures import ipu_benchmark
 from pytest_ipu.fixtures import ipu_compile
@@ -20,6 +27,7 @@ from pytest_ipu.fixtures import ipu_settings
 from pytest_ipu.gating import GATE_KEY
 from pytest_ipu.marker import MARKER_HELP
 from pytest_ipu.placement import poprun
+from pytest_ipu.results.atomic import PendingFile
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
 
@@ -28,6 +36,8 @@ __all__ = ["ipu_backend", "ipu_benchmark", "ipu_compile", "ipu_placement", "ipu_
 _PLUGIN_NAME = "pytest-ipu-session"
 _GATES_NAME = "pytest-ipu-gates"
 _REPEATS_NAME = "pytest-ipu-repeats"
+#: The ``--benchmark-json`` file pytest-benchmark writes at a temporary path, moved into place whole.
+_JSON_KEY = pytest.StashKey[PendingFile]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -49,12 +59,78 @@ def pytest_configure(config: pytest.Config) -> None:
         instance = poprun.configure_json_path(config.option)
     except ValueError as exc:
         raise pytest.UsageError(f"pytest-ipu: {exc}") from None
+    # pytest-benchmark opens --benchmark-json and writes it in place at the end of the run, so a
+    # full disk or an interrupt left it half-written: it writes a temporary file beside it instead,
+    # moved into place whole by pytest_sessionfinish below (pytest-benchmark's trylast
+    # pytest_configure reads the option after this).
+    json_path = getattr(config.option, "benchmark_json", None)
+    if json_path is not None and not hasattr(config, "workerinput"):
+        pending = PendingFile(Path(json_path))
+        config.stash[_JSON_KEY] = pending
+        config.option.benchmark_json = pending.temporary
     session = IpuSession(config, options.settings_from_config(config), poprun=instance)
+    options.warn_unknown_variables(config)
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, _PLUGIN_NAME)
     config.stash[GATE_KEY] = session.gate_check
     config.pluginmanager.register(session.gate_check, _GATES_NAME)
     config.pluginmanager.register(session.repeats, _REPEATS_NAME)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> Generator[None, Any, None]:
+    """Move pytest-benchmark's ``--benchmark-json`` into place whole, or report one line and leave the
+    destination as it was.
+
+    pytest-benchmark writes the file in its own ``pytest_sessionfinish`` wrapper, before the other
+    implementations (5.3.0 and 5.3.1 alike: ``BenchmarkSession.finish`` -> ``save_json``). A write
+    that fails there would skip the gates and the summary, so it is caught here (``save_json`` is
+    wrapped when pytest-benchmark has it); this wrapper is outermost (tryfirst), so the file is moved
+    once everything else is done.
+    """
+    config = session.config
+    pending = config.stash.get(_JSON_KEY, None)
+    failures: list[OSError] = []
+    bench = getattr(config, "_benchmarksession", None)
+    save_json = getattr(bench, "save_json", None)
+    wrapped = pending is not None and callable(save_json)
+    if wrapped:
+
+        def save_or_note(output_json: Any) -> None:
+            try:
+                save_json(output_json)  # type: ignore[misc]
+            except OSError as exc:
+                failures.append(exc)
+
+        bench.save_json = save_or_note  # type: ignore[union-attr]
+    outcome = yield
+    if pending is None:
+        return
+    if outcome.excinfo is not None and not wrapped:
+        # The write may have stopped half-way, and nothing here can tell: the destination is kept.
+        pending.discard()
+        return
+    error: OSError | None = failures[0] if failures else None
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if error is None:
+        try:
+            if pending.commit() and reporter is not None:
+                # pytest-benchmark named the temporary file it wrote ("Wrote benchmark data in").
+                reporter.write_line(f"pytest-ipu: results moved whole into {pending.target}")
+        except OSError as exc:
+            error = exc
+    if error is not None:
+        pending.discard()
+        line = (
+            f"pytest-ipu: --benchmark-json={pending.target}: cannot write the results: "
+            f"{error.strerror or error}; the file was left as it was (free space or pass a writable path)"
+        )
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+        else:
+            print(line)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -88,8 +164,68 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("ipu_backend", targets, indirect=True, ids=[t.id for t in targets])
 
 
-def _parametrizes(metafunc: pytest.Metafunc, name: str) -> bool:
-    for mark in metafunc.definition.iter_markers("parametrize"):
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuse a target whose backend or device nobody provides, before anything runs.
+
+    Here, not at configure time: a conftest below the rootdir (loaded during collection) may add a
+    backend through ``pytest_ipu_make_backend``. Not in ``pytest_generate_tests`` either: pytest turns
+    an error there into a collection error, not a one-line usage error. Runs after the session's
+    marker checks, so a marker's malformed ``backend=`` is reported as such first.
+    """
+    session = config.stash.get(SESSION_KEY, None)
+    if session is None:
+        return
+    provided: dict[Target, bool] = {}
+    for item in items:
+        target = _target_param(item)
+        if target is None:
+            continue
+        reason = backends.unknown_target_reason(target)
+        if reason is None:
+            continue
+        if target not in provided:
+            # Only a conftest's implementation can make a target the registry does not know; the
+            # session's own (the registry) would build a built-in backend for any device string.
+            conftests = config.pluginmanager.subset_hook_caller("pytest_ipu_make_backend", [session])
+            provided[target] = conftests(config=config, target=target) is not None
+        if not provided[target]:
+            raise pytest.UsageError(f"pytest-ipu: {_target_origin(config, item)}: {reason}")
+
+
+def _target_param(item: pytest.Item) -> Target | None:
+    """The ``ipu_backend`` parameter of ``item`` as a target; ``None`` when it has none or it is
+    malformed (the fixture reports that, naming the test)."""
+    callspec = getattr(item, "callspec", None)
+    param = callspec.params.get("ipu_backend") if callspec is not None else None
+    if isinstance(param, Target):
+        return param
+    if isinstance(param, str):
+        try:
+            return parse_target(param)
+        except ValueError:
+            return None
+    return None
+
+
+def _target_origin(config: pytest.Config, item: pytest.Item) -> str:
+    """Where ``item``'s target came from, as the start of a message: its own parametrize, its
+    marker, or the ``--ipu-backend`` option (with the option's source)."""
+    if _parametrizes(item, "ipu_backend"):
+        param = item.callspec.params["ipu_backend"]  # type: ignore[attr-defined]
+        return f"{item.nodeid}: invalid value {str(param)!r} for the ipu_backend parameter"
+    for mark in item.iter_markers("ipu"):
+        if "backend" in mark.kwargs:
+            value = mark.kwargs["backend"]
+            return f"{item.nodeid}: invalid value {value!r} for @pytest.mark.ipu(backend=...)"
+    value, source = options.value_and_source(config, "targets")
+    return f"invalid value {value!r} for --ipu-backend from {source}"
+
+
+def _parametrizes(node: pytest.Item | pytest.Metafunc, name: str) -> bool:
+    """Whether ``node`` (a test, or the test being generated) parametrizes ``name`` itself."""
+    markers = node.definition.iter_markers if isinstance(node, pytest.Metafunc) else node.iter_markers
+    for mark in markers("parametrize"):
         names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
         listed = names if isinstance(names, (list, tuple)) else [n.strip() for n in str(names).split(",")]
         if name in listed:

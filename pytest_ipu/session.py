@@ -9,6 +9,7 @@ schema, the tables) is imported on first use.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -208,6 +209,27 @@ class IpuSession:
                 marker_gates(item)
             except ConfigError as exc:
                 raise pytest.UsageError(f"pytest-ipu: {exc}") from None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
+        """Once the test's fixtures are torn down, release the compiled models no test can ask for
+        again (their model is gone): a sweep that builds a model per parameter must not keep them all.
+
+        Here rather than at ``pytest_runtest_logfinish``: the earlier repeats of a benchmark run the
+        test's protocol without logging it, and their models are just as gone.
+        """
+        try:
+            yield
+        finally:
+            if self._compiled is not None:
+                errors = self._compiled.release_unreachable(item.nodeid)
+                if errors:
+                    warnings.warn(
+                        PytestIpuWarning(
+                            f"pytest-ipu could not release a compiled model: {'; '.join(errors)}"
+                        ),
+                        stacklevel=1,
+                    )
 
     def pytest_report_header(self) -> list[str]:
         """One line with the settings pytest-ipu runs with."""

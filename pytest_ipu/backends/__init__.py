@@ -18,7 +18,19 @@ from typing import cast
 from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.target import Target
 
-__all__ = ["BUILTIN", "BackendEntry", "Target", "all_candidates", "auto_candidates", "make_backend"]
+__all__ = [
+    "BUILTIN",
+    "BackendEntry",
+    "Target",
+    "all_candidates",
+    "auto_candidates",
+    "make_backend",
+    "unknown_backend_reason",
+    "unknown_target_reason",
+]
+
+#: What people type for a device a backend calls otherwise; difflib alone would answer 'cpu' for 'gpu'.
+_DEVICE_ALIASES = {"gpu": "cuda", "nvidia": "cuda", "cuda0": "cuda", "host": "cpu"}
 
 
 @dataclass(frozen=True)
@@ -37,6 +49,13 @@ class BackendEntry:
     #: Whether the constructor takes ``intra_op_threads`` and ``inter_op_threads`` (torch's
     #: process-wide thread counts, ``--ipu-torch-threads`` and ``--ipu-torch-interop-threads``).
     uses_threads: bool = False
+    #: Devices accepted when named but never candidates: the IPU Model simulator, whose timings are
+    #: not hardware timings, must be asked for (``popart:ipu-model``), never found by ``auto``.
+    named_only_devices: tuple[str, ...] = ()
+
+    def accepts(self, device_kind: str) -> bool:
+        """Whether ``device_kind`` (a device without its ``:N`` index) is one this backend runs on."""
+        return device_kind in self.devices or device_kind in self.named_only_devices
 
 
 BUILTIN: Mapping[str, BackendEntry] = {
@@ -55,8 +74,16 @@ BUILTIN: Mapping[str, BackendEntry] = {
         "pytest_ipu.backends.onnxruntime:OrtBackend", {}, ("cpu", "cuda"), uses_cache_dir=True
     ),
     # Graphcore IPUs. Their SDK wheels cannot come from PyPI; where absent they are listed as such.
-    "poptorch": BackendEntry("pytest_ipu.backends.poptorch:PopTorchBackend", {}, ("ipu",)),
-    "popart": BackendEntry("pytest_ipu.backends.popart:PopArtBackend", {}, ("ipu",), uses_cache_dir=True),
+    "poptorch": BackendEntry(
+        "pytest_ipu.backends.poptorch:PopTorchBackend", {}, ("ipu",), named_only_devices=("ipu-model",)
+    ),
+    "popart": BackendEntry(
+        "pytest_ipu.backends.popart:PopArtBackend",
+        {},
+        ("ipu",),
+        uses_cache_dir=True,
+        named_only_devices=("ipu-model",),
+    ),
     # TensorRT builds engines per shape and takes minutes for a large model: opt-in.
     "onnxruntime-trt": BackendEntry(
         "pytest_ipu.backends.onnxruntime:OrtBackend",
@@ -109,4 +136,27 @@ def unknown_backend_reason(target: Target) -> str:
     return (
         f"unknown backend {target.backend!r}{hint}; built in: {', '.join(BUILTIN)} "
         "(a conftest can add others with the pytest_ipu_make_backend hook)"
+    )
+
+
+def unknown_target_reason(target: Target) -> str | None:
+    """Why ``target`` is not a built-in backend on one of its devices, or ``None`` when it is one.
+
+    ``None`` says nothing about this machine: ``torch:cuda`` is known even without a GPU (the test
+    then skips with the backend's reason). A device is ``kind`` or ``kind:N`` (``cuda:1``, ``ipu:3``).
+    A name or device that is not built in may still come from a conftest's ``pytest_ipu_make_backend``.
+    """
+    entry = BUILTIN.get(target.backend)
+    if entry is None:
+        return unknown_backend_reason(target)
+    kind = target.device_kind
+    if kind is None or entry.accepts(kind):
+        return None
+    known = (*entry.devices, *entry.named_only_devices)
+    alias = _DEVICE_ALIASES.get(kind)
+    close = [alias] if alias in known else difflib.get_close_matches(kind, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (
+        f"unknown device {target.device!r} for backend {target.backend!r}{hint}; "
+        f"{target.backend} runs on {', '.join(known)} (each may take an index: {entry.devices[-1]}:1)"
     )

@@ -4,7 +4,10 @@ The cache key hashes what determines the exported graph: the model's structure (
 source of each module class's ``forward``), its weights and buffers, the example inputs' dtypes and
 non-batch shapes, the export options, and the torch and onnxscript versions. A cached file is used only
 if its SHA-256 matches the one recorded when it was written; anything else is rebuilt, never trusted.
-Files are written to a temporary name and renamed, so a crash never leaves a half-written model.
+Files are written to a temporary name and renamed, so a crash never leaves a half-written model, and
+get mode 0644 whatever the umask (the cache is shared, never world-writable). A cache directory that
+cannot be written (a file, a read-only or full file system, an entry that is a directory) is a
+``CacheDirError`` naming the directory, ``--ipu-cache-dir`` and the fix, never a bare ``OSError``.
 
 torch, onnx and onnxscript are imported inside the functions that need them.
 """
@@ -12,7 +15,9 @@ torch, onnx and onnxscript are imported inside the functions that need them.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import importlib
 import importlib.metadata
 import inspect
 import io
@@ -36,10 +41,16 @@ DEFAULT_OPSET = 18
 #: The lowest opset torch's dynamo exporter writes; below it the TorchScript exporter is used.
 DYNAMO_MIN_OPSET = 18
 _FORMAT = 2  # bump when the cache layout or the export recipe changes
+#: Mode of the cache's files: readable by all, writable by the owner only, whatever the umask.
+CACHE_FILE_MODE = 0o644
 
 
 class ExportError(PytestIpuError):
     """torch could not export the model; the message names the model and the exporter's reason."""
+
+
+class CacheDirError(ExportError):
+    """The export cache directory (``--ipu-cache-dir``) cannot be written; one line naming it and the fix."""
 
 
 @dataclass(frozen=True)
@@ -86,11 +97,8 @@ def export(
         return found
     start = time.perf_counter_ns()
     data = _export(model, example_inputs, options)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with atomic_path(onnx_path) as tmp:
-        tmp.write_bytes(data)
-    digest = _sha256(onnx_path)
     names, opset = _inputs_and_opset(data)
+    digest = hashlib.sha256(data).hexdigest()
     meta = {
         "format": _FORMAT,
         "sha256": digest,
@@ -98,9 +106,37 @@ def export(
         "input_names": list(names),
         "opset": opset,
     }
-    with atomic_path(meta_path) as tmp:
-        tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    entry = cache_dir
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        entry = onnx_path
+        with atomic_path(onnx_path, mode=CACHE_FILE_MODE) as tmp:
+            tmp.write_bytes(data)
+        entry = meta_path
+        with atomic_path(meta_path, mode=CACHE_FILE_MODE) as tmp:
+            tmp.write_text(json.dumps(meta, indent=2), encoding="utf-8")
+    except OSError as exc:
+        raise CacheDirError(_cache_dir_problem(cache_dir, entry, exc)) from exc
     return ExportedModel(onnx_path, digest, False, (time.perf_counter_ns() - start) * 1e-9, names, opset)
+
+
+def _cache_dir_problem(cache_dir: Path, entry: Path, exc: OSError) -> str:
+    """One line: which directory (and entry) of ``--ipu-cache-dir`` failed, why, and what to do."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    where = f"--ipu-cache-dir={cache_dir}"
+    if entry != cache_dir:
+        where += f" (writing {entry.name})"
+    if exc.errno == errno.ENOSPC or exc.errno == errno.EDQUOT:
+        fix = "free space on its file system or pass another directory as --ipu-cache-dir"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "make the directory writable or pass a writable directory as --ipu-cache-dir"
+    elif isinstance(exc, IsADirectoryError) and entry != cache_dir:
+        fix = f"remove the directory {entry} (the cache keeps files there) or pass another --ipu-cache-dir"
+    elif isinstance(exc, (FileExistsError, NotADirectoryError)) or exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        fix = "it (or a path above it) is not a directory: pass a directory path as --ipu-cache-dir"
+    else:
+        fix = "pass a writable directory as --ipu-cache-dir"
+    return f"{where}: cannot write the ONNX export cache: {reason}; {fix}"
 
 
 def cache_key(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -> str:
@@ -169,7 +205,14 @@ def _export(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -
     exporter below, which the dynamo exporter cannot write (it converts down, and keeps opset 18
     where the conversion fails) but PopART 3.x needs (it reads opsets 6 to 11)."""
     import torch
+    import torch.onnx
 
+    if options.opset >= DYNAMO_MIN_OPSET:
+        # Imported here, outside the ``try`` below: torch imports its exporter's dependencies
+        # lazily, and a Ctrl-C landing inside such a lazy import surfaces as an AttributeError
+        # that the ``except Exception`` would turn into an ExportError (the run went on).
+        with contextlib.suppress(ImportError):
+            importlib.import_module("torch._dynamo")
     half = options.precision == "fp16"
     module = _copy_for_export(model, half)
     inputs = tuple(_as_input(torch, x, half) for x in example_inputs)
@@ -197,7 +240,26 @@ def _export(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -
             data: bytes = program.model_proto.SerializeToString()
             return data
     except Exception as exc:
+        if _interrupted(exc):
+            # Ctrl-C inside the exporter, turned into another exception on the way out (torch's
+            # lazy imports do that): the user asked the run to stop, so it stops.
+            raise KeyboardInterrupt from exc
         raise ExportError(f"torch.onnx.export failed for {type(model).__name__}: {_reason(exc)}") from exc
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a ``KeyboardInterrupt`` is anywhere in ``exc``'s cause or context chain."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [exc]
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue  # chains can loop
+        seen.add(id(current))
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        pending.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False
 
 
 def _export_torchscript(

@@ -38,7 +38,8 @@ def to_arrays(outputs: Any) -> list[np.ndarray]:
 
 def compare(reference: Any, actual: Any, precision: str, reference_name: str) -> ParityRecord:
     """Compare outputs (the record's ``passed`` says whether they match within the precision's
-    tolerance); raises ``ParityError`` when their structure or shapes differ."""
+    tolerance); raises ``ParityError`` when their structure or shapes differ, or when either side
+    has a NaN or an infinity (no error measure means anything then: the message says which side)."""
     ref, out = to_arrays(reference), to_arrays(actual)
     if len(ref) != len(out):
         raise ParityError(f"the model returned {len(out)} output(s), the reference {len(ref)}")
@@ -47,10 +48,44 @@ def compare(reference: Any, actual: Any, precision: str, reference_name: str) ->
         if r.shape != a.shape:
             raise ParityError(f"output {i} has shape {a.shape}, the reference {r.shape}")
         if not (np.all(np.isfinite(a)) and np.all(np.isfinite(r))):
-            # A non-finite value on either side makes the outputs incomparable: fail, never pass.
-            return ParityRecord(reference_name, float("inf"), float("inf"), TOLERANCES[precision])
+            # A non-finite value on either side makes the outputs incomparable: fail, never pass,
+            # and say which side and what, not an "inf > tolerance" that reads as a big error.
+            raise ParityError(_non_finite(i, r, a, precision, reference_name))
         diff = float(np.max(np.abs(a - r))) if r.size else 0.0
         scale = float(np.max(np.abs(r))) if r.size else 0.0
         max_abs = max(max_abs, diff)
         max_rel = max(max_rel, diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf")))
     return ParityRecord(reference_name, max_abs, max_rel, TOLERANCES[precision])
+
+
+def _what(values: np.ndarray) -> str:
+    """``NaN``, ``inf`` or ``NaN and inf``: what the non-finite values of one side are."""
+    kinds = [kind for kind, test in (("NaN", np.isnan), ("inf", np.isinf)) if np.any(test(values))]
+    return " and ".join(kinds)
+
+
+def _non_finite(index: int, reference: np.ndarray, actual: np.ndarray, precision: str, name: str) -> str:
+    """One line for output ``index`` where the model's or the reference's values are not finite:
+    which side, what (NaN, inf), how many and the first place."""
+    bad_ref, bad_out = ~np.isfinite(reference), ~np.isfinite(actual)
+    first = tuple(int(x) for x in np.argwhere(bad_ref | bad_out)[0])
+    model = f"the {precision} model's"
+    ref = f"the reference's ({name})"
+    if np.any(bad_ref) and np.any(bad_out):
+        what = _what(actual) if _what(actual) == _what(reference) else "non-finite"
+        return (
+            f"output {index}: both outputs are {what} ({model} at {int(bad_out.sum())} of {actual.size} "
+            f"values, {ref} at {int(bad_ref.sum())}; first at index {first}): nothing to compare; the "
+            "model or its example inputs produce them (uninitialised weights or inputs?)"
+        )
+    if np.any(bad_out):
+        return (
+            f"output {index}: only {model} output is {_what(actual)} (at {int(bad_out.sum())} of "
+            f"{actual.size} values; first at index {first}, where {ref} is {float(reference[first]):g}): "
+            "the model overflows or divides by zero in this precision"
+        )
+    return (
+        f"output {index}: only {ref} output is {_what(reference)} (at {int(bad_ref.sum())} of "
+        f"{reference.size} values; first at index {first}, where {model} is {float(actual[first]):g}): "
+        "the example inputs make the fp32 reference overflow; use smaller or normalised inputs"
+    )

@@ -27,6 +27,11 @@ class Target:
         """The form used in test ids: ``torch-cuda0`` (no ``:``, which pytest node ids reserve)."""
         return str(self).replace(":", "-", 1).replace(":", "")
 
+    @property
+    def device_kind(self) -> str | None:
+        """The device without its index: ``cuda`` for ``cuda:1``, ``ipu`` for ``ipu``; ``None`` when unset."""
+        return None if self.device is None else self.device.partition(":")[0]
+
 
 def parse_target(text: str) -> Target:
     """Parse ``name`` or ``name:device``; raise ``ValueError`` saying what a target looks like."""

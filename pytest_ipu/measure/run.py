@@ -12,6 +12,7 @@ arguments and publishes what these return.
 from __future__ import annotations
 
 import math
+import numbers
 import statistics
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from dataclasses import replace
 
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.errors import BenchmarkArgumentError
+from pytest_ipu.errors import BenchmarkArgumentTypeError
 from pytest_ipu.measure import metrics
 from pytest_ipu.measure import timing
 from pytest_ipu.measure.contention import ContentionProbe
@@ -60,6 +63,55 @@ class Measurement:
     calls_s: tuple[float, ...] = ()
 
 
+def _count(name: str, value: object, minimum: int, fix: str) -> None:
+    """``value`` must be ``None`` or a whole number (not a bool) of at least ``minimum``."""
+    if value is None:
+        return
+    where = f"ipu_benchmark({name}={value!r})"
+    # bool is an int subclass (True would be 1 round); a float or a string is not a count, even
+    # 8.0 or "8": the record stores integers and a fraction of a call is no call.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise BenchmarkArgumentTypeError(
+            f"pytest-ipu: {where}: {name} must be a whole number, not {type(value).__name__}; {fix}"
+        )
+    if value < minimum:
+        raise BenchmarkArgumentError(f"pytest-ipu: {where}: {name} must be at least {minimum}; {fix}")
+
+
+def check_arguments(
+    model: object,
+    inputs: object,
+    *,
+    items_per_call: object = None,
+    rounds: object = None,
+    warmup_rounds: object = None,
+) -> None:
+    """Reject bad ``ipu_benchmark`` arguments before anything runs, each with one line naming the
+    argument, its value and the fix (``BenchmarkArgumentError``; ``BenchmarkArgumentTypeError``
+    for a wrong type)."""
+    if not callable(model):
+        raise BenchmarkArgumentTypeError(
+            f"pytest-ipu: ipu_benchmark(model={type(model).__name__} object): the model must be callable "
+            "(a compiled model from ipu_compile, or any function); pass ipu_benchmark(model, (x,))"
+        )
+    if hasattr(inputs, "shape") and not isinstance(inputs, (list, tuple)):
+        # A tensor is itself a sequence (of its rows): taken as the inputs it would call the model
+        # with one row per argument, a wrong benchmark rather than an error.
+        shape = tuple(getattr(inputs, "shape", ()))
+        raise BenchmarkArgumentTypeError(
+            f"pytest-ipu: ipu_benchmark(model, inputs={type(inputs).__name__} of shape {shape}): inputs is "
+            "a sequence of positional arguments, not one tensor or array; pass (x,)"
+        )
+    if isinstance(inputs, (str, bytes, dict)) or not isinstance(inputs, Sequence):
+        raise BenchmarkArgumentTypeError(
+            f"pytest-ipu: ipu_benchmark(model, inputs={type(inputs).__name__} object): inputs is a "
+            "sequence of positional arguments (a tuple or list); pass (x,), or () for none"
+        )
+    _count("items_per_call", items_per_call, 1, "pass the items one call completes, e.g. items_per_call=8")
+    _count("rounds", rounds, 1, "pass rounds=N with N >= 1, or leave it out for auto rounds (--ipu-rounds)")
+    _count("warmup_rounds", warmup_rounds, 0, "pass warmup_rounds=N with N >= 0 (0: none)")
+
+
 def batch_size(inputs: Sequence[object]) -> int:
     """Leading dimension of the first input; 1 for no inputs or a scalar."""
     if not inputs:
@@ -87,6 +139,7 @@ def measure(
     unstable_threshold: float = 0.05,
     index: int = 1,
     process: str = "this",
+    call_timeout_s: float | None = None,
 ) -> Measurement:
     """Measure one repeat of ``compiled`` on ``inputs`` and build its record.
 
@@ -97,12 +150,21 @@ def measure(
     fixture, or ``timing.LocalTimer``) and ``round_times_s`` then gives the time of each, seconds.
     ``probe`` measures the other processes' share of the CPU over the window. The record has one
     repeat (numbered ``index``); ``pool`` joins several.
+
+    ``call_timeout_s`` bounds every call (the first, warm-up, calibration and timed ones): one still
+    running then raises ``CallTimeout`` naming it (``timing.Watchdog``; enforced in the main thread
+    on POSIX only). With auto rounds the warm-up calls, and separately the calibration, stop once
+    they have lasted the repeat's budget (docs/numbers.md).
     """
+    check_arguments(compiled.run, inputs, items_per_call=items_per_call, rounds=policy.rounds)
     args = compiled.prepare_inputs(tuple(inputs))
     batch = batch_size(inputs)
     per_instance = items_per_call if items_per_call is not None else batch
     if per_instance < 1:
-        raise ValueError(f"items_per_call must be >= 1, got {per_instance}")
+        raise BenchmarkArgumentError(
+            f"pytest-ipu: ipu_benchmark: items_per_call defaults to the batch size (the leading dimension "
+            f"of the first input), here {per_instance}; pass items_per_call=N with N >= 1"
+        )
     group = compiled.group
     # One round is one call of every instance, so it completes items_per_call x instances items.
     items = per_instance * (group.count if group is not None else 1)
@@ -110,54 +172,61 @@ def measure(
     # A later repeat's first call is not a first call of the model any more: it counts as one of
     # the warm-up calls that warm the repeat anew.
     rewarm = max(policy.warmup_rounds - 1, 0) if index > 1 else policy.warmup_rounds
-    warm = timing.warm_up(compiled.run, args, rewarm)
     budget_s = policy.max_time_s
     if meter is not None and auto:
         # An energy window shorter than the sensor can resolve is lengthened: a longer budget.
         budget_s = max(budget_s, min_window_s(meter.source.update_period_s()))
-    estimate_s = warm.estimate_s
-    stretch_s = CALIBRATION_SHARE * budget_s
-    if auto and estimate_s < stretch_s:
-        estimate_s = timing.calibrate(compiled.run, args, stretch_s).estimate_s
-    planned = timing.plan_rounds(policy.rounds, estimate_s, budget_s, policy.min_rounds)
-    # A lengthened budget lengthens the cap in proportion: the cap is a multiple of the budget.
-    cap_s = None if policy.cap_s is None else max(policy.cap_s * budget_s / policy.max_time_s, budget_s)
-    # An energy window must reach the sensor's minimum: those rounds end past the budget, not near it.
-    box = (
-        timing.TimeBox(budget_s, policy.min_rounds, cap_s, nearest=meter is None)
-        if auto
-        else timing.TimeBox()
-    )
-    if group is not None:
-        group.reset_latencies()  # the warm-up calls are not part of the statistics
-
-    def opened() -> None:
-        if probe is not None:
-            probe.start()
-        if meter is not None:
-            meter.mark()
-
-    contention: list[ContentionRecord] = []
-
-    def closed() -> None:
-        if meter is not None:
-            meter.mark()
-        if probe is not None:
-            contention.append(probe.stop())
-
-    if meter is None:
-        window = timing.timed_rounds(
-            timer, compiled.run, args, planned, on_start=opened, on_end=closed, box=box
+    # Every call from the first to the last timed round is bounded by the call timeout; the
+    # watchdog stops with the rounds, before anything of pytest-ipu's own runs on.
+    with timing.Watchdog(call_timeout_s, repeat=index) as watch:
+        # Auto rounds fill a time budget, so their warm-up (and calibration) is bounded by it too;
+        # fixed rounds are counts, not time, and run every warm-up call asked for.
+        warm = timing.warm_up(compiled.run, args, rewarm, budget_s=budget_s if auto else None, watch=watch)
+        estimate_s = warm.estimate_s
+        stretch_s = CALIBRATION_SHARE * budget_s
+        if auto and estimate_s < stretch_s:
+            estimate_s = timing.calibrate(
+                compiled.run, args, stretch_s, limit_s=budget_s, watch=watch
+            ).estimate_s
+        planned = timing.plan_rounds(policy.rounds, estimate_s, budget_s, policy.min_rounds)
+        # A lengthened budget lengthens the cap in proportion: the cap is a multiple of the budget.
+        cap_s = None if policy.cap_s is None else max(policy.cap_s * budget_s / policy.max_time_s, budget_s)
+        # An energy window must reach the sensor's minimum: those rounds end past the budget, not near it.
+        box = (
+            timing.TimeBox(budget_s, policy.min_rounds, cap_s, nearest=meter is None)
+            if auto
+            else timing.TimeBox()
         )
-        power = not_measured(*unmeasured)
-    else:
-        with meter.sampling() as trace:
+        if group is not None:
+            group.reset_latencies()  # the warm-up calls are not part of the statistics
+
+        def opened() -> None:
+            if probe is not None:
+                probe.start()
+            if meter is not None:
+                meter.mark()
+
+        contention: list[ContentionRecord] = []
+
+        def closed() -> None:
+            if meter is not None:
+                meter.mark()
+            if probe is not None:
+                contention.append(probe.stop())
+
+        if meter is None:
             window = timing.timed_rounds(
-                timer, compiled.run, args, planned, on_start=opened, on_end=closed, box=box
+                timer, compiled.run, args, planned, on_start=opened, on_end=closed, box=box, watch=watch
             )
-        power = meter.result(
-            trace, window.start_ns, window.end_ns, items * window.rounds, rounds_fixed=not auto
-        )
+            power = not_measured(*unmeasured)
+        else:
+            with meter.sampling() as trace:
+                window = timing.timed_rounds(
+                    timer, compiled.run, args, planned, on_start=opened, on_end=closed, box=box, watch=watch
+                )
+            power = meter.result(
+                trace, window.start_ns, window.end_ns, items * window.rounds, rounds_fixed=not auto
+            )
     samples = tuple(round_times_s())
     window_s = window.seconds
     instances: tuple[records.InstanceRecord, ...] | None = None

@@ -1,15 +1,19 @@
 """The timed loop: untimed first call and warm-up, the round plan, and rounds through pytest-benchmark.
 
 Nothing here knows JSON or pytest options. The clock is injectable; the default is
-``time.perf_counter_ns``, a monotonic clock with nanosecond resolution.
+``time.perf_counter_ns``, a monotonic clock with nanosecond resolution. ``Watchdog`` bounds each
+call (the call timeout): the loops only count the calls they finish (``CallWatch``), a thread
+watches the count, and a call that has not finished in time is interrupted by a signal.
 """
 
 from __future__ import annotations
 
 import gc
 import math
+import signal
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -17,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 from typing import Literal
 from typing import Protocol
+
+from pytest_ipu.errors import CallTimeout
 
 #: Most rounds ``auto`` plans: enough for p99 (100) many times over and for a 2 s budget of 20 us calls,
 #: with a bounded JSON size (about 2 MB of samples under --benchmark-save-data).
@@ -59,15 +65,38 @@ class WarmUp:
 
 
 def warm_up(
-    fn: Callable[..., object], args: Sequence[Any], rounds: int, clock: Clock = time.perf_counter_ns
+    fn: Callable[..., object],
+    args: Sequence[Any],
+    rounds: int,
+    clock: Clock = time.perf_counter_ns,
+    budget_s: float | None = None,
+    watch: CallWatch | None = None,
 ) -> WarmUp:
-    """Call ``fn`` once (the first call), then ``rounds`` more times, timing each call."""
-    durations = []
-    for _ in range(rounds + 1):
+    """Call ``fn`` once (the first call), then up to ``rounds`` more times, timing each call.
+
+    With ``budget_s`` the warm-up rounds stop once together they have lasted that long: a slow
+    model is warm long before 50 warm-up calls of a minute each are done, and the record's
+    ``warmup_rounds`` (``len(warmup_s)``) says how many ran. The first call never counts.
+    """
+    watch = watch if watch is not None else CallWatch()
+    watch.enter("the first call")
+    start = clock()
+    fn(*args)
+    first_s = (clock() - start) * 1e-9
+    watch.done += 1
+    watch.enter("warm-up call {n}")
+    durations: list[float] = []
+    total_s = 0.0
+    for _ in range(rounds):
+        if budget_s is not None and total_s >= budget_s:
+            break
         start = clock()
         fn(*args)
-        durations.append((clock() - start) * 1e-9)
-    return WarmUp(durations[0], tuple(durations[1:]))
+        elapsed = (clock() - start) * 1e-9
+        watch.done += 1
+        durations.append(elapsed)
+        total_s += elapsed
+    return WarmUp(first_s, tuple(durations))
 
 
 def calibrate(
@@ -76,23 +105,48 @@ def calibrate(
     stretch_s: float,
     clock: Clock = time.perf_counter_ns,
     max_calls: int = MAX_AUTO_ROUNDS,
+    limit_s: float | None = None,
+    watch: CallWatch | None = None,
 ) -> Calibration:
     """Estimate one call's duration as ``timeit.autorange`` does: time 1, 2, 4, ... calls back to back
     until one batch lasts at least ``stretch_s`` (or ``max_calls`` calls), then divide.
 
     A batch of calls is far less disturbed by the clock's resolution and by one unlucky call than
     the two warm-up calls are, so the rounds it sizes fill their budget (``plan_rounds``).
+
+    ``limit_s`` bounds the whole calibration (the repeat's budget): calls that slow down in the
+    middle of a long batch would otherwise keep it going for up to ``max_calls`` calls. The clock
+    is then read after every call (about 50 ns each, inside the batch's time: a round costs more
+    than a bare call anyway); the batch running when the limit is reached gives the estimate.
     """
+    watch = watch if watch is not None else CallWatch()
+    watch.enter("calibration call {n}")
     calls = 1
     total_calls = 0
+    deadline = None if limit_s is None else clock() + limit_s * 1e9
     while True:
         start = clock()
-        for _ in range(calls):
-            fn(*args)
-        elapsed = (clock() - start) * 1e-9
-        total_calls += calls
-        if elapsed >= stretch_s or calls >= max_calls:
-            return Calibration(calls=calls, batch_s=elapsed, total_calls=total_calls)
+        made = 0
+        if deadline is None:
+            for _ in range(calls):
+                fn(*args)
+            watch.done += calls
+            made = calls
+        else:
+            while made < calls:
+                fn(*args)
+                made += 1
+                watch.done += 1
+                if clock() >= deadline:
+                    break
+        end = clock()
+        elapsed = (end - start) * 1e-9
+        total_calls += made
+        if elapsed >= stretch_s or made >= max_calls:
+            return Calibration(calls=made, batch_s=elapsed, total_calls=total_calls)
+        if deadline is not None and end >= deadline:
+            # The limit ended the calibration: the batch so far (possibly cut short) is the estimate.
+            return Calibration(calls=made, batch_s=elapsed, total_calls=total_calls, limited=True)
         calls = min(calls * 2, max_calls)
 
 
@@ -104,6 +158,8 @@ class Calibration:
     calls: int
     batch_s: float
     total_calls: int
+    #: True when the calibration's time limit (``limit_s``) ended it before a batch lasted the stretch.
+    limited: bool = False
 
     @property
     def estimate_s(self) -> float:
@@ -172,6 +228,7 @@ def timed_rounds(
     on_start: Callable[[], None] | None = None,
     on_end: Callable[[], None] | None = None,
     box: TimeBox = TimeBox(),
+    watch: CallWatch | None = None,
 ) -> Window:
     """Run up to ``rounds`` timed rounds through ``benchmark.pedantic``; return the window.
 
@@ -187,7 +244,13 @@ def timed_rounds(
     Ending is done by raising from pedantic's setup, which pytest-benchmark counts as an error
     (``has_error``) and would leave out of its JSON; the rounds it timed are kept, so the flag is
     cleared here: an end at the time box is the plan, not a failure.
+
+    ``watch`` counts the finished rounds for the call timeout's ``Watchdog`` (one attribute
+    increment per round, in the teardown that already runs between rounds: no clock read, no
+    system call).
     """
+    watch = watch if watch is not None else CallWatch()
+    watch.enter("timed round {n}")
     marks: list[int] = []
     ended = [0]
     reason: list[Ending] = []
@@ -224,6 +287,7 @@ def timed_rounds(
         else:
             marks.append(end)
         ended[0] += 1
+        watch.done += 1
         if ended[0] == rounds:
             finish()
 
@@ -240,6 +304,139 @@ def timed_rounds(
     except _EndRounds:
         benchmark.has_error = False
     return Window(marks[0], marks[1], ended[0], reason[0] if reason else "planned")
+
+
+class CallWatch:
+    """What the loops tell the ``Watchdog``: which kind of call they are making and how many calls
+    they have finished. Writing it costs one attribute increment per call, no clock read.
+
+    ``phase`` is the running calls' name, a template whose ``{n}`` is the call's number within the
+    phase (``"warm-up call {n}"``), paired with the value of ``done`` when the phase began.
+    """
+
+    __slots__ = ("done", "phase", "repeat")
+
+    def __init__(self, repeat: int = 1) -> None:
+        self.done = 0
+        self.phase: tuple[str, int] = ("the first call", 0)
+        self.repeat = repeat
+
+    def enter(self, template: str) -> None:
+        """The calls from now on are ``template``'s (one tuple stored: the watchdog reads it whole)."""
+        self.phase = (template, self.done)
+
+    def running(self) -> str:
+        """The name of the call running now (the one after the ``done`` finished), with the repeat."""
+        template, base = self.phase
+        return f"{template.format(n=self.done - base + 1)} of repeat {self.repeat}"
+
+
+#: The signal the watchdog interrupts the main thread with (POSIX only; ``None`` elsewhere).
+TIMEOUT_SIGNAL: int | None = getattr(signal, "SIGALRM", None)
+
+
+class Watchdog:
+    """Enforce the call timeout over a block of calls: ``with Watchdog(600.0, repeat=1) as watch``.
+
+    A Python call cannot be stopped from another thread, but the main thread can be interrupted.
+    A daemon thread polls ``watch.done`` (and the phase) every ``poll_s`` (a tenth of the timeout,
+    at most 1 s); a call that has made no progress for ``timeout_s`` gets the main thread a
+    ``SIGALRM`` (``signal.pthread_kill``), whose handler, installed for the block only, raises
+    ``CallTimeout`` naming the call. ``time.sleep``, lock and ``Event`` waits, pipe reads and most
+    blocking C calls return early to run it; a C call that never returns to the interpreter (a
+    hung device driver, say) is not interrupted. The timeout fires between ``timeout_s`` and
+    ``timeout_s + poll_s`` after the call began: the thread times the count it sees change, never
+    the call itself, so the loops pay one increment per call and the harness no system call.
+
+    Not enforced (the block runs unwatched) without a timeout, off the main thread (a signal
+    handler can only be installed there) and where ``SIGALRM`` or ``pthread_kill`` are missing
+    (Windows). A ``SIGALRM`` that is not the watchdog's (``pytest-timeout``'s signal method, say)
+    goes on to the handler that was installed before.
+    """
+
+    def __init__(
+        self,
+        timeout_s: float | None,
+        repeat: int = 1,
+        poll_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.clock = clock
+        #: How many times the thread has looked (tests order their steps by it).
+        self.polls = 0
+        self.watch = CallWatch(repeat)
+        self.poll_s = poll_s if poll_s is not None else (min(timeout_s / 10, 1.0) if timeout_s else 1.0)
+        self.enforced = (
+            timeout_s is not None
+            and TIMEOUT_SIGNAL is not None
+            and hasattr(signal, "pthread_kill")
+            and threading.current_thread() is threading.main_thread()
+        )
+        #: The message to raise, set by the thread just before it signals; ``None``: not fired.
+        self.fired: str | None = None
+        self._armed = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._previous: Any = None
+
+    def __enter__(self) -> CallWatch:
+        if self.enforced:
+            assert TIMEOUT_SIGNAL is not None
+            self._previous = signal.signal(TIMEOUT_SIGNAL, self._on_signal)
+            self._armed = True
+            self._thread = threading.Thread(
+                target=self._run, args=(threading.get_ident(),), name="pytest-ipu-call-watchdog", daemon=True
+            )
+            self._thread.start()
+        return self.watch
+
+    def __exit__(self, *_: object) -> None:
+        if not self.enforced:
+            return
+        assert TIMEOUT_SIGNAL is not None
+        assert self._thread is not None
+        # Disarm first: a signal already sent for a call that then finished must not raise later.
+        self._armed = False
+        self._stop.set()
+        self._thread.join()
+        signal.signal(TIMEOUT_SIGNAL, self._previous)
+
+    def message(self, call: str) -> str:
+        """The one line a timed-out call fails its test with."""
+        return (
+            f"pytest-ipu: {call} was still running after the call timeout of {self.timeout_s:g}s "
+            "(--ipu-call-timeout, or the ipu marker's call_timeout=): the model hangs or its calls are "
+            "slower than that; if they really are, raise it, e.g. --ipu-call-timeout=30min"
+        )
+
+    def _run(self, main_ident: int) -> None:
+        assert self.timeout_s is not None
+        assert TIMEOUT_SIGNAL is not None
+        watch = self.watch
+        seen = (watch.done, watch.phase)
+        since = self.clock()
+        while not self._stop.wait(self.poll_s):
+            now = self.clock()
+            current = (watch.done, watch.phase)
+            if current != seen:
+                # A call finished (or a new phase began) since the last look: the running call began
+                # after the last look, so timing it from now never fires early.
+                seen, since = current, now
+            elif now - since >= self.timeout_s:
+                self.fired = self.message(watch.running())
+                signal.pthread_kill(main_ident, TIMEOUT_SIGNAL)
+                self.polls += 1
+                return
+            self.polls += 1
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        message = self.fired
+        if message is not None and self._armed:
+            self.fired = None  # raised once: the interrupted call's caller decides what follows
+            raise CallTimeout(message)
+        if callable(self._previous):
+            self._previous(signum, frame)
 
 
 class LocalTimer:

@@ -250,7 +250,18 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
                     f"{lacking.path}: benchmark {fullname!r} has no extra_info['ipu'] record, while "
                     f"{ordered[present.index(True)].path} has one; merge files of one launch"
                 )
-            out["extra_info"][schema.NAMESPACE] = _merge_records(fullname, ordered, records)
+            try:
+                out["extra_info"][schema.NAMESPACE] = _merge_records(fullname, ordered, records)
+            except (KeyError, TypeError, ValueError) as exc:
+                if isinstance(exc, MergeError):
+                    raise
+                # A field the record reader tolerates but the merge cannot combine (a latency
+                # statistic that is not a number, a non-string unsupported percentile): one line.
+                raise MergeError(
+                    f"{', '.join(str(r.path) for r in ordered)}: benchmark {fullname!r}: malformed "
+                    f"extra_info['ipu'] record ({type(exc).__name__}: {exc}); pass the files pytest-ipu "
+                    "wrote, unedited"
+                ) from None
         benchmarks.append(out)
     merged["benchmarks"] = benchmarks
     if not isinstance(merged.get("machine_info"), dict):
@@ -294,6 +305,18 @@ def _read(path: Path) -> _Run:
                 schema.from_json(record)
             except schema.SchemaError as exc:
                 raise MergeError(f"{path}: benchmark {bench['fullname']!r}: {exc}") from None
+            unsupported = record.get("latency_unsupported", [])
+            if not isinstance(unsupported, list) or not all(isinstance(p, str) for p in unsupported):
+                raise MergeError(
+                    f"{path}: benchmark {bench['fullname']!r}: latency_unsupported = {unsupported!r} is "
+                    "not a list of percentile names (strings); pass the files pytest-ipu wrote, unedited"
+                )
+            latency = record.get("latency_s")
+            if not isinstance(latency, dict) or not {"p50", "p99"} <= set(latency):
+                raise MergeError(
+                    f"{path}: benchmark {bench['fullname']!r}: latency_s has no p50 and p99; pass the "
+                    "files pytest-ipu wrote, unedited"
+                )
             if isinstance(record.get(KEY), dict) and record[KEY].get("merged"):
                 raise MergeError(
                     f"{path}: benchmark {bench['fullname']!r} is already merged; pass unmerged files"
@@ -401,5 +424,33 @@ def _merge_records(fullname: str, runs: list[_Run], records: list[dict[str, Any]
 
 
 def write_atomic(path: Path, document: Mapping[str, Any]) -> None:
-    """Write ``document`` as JSON to ``path`` so that readers see the old file or the new, never half."""
+    """Write ``document`` as JSON to ``path`` so that readers see the old file or the new, never half.
+
+    Raises ``MergeError`` when ``path`` is one of the files ``document`` was merged from (as
+    ``merge`` lists them under ``machine_info["ipu"]["poprun"]["files"]``): writing over an input
+    would lose an instance's own results.
+    """
+    for name in _merged_from(document):
+        if _same_file(path, Path(name)):
+            raise MergeError(
+                f"{path}: is also an input file ({name}); refusing to write over an input: pass an "
+                "output path that is not one of the files being merged"
+            )
     atomic.write_text(path, json.dumps(document, indent=4) + "\n")
+
+
+def _merged_from(document: Mapping[str, Any]) -> list[str]:
+    machine = document.get("machine_info")
+    ipu_info = machine.get(schema.NAMESPACE) if isinstance(machine, dict) else None
+    section = ipu_info.get(KEY) if isinstance(ipu_info, dict) else None
+    files = section.get("files") if isinstance(section, dict) else None
+    return [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file: the same inode when both exist (links, ``./``), else the same
+    absolute path."""
+    try:
+        return a.samefile(b)
+    except OSError:
+        return a.resolve() == b.resolve()

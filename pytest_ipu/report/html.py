@@ -111,7 +111,10 @@ def _render(runs: Sequence[StoredRun]) -> list[_Figure]:
         machine = plots.machine_label(runs, group)
         for view in plots.VIEWS:
             series = plots.series_for(runs, group, view)
-            figure = plots.draw(view, group, series, plots.notes_for(view, series), machine=machine)
+            try:
+                figure = plots.draw(view, group, series, plots.notes_for(view, series), machine=machine)
+            except plots.PlotError as exc:
+                raise ReportError(str(exc)) from None
             png, svg = io.BytesIO(), io.BytesIO()
             # A fixed hash salt and no date make the SVG the same bytes for the same data, so that
             # reports diff cleanly; text as paths needs no font on the reader's machine.

@@ -67,6 +67,10 @@ INSTANCES_NOTE = (
 )
 
 
+class PlotError(ValueError):
+    """Numbers that cannot be plotted (NaN, Infinity, negative); the message names the point."""
+
+
 @dataclass(frozen=True)
 class Series:
     """One line of a plot: a backend of one run, its points in ascending batch size, values in SI units.
@@ -373,6 +377,22 @@ def _wide(values: Sequence[float]) -> bool:
     return bool(positive) and max(positive) / min(positive) > LOG_RATIO
 
 
+def check_plottable(view: str, group: str, series: Sequence[Series]) -> None:
+    """Raise ``PlotError`` naming the group, line and batch size of a value that is not a finite
+    number >= 0. Run files are checked when read (``benchmark_json.parse_run``), so this guards
+    records made in memory: matplotlib would draw NaN as a gap and Infinity as a broken axis
+    without a word, and a log axis cannot hold a negative value."""
+    for s in series:
+        for name, numbers in (("batch size", s.batch_sizes), ("value", s.values), ("p99", s.upper)):
+            for i, value in enumerate(numbers):
+                if value is not None and not (math.isfinite(value) and value >= 0):
+                    batch = s.batch_sizes[i] if i < len(s.batch_sizes) else "?"
+                    raise PlotError(
+                        f"cannot plot {group!r} ({VIEW_TITLES[view]}), line {s.label!r}, batch size "
+                        f"{batch}: the {name} is {value!r}, not a finite number >= 0; correct the record"
+                    )
+
+
 def draw(
     view: str, group: str, series: Sequence[Series], notes: Sequence[str], *, machine: str = ""
 ) -> Figure:
@@ -392,6 +412,7 @@ def draw(
 
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; expected one of {', '.join(VIEWS)}")
+    check_plottable(view, group, series)
     note_lines = [line for note in notes for line in textwrap.wrap(note, 120, subsequent_indent="  ")]
     # The notes get their own strip under the axes; the figure grows by it so that the plot does not
     # shrink as notes are added.

@@ -3,37 +3,48 @@
 A temporary file is written beside the target (``os.replace`` is atomic only within one file
 system), flushed to disk, then renamed onto the target; on any failure it is removed and the target
 is left as it was. The file gets the mode a plain ``open`` would give (0o666 less the umask), not
-the private mode of ``tempfile``: caches and reports are shared.
+the private mode of ``tempfile``: caches and reports are shared; a caller can ask for an exact mode
+(the export cache is 0o644 whatever the umask). ``PendingFile`` does the same for a file another
+program writes (pytest-benchmark's ``--benchmark-json``): it writes a temporary path, which is
+renamed onto the target only once written whole.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 
 @contextlib.contextmanager
-def atomic_path(target: Path) -> Iterator[Path]:
-    """A temporary path beside ``target`` to write to, renamed onto it only if the block succeeds."""
+def atomic_path(target: Path, mode: int | None = None) -> Iterator[Path]:
+    """A temporary path beside ``target`` to write to, renamed onto it only if the block succeeds.
+
+    The file gets ``mode`` exactly, or without it 0o666 less the umask.
+    """
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     temporary = Path(name)
-    umask = os.umask(0)
-    os.umask(umask)
-    temporary.chmod(0o666 & ~umask)
     try:
+        if mode is None:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o666 & ~umask
         yield temporary
+        # After the block: writing through ``Path.write_bytes`` keeps the mode, but a block that
+        # recreates the file would get the umask's; the rename publishes exactly ``mode``.
+        temporary.chmod(mode)
         temporary.replace(target)
     finally:
         temporary.unlink(missing_ok=True)
 
 
-def write_bytes(target: Path, data: bytes) -> None:
+def write_bytes(target: Path, data: bytes, mode: int | None = None) -> None:
     """Write ``data`` to ``target`` whole, synced to disk before the rename, or not at all."""
-    with atomic_path(target) as temporary, temporary.open("wb") as handle:
+    with atomic_path(target, mode) as temporary, temporary.open("wb") as handle:
         handle.write(data)
         handle.flush()
         os.fsync(handle.fileno())
@@ -42,3 +53,37 @@ def write_bytes(target: Path, data: bytes) -> None:
 def write_text(target: Path, text: str) -> None:
     """``write_bytes`` of ``text`` in UTF-8."""
     write_bytes(target, text.encode("utf-8"))
+
+
+class PendingFile:
+    """A file that another writer writes at ``temporary`` (beside ``target``, so the rename is atomic);
+    ``commit`` renames it onto ``target`` once written whole, ``discard`` removes it.
+
+    The temporary path is only named, not created: a writer that never writes leaves nothing, and
+    the target keeps its previous content (or stays absent) until ``commit``.
+    """
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.temporary = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+    def commit(self) -> bool:
+        """Sync the written temporary file and rename it onto the target; ``False`` when nothing was
+        written. Raises ``OSError`` (after removing the temporary file) when that fails."""
+        try:
+            with self.temporary.open("rb+") as handle:
+                os.fsync(handle.fileno())
+        except FileNotFoundError:
+            return False
+        except OSError:
+            self.discard()
+            raise
+        try:
+            self.temporary.replace(self.target)
+        finally:
+            self.discard()
+        return True
+
+    def discard(self) -> None:
+        """Remove the temporary file, if any: whatever it holds may be half-written."""
+        self.temporary.unlink(missing_ok=True)

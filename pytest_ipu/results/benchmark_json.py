@@ -7,6 +7,7 @@ update hooks), so a file written with pytest-ipu still loads in ``pytest-benchma
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -85,8 +86,14 @@ def read_document(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RunFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise RunFileError(f"{path}: not JSON: {exc}") from None
+    except RecursionError:
+        # json's C parser recurses once per level: a file nested thousands deep exhausts the stack.
+        raise RunFileError(
+            f"{path}: not a pytest-benchmark run: its JSON is nested too deeply to read; "
+            "give the JSON file pytest-benchmark wrote"
+        ) from None
+    except ValueError as exc:  # UnicodeDecodeError and json.JSONDecodeError are ValueErrors
+        raise RunFileError(f"{path}: not JSON: {_one_line(str(exc))}") from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise RunFileError(f"{path}: not a pytest-benchmark run (no 'benchmarks' list)")
     return data
@@ -94,64 +101,144 @@ def read_document(path: Path) -> dict[str, Any]:
 
 def parse_run(data: object, path: Path) -> StoredRun:
     """A run from its parsed JSON (``path`` names where it came from, in messages and the result);
-    raises ``RunFileError`` naming ``path`` and the problem."""
+    raises ``RunFileError`` naming ``path``, the benchmark, the key and the problem.
+
+    Every number a reader uses is checked here, once for every command and the plugin's baselines:
+    per-round times and time statistics must be finite and >= 0, and the record must pass
+    ``schema.from_json``'s checks, so NaN, Infinity or a negative time never reaches a table, a
+    gate or a plot.
+    """
     benchmarks = data.get("benchmarks") if isinstance(data, dict) else None
     if not isinstance(benchmarks, list):
         raise RunFileError(f"{path}: not a pytest-benchmark run (no 'benchmarks' list)")
     out = []
     for index, bench in enumerate(benchmarks):
-        extra = bench.get("extra_info") if isinstance(bench, dict) else None
-        if not isinstance(bench, dict) or not isinstance(extra or {}, dict):
+        if not isinstance(bench, dict):
             raise RunFileError(f"{path}: benchmarks[{index}] is not a pytest-benchmark benchmark object")
-        info = (extra or {}).get(schema.NAMESPACE)
-        try:
-            record = schema.from_json(info) if info is not None else None
-        except schema.SchemaError as exc:
-            raise RunFileError(f"{path}: benchmark {bench.get('fullname')!r}: {exc}") from None
-        out.append(
-            StoredBenchmark(
-                str(bench.get("name")),
-                str(bench.get("fullname")),
-                bench.get("group"),
-                record,
-                _samples(bench),
-                dict(bench.get("params") or {}) if isinstance(bench.get("params") or {}, dict) else {},
-                _time_stats(bench),
-            )
-        )
+        out.append(_benchmark(bench, f"{path}: benchmarks[{index}]", path))
     assert isinstance(data, dict)  # a list of benchmarks was found in it
-    machine = data.get("machine_info")
-    commit = data.get("commit_info")
     return StoredRun(
         path,
-        dict(machine) if isinstance(machine, dict) else {},
-        dict(commit) if isinstance(commit, dict) else {},
+        _free(data, "machine_info", str(path)),
+        _free(data, "commit_info", str(path)),
         str(data["datetime"]) if isinstance(data.get("datetime"), str) else None,
         tuple(out),
     )
 
 
-def _samples(bench: Mapping[str, Any]) -> tuple[float, ...] | None:
+#: How a bad benchmark field's message ends: where a good one comes from.
+_FIX = "give the JSON file pytest-benchmark wrote, or correct the value"
+
+
+def _benchmark(bench: Mapping[str, Any], where: str, path: Path) -> StoredBenchmark:
+    """One benchmark object; ``where`` names it (by index) until its full name is known."""
+    # The names group every table and pair benchmarks across runs: they must be strings.
+    for key in ("name", "fullname"):
+        if not isinstance(bench.get(key), str):
+            raise RunFileError(f"{where}: '{key}' is {_show(bench.get(key))}: it must be a string; {_FIX}")
+    where = f"{path}: benchmark {bench['fullname']!r}"
+    group = bench.get("group")
+    if group is not None and not isinstance(group, str):
+        raise RunFileError(f"{where}: 'group' is {_show(group)}: it must be a string or null; {_FIX}")
+    extra = bench.get("extra_info")
+    if extra is not None and not isinstance(extra, dict):
+        raise RunFileError(f"{where}: 'extra_info' is {_show(extra)}: it must be a JSON object; {_FIX}")
+    info = (extra or {}).get(schema.NAMESPACE)
+    try:
+        record = schema.from_json(info) if info is not None else None
+    except schema.SchemaError as exc:
+        raise RunFileError(f"{where}: {exc}") from None
+    return StoredBenchmark(
+        bench["name"],
+        bench["fullname"],
+        group,
+        record,
+        _samples(bench, where),
+        _free(bench, "params", where),
+        _time_stats(bench, where),
+    )
+
+
+#: How deeply a free-form value (a test parameter, ``machine_info``, ``commit_info``) may nest:
+#: tables, labels and sort keys turn such values into text, which recurses once per level;
+#: pytest-benchmark writes them two or three levels deep.
+MAX_DEPTH = 32
+
+
+def _shallow(value: Any, name: str, where: str) -> None:
+    """Raise ``RunFileError`` when ``value`` nests deeper than ``MAX_DEPTH``."""
+    # Walked with a stack, not recursion: the nesting is as deep as the file makes it.
+    stack = [(name, value, 0)]
+    while stack:
+        name, value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise RunFileError(f"{where}: '{name}' nests deeper than {MAX_DEPTH} levels; {_FIX}")
+        if isinstance(value, dict):
+            stack.extend((f"{name}.{k}", v, depth + 1) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{name}[{i}]", v, depth + 1) for i, v in enumerate(value))
+
+
+def _free(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    """A free-form object of the file (``params``, ``machine_info``, ``commit_info``): ``{}`` when
+    absent or null (pytest-benchmark writes null params for a test without any)."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RunFileError(f"{where}: '{key}' is {_show(value)}: it must be a JSON object or null; {_FIX}")
+    _shallow(value, key, where)
+    return dict(value)
+
+
+def _show(value: Any) -> str:
+    """A value as a message shows it: on one line and short, containers by their kind."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _time(value: Any, where: str, key: str) -> float:
+    """A time in seconds from the file: a finite number >= 0, else ``RunFileError`` naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RunFileError(f"{where}: '{key}' is {_show(value)}: it must be a time in seconds; {_FIX}")
+    try:
+        number = float(value)
+    except OverflowError:  # a whole number of hundreds of digits
+        number = math.inf
+    if not math.isfinite(number) or number < 0:
+        raise RunFileError(
+            f"{where}: '{key}' is {_show(value)}: a time must be a finite number of seconds >= 0; {_FIX}"
+        )
+    return number
+
+
+def _samples(bench: Mapping[str, Any], where: str) -> tuple[float, ...] | None:
+    """pytest-benchmark's per-round times (``stats.data``); ``None`` when the file has none."""
     stats = bench.get("stats")
     data = stats.get("data") if isinstance(stats, dict) else None
-    if not isinstance(data, list) or not data:
+    if data is None:
         return None
-    try:
-        return tuple(float(x) for x in data)
-    except (TypeError, ValueError):
-        return None
+    if not isinstance(data, list):
+        raise RunFileError(f"{where}: 'stats.data' is {_show(data)}: it must be a list of times; {_FIX}")
+    return tuple(_time(x, where, f"stats.data[{i}]") for i, x in enumerate(data)) or None
 
 
 #: The time statistics of pytest-benchmark's ``stats`` that ``StoredBenchmark.stats`` keeps.
 TIME_STATS = ("min", "median", "mean", "max", "stddev", "iqr")
 
 
-def _time_stats(bench: Mapping[str, Any]) -> dict[str, float]:
+def _time_stats(bench: Mapping[str, Any], where: str) -> dict[str, float]:
     stats = bench.get("stats")
-    if not isinstance(stats, dict):
+    if stats is None:
         return {}
-    return {
-        k: float(stats[k])
-        for k in TIME_STATS
-        if isinstance(stats.get(k), (int, float)) and not isinstance(stats.get(k), bool)
-    }
+    if not isinstance(stats, dict):
+        raise RunFileError(f"{where}: 'stats' is {_show(stats)}: it must be a JSON object; {_FIX}")
+    return {k: _time(stats[k], where, f"stats.{k}") for k in TIME_STATS if stats.get(k) is not None}

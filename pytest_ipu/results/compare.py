@@ -139,12 +139,14 @@ def _sort_key(bench: StoredBenchmark) -> tuple[Any, ...]:
     """Batch size first (from the record, else a ``batch_size`` parameter), then the other
     parameters (numbers before text), then the target and the name."""
     batch = bench.record.batch_size if bench.record is not None else bench.params.get("batch_size")
+    # Numbers are compared as they are: float() of a parameter of hundreds of digits overflows, and
+    # int and float compare exactly; NaN sorts anywhere but never raises.
     params = tuple(
-        (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0.0, str(v))
+        (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
         for k, v in sorted(bench.params.items())
         if k != "batch_size"
     )
-    batch_key = (0, float(batch)) if isinstance(batch, (int, float)) else (1, 0.0)
+    batch_key = (0, batch) if isinstance(batch, (int, float)) and not isinstance(batch, bool) else (1, 0)
     target = bench.record.target if bench.record is not None else ""
     return (batch_key, params, target, bench.name)
 
@@ -206,6 +208,34 @@ def check_gates(comparison: Comparison, gate_list: Sequence[gates.Gate]) -> list
         ]
         verdicts.extend(runner.check(measured).verdicts)
     return verdicts
+
+
+#: The gates' summary when gates were given and no benchmark could be checked: a failure, as in
+#: ``pytest-ipu ab`` (``ab.gate_lines``), since a gate that checked nothing guards nothing.
+NOTHING_CHECKED = (
+    "gates: nothing was checked: no benchmark with a pytest-ipu record is in both the first run and "
+    "a later one (compare runs of the same benchmarks)"
+)
+
+
+def gate_lines(gate_list: Sequence[gates.Gate], verdicts: Sequence[decide.Verdict]) -> list[str]:
+    """The gates' summary line, then each failed verdict's line; empty when no gate was given."""
+    if not gate_list:
+        return []
+    if not verdicts:
+        return [NOTHING_CHECKED]
+    failed = [v for v in verdicts if not v.passed]
+    return [f"gates: {len(verdicts)} checked, {len(failed)} failed", *(v.line() for v in failed)]
+
+
+def exit_code(
+    comparison: Comparison, gate_list: Sequence[gates.Gate], verdicts: Sequence[decide.Verdict], strict: bool
+) -> int:
+    """0 when every gate passed; 1 when one failed, when gates were given but none was checked, or
+    (``strict``) when a benchmark is missing from a run."""
+    if any(not v.passed for v in verdicts) or (gate_list and not verdicts):
+        return 1
+    return 1 if strict and comparison.missing else 0
 
 
 # -- rendering ------------------------------------------------------------------------------------

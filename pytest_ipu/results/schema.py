@@ -23,8 +23,11 @@ the others); ``from_json`` reads any record of a version this code knows back in
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from collections.abc import Mapping
 from typing import Any
+from typing import TypeVar
 
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
@@ -93,200 +96,420 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
 
 
 def from_json(data: Mapping[str, Any]) -> IpuRecord:
-    """Read a record back; raises ``SchemaError`` saying what is wrong with it."""
+    """Read a record back; raises ``SchemaError`` naming the key (a dotted path such as
+    ``power.devices[0].energy_j``), its value and the fix.
+
+    Every value is checked where it is read, so a corrupt or hand-edited record never reaches a
+    table, a gate or a plot: a time, rate, energy or share must be a finite number >= 0, a count a
+    whole number >= 0, a flag true or false, a name a string. The one exception is parity's
+    ``max_abs`` and ``max_rel``, which are +Infinity when an output was not finite
+    (``backends.parity``; such a parity fails). Free-form objects (``compile_info``,
+    ``device_latency``, an instance's ``info``, ``placement.inventory``) may hold any JSON but NaN
+    or Infinity.
+    """
     version = data.get("schema") if isinstance(data, Mapping) else None
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise SchemaError(f"not a pytest-ipu record (schema version {version!r})")
+        raise SchemaError(f"not a pytest-ipu record (schema version {_show(version)})")
     if version > SCHEMA_VERSION:
         raise SchemaError(
             f"record has schema version {version}, newer than {SCHEMA_VERSION} which this "
             "pytest-ipu reads; upgrade pytest-ipu"
         )
-    if not isinstance(data.get("latency_unsupported", []), list):
-        raise SchemaError("malformed pytest-ipu record: 'latency_unsupported' must be a list")
-    try:
-        lat = data["latency_s"]
-        return IpuRecord(
-            target=str(data["target"]),
-            backend=str(data["backend"]),
-            device=str(data["device"]),
-            device_name=str(data["device_name"]),
-            precision=str(data["precision"]),
-            io=str(data["io"]),
-            batch_size=int(data["batch_size"]),
-            items_per_call=int(data["items_per_call"]),
-            rounds=int(data["rounds"]),
-            rounds_policy="auto" if data["rounds_policy"] == "auto" else "fixed",
-            warmup_rounds=int(data["warmup_rounds"]),
-            latency=_latency(lat, int(data["rounds"]), data["latency_unsupported"]),
-            window_s=float(data["window_s"]),
-            throughput_items_per_s=float(data["throughput_items_per_s"]),
-            compile_s=_optional_float(data["compile_s"]),
-            compile_cached=bool(data["compile_cached"]),
-            first_call_s=float(data["first_call_s"]),
-            compile_phases_s={str(k): float(v) for k, v in data.get("compile_phases_s", {}).items()},
-            compile_info=dict(data.get("compile_info", {})),
-            parity=None if data.get("parity") is None else _parity(data["parity"]),
-            power=None if data.get("power") is None else _power(data["power"]),
-            simulator=bool(data.get("simulator", False)),
-            placement=None if data.get("placement") is None else _placement(data["placement"]),
-            instances=None
-            if data.get("instances") is None
-            else tuple(_instance(i) for i in data["instances"]),
-            device_latency=None if data.get("device_latency") is None else dict(data["device_latency"]),
-            repeats=tuple(_repeat(r) for r in data.get("repeats") or ()),
-            budget=None if data.get("budget") is None else _budget(data["budget"]),
-            stability=None if data.get("stability") is None else _stability(data["stability"]),
-            contention=None
-            if data.get("contention") is None
-            else ContentionRecord.from_json(data["contention"]),
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise SchemaError(f"malformed pytest-ipu record: {type(exc).__name__}: {exc}") from None
-
-
-def _optional_float(value: Any) -> float | None:
-    return None if value is None else float(value)
-
-
-def _latency(lat: Mapping[str, Any], rounds: int, unsupported: Any) -> LatencySummary:
-    return LatencySummary(
-        min_s=float(lat["min"]),
-        p50_s=float(lat["p50"]),
-        p90_s=float(lat["p90"]),
-        p99_s=float(lat["p99"]),
-        max_s=float(lat["max"]),
-        mean_s=float(lat["mean"]),
+    rounds = _count(data, "rounds")
+    policy = _choice(data, "rounds_policy", ("auto", "fixed"))
+    return IpuRecord(
+        target=_text(data, "target"),
+        backend=_text(data, "backend"),
+        device=_text(data, "device"),
+        device_name=_text(data, "device_name"),
+        precision=_text(data, "precision"),
+        io=_text(data, "io"),
+        batch_size=_count(data, "batch_size"),
+        items_per_call=_count(data, "items_per_call"),
         rounds=rounds,
-        unsupported=tuple(str(p) for p in unsupported),
+        rounds_policy="auto" if policy == "auto" else "fixed",
+        warmup_rounds=_count(data, "warmup_rounds"),
+        latency=_latency(
+            _object(data, "latency_s"),
+            "latency_s.",
+            rounds,
+            _texts(data, "latency_unsupported", default=_ABSENT),
+        ),
+        window_s=_number(data, "window_s"),
+        throughput_items_per_s=_number(data, "throughput_items_per_s"),
+        compile_s=_number_or_none(data, "compile_s", required=True),
+        compile_cached=_flag(data, "compile_cached"),
+        first_call_s=_number(data, "first_call_s"),
+        compile_phases_s=_number_map(data, "compile_phases_s"),
+        compile_info=_free(data, "compile_info") or {},
+        parity=_part(data, "parity", _parity),
+        power=_part(data, "power", _power),
+        simulator=_flag(data, "simulator", default=False),
+        placement=_part(data, "placement", _placement),
+        instances=None if data.get("instances") is None else _each(data, "instances", _instance),
+        device_latency=_free(data, "device_latency"),
+        repeats=() if data.get("repeats") is None else _each(data, "repeats", _repeat),
+        budget=_part(data, "budget", _budget),
+        stability=_part(data, "stability", _stability),
+        contention=_part(data, "contention", _contention),
     )
 
 
-def _parity(data: Mapping[str, Any]) -> ParityRecord:
+# --- readers of one value ---------------------------------------------------------------------
+# Each takes the object, the key and ``at``, the object's own dotted path with a trailing dot
+# ("" for the record, "power." for its power object), so every message names the full key.
+
+#: How every bad value's message ends: how to get a good one.
+_FIX = "re-run the benchmark to write the record again, or correct the value in the file"
+#: The largest count a record may hold: beyond it a count is impossible, and a table, sort key or
+#: ratio that converts it to a float would overflow or round it.
+MAX_COUNT = 2**53
+#: A key that is not in its object (told apart from JSON null).
+_ABSENT: Any = object()
+
+
+def _show(value: Any) -> str:
+    """A value as a message shows it: on one line and short, containers by their kind."""
+    if value is _ABSENT:
+        return "missing"
+    if isinstance(value, (dict, Mapping)):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
+def _bad(name: str, value: Any, want: str) -> SchemaError:
+    return SchemaError(f"malformed pytest-ipu record: '{name}' is {_show(value)}: {want}; {_FIX}")
+
+
+def _get(data: Mapping[str, Any], key: str, default: Any) -> Any:
+    """``data[key]``; ``default`` when absent or null, unless ``default`` is ``_ABSENT`` (required)."""
+    value = data.get(key, _ABSENT)
+    return default if (value is _ABSENT or value is None) and default is not _ABSENT else value
+
+
+def _object(data: Mapping[str, Any], key: str, at: str = "") -> Mapping[str, Any]:
+    value = data.get(key, _ABSENT)
+    if not isinstance(value, dict):
+        raise _bad(at + key, value, "it must be a JSON object")
+    return value
+
+
+def _real(value: Any, name: str, allow_inf: bool = False) -> float:
+    """A finite number >= 0 (+Infinity too where ``allow_inf``), as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _bad(name, value, "it must be a number >= 0")
+    try:
+        number = float(value)
+    except OverflowError:  # a whole number of hundreds of digits
+        raise _bad(name, value, "it is too large: it must be a finite number >= 0") from None
+    if math.isnan(number) or (math.isinf(number) and not (allow_inf and number > 0)):
+        raise _bad(name, value, "it must be a finite number >= 0")
+    if number < 0:
+        raise _bad(name, value, "it must be >= 0 (a time, rate, energy or share is never negative)")
+    return number
+
+
+def _number(data: Mapping[str, Any], key: str, at: str = "", default: Any = _ABSENT) -> float:
+    return _real(_get(data, key, default), at + key)
+
+
+def _number_or_none(data: Mapping[str, Any], key: str, at: str = "", required: bool = False) -> float | None:
+    """A number or JSON null; a missing key reads as null unless ``required``."""
+    value = data.get(key, _ABSENT)
+    if value is _ABSENT and required:
+        raise _bad(at + key, value, "it must be a number >= 0 or null")
+    return None if value is None or value is _ABSENT else _real(value, at + key)
+
+
+def _whole(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(name, value, "it must be a whole number >= 0")
+    if value < 0:
+        raise _bad(name, value, "it must be >= 0 (a count is never negative)")
+    if value > MAX_COUNT:
+        raise _bad(name, value, f"it is too large: a count is at most {MAX_COUNT}")
+    return value
+
+
+def _count(data: Mapping[str, Any], key: str, at: str = "", default: Any = _ABSENT) -> int:
+    return _whole(_get(data, key, default), at + key)
+
+
+def _text(data: Mapping[str, Any], key: str, at: str = "", default: Any = _ABSENT) -> str:
+    value = _get(data, key, default)
+    if not isinstance(value, str):
+        raise _bad(at + key, value, "it must be a string")
+    return value
+
+
+def _text_or_none(data: Mapping[str, Any], key: str, at: str = "") -> str | None:
+    value = data.get(key)
+    return None if value is None else _text(data, key, at)
+
+
+def _choice(
+    data: Mapping[str, Any], key: str, choices: tuple[str, ...], at: str = "", default: Any = _ABSENT
+) -> str:
+    value = _get(data, key, default)
+    if value not in choices or not isinstance(value, str):
+        raise _bad(at + key, value, f"it must be one of {', '.join(repr(c) for c in choices)}")
+    return value
+
+
+def _flag(data: Mapping[str, Any], key: str, at: str = "", default: Any = _ABSENT) -> bool:
+    value = _get(data, key, default)
+    if not isinstance(value, bool):
+        raise _bad(at + key, value, "it must be true or false")
+    return value
+
+
+def _list(data: Mapping[str, Any], key: str, at: str = "", default: Any = ()) -> list[Any]:
+    """A list; ``default`` when absent or null (pass ``_ABSENT`` for a list that must be there)."""
+    value = _get(data, key, default)
+    if isinstance(value, tuple):
+        return list(value)
+    if not isinstance(value, list):
+        raise _bad(at + key, value, "it must be a list")
+    return value
+
+
+def _texts(data: Mapping[str, Any], key: str, at: str = "", default: Any = ()) -> tuple[str, ...]:
+    items = _list(data, key, at, default)
+    for i, item in enumerate(items):
+        if not isinstance(item, str):
+            raise _bad(f"{at}{key}[{i}]", item, "it must be a string")
+    return tuple(items)
+
+
+def _number_map(data: Mapping[str, Any], key: str, at: str = "") -> dict[str, float]:
+    """An object of numbers >= 0 (phase times); ``{}`` when absent, never null (the writer has always
+    written an object)."""
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise _bad(at + key, value, "it must be a JSON object of numbers")
+    return {str(k): _real(v, f"{at}{key}.{k}") for k, v in value.items()}
+
+
+def _free(data: Mapping[str, Any], key: str, at: str = "") -> dict[str, Any] | None:
+    """A free-form object (any JSON but NaN or Infinity, which no reader could use), or ``None``."""
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _bad(at + key, value, "it must be a JSON object or null")
+    # Walked with a stack, not recursion: the nesting is as deep as the file makes it.
+    stack: list[tuple[str, Any]] = [(at + key, value)]
+    while stack:
+        name, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise _bad(name, item, "it must be a finite number")
+        if isinstance(item, dict):
+            stack.extend((f"{name}.{k}", v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{name}[{i}]", v) for i, v in enumerate(item))
+    return dict(value)
+
+
+_Part = TypeVar("_Part")
+
+
+def _part(data: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any], str], _Part]) -> _Part | None:
+    """An optional sub-object read by ``read``; ``None`` when absent or null."""
+    return None if data.get(key) is None else read(_object(data, key), f"{key}.")
+
+
+def _each(
+    data: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any], str], _Part], at: str = ""
+) -> tuple[_Part, ...]:
+    """Every entry of a list of sub-objects, each read by ``read``."""
+    out = []
+    for i, item in enumerate(_list(data, key, at)):
+        name = f"{at}{key}[{i}]"
+        if not isinstance(item, dict):
+            raise _bad(name, item, "it must be a JSON object")
+        out.append(read(item, f"{name}."))
+    return tuple(out)
+
+
+# --- readers of the parts ---------------------------------------------------------------------
+
+
+def _latency(lat: Mapping[str, Any], at: str, rounds: int, unsupported: tuple[str, ...]) -> LatencySummary:
+    return LatencySummary(
+        min_s=_number(lat, "min", at),
+        p50_s=_number(lat, "p50", at),
+        p90_s=_number(lat, "p90", at),
+        p99_s=_number(lat, "p99", at),
+        max_s=_number(lat, "max", at),
+        mean_s=_number(lat, "mean", at),
+        rounds=rounds,
+        unsupported=unsupported,
+    )
+
+
+def _parity(data: Mapping[str, Any], at: str) -> ParityRecord:
     # ``passed`` is stored for readers of the JSON; the typed record derives it from the numbers.
     return ParityRecord(
-        reference=str(data["reference"]),
-        max_abs=float(data["max_abs"]),
-        max_rel=float(data["max_rel"]),
-        tolerance=float(data["tolerance"]),
+        reference=_text(data, "reference", at),
+        max_abs=_real(data.get("max_abs", _ABSENT), f"{at}max_abs", allow_inf=True),
+        max_rel=_real(data.get("max_rel", _ABSENT), f"{at}max_rel", allow_inf=True),
+        tolerance=_number(data, "tolerance", at),
     )
 
 
-def _power(data: Mapping[str, Any]) -> PowerRecord:
-    warnings = tuple(str(w) for w in data.get("warnings", []))
-    low = data.get("low_confidence")
-    if low is None:
+def _device_energy(data: Mapping[str, Any], at: str) -> DeviceEnergy:
+    return DeviceEnergy(
+        id=_text(data, "id", at),
+        name=_text(data, "name", at),
+        scope=_text(data, "scope", at),
+        energy_j=_number(data, "energy_j", at),
+        mean_w=_number(data, "mean_w", at),
+        idle_w=_number_or_none(data, "idle_w", at),
+    )
+
+
+def _power(data: Mapping[str, Any], at: str) -> PowerRecord:
+    warnings = _texts(data, "warnings", at)
+    if data.get("low_confidence") is None:
         # Written before the flag existed: the meter's warning was the only sign of it.
         low = any(w.startswith(_OLD_LOW_CONFIDENCE) for w in warnings)
+    else:
+        low = _flag(data, "low_confidence", at)
     return PowerRecord(
-        measured=bool(data["measured"]),
-        source=str(data.get("source", "")),
-        reason=str(data.get("reason") or ""),
-        method=None if data.get("method") is None else str(data["method"]),
-        integration=None if data.get("integration") is None else str(data["integration"]),
-        devices=tuple(
-            DeviceEnergy(
-                id=str(d["id"]),
-                name=str(d["name"]),
-                scope=str(d["scope"]),
-                energy_j=float(d["energy_j"]),
-                mean_w=float(d["mean_w"]),
-                idle_w=_optional_float(d.get("idle_w")),
-            )
-            for d in data.get("devices", [])
-        ),
-        energy_j=_optional_float(data.get("energy_j")),
-        mean_power_w=_optional_float(data.get("mean_power_w")),
-        idle_power_w=_optional_float(data.get("idle_power_w")),
-        items=int(data.get("items", 0)),
-        energy_per_item_j=_optional_float(data.get("energy_per_item_j")),
-        items_per_j=_optional_float(data.get("items_per_j")),
-        samples=int(data.get("samples", 0)),
-        sample_hz_requested=_optional_float(data.get("sample_hz_requested")),
-        sample_hz_achieved=_optional_float(data.get("sample_hz_achieved")),
-        update_period_s=_optional_float(data.get("update_period_s")),
-        window_s=_optional_float(data.get("window_s")),
-        valid=bool(data.get("valid", False)),
+        measured=_flag(data, "measured", at),
+        source=_text(data, "source", at, default=""),
+        reason=_text(data, "reason", at, default=""),
+        method=_text_or_none(data, "method", at),
+        integration=_text_or_none(data, "integration", at),
+        devices=_each(data, "devices", _device_energy, at),
+        energy_j=_number_or_none(data, "energy_j", at),
+        mean_power_w=_number_or_none(data, "mean_power_w", at),
+        idle_power_w=_number_or_none(data, "idle_power_w", at),
+        items=_count(data, "items", at, default=0),
+        energy_per_item_j=_number_or_none(data, "energy_per_item_j", at),
+        items_per_j=_number_or_none(data, "items_per_j", at),
+        samples=_count(data, "samples", at, default=0),
+        sample_hz_requested=_number_or_none(data, "sample_hz_requested", at),
+        sample_hz_achieved=_number_or_none(data, "sample_hz_achieved", at),
+        update_period_s=_number_or_none(data, "update_period_s", at),
+        window_s=_number_or_none(data, "window_s", at),
+        valid=_flag(data, "valid", at, default=False),
         warnings=warnings,
-        low_confidence=bool(low),
+        low_confidence=low,
     )
 
 
-def _placement(data: Mapping[str, Any]) -> PlacementRecord:
-    ipu_ids = data.get("ipu_ids")
-    inventory = data.get("inventory")
+def _placement(data: Mapping[str, Any], at: str) -> PlacementRecord:
+    ipu_ids = None
+    if data.get("ipu_ids") is not None:
+        rows = []
+        for n, ids in enumerate(_list(data, "ipu_ids", at)):
+            if not isinstance(ids, list):
+                raise _bad(f"{at}ipu_ids[{n}]", ids, "it must be a list of IPU ids")
+            rows.append(tuple(_whole(i, f"{at}ipu_ids[{n}][{m}]") for m, i in enumerate(ids)))
+        ipu_ids = tuple(rows)
     return PlacementRecord(
-        instances=int(data["instances"]),
-        ipus_per_instance=int(data["ipus_per_instance"]),
-        replicas=int(data["replicas"]),
-        stages=int(data["stages"]),
-        runner=str(data["runner"]),
-        shared_device=bool(data["shared_device"]),
-        devices=tuple(str(d) for d in data["devices"]),
-        simulator=bool(data.get("simulator", False)),
-        ipu_ids=None if ipu_ids is None else tuple(tuple(int(i) for i in ids) for ids in ipu_ids),
-        inventory=None if inventory is None else dict(inventory),
+        instances=_count(data, "instances", at),
+        ipus_per_instance=_count(data, "ipus_per_instance", at),
+        replicas=_count(data, "replicas", at),
+        stages=_count(data, "stages", at),
+        runner=_text(data, "runner", at),
+        shared_device=_flag(data, "shared_device", at),
+        devices=_texts(data, "devices", at, default=_ABSENT),
+        simulator=_flag(data, "simulator", at, default=False),
+        ipu_ids=ipu_ids,
+        inventory=_free(data, "inventory", at),
     )
 
 
-def _instance(data: Mapping[str, Any]) -> InstanceRecord:
-    lat = data["latency_s"]
-    calls = int(data["calls"])
-    counters = data.get("device_latency")
+def _instance(data: Mapping[str, Any], at: str) -> InstanceRecord:
+    calls = _count(data, "calls", at)
+    lat = _object(data, "latency_s", at)
     return InstanceRecord(
-        index=int(data["index"]),
-        target=str(data.get("target", "")),
-        device=str(data["device"]),
-        device_name=str(data.get("device_name", "")),
-        compile_s=_optional_float(data.get("compile_s")),
+        index=_count(data, "index", at),
+        target=_text(data, "target", at, default=""),
+        device=_text(data, "device", at),
+        device_name=_text(data, "device_name", at, default=""),
+        compile_s=_number_or_none(data, "compile_s", at),
         calls=calls,
-        latency=_latency(lat, int(lat.get("rounds", calls)), lat.get("unsupported", [])),
-        phases_s={str(k): float(v) for k, v in data.get("phases_s", {}).items()},
-        info=dict(data.get("info", {})),
-        device_latency=None if counters is None else dict(counters),
+        latency=_latency(
+            lat,
+            f"{at}latency_s.",
+            _count(lat, "rounds", f"{at}latency_s.", calls),
+            _texts(lat, "unsupported", f"{at}latency_s."),
+        ),
+        phases_s=_number_map(data, "phases_s", at),
+        info=_free(data, "info", at) or {},
+        device_latency=_free(data, "device_latency", at),
     )
 
 
 _ENDINGS = ("planned", "budget", "cap")
 
 
-def _ending(value: Any) -> Any:
-    if value not in _ENDINGS:
-        raise ValueError(f"'ended' must be one of {', '.join(_ENDINGS)}, got {value!r}")
-    return value
-
-
-def _repeat(data: Mapping[str, Any]) -> RepeatRecord:
-    lat = data["latency_s"]
-    rounds = int(data["rounds"])
+def _repeat(data: Mapping[str, Any], at: str) -> RepeatRecord:
+    rounds = _count(data, "rounds", at)
+    lat = _object(data, "latency_s", at)
+    ended = _choice(data, "ended", _ENDINGS, at, default="planned")
     return RepeatRecord(
-        index=int(data["index"]),
+        index=_count(data, "index", at),
         rounds=rounds,
-        window_s=float(data["window_s"]),
-        latency=_latency(lat, int(lat.get("rounds", rounds)), lat.get("unsupported", [])),
-        throughput_items_per_s=float(data["throughput_items_per_s"]),
-        ended=_ending(data.get("ended", "planned")),
-        process=str(data.get("process", "this")),
+        window_s=_number(data, "window_s", at),
+        latency=_latency(
+            lat,
+            f"{at}latency_s.",
+            _count(lat, "rounds", f"{at}latency_s.", rounds),
+            _texts(lat, "unsupported", f"{at}latency_s."),
+        ),
+        throughput_items_per_s=_number(data, "throughput_items_per_s", at),
+        ended="cap" if ended == "cap" else "budget" if ended == "budget" else "planned",
+        process=_text(data, "process", at, default="this"),
     )
 
 
-def _budget(data: Mapping[str, Any]) -> BudgetRecord:
+def _budget(data: Mapping[str, Any], at: str) -> BudgetRecord:
+    ended = _choice(data, "ended", _ENDINGS, at, default="planned")
     return BudgetRecord(
-        budget_s=_optional_float(data.get("budget_s")),
-        cap_s=_optional_float(data.get("cap_s")),
-        window_s=float(data["window_s"]),
-        ended=_ending(data.get("ended", "planned")),
-        min_rounds_past_budget=bool(data.get("min_rounds_past_budget", False)),
-        rounds_limited=bool(data.get("rounds_limited", False)),
+        budget_s=_number_or_none(data, "budget_s", at),
+        cap_s=_number_or_none(data, "cap_s", at),
+        window_s=_number(data, "window_s", at),
+        ended="cap" if ended == "cap" else "budget" if ended == "budget" else "planned",
+        min_rounds_past_budget=_flag(data, "min_rounds_past_budget", at, default=False),
+        rounds_limited=_flag(data, "rounds_limited", at, default=False),
     )
 
 
-def _stability(data: Mapping[str, Any]) -> StabilityRecord:
+def _stability(data: Mapping[str, Any], at: str) -> StabilityRecord:
     return StabilityRecord(
-        repeats=int(data["repeats"]),
-        mode=str(data["mode"]),
-        cv=_optional_float(data.get("cv")),
-        round_spread=_optional_float(data.get("round_spread")),
-        threshold=float(data["threshold"]),
-        unstable=bool(data["unstable"]),
+        repeats=_count(data, "repeats", at),
+        mode=_text(data, "mode", at),
+        cv=_number_or_none(data, "cv", at),
+        round_spread=_number_or_none(data, "round_spread", at),
+        threshold=_number(data, "threshold", at),
+        unstable=_flag(data, "unstable", at),
     )
+
+
+#: The contention object's numbers (``ContentionRecord``), each a number >= 0 or null.
+_CONTENTION_NUMBERS = ("window_s", "others_share", "own_share", "steal_share", "load_avg_1m", "threshold")
+
+
+def _contention(data: Mapping[str, Any], at: str) -> ContentionRecord:
+    # ContentionRecord.from_json checks the kinds of its fields, but its messages show the whole
+    # value (repr, which recurses as deep as the value nests) and it cannot judge a number
+    # (finite, >= 0): every field is checked here, and it reads only the checked values (null for
+    # a flag, the reason or the threshold reading as their defaults, as for the other parts).
+    checked: dict[str, Any] = {
+        "readable": _flag(data, "readable", at),
+        "contended": _flag(data, "contended", at, default=False),
+        "reason": _text(data, "reason", at, default=""),
+        "cpus": None if data.get("cpus") is None else _count(data, "cpus", at),
+    }
+    for key in _CONTENTION_NUMBERS:
+        value = _number_or_none(data, key, at)
+        if value is not None:
+            checked[key] = value
+    return ContentionRecord.from_json(checked)

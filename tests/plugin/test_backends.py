@@ -18,6 +18,7 @@ import pytest
 from pytest_ipu.backends import BUILTIN
 from pytest_ipu.backends import auto_candidates
 from tests.plugin.inner import INNER_ADDOPTS
+from tests.plugin.inner import assert_usage_error
 
 USES_BACKEND = """
 def test_needs_backend(ipu_backend):
@@ -30,18 +31,63 @@ BUILT_IN = ", ".join(BUILTIN)
 # -- missing backends --------------------------------------------------------------------------------
 
 
-def test_unknown_backend_skips_naming_it_and_the_builtins(pytester: pytest.Pytester) -> None:
+#: A conftest that provides one backend, "absent", that is never available here.
+ABSENT_CONFTEST = """
+from pytest_ipu.backends.base import Availability, NamedBackend
+
+
+class Absent(NamedBackend):
+    def availability(self):
+        return Availability.no("its runtime is not installed")
+
+
+def pytest_ipu_make_backend(config, target):
+    return Absent(target.backend, target.device or "dev") if target.backend == "absent" else None
+"""
+
+
+def test_unknown_backend_is_a_usage_error_naming_it_and_the_builtins(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_b=USES_BACKEND)
-    result = pytester.runpytest("-rs", "--ipu-backend=nosuch,troch:cpu")
+    result = pytester.runpytest("--ipu-backend=nosuch,troch:cpu")
+    assert_usage_error(
+        pytester,
+        result,
+        "invalid value 'nosuch,troch:cpu' for --ipu-backend from the command line: unknown backend "
+        f"'nosuch'; built in: {BUILT_IN} (a conftest can add others with the pytest_ipu_make_backend hook)",
+    )
+
+
+def test_unknown_device_of_a_builtin_backend_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTEST_IPU_BACKEND", "torch:gpu")
+    pytester.makepyfile(test_b=USES_BACKEND)
+    result = pytester.runpytest()
+    assert_usage_error(
+        pytester,
+        result,
+        "invalid value 'torch:gpu' for --ipu-backend from environment variable PYTEST_IPU_BACKEND: "
+        "unknown device 'gpu' for backend 'torch' (did you mean 'cuda'?); torch runs on cpu, cuda "
+        "(each may take an index: cuda:1)",
+    )
+
+
+def test_a_known_target_absent_here_still_skips(pytester: pytest.Pytester) -> None:
+    """Indexed and simulator devices are known: what this machine lacks skips with the backend's reason."""
+    pytester.makepyfile(test_b=USES_BACKEND)
+    result = pytester.runpytest("-rs", "--ipu-backend=poptorch:ipu:3,popart:ipu-model")
+    # No Poplar SDK in this environment (its wheels are not on PyPI): both skip, neither is a typo.
     result.assert_outcomes(skipped=2)
+    assert "unknown" not in result.stdout.str()
+
+
+def test_a_conftest_backend_is_no_usage_error_and_skips_with_its_reason(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(ABSENT_CONFTEST)
+    pytester.makepyfile(test_b=USES_BACKEND)
+    result = pytester.runpytest("-rs", "--ipu-backend=absent:x1")
+    result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(
-        [
-            "SKIPPED [[]1] test_b.py:*: pytest-ipu: target nosuch is not available: "
-            f"unknown backend 'nosuch'; built in: {BUILT_IN} "
-            "(a conftest can add others with the pytest_ipu_make_backend hook)",
-            "SKIPPED [[]1] test_b.py:*: pytest-ipu: target troch:cpu is not available: "
-            f"unknown backend 'troch' (did you mean 'torch'?); built in: {BUILT_IN} *",
-        ]
+        ["SKIPPED * pytest-ipu: target absent:x1 is not available: its runtime is not installed"]
     )
 
 
@@ -49,8 +95,9 @@ def test_unknown_backend_skips_naming_it_and_the_builtins(pytester: pytest.Pytes
 def test_missing_sdk_fail_turns_the_skip_into_an_error(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
+    pytester.makeconftest(ABSENT_CONFTEST)
     pytester.makepyfile(test_b=USES_BACKEND)
-    args = ["--ipu-backend=troch"]
+    args = ["--ipu-backend=absent"]
     if how == "option":
         args.append("--ipu-missing-sdk=fail")
     else:
@@ -59,31 +106,52 @@ def test_missing_sdk_fail_turns_the_skip_into_an_error(
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
         [
-            "E * pytest_ipu.errors.BackendUnavailable: pytest-ipu: target troch is not available: "
-            f"unknown backend 'troch' (did you mean 'torch'?); built in: {BUILT_IN} *",
-            "ERROR test_b.py::test_needs_backend[[]troch] - pytest_ipu.errors.BackendUnavail*",
+            "E * pytest_ipu.errors.BackendUnavailable: pytest-ipu: target absent is not available: "
+            "its runtime is not installed",
+            "ERROR test_b.py::test_needs_backend[[]absent] - pytest_ipu.errors.Backend*",
         ]
     )
 
 
 def test_string_parameter_of_ipu_backend_selects_the_target(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(ABSENT_CONFTEST)
     pytester.makepyfile(
         test_b="""
         import pytest
         from pytest_ipu.backends.target import Target
 
-        @pytest.mark.parametrize("ipu_backend", ["nosuch:dev", Target("other")], indirect=True)
+        @pytest.mark.parametrize("ipu_backend", ["absent:dev", Target("absent", "x2")], indirect=True)
         def test_chosen(ipu_backend):
             pass
         """
     )
-    result = pytester.runpytest("-rs", "--ipu-backend=mine:cpu")
+    result = pytester.runpytest("-rs", "--ipu-backend=torch:cpu")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(
         [
-            "SKIPPED * pytest-ipu: target nosuch:dev is not available: unknown backend 'nosuch'*",
-            "SKIPPED * pytest-ipu: target other is not available: unknown backend 'other'*",
+            "SKIPPED * pytest-ipu: target absent:dev is not available: its runtime*",
+            "SKIPPED * pytest-ipu: target absent:x2 is not available: its runtime*",
         ]
+    )
+
+
+def test_unknown_string_parameter_of_ipu_backend_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_b="""
+        import pytest
+
+        @pytest.mark.parametrize("ipu_backend", ["torch:cpu", "nosuch:dev"], indirect=True)
+        def test_chosen(ipu_backend):
+            pass
+        """
+    )
+    result = pytester.runpytest()
+    assert_usage_error(
+        pytester,
+        result,
+        "test_b.py::test_chosen[nosuch:dev]: invalid value 'nosuch:dev' for the ipu_backend parameter: "
+        f"unknown backend 'nosuch'; built in: {BUILT_IN} "
+        "(a conftest can add others with the pytest_ipu_make_backend hook)",
     )
 
 

@@ -12,6 +12,8 @@ from pytest_ipu.marker import KEYWORDS
 from tests.plugin.inner import SENTINEL_TEST
 from tests.plugin.inner import assert_usage_error
 
+DURATION = "expected a positive duration such as '2', '2s' or '500ms', at most a day (86400s)"
+
 ALLOWED = ", ".join(KEYWORDS)
 
 
@@ -71,10 +73,10 @@ def test_positional_arguments_are_rejected(pytester: pytest.Pytester) -> None:
 @pytest.mark.parametrize(
     ("keyword", "value", "allowed"),
     [
-        ("rounds", "0", "expected a positive integer or 'auto'"),
-        ("warmup_rounds", "-2", "expected an integer >= 0"),
-        ("min_rounds", "'many'", "expected an integer >= 1"),
-        ("max_time", "'soon'", "expected a positive duration such as '2', '2s' or '500ms'"),
+        ("rounds", "0", "expected 'auto' or an integer from 1 to 1000000"),
+        ("warmup_rounds", "-2", "expected an integer from 0 to 100000"),
+        ("min_rounds", "'many'", "expected an integer from 1 to 100000"),
+        ("max_time", "'soon'", DURATION),
         ("precision", "'fp64'", "expected one of auto, fp32, fp16, bf16"),
         (
             "backend",
@@ -182,7 +184,24 @@ def test_no_backend_fixture(ipu_settings):
 """
 
 
+#: Provides the backends "mine" and "other" on any device, none available (an unknown name would be a
+#: usage error; these tests are about where the targets go).
+BACKEND_CONFTEST = """
+from pytest_ipu.backends.base import Availability, NamedBackend
+
+
+class Elsewhere(NamedBackend):
+    def availability(self):
+        return Availability.no("provided by the conftest, not available here")
+
+
+def pytest_ipu_make_backend(config, target):
+    return Elsewhere(target.backend, target.device) if target.backend in ("mine", "other") else None
+"""
+
+
 def test_marker_backend_restricts_parametrization(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(BACKEND_CONFTEST)
     pytester.makepyfile(test_m=BACKEND_TESTS)
     result = pytester.runpytest("--collect-only", "-q", "--ipu-backend=mine:a,mine:b")
     assert result.ret == pytest.ExitCode.OK
@@ -199,13 +218,14 @@ def test_marker_backend_restricts_parametrization(pytester: pytest.Pytester) -> 
 
 
 def test_marker_backend_reaches_the_backend_fixture(pytester: pytest.Pytester) -> None:
-    """Each parametrized target is the one the fixture looks for (none exists: each skips naming it)."""
+    """Each parametrized target is the one the fixture looks for (none is available: each skips naming it)."""
+    pytester.makeconftest(BACKEND_CONFTEST)
     pytester.makepyfile(test_m=BACKEND_TESTS)
     result = pytester.runpytest("-rs", "--ipu-backend=mine:a,mine:b")
     result.assert_outcomes(passed=1, skipped=6)
     for target in ("mine:a", "mine:b", "other:x1", "other:x2"):
         result.stdout.fnmatch_lines(
-            [f"SKIPPED * pytest-ipu: target {target} is not available: unknown backend *"]
+            [f"SKIPPED * pytest-ipu: target {target} is not available: provided by the conftest, *"]
         )
 
 
@@ -247,7 +267,8 @@ def test_marker_rounds_reach_ipu_benchmark(pytester: pytest.Pytester) -> None:
         (
             "@pytest.mark.ipu(replicas=3)",
             "test_m.py::test_a: @pytest.mark.ipu: invalid stages=1, replicas=3: 3 IPUs per instance is not a "
-            "power of two, the only sizes multi-IPU devices come in; make stages x replicas 4",
+            "power of two, the only sizes multi-IPU devices come in; make stages x replicas a power of two: "
+            "write replicas=2 or replicas=4",
         ),
         (
             "@pytest.mark.ipu(instances=0)",

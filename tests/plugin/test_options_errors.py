@@ -13,14 +13,16 @@ from pytest_ipu.options import OPTIONS
 from tests.plugin.inner import SENTINEL_TEST
 from tests.plugin.inner import assert_usage_error
 
+DURATION = "expected a positive duration such as '2', '2s' or '500ms', at most a day (86400s)"
+
 # (flag, bad value, what the message says is allowed)
 BAD_VALUES = [
-    ("--ipu-rounds", "0", "expected a positive integer or 'auto'"),
-    ("--ipu-rounds", "ten", "expected a positive integer or 'auto'"),
-    ("--ipu-warmup-rounds", "-1", "expected an integer >= 0"),
-    ("--ipu-min-rounds", "0", "expected an integer >= 1"),
-    ("--ipu-max-time", "0", "expected a positive duration such as '2', '2s' or '500ms'"),
-    ("--ipu-max-time", "fast", "expected a positive duration such as '2', '2s' or '500ms'"),
+    ("--ipu-rounds", "0", "expected 'auto' or an integer from 1 to 1000000"),
+    ("--ipu-rounds", "ten", "expected 'auto' or an integer from 1 to 1000000"),
+    ("--ipu-warmup-rounds", "-1", "expected an integer from 0 to 100000"),
+    ("--ipu-min-rounds", "0", "expected an integer from 1 to 100000"),
+    ("--ipu-max-time", "0", DURATION),
+    ("--ipu-max-time", "fast", DURATION),
     ("--ipu-precision", "fp8", "expected one of auto, fp32, fp16, bf16"),
     ("--ipu-missing-sdk", "ignore", "expected one of skip, fail"),
     (
@@ -101,7 +103,7 @@ def test_documented_example_message_is_exact(
     assert result.ret == 4
     assert result.stderr.str().strip() == (
         "ERROR: pytest-ipu: invalid value '0' for --ipu-rounds from environment variable "
-        "PYTEST_IPU_ROUNDS: expected a positive integer or 'auto'"
+        "PYTEST_IPU_ROUNDS: expected 'auto' or an integer from 1 to 1000000"
     )
 
 
@@ -210,3 +212,20 @@ def test_ipu_settings_sees_the_resolved_values(
         "--ipu-backend= mine:cpu, torch:cuda ,mine:cpu", "--ipu-rounds=AUTO", "--ipu-precision=fp16"
     )
     result.assert_outcomes(passed=1)
+
+
+def test_an_unknown_pytest_ipu_variable_is_a_warning_naming_the_closest_option(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTEST_IPU_ROUND", "3")
+    monkeypatch.setenv("PYTEST_IPU_REPEAT_WORKER", "")  # the project's own: never warned about
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = pytester.runpytest("-W", "default::pytest_ipu.errors.PytestIpuWarning")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*PytestIpuWarning: pytest-ipu: unknown environment variable PYTEST_IPU_ROUND is ignored; "
+            "did you mean PYTEST_IPU_ROUNDS?"
+        ]
+    )
+    assert "PYTEST_IPU_REPEAT_WORKER" not in result.stdout.str()

@@ -165,7 +165,9 @@ def test_malformed_record(tmp_path):
     del broken["rounds"]
     path = _write(tmp_path, _run(_bench("test_bad", {"ipu": broken})))
     assert _load_error(path) == (
-        f"{path}: benchmark 'tests/test_x.py::test_bad': malformed pytest-ipu record: KeyError: 'rounds'"
+        f"{path}: benchmark 'tests/test_x.py::test_bad': malformed pytest-ipu record: 'rounds' is missing: "
+        "it must be a whole number >= 0; re-run the benchmark to write the record again, or correct the "
+        "value in the file"
     )
 
 

@@ -180,3 +180,19 @@ def test_four_runs_give_the_last_one_the_drift_of_the_runs_before_it(tmp_path: P
     assert "spread 1.0% sd between runs" in per_run.method
     assert per_run.baseline == pytest.approx(0.002 * (1.0 * 1.01 * 0.99) ** (1 / 3))
     assert all(v.passed for v in verdicts)
+
+
+def test_gates_that_check_nothing_fail_with_the_reason(tmp_path: Path) -> None:
+    # As pytest-ipu ab does: a gate given and no benchmark to check it on guards nothing.
+    from pytest_ipu.results import benchmark_json
+    from pytest_ipu.results import gates
+
+    first = benchmark_json.read_run(write(tmp_path / "a.json", bench(2, 0.01, 200.0)))
+    other = benchmark_json.read_run(write(tmp_path / "b.json", bench(4, 0.01, 200.0)))
+    comparison = compare.compare_runs([first, other])
+    gate_list = [gates.parse("throughput:-5%")]
+    verdicts = compare.check_gates(comparison, gate_list)
+    assert verdicts == []
+    assert compare.gate_lines(gate_list, verdicts) == [compare.NOTHING_CHECKED]
+    assert compare.exit_code(comparison, gate_list, verdicts, strict=False) == 1
+    assert compare.exit_code(comparison, [], verdicts, strict=False) == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import importlib.util
 import json
 import re
@@ -323,3 +324,19 @@ def test_a_failed_page_write_leaves_the_old_page_whole_and_no_temporary_file(
     assert (out / "index.html").read_text(encoding="utf-8") == "the previous report"
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
     assert len(list(out.glob("*.png"))) == 3
+
+
+def test_write_report_refuses_a_record_that_cannot_be_plotted(tmp_path: Path) -> None:
+    # Files are checked when read; this run is made in memory, past the reader, as a plugin would.
+    good = schema.from_json(_record("torch:cpu", 2, OFF))
+    bad = dataclasses.replace(good, throughput_items_per_s=float("nan"))
+    stored = benchmark_json.StoredRun(
+        tmp_path / "run.json",
+        {},
+        {},
+        None,
+        (benchmark_json.StoredBenchmark("t[2]", "bench.py::t[2]", "g", bad),),
+    )
+    with pytest.raises(html_report.ReportError, match="batch size 2: the value is nan, not a finite number"):
+        html_report.write_report([stored], tmp_path / "out")
+    assert not (tmp_path / "out" / "index.html").exists()

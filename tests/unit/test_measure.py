@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import signal
+import threading
+import time
 from collections.abc import Callable
 from collections.abc import Sequence
 
@@ -11,8 +14,14 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from pytest_ipu.errors import CallTimeout
 from pytest_ipu.measure import timing as measure
 from pytest_ipu.measure.timing import MAX_AUTO_ROUNDS
+
+needs_alarm = pytest.mark.skipif(
+    measure.TIMEOUT_SIGNAL is None or not hasattr(signal, "pthread_kill"),
+    reason="the call timeout is enforced with SIGALRM and pthread_kill (POSIX only)",
+)
 
 
 class ScriptedClock:
@@ -365,3 +374,154 @@ def test_local_timer_marks_an_error_and_refuses_what_it_does_not_do() -> None:
     assert timer.has_error
     with pytest.raises(ValueError, match="warm-up-free single-call rounds only"):
         measure.LocalTimer().pedantic(lambda: None, warmup_rounds=1)
+
+
+# -- bounded warm-up and calibration ---------------------------------------------------------------
+
+
+def test_warm_up_stops_once_its_rounds_have_lasted_the_budget() -> None:
+    # First call 5 s (never counted), then warm-up calls of 0.4 s: 0.4, 0.8, 1.2 >= 1 s -> three ran.
+    readings = [0, 5_000_000_000]
+    for i in range(10):
+        readings += [10_000_000_000 + i * 400_000_000, 10_000_000_000 + (i + 1) * 400_000_000]
+    calls: list[int] = []
+    result = measure.warm_up(
+        lambda: calls.append(1), (), rounds=10, clock=ScriptedClock(readings), budget_s=1.0
+    )
+    assert (result.first_call_s, len(result.warmup_s), len(calls)) == (5.0, 3, 4)
+
+
+def test_warm_up_without_a_budget_runs_every_round() -> None:
+    result = measure.warm_up(lambda: None, (), rounds=4, clock=SimulatedClock())
+    assert len(result.warmup_s) == 4
+
+
+def test_calibration_stops_at_its_limit_and_estimates_from_the_cut_batch() -> None:
+    clock = SimulatedClock()
+    calls = []
+
+    def fn() -> None:
+        calls.append(1)
+        # 1 us a call for the first 7 calls (batches 1, 2, 4), then 1 s a call: the slowdown arrives
+        # in the batch of 8, which would last 8 s without the limit.
+        clock.now += 1_000 if len(calls) <= 7 else 1_000_000_000
+
+    found = measure.calibrate(fn, (), stretch_s=10.0, clock=clock, limit_s=2.0)
+    assert found.limited
+    # The limit (2 s) is reached after the second slow call of the batch of 8.
+    assert (found.calls, found.total_calls, len(calls)) == (2, 9, 9)
+    assert found.estimate_s == pytest.approx(1.0)
+
+
+def test_calibration_within_its_limit_is_unchanged() -> None:
+    clock = SimulatedClock()
+
+    def fn() -> None:
+        clock.now += 1_000
+
+    found = measure.calibrate(fn, (), stretch_s=10e-6, clock=clock, limit_s=1.0)
+    assert (found.calls, found.total_calls, found.limited) == (16, 31, False)
+
+
+# -- the call watchdog -----------------------------------------------------------------------------
+
+
+class FakeTime:
+    """A monotonic clock in seconds that only the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _after_two_polls(dog: measure.Watchdog) -> None:
+    """Wait until the watchdog has looked twice more: one full look after whatever the test changed."""
+    target = dog.polls + 2
+    while dog.polls < target:
+        time.sleep(0.001)
+
+
+def test_watchdog_counts_records_and_names_the_running_call() -> None:
+    watch = measure.CallWatch(repeat=2)
+    watch.enter("timed round {n}")
+    watch.done += 4
+    assert watch.running() == "timed round 5 of repeat 2"
+    watch.enter("warm-up call {n}")
+    assert watch.running() == "warm-up call 1 of repeat 2"
+
+
+@needs_alarm
+def test_calls_that_progress_are_never_interrupted_however_long_they_last_together() -> None:
+    clock = FakeTime()
+    dog = measure.Watchdog(10.0, poll_s=0.001, clock=clock)
+    with dog as watch:
+        watch.enter("warm-up call {n}")
+        for _ in range(5):  # five calls of 6 s each: 30 s in all, three timeouts' worth
+            clock.now += 6.0
+            _after_two_polls(dog)
+            watch.done += 1
+            _after_two_polls(dog)
+    assert dog.fired is None
+
+
+@needs_alarm
+def test_a_call_without_progress_past_the_timeout_is_interrupted_naming_it() -> None:
+    clock = FakeTime()
+    dog = measure.Watchdog(10.0, repeat=3, poll_s=0.001, clock=clock)
+
+    def nineteen_rounds_then_a_hang() -> None:
+        with dog as watch:
+            watch.enter("timed round {n}")
+            watch.done += 19
+            _after_two_polls(dog)
+            clock.now += 10.0
+            threading.Event().wait()  # blocks until the watchdog's signal ends the wait
+
+    with pytest.raises(CallTimeout) as info:
+        nineteen_rounds_then_a_hang()
+    assert str(info.value) == (
+        "pytest-ipu: timed round 20 of repeat 3 was still running after the call timeout of 10s "
+        "(--ipu-call-timeout, or the ipu marker's call_timeout=): the model hangs or its calls are slower "
+        "than that; if they really are, raise it, e.g. --ipu-call-timeout=30min"
+    )
+
+
+@needs_alarm
+def test_a_real_blocking_sleep_is_interrupted() -> None:
+    with (
+        pytest.raises(CallTimeout, match="the first call of repeat 1 was still running"),
+        measure.Watchdog(0.2),
+    ):
+        time.sleep(3600)
+
+
+@needs_alarm
+def test_the_handler_is_ours_only_inside_the_block_and_passes_on_alien_alarms() -> None:
+    assert measure.TIMEOUT_SIGNAL is not None
+    seen: list[int] = []
+
+    def previous(signum: int, frame: object) -> None:
+        seen.append(signum)
+
+    before = signal.signal(measure.TIMEOUT_SIGNAL, previous)
+    try:
+        with measure.Watchdog(600.0):
+            assert signal.getsignal(measure.TIMEOUT_SIGNAL) is not previous
+            signal.raise_signal(measure.TIMEOUT_SIGNAL)  # pytest-timeout's alarm, say: not ours
+        assert seen == [measure.TIMEOUT_SIGNAL]
+        assert signal.getsignal(measure.TIMEOUT_SIGNAL) is previous
+    finally:
+        signal.signal(measure.TIMEOUT_SIGNAL, before)
+
+
+def test_no_enforcement_without_a_timeout_or_off_the_main_thread() -> None:
+    assert not measure.Watchdog(None).enforced
+    found: list[bool] = []
+    thread = threading.Thread(target=lambda: found.append(measure.Watchdog(1.0).enforced))
+    thread.start()
+    thread.join()
+    assert found == [False]
+    with measure.Watchdog(None) as watch:  # the loops still get a watch to count on
+        watch.done += 1

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from pytest_ipu.backends import onnx_export
+from pytest_ipu.backends.onnx_export import DEFAULT_OPSET
 from pytest_ipu.backends.onnx_export import ExportedModel
 from pytest_ipu.backends.onnx_export import ExportError
 from pytest_ipu.backends.onnx_export import ExportOptions
@@ -303,9 +304,114 @@ def test_a_failed_write_leaves_neither_the_file_nor_a_temporary(tmp_path, monkey
         raise OSError("No space left on device")
 
     monkeypatch.setattr(Path, "write_bytes", write_half_then_fail)
-    with pytest.raises(OSError, match="No space left on device"):
+    with pytest.raises(onnx_export.CacheDirError) as excinfo:
         onnx_export.export(tiny(), (torch.randn(2, 4),), tmp_path)
+    message = str(excinfo.value)
+    assert message.startswith(f"--ipu-cache-dir={tmp_path} (writing ")
+    assert "No space left on device" in message
+    assert "\n" not in message
     assert _files(tmp_path) == []
+
+
+def _exported_bytes(tiny_export: tuple[ExportedModel, torch.Tensor]) -> bytes:
+    return tiny_export[0].path.read_bytes()
+
+
+def _fail_with(errno_value: int) -> object:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OSError(errno_value, os.strerror(errno_value))
+
+    return fail
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        ("a file", "is not a directory: pass a directory path as --ipu-cache-dir"),
+        ("/dev/null", "is not a directory: pass a directory path as --ipu-cache-dir"),
+        ("through a file", "is not a directory: pass a directory path as --ipu-cache-dir"),
+        ("read-only", "make the directory writable or pass a writable directory as --ipu-cache-dir"),
+        ("disk full", "free space on its file system or pass another directory as --ipu-cache-dir"),
+        ("entry is a directory", "(the cache keeps files there) or pass another --ipu-cache-dir"),
+    ],
+)
+def test_cache_dir_faults_are_one_line_naming_the_option_and_the_fix(
+    tmp_path, monkeypatch, tiny_export, fault, expected
+):
+    import errno
+    import tempfile
+
+    monkeypatch.setattr(onnx_export, "_export", lambda *a: _exported_bytes(tiny_export))
+    x = tiny_export[1]
+    cache = tmp_path / "cache"
+    if fault == "a file":
+        cache.write_text("not a directory")
+    elif fault == "/dev/null":
+        cache = Path(os.devnull)
+    elif fault == "through a file":
+        (tmp_path / "file").write_text("")
+        cache = tmp_path / "file" / "cache"
+    elif fault == "read-only":  # injected: this suite may run as root, which writes anywhere
+        monkeypatch.setattr(tempfile, "mkstemp", _fail_with(errno.EROFS))
+    elif fault == "disk full":
+        monkeypatch.setattr(tempfile, "mkstemp", _fail_with(errno.ENOSPC))
+    else:
+        key = onnx_export.cache_key(tiny(), (x,), ExportOptions())
+        (cache / f"{key}.onnx").mkdir(parents=True)
+    with pytest.raises(onnx_export.CacheDirError) as excinfo:
+        onnx_export.export(tiny(), (x,), cache)
+    message = str(excinfo.value)
+    assert message.startswith(f"--ipu-cache-dir={cache}")
+    assert message.endswith(expected)
+    assert "\n" not in message
+
+
+def test_cache_files_are_0644_even_under_umask_000(tmp_path, monkeypatch, tiny_export):
+    monkeypatch.setattr(onnx_export, "_export", lambda *a: _exported_bytes(tiny_export))
+    old = os.umask(0)
+    try:
+        exported = onnx_export.export(tiny(), (tiny_export[1],), tmp_path)
+    finally:
+        os.umask(old)
+    for path in (exported.path, exported.path.with_suffix(".json")):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+# -- Ctrl-C during the export ----------------------------------------------------------------------------
+
+
+def _interrupt_as_attribute_error(*args: object, **kwargs: object) -> None:
+    """What torch does when Ctrl-C lands in its lazy ``import torch._dynamo``: the KeyboardInterrupt
+    becomes the context of an AttributeError."""
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        raise AttributeError("module 'torch' has no attribute '_dynamo'") from None
+
+
+def _interrupt(*args: object, **kwargs: object) -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("exporter", [_interrupt_as_attribute_error, _interrupt])
+@pytest.mark.parametrize("opset", [DEFAULT_OPSET, 11])
+def test_ctrl_c_during_the_export_always_interrupts(tmp_path, monkeypatch, exporter, opset):
+    monkeypatch.setattr(torch.onnx, "export", exporter)
+    with pytest.raises(KeyboardInterrupt):
+        onnx_export.export(tiny(), (torch.randn(2, 4),), tmp_path, ExportOptions(opset=opset))
+    assert _files(tmp_path) == []
+
+
+def test_an_exception_merely_raised_while_handling_another_is_still_an_export_error(tmp_path, monkeypatch):
+    def fails(*args: object, **kwargs: object) -> None:
+        try:
+            raise ValueError("inner")
+        except ValueError:
+            raise AttributeError("outer") from None
+
+    monkeypatch.setattr(torch.onnx, "export", fails)
+    with pytest.raises(ExportError, match="AttributeError: outer"):
+        onnx_export.export(tiny(), (torch.randn(2, 4),), tmp_path)
 
 
 def test_fp16_export_into_a_new_directory_leaves_the_callers_model_and_no_temporaries(tmp_path):

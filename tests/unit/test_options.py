@@ -92,33 +92,35 @@ BAD_VALUES = [
         {"PYTEST_IPU_ROUNDS": "0"},
         {},
         "invalid value '0' for --ipu-rounds from environment variable PYTEST_IPU_ROUNDS: "
-        "expected a positive integer or 'auto'",
+        "expected 'auto' or an integer from 1 to 1000000",
     ),
     (
         {"ipu_rounds": "many"},
         {},
         {},
-        "invalid value 'many' for --ipu-rounds from the command line: expected a positive integer or 'auto'",
+        "invalid value 'many' for --ipu-rounds from the command line: "
+        "expected 'auto' or an integer from 1 to 1000000",
     ),
     (
         {"ipu_warmup_rounds": "-1"},
         {},
         {},
-        "invalid value '-1' for --ipu-warmup-rounds from the command line: expected an integer >= 0",
+        "invalid value '-1' for --ipu-warmup-rounds from the command line: "
+        "expected an integer from 0 to 100000",
     ),
     (
         {},
         {},
         {"ipu_min_rounds": "0"},
         "invalid value '0' for --ipu-min-rounds from ini key ipu_min_rounds in /proj/pytest.ini: "
-        "expected an integer >= 1",
+        "expected an integer from 1 to 100000",
     ),
     (
         {},
         {},
         {"ipu_max_time": "abc"},
         "invalid value 'abc' for --ipu-max-time from ini key ipu_max_time in /proj/pytest.ini: "
-        "expected a positive duration such as '2', '2s' or '500ms'",
+        "expected a positive duration such as '2', '2s' or '500ms', at most a day (86400s)",
     ),
     (
         {"ipu_precision": "fp64"},
@@ -164,7 +166,7 @@ def test_ini_error_without_path_says_the_ini_file():
         options.resolve_settings({}, {"ipu_rounds": "0"}, {})
     assert str(info.value) == (
         "invalid value '0' for --ipu-rounds from ini key ipu_rounds in the ini file: "
-        "expected a positive integer or 'auto'"
+        "expected 'auto' or an integer from 1 to 1000000"
     )
 
 
@@ -186,7 +188,7 @@ def test_bad_default_names_the_default(monkeypatch):
     with pytest.raises(ConfigError) as info:
         options.resolve_settings({}, {}, {})
     assert str(info.value) == (
-        "invalid value '0' for --ipu-rounds from the default: expected a positive integer or 'auto'"
+        "invalid value '0' for --ipu-rounds from the default: expected 'auto' or an integer from 1 to 1000000"
     )
 
 
@@ -205,7 +207,9 @@ def test_parse_seconds(text, seconds):
     "text", ["0", "-1", "abc", "inf", "infs", "nan", "", "s", "ms", "0ms", "-5ms", "1e400"]
 )
 def test_parse_seconds_rejects(text):
-    with pytest.raises(ValueError, match="expected a positive duration such as '2', '2s' or '500ms'"):
+    with pytest.raises(
+        ValueError, match="expected a positive duration such as '2', '2s' or '500ms', at most a day"
+    ):
         options.parse_seconds(text)
 
 
@@ -216,7 +220,7 @@ def test_parse_rounds(text, rounds):
 
 @pytest.mark.parametrize("text", ["0", "-3", "1.5", "", "ten", True])
 def test_parse_rounds_rejects(text):
-    with pytest.raises(ValueError, match="expected a positive integer or 'auto'"):
+    with pytest.raises(ValueError, match="expected 'auto' or an integer from 1 to 1000000"):
         options.parse_rounds(text)
 
 
@@ -325,3 +329,65 @@ def test_warmup_rounds_names():
         "ipu_warmup_rounds",
         "PYTEST_IPU_WARMUP_ROUNDS",
     )
+
+
+def test_min_rounds_limit_is_the_auto_plans_cap():
+    from pytest_ipu.measure import timing
+
+    assert options.MAX_MIN_ROUNDS == timing.MAX_AUTO_ROUNDS
+
+
+@pytest.mark.parametrize(
+    ("field", "largest", "past"),
+    [
+        ("rounds", "1000000", "1000001"),
+        ("warmup_rounds", "100000", "100001"),
+        ("min_rounds", "100000", "100001"),
+        ("max_time_s", "86400s", "86401s"),
+        ("idle_s", "86400", "86401"),
+        ("power_hz", "10000", "10001"),
+    ],
+)
+def test_upper_limits_are_inclusive(field, largest, past):
+    parse = options.parser_for(field)
+    assert parse(largest) > 0
+    with pytest.raises(ValueError, match="expected"):
+        parse(past)
+
+
+def test_power_hz_below_a_tenth_of_a_hertz_is_refused():
+    assert options.parse_hz("0.1") == pytest.approx(0.1)
+    with pytest.raises(ValueError, match=r"from 0\.1 to 10000"):
+        options.parse_hz("1e-300")
+
+
+@pytest.mark.parametrize("field", ["gates", "baselines"])
+def test_an_empty_item_of_a_repeated_option_is_refused(field):
+    with pytest.raises(ValueError, match="got an empty value"):
+        options.parser_for(field)([""])
+    # `none` and an unset environment variable still mean none; `;;` in one string is a separator.
+    assert options.parser_for(field)(["none"]) == ()
+    assert options.parser_for(field)("none;;none") == ()
+
+
+def test_unknown_pytest_ipu_variables_name_the_closest_option():
+    messages = options.unknown_variables(
+        {
+            "PYTEST_IPU_ROUND": "3",
+            "PYTEST_IPU_ROUNDS": "3",
+            "PYTEST_IPU_REPEAT_WORKER": "1",
+            "PYTEST_IPU_GATE_ACCURACY_STRICT": "1",
+            "PYTEST_ADDOPTS": "-q",
+        }
+    )
+    assert messages == [
+        "pytest-ipu: unknown environment variable PYTEST_IPU_ROUND is ignored; "
+        "did you mean PYTEST_IPU_ROUNDS?"
+    ]
+
+
+def test_non_option_variables_are_the_projects_own():
+    from pytest_ipu import repeats
+
+    assert repeats.WORKER_ENV in options.NON_OPTION_VARIABLES
+    assert not options.NON_OPTION_VARIABLES & {spec.env for spec in options.OPTIONS}

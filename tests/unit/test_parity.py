@@ -91,22 +91,42 @@ def test_as_json_is_the_stored_form():
 # -- non-finite values and zero references ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
-def test_non_finite_outputs_fail(bad):
-    parity = compare((_a(1.0, 2.0), _a(3.0)), (_a(1.0, bad), _a(3.0)), "bf16", REF)
-    assert (parity.max_abs, parity.max_rel) == (math.inf, math.inf)
-    assert not parity.passed
+@pytest.mark.parametrize(("bad", "what"), [(np.nan, "NaN"), (np.inf, "inf"), (-np.inf, "inf")])
+def test_a_non_finite_model_output_fails_naming_the_side_and_the_value(bad, what):
+    with pytest.raises(ParityError) as info:
+        compare((_a(1.0, 2.0), _a(3.0)), (_a(1.0, bad), _a(3.0)), "bf16", REF)
+    assert str(info.value).startswith(
+        f"output 0: only the bf16 model's output is {what} (at 1 of 2 values; first at index (1,), "
+        f"where the reference's ({REF}) is 2)"
+    )
+    assert "tolerance" not in str(info.value)
+
+
+def test_both_outputs_nan_says_so_instead_of_an_infinite_error():
+    with pytest.raises(ParityError, match=r"^output 1: both outputs are NaN \(the fp32 model's at 2 of 3"):
+        compare((_a(1.0), _a(np.nan, 0.0, np.nan)), (_a(1.0), _a(np.nan, 0.0, np.nan)), "fp32", REF)
+
+
+def test_a_nan_only_in_the_reference_blames_the_reference():
+    with pytest.raises(
+        ParityError, match=r"^output 0: only the reference's \(.*\) output is NaN .* model's is 5\)"
+    ):
+        compare(_a(np.nan), _a(5.0), "fp32", REF)
 
 
 def test_a_non_finite_output_fails_even_when_the_reference_has_the_same_value():
-    parity = compare(_a(1.0, np.inf), _a(1.0, np.inf), "fp32", REF)
-    assert not parity.passed
+    with pytest.raises(ParityError, match=r"^output 0: both outputs are inf "):
+        compare(_a(1.0, np.inf), _a(1.0, np.inf), "fp32", REF)
+
+
+def test_nan_on_one_side_and_inf_on_the_other_are_both_named_non_finite():
+    with pytest.raises(ParityError, match=r"^output 0: both outputs are non-finite .* first at index \(0,\)"):
+        compare(_a(1.0, np.inf), _a(np.nan, 2.0), "fp32", REF)
 
 
 def test_an_infinite_reference_with_finite_outputs_fails():
-    parity = compare(_a(1.0, np.inf), _a(1.0, 5.0), "fp32", REF)
-    assert parity.max_abs == math.inf  # reported...
-    assert not parity.passed  # ... yet it passes with max_rel 0.0
+    with pytest.raises(ParityError, match=r"only the reference's .* output is inf .*reference overflow"):
+        compare(_a(1.0, np.inf), _a(1.0, 5.0), "fp32", REF)
 
 
 def test_all_zero_reference_and_outputs_pass():

@@ -106,12 +106,52 @@ def test_is_power_of_two_rejects(n):
 def test_non_power_of_two_is_rejected_naming_the_keywords():
     message = (
         f"{SRC}: invalid stages=3, replicas=1: 3 IPUs per instance is not a power of two, the only "
-        "sizes multi-IPU devices come in; make stages x replicas 4"
+        "sizes multi-IPU devices come in; make stages x replicas a power of two: write stages=2 or stages=4"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         parse_request({"stages": 3}, SRC)
     with pytest.raises(ValueError, match=r"^tests/test_x.py::test_a: invalid ipus=6: 6 IPUs per instance"):
         parse_request({"ipus": 6, "stages": 3, "replicas": 2}, SRC)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "advice"),
+    [
+        # Each fix changes one keyword to a value that makes the product a power of two.
+        ({"stages": 3, "replicas": 2}, "write stages=2 or stages=4"),
+        ({"replicas": 3}, "write replicas=2 or replicas=4"),
+        ({"stages": 48}, "write stages=32 or stages=64"),
+        ({"stages": 24, "replicas": 2}, "write stages=16 or stages=32"),
+        ({"stages": 3, "replicas": 3}, "make stages and replicas powers of two, e.g. stages=4, replicas=1"),
+    ],
+)
+def test_non_power_of_two_advice_is_a_value_that_works(mapping, advice):
+    with pytest.raises(ValueError, match=re.escape(advice) + "$"):
+        parse_request(mapping, SRC)
+
+
+def test_the_advice_names_no_keyword_the_marker_lacks():
+    """Rounding up to idle IPUs (PopTorch's auto_round_num_ipus) is not a marker keyword: never advised."""
+    with pytest.raises(ValueError, match="not a power of two") as info:
+        parse_request({"stages": 3}, SRC)
+    assert "auto_round" not in str(info.value)
+
+
+@pytest.mark.parametrize("n", [1, 64])
+def test_up_to_64_instances_are_accepted(n):
+    assert parse_request({"instances": n}, SRC).instances == n
+
+
+@pytest.mark.parametrize("n", [65, 10**6])
+def test_more_than_64_instances_are_rejected_naming_the_range(n):
+    message = (
+        f"{SRC}: invalid instances={n}: expected 1 to 64 (one per IPU of the largest multi-IPU device); "
+        "write instances=64 or fewer"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        parse_request({"instances": n}, SRC)
+    with pytest.raises(ValueError, match=r"^DeviceRequest: invalid instances="):
+        DeviceRequest(instances=n)
 
 
 def test_at_most_64_ipus_per_instance():

@@ -334,3 +334,18 @@ def test_importing_the_report_modules_does_not_import_matplotlib(tmp_path: Path)
         timeout=60,
     )
     assert proc.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("p50", [float("nan"), float("inf"), -0.002])
+def test_draw_refuses_a_value_that_is_not_a_finite_number_at_least_zero(p50: float) -> None:
+    # Run files are checked when read; a record made in memory must still not reach matplotlib,
+    # which would draw NaN as a silent gap.
+    stored = run(bench(record("torch:cpu", 4, p50_s=p50)))
+    series = plots.series_for([stored], "g", "latency")
+    with pytest.raises(plots.PlotError) as info:
+        plots.draw("latency", "g", series, [])
+    message = str(info.value)
+    assert "'g'" in message
+    assert "batch size 4" in message
+    assert repr(p50) in message
+    assert "\n" not in message

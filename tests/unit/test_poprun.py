@@ -548,3 +548,40 @@ def test_contract_outside_poprun(any_popdist: Any) -> None:
     assert any_popdist.getInstanceIndex() == 0
     assert any_popdist.getNumLocalReplicas() == 1
     assert any_popdist.getNumIpusPerReplica() == 1
+
+
+# -- bad inputs: never write over an input, malformed fields are one line ---------------------------------
+
+
+@pytest.mark.parametrize("spelling", ["same", "dotted"])
+def test_merge_refuses_to_write_over_an_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], spelling: str
+) -> None:
+    paths = _write(tmp_path, _two_instances())
+    before = paths[0].read_text()
+    out = paths[0] if spelling == "same" else tmp_path / "." / "x" / ".." / paths[0].name
+    (tmp_path / "x").mkdir()
+    assert cli.main(["merge", str(out), *map(str, paths)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pytest-ipu: {out}: is also an input file ")
+    assert err.endswith("pass an output path that is not one of the files being merged\n")
+    assert err.count("\n") == 1
+    assert paths[0].read_text() == before
+
+
+@pytest.mark.parametrize(
+    "unsupported", [3, "p99", [1], [["p99"]], [None]], ids=["int", "str", "ints", "lists", "none"]
+)
+def test_malformed_latency_unsupported_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], unsupported: Any
+) -> None:
+    docs = _two_instances()
+    docs[1]["benchmarks"][1]["extra_info"]["ipu"]["latency_unsupported"] = unsupported
+    paths = _write(tmp_path, docs)
+    out = tmp_path / "merged.json"
+    assert cli.main(["merge", str(out), *map(str, paths)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pytest-ipu: {paths[1]}: benchmark 't.py::test_a': ")
+    assert "latency_unsupported" in err
+    assert err.count("\n") == 1
+    assert not out.exists()

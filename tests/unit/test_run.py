@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
 from pytest_ipu.backends.host import wrap_callable
+from pytest_ipu.errors import CallTimeout
 from pytest_ipu.measure import stats
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import summarize_latency
 from pytest_ipu.measure.run import Measurement
 from pytest_ipu.measure.run import RoundsPolicy
 from pytest_ipu.measure.run import batch_size
+from pytest_ipu.measure.run import check_arguments
 from pytest_ipu.measure.run import measure
 from pytest_ipu.measure.run import pool
 from pytest_ipu.measure.run import round_spread
 from pytest_ipu.measure.run import stability
 from pytest_ipu.measure.timing import LocalTimer
+from pytest_ipu.placement.instances import ThreadInstances
 from pytest_ipu.results.records import RepeatRecord
 
 
@@ -83,7 +88,9 @@ def test_a_record_is_built_from_the_rounds_that_were_timed() -> None:
 
 def test_items_per_call_must_be_positive() -> None:
     bench = RecordingBenchmark()
-    with pytest.raises(ValueError, match="items_per_call must be >= 1, got 0"):
+    with pytest.raises(
+        ValueError, match=r"ipu_benchmark\(items_per_call=0\): items_per_call must be at least 1"
+    ):
         measure(
             wrap_callable(lambda: None),
             (),
@@ -194,3 +201,160 @@ def test_stability_decides_on_repeats_when_there_are_two_and_on_rounds_otherwise
     assert round_spread([1.0, 2.0, 3.0]) is None  # too few rounds for quartiles
     with pytest.raises(ValueError, match="no repeats to pool"):
         pool([], "interleaved", 0.05)
+
+
+# -- bad arguments, the call timeout, the bounded warm-up -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"rounds": 0}, ValueError, r"ipu_benchmark\(rounds=0\): rounds must be at least 1; pass rounds=N"),
+        ({"rounds": -1}, ValueError, r"ipu_benchmark\(rounds=-1\): rounds must be at least 1"),
+        (
+            {"rounds": 2.0},
+            TypeError,
+            r"ipu_benchmark\(rounds=2\.0\): rounds must be a whole number, not float",
+        ),
+        (
+            {"rounds": True},
+            TypeError,
+            r"ipu_benchmark\(rounds=True\): rounds must be a whole number, not bool",
+        ),
+        (
+            {"warmup_rounds": -5},
+            ValueError,
+            r"ipu_benchmark\(warmup_rounds=-5\): warmup_rounds must be at least 0",
+        ),
+        (
+            {"items_per_call": "8"},
+            TypeError,
+            r"ipu_benchmark\(items_per_call='8'\): .* not str; pass the items",
+        ),
+        ({"items_per_call": 2.5}, TypeError, r"ipu_benchmark\(items_per_call=2\.5\): .* not float"),
+        (
+            {"items_per_call": 0},
+            ValueError,
+            r"ipu_benchmark\(items_per_call=0\): items_per_call must be at least 1",
+        ),
+    ],
+)
+def test_bad_counts_are_rejected_naming_the_argument_the_value_and_the_fix(
+    arguments: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=f"^pytest-ipu: {message}"):
+        check_arguments(len, (), **arguments)
+
+
+def test_good_arguments_pass_and_numpy_integers_are_counts() -> None:
+    np = pytest.importorskip("numpy")
+    check_arguments(len, [1], items_per_call=np.int64(8), rounds=1, warmup_rounds=0)
+    check_arguments(len, (), items_per_call=None, rounds=None, warmup_rounds=None)
+
+
+def test_an_array_passed_as_the_inputs_says_to_pass_a_tuple() -> None:
+    np = pytest.importorskip("numpy")
+    with pytest.raises(
+        TypeError, match=r"inputs=ndarray of shape \(4, 3\)\): inputs is a sequence .*; pass \(x,\)$"
+    ):
+        check_arguments(len, np.zeros((4, 3)))
+    check_arguments(len, (np.zeros((4, 3)),))  # the right way
+
+
+def test_a_non_callable_model_and_a_non_sequence_of_inputs_are_rejected() -> None:
+    with pytest.raises(TypeError, match=r"ipu_benchmark\(model=int object\): the model must be callable"):
+        check_arguments(3, ())
+    with pytest.raises(TypeError, match=r"inputs=int object\): inputs is a sequence"):
+        check_arguments(len, 3)
+    with pytest.raises(TypeError, match=r"inputs=str object\)"):
+        check_arguments(len, "abc")
+
+
+def _blocking_on_call(n: int, release: threading.Event) -> Callable[..., None]:
+    calls = [0]
+
+    def model(*_: object) -> None:
+        calls[0] += 1
+        if calls[0] == n:
+            release.wait()  # hangs until the test releases it (or a signal ends the wait)
+
+    return model
+
+
+def test_a_call_that_hangs_in_the_timed_rounds_fails_naming_its_round() -> None:
+    release = threading.Event()
+    # Call 1 is the first call, 2 the warm-up call, 3-5 timed rounds 1-3: call 5 is timed round 3.
+    with pytest.raises(CallTimeout, match=r"^pytest-ipu: timed round 3 of repeat 2 was still running after"):
+        measure(
+            wrap_callable(_blocking_on_call(5, release)),
+            (),
+            items_per_call=1,
+            policy=RoundsPolicy(warmup_rounds=2, rounds=10, max_time_s=1.0, min_rounds=1),
+            timer=LocalTimer(),
+            round_times_s=list,
+            meter=None,
+            index=2,  # a later repeat re-warms with one call fewer: its first call is call 1
+            call_timeout_s=0.2,
+        )
+
+
+def test_a_hang_in_one_of_several_thread_instances_still_ends_the_benchmark() -> None:
+    release = threading.Event()
+    models = [wrap_callable(lambda *_: None), wrap_callable(_blocking_on_call(4, release))]
+    group = ThreadInstances(models)
+    compiled = replace(
+        models[0],
+        run=lambda *_: group.round(),
+        prepare_inputs=lambda inputs: (group.prepare(inputs), ())[1],
+        group=group,
+    )
+    try:
+        # The main thread waits on the hung instance's lock; the signal ends that wait.
+        with pytest.raises(CallTimeout, match=r"^pytest-ipu: timed round 2 of repeat 1 "):
+            measure(
+                compiled,
+                (),
+                items_per_call=1,
+                policy=RoundsPolicy(warmup_rounds=1, rounds=5, max_time_s=1.0, min_rounds=1),
+                timer=LocalTimer(),
+                round_times_s=list,
+                meter=None,
+                call_timeout_s=0.2,
+            )
+    finally:
+        release.set()
+        group.close()
+
+
+def test_auto_rounds_stop_warming_up_at_the_budget_and_record_how_many_ran() -> None:
+    def slow() -> None:
+        time.sleep(0.002)  # sleeps at least 2 ms: every warm-up call alone exceeds the 1 ms budget
+
+    timer = LocalTimer()
+    policy = RoundsPolicy(warmup_rounds=50, rounds=None, max_time_s=0.001, min_rounds=1, cap_s=0.003)
+    result = measure(
+        wrap_callable(slow),
+        (),
+        items_per_call=1,
+        policy=policy,
+        timer=timer,
+        round_times_s=lambda: timer.data,
+        meter=None,
+    )
+    assert result.record.warmup_rounds == 1
+
+
+def test_fixed_rounds_run_every_warm_up_call_asked_for() -> None:
+    calls: list[int] = []
+    timer = LocalTimer()
+    policy = RoundsPolicy(warmup_rounds=6, rounds=2, max_time_s=1e-9, min_rounds=1)
+    result = measure(
+        wrap_callable(lambda: calls.append(1)),
+        (),
+        items_per_call=1,
+        policy=policy,
+        timer=timer,
+        round_times_s=lambda: timer.data,
+        meter=None,
+    )
+    assert (result.record.warmup_rounds, len(calls)) == (6, 1 + 6 + 2)

@@ -154,3 +154,42 @@ def test_make_backend_passes_the_cache_dir_to_backends_that_export(tmp_path):
     assert (ort.name, ort.device, ort.provider) == ("onnxruntime", "cpu", "CPUExecutionProvider")
     assert (trt.name, trt.device, trt.provider) == ("onnxruntime-trt", "cuda:1", "TensorrtExecutionProvider")
     assert ort._cache_dir == trt._cache_dir == tmp_path
+
+
+@pytest.mark.parametrize(
+    "text", ["torch", "torch:cpu", "torch:cuda", "torch:cuda:1", "poptorch:ipu:3", "popart:ipu-model"]
+)
+def test_builtin_targets_are_known(text):
+    assert backends.unknown_target_reason(parse_target(text)) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "start"),
+    [
+        ("troch", "unknown backend 'troch' (did you mean 'torch'?)"),
+        (
+            "torch:gpu",
+            "unknown device 'gpu' for backend 'torch' (did you mean 'cuda'?); torch runs on cpu, cuda",
+        ),
+        (
+            "onnxruntime-trt:cpu",
+            "unknown device 'cpu' for backend 'onnxruntime-trt'; onnxruntime-trt runs on cuda",
+        ),
+        ("popart:ipu-modle", "unknown device 'ipu-modle' for backend 'popart' (did you mean 'ipu-model'?)"),
+    ],
+)
+def test_unknown_targets_say_what_is_known(text, start):
+    reason = backends.unknown_target_reason(parse_target(text))
+    assert reason is not None
+    assert reason.startswith(start)
+
+
+def test_the_ipu_model_is_never_an_auto_candidate():
+    assert all(t.device != "ipu-model" for t in backends.all_candidates())
+
+
+@pytest.mark.parametrize(
+    ("device", "kind"), [(None, None), ("cuda", "cuda"), ("cuda:1", "cuda"), ("ipu-model", "ipu-model")]
+)
+def test_device_kind_drops_the_index(device, kind):
+    assert Target("x", device).device_kind == kind

@@ -1,0 +1,334 @@
+"""Bad inputs to a benchmark, one row each: every one fails its own test with one line that names
+the argument (or the call, or the output), the value and the fix (issue 12).
+
+All rows are tests of ONE inner file, run once in a subprocess (module-scoped: the run takes
+seconds, not a run per row); each row then reads its own test's failure from the run's JUnit XML.
+A subprocess, not pytester: torch (the parity rows) must not be imported in this process after
+in-process pytester runs (tests/plugin/test_json_output.py says why).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+
+import pytest
+
+from tests.plugin.inner import INNER_ADDOPTS
+from tests.plugin.inner import XDIST_VARIABLES
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+@dataclass(frozen=True)
+class BadCall:
+    """One bad input: the inner test's body, and the part of its failure message that must appear."""
+
+    description: str
+    test_body: str
+    message_part: str
+    #: The ``ipu`` marker's keywords for the inner test ("" for none).
+    marker: str = ""
+    needs_torch: bool = False
+    #: False where the failure is an assertion with a traceback (parity), not a one-line report.
+    one_line: bool = True
+
+    @property
+    def name(self) -> str:
+        return "test_" + "".join(c if c.isalnum() else "_" for c in self.description.lower())
+
+
+RUN = "pass rounds=N with N >= 1, or leave it out"
+ROWS = [
+    BadCall(
+        "rounds zero",
+        "ipu_benchmark(noop, (), rounds=0)",
+        "ipu_benchmark(rounds=0): rounds must be at least 1; " + RUN,
+    ),
+    BadCall(
+        "rounds negative",
+        "ipu_benchmark(noop, (), rounds=-1)",
+        "ipu_benchmark(rounds=-1): rounds must be at least 1",
+    ),
+    BadCall(
+        "rounds float",
+        "ipu_benchmark(noop, (), rounds=2.5)",
+        "ipu_benchmark(rounds=2.5): rounds must be a whole number, not float",
+    ),
+    BadCall(
+        "rounds string",
+        "ipu_benchmark(noop, (), rounds='10')",
+        "ipu_benchmark(rounds='10'): rounds must be a whole number, not str",
+    ),
+    BadCall(
+        "rounds bool",
+        "ipu_benchmark(noop, (), rounds=True)",
+        "ipu_benchmark(rounds=True): rounds must be a whole number, not bool",
+    ),
+    BadCall(
+        "warmup negative",
+        "ipu_benchmark(noop, (), warmup_rounds=-5)",
+        "ipu_benchmark(warmup_rounds=-5): warmup_rounds must be at least 0; pass warmup_rounds=N with N >= 0",
+    ),
+    BadCall(
+        "warmup float",
+        "ipu_benchmark(noop, (), warmup_rounds=1.5)",
+        "ipu_benchmark(warmup_rounds=1.5): warmup_rounds must be a whole number, not float",
+    ),
+    BadCall(
+        "warmup string",
+        "ipu_benchmark(noop, (), warmup_rounds='2')",
+        "ipu_benchmark(warmup_rounds='2'): warmup_rounds must be a whole number, not str",
+    ),
+    BadCall(
+        "warmup bool",
+        "ipu_benchmark(noop, (), warmup_rounds=False)",
+        "ipu_benchmark(warmup_rounds=False): warmup_rounds must be a whole number, not bool",
+    ),
+    BadCall(
+        "items string",
+        "ipu_benchmark(noop, (), items_per_call='8')",
+        "ipu_benchmark(items_per_call='8'): items_per_call must be a whole number, not str; pass the items "
+        "one call completes",
+    ),
+    BadCall(
+        "items float",
+        "ipu_benchmark(noop, (), items_per_call=2.5)",
+        "ipu_benchmark(items_per_call=2.5): items_per_call must be a whole number, not float",
+    ),
+    BadCall(
+        "items whole float",
+        "ipu_benchmark(noop, (), items_per_call=8.0)",
+        "ipu_benchmark(items_per_call=8.0): items_per_call must be a whole number, not float",
+    ),
+    BadCall(
+        "items bool",
+        "ipu_benchmark(noop, (), items_per_call=True)",
+        "ipu_benchmark(items_per_call=True): items_per_call must be a whole number, not bool",
+    ),
+    BadCall(
+        "items zero",
+        "ipu_benchmark(noop, (), items_per_call=0)",
+        "ipu_benchmark(items_per_call=0): items_per_call must be at least 1",
+    ),
+    BadCall(
+        "items negative",
+        "ipu_benchmark(noop, (), items_per_call=-3)",
+        "ipu_benchmark(items_per_call=-3): items_per_call must be at least 1",
+    ),
+    BadCall(
+        "empty batch",
+        "ipu_benchmark(noop, (numpy.zeros((0, 3)),))",
+        "items_per_call defaults to the batch size (the leading dimension of the first input), here 0; "
+        "pass items_per_call=N",
+    ),
+    BadCall(
+        "array as inputs",
+        "ipu_benchmark(noop, numpy.zeros((4, 3)))",
+        "inputs=ndarray of shape (4, 3)): inputs is a sequence of positional arguments, not one tensor or "
+        "array; pass (x,)",
+    ),
+    BadCall(
+        "tensor as inputs",
+        "import torch\n    ipu_benchmark(noop, torch.zeros(2, 5))",
+        "inputs=Tensor of shape (2, 5)): inputs is a sequence of positional arguments, not one tensor or "
+        "array; pass (x,)",
+        needs_torch=True,
+    ),
+    BadCall(
+        "number as inputs",
+        "ipu_benchmark(noop, 5)",
+        "ipu_benchmark(model, inputs=int object): inputs is a sequence of positional arguments (a tuple or "
+        "list); pass (x,), or () for none",
+    ),
+    BadCall(
+        "string as inputs",
+        "ipu_benchmark(noop, 'abc')",
+        "ipu_benchmark(model, inputs=str object): inputs is a sequence",
+    ),
+    BadCall(
+        "dict as inputs",
+        "ipu_benchmark(noop, {'x': 1})",
+        "ipu_benchmark(model, inputs=dict object): inputs is a sequence",
+    ),
+    BadCall(
+        "model not callable",
+        "ipu_benchmark(42, ())",
+        "ipu_benchmark(model=int object): the model must be callable",
+    ),
+    BadCall(
+        "inputs swapped with model",
+        "ipu_benchmark((numpy.zeros(3),), noop)",
+        "ipu_benchmark(model=tuple object): the model must be callable",
+    ),
+    # Calls: 1 is the first call, then the warm-up calls, then calibration (auto rounds) or rounds.
+    BadCall(
+        "hang on the first call",
+        "ipu_benchmark(hangs_on(1), (), rounds=3)",
+        "the first call of repeat 1 was still running after the call timeout of 1s (--ipu-call-timeout",
+        marker="call_timeout='1s'",
+    ),
+    BadCall(
+        "hang on a warm-up call",
+        "ipu_benchmark(hangs_on(3), (), rounds=3, warmup_rounds=4)",
+        "warm-up call 2 of repeat 1 was still running after the call timeout of 1s",
+        marker="call_timeout='1s'",
+    ),
+    BadCall(
+        "hang in calibration",
+        "ipu_benchmark(hangs_on(5), (), warmup_rounds=0)",
+        "calibration call 4 of repeat 1 was still running after the call timeout of 1s",
+        marker="call_timeout='1s', max_time='10s'",
+    ),
+    BadCall(
+        "hang in a timed round",
+        "ipu_benchmark(hangs_on(21), (), rounds=30, warmup_rounds=0)",
+        "timed round 20 of repeat 1 was still running after the call timeout of 1s",
+        marker="call_timeout='1s'",
+    ),
+    BadCall(
+        "rounds numpy float",
+        "ipu_benchmark(noop, (), rounds=numpy.float64(3))",
+        "ipu_benchmark(rounds=np.float64(3.0)): rounds must be a whole number, not float64",
+    ),
+    BadCall(
+        "parity both nan",
+        "ipu_compile(Scale(float('nan')), (torch.ones(2, 3),), parity=True)",
+        "output 0: both outputs are NaN (the fp32 model's at 6 of 6 values",
+        marker="precision='fp32'",
+        needs_torch=True,
+        one_line=False,
+    ),
+    BadCall(
+        "parity model only inf",
+        "ipu_compile(Scale(1e5), (torch.ones(2, 3),), parity=True)",
+        "output 0: only the fp16 model's output is inf (at 6 of 6 values; first at index (0, 0), where the "
+        "reference's (torch eager fp32 on cpu) is 100000)",
+        marker="precision='fp16'",
+        needs_torch=True,
+        one_line=False,
+    ),
+    BadCall(
+        "parity model only nan",
+        "ipu_compile(Cancel(), (torch.ones(2, 3),), parity=True)",
+        "output 0: only the fp16 model's output is NaN (at 6 of 6 values",
+        marker="precision='fp16'",
+        needs_torch=True,
+        one_line=False,
+    ),
+]
+
+HEADER = '''
+import threading
+import numpy
+import pytest
+
+try:
+    import torch
+
+    class Scale(torch.nn.Module):
+        def __init__(self, factor):
+            super().__init__()
+            self.factor = factor
+
+        def forward(self, x):
+            return x * self.factor
+
+    class Cancel(torch.nn.Module):
+        def forward(self, x):
+            big = x * 1e5  # inf in fp16, 1e5 in fp32
+            return big - big  # NaN in fp16, 0 in fp32
+except ImportError:
+    pass
+
+CALLS = [0]
+
+
+def noop(*args):
+    return None
+
+
+def hangs_on(n):
+    """A model whose n-th call (counted over the whole test, every repeat) never returns."""
+    def model(*args):
+        CALLS[0] += 1
+        if CALLS[0] == n:
+            threading.Event().wait()
+    return model
+
+
+@pytest.fixture(autouse=True)
+def _count_calls_per_test():
+    CALLS[0] = 0
+
+
+def test_a_good_call_passes(ipu_benchmark):
+    assert ipu_benchmark(noop, (numpy.zeros((4, 3)),), rounds=3, warmup_rounds=1).items_per_call == 4
+'''
+
+
+def _inner_file(rows: list[BadCall]) -> str:
+    parts = [HEADER]
+    for row in rows:
+        marker = f"@pytest.mark.ipu({row.marker})\n" if row.marker else ""
+        fixtures = "ipu_compile" if "ipu_compile(" in row.test_body else "ipu_benchmark"
+        parts.append(f"\n\n{marker}def {row.name}({fixtures}):\n    {row.test_body}\n")
+    return "".join(parts)
+
+
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
+    """Run every row once; each test's outcome and failure message (``passed`` for a pass)."""
+    rows = [r for r in ROWS if HAS_TORCH or not r.needs_torch]
+    path = tmp_path_factory.mktemp("bad_inputs")
+    (path / "test_bad.py").write_text(_inner_file(rows))
+    env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
+    env.update(PYTEST_ADDOPTS=INNER_ADDOPTS, PYTEST_IPU_REPEATS="1")
+    args = [sys.executable, "-m", "pytest", "test_bad.py", "--junitxml=junit.xml", "--ipu-power=off"]
+    if HAS_TORCH:
+        args += ["--ipu-backend=torch:cpu", f"--ipu-cache-dir={path / 'cache'}"]
+    # The hang guard: a run that ignored the call timeout would hang here, so it is bounded.
+    done = subprocess.run(args, cwd=path, env=env, capture_output=True, text=True, timeout=300)
+    assert (path / "junit.xml").exists(), done.stdout + done.stderr
+    found: dict[str, tuple[str, str]] = {}
+    for case in ET.parse(path / "junit.xml").getroot().iter("testcase"):
+        name = case.attrib["name"].split("[")[0]
+        failure = case.find("failure")
+        error = case.find("error")
+        if failure is not None:
+            found[name] = ("failed", failure.attrib.get("message", ""))
+        elif error is not None:
+            found[name] = ("error", error.attrib.get("message", "") + (error.text or ""))
+        else:
+            found[name] = ("passed", "")
+    found["_output"] = ("output", done.stdout + done.stderr)
+    return found
+
+
+def test_there_are_enough_rows() -> None:
+    assert len(ROWS) >= 25
+    assert len({row.name for row in ROWS}) == len(ROWS)
+
+
+def test_the_good_call_in_the_same_run_passes(failures: dict[str, tuple[str, str]]) -> None:
+    # The rows' failures are theirs: the same inner run measures a correct call.
+    assert failures["test_a_good_call_passes"] == ("passed", ""), failures["_output"][1]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.description for row in ROWS])
+def test_a_bad_call_fails_its_test_with_one_line_naming_it(
+    row: BadCall, failures: dict[str, tuple[str, str]]
+) -> None:
+    if row.needs_torch and not HAS_TORCH:
+        pytest.skip("torch is not installed")
+    outcome, message = failures.get(row.name, ("missing", ""))
+    assert outcome == "failed", f"{row.name}: {outcome}\n{failures['_output'][1]}"
+    assert row.message_part in message
+    if row.one_line:
+        # pytest.fail(..., pytrace=False): the report is the message itself, one line.
+        assert message.startswith("Failed: pytest-ipu: ")
+        assert "\n" not in message.strip()

@@ -1,0 +1,294 @@
+"""Bad input files, one table: each row sets up a fault and says which line and exit code it must give.
+
+The export-cache rows run an in-process pytest run compiling a small torch model for ONNX Runtime
+with a faulty ``--ipu-cache-dir`` (the export itself is replaced by a prepared file, so no row pays
+for torch's exporter); the merge rows run ``pytest-ipu merge``; the baseline rows run a gated
+benchmark with a bad ``--ipu-baseline``, which must stop the run as a usage error (exit 4).
+Faults this suite cannot make for real when run as root (a read-only directory) or without a tiny
+file system (a full disk) are injected as the ``OSError`` the kernel would give.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ipu import cli
+from pytest_ipu.results import benchmark_json
+from tests.unit.test_poprun import _two_instances
+
+CACHE, MERGE, BASELINE = "cache", "merge", "baseline"
+
+TEST_EXPORT = """
+import torch
+
+def test_export(ipu_compile):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh()).eval()
+    ipu_compile(model, (torch.randn(2, 4),))
+"""
+
+#: The cache rows' inner runs are subprocesses (torch and ONNX Runtime do not survive being
+#: re-imported in one process): this conftest replaces the export with the prepared file and makes
+#: the injected fault, if the row asked for one.
+CACHE_CONFTEST = """
+import os
+import tempfile
+from pathlib import Path
+
+from pytest_ipu.backends import onnx_export
+
+onnx_export._export = lambda *args: Path("exported.onnx").read_bytes()
+if Path("inject_errno.txt").exists():
+    number = int(Path("inject_errno.txt").read_text())
+
+    def fail(*args, **kwargs):
+        raise OSError(number, os.strerror(number))
+
+    tempfile.mkstemp = fail
+
+
+def pytest_configure(config):
+    # A cache entry that is a directory where the export's file must go.
+    if Path("entry_dir_suffix.txt").exists():
+        import torch
+
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh()).eval()
+        key = onnx_export.cache_key(model, (torch.randn(2, 4),), onnx_export.ExportOptions())
+        suffix = Path("entry_dir_suffix.txt").read_text()
+        (Path(config.getoption("ipu_cache_dir")) / f"{key}{suffix}").mkdir(parents=True)
+"""
+
+TEST_GATED = """
+def test_sum(ipu_benchmark):
+    ipu_benchmark(lambda: sum(range(100)), rounds=5, warmup_rounds=1)
+"""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One fault: ``setup(directory, monkeypatch)`` makes it and returns the path the command is given."""
+
+    kind: str
+    setup: Callable[[Path, pytest.MonkeyPatch], Path]
+    message: str
+    exit_code: int
+
+
+def _a_file(d: Path, mp: pytest.MonkeyPatch) -> Path:
+    (d / "cache").write_text("")
+    return d / "cache"
+
+
+def _through_a_file(d: Path, mp: pytest.MonkeyPatch) -> Path:
+    (d / "file").write_text("")
+    return d / "file" / "cache"
+
+
+def _injected(number: int) -> Callable[[Path, pytest.MonkeyPatch], Path]:
+    def setup(d: Path, mp: pytest.MonkeyPatch) -> Path:
+        # Read by the inner run's conftest (CACHE_CONFTEST), which makes the fault there.
+        (d / "inject_errno.txt").write_text(str(number))
+        return d / "cache"
+
+    return setup
+
+
+def _entry_is_a_directory(suffix: str) -> Callable[[Path, pytest.MonkeyPatch], Path]:
+    def setup(d: Path, mp: pytest.MonkeyPatch) -> Path:
+        # Read by the inner run's conftest, which makes the entry there: torch must not be imported
+        # into this process beside the in-process pytester runs (that crashed it in garbage collection).
+        (d / "entry_dir_suffix.txt").write_text(suffix)
+        return d / "cache"
+
+    return setup
+
+
+def _merge_inputs(change: Callable[[list[dict[str, Any]]], Any] | None = None, text: str | None = None):  # type: ignore[no-untyped-def]
+    def setup(d: Path, mp: pytest.MonkeyPatch) -> Path:
+        docs = _two_instances()
+        if change is not None:
+            change(docs)
+        for i, doc in enumerate(docs):
+            (d / f"in-{i}.json").write_text(json.dumps(doc))
+        if text is not None:
+            (d / "in-1.json").write_text(text)
+        return d / "merged.json"
+
+    return setup
+
+
+def _record_field(field: str, value: Any) -> Callable[[list[dict[str, Any]]], None]:
+    def change(docs: list[dict[str, Any]]) -> None:
+        docs[1]["benchmarks"][1]["extra_info"]["ipu"][field] = value
+
+    return change
+
+
+def _over_an_input(d: Path, mp: pytest.MonkeyPatch) -> Path:
+    _merge_inputs()(d, mp)
+    return d / "in-0.json"
+
+
+def _in_is_a_directory(d: Path, mp: pytest.MonkeyPatch) -> Path:
+    out = _merge_inputs()(d, mp)
+    (d / "in-1.json").unlink()
+    (d / "in-1.json").mkdir()
+    return out
+
+
+def _missing_instance(d: Path, mp: pytest.MonkeyPatch) -> Path:
+    out = _merge_inputs()(d, mp)
+    (d / "in-1.json").unlink()
+    (d / "in-1.json").write_text((d / "in-0.json").read_text())
+    return out
+
+
+def _baseline(content: str | None = None, doc: Any = None, directory: bool = False):  # type: ignore[no-untyped-def]
+    def setup(d: Path, mp: pytest.MonkeyPatch) -> Path:
+        path = d / "base.json"
+        if directory:
+            path.mkdir()
+        elif doc is not None:
+            path.write_text(json.dumps(doc))
+        elif content is not None:
+            path.write_text(content)
+        return path
+
+    return setup
+
+
+_PLAIN_BENCH = {"name": "test_sum", "fullname": "test_bad.py::test_sum", "stats": {"mean": 0.1}}
+_IPU = {benchmark_json.TOP_LEVEL_KEY: {"schema": 1}}
+
+ROWS: dict[str, Row] = {
+    # -- the export cache (--ipu-cache-dir) ---------------------------------------------------------------
+    "cache dir is a file": Row(CACHE, _a_file, "is not a directory: pass a directory path", 1),
+    "cache dir is /dev/null": Row(CACHE, lambda d, mp: Path(os.devnull), "--ipu-cache-dir=/dev/null", 1),
+    "cache dir through a file": Row(CACHE, _through_a_file, "is not a directory: pass a directory", 1),
+    "cache dir read-only": Row(CACHE, _injected(errno.EROFS), "make the directory writable", 1),
+    "cache dir not permitted": Row(CACHE, _injected(errno.EACCES), "Permission denied; make the", 1),
+    "cache dir disk full": Row(CACHE, _injected(errno.ENOSPC), "free space on its file system", 1),
+    "cache entry .onnx is a directory": Row(CACHE, _entry_is_a_directory(".onnx"), "remove the directory", 1),
+    "cache entry .json is a directory": Row(CACHE, _entry_is_a_directory(".json"), "remove the directory", 1),
+    # -- pytest-ipu merge ----------------------------------------------------------------------------------
+    "merge over an input": Row(MERGE, _over_an_input, "refusing to write over an input", 2),
+    "merge latency_unsupported an int": Row(
+        MERGE, _merge_inputs(_record_field("latency_unsupported", 3)), "latency_unsupported", 2
+    ),
+    "merge latency_unsupported ints": Row(
+        MERGE, _merge_inputs(_record_field("latency_unsupported", [1])), "latency_unsupported", 2
+    ),
+    "merge latency_unsupported nested": Row(
+        MERGE, _merge_inputs(_record_field("latency_unsupported", [["p99"]])), "latency_unsupported", 2
+    ),
+    "merge throughput not a number": Row(
+        MERGE, _merge_inputs(_record_field("throughput_items_per_s", "fast")), "malformed", 2
+    ),
+    "merge latency_s not an object": Row(
+        MERGE, _merge_inputs(_record_field("latency_s", [1])), "malformed", 2
+    ),
+    "merge latency_s without p99": Row(
+        MERGE, _merge_inputs(_record_field("latency_s", {"p50": 0.1})), "in-1.json: benchmark", 2
+    ),
+    "merge truncated JSON": Row(MERGE, _merge_inputs(text='{"benchmarks": ['), "not JSON", 2),
+    "merge empty file": Row(MERGE, _merge_inputs(text=""), "not JSON", 2),
+    "merge input is a directory": Row(MERGE, _in_is_a_directory, "cannot read", 2),
+    "merge an instance twice": Row(MERGE, _missing_instance, "pass each instance's file once", 2),
+    # -- --ipu-baseline -------------------------------------------------------------------------------------
+    "baseline partial": Row(
+        BASELINE, _baseline(doc={**_IPU, "benchmarks": [_PLAIN_BENCH]}), "no benchmark has a pytest-ipu", 4
+    ),
+    "baseline partial, no benchmarks": Row(
+        BASELINE, _baseline(doc={**_IPU, "benchmarks": []}), "a partial run", 4
+    ),
+    "baseline foreign": Row(BASELINE, _baseline(doc={"benchmarks": [_PLAIN_BENCH]}), "not written by", 4),
+    "baseline empty": Row(BASELINE, _baseline(content=""), "not JSON", 4),
+    "baseline truncated JSON": Row(BASELINE, _baseline(content='{"benchmarks": [{"na'), "not JSON", 4),
+    "baseline a directory": Row(BASELINE, _baseline(directory=True), "cannot read", 4),
+    "baseline missing": Row(BASELINE, lambda d, mp: d / "absent.json", "cannot read", 4),
+    "baseline no benchmarks list": Row(
+        BASELINE, _baseline(doc={"benchmarks": {}}), "no 'benchmarks' list", 4
+    ),
+    "baseline a JSON list": Row(BASELINE, _baseline(content="[]"), "no 'benchmarks' list", 4),
+}
+
+
+@pytest.fixture(scope="module")
+def exported_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    """One real export of the inner test's model, which the cache rows reuse instead of exporting.
+
+    Made in a child process: torch loaded into this one, beside the pytester runs, crashed it.
+    """
+    for name in ("torch", "onnxruntime", "onnx", "onnxscript"):
+        if importlib.util.find_spec(name) is None:
+            pytest.skip(f"{name} is not installed")
+    directory = tmp_path_factory.mktemp("export")
+    script = (
+        "import sys, torch\n"
+        "from pathlib import Path\n"
+        "from pytest_ipu.backends import onnx_export\n"
+        "torch.manual_seed(0)\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh()).eval()\n"
+        "e = onnx_export.export(model, (torch.randn(2, 4),), Path(sys.argv[1]))\n"
+        "print(e.path)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(directory)], capture_output=True, text=True, check=True
+    )
+    return Path(done.stdout.strip().splitlines()[-1]).read_bytes()
+
+
+@pytest.mark.parametrize("row", list(ROWS.values()), ids=list(ROWS))
+def test_bad_input_gives_one_line_and_its_exit_code(
+    row: Row,
+    request: pytest.FixtureRequest,
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    if row.kind == CACHE:
+        (pytester.path / "exported.onnx").write_bytes(request.getfixturevalue("exported_bytes"))
+        path = row.setup(pytester.path, monkeypatch)
+        pytester.makeconftest(CACHE_CONFTEST)
+        pytester.makepyfile(test_bad=TEST_EXPORT)
+        result = pytester.runpytest_subprocess(
+            "--ipu-backend=onnxruntime:cpu", f"--ipu-cache-dir={path}", "-rf", timeout=300
+        )
+        code, lines = result.ret, [line for line in result.outlines if "--ipu-cache-dir=" in line]
+        assert lines, result.outlines
+        line = lines[-1]
+        assert f"--ipu-cache-dir={path}" in line
+    elif row.kind == MERGE:
+        out = row.setup(pytester.path, monkeypatch)
+        inputs = [str(pytester.path / "in-0.json"), str(pytester.path / "in-1.json")]
+        before = out.read_bytes() if out.is_file() else None
+        code = cli.main(["merge", str(out), *inputs])
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        assert captured.err.count("\n") == 1, captured.err
+        line = captured.err
+        assert (out.read_bytes() if out.is_file() else None) == before, "the output was written"
+    else:
+        path = row.setup(pytester.path, monkeypatch)
+        pytester.makepyfile(test_bad=TEST_GATED)
+        result = pytester.runpytest("--ipu-gate=throughput:-5%", f"--ipu-baseline={path}")
+        errors = [line for line in result.errlines if line.strip()]
+        assert len(errors) == 1, errors
+        line = errors[0]
+        assert line.startswith("ERROR: pytest-ipu: ")
+        code = result.ret
+    assert "Traceback" not in line
+    assert row.message in line
+    assert code == row.exit_code
