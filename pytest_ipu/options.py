@@ -652,6 +652,10 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
 
 
 def warn_unknown_variables(config: pytest.Config, environ: Mapping[str, str] = os.environ) -> None:
-    """Warn at configure time (``-W error`` makes it a failure) about each unknown ``PYTEST_IPU_*``."""
+    """Warn at configure time about each unknown ``PYTEST_IPU_*``; where warnings are errors
+    (``-W error``, ``filterwarnings = error``) that is a one-line usage error, not a traceback."""
     for message in unknown_variables(environ):
-        config.issue_config_time_warning(PytestIpuWarning(message), stacklevel=2)
+        try:
+            config.issue_config_time_warning(PytestIpuWarning(message), stacklevel=2)
+        except PytestIpuWarning:
+            raise pytest.UsageError(message) from None  # the message starts "pytest-ipu: "

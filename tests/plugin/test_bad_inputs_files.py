@@ -169,6 +169,18 @@ def _baseline(content: str | None = None, doc: Any = None, directory: bool = Fal
     return setup
 
 
+def _nan_baseline(d: Path, mp: pytest.MonkeyPatch) -> Path:
+    """A pytest-ipu run whose record says its p50 was NaN (written by hand: the plugin never does)."""
+    from tests.unit.run_files import record
+
+    written = record(batch=1, p50=0.001, throughput=1000.0)
+    written["latency_s"]["p50"] = float("nan")
+    bench = {**_PLAIN_BENCH, "extra_info": {"ipu": written}}
+    path = d / "base.json"
+    path.write_text(json.dumps({**_IPU, "benchmarks": [bench]}))
+    return path
+
+
 _PLAIN_BENCH = {"name": "test_sum", "fullname": "test_bad.py::test_sum", "stats": {"mean": 0.1}}
 _IPU = {benchmark_json.TOP_LEVEL_KEY: {"schema": 1}}
 
@@ -222,6 +234,7 @@ ROWS: dict[str, Row] = {
         BASELINE, _baseline(doc={"benchmarks": {}}), "no 'benchmarks' list", 4
     ),
     "baseline a JSON list": Row(BASELINE, _baseline(content="[]"), "no 'benchmarks' list", 4),
+    "baseline with a NaN p50": Row(BASELINE, _nan_baseline, "'latency_s.p50' is nan", 4),
 }
 
 

@@ -229,3 +229,17 @@ def test_an_unknown_pytest_ipu_variable_is_a_warning_naming_the_closest_option(
         ]
     )
     assert "PYTEST_IPU_REPEAT_WORKER" not in result.stdout.str()
+
+
+def test_where_warnings_are_errors_an_unknown_variable_is_one_usage_error_line(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # -W error makes the warning an error: no traceback, one line, exit 4.
+    monkeypatch.setenv("PYTEST_IPU_ROUND", "3")
+    pytester.makepyfile(SENTINEL_TEST)
+    result = pytester.runpytest("-W", "error")
+    assert_usage_error(
+        pytester,
+        result,
+        "unknown environment variable PYTEST_IPU_ROUND is ignored; did you mean PYTEST_IPU_ROUNDS?",
+    )
