@@ -83,54 +83,62 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, Any, None]:
     destination as it was.
 
     pytest-benchmark writes the file in its own ``pytest_sessionfinish`` wrapper, before the other
-    implementations (5.3.0 and 5.3.1 alike: ``BenchmarkSession.finish`` -> ``save_json``). A write
-    that fails there would skip the gates and the summary, so it is caught here (``save_json`` is
-    wrapped when pytest-benchmark has it); this wrapper is outermost (tryfirst), so the file is moved
-    once everything else is done.
+    implementations (5.3.0 and 5.3.1 alike: ``BenchmarkSession.finish`` -> ``save_json``). Where it
+    has ``save_json``, that is wrapped: the file moves into place as soon as it is written (so the
+    line saying so comes before pytest's summary), and a write that fails is reported there instead
+    of skipping the gates and the summary. Otherwise the move waits until everything else is done
+    (this wrapper is outermost, tryfirst).
     """
     config = session.config
     pending = config.stash.get(_JSON_KEY, None)
     failures: list[OSError] = []
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
     bench = getattr(config, "_benchmarksession", None)
     save_json = getattr(bench, "save_json", None)
     wrapped = pending is not None and callable(save_json)
-    if wrapped:
+    if pending is not None and wrapped:
 
-        def save_or_note(output_json: Any) -> None:
+        def save_and_move(output_json: Any) -> None:
             try:
                 save_json(output_json)  # type: ignore[misc]
+                moved = pending.commit()
             except OSError as exc:
                 failures.append(exc)
+                _json_failed(reporter, pending, exc)
+                return
+            if moved and reporter is not None:
+                # pytest-benchmark named the temporary file it wrote ("Wrote benchmark data in").
+                reporter.write_line(f"pytest-ipu: results moved whole into {pending.target}")
 
-        bench.save_json = save_or_note  # type: ignore[union-attr]
+        bench.save_json = save_and_move  # type: ignore[union-attr]
     outcome = yield
     if pending is None:
         return
-    if outcome.excinfo is not None and not wrapped:
-        # The write may have stopped half-way, and nothing here can tell: the destination is kept.
-        pending.discard()
-        return
-    error: OSError | None = failures[0] if failures else None
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if error is None:
+    if not wrapped:
+        if outcome.excinfo is not None:
+            # The write may have stopped half-way, and nothing here can tell: the destination is kept.
+            pending.discard()
+            return
         try:
-            if pending.commit() and reporter is not None:
-                # pytest-benchmark named the temporary file it wrote ("Wrote benchmark data in").
-                reporter.write_line(f"pytest-ipu: results moved whole into {pending.target}")
+            pending.commit()
         except OSError as exc:
-            error = exc
-    if error is not None:
-        pending.discard()
-        line = (
-            f"pytest-ipu: --benchmark-json={pending.target}: cannot write the results: "
-            f"{error.strerror or error}; the file was left as it was (free space or pass a writable path)"
-        )
-        if reporter is not None:
-            reporter.write_line(line, red=True)
-        else:
-            print(line)
-        if session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            failures.append(exc)
+            _json_failed(reporter, pending, exc)
+    if failures and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _json_failed(reporter: Any, pending: PendingFile, error: OSError) -> None:
+    """Remove the half-written file and say, in one line, that the results were not written."""
+    pending.discard()
+    line = (
+        f"pytest-ipu: --benchmark-json={pending.target}: cannot write the results: "
+        f"{error.strerror or error}; the file was left as it was (free space or pass a writable path)"
+    )
+    if reporter is not None:
+        reporter.write_line(line, red=True)
+    else:
+        print(line)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
