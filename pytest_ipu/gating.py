@@ -97,12 +97,15 @@ class GateCheck:
 
     def _load_baseline(self) -> None:
         from pytest_ipu.repeats import in_worker
-        from pytest_ipu.results import benchmark_json
 
         if in_worker():
             return  # a repeat worker measures; the process that started it gates
 
         needs = self._marker_relative or any(g.kind == "relative" for g in self.settings.gates)
+        if not needs and not self.settings.baselines and not self._compared:
+            return  # nothing to load: the readers (and the schema) are never imported
+        from pytest_ipu.results import benchmark_json
+
         loaded: list[tuple[Mapping[str, Any], StoredRun]] = []
         if self.settings.baselines:
             try:

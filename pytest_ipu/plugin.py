@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Generator
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 
 import pytest
@@ -27,17 +28,19 @@ from pytest_ipu.fixtures import ipu_settings
 from pytest_ipu.gating import GATE_KEY
 from pytest_ipu.marker import MARKER_HELP
 from pytest_ipu.placement import poprun
-from pytest_ipu.results.atomic import PendingFile
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
 
 __all__ = ["ipu_backend", "ipu_benchmark", "ipu_compile", "ipu_placement", "ipu_power", "ipu_settings"]
 
+if TYPE_CHECKING:
+    from pytest_ipu.results.atomic import PendingFile
+
 _PLUGIN_NAME = "pytest-ipu-session"
 _GATES_NAME = "pytest-ipu-gates"
 _REPEATS_NAME = "pytest-ipu-repeats"
 #: The ``--benchmark-json`` file pytest-benchmark writes at a temporary path, moved into place whole.
-_JSON_KEY = pytest.StashKey[PendingFile]()
+_JSON_KEY = pytest.StashKey["PendingFile"]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -65,6 +68,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # pytest_configure reads the option after this).
     json_path = getattr(config.option, "benchmark_json", None)
     if json_path is not None and not hasattr(config, "workerinput"):
+        from pytest_ipu.results.atomic import PendingFile
+
         pending = PendingFile(Path(json_path))
         config.stash[_JSON_KEY] = pending
         config.option.benchmark_json = pending.temporary

@@ -35,13 +35,13 @@ from pytest_ipu.placement.poprun import PopRunInstance
 from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.repeats import RepeatScheduler
-from pytest_ipu.results.records import Measured
 
 if TYPE_CHECKING:
     from pytest_ipu.compiling import CompileCache
     from pytest_ipu.power.meter import PowerMeter
     from pytest_ipu.results.gates import Gate
     from pytest_ipu.results.records import IpuRecord
+    from pytest_ipu.results.records import Measured
 
 SESSION_KEY = pytest.StashKey["IpuSession"]()
 
@@ -179,6 +179,7 @@ class IpuSession:
         pytest-benchmark its JSON form, ``extra_info["ipu"]``, after ``pytest_ipu_update_record``."""
         from pytest_ipu.results import benchmark_json
         from pytest_ipu.results import schema
+        from pytest_ipu.results.records import Measured
 
         measured = Measured(item.nodeid, item.name, group, record, samples_s, gates)
         self.measured.append(measured)

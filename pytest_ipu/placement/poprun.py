@@ -28,9 +28,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pytest_ipu.results import atomic
-from pytest_ipu.results import benchmark_json
-from pytest_ipu.results import schema
+# The merge half reads and writes result files: its modules (the schema and its readers) are
+# imported by the functions that need them, so the session's start-up does not pay for them.
 
 #: Where an instance's ``as_json()`` goes: ``machine_info["ipu"][KEY]`` and each record's ``KEY``.
 KEY = "poprun"
@@ -231,6 +230,8 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
     each instance's record under ``poprun.instances``. Everything else, including pytest-benchmark's
     ``stats``, is instance 0's. Raises ``MergeError`` naming the file and the problem.
     """
+    from pytest_ipu.results import schema
+
     if not paths:
         raise MergeError("no input files; pass the JSON file of every instance of the PopRun launch")
     runs = [_read(Path(p)) for p in paths]
@@ -287,6 +288,9 @@ def _host(data: Mapping[str, Any]) -> object:
 
 
 def _read(path: Path) -> _Run:
+    from pytest_ipu.results import benchmark_json
+    from pytest_ipu.results import schema
+
     try:
         data = benchmark_json.read_document(path)
     except benchmark_json.RunFileError as exc:
@@ -327,6 +331,8 @@ def _read(path: Path) -> _Run:
 
 def _identity(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     """The instance's ``as_json()``: from ``machine_info["ipu"]["poprun"]``, else its records."""
+    from pytest_ipu.results import schema
+
     machine = data.get("machine_info")
     ipu_info = machine.get(schema.NAMESPACE) if isinstance(machine, dict) else None
     found = ipu_info.get(KEY) if isinstance(ipu_info, dict) else None
@@ -430,6 +436,8 @@ def write_atomic(path: Path, document: Mapping[str, Any]) -> None:
     ``merge`` lists them under ``machine_info["ipu"]["poprun"]["files"]``): writing over an input
     would lose an instance's own results.
     """
+    from pytest_ipu.results import atomic
+
     for name in _merged_from(document):
         if _same_file(path, Path(name)):
             raise MergeError(
@@ -440,6 +448,8 @@ def write_atomic(path: Path, document: Mapping[str, Any]) -> None:
 
 
 def _merged_from(document: Mapping[str, Any]) -> list[str]:
+    from pytest_ipu.results import schema
+
     machine = document.get("machine_info")
     ipu_info = machine.get(schema.NAMESPACE) if isinstance(machine, dict) else None
     section = ipu_info.get(KEY) if isinstance(ipu_info, dict) else None
