@@ -32,7 +32,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import fields
@@ -114,57 +113,6 @@ class ContentionRecord:
     def as_json(self) -> dict[str, Any]:
         """Every field as plain JSON values (``None`` for unknowns)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ContentionRecord:
-        """Inverse of ``as_json``; only ``readable`` is required, other keys take their defaults.
-
-        Raises ``KeyError`` without ``readable`` and ``TypeError``/``ValueError`` for values of the
-        wrong kind, so that a corrupt file is not silently read as "not contended".
-        """
-        readable = data["readable"]
-        if not isinstance(readable, bool):
-            raise TypeError(f"readable must be a bool, not {readable!r}")
-        contended = data.get("contended", False)
-        if not isinstance(contended, bool):
-            raise TypeError(f"contended must be a bool, not {contended!r}")
-        reason = data.get("reason", "")
-        if not isinstance(reason, str):
-            raise TypeError(f"reason must be a string, not {reason!r}")
-        threshold = data.get("threshold", DEFAULT_THRESHOLD)
-        return cls(
-            readable=readable,
-            reason=reason,
-            window_s=_optional_float(data, "window_s"),
-            cpus=_optional_int(data, "cpus"),
-            others_share=_optional_float(data, "others_share"),
-            own_share=_optional_float(data, "own_share"),
-            steal_share=_optional_float(data, "steal_share"),
-            load_avg_1m=_optional_float(data, "load_avg_1m"),
-            threshold=float(threshold),
-            contended=contended,
-        )
-
-
-def _optional_float(data: Mapping[str, Any], key: str) -> float | None:
-    """``data[key]`` as a float, ``None`` when absent or null."""
-    value = data.get(key)
-    if value is None:
-        return None
-    # bool is an int subclass; a bool here means the file was not written by as_json.
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{key} must be a number, not {value!r}")
-    return float(value)
-
-
-def _optional_int(data: Mapping[str, Any], key: str) -> int | None:
-    """``data[key]`` as an int, ``None`` when absent or null."""
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{key} must be an integer, not {value!r}")
-    return value
 
 
 @dataclass(frozen=True)

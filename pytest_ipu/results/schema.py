@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 from typing import TypeVar
 
+from pytest_ipu.measure.contention import DEFAULT_THRESHOLD as DEFAULT_CONTENTION_THRESHOLD
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results.catalog import METRICS as METRICS
@@ -493,23 +494,24 @@ def _stability(data: Mapping[str, Any], at: str) -> StabilityRecord:
     )
 
 
-#: The contention object's numbers (``ContentionRecord``), each a number >= 0 or null.
-_CONTENTION_NUMBERS = ("window_s", "others_share", "own_share", "steal_share", "load_avg_1m", "threshold")
-
-
 def _contention(data: Mapping[str, Any], at: str) -> ContentionRecord:
-    # ContentionRecord.from_json checks the kinds of its fields, but its messages show the whole
-    # value (repr, which recurses as deep as the value nests) and it cannot judge a number
-    # (finite, >= 0): every field is checked here, and it reads only the checked values (null for
-    # a flag, the reason or the threshold reading as their defaults, as for the other parts).
-    checked: dict[str, Any] = {
-        "readable": _flag(data, "readable", at),
-        "contended": _flag(data, "contended", at, default=False),
-        "reason": _text(data, "reason", at, default=""),
-        "cpus": None if data.get("cpus") is None else _count(data, "cpus", at),
-    }
-    for key in _CONTENTION_NUMBERS:
-        value = _number_or_none(data, key, at)
-        if value is not None:
-            checked[key] = value
-    return ContentionRecord.from_json(checked)
+    return contention_from_json(data, at)
+
+
+def contention_from_json(data: Mapping[str, Any], at: str = "contention.") -> ContentionRecord:
+    """The contention part of a record (``ContentionRecord.as_json``) read back: only ``readable``
+    is required; a null flag, reason or threshold reads as its default. Raises ``SchemaError``
+    naming the key for a value of the wrong kind or a number that is not finite and >= 0, so that
+    a corrupt file is never read as "not contended"."""
+    return ContentionRecord(
+        readable=_flag(data, "readable", at),
+        reason=_text(data, "reason", at, default=""),
+        window_s=_number_or_none(data, "window_s", at),
+        cpus=None if data.get("cpus") is None else _count(data, "cpus", at),
+        others_share=_number_or_none(data, "others_share", at),
+        own_share=_number_or_none(data, "own_share", at),
+        steal_share=_number_or_none(data, "steal_share", at),
+        load_avg_1m=_number_or_none(data, "load_avg_1m", at),
+        threshold=_number(data, "threshold", at, default=DEFAULT_CONTENTION_THRESHOLD),
+        contended=_flag(data, "contended", at, default=False),
+    )

@@ -53,7 +53,9 @@ def test_repeats_run_round_robin_over_the_parametrized_set_and_pool(
         assert record["rounds"] == 12
         # pytest-benchmark keeps the last repeat's rounds; the record pools all of them.
         assert record["stats"]["rounds"] == 4
-        assert record["latency_s"]["p50"] > 0
+        # The pooled median is of every call of every repeat: it lies within the repeats' medians.
+        medians = [r["latency_s"]["p50"] for r in record["repeats"]]
+        assert min(medians) <= record["latency_s"]["p50"] <= max(medians)
         assert record["window_s"] == pytest.approx(sum(r["window_s"] for r in record["repeats"]))
         items = sum(r["throughput_items_per_s"] * r["window_s"] for r in record["repeats"])
         assert record["throughput_items_per_s"] == pytest.approx(items / record["window_s"])
@@ -211,7 +213,8 @@ def test_slow(ipu_benchmark):
     budget = record["budget"]
     assert (budget["ended"], budget["capped"], budget["budget_s"]) == ("cap", True, 0.05)
     assert budget["cap_s"] == pytest.approx(0.1)
-    assert record["window_s"] >= 0.1  # the cap is checked between rounds: it is passed, then ends
+    # The cap is checked between rounds: the window passes it, then the rounds end.
+    assert budget["window_s"] >= budget["cap_s"]
     assert record["rounds"] < 1000
     assert budget["min_rounds_past_budget"] is True  # the 1000 minimum pushed it past the budget, to the cap
     result.stdout.fnmatch_lines(
@@ -236,7 +239,7 @@ def test_fill(ipu_benchmark):
     # Rounds planned with headroom end at the round boundary nearest the budget: within half a
     # mean round of it.
     if budget["ended"] == "budget":
-        assert record["window_s"] * (1 + 0.5 / record["rounds"]) >= 0.2
+        assert budget["window_s"] * (1 + 0.5 / record["rounds"]) >= budget["budget_s"]
     assert budget["ratio"] == pytest.approx(record["window_s"] / 0.2)
 
 

@@ -15,6 +15,7 @@ from pytest_ipu.measure.contention import ContentionProbe
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.contention import merge
 from pytest_ipu.measure.contention import short_window_reason
+from pytest_ipu.results import schema
 
 PID = 4242
 
@@ -496,12 +497,12 @@ def test_json_round_trip(record: ContentionRecord) -> None:
         "threshold",
         "contended",
     }
-    assert ContentionRecord.from_json(json.loads(json.dumps(data))) == record
+    assert schema.contention_from_json(json.loads(json.dumps(data))) == record
 
 
-def test_from_json_tolerates_missing_optional_keys() -> None:
-    assert ContentionRecord.from_json({"readable": False}) == ContentionRecord(readable=False)
-    assert ContentionRecord.from_json({"readable": True, "others_share": 0, "cpus": 2}) == ContentionRecord(
+def test_reading_tolerates_missing_optional_keys() -> None:
+    assert schema.contention_from_json({"readable": False}) == ContentionRecord(readable=False)
+    assert schema.contention_from_json({"readable": True, "others_share": 0, "cpus": 2}) == ContentionRecord(
         readable=True, others_share=0.0, cpus=2
     )
 
@@ -510,9 +511,9 @@ def test_from_json_tolerates_missing_optional_keys() -> None:
     "data",
     [{}, {"readable": "yes"}, {"readable": True, "others_share": "0.5"}, {"readable": True, "cpus": 2.5}],
 )
-def test_from_json_rejects_wrong_kinds(data: dict[str, object]) -> None:
-    with pytest.raises((KeyError, TypeError)):
-        ContentionRecord.from_json(data)
+def test_reading_rejects_wrong_kinds(data: dict[str, object]) -> None:
+    with pytest.raises(schema.SchemaError):
+        schema.contention_from_json(data)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the real /proc")
@@ -525,6 +526,8 @@ def test_real_proc() -> None:
     assert record.cpus is not None
     assert record.cpus >= 1
     assert record.window_s is not None
-    assert record.window_s >= 0
     if record.others_share is not None:
         assert 0.0 <= record.others_share <= 1.0
+        # Others' share is what the machine's busy time leaves after ours: together at most all of it.
+        assert record.own_share is not None
+        assert record.others_share + record.own_share <= 1.0 + 1e-9
