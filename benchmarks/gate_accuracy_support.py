@@ -104,7 +104,7 @@ def _repeat(fn: Callable[[], None], index: int, rounds: int) -> Measurement:
     latency = metrics.summarize_latency(samples)
     throughput = metrics.throughput(rounds, window_s)
     repeat = records.RepeatRecord(
-        index=index, rounds=rounds, window_s=window_s, latency=latency, throughput_items_per_s=throughput
+        index=index, rounds=rounds, window_s=window_s, latency_s=latency, throughput_items_per_s=throughput
     )
     record = records.IpuRecord(
         target="python:host",
@@ -118,7 +118,7 @@ def _repeat(fn: Callable[[], None], index: int, rounds: int) -> Measurement:
         rounds=rounds,
         rounds_policy="fixed",
         warmup_rounds=WARMUP,
-        latency=latency,
+        latency_s=latency,
         window_s=window_s,
         throughput_items_per_s=throughput,
         compile_s=None,

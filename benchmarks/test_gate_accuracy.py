@@ -164,11 +164,11 @@ def measure_group(side_b: Callable[[], None]) -> list[tuple[Run, Run]]:
 def drift_lines(plain: Sequence[Run]) -> list[str]:
     """How much unchanged runs differ as wholes and between their own repeats: a repeat test
     assumes the second is the first; the difference is what it cannot see."""
-    logs = [math.log(run.record.latency.p50_s) for run in plain]
+    logs = [math.log(run.record.latency_s.p50) for run in plain]
     windows = [logs[i : i + HISTORY] for i in range(len(logs) - HISTORY + 1)]
     between_runs = statistics.median(statistics.stdev(w) for w in windows)
     within = statistics.median(
-        statistics.stdev(math.log(r.latency.p50_s) for r in run.record.repeats) for run in plain
+        statistics.stdev(math.log(r.latency_s.p50) for r in run.record.repeats) for run in plain
     )
     return [
         f"spread of unchanged runs (p50, log scale): {between_runs:.1%} sd between whole runs "

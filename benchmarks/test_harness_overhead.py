@@ -109,7 +109,7 @@ def test_harness_overhead(
     if record is None:
         pytest.skip("pytest-benchmark is disabled: nothing to compare")
     per_round_ns = record.window_s / record.rounds * 1e9
-    cost = HarnessCost(workload, rounds, (before + after) / 2, record.latency.p50_s * 1e9, per_round_ns)
+    cost = HarnessCost(workload, rounds, (before + after) / 2, record.latency_s.p50 * 1e9, per_round_ns)
     benchmark.extra_info["harness"] = {
         "bare_median_s": cost.bare_ns * 1e-9,
         "harness_median_s": cost.harness_ns * 1e-9,

@@ -15,12 +15,12 @@ class LatencySummary:
     still reported, but they are really the maximum of too few samples.
     """
 
-    min_s: float
-    p50_s: float
-    p90_s: float
-    p99_s: float
-    max_s: float
-    mean_s: float
+    min: float
+    p50: float
+    p90: float
+    p99: float
+    max: float
+    mean: float
     rounds: int
     unsupported: tuple[str, ...] = ()
 
@@ -37,13 +37,13 @@ def summarize_latency(samples_s: Sequence[float]) -> LatencySummary:
     n = len(samples_s)
     p50, p90, p99 = (stats.percentile(samples_s, q) for q in stats.PERCENTILES)
     return LatencySummary(
-        min_s=float(min(samples_s)),
-        p50_s=p50,
-        p90_s=p90,
-        p99_s=p99,
-        max_s=float(max(samples_s)),
+        min=float(min(samples_s)),
+        p50=p50,
+        p90=p90,
+        p99=p99,
+        max=float(max(samples_s)),
         # fsum is exact; the clamp keeps rounding of the division from leaving [min, max].
-        mean_s=min(max(math.fsum(samples_s) / n, float(min(samples_s))), float(max(samples_s))),
+        mean=min(max(math.fsum(samples_s) / n, float(min(samples_s))), float(max(samples_s))),
         rounds=n,
         unsupported=tuple(f"p{q}" for q in stats.PERCENTILES if not stats.is_supported(q, n)),
     )

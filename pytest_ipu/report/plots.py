@@ -248,9 +248,9 @@ def series_for(runs: Sequence[StoredRun], group: str, view: str) -> list[Series]
         sources: dict[str, None] = {}
         for record in records:
             if view == "latency":
-                values.append(record.latency.p50_s)
-                upper.append(record.latency.p99_s)
-                flagged.append("p99" in record.latency.unsupported)
+                values.append(record.latency_s.p50)
+                upper.append(record.latency_s.p99)
+                flagged.append("p99" in record.latency_s.unsupported)
                 hollow.append(False)
                 reasons.append(None)
             elif view == "throughput":

@@ -40,8 +40,8 @@ class Column:
 
 def _percentile(key: str) -> Callable[[Row], str]:
     def render(row: Row) -> str:
-        text = units.format_value(getattr(row.record.latency, f"{key}_s"), "s")
-        return f"{text}*" if key in row.record.latency.unsupported else text
+        text = units.format_value(getattr(row.record.latency_s, key), "s")
+        return f"{text}*" if key in row.record.latency_s.unsupported else text
 
     return render
 
@@ -152,7 +152,7 @@ def footnotes(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[
     headers = {c.header for c in columns}
     flagged = sorted(
         p
-        for p in set(itertools.chain.from_iterable(r.record.latency.unsupported for r in rows))
+        for p in set(itertools.chain.from_iterable(r.record.latency_s.unsupported for r in rows))
         if p in headers
     )
     if flagged:

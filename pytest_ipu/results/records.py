@@ -43,12 +43,12 @@ def latency_json(lat: LatencySummary) -> dict[str, Any]:
 def latency_stats(lat: LatencySummary) -> dict[str, float]:
     """The six statistics of a latency summary, seconds, keyed as the record JSON keys them."""
     return {
-        "min": lat.min_s,
-        "p50": lat.p50_s,
-        "p90": lat.p90_s,
-        "p99": lat.p99_s,
-        "max": lat.max_s,
-        "mean": lat.mean_s,
+        "min": lat.min,
+        "p50": lat.p50,
+        "p90": lat.p90,
+        "p99": lat.p99,
+        "max": lat.max,
+        "mean": lat.mean,
     }
 
 
@@ -203,7 +203,7 @@ class PlacementRecord:
 class InstanceRecord:
     """One of several concurrently running instances: where it ran, its compile, its own calls.
 
-    ``latency`` summarises this instance's ``calls`` (the record's own latency pools every
+    ``latency_s`` summarises this instance's ``calls`` (the record's own latency pools every
     instance); ``device_latency`` is the device's latency counters for its last call (plain JSON
     with ``resolution_s``), or ``None`` where the backend has none.
     """
@@ -214,7 +214,7 @@ class InstanceRecord:
     device_name: str
     compile_s: float | None
     calls: int
-    latency: LatencySummary
+    latency_s: LatencySummary
     phases_s: Mapping[str, float] = field(default_factory=dict)
     info: Mapping[str, Any] = field(default_factory=dict)
     device_latency: Mapping[str, Any] | None = None
@@ -230,7 +230,7 @@ class InstanceRecord:
             "phases_s": dict(self.phases_s),
             "info": dict(self.info),
             "calls": self.calls,
-            "latency_s": latency_json(self.latency),
+            "latency_s": latency_json(self.latency_s),
             "device_latency": None if self.device_latency is None else dict(self.device_latency),
         }
 
@@ -251,7 +251,7 @@ class RepeatRecord:
     index: int
     rounds: int
     window_s: float
-    latency: LatencySummary
+    latency_s: LatencySummary
     throughput_items_per_s: float
     ended: Ending = "planned"
     process: str = "this"
@@ -268,7 +268,7 @@ class RepeatRecord:
             "index": self.index,
             "rounds": self.rounds,
             "window_s": self.window_s,
-            "latency_s": latency_json(self.latency),
+            "latency_s": latency_json(self.latency_s),
             "throughput_items_per_s": self.throughput_items_per_s,
             "ended": self.ended,
             "process": self.process,
@@ -277,17 +277,17 @@ class RepeatRecord:
 
 #: The latency metrics and the ``LatencySummary`` field each reads.
 _LATENCY_FIELDS: Mapping[str, str] = {
-    "latency.min": "min_s",
-    "latency.p50": "p50_s",
-    "latency.p90": "p90_s",
-    "latency.p99": "p99_s",
-    "latency.max": "max_s",
-    "latency.mean": "mean_s",
+    "latency.min": "min",
+    "latency.p50": "p50",
+    "latency.p90": "p90",
+    "latency.p99": "p99",
+    "latency.max": "max",
+    "latency.mean": "mean",
 }
 
 
 def _latency_value(field: str) -> Callable[[RepeatRecord | IpuRecord], float]:
-    return lambda record: float(getattr(record.latency, field))
+    return lambda record: float(getattr(record.latency_s, field))
 
 
 #: How each per-round metric is read from one repeat (``RepeatRecord.value``).
@@ -394,7 +394,7 @@ class IpuRecord:
     rounds: int
     rounds_policy: Literal["auto", "fixed"]
     warmup_rounds: int
-    latency: LatencySummary
+    latency_s: LatencySummary
     window_s: float
     throughput_items_per_s: float
     compile_s: float | None

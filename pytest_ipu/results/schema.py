@@ -60,7 +60,7 @@ class SchemaError(ValueError):
 
 def to_json(record: IpuRecord) -> dict[str, Any]:
     """The plain-JSON form stored under ``extra_info["ipu"]`` (only str, int, float, bool, None)."""
-    lat = record.latency
+    lat = record.latency_s
     return {
         "schema": SCHEMA_VERSION,
         "target": record.target,
@@ -130,7 +130,7 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
         rounds=rounds,
         rounds_policy="auto" if policy == "auto" else "fixed",
         warmup_rounds=_count(data, "warmup_rounds"),
-        latency=_latency(
+        latency_s=_latency(
             _object(data, "latency_s"),
             "latency_s.",
             rounds,
@@ -340,12 +340,12 @@ def _each(
 
 def _latency(lat: Mapping[str, Any], at: str, rounds: int, unsupported: tuple[str, ...]) -> LatencySummary:
     return LatencySummary(
-        min_s=_number(lat, "min", at),
-        p50_s=_number(lat, "p50", at),
-        p90_s=_number(lat, "p90", at),
-        p99_s=_number(lat, "p99", at),
-        max_s=_number(lat, "max", at),
-        mean_s=_number(lat, "mean", at),
+        min=_number(lat, "min", at),
+        p50=_number(lat, "p50", at),
+        p90=_number(lat, "p90", at),
+        p99=_number(lat, "p99", at),
+        max=_number(lat, "max", at),
+        mean=_number(lat, "mean", at),
         rounds=rounds,
         unsupported=unsupported,
     )
@@ -436,7 +436,7 @@ def _instance(data: Mapping[str, Any], at: str) -> InstanceRecord:
         device_name=_text(data, "device_name", at, default=""),
         compile_s=_number_or_none(data, "compile_s", at),
         calls=calls,
-        latency=_latency(
+        latency_s=_latency(
             lat,
             f"{at}latency_s.",
             _count(lat, "rounds", f"{at}latency_s.", calls),
@@ -459,7 +459,7 @@ def _repeat(data: Mapping[str, Any], at: str) -> RepeatRecord:
         index=_count(data, "index", at),
         rounds=rounds,
         window_s=_number(data, "window_s", at),
-        latency=_latency(
+        latency_s=_latency(
             lat,
             f"{at}latency_s.",
             _count(lat, "rounds", f"{at}latency_s.", rounds),

@@ -238,7 +238,7 @@ def test_marker_rounds_reach_ipu_benchmark(pytester: pytest.Pytester) -> None:
         def test_marked(ipu_benchmark):
             record = ipu_benchmark(lambda: None)
             assert (record.rounds, record.rounds_policy, record.warmup_rounds) == (7, "fixed", 0)
-            assert record.latency.rounds == 7
+            assert record.latency_s.rounds == 7
 
         @pytest.mark.ipu(rounds=7)
         def test_argument_beats_marker(ipu_benchmark):

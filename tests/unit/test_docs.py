@@ -59,7 +59,7 @@ def test_every_record_key_is_in_the_schema_page():
         rounds=1,
         rounds_policy="fixed",
         warmup_rounds=0,
-        latency=LatencySummary(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1),
+        latency_s=LatencySummary(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1),
         window_s=1.0,
         throughput_items_per_s=1.0,
         compile_s=None,

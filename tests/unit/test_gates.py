@@ -62,7 +62,7 @@ def _typed(
         rounds=1,
         rounds_policy="fixed",
         warmup_rounds=0,
-        latency=LatencySummary(
+        latency_s=LatencySummary(
             stat["min"], p50, stat["p90"], stat["p99"], stat["max"], stat["mean"], 1, ("p50", "p90", "p99")
         ),
         window_s=1.0,
@@ -112,7 +112,7 @@ def _repeated(
             index=i + 1,
             rounds=30,
             window_s=30 * p50,
-            latency=LatencySummary(p50, p50, p50, p50, p50, p50, 30),
+            latency_s=LatencySummary(p50, p50, p50, p50, p50, p50, 30),
             throughput_items_per_s=rate,
         )
         for i, (p50, rate) in enumerate(zip(p50s, rates, strict=True))
@@ -1002,7 +1002,7 @@ def test_the_runner_checks_against_the_last_baseline_run_and_reports_what_it_can
     }
     slow = by_name[("test_a", "latency.p50:+5%")]
     assert not slow.passed
-    assert slow.baseline == pytest.approx(base.latency.p50_s)  # the last run, not the older one
+    assert slow.baseline == pytest.approx(base.latency_s.p50)  # the last run, not the older one
     # Two baseline runs are too few for their drift: the repeats of both records decide.
     assert slow.method.startswith("repeats: one-sided t test on 3 current vs 3 baseline repeats")
     assert by_name[("test_b", "latency.p99<1s")].passed

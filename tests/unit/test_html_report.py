@@ -50,7 +50,7 @@ def _record(target: str, batch_size: int, power: PowerRecord | None, **more: Any
             rounds=more.pop("rounds", 200),
             rounds_policy="auto",
             warmup_rounds=2,
-            latency=LatencySummary(
+            latency_s=LatencySummary(
                 p50 / 2, p50, p50, p50 * 2, p50 * 3, p50, 200, more.pop("unsupported", ())
             ),
             window_s=5.0,

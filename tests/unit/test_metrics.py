@@ -14,14 +14,14 @@ MS_1_TO_100 = [i / 1000 for i in range(1, 101)]
 
 def test_summary_of_known_sample():
     s = metrics.summarize_latency(MS_1_TO_100)
-    assert s.min_s == 0.001
-    assert s.max_s == 0.1
-    assert s.mean_s == pytest.approx(0.0505, rel=1e-12)
-    assert s.p50_s == float(np.percentile(MS_1_TO_100, 50))
-    assert s.p50_s == pytest.approx(0.0505, rel=1e-12)
-    assert s.p90_s == float(np.percentile(MS_1_TO_100, 90))
-    assert s.p99_s == float(np.percentile(MS_1_TO_100, 99))
-    assert s.p99_s == pytest.approx(0.09901, rel=1e-12)
+    assert s.min == 0.001
+    assert s.max == 0.1
+    assert s.mean == pytest.approx(0.0505, rel=1e-12)
+    assert s.p50 == float(np.percentile(MS_1_TO_100, 50))
+    assert s.p50 == pytest.approx(0.0505, rel=1e-12)
+    assert s.p90 == float(np.percentile(MS_1_TO_100, 90))
+    assert s.p99 == float(np.percentile(MS_1_TO_100, 99))
+    assert s.p99 == pytest.approx(0.09901, rel=1e-12)
     assert s.rounds == 100
     assert s.unsupported == ()
 
@@ -29,7 +29,7 @@ def test_summary_of_known_sample():
 def test_summary_does_not_depend_on_sample_order():
     a = metrics.summarize_latency(MS_1_TO_100)
     b = metrics.summarize_latency(list(reversed(MS_1_TO_100)))
-    assert (a.min_s, a.p50_s, a.p90_s, a.p99_s, a.max_s) == (b.min_s, b.p50_s, b.p90_s, b.p99_s, b.max_s)
+    assert (a.min, a.p50, a.p90, a.p99, a.max) == (b.min, b.p50, b.p90, b.p99, b.max)
 
 
 @pytest.mark.parametrize(
@@ -52,12 +52,12 @@ def test_unsupported_percentiles_by_round_count(n, unsupported):
 
 def test_single_sample_summary_is_that_sample():
     s = metrics.summarize_latency([0.25])
-    assert s.min_s == s.p50_s == s.p90_s == s.p99_s == s.max_s == s.mean_s == 0.25
+    assert s.min == s.p50 == s.p90 == s.p99 == s.max == s.mean == 0.25
 
 
 def test_summary_fields_are_floats_for_int_input():
     s = metrics.summarize_latency([1, 2, 3])
-    for value in (s.min_s, s.p50_s, s.p90_s, s.p99_s, s.max_s, s.mean_s):
+    for value in (s.min, s.p50, s.p90, s.p99, s.max, s.mean):
         assert type(value) is float
 
 
@@ -72,19 +72,19 @@ def test_summary_rejects_negative():
 
 
 def test_summary_accepts_zero():
-    assert metrics.summarize_latency([0.0, 0.0]).max_s == 0.0
+    assert metrics.summarize_latency([0.0, 0.0]).max == 0.0
 
 
 def test_mean_of_constant_sample_is_that_value():
     s = metrics.summarize_latency([0.1, 0.1, 0.1])
-    assert s.min_s <= s.mean_s <= s.max_s
-    assert s.mean_s == 0.1
+    assert s.min <= s.mean <= s.max
+    assert s.mean == 0.1
 
 
 def test_mean_does_not_depend_on_sample_order():
     a = metrics.summarize_latency([0.1, 0.2, 0.3])
     b = metrics.summarize_latency([0.3, 0.2, 0.1])
-    assert a.mean_s == b.mean_s
+    assert a.mean == b.mean
 
 
 @pytest.mark.parametrize(

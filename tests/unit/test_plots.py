@@ -82,7 +82,7 @@ def record(
         rounds=rounds,
         rounds_policy="auto",
         warmup_rounds=2,
-        latency=LatencySummary(
+        latency_s=LatencySummary(
             p50_s / 2,
             p50_s,
             p50_s * 1.2,

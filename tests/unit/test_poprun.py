@@ -214,7 +214,7 @@ def _record(
             rounds=rounds,
             rounds_policy="fixed",
             warmup_rounds=1,
-            latency=LatencySummary(p50 / 2, p50, (p50 + p99) / 2, p99, p99 * 1.1, p50, rounds),
+            latency_s=LatencySummary(p50 / 2, p50, (p50 + p99) / 2, p99, p99 * 1.1, p50, rounds),
             window_s=window_s,
             throughput_items_per_s=throughput,
             compile_s=1.0,
@@ -328,7 +328,7 @@ def test_a_merged_file_reads_back_as_a_run(tmp_path: Path) -> None:
     merged_record = stored["t.py::test_a"].record
     assert merged_record is not None
     assert merged_record.throughput_items_per_s == 180.0
-    assert merged_record.latency.p99_s == 0.020
+    assert merged_record.latency_s.p99 == 0.020
     assert stored["t.py::test_plain"].record is None
 
 

@@ -20,12 +20,12 @@ from pytest_ipu.results.records import PowerRecord
 def make_record(**changes: Any) -> IpuRecord:
     unsupported = changes.pop("unsupported", ())
     latency = LatencySummary(
-        min_s=0.001,
-        p50_s=changes.pop("p50_s", 0.002),
-        p90_s=0.003,
-        p99_s=changes.pop("p99_s", 0.004),
-        max_s=0.005,
-        mean_s=0.0025,
+        min=0.001,
+        p50=changes.pop("p50_s", 0.002),
+        p90=0.003,
+        p99=changes.pop("p99_s", 0.004),
+        max=0.005,
+        mean=0.0025,
         rounds=changes.get("rounds", 200),
         unsupported=unsupported,
     )
@@ -41,7 +41,7 @@ def make_record(**changes: Any) -> IpuRecord:
         "rounds": 200,
         "rounds_policy": "auto",
         "warmup_rounds": 2,
-        "latency": latency,
+        "latency_s": latency,
         "window_s": 0.8,
         "throughput_items_per_s": 250.0,
         "compile_s": 1.5,

@@ -75,8 +75,8 @@ def test_a_record_is_built_from_the_rounds_that_were_timed() -> None:
     assert result.samples_s == tuple(bench.times_s)
     assert (record.rounds, record.rounds_policy, record.warmup_rounds) == (7, "fixed", 2)
     assert record.batch_size == record.items_per_call == 4
-    assert record.latency.p50_s == stats.percentile(bench.times_s, 50)
-    assert record.latency.rounds == 7
+    assert record.latency_s.p50 == stats.percentile(bench.times_s, 50)
+    assert record.latency_s.rounds == 7
     # Throughput: items of every round over the window's wall time, which holds every round.
     assert record.throughput_items_per_s == 4 * 7 / record.window_s
     assert record.window_s >= sum(bench.times_s)
@@ -174,7 +174,7 @@ def test_pooled_repeats_sum_rounds_and_windows_and_keep_each_summary() -> None:
     assert record.window_s == pytest.approx(parts[0].record.window_s + parts[1].record.window_s)
     items = sum(p.record.throughput_items_per_s * p.record.window_s for p in parts)
     assert record.throughput_items_per_s == pytest.approx(items / record.window_s)
-    assert record.latency.rounds == 12  # the percentiles are of every call of every repeat
+    assert record.latency_s.rounds == 12  # the percentiles are of every call of every repeat
     assert pooled.samples_s == parts[0].samples_s + parts[1].samples_s
     assert record.first_call_s == parts[0].record.first_call_s
     assert record.contention is not None

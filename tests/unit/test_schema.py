@@ -37,12 +37,12 @@ plain = st.none() | st.booleans() | count | text
 @st.composite
 def latencies(draw: Any, rounds: int | None = None) -> LatencySummary:
     return LatencySummary(
-        min_s=draw(finite),
-        p50_s=draw(finite),
-        p90_s=draw(finite),
-        p99_s=draw(finite),
-        max_s=draw(finite),
-        mean_s=draw(finite),
+        min=draw(finite),
+        p50=draw(finite),
+        p90=draw(finite),
+        p99=draw(finite),
+        max=draw(finite),
+        mean=draw(finite),
         rounds=draw(count) if rounds is None else rounds,
         unsupported=tuple(draw(st.lists(st.sampled_from(["p50", "p90", "p99"]), unique=True))),
     )
@@ -99,7 +99,7 @@ instances = st.builds(
     device_name=text,
     compile_s=optional,
     calls=count,
-    latency=latencies(),
+    latency_s=latencies(),
     phases_s=st.dictionaries(text, finite, max_size=2),
     info=st.dictionaries(text, plain, max_size=2),
     device_latency=st.none() | st.dictionaries(text, plain, max_size=2),
@@ -121,7 +121,7 @@ def records(draw: Any) -> IpuRecord:
         rounds=rounds,
         rounds_policy=draw(st.sampled_from(["auto", "fixed"])),
         warmup_rounds=draw(count),
-        latency=draw(latencies(rounds)),
+        latency_s=draw(latencies(rounds)),
         window_s=draw(finite),
         throughput_items_per_s=draw(finite),
         compile_s=draw(optional),
@@ -143,12 +143,12 @@ def records(draw: Any) -> IpuRecord:
 
 def make_record(**changes: Any) -> IpuRecord:
     latency = LatencySummary(
-        min_s=0.001,
-        p50_s=0.002,
-        p90_s=0.003,
-        p99_s=0.004,
-        max_s=0.005,
-        mean_s=0.0025,
+        min=0.001,
+        p50=0.002,
+        p90=0.003,
+        p99=0.004,
+        max=0.005,
+        mean=0.0025,
         rounds=50,
         unsupported=("p99",),
     )
@@ -164,7 +164,7 @@ def make_record(**changes: Any) -> IpuRecord:
         "rounds": 50,
         "rounds_policy": "auto",
         "warmup_rounds": 2,
-        "latency": latency,
+        "latency_s": latency,
         "window_s": 0.13,
         "throughput_items_per_s": 3076.9,
         "compile_s": 1.5,
@@ -457,7 +457,7 @@ def test_metric_directions_and_units():
 def test_metric_values_match_the_record():
     record = make_record()
     data = schema.to_json(record)
-    assert _resolve(data, schema.METRICS["latency.p99"].path) == record.latency.p99_s
+    assert _resolve(data, schema.METRICS["latency.p99"].path) == record.latency_s.p99
     assert _resolve(data, schema.METRICS["throughput"].path) == record.throughput_items_per_s
     assert _resolve(data, schema.METRICS["compile"].path) == record.compile_s
     assert _resolve(data, schema.METRICS["first_call"].path) == record.first_call_s
@@ -590,7 +590,7 @@ def test_golden_files_load_into_typed_records_and_write_back_the_same_json(name)
     assert shared.placement is not None
     assert shared.placement.shared_device
     assert shared.instances is not None
-    assert shared.instances[0].latency.unsupported == ("p90", "p99")
+    assert shared.instances[0].latency_s.unsupported == ("p90", "p99")
     assert by_name["test_mlp[torch-cpu-2]"].parity == ParityRecord("torch eager fp32 on cpu", 0.0, 0.0, 0.001)
 
 
