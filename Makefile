@@ -1,7 +1,8 @@
 # The two commands of the README: `make bench` (set up, then run the studies) and `make test`
 # (set up, then lint, type-check and run the test suite); `make test-floor` runs the suite at the
-# declared floors of the dependencies. Both are idempotent: the virtual
-# environment is rebuilt only when pyproject.toml changes, so a second run starts in seconds.
+# declared floors of the dependencies. Both are idempotent: the virtual environment is rebuilt only
+# when pyproject.toml or this Makefile changes, so a second run starts in seconds. Setting up says
+# one line; pip's output goes to a log that is printed whole only when the set-up fails.
 
 PYTHON ?= python3
 VENV := .venv
@@ -16,15 +17,26 @@ RESULTS := results
 # suite starts as `python -m pytest` or as the `pytest` script.
 EDITABLE := --config-settings editable_mode=compat
 
+# $(call quietly,ENV,COMMANDS): set up the environment ENV by the shell COMMANDS, their output
+# (stdout and stderr) in ENV/setup.log; when they fail, print that log whole and fail. A set-up that
+# works says nothing more; one that does not shows everything pip said, not only its last line.
+quietly = mkdir -p $(1) && { $(2); } > $(1)/setup.log 2>&1 || { cat $(1)/setup.log >&2; \
+	echo "make: setting up $(1) failed: the log above is $(1)/setup.log" >&2; exit 1; }
+
+SETUP_LOG := $(VENV)/setup.log
+
 $(STAMP): pyproject.toml Makefile
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' $(EDITABLE)
+	@echo "make: setting up $(VENV) (pip install -e '.[dev]'; log in $(SETUP_LOG))"
+	@$(call quietly,$(VENV),\
+		{ test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); } && \
+		$(BIN)/python -m pip install --disable-pip-version-check --upgrade pip && \
+		$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]' $(EDITABLE))
 	@touch $(STAMP)
 
-# The report is written even when a benchmark failed, from whatever the run measured.
+# The report is written even when a benchmark failed, from whatever the run measured. The previous
+# run's files go first: a figure of a group this run no longer plots must not linger beside the page.
 bench: $(STAMP)
-	@mkdir -p $(RESULTS) && rm -f $(RESULTS)/latest.json
+	@mkdir -p $(RESULTS) && rm -rf $(RESULTS)/latest.json $(RESULTS)/report
 	@$(BIN)/python -m pytest benchmarks -p no:cacheprovider \
 		--benchmark-json=$(RESULTS)/latest.json --benchmark-autosave \
 		--benchmark-columns=median,iqr,rounds $(BENCH_ARGS); rc=$$?; \
@@ -52,11 +64,15 @@ unit: $(STAMP)
 FLOOR_VENV := .venv-floor
 FLOOR_STAMP := $(FLOOR_VENV)/.installed-stamp
 
+FLOOR_LOG := $(FLOOR_VENV)/setup.log
+
 $(FLOOR_STAMP): pyproject.toml tests/floor_pins.py Makefile
-	@test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV)
-	$(PYTHON) tests/floor_pins.py pyproject.toml > $(FLOOR_VENV)/floors.txt
-	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r $(FLOOR_VENV)/floors.txt
-	$(FLOOR_VENV)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e . $(EDITABLE)
+	@echo "make: setting up $(FLOOR_VENV) at the declared floors (log in $(FLOOR_LOG))"
+	@$(call quietly,$(FLOOR_VENV),\
+		{ test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV); } && \
+		$(PYTHON) tests/floor_pins.py pyproject.toml > $(FLOOR_VENV)/floors.txt && \
+		$(FLOOR_VENV)/bin/python -m pip install --disable-pip-version-check -r $(FLOOR_VENV)/floors.txt && \
+		$(FLOOR_VENV)/bin/python -m pip install --disable-pip-version-check --no-deps -e . $(EDITABLE))
 	@touch $(FLOOR_STAMP)
 
 test-floor: $(FLOOR_STAMP)

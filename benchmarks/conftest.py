@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import functools
 import importlib
+import math
 from typing import Any
 
 import pytest
@@ -13,6 +16,9 @@ from benchmarks.models import resnext
 #: The batch sizes of the reference study (ResNeXt-101 on a C2 card: 2 to 12).
 BATCH_SIZES = (2, 4, 6, 8, 10, 12)
 IMAGE_SHAPE = (3, 224, 224)
+#: Seconds the gate-accuracy benchmark measures for by default (``--gate-accuracy-budget``): short
+#: enough for ``make bench``; a study of the rates themselves wants 100 s or more.
+GATE_ACCURACY_BUDGET_S = 25.0
 
 
 # PopART refuses to import once onnx is imported (an SDK quirk, docs/ipu.md). Importing it first, where
@@ -22,14 +28,59 @@ with contextlib.suppress(Exception):
 
 _REPORT = pytest.StashKey[dict[str, list[str]]]()
 
+#: The distributions whose pytest plugins a measured pytest run of the studies loads: pytest-ipu and
+#: pytest-benchmark, which it needs.
+OWN_PLUGINS = frozenset({"pytest-ipu", "pytest-benchmark"})
+
+
+@functools.cache
+def other_plugins_off() -> tuple[str, ...]:
+    """``-p no:NAME`` for every installed pytest plugin of another distribution than ``OWN_PLUGINS``.
+
+    The development environment installs hypothesis and pytest-xdist for the test suite; a project
+    that uses pytest-ipu need not have them. A pytest run that a study measures (its start-up, its
+    memory) leaves them out, on every side of a comparison alike: they would only add their own
+    start-up (most of a trivial run's second) and its noise to what is measured.
+    """
+    from importlib import metadata
+
+    args: list[str] = []
+    for entry in metadata.entry_points(group="pytest11"):
+        dist = entry.dist.metadata["Name"] if entry.dist is not None else ""
+        if str(dist).lower().replace("_", "-") not in OWN_PLUGINS:
+            args += ["-p", f"no:{entry.name}"]
+    return tuple(args)
+
+
+def _seconds(text: str) -> float:
+    """A positive number of seconds, for ``--gate-accuracy-budget``; argparse reports the error."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds > 0; pass e.g. --gate-accuracy-budget=100"
+        )
+    return value
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Study options: which ResNeXt-101 variant to run, and whether gate-accuracy targets are enforced."""
+    """Study options: which ResNeXt-101 variant to run, and how long the gate-accuracy benchmark
+    measures and whether its targets are enforced."""
     parser.addoption(
         "--resnext-variant",
         default="32x4d",
         choices=sorted(resnext.VARIANTS),
         help="ResNeXt-101 variant of the inference study (default: 32x4d)",
+    )
+    parser.addoption(
+        "--gate-accuracy-budget",
+        default=GATE_ACCURACY_BUDGET_S,
+        type=_seconds,
+        metavar="SECONDS",
+        help="seconds test_gate_accuracy measures for, after a minimum of groups of each kind "
+        f"(default: {GATE_ACCURACY_BUDGET_S:g}; 100 or more for rates worth quoting)",
     )
     parser.addoption(
         "--gate-accuracy-strict",

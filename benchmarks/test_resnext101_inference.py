@@ -17,10 +17,15 @@ from benchmarks.conftest import BATCH_SIZES
 from benchmarks.conftest import image_batch
 
 
-# The budget fits the slowest call: batch 12 on a 2-core CPU takes about 1.2 s, and the window of
-# each of the 3 repeats lands within half a call of its share of the budget, so a share of 8/3 s
-# keeps the window within a quarter of the budget.
-@pytest.mark.ipu(max_time="8s")
+# The study's cost is its 12 windows and the untimed calls before them, so both are sized to what
+# the numbers need. Budget: 5 s a benchmark, 5/3 s for each of its 3 repeats: at least one call of
+# the slowest (batch 12 on a 2-core CPU, about 1.3 s), and a dozen of the fastest. Minimum rounds:
+# one per repeat (3 in all), so that the slowest call's window of one round per repeat is what the
+# time box chooses, not a second round past the budget flagged over-budget. Warm-up: one call after
+# the first, not the default two: on the CPU, the second call at a batch size already runs within a
+# few percent of the steady state, and each later repeat still makes an untimed call at its batch
+# size before its window opens. Every figure and flag is measured and printed as before.
+@pytest.mark.ipu(max_time="5s", min_rounds=3, warmup_rounds=1)
 @pytest.mark.benchmark(group="resnext101-inference")
 @pytest.mark.parametrize("batch_size", BATCH_SIZES)
 def test_resnext101_inference(

@@ -3,14 +3,20 @@
 ``merge`` of the files of one PopRun launch; the ``targets`` and ``devices`` (targets and power
 sources) present on this machine, each with the reason when absent.
 
+``summary``, ``compare`` and ``report`` take run files the way ``pytest-benchmark compare`` does:
+paths, saved-run ids (``0001``) or globs, looked up in ``--storage`` (``results.storage``).
+
 The only module that prints to stdout directly and calls ``sys.exit``. Exit codes: 0 success,
 1 a gate failed (``compare``, ``ab``), 2 bad input (an unreadable or foreign file says which file and
-why) or, for ``ab``, a side that failed to run.
+why, an id that names no run says where it looked) or, for ``ab``, a side that failed to run; 141
+(128 + SIGPIPE, what a shell reports for a command killed by a closed pipe) when the reader of the
+output went away (``pytest-ipu compare 0001 0002 | head -1``): the command stops there, quietly.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,21 +26,47 @@ from pytest_ipu import backends
 from pytest_ipu import power
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.placement import poprun
+from pytest_ipu.report import power_blocks as block_report
 from pytest_ipu.report import terminal as report
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import compare
 from pytest_ipu.results import gates
+from pytest_ipu.results import storage
+from pytest_ipu.results.power_blocks import PowerBlock
 from pytest_ipu.results.records import group_name
+
+#: The exit code when the output's reader closed the pipe: 128 + SIGPIPE, as a shell reports a
+#: command that the signal ended, so ``set -o pipefail`` still sees that the output was cut short.
+PIPE_CLOSED = 141
+
+#: The help of a run argument of ``summary``, ``compare`` and ``report``.
+RUN_HELP = (
+    "a pytest-benchmark JSON file, or a saved run's id ('0001', '0001_abc') or a glob ('*/0001_*') "
+    "looked up in --storage, as 'pytest-benchmark compare' takes them"
+)
+
+
+def _run_files(arguments: Sequence[str], storage_uri: str) -> list[Path] | None:
+    """The run files the arguments name (paths, saved-run ids, globs); ``None`` after printing the
+    one-line error of an argument that names none (or several where one was meant)."""
+    try:
+        return storage.resolve_all(arguments, storage.storage_path(storage_uri))
+    except storage.RunLookupError as exc:
+        print(f"pytest-ipu: {exc}", file=sys.stderr)
+        return None
 
 
 def _summary(paths: Sequence[Path]) -> int:
     rows = []
+    blocks: list[PowerBlock] = []
     for path in paths:
         try:
-            stored = benchmark_json.load_run(path)
+            run = benchmark_json.read_run(path)
         except benchmark_json.RunFileError as exc:
             print(f"pytest-ipu: {exc}", file=sys.stderr)
             return 2
+        stored = run.benchmarks
+        blocks.extend(run.power_blocks)
         for bench in stored:
             if bench.record is not None:
                 group = group_name(bench.group, bench.name)
@@ -43,9 +75,10 @@ def _summary(paths: Sequence[Path]) -> int:
                         f"{group} ({path.name})" if len(paths) > 1 else group, bench.name, bench.record
                     )
                 )
-        if not any(b.record for b in stored):
+        if not any(b.record for b in stored) and not run.power_blocks:
             print(f"pytest-ipu: {path}: no benchmark carries extra_info['ipu']", file=sys.stderr)
-    print("\n".join(report.tables(rows)))
+    gap = [""] if rows and blocks else []
+    print("\n".join(report.tables(rows) + gap + block_report.lines(blocks)))
     return 0
 
 
@@ -66,7 +99,12 @@ def _merge(out: Path, paths: Sequence[Path]) -> int:
 
 def _compare(paths: Sequence[Path], gate_texts: Sequence[str], fmt: str, strict: bool) -> int:
     if len(paths) < 2:
-        print(f"pytest-ipu: compare needs at least two run files, got {len(paths)}", file=sys.stderr)
+        got = f"{len(paths)} ({paths[0]})" if paths else "0"
+        print(
+            f"pytest-ipu: compare needs at least two runs, got {got}: give two or more files or ids, "
+            "or a glob that matches several",
+            file=sys.stderr,
+        )
         return 2
     try:
         gate_list = [gates.parse(text) for text in gate_texts]
@@ -160,12 +198,29 @@ def _ab(args: argparse.Namespace) -> int:
 
 
 def _targets() -> int:
+    """Every built-in target, present or absent (with the reason); ``*`` marks those that
+    ``--ipu-backend=auto`` selects here, by the session's rule: the auto candidates present."""
+    auto = set(backends.auto_candidates())
+    rows = []
     for target in backends.all_candidates():
         backend = backends.make_backend(target)
         availability = (
             backend.availability() if backend else Availability.no(backends.unknown_backend_reason(target))
         )
-        print(f"{target!s:24} {'present' if availability.ok else 'absent: ' + availability.reason}")
+        rows.append((target, availability))
+    selected = [target for target, availability in rows if target in auto and availability.ok]
+    for target, availability in rows:
+        mark = "*" if target in selected else " "
+        print(f"{mark} {target!s:24} {'present' if availability.ok else 'absent: ' + availability.reason}")
+    if selected:
+        print(f"\n* --ipu-backend=auto (the default) selects: {', '.join(map(str, selected))}")
+    else:
+        # As the session does: with none present, auto parametrizes every candidate, and each skips.
+        candidates = ", ".join(str(t) for t in backends.auto_candidates())
+        print(
+            f"\n--ipu-backend=auto (the default) finds none of its targets here ({candidates}): "
+            "their tests skip with the reasons above"
+        )
     return 0
 
 
@@ -181,7 +236,34 @@ def _devices() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``pytest-ipu`` console script."""
+    """Entry point of the ``pytest-ipu`` console script: the command's exit code, or ``PIPE_CLOSED``
+    without a traceback when the reader of its output closed the pipe."""
+    try:
+        code = _main(argv)
+        # Flushed here, inside the handler: else the interpreter's last flush meets the closed pipe.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python's recipe: point stdout at devnull, so that what is still buffered goes nowhere
+        # instead of failing again at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return PIPE_CLOSED
+    return code
+
+
+def _add_storage(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-s",
+        "--storage",
+        default=storage.DEFAULT_STORAGE,
+        metavar="URI",
+        help="where saved-run ids and globs are looked up: a folder or file://PATH, as pytest-benchmark's "
+        "--storage (default: %(default)s)",
+    )
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="pytest-ipu", description="pytest-ipu: inspect targets and saved runs"
     )
@@ -190,7 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = sub.add_parser(
         "summary", help="print the pytest-ipu tables of saved pytest-benchmark JSON files"
     )
-    summary.add_argument("files", nargs="+", type=Path, metavar="RUN.json")
+    summary.add_argument("files", nargs="+", metavar="RUN", help=RUN_HELP)
+    _add_storage(summary)
     merge = sub.add_parser(
         "merge",
         help="merge the JSON files of the instances of one PopRun launch into one pytest-benchmark file",
@@ -199,10 +282,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     merge.add_argument("files", nargs="+", type=Path, metavar="IN.json")
     comparing = sub.add_parser(
         "compare",
-        help="saved runs side by side, every metric with its ratio to the first run; exits 1 when a gate "
-        "fails, 2 on bad input",
+        help="saved runs side by side, one row per metric with each later run's change against the first "
+        "and its verdict; exits 1 when a gate fails, 2 on bad input",
+        description="Saved runs side by side: one row per metric, each later run's change against the first "
+        "and its verdict: 'same' (under 1%), 'better' or 'worse' (a t test of no change gives p < 0.01 on "
+        "the spread of the repeats, or of 3 or more runs before it), 'within noise' (it does not), "
+        "'not tested' (no variance estimate). Runs are files, or pytest-benchmark's saved-run ids and globs "
+        "('0001', '0001_abc', 'Linux-*/*') looked up in --storage, as 'pytest-benchmark compare' takes "
+        "them (docs/ci.md).",
     )
-    comparing.add_argument("files", nargs="+", type=Path, metavar="RUN.json")
+    comparing.add_argument("files", nargs="+", metavar="RUN", help=RUN_HELP)
+    _add_storage(comparing)
     comparing.add_argument(
         "--gate",
         action="append",
@@ -216,7 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--strict", action="store_true", help="a benchmark missing from any run makes the exit code 1"
     )
     reporting = sub.add_parser("report", help="plots (PNG, SVG) and a self-contained HTML page of saved runs")
-    reporting.add_argument("files", nargs="+", type=Path, metavar="RUN.json")
+    reporting.add_argument("files", nargs="+", metavar="RUN", help=RUN_HELP)
+    _add_storage(reporting)
     reporting.add_argument(
         "-o", "--output", type=Path, default=Path("report"), metavar="DIR", help="output directory"
     )
@@ -267,16 +358,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("targets", help="list the built-in backend targets and whether each is present here")
     sub.add_parser("devices", help="list compute targets and power sources, each with why it is absent")
     args = parser.parse_args(argv)
-    if args.command == "summary":
-        return _summary(args.files)
     if args.command == "merge":
         return _merge(args.out, args.files)
-    if args.command == "compare":
-        return _compare(args.files, args.gate, args.format, args.strict)
-    if args.command == "report":
+    if args.command in ("summary", "compare", "report"):
+        files = _run_files(args.files, args.storage)
+        if files is None:
+            return 2
+        if args.command == "summary":
+            return _summary(files)
+        if args.command == "compare":
+            return _compare(files, args.gate, args.format, args.strict)
         from pytest_ipu.report import html as html_report  # matplotlib only when a report is asked for
 
-        return html_report.main(args.files, args.output)
+        return html_report.main(files, args.output)
     if args.command == "ab":
         return _ab(args)
     if args.command == "devices":

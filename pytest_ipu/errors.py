@@ -24,6 +24,12 @@ class CompileError(PytestIpuError):
     """A backend could not prepare a model with the requested options."""
 
 
+class UnplaceableError(CompileError):
+    """The test's ``ipu`` marker asks for a placement its target cannot express (replicas on a CPU,
+    a pinned device id): the test's configuration is at fault, not the model, so it fails that test
+    with one line naming the fix."""
+
+
 class PytestIpuWarning(pytest.PytestWarning):
     """Base class of every warning pytest-ipu emits."""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -74,8 +75,14 @@ class Benchmark(Protocol):
         items_per_call: int | None = None,
         rounds: int | None = None,
         warmup_rounds: int | None = None,
-    ) -> records.IpuRecord | None:
-        """Measure ``model`` on ``inputs``; the record, or ``None`` when benchmarking is disabled."""
+    ) -> records.IpuRecord | records.NotTimed:
+        """Measure ``model`` on ``inputs``: the record, or ``NotTimed`` when pytest-benchmark is not
+        timing (``--benchmark-disable``, pytest-xdist)."""
+
+
+#: Set on a test item whose setup or call failed (``plugin.pytest_runtest_makereport``): a test that
+#: failed before it reached ``ipu_benchmark`` did not forget it.
+FAILED_KEY = pytest.StashKey[bool]()
 
 
 def _session(request: pytest.FixtureRequest) -> IpuSession:
@@ -167,7 +174,10 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
         **options: object,
     ) -> CompiledModel:
         __tracebackhide__ = True
+        from pytest_ipu.errors import UnplaceableError
+
         chosen = precision or ipu_settings.precision
+        problem: str | None = None
         try:
             return session.compiled.compile(
                 ipu_backend,
@@ -184,6 +194,13 @@ def ipu_compile(request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settin
         except BackendUnavailable as exc:
             # No device free or too few of them ("Failed to acquire 2 IPU(s)"): like a missing SDK.
             _skip_or_fail(ipu_settings, exc)
+        except UnplaceableError as exc:
+            # The marker asks what the target cannot do: the message names the fix, and a traceback
+            # through the placement code would only hide it. Failed outside the ``except``, else
+            # pytest prints the error twice ("during handling of the above exception").
+            problem = f"pytest-ipu: {exc}"
+        assert problem is not None  # every other path returned or raised
+        pytest.fail(problem, pytrace=False)
 
     return compile_model
 
@@ -212,9 +229,10 @@ def ipu_benchmark(
     pytest-benchmark times the rounds of the last repeat (its JSON statistics are those rounds);
     the earlier repeats are timed the same way by pytest-ipu. ``items_per_call`` defaults to the
     leading dimension of the first input (the batch size); with several instances it is per
-    instance, and a round completes it once per instance. Returns ``None`` when pytest-benchmark is
-    disabled (``--benchmark-disable``, or under xdist): the model then runs once and nothing is
-    recorded. The record is built by ``pytest_ipu.measure.run``; this fixture gathers its arguments.
+    instance, and a round completes it once per instance. When pytest-benchmark is not timing
+    (``--benchmark-disable``, or under pytest-xdist) the model runs once, as a test, nothing is
+    recorded, and the fixture returns a ``NotTimed`` record (``record.timed`` false, no figures).
+    The record is built by ``pytest_ipu.measure.run``; this fixture gathers its arguments.
 
     Bad arguments (``rounds=0``, ``items_per_call="8"``, a tensor as ``inputs`` instead of ``(x,)``)
     and a call still running at ``--ipu-call-timeout`` fail the test with one line saying what to
@@ -232,7 +250,7 @@ def ipu_benchmark(
         items_per_call: int | None = None,
         rounds: int | None = None,
         warmup_rounds: int | None = None,
-    ) -> records.IpuRecord | None:
+    ) -> records.IpuRecord | records.NotTimed:
         __tracebackhide__ = True
         from pytest_ipu import repeats as repeating
         from pytest_ipu.backends.base import CompiledModel
@@ -275,7 +293,7 @@ def ipu_benchmark(
                 problem = str(exc)
             if problem is not None:
                 pytest.fail(problem, pytrace=False)
-            return None
+            return _not_timed(compiled, inputs, items_per_call, request.config)
         node = request.node
         count, mode = repeating.plan(s)
         state = session.repeats.state(node.nodeid)
@@ -352,7 +370,7 @@ def ipu_benchmark(
         return pooled.record
 
     yield run
-    if quiet[0]:
+    if quiet[0] or request.node.stash.get(FAILED_KEY, False):
         # Tell pytest-benchmark its fixture was not forgotten (else it warns "Benchmark fixture was
         # not used at all in this test!"): this run measured without it, or failed before it.
         benchmark.skipped = True
@@ -360,7 +378,12 @@ def ipu_benchmark(
 
 @dataclass
 class PowerWindow:
-    """What ``ipu_power`` yields: set ``items`` inside the block; read ``result`` after it."""
+    """What ``ipu_power`` yields: set ``items`` inside the block; read ``result`` after it.
+
+    ``result`` is set when the block ends, also when it raised (the window then ends where it
+    raised): the block's wall time (``window_s``) and ``items`` always, its energy where a source
+    measured it.
+    """
 
     device: str
     items: int = 0
@@ -374,6 +397,16 @@ class Power(Protocol):
         """A context manager measuring the energy of its block on ``device``'s power source."""
 
 
+def _power_items_problem(items: object, where: str) -> str | None:
+    """Why ``items`` cannot be a block's item count (a whole number >= 0), or ``None``."""
+    if isinstance(items, bool) or not isinstance(items, int) or items < 0:
+        return (
+            f"pytest-ipu: {where} is {items!r}: the items a block completed are a whole number >= 0; "
+            "set window.items = N inside the block (or pass ipu_power(device, items=N))"
+        )
+    return None
+
+
 @pytest.fixture
 def ipu_power(request: pytest.FixtureRequest, ipu_settings: Settings) -> Power:
     """Measure the energy of any block of code, the same way ``ipu_benchmark`` measures its rounds::
@@ -384,34 +417,96 @@ def ipu_power(request: pytest.FixtureRequest, ipu_settings: Settings) -> Power:
             window.items = len(batches) * batch_size
         print(window.result.energy_j, window.result.items_per_j)
 
-    The source follows ``--ipu-power`` (``auto``: NVML for ``cuda``, RAPL for ``cpu``, gcipuinfo
-    for ``ipu``). When nothing can measure the device, ``result.measured`` is false and
-    ``result.reason`` says why; it is never zero. A block shorter than the sensor needs
-    (max(5 s, 20 update periods)) has ``result.low_confidence`` set, and ``result.warnings`` says why.
+    The source follows ``--ipu-power`` (``auto``: NVML for ``cuda``, RAPL for ``cpu`` and ``host``,
+    gcipuinfo for ``ipu``). Every block is recorded, with or without a source: ``result.window_s``
+    is its wall time and ``result.items`` the items it set. When nothing can measure the device,
+    ``result.measured`` is false and ``result.reason`` says why; the energy figures are then
+    ``None``, never zero. A block shorter than the sensor needs (max(5 s, 20 update periods)) has
+    ``result.low_confidence`` set, and ``result.warnings`` says why. A block that raises is
+    recorded too, up to where it raised, and its exception propagates.
+
+    Each block goes to the run's JSON (``pytest_ipu.power_blocks``, written even when the run has
+    no benchmark) and to the "ipu_power blocks" table. A device that is not a compute device's
+    spelling (``"gpu7"``, ``""``) or a bad ``items`` fails the test with one line naming it.
     """
     session = _session(request)
 
     @contextlib.contextmanager
     def measure_power(device: str = "cpu", items: int = 0) -> Iterator[PowerWindow]:
+        __tracebackhide__ = True
+        from pytest_ipu import power
         from pytest_ipu.power.meter import not_measured
+        from pytest_ipu.results.power_blocks import describe_error
 
+        problem = _power_items_problem(items, "ipu_power(items=...)")
+        try:
+            power.check_device(device)
+        except ValueError as exc:
+            problem = f"pytest-ipu: ipu_power(device=...): {exc}"
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
         window = PowerWindow(device, items)
         meter, name, reason = session.power_meter(device, ipu_settings.power)
-        if meter is None:
-            yield window
-            window.result = not_measured(name, reason)
-            return
-        with meter.sampling() as trace:
-            meter.mark()
-            start = time.perf_counter_ns()
-            try:
-                yield window
-            finally:
-                end = time.perf_counter_ns()
-                meter.mark()
-        window.result = meter.result(trace, start, end, window.items, rounds_fixed=True)
+        #: What the block raised, if anything: the window is still recorded, then it propagates.
+        error: str | None = None
+        edges: list[int] = []  # the window's start and end, perf_counter_ns
+        try:
+            with contextlib.nullcontext(None) if meter is None else meter.sampling() as trace:
+                if meter is not None:
+                    meter.mark()
+                edges.append(time.perf_counter_ns())
+                try:
+                    yield window
+                except BaseException as exc:  # a failed assert, pytest.skip, an interrupt alike
+                    error = describe_error(exc)
+                    raise
+                finally:
+                    edges.append(time.perf_counter_ns())
+                    if meter is not None:
+                        meter.mark()
+        finally:
+            # After the sampler stopped (it must have read past the window's end); also when the
+            # block raised, so that nothing it measured is lost.
+            problem = _power_items_problem(window.items, "window.items")
+            if problem is None and len(edges) == 2:
+                start, end = edges
+                if meter is None or trace is None:
+                    result = not_measured(name, reason, window_s=(end - start) * 1e-9, items=window.items)
+                else:
+                    result = meter.result(trace, start, end, window.items, rounds_fixed=True)
+                window.result = result
+                session.add_power_block(request.node.nodeid, device, result, error)
+        if problem is not None:
+            # Reached only when the block did not raise: its own exception would say more.
+            pytest.fail(problem, pytrace=False)
 
     return measure_power
+
+
+def _not_timed(
+    compiled: CompiledModel, inputs: Sequence[object], items_per_call: int | None, config: pytest.Config
+) -> records.NotTimed:
+    """The record of a benchmark that ran once untimed, with the reason pytest-benchmark gives."""
+    from pytest_ipu.measure.run import batch_size
+    from pytest_ipu.results.records import NotTimed
+
+    # pytest-benchmark's own test for xdist: the controller has ``dist``, a worker its variable.
+    if getattr(config.option, "dist", "no") != "no" or os.environ.get("PYTEST_XDIST_WORKER"):
+        reason = "pytest-benchmark does not time under pytest-xdist (-n); run without -n to measure"
+    else:
+        reason = "benchmarking is disabled (--benchmark-disable); run without it to measure"
+    batch = batch_size(inputs)
+    return NotTimed(
+        target=compiled.target,
+        backend=compiled.backend,
+        device=compiled.device,
+        device_name=compiled.device_name,
+        precision=compiled.precision,
+        io=compiled.io,
+        batch_size=batch,
+        items_per_call=batch if items_per_call is None else items_per_call,
+        reason=reason,
+    )
 
 
 def _requested_target(request: pytest.FixtureRequest, settings: Settings) -> Target:

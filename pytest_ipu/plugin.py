@@ -19,6 +19,7 @@ from pytest_ipu import hookspec
 from pytest_ipu import options
 from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.target import parse_target
+from pytest_ipu.fixtures import FAILED_KEY
 from pytest_ipu.fixtures import ipu_backend
 from pytest_ipu.fixtures import ipu_benchmark
 from pytest_ipu.fixtures import ipu_compile
@@ -73,6 +74,11 @@ def pytest_configure(config: pytest.Config) -> None:
         pending = PendingFile(Path(json_path))
         config.stash[_JSON_KEY] = pending
         config.option.benchmark_json = pending.temporary
+    # Saved runs keep their per-round times (pytest-benchmark's --benchmark-save-data, which it
+    # leaves off): a run saved today is then as complete as --benchmark-json, for `pytest-benchmark
+    # compare --histogram` or any later analysis of the rounds.
+    if hasattr(config.option, "benchmark_save_data"):
+        config.option.benchmark_save_data = True
     session = IpuSession(config, options.settings_from_config(config), poprun=instance)
     options.warn_unknown_variables(config)
     config.stash[SESSION_KEY] = session
@@ -144,6 +150,16 @@ def _json_failed(reporter: Any, pending: PendingFile, error: OSError) -> None:
         reporter.write_line(line, red=True)
     else:
         print(line)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    """Mark an item whose setup or call failed, for ``ipu_benchmark``'s teardown: such a test never
+    reached its benchmark, and pytest-benchmark's "fixture was not used" warning would be wrong."""
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if report.when in ("setup", "call") and report.failed:
+        item.stash[FAILED_KEY] = True
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

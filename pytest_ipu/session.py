@@ -9,6 +9,7 @@ schema, the tables) is imported on first use.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Generator
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 from typing import Any
@@ -40,10 +41,14 @@ if TYPE_CHECKING:
     from pytest_ipu.compiling import CompileCache
     from pytest_ipu.power.meter import PowerMeter
     from pytest_ipu.results.gates import Gate
+    from pytest_ipu.results.power_blocks import PowerBlock
     from pytest_ipu.results.records import IpuRecord
     from pytest_ipu.results.records import Measured
+    from pytest_ipu.results.records import PowerRecord
 
 SESSION_KEY = pytest.StashKey["IpuSession"]()
+#: pytest-benchmark's warning for a run without benchmarks, which it does not save (a regular expression).
+_NOTHING_SAVED = r"Not saving anything, no benchmarks have been run!"
 
 
 class IpuSession:
@@ -63,6 +68,9 @@ class IpuSession:
         #: Every benchmark measured in this run, in order: the one list the terminal tables, the
         #: gates and the JSON are made from.
         self.measured: list[Measured] = []
+        #: Every ``ipu_power`` block measured in this run, in order: the JSON's
+        #: ``pytest_ipu.power_blocks`` and the terminal's "ipu_power blocks" table.
+        self.power_blocks: list[PowerBlock] = []
         self._compiled: CompileCache | None = None
         self._backends: dict[Target, tuple[Backend | None, Availability]] = {}
         self._auto: tuple[list[Target], list[tuple[Target, str]]] | None = None
@@ -190,6 +198,59 @@ class IpuSession:
         benchmark_json.attach(extra_info, data)
         return measured
 
+    def add_power_block(
+        self, test: str, device: str, power: PowerRecord, error: str | None = None
+    ) -> PowerBlock:
+        """Keep the energy of one ``ipu_power`` block of ``test`` (``ipu_power`` calls this once per
+        block, also for a block that raised): numbered from 1 within its test."""
+        from pytest_ipu.results.power_blocks import PowerBlock
+
+        index = 1 + sum(1 for b in self.power_blocks if b.test == test)
+        block = PowerBlock(test, index, device, power, error)
+        self.power_blocks.append(block)
+        return block
+
+    def _save_power_blocks_alone(self) -> bool:
+        """Write the run's file when it measured ``ipu_power`` blocks and no benchmark: pytest-benchmark
+        then saves nothing ("Not saving anything, no benchmarks have been run!") and the blocks would
+        be lost. Returns whether it wrote anything.
+
+        The document is made as pytest-benchmark's ``handle_saving`` makes it, through its public
+        hooks (machine and commit info, ``pytest_benchmark_generate_json`` with no benchmarks, then
+        ``pytest_benchmark_update_json``, which adds the ``pytest_ipu`` section and its blocks), and
+        written by its own writers: ``save_json`` for ``--benchmark-json`` (which the plugin moves
+        into place whole, ``pytest_ipu.results.atomic.PendingFile``) and its storage for
+        ``--benchmark-save`` and ``--benchmark-autosave``. A disabled pytest-benchmark saves
+        nothing, and neither does this.
+        """
+        bench = getattr(self.config, "_benchmarksession", None)
+        if bench is None or not self.power_blocks or bench.benchmarks or bench.disabled:
+            return False
+        save = bench.save or bench.autosave
+        if not (save or bench.json):
+            return False
+        config, hook = self.config, self.config.hook
+        machine_info = bench.get_machine_info()
+        commit_info = hook.pytest_benchmark_generate_commit_info(config=config)
+        hook.pytest_benchmark_update_commit_info(config=config, commit_info=commit_info)
+
+        def document(include_data: bool) -> dict[str, Any]:
+            output_json: dict[str, Any] = hook.pytest_benchmark_generate_json(
+                config=config,
+                benchmarks=[],
+                include_data=include_data,
+                machine_info=machine_info,
+                commit_info=commit_info,
+            )
+            hook.pytest_benchmark_update_json(config=config, benchmarks=[], output_json=output_json)
+            return output_json
+
+        if bench.json:
+            bench.save_json(document(True))
+        if save:
+            bench.storage.save(document(bench.save_data), save)
+        return True
+
     # -- hooks ------------------------------------------------------------------------------------
 
     @pytest.hookimpl(trylast=True)
@@ -285,24 +346,68 @@ class IpuSession:
         benchmark_json.update_machine_info(machine_info, device_info)
 
     def pytest_benchmark_update_json(self, config: pytest.Config, output_json: dict[str, Any]) -> None:
-        """The top-level ``pytest_ipu`` section: schema version, plugin version and settings."""
+        """The top-level ``pytest_ipu`` section: schema version, plugin version, settings and, when the
+        run measured any, the energy of every ``ipu_power`` block (``power_blocks``)."""
         from pytest_ipu.results import benchmark_json
         from pytest_ipu.results import schema
 
-        run_info = {
+        run_info: dict[str, Any] = {
             "schema": schema.SCHEMA_VERSION,
             "version": __version__,
             "settings": self.settings.as_json(),
         }
+        if self.power_blocks:
+            # Absent rather than empty: a run without blocks writes the section it always wrote.
+            from pytest_ipu.results import power_blocks
+
+            run_info[power_blocks.KEY] = [b.as_json() for b in self.power_blocks]
         benchmark_json.update_json(output_json, run_info)
 
+    def _power_block_lines(self) -> list[str]:
+        if not self.power_blocks:
+            return []
+        from pytest_ipu.report import power_blocks as report
+
+        return report.lines(self.power_blocks)
+
     def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """The pytest-ipu tables, and under ``auto`` which targets were found and which were not."""
-        lines = self._tables() + self._target_lines()
+        """The pytest-ipu tables, the ``ipu_power`` blocks, and under ``auto`` which targets were found
+        and which were not."""
+        tables, blocks = self._tables(), self._power_block_lines()
+        # A blank line after each table that other lines follow.
+        lines = tables + ([""] if tables and blocks and tables[-1] else []) + blocks
+        lines += ([""] if blocks and self._auto is not None else []) + self._target_lines()
         if lines:
             terminalreporter.section("pytest-ipu")
             for line in lines:
                 terminalreporter.write_line(line)
+
+    @pytest.hookimpl(wrapper=True, specname="pytest_sessionfinish")
+    def pytest_sessionfinish_saves_power_blocks(self, session: pytest.Session) -> Generator[None, None, None]:
+        """Save the ``ipu_power`` blocks of a run without benchmarks (``_save_power_blocks_alone``)
+        before pytest-benchmark's own ``pytest_sessionfinish`` finds nothing to save.
+
+        A wrapper: inside the plugin's (``tryfirst``), which moves ``--benchmark-json`` into place,
+        and around pytest-benchmark's, which was registered before this session. A file that cannot
+        be written is one line and a failed run, never a reason to skip the rest of the session's end
+        (the sources' release among it).
+        """
+        try:
+            saved = self._save_power_blocks_alone()
+        except OSError as exc:
+            saved = True  # as far as it could: the line below says what is missing
+            line = f"pytest-ipu: cannot save the ipu_power blocks: {exc}; free space or pass a writable path"
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(line, red=True)
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        with warnings.catch_warnings():
+            if saved:
+                # pytest-benchmark's warning would be false: the blocks were saved. Under -W error
+                # it would also end the run with a traceback.
+                warnings.filterwarnings("ignore", message=_NOTHING_SAVED)
+            return (yield)
 
     def pytest_sessionfinish(self) -> None:
         """Release every compiled model and power source, whatever happened."""

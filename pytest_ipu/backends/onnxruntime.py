@@ -93,7 +93,7 @@ class OrtBackend(NamedBackend):
             ort = self._import()
         except ImportError as exc:
             return Availability.no(
-                f"onnxruntime is not installed ({exc}); install it with: pip install 'pytest-ipu[onnx]'"
+                f"onnxruntime is not installed ({exc}); install it with: pip install onnxruntime"
             )
         kind = self._device.partition(":")[0]
         if (self._provider == "cpu") != (kind == "cpu") or kind not in ("cpu", "cuda"):

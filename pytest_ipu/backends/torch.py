@@ -76,7 +76,8 @@ class TorchBackend(NamedBackend):
             torch = self._import()
         except ImportError as exc:
             return Availability.no(
-                f"torch is not installed ({exc}); install it with: pip install 'pytest-ipu[torch]'"
+                f"torch is not installed ({exc}); install it with: pip install torch "
+                "(for the CPU build, see the quickstart's Install)"
             )
         try:
             dev = torch.device(self._device)

@@ -94,10 +94,13 @@ class ContentionRecord:
     shorter than one tick.
     """
 
+    #: False when the CPU counters (`/proc`) could not be read: every figure is then `None`.
     readable: bool
     #: Why something is missing; "" when all is there.
     reason: str = ""
+    #: The windows the shares cover, seconds.
     window_s: float | None = None
+    #: Online CPUs.
     cpus: int | None = None
     #: Share of the machine's CPU time used by other processes, 0..1.
     others_share: float | None = None
@@ -105,7 +108,9 @@ class ContentionRecord:
     own_share: float | None = None
     #: None where the kernel reports no steal.
     steal_share: float | None = None
+    #: One-minute load average at the end of the window.
     load_avg_1m: float | None = None
+    #: The `--ipu-contended` threshold, as a fraction.
     threshold: float = DEFAULT_THRESHOLD
     #: others_share > threshold.
     contended: bool = False

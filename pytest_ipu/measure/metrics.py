@@ -15,13 +15,23 @@ class LatencySummary:
     still reported, but they are really the maximum of too few samples.
     """
 
+    #: Fastest round, seconds.
     min: float
+    #: Median round (linear interpolation between closest ranks, as numpy's default), seconds.
     p50: float
+    #: 90th percentile of the rounds, seconds.
     p90: float
+    #: 99th percentile of the rounds, seconds; with fewer than 100 rounds it is their maximum (listed in
+    #: `unsupported`).
     p99: float
+    #: Slowest round, seconds.
     max: float
+    #: Mean round, seconds.
     mean: float
+    #: Rounds summarised.
     rounds: int
+    #: Percentiles the round count cannot support (`p90` needs 10 rounds, `p99` 100): reported all the same,
+    #: marked `*` in the table.
     unsupported: tuple[str, ...] = ()
 
 

@@ -30,6 +30,7 @@ from pytest_ipu.backends.base import PlacedBackend
 from pytest_ipu.backends.base import WorkerBackend
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
+from pytest_ipu.errors import UnplaceableError
 from pytest_ipu.placement.allocate import PlacementError
 from pytest_ipu.placement.allocate import allocate
 from pytest_ipu.placement.request import DeviceRequest
@@ -83,7 +84,7 @@ def plan(
     )
     if not isinstance(backend, PlacedBackend):
         if request.replicas > 1 or request.stages > 1:
-            raise CompileError(
+            raise UnplaceableError(
                 f"replicas={request.replicas} and stages={request.stages} place one model over several IPUs, "
                 f"but target {backend.name}:{backend.device} is not an IPU backend; use a poptorch or popart "
                 "target, or ask for instances= only"
@@ -96,7 +97,7 @@ def plan(
         raise BackendUnavailable(f"cannot place the model on {backend.name}:{backend.device}: {inventory}")
     device = backend.device
     if ":" in device and not inventory.simulator:
-        raise CompileError(
+        raise UnplaceableError(
             f"target {backend.name}:{device} pins one device id, but the ipu marker's placement "
             f"(instances={request.instances}, replicas={request.replicas}, stages={request.stages}) chooses "
             f"the IPUs itself; use target {backend.name}:{device.partition(':')[0]}"
@@ -104,7 +105,7 @@ def plan(
     extra = _placement_options(backend, request)
     for key, value in extra.items():
         if key in options and options[key] != value:
-            raise CompileError(
+            raise UnplaceableError(
                 f"ipu_compile option {key}={options[key]!r} contradicts the ipu marker's placement "
                 f"(replicas={request.replicas}, stages={request.stages} means {key}={value!r}); "
                 f"set it in one place only"

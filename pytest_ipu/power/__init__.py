@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any
 from typing import cast
 
@@ -20,6 +21,27 @@ BUILTIN: dict[str, str] = {
 }
 #: Which source measures which kind of compute device.
 FOR_DEVICE_TYPE: dict[str, str] = {"cuda": "nvml", "cpu": "rapl", "host": "rapl", "ipu": "gcipuinfo"}
+
+
+#: The compute devices a power source can be asked to measure: the CPU (``cpu``; ``host``, the device
+#: of plain callables), a CUDA device (``cuda``, ``cuda:N``) and IPUs (``ipu``, ``ipu:N``, ``ipu:N,M``).
+_DEVICE = re.compile(r"(?:cpu|host|cuda(?::[0-9]+)?|ipu(?::[0-9]+(?:,[0-9]+)*)?)")
+#: Those spellings, as error messages list them.
+DEVICE_SPELLINGS = "'cpu', 'host', 'cuda', 'cuda:N', 'ipu', 'ipu:N' or 'ipu:N,M' (N a device index)"
+
+
+def check_device(device: object) -> str:
+    """``device`` when it is a compute device spelled as ``DEVICE_SPELLINGS`` says, else ``ValueError``
+    naming the value and the spellings.
+
+    Only the spelling is checked: whether ``cuda:3`` exists here is the power source's to say when
+    it opens (NVML names the devices CUDA makes visible), and a source that cannot measure it
+    makes the window "not measured" with that reason.
+    """
+    if not isinstance(device, str) or not _DEVICE.fullmatch(device):
+        shown = repr(device) if isinstance(device, str) else f"{device!r} ({type(device).__name__})"
+        raise ValueError(f"{shown} is not a compute device: expected {DEVICE_SPELLINGS}, e.g. 'cuda:0'")
+    return device
 
 
 def source_for_device(device: str) -> str | None:

@@ -41,9 +41,14 @@ UNKNOWN_PERIOD_HZ = 100.0
 _RULE = {"energy_counter": "counter_delta", "instant_power": "trapezoid", "average_power": "backward_rect"}
 
 
-def not_measured(source: str, reason: str) -> PowerRecord:
-    """An explicit "not measured", with the reason; shown as such, never as 0."""
-    return PowerRecord(measured=False, source=source, reason=reason)
+def not_measured(source: str, reason: str, *, window_s: float | None = None, items: int = 0) -> PowerRecord:
+    """An explicit "not measured", with the reason; shown as such, never as 0.
+
+    The window's wall time and its items are facts without a sensor: an ``ipu_power`` block passes
+    them, so the record still says how long the block ran and what it completed. The energy figures
+    stay ``None``.
+    """
+    return PowerRecord(measured=False, source=source, reason=reason, window_s=window_s, items=items)
 
 
 def min_window_s(update_period_s: float | None) -> float:

@@ -52,7 +52,7 @@ from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.power.base import ReadingKind
 
 #: What ``availability`` says when ``import pynvml`` fails.
-NOT_INSTALLED = "nvidia-ml-py is not installed; pip install 'pytest-ipu[nvidia]'"
+NOT_INSTALLED = "nvidia-ml-py is not installed; pip install nvidia-ml-py"
 
 #: ``NVML_FI_DEV_POWER_INSTANT`` in nvml.h (used when the module lacks the constant).
 FI_DEV_POWER_INSTANT = 186

@@ -3,7 +3,10 @@
 The page (``index.html``) carries everything inline, CSS and figures (as base64 SVG), so the file
 alone can be mailed or attached to a review. Its tables are the terminal tables' columns with the
 same markers and footnotes (``n/m``, ``?``, ``~``, ``*``), from ``pytest_ipu.report.terminal``
-(its ``COLUMNS`` and ``footnotes``).
+(its ``COLUMNS`` and ``footnotes``). Groups come in ``plots.report_order``: the study swept over
+batch sizes first, so that its table is on the page's first screen; the machine and run facts
+follow the groups. A group of one batch size gets its table and no figure: a plot against batch
+size with one point per line would say nothing its table does not.
 
 Every file is written through a temporary file and ``os.replace``, and every figure is rendered
 before the first file is written, so a failure leaves earlier files whole and no half-written page.
@@ -94,14 +97,28 @@ def _slug(text: str) -> str:
 
 
 def _render(runs: Sequence[StoredRun]) -> list[_Figure]:
-    """Every group's three views as PNG and SVG bytes, before anything is written."""
+    """The three views of every group with a batch axis as PNG and SVG bytes, before anything is
+    written. Every group's numbers are checked (``plots.check_plottable``), drawn or not: a table
+    must not show a number that a figure would have refused."""
+    order = plots.report_order(runs)
+    for group in order:
+        for view in plots.VIEWS:
+            try:
+                plots.check_plottable(view, group, plots.series_for(runs, group, view))
+            except plots.PlotError as exc:
+                raise ReportError(str(exc)) from None
+    swept = [g for g in order if plots.has_batch_axis(runs, g)]
+    if not swept:
+        return []  # nothing to draw, so nothing needs matplotlib
     try:
         import matplotlib
     except ImportError:
-        raise ReportError("pytest-ipu report needs matplotlib: pip install 'pytest-ipu[report]'") from None
+        raise ReportError(
+            "pytest-ipu report needs matplotlib (pytest-ipu's extra 'report'): pip install matplotlib"
+        ) from None
     out: list[_Figure] = []
     stems: set[str] = set()
-    for group in plots.groups(runs):
+    for group in swept:
         stem = _slug(group)
         # Two group names can reduce to one slug (``a b`` and ``a-b``); keep their files apart.
         base, n = stem, 2
@@ -111,10 +128,7 @@ def _render(runs: Sequence[StoredRun]) -> list[_Figure]:
         machine = plots.machine_label(runs, group)
         for view in plots.VIEWS:
             series = plots.series_for(runs, group, view)
-            try:
-                figure = plots.draw(view, group, series, plots.notes_for(view, series), machine=machine)
-            except plots.PlotError as exc:
-                raise ReportError(str(exc)) from None
+            figure = plots.draw(view, group, series, plots.notes_for(view, series), machine=machine)
             png, svg = io.BytesIO(), io.BytesIO()
             # A fixed hash salt and no date make the SVG the same bytes for the same data, so that
             # reports diff cleanly; text as paths needs no font on the reader's machine.
@@ -128,10 +142,12 @@ def _render(runs: Sequence[StoredRun]) -> list[_Figure]:
 
 
 def write_report(runs: Sequence[StoredRun], out_dir: Path) -> ReportFiles:
-    """Write ``index.html`` and a PNG and an SVG per group and view into ``out_dir`` (created if needed).
+    """Write ``index.html``, and a PNG and an SVG per view of each group with a batch axis, into
+    ``out_dir`` (created if needed).
 
-    Raises ``ReportError`` when no run holds a pytest-ipu record or matplotlib is missing, and
-    ``OSError`` when a file cannot be written.
+    Raises ``ReportError`` when no run holds a pytest-ipu record, a record cannot be plotted, or
+    matplotlib is missing where there is a figure to draw, and ``OSError`` when a file cannot be
+    written.
     """
     if not plots.groups(runs):
         raise ReportError("no benchmark carries extra_info['ipu']: nothing to report")
@@ -181,7 +197,8 @@ def main(paths: Sequence[Path], out_dir: Path) -> int:
         return 2
     groups = len(plots.groups(runs))
     print(f"wrote {files.html} ({groups} group(s), {len(files.images) // 2} figure(s))")
-    print(f"wrote {len(files.images)} image(s), PNG and SVG, to {out_dir}")
+    if files.images:
+        print(f"wrote {len(files.images)} image(s), PNG and SVG, to {out_dir}")
     return 0
 
 
@@ -313,7 +330,11 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
     )
 
 
-def _figures(figures: Sequence[_Figure]) -> str:
+def _figures(runs: Sequence[StoredRun], group: str, figures: Sequence[_Figure]) -> str:
+    if not plots.has_batch_axis(runs, group):
+        sizes = ", ".join(map(str, plots.batch_sizes(runs, group)))
+        text = f"No plots against batch size: every row has batch size {sizes}."
+        return f'<p class="sub">{_e(text)}</p>'
     parts = []
     for figure in figures:
         data = base64.b64encode(figure.svg).decode("ascii")
@@ -326,25 +347,28 @@ def _figures(figures: Sequence[_Figure]) -> str:
 
 
 def _page(runs: Sequence[StoredRun], figures: Sequence[_Figure]) -> str:
-    groups = plots.groups(runs)
+    groups = plots.report_order(runs)
     labels = plots.run_labels(runs)
     title = "pytest-ipu report"
     if len(runs) == 1:
         sub = f"{plots.format_date(runs[0].datetime)} on {plots.machine_label(runs)}"
-        machine = "<h2>Machine and run</h2>" + _run_section(runs[0], None)
+        heading = "Machine and run"
+        machine = _run_section(runs[0], None)
     else:
         sub = f"{len(runs)} runs compared: " + ", ".join(labels)
-        machine = "<h2>Runs</h2>" + "".join(
-            _run_section(r, f"run {lab}") for r, lab in zip(runs, labels, strict=True)
-        )
+        heading = "Runs"
+        machine = "".join(_run_section(r, f"run {lab}") for r, lab in zip(runs, labels, strict=True))
     sections = []
     contents = []
     for index, group in enumerate(groups):
         anchor = f"group-{index + 1}-{_slug(group)}"
         mine = [f for f in figures if f.group == group]
-        body = f"<h2>{_e(group)}</h2>{_table(runs, group)}{_figures(mine)}"
+        body = f"<h2>{_e(group)}</h2>{_table(runs, group)}{_figures(runs, group, mine)}"
         sections.append(f'<section id="{_e(anchor)}">{body}</section>')
         contents.append(f'<li><a href="#{_e(anchor)}">{_e(group)}</a></li>')
+    # The machine's facts come after the groups: the first screen is for the main study's table.
+    sections.append(f'<section id="machine"><h2>{_e(heading)}</h2>{machine}</section>')
+    contents.append(f'<li><a href="#machine">{_e(heading.lower())}</a></li>')
     nav = f'<nav><ul class="contents">{"".join(contents)}</ul></nav>'
     skipped = sum(1 for run in runs for bench in run.benchmarks if bench.record is None)
     skipped_note = (
@@ -357,7 +381,7 @@ def _page(runs: Sequence[StoredRun], figures: Sequence[_Figure]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>"
         f'<h1>{_e(title)}</h1><p class="sub">{_e(sub)}</p>{skipped_note}{nav}'
-        f"{machine}{''.join(sections)}"
+        f"{''.join(sections)}"
         f"<footer>Made by pytest-ipu {_e(__version__)} from {_e(', '.join(str(r.path) for r in runs))}. "
         "Numbers: see docs/numbers.md; energy: docs/power.md.</footer>"
         "</main></body></html>\n"

@@ -1,9 +1,10 @@
 """Plots of saved runs: latency, throughput and items per joule against batch size (presentation only).
 
-One figure per benchmark group and view, one line per backend (target x precision, plus the number of
-concurrent instances and the I/O mode when they are not the default) and, when several runs are
-compared, per run. Colours and markers follow the backend and line styles the run, so a backend looks
-the same in every view and every group of one report.
+One figure per view of each benchmark group with a batch axis (``has_batch_axis``: two batch sizes
+or more), one line per backend (target x precision, plus the number of concurrent instances and the
+I/O mode when they are not the default) and, when several runs are compared, per run. Colours and
+markers follow the backend and line styles the run, so a backend looks the same in every view and
+every group of one report.
 
 matplotlib is imported inside the drawing functions only: importing this module, and with it the
 ``pytest-ipu`` command, must not pay for matplotlib (or need it) when no plot is drawn. Figures are
@@ -50,6 +51,9 @@ PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#0
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "h", "<", ">")
 #: One per run of a multi-run report: the first run solid, then dashed, dotted, dash-dotted.
 LINESTYLES = ("-", "--", ":", "-.")
+
+#: Fewest distinct batch sizes a group needs for plots against batch size (``has_batch_axis``).
+MIN_BATCH_SIZES = 2
 
 #: Above this ratio of the largest to the smallest value the y axis is logarithmic: on a linear axis
 #: the small values would sit flat on the floor.
@@ -138,6 +142,43 @@ def groups(runs: Sequence[StoredRun]) -> list[str]:
             if bench.record is not None:
                 seen[group_name(bench.group, bench.name)] = None
     return list(seen)
+
+
+def batch_sizes(runs: Sequence[StoredRun], group: str) -> list[int]:
+    """The distinct batch sizes of a group's records over all ``runs``, ascending."""
+    return sorted(
+        {
+            bench.record.batch_size
+            for run in runs
+            for bench in run.benchmarks
+            if bench.record is not None and group_name(bench.group, bench.name) == group
+        }
+    )
+
+
+def has_batch_axis(runs: Sequence[StoredRun], group: str) -> bool:
+    """Whether a group's records span at least ``MIN_BATCH_SIZES`` batch sizes: only then does a plot
+    against batch size say more than the group's table (one point per line says nothing a row does
+    not)."""
+    return len(batch_sizes(runs, group)) >= MIN_BATCH_SIZES
+
+
+def report_order(runs: Sequence[StoredRun]) -> list[str]:
+    """The groups in the order a report shows them: the groups with a batch axis first, the one with
+    the most records first (ties in first-seen order), then the others in first-seen order.
+
+    The study a run is about (a model swept over batch sizes on every target) is then what a reader
+    sees first, ahead of the side benchmarks of fixed size that a run may print before it.
+    """
+    seen = groups(runs)
+    counts = dict.fromkeys(seen, 0)
+    for run in runs:
+        for bench in run.benchmarks:
+            if bench.record is not None:
+                counts[group_name(bench.group, bench.name)] += 1
+    swept = [g for g in seen if has_batch_axis(runs, g)]
+    # sorted() is stable: groups with as many records keep their first-seen order.
+    return sorted(swept, key=lambda g: -counts[g]) + [g for g in seen if g not in swept]
 
 
 def run_labels(runs: Sequence[StoredRun]) -> list[str]:

@@ -1,8 +1,9 @@
 """Terminal tables of pytest-ipu records: one per group, rows sorted by batch size (presentation only).
 
 Cells are formatted by the units registry (``pytest_ipu.measure.units``); markers in cells (``*``,
-``n/m``, ``?``, ``~``, ``xN``, ``[sim]``) come from the records' fields, and ``footnotes`` explains
-those a set of rows uses (the HTML report shows the same lines under its tables).
+``^``, ``n/m``, ``?``, ``~``, ``xN``, ``[sim]``) come from the records' fields, and ``footnotes`` explains
+those a set of rows uses. Each table is followed by the footnotes of its own rows, so that a mark is
+explained right under the table that shows it (the HTML report puts the same lines under its tables).
 """
 
 from __future__ import annotations
@@ -77,7 +78,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("repeats", lambda r: _repeats(r.record)),
     Column("p50", _percentile("p50")),
     Column("p99", _percentile("p99")),
-    Column("items/s", lambda r: units.format_number(r.record.throughput_items_per_s)),
+    Column(
+        "items/s",
+        lambda r: units.format_number(r.record.throughput_items_per_s) + ("^" if apart(r.record) else ""),
+    ),
     Column("first call", lambda r: units.format_value(r.record.first_call_s, "s")),
     Column(
         "compile",
@@ -91,6 +95,27 @@ COLUMNS: tuple[Column, ...] = (
     Column("parity", lambda r: _parity(r.record.parity)),
     Column("flags", lambda r: ",".join(r.record.flags) or "-", right=False),
 )
+
+
+#: How far items/s may be from batch / p50 (either way, as a ratio) before the table marks it.
+APART = 0.25
+
+
+def median_rate(record: IpuRecord) -> float | None:
+    """What throughput would be if every round took the median call: items per round / p50."""
+    count = len(record.instances) if record.instances else 1
+    p50 = record.latency_s.p50
+    return record.items_per_call * count / p50 if p50 > 0 else None
+
+
+def apart(record: IpuRecord) -> bool:
+    """Whether items/s and batch / p50 differ by more than ``APART``: the table then marks items/s
+    with ``^`` and a footnote reconciles the two (docs/numbers.md, "Why items/s is not batch / p50")."""
+    rate = median_rate(record)
+    if rate is None or record.throughput_items_per_s <= 0:
+        return False
+    ratio = record.throughput_items_per_s / rate
+    return not (1 - APART) <= ratio <= 1 + APART
 
 
 def _repeats(record: IpuRecord) -> str:
@@ -122,7 +147,12 @@ def sort_key(row: Row) -> tuple[int, str, str]:
 
 
 def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str]:
-    """Render one table per group (groups in first-seen order), then the ``footnotes`` of all rows."""
+    """Render one table per group (groups in first-seen order), each followed by the ``footnotes`` of
+    its own rows and a blank line.
+
+    A footnote that two tables need is printed under each: a table and the lines that explain its
+    marks stay together, however many other tables the run printed between them.
+    """
     lines: list[str] = []
     order = list(dict.fromkeys(r.group for r in rows))
     by_group = {g: sorted((r for r in rows if r.group == g), key=sort_key) for g in order}
@@ -138,16 +168,17 @@ def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str
             lines.append(text.rstrip())
             if n == 0:
                 lines.append("-" * len(text.rstrip()))
+        lines.extend(footnotes(members, columns))
         lines.append("")
-    lines.extend(footnotes(rows, columns))
     return lines
 
 
 def footnotes(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str]:
     """The lines that explain the markers ``tables`` puts in these rows' cells: percentiles too few
     rounds support (``*``, for the percentile columns among ``columns``), concurrent instances
-    (``xN``), simulators (``[sim]``) and power not measured, invalid or of low confidence
-    (``n/m``, ``?``, ``~``). Empty when no row needs one."""
+    (``xN``), simulators (``[sim]``), items/s far from batch / p50 (``^``) and power not measured,
+    invalid or of low confidence (``n/m``, ``?``, ``~``); then each flag with the figure that raised
+    it, and how close the windows came to their time budget. Empty when no row needs one."""
     lines: list[str] = []
     headers = {c.header for c in columns}
     flagged = sorted(
@@ -165,9 +196,32 @@ def footnotes(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[
         )
     if any(r.record.simulator for r in rows):
         lines.append("[sim] = a simulator (the IPU Model): its timings are not hardware timings")
+    lines.extend(_apart_notes(rows))
     lines.extend(_power_notes(rows))
     lines.extend(_flag_notes(rows))
     lines.extend(_budget_note(rows))
+    return lines
+
+
+def _apart_notes(rows: Sequence[Row]) -> list[str]:
+    """For each row whose items/s is marked ``^``: the mean round that throughput follows, against
+    the median call p50 is, and the tail that pulls them apart."""
+    marked = [r for r in rows if apart(r.record)]
+    if not marked:
+        return []
+    lines = [
+        "^ = items/s is more than a quarter away from batch / p50: it counts every round's time "
+        "(the mean round), p50 only the middle call (docs/numbers.md, why items/s is not batch / p50)"
+    ]
+    for row in marked:
+        record = row.record
+        round_s = record.window_s / record.rounds if record.rounds else None
+        mean = units.format_value(round_s, "s") if round_s is not None else "n/a"
+        lines.append(
+            f"  {_who(row, rows)}: mean round {mean}, p50 {units.format_value(record.latency_s.p50, 's')}, "
+            f"p99 {units.format_value(record.latency_s.p99, 's')}; batch / p50 would give "
+            f"{units.format_number(median_rate(record) or 0.0)} items/s"
+        )
     return lines
 
 
@@ -202,8 +256,16 @@ def _budget_note(rows: Sequence[Row]) -> list[str]:
     worst, row = max(ratios, key=lambda item: abs(math.log(item[0])) if item[0] > 0 else math.inf)
     return [
         f"time budget: {len(ratios)} auto-round benchmark(s), window / budget {low:.2f} to {high:.2f}; "
-        f"farthest from it: {row.group} {_name(row)} at {worst:.2f}"
+        f"farthest from it: {_who(row, rows)} at {worst:.2f}"
     ]
+
+
+def _who(row: Row, rows: Sequence[Row]) -> str:
+    """How a footnote names a row: by its parameters under its own table; with its group as well
+    when the footnotes cover rows of several groups."""
+    if all(r.group == row.group for r in rows):
+        return _name(row)
+    return f"{row.group} {_name(row)}"
 
 
 def _flag_notes(rows: Sequence[Row]) -> list[str]:
@@ -212,7 +274,7 @@ def _flag_notes(rows: Sequence[Row]) -> list[str]:
     lines: list[str] = []
     unreadable: dict[str, None] = {}
     for row in rows:
-        record, name = row.record, _name(row)
+        record, name = row.record, _who(row, rows)
         stability, contention, budget = record.stability, record.contention, record.budget
         if stability is not None and stability.unstable:
             if stability.cv is not None:
@@ -222,12 +284,12 @@ def _flag_notes(rows: Sequence[Row]) -> list[str]:
             else:
                 spread = (stability.round_spread or 0.0) * 100
                 figure = f"round times spread {spread:.1f}% (IQR / median), one repeat"
-            lines.append(f"unstable: {row.group} {name}: {figure}, above {stability.threshold * 100:g}%")
+            lines.append(f"unstable: {name}: {figure}, above {stability.threshold * 100:g}%")
         if contention is not None and contention.contended and contention.others_share is not None:
             load = "" if contention.load_avg_1m is None else f", load average {contention.load_avg_1m:.2f}"
             others = contention.others_share * 100
             lines.append(
-                f"contended: {row.group} {name}: other processes used {others:.0f}% of the machine's CPU "
+                f"contended: {name}: other processes used {others:.0f}% of the machine's CPU "
                 f"during the windows, above {contention.threshold * 100:g}%{load}{_threads_hint(record)}"
             )
         if contention is not None and not contention.readable:
@@ -237,15 +299,11 @@ def _flag_notes(rows: Sequence[Row]) -> list[str]:
             of = f"of a {units.format_value(budget.budget_s, 's')} budget"
             if budget.capped:
                 cap = units.format_value(budget.cap_s or 0.0, "s")
-                lines.append(
-                    f"capped: {row.group} {name}: the hard cap ({cap}) ended the rounds: {window} {of}"
-                )
+                lines.append(f"capped: {name}: the hard cap ({cap}) ended the rounds: {window} {of}")
             if budget.min_rounds_past_budget:
-                lines.append(f"over-budget: {row.group} {name}: the minimum rounds took {window} {of}")
+                lines.append(f"over-budget: {name}: the minimum rounds took {window} {of}")
             if budget.rounds_limited:
-                lines.append(
-                    f"rounds-limit: {row.group} {name}: the most rounds planned filled {window} {of}"
-                )
+                lines.append(f"rounds-limit: {name}: the most rounds planned filled {window} {of}")
     return lines + list(unreadable)
 
 

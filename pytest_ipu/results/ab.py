@@ -52,6 +52,7 @@ from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.decide import Verdict
 from pytest_ipu.results.decide import beyond_threshold
+from pytest_ipu.results.decide import format_p_value
 from pytest_ipu.results.decide import missing_reason
 from pytest_ipu.results.decide import relative_change
 from pytest_ipu.results.gates import Gate
@@ -423,7 +424,7 @@ def _cells(result: ABResult, lines: Sequence[Paired]) -> tuple[list[str], list[l
                 "-"
                 if summary.interval is None
                 else f"[{summary.interval[0]:.3f}, {summary.interval[1]:.3f}]",
-                "-" if summary.p is None else f"{summary.p:.2g}",
+                "-" if summary.p is None else format_p_value(summary.p),
                 _change(summary.ratio, line.metric),
             ]
         )

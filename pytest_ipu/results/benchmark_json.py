@@ -16,6 +16,8 @@ from typing import Any
 
 from pytest_ipu.results import records
 from pytest_ipu.results import schema
+from pytest_ipu.results.power_blocks import PowerBlock
+from pytest_ipu.results.power_blocks import blocks_from_json
 
 #: Top-level key of the run-wide section pytest-ipu adds to the JSON.
 TOP_LEVEL_KEY = "pytest_ipu"
@@ -45,13 +47,15 @@ class StoredBenchmark:
 
 @dataclass(frozen=True)
 class StoredRun:
-    """A whole saved run: where it came from, the machine it ran on, and its benchmarks."""
+    """A whole saved run: where it came from, the machine it ran on, its benchmarks and the energy
+    of its ``ipu_power`` blocks (none in files written before they were kept)."""
 
     path: Path
     machine_info: Mapping[str, Any]
     commit_info: Mapping[str, Any]
     datetime: str | None
     benchmarks: tuple[StoredBenchmark, ...]
+    power_blocks: tuple[PowerBlock, ...] = ()
 
 
 def attach(extra_info: dict[str, Any], record: Mapping[str, Any]) -> None:
@@ -104,9 +108,9 @@ def parse_run(data: object, path: Path) -> StoredRun:
     raises ``RunFileError`` naming ``path``, the benchmark, the key and the problem.
 
     Every number a reader uses is checked here, once for every command and the plugin's baselines:
-    per-round times and time statistics must be finite and >= 0, and the record must pass
-    ``schema.from_json``'s checks, so NaN, Infinity or a negative time never reaches a table, a
-    gate or a plot.
+    per-round times and time statistics must be finite and >= 0, and the record (and each
+    ``ipu_power`` block's power object) must pass ``schema``'s checks, so NaN, Infinity or a
+    negative time never reaches a table, a gate or a plot.
     """
     benchmarks = data.get("benchmarks") if isinstance(data, dict) else None
     if not isinstance(benchmarks, list):
@@ -123,7 +127,22 @@ def parse_run(data: object, path: Path) -> StoredRun:
         _free(data, "commit_info", str(path)),
         str(data["datetime"]) if isinstance(data.get("datetime"), str) else None,
         tuple(out),
+        _power_blocks(data, path),
     )
+
+
+def _power_blocks(data: Mapping[str, Any], path: Path) -> tuple[PowerBlock, ...]:
+    """The ``ipu_power`` blocks of the top-level section; none when the file has no section (written
+    without pytest-ipu) or no list (written before blocks were kept)."""
+    section = data.get(TOP_LEVEL_KEY)
+    if section is None:
+        return ()
+    if not isinstance(section, dict):
+        raise RunFileError(f"{path}: '{TOP_LEVEL_KEY}' is {_show(section)}: it must be a JSON object; {_FIX}")
+    try:
+        return blocks_from_json(section, f"{TOP_LEVEL_KEY}.")
+    except schema.SchemaError as exc:
+        raise RunFileError(f"{path}: {exc}") from None
 
 
 #: How a bad benchmark field's message ends: where a good one comes from.

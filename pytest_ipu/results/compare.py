@@ -1,10 +1,24 @@
 """``pytest-ipu compare``: saved runs side by side, every metric with its ratio to the first run.
 
 Benchmarks are paired by pytest's full name (``fullname``) across the runs; the first run is the
-baseline. For each pair: pytest-benchmark's time statistics, the latency percentiles, throughput,
-compile and first-call time and the energy figures, each with the ratio later/first and whether
-that is better or worse (each metric knows its better direction). Rows are grouped by benchmark
-group and sorted by the test's parameters (batch size first), so backends sit side by side.
+baseline. For each pair, one row per metric: the latency percentiles, throughput, compile and
+first-call time and the energy figures of the pytest-ipu record; pytest-benchmark's own time
+statistics (``time.min`` ... ``time.max``) only for a benchmark that some run has without a
+record (a plain pytest-benchmark file), since a record's latency figures are the same rounds'.
+Rows are grouped by benchmark group and sorted by the test's parameters (batch size first), so
+backends sit side by side.
+
+Each later run's change against the first gets a verdict (``Line.verdict``):
+
+- ``same``: the values differ by less than ``SAME_WITHIN`` (1 %);
+- ``better`` / ``worse`` (each metric knows its better direction): a two-sided t test of "no
+  change" gives p < ``ALPHA`` on the variance estimate the gates use (``decide.evidence``): the
+  spread of three or more runs before it (against their geometric mean), else of the repeats of
+  both sides (``--ipu-repeats``);
+- ``within noise``: that test gives p >= ``ALPHA``;
+- ``not tested``: there is no variance estimate (one repeat a side and fewer than three runs
+  before it, or a metric measured once per benchmark such as compile time): the change is shown,
+  and nothing is claimed about it.
 
 Output as a terminal table, markdown (for CI step summaries) or CSV; values are shown by the units
 registry (``pytest_ipu.measure.units``), the CSV keeps raw SI values.
@@ -40,16 +54,27 @@ from pytest_ipu.results.records import group_name
 
 #: A change smaller than this (relative) is shown as "same": timer noise, not a difference.
 SAME_WITHIN = 0.01
+#: Significance level of the verdicts' test of "no change": the gates' default level.
+ALPHA = 0.01
 FORMATS = ("table", "markdown", "csv")
+
+#: The verdict words, in the order the module docstring defines them.
+SAME = "same"
+BETTER = "better"
+WORSE = "worse"
+WITHIN_NOISE = "within noise"
+NOT_TESTED = "not tested"
 
 
 @dataclass(frozen=True)
 class CompareMetric:
-    """A number every benchmark may have: its name, unit and how to read it."""
+    """A number every benchmark may have: its name, unit, how to read it, and how to read its value
+    in each independent repeat (the evidence of a change)."""
 
     name: str
     unit: str
     read: Callable[[StoredBenchmark], float | None]
+    read_repeats: Callable[[StoredBenchmark], tuple[float, ...]]
 
     @property
     def better(self) -> units.Better:
@@ -61,24 +86,42 @@ def _time_stat(key: str) -> Callable[[StoredBenchmark], float | None]:
     return lambda bench: bench.stats.get(key)
 
 
+def _time_stat_repeats(key: str) -> Callable[[StoredBenchmark], tuple[float, ...]]:
+    # pytest-benchmark's statistics are of one run: one value, as a record before repeats is.
+    return lambda bench: () if bench.stats.get(key) is None else (bench.stats[key],)
+
+
 def _record_metric(name: str) -> Callable[[StoredBenchmark], float | None]:
     return lambda bench: None if bench.record is None else bench.record.value(name)
 
 
-METRICS: tuple[CompareMetric, ...] = (
-    *(CompareMetric(f"time.{k}", "s", _time_stat(k)) for k in ("min", "median", "mean", "max")),
-    *(CompareMetric(m.name, m.unit, _record_metric(m.name)) for m in schema.METRICS.values()),
+def _record_repeats(name: str) -> Callable[[StoredBenchmark], tuple[float, ...]]:
+    return lambda bench: () if bench.record is None else bench.record.repeat_values(name)
+
+
+#: pytest-benchmark's time statistics: shown only for a benchmark that some run has without a record.
+TIME_METRICS: tuple[CompareMetric, ...] = tuple(
+    CompareMetric(f"time.{k}", "s", _time_stat(k), _time_stat_repeats(k))
+    for k in ("min", "median", "mean", "max")
 )
+#: The metrics of a pytest-ipu record (``catalog.METRICS``).
+RECORD_METRICS: tuple[CompareMetric, ...] = tuple(
+    CompareMetric(m.name, m.unit, _record_metric(m.name), _record_repeats(m.name))
+    for m in schema.METRICS.values()
+)
+METRICS: tuple[CompareMetric, ...] = (*TIME_METRICS, *RECORD_METRICS)
 
 
 @dataclass(frozen=True)
 class Line:
-    """One metric of one benchmark across the runs, with each later run's ratio to the first."""
+    """One metric of one benchmark across the runs, with each later run's ratio to the first and
+    the verdict on it; ``repeats`` holds each run's repeat values (empty where the run lacks it)."""
 
     group: str
     name: str
     metric: CompareMetric
     values: tuple[float | None, ...]
+    repeats: tuple[tuple[float, ...], ...] = ()
 
     def ratio(self, index: int) -> float | None:
         """Run ``index``'s value over the first run's; ``None`` when either is missing or zero."""
@@ -87,15 +130,40 @@ class Line:
             return None
         return value / first
 
+    def evidence(self, index: int) -> decide.Evidence | None:
+        """The variance estimate of run ``index``'s change, as a gate would have it: the runs before
+        it (the first included) as its history, else both sides' repeats; ``None`` when there is none."""
+        value = self.values[index]
+        if value is None or self.values[0] is None:
+            return None
+        history = [v for v in self.values[:index] if v is not None]
+        return decide.evidence(value, self._repeats(index), self._repeats(0), history)
+
+    def _repeats(self, index: int) -> tuple[float, ...]:
+        return self.repeats[index] if self.repeats else ()
+
+    def p_value(self, index: int) -> float | None:
+        """The two-sided p of "no change" for run ``index``; ``None`` without a variance estimate."""
+        found = self.evidence(index)
+        return None if found is None else found.p_change()
+
     def verdict(self, index: int) -> str:
-        """``better``, ``worse`` or ``same`` (within 1 %) for run ``index`` against the first."""
+        """Run ``index`` against the first: ``same``, ``better``, ``worse``, ``within noise`` or ``not
+        tested`` (the module docstring's rule); empty when there is no ratio to judge."""
         ratio = self.ratio(index)
         if ratio is None:
             return ""
         if abs(ratio - 1) < SAME_WITHIN:
-            return "same"
-        worse = ratio > 1 if self.metric.better == "lower" else ratio < 1
-        return "worse" if worse else "better"
+            return SAME
+        found = self.evidence(index)
+        if found is None:
+            return NOT_TESTED
+        if found.p_change() >= ALPHA:
+            return WITHIN_NOISE
+        # The direction the test found: with three or more runs before it, that is against their
+        # geometric mean, the reference the test measured from.
+        worse = found.shift > 0 if self.metric.better == "lower" else found.shift < 0
+        return WORSE if worse else BETTER
 
 
 @dataclass(frozen=True)
@@ -128,10 +196,14 @@ def compare_runs(runs: Sequence[StoredRun]) -> Comparison:
         members = sorted((b for b in order.values() if group_name(b.group, b.name) == group), key=_sort_key)
         for bench in members:
             present = [mapping.get(bench.fullname) for mapping in by_run]
-            for metric in METRICS:
+            # A record's latency figures are the same rounds as pytest-benchmark's time statistics:
+            # those are shown only where some run has no record, as the only figures it has.
+            plain = any(b is not None and b.record is None for b in present)
+            for metric in METRICS if plain else RECORD_METRICS:
                 values = tuple(None if b is None else metric.read(b) for b in present)
                 if any(v is not None for v in values):
-                    lines.append(Line(group, bench.name, metric, values))
+                    repeats = tuple(() if b is None else metric.read_repeats(b) for b in present)
+                    lines.append(Line(group, bench.name, metric, values, repeats))
     return Comparison(tuple(runs), tuple(lines), tuple(missing), tuple(hardware_differences(runs)))
 
 
@@ -249,24 +321,40 @@ def format_value(value: float | None, unit: str) -> str:
 
 
 def format_change(line: Line, index: int) -> str:
-    """``+12.0% worse``, ``-3.1% better``, ``same`` or ``-``."""
+    """``+12.0% worse (p<0.001)``, ``-3.1% better (p=0.0042)``, ``+2.0% within noise (p=0.41)``,
+    ``+50.4% not tested``, ``same`` or ``-``."""
     ratio = line.ratio(index)
     if ratio is None:
         return "-"
     verdict = line.verdict(index)
-    return "same" if verdict == "same" else f"{(ratio - 1) * 100:+.1f}% {verdict}"
+    if verdict == SAME:
+        return SAME
+    p = line.p_value(index)
+    tested = "" if p is None else f" ({decide.format_p(p)})"
+    return f"{(ratio - 1) * 100:+.1f}% {verdict}{tested}"
 
 
-#: Run files with names longer than this are shown as ``#1``, ``#2``... with a legend.
+#: Run files with names longer than this are shown by their saved-run number (``0001``) when
+#: pytest-benchmark's storage named them, else as ``#1``, ``#2``..., with a legend.
 MAX_LABEL = 24
 
 
 def run_labels(comparison: Comparison) -> list[str]:
-    """Column labels for the runs: their file names when short and distinct, else ``#1``, ``#2``..."""
+    """Column labels for the runs: their file names when short and distinct, else their saved-run
+    numbers when all have one and they are distinct, else ``#1``, ``#2``..."""
     names = [run.path.name for run in comparison.runs]
     if len(set(names)) == len(names) and all(len(n) <= MAX_LABEL for n in names):
         return names
+    numbers = [_run_number(name) for name in names]
+    if all(numbers) and len(set(numbers)) == len(numbers):
+        return [n for n in numbers if n]
     return [f"#{i + 1}" for i in range(len(names))]
+
+
+def _run_number(name: str) -> str | None:
+    """``0003`` of pytest-benchmark's ``0003_<commit>_<date>.json``; ``None`` for another name."""
+    head = name.split("_", 1)[0]
+    return head if len(head) == 4 and head.isdigit() and name.endswith(".json") else None
 
 
 def _legend(comparison: Comparison) -> list[str]:
@@ -328,15 +416,29 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: i
 
 
 def render_csv(comparison: Comparison) -> str:
-    """CSV with raw SI values (no scaling) and the ratios as numbers, for spreadsheets and scripts."""
+    """CSV with raw SI values (no scaling), the ratios, each later run's verdict and its p (raw, empty
+    without a variance estimate), for spreadsheets and scripts."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     names = [run.path.name for run in comparison.runs]
+    later = names[1:]
     writer.writerow(
-        ["group", "benchmark", "metric", "unit", "better", *names, *[f"{n}/{names[0]}" for n in names[1:]]]
+        [
+            "group",
+            "benchmark",
+            "metric",
+            "unit",
+            "better",
+            *names,
+            *[f"{n}/{names[0]}" for n in later],
+            *[f"{n} verdict" for n in later],
+            *[f"{n} p" for n in later],
+        ]
     )
     for line in comparison.lines:
-        ratios = [line.ratio(i) for i in range(1, len(line.values))]
+        indices = range(1, len(line.values))
+        ratios = [line.ratio(i) for i in indices]
+        ps = [line.p_value(i) for i in indices]
         writer.writerow(
             [
                 line.group,
@@ -346,14 +448,34 @@ def render_csv(comparison: Comparison) -> str:
                 line.metric.better,
                 *("" if v is None else repr(float(v)) for v in line.values),
                 *("" if r is None else repr(r) for r in ratios),
+                *(line.verdict(i) for i in indices),
+                *("" if p is None else repr(p) for p in ps),
             ]
         )
     return buffer.getvalue().rstrip("\n")
 
 
+#: The note under a table that has verdicts: what decides them.
+VERDICT_NOTE = (
+    f"verdicts: better/worse when a two-sided t test of no change gives p < {ALPHA:g} (the spread of 3 or "
+    "more runs before it, else of both sides' repeats); within noise otherwise; same under 1%"
+)
+#: The note when some change had no variance estimate.
+NOT_TESTED_NOTE = (
+    f"{NOT_TESTED}: no variance estimate (one repeat a side and fewer than {decide.HISTORY_MIN} runs before "
+    f"it, or a metric measured once per benchmark): use --ipu-repeats, or compare {decide.HISTORY_MIN + 1} "
+    "or more runs"
+)
+
+
 def _notes(comparison: Comparison) -> list[str]:
     notes = [f"missing: {m}" for m in comparison.missing]
     notes += [f"hardware: {h}" for h in comparison.hardware]
+    verdicts = {line.verdict(i) for line in comparison.lines for i in range(1, len(line.values))}
+    if verdicts - {"", SAME}:
+        notes.append(VERDICT_NOTE)
+    if NOT_TESTED in verdicts:
+        notes.append(NOT_TESTED_NOTE)
     return notes
 
 

@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -130,7 +131,7 @@ class Verdict:
         change = "" if self.change is None else f"{_percent(self.change)}, "
         parts = [f"{head}{baseline} -> {current} ({change}{limit})"]
         if self.p_value is not None:
-            parts.append(f"p={self.p_value:.2g}")
+            parts.append(format_p(self.p_value))
         if self.interval is not None:
             parts.append(f"ratio CI [{self.interval[0]:.3f}, {self.interval[1]:.3f}]")
         return f"{', '.join(parts)}: {self._outcome()} ({self.method})"
@@ -192,13 +193,13 @@ def check(
     if before is None:
         reason = f"no value in the baseline: {missing_reason(baseline, gate.metric)}"
         return Verdict(gate, benchmark, True, None, value, None, None, None, reason)
-    usable = [h for h in history or () if h > 0 and math.isfinite(h)]
-    if len(usable) >= HISTORY_MIN and value > 0:
-        return _check_history(gate, benchmark, value, usable, alpha)
-    mine = [v for v in current.repeat_values(gate.metric) if v > 0 and math.isfinite(v)]
-    theirs = [v for v in baseline.repeat_values(gate.metric) if v > 0 and math.isfinite(v)]
-    if mine and theirs and (len(mine) >= 2 or len(theirs) >= 2):
-        return _check_repeats(gate, benchmark, before, value, mine, theirs, alpha)
+    found = evidence(
+        value, current.repeat_values(gate.metric), baseline.repeat_values(gate.metric), history or ()
+    )
+    if found is not None and found.source == "run-to-run":
+        return _check_history(gate, benchmark, value, _usable(history or ()), alpha)
+    if found is not None:
+        return _check_repeats(gate, benchmark, before, value, found, alpha)
     change = relative_change(before, value)
     if METRICS[gate.metric].path[0] in ("latency_s", "throughput_items_per_s"):
         advice = f"one repeat on each side): use --ipu-repeats or {HISTORY_MIN} or more baseline runs"
@@ -211,27 +212,12 @@ def check(
 
 
 def _check_repeats(
-    gate: Gate,
-    benchmark: str,
-    before: float,
-    value: float,
-    mine: Sequence[float],
-    theirs: Sequence[float],
-    alpha: float,
+    gate: Gate, benchmark: str, before: float, value: float, found: Evidence, alpha: float
 ) -> Verdict:
     """The repeat test: a one-sided two-sample t test (pooled variance) on the logs of each repeat's
-    value, of the hypothesis that the current side is worse than the baseline by more than the
-    threshold allows."""
-    logs_now = [math.log(v) for v in mine]
-    logs_before = [math.log(v) for v in theirs]
-    n, m = len(logs_now), len(logs_before)
-    shift = _mean(logs_now) - _mean(logs_before)
-    squares = sum((x - _mean(logs_now)) ** 2 for x in logs_now) + sum(
-        (x - _mean(logs_before)) ** 2 for x in logs_before
-    )
-    df = n + m - 2
-    spread = math.sqrt(squares / df)
-    scale = spread * math.sqrt(1.0 / n + 1.0 / m)
+    value (``found``, from ``evidence``), of the hypothesis that the current side is worse than the
+    baseline by more than the threshold allows."""
+    shift, scale, df = found.shift, found.scale, found.df
     if METRICS[gate.metric].better == "higher":
         excess = math.log(1.0 - gate.threshold) - shift
     else:
@@ -242,8 +228,8 @@ def _check_repeats(
     interval = (_exp(shift - reach), _exp(shift + reach))
     change = relative_change(before, value)
     method = (
-        f"repeats: one-sided t test on {n} current vs {m} baseline repeats (log scale, spread "
-        f"{spread * 100:.1f}% sd between repeats, df {df}, alpha {alpha:g}), "
+        f"repeats: one-sided t test on {found.current} current vs {found.baseline} baseline repeats "
+        f"(log scale, spread {found.spread * 100:.1f}% sd between repeats, df {df}, alpha {alpha:g}), "
         f"{(1.0 - alpha) * 100:g}% CI of the ratio of geometric means"
     )
     passed = not (beyond_threshold(gate, change) and p < alpha)
@@ -266,11 +252,8 @@ HISTORY_MIN = 3
 def _spread(gate: Gate, history: Sequence[float], alpha: float) -> tuple[float, float, float, float]:
     """Of the baseline runs' log values: mean, sd, the scale of a new run's deviation, and the
     smallest change (as a ratio) the run-to-run test could call beyond the threshold."""
-    logs = np.log(np.asarray(history, dtype=np.float64))
-    k = len(logs)
-    centre, spread = float(np.mean(logs)), float(np.std(logs, ddof=1))
-    scale = spread * math.sqrt(1.0 + 1.0 / k)
-    critical = stats.t_isf(alpha, k - 1) * scale
+    centre, spread, scale = _history_noise(history)
+    critical = stats.t_isf(alpha, len(history) - 1) * scale
     if METRICS[gate.metric].better == "higher":
         detectable = math.exp(-(math.log(1.0 - gate.threshold) - critical))
     else:
@@ -313,6 +296,96 @@ def relative_change(before: float, after: float) -> float:
     if before == 0.0:
         return 0.0 if after == 0.0 else math.copysign(math.inf, after)
     return after / before - 1.0
+
+
+# --- Evidence of a change ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The variance estimate a gate is decided by, for a caller that asks "did it change?" rather
+    than "is it beyond a threshold?" (``pytest-ipu compare``'s verdicts). All on the log scale.
+
+    ``source`` is ``"run-to-run"`` (``baseline`` earlier runs; ``shift`` is the current value's log
+    less their mean log) or ``"repeats"`` (``current`` and ``baseline`` repeats; ``shift`` is the
+    difference of the sides' mean logs). ``spread`` is the standard deviation between those runs or
+    repeats, ``scale`` the standard error of ``shift`` and ``df`` its degrees of freedom.
+    """
+
+    source: Literal["run-to-run", "repeats"]
+    current: int
+    baseline: int
+    shift: float
+    spread: float
+    scale: float
+    df: int
+
+    def p_change(self) -> float:
+        """The two-sided p of "no change": a t test of ``shift`` against 0."""
+        if self.scale == 0.0:
+            # Runs or repeats that agree exactly leave no spread: only whether there is a shift decides.
+            return 1.0 if self.shift == 0.0 else 0.0
+        return min(1.0, 2.0 * stats.t_sf(abs(self.shift) / self.scale, self.df))
+
+
+def evidence(
+    value: float,
+    current_repeats: Sequence[float],
+    baseline_repeats: Sequence[float],
+    history: Sequence[float] = (),
+) -> Evidence | None:
+    """The evidence ``check`` decides a relative gate by, in its order: ``HISTORY_MIN`` or more
+    baseline runs (``history``, the metric's value in each), else two or more repeats on either
+    side (each side's repeat values), else ``None``: there is no variance estimate. Values that are
+    not positive and finite take no part (a log needs them)."""
+    usable = _usable(history)
+    if len(usable) >= HISTORY_MIN and 0.0 < value < math.inf:
+        centre, spread, scale = _history_noise(usable)
+        return Evidence(
+            "run-to-run", 1, len(usable), math.log(value) - centre, spread, scale, len(usable) - 1
+        )
+    mine, theirs = _usable(current_repeats), _usable(baseline_repeats)
+    if mine and theirs and (len(mine) >= 2 or len(theirs) >= 2):
+        logs_now = [math.log(v) for v in mine]
+        logs_before = [math.log(v) for v in theirs]
+        n, m = len(logs_now), len(logs_before)
+        shift = _mean(logs_now) - _mean(logs_before)
+        squares = sum((x - _mean(logs_now)) ** 2 for x in logs_now) + sum(
+            (x - _mean(logs_before)) ** 2 for x in logs_before
+        )
+        df = n + m - 2
+        spread = math.sqrt(squares / df)
+        return Evidence("repeats", n, m, shift, spread, spread * math.sqrt(1.0 / n + 1.0 / m), df)
+    return None
+
+
+def _usable(values: Sequence[float]) -> list[float]:
+    """The values a log-scale test can use: positive and finite."""
+    return [v for v in values if v > 0 and math.isfinite(v)]
+
+
+def _history_noise(history: Sequence[float]) -> tuple[float, float, float]:
+    """Of the baseline runs' log values: mean, sd, and the scale of a new run's deviation from the mean."""
+    logs = np.log(np.asarray(history, dtype=np.float64))
+    centre, spread = float(np.mean(logs)), float(np.std(logs, ddof=1))
+    return centre, spread, spread * math.sqrt(1.0 + 1.0 / len(logs))
+
+
+#: Below this a p-value is shown as ``p<0.001``: a t tail that far out rests on the normal model
+#: more than on the data, and a rounded ``p=0`` would claim certainty.
+P_FLOOR = 0.001
+
+
+def format_p_value(p: float) -> str:
+    """A p-value for a table cell: ``<0.001`` below ``P_FLOOR``, else two significant digits
+    (``0.0031``, ``0.41``, ``1``)."""
+    return f"<{P_FLOOR:g}" if p < P_FLOOR else f"{p:.2g}"
+
+
+def format_p(p: float) -> str:
+    """A p-value in a line of text: ``p<0.001`` or ``p=0.0031`` (``format_p_value``'s rule)."""
+    text = format_p_value(p)
+    return f"p{text}" if text.startswith("<") else f"p={text}"
 
 
 # --- Every gate of a run ---------------------------------------------------------------------------

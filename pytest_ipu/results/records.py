@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import ClassVar
 from typing import Literal
+from typing import NoReturn
 
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
@@ -56,11 +58,17 @@ def latency_stats(lat: LatencySummary) -> dict[str, float]:
 class DeviceEnergy:
     """One measured device's share of a power window."""
 
+    #: The source's stable name for the device (`nvml:<GPU UUID>`, `rapl:package-0`, `gcipuinfo:...`).
     id: str
+    #: The device's own name (GPU model, RAPL zone, IPU board).
     name: str
+    #: What the sensor covers: `gpu`, `cpu-package`, `dram`, `ipu` or `ipu-board`.
     scope: str
+    #: Energy over the window, joules.
     energy_j: float
+    #: Energy / window, watts.
     mean_w: float
+    #: The device's power before the window, watts; `None` where not measured.
     idle_w: float | None
 
     def as_json(self) -> dict[str, Any]:
@@ -85,25 +93,45 @@ class PowerRecord:
     window was shorter than the sensor needs; ``warnings`` then says by how much.
     """
 
+    #: True when a source measured the window's energy.
     measured: bool
+    #: The power source (`nvml`, `rapl`, `gcipuinfo`), or `none`.
     source: str
+    #: Why energy was not measured; empty when it was.
     reason: str = ""
+    #: How the energy was read: `counter` (an energy counter's difference) or `sampled_power`.
     method: str | None = None
+    #: The rule that turned readings into joules: `counter_delta`, `trapezoid` or `backward_rect`.
     integration: str | None = None
+    #: Each measured device's share (`DeviceEnergy`).
     devices: tuple[DeviceEnergy, ...] = ()
+    #: Energy over the timed window, all devices, joules; `None` when not measured.
     energy_j: float | None = None
+    #: Energy / window, watts.
     mean_power_w: float | None = None
+    #: Power before the window, watts: reported beside the total, never subtracted.
     idle_power_w: float | None = None
+    #: Items completed in the window (the benchmark's rounds, or what an `ipu_power` block set).
     items: int = 0
+    #: Energy / items, joules.
     energy_per_item_j: float | None = None
+    #: Items / energy, equal to items per second per watt.
     items_per_j: float | None = None
+    #: Power samples taken in the window (0 for an energy counter read at its edges).
     samples: int = 0
+    #: Sampling rate asked for (`--ipu-power-hz`), Hz.
     sample_hz_requested: float | None = None
+    #: Sampling rate reached, Hz.
     sample_hz_achieved: float | None = None
+    #: How often the sensor itself updates, seconds.
     update_period_s: float | None = None
+    #: The measured window's wall time, seconds (set even when energy was not measured).
     window_s: float | None = None
+    #: False when the window's energy cannot be trusted (`reason`/`warnings` say why).
     valid: bool = False
+    #: What a reader of the energy figures must know.
     warnings: tuple[str, ...] = ()
+    #: True when the window was shorter than the sensor needs (max(5 s, 20 update periods)).
     low_confidence: bool = False
 
     def as_json(self) -> dict[str, Any]:
@@ -136,9 +164,13 @@ class PowerRecord:
 class ParityRecord:
     """The comparison of one compiled model's outputs against the reference on the example inputs."""
 
+    #: What the outputs were compared against (torch eager fp32 on the CPU).
     reference: str
+    #: Largest absolute difference over every output element (+Infinity for a non-finite output).
     max_abs: float
+    #: Largest difference relative to the reference's magnitude (+Infinity for a non-finite output).
     max_rel: float
+    #: The relative tolerance of the precision that ran (fp16 looser than fp32).
     tolerance: float
 
     @property
@@ -167,15 +199,25 @@ class PlacementRecord:
     the devices found (plain JSON); ``simulator`` is true on the IPU Model.
     """
 
+    #: Model instances placed (the marker's `instances`).
     instances: int
+    #: IPUs each instance holds (replicas x stages on IPUs; 1 elsewhere).
     ipus_per_instance: int
+    #: Replicas per instance.
     replicas: int
+    #: Pipeline stages per replica.
     stages: int
+    #: How instances ran: `inline` (one), `threads` or `processes`.
     runner: str
+    #: True when every instance shares the backend's one device (a CPU, one GPU).
     shared_device: bool
+    #: Each instance's device.
     devices: tuple[str, ...]
+    #: True on the IPU Model (stored only when true).
     simulator: bool = False
+    #: On IPU hardware, each instance's IPU ids (stored only there).
     ipu_ids: tuple[tuple[int, ...], ...] | None = None
+    #: On IPU hardware, the devices found (plain JSON; stored only there).
     inventory: Mapping[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -208,15 +250,25 @@ class InstanceRecord:
     with ``resolution_s``), or ``None`` where the backend has none.
     """
 
+    #: The instance's position, from 0.
     index: int
+    #: The target it ran on.
     target: str
+    #: Its device.
     device: str
+    #: Its device's own name.
     device_name: str
+    #: Its compile time, seconds; `None` for a plain callable.
     compile_s: float | None
+    #: Timed calls it made.
     calls: int
+    #: The latency summary of its own calls.
     latency_s: LatencySummary
+    #: Its compile phases, seconds each.
     phases_s: Mapping[str, float] = field(default_factory=dict)
+    #: What its backend reported about it (plain JSON).
     info: Mapping[str, Any] = field(default_factory=dict)
+    #: The device's latency counters for its last call (with `resolution_s`), or `None`.
     device_latency: Mapping[str, Any] | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -248,12 +300,19 @@ class RepeatRecord:
     measured in a fresh worker process (``--ipu-repeat-mode=process``).
     """
 
+    #: The repeat's position, from 1.
     index: int
+    #: Its timed rounds.
     rounds: int
+    #: Its timed window, seconds.
     window_s: float
+    #: The latency summary of its rounds.
     latency_s: LatencySummary
+    #: Its items / its window.
     throughput_items_per_s: float
+    #: How its rounds ended: `planned` (every planned round ran), `budget` or `cap`.
     ended: Ending = "planned"
+    #: `this` (the pytest process) or `worker` (a fresh worker process, `--ipu-repeat-mode=process`).
     process: str = "this"
 
     def value(self, metric: str) -> float | None:
@@ -307,11 +366,18 @@ class BudgetRecord:
     when the most rounds pytest-ipu plans (``MAX_AUTO_ROUNDS``) ended the window a quarter short.
     """
 
+    #: The time budget of the timed windows, seconds; `None` for fixed rounds.
     budget_s: float | None
+    #: The hard cap, seconds; `None` for fixed rounds.
     cap_s: float | None
+    #: The timed windows of every repeat together, seconds.
     window_s: float
+    #: How the rounds ended (`cap` if any repeat hit the cap).
     ended: Ending
+    #: True when the minimum rounds ran the window more than a quarter past the budget (flag `over-budget`).
     min_rounds_past_budget: bool = False
+    #: True when the most rounds pytest-ipu plans ended the window a quarter short of the budget (flag
+    #: `rounds-limit`).
     rounds_limited: bool = False
 
     @property
@@ -348,11 +414,17 @@ class StabilityRecord:
     ``threshold`` (``--ipu-unstable``).
     """
 
+    #: Independent repeats measured.
     repeats: int
+    #: `interleaved` or `process` (`--ipu-repeat-mode`).
     mode: str
+    #: Coefficient of variation of the repeats' throughputs; `None` with one repeat.
     cv: float | None
+    #: The rounds' interquartile range / median; decides with one repeat.
     round_spread: float | None
+    #: The `--ipu-unstable` threshold, as a fraction.
     threshold: float
+    #: True when the deciding figure exceeds the threshold (flag `unstable`).
     unstable: bool
 
     @property
@@ -383,25 +455,46 @@ class IpuRecord:
     when the model was compiled by an earlier test of the same run (``compile_s`` is that compile).
     """
 
+    #: The target measured, `backend:device` (`torch:cpu`, `popart:ipu`).
     target: str
+    #: The backend (`torch`, `torch-compile`, `onnxruntime`, `poptorch`, `popart`, `python`).
     backend: str
+    #: The device (`cpu`, `cuda:0`, `ipu`).
     device: str
+    #: The device's own name (CPU model, GPU model, IPU board).
     device_name: str
+    #: The precision compiled (`fp32`, `fp16`, `bf16`; `n/a` for a plain callable).
     precision: str
+    #: Where a timed call starts and ends: `host` (inputs in host memory, outputs back there) or `device`.
     io: str
+    #: Leading dimension of the first input.
     batch_size: int
+    #: Items one call completes, per instance (batch x device iterations x replicas, or as the benchmark
+    #: passed).
     items_per_call: int
+    #: Timed rounds, every repeat together.
     rounds: int
+    #: `auto` (the rounds fill the time budget) or `fixed` (`--ipu-rounds`, the marker, the call).
     rounds_policy: Literal["auto", "fixed"]
+    #: Untimed warm-up calls after the first call (the last repeat's).
     warmup_rounds: int
+    #: Latency per call over every timed round of every repeat (`LatencySummary`), seconds.
     latency_s: LatencySummary
+    #: Wall time of the timed windows, every repeat together, seconds.
     window_s: float
+    #: Items completed in the windows / their wall time, summed over instances.
     throughput_items_per_s: float
+    #: Compile time, seconds, never inside a window; `None` for a plain callable.
     compile_s: float | None
+    #: True when an earlier test of the run compiled the model (`compile_s` is that compile).
     compile_cached: bool
+    #: The first call's wall time (lazy initialisation included), seconds.
     first_call_s: float
+    #: The compile's phases (export, build, load...), seconds each.
     compile_phases_s: Mapping[str, float] = field(default_factory=dict)
+    #: What the backend reported about the compile (plain JSON: options, threads, providers...).
     compile_info: Mapping[str, Any] = field(default_factory=dict)
+    #: The outputs against torch eager fp32 (`ParityRecord`), or `None` where not checked.
     parity: ParityRecord | None = None
     #: The energy of the timed window, or why it was not measured; ``None`` only in records that
     #: predate power measurement or were made by hand.
@@ -424,6 +517,15 @@ class IpuRecord:
     stability: StabilityRecord | None = None
     #: Other processes' share of the CPU during the timed windows; ``None`` in older records.
     contention: ContentionRecord | None = None
+    #: Always true: the figures were measured. ``ipu_benchmark`` returns ``NotTimed`` (``timed``
+    #: false) when pytest-benchmark is not timing; ``if record.timed:`` tells them apart (and
+    #: narrows the type for mypy).
+    timed: ClassVar[Literal[True]] = True
+
+    @property
+    def latency_unsupported(self) -> tuple[str, ...]:
+        """The percentiles too few rounds support (the JSON's top-level ``latency_unsupported``)."""
+        return self.latency_s.unsupported
 
     def value(self, metric: str) -> float | None:
         """The value of ``metric`` (a name of ``pytest_ipu.results.catalog.METRICS``: ``latency.p50``,
@@ -459,6 +561,49 @@ class IpuRecord:
             if self.budget.rounds_limited:
                 out.append("rounds-limit")
         return tuple(out)
+
+
+@dataclass(frozen=True)
+class NotTimed:
+    """What ``ipu_benchmark`` returns when pytest-benchmark is not timing (``--benchmark-disable``,
+    or under pytest-xdist, where pytest-benchmark disables itself): the model was called once, as a
+    test, and nothing was measured or recorded.
+
+    It names what ran (the same fields as ``IpuRecord``) and ``reason``. The figures
+    (``latency_s``, ``throughput_items_per_s``, ``power``...) do not exist: reading one raises
+    ``AttributeError`` naming the reason, so an assertion on a figure fails instead of passing on
+    a zero. Guard figure checks with ``if record.timed:``.
+    """
+
+    #: The target that ran.
+    target: str
+    #: Its backend.
+    backend: str
+    #: Its device.
+    device: str
+    #: Its device's own name.
+    device_name: str
+    #: The precision compiled.
+    precision: str
+    #: `host` or `device`, as for `IpuRecord`.
+    io: str
+    #: Leading dimension of the first input.
+    batch_size: int
+    #: Items one call completes.
+    items_per_call: int
+    #: Why nothing was timed, and how to time it.
+    reason: str
+    #: Always false: nothing was measured (``IpuRecord.timed`` is always true).
+    timed: ClassVar[Literal[False]] = False
+
+    def __getattr__(self, name: str) -> NoReturn:
+        # Only called for names the dataclass lacks: a figure of IpuRecord gets the reason.
+        if name in IpuRecord.__dataclass_fields__ or name == "latency_unsupported":
+            raise AttributeError(
+                f"record.{name}: this benchmark was not timed ({self.reason}); "
+                "its figures exist only when record.timed is true"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 def _power_value(read: Callable[[PowerRecord], float | None]) -> Callable[[IpuRecord], float | None]:

@@ -498,6 +498,12 @@ def _contention(data: Mapping[str, Any], at: str) -> ContentionRecord:
     return contention_from_json(data, at)
 
 
+def power_from_json(data: Mapping[str, Any], at: str = "power.") -> PowerRecord:
+    """A power object (``PowerRecord.as_json``) read back, checked as in a record: raises
+    ``SchemaError`` naming the key (prefixed with ``at``) for a missing or impossible value."""
+    return _power(data, at)
+
+
 def contention_from_json(data: Mapping[str, Any], at: str = "contention.") -> ContentionRecord:
     """The contention part of a record (``ContentionRecord.as_json``) read back: only ``readable``
     is required; a null flag, reason or threshold reads as its default. Raises ``SchemaError``

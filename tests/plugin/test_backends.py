@@ -408,12 +408,22 @@ def test_benchmark_disable_runs_once_and_records_nothing(pytester: pytest.Pytest
         test_off="""
         calls = []
 
+        import pytest
+
         def test_plain(ipu_benchmark):
-            assert ipu_benchmark(lambda: calls.append(1)) is None
+            record = ipu_benchmark(lambda: calls.append(1))
             assert calls == [1]
+            assert record.timed is False
+            assert record.target == "python:host"
+            assert "--benchmark-disable" in record.reason
+            # No figure exists, and reading one says why instead of giving a zero.
+            with pytest.raises(AttributeError, match="not timed"):
+                record.throughput_items_per_s
 
         def test_compiled(ipu_compile, ipu_benchmark):
-            assert ipu_benchmark(ipu_compile(len, ([1],)), ([1],)) is None
+            record = ipu_benchmark(ipu_compile(len, ([1, 2],)), ([1, 2],), items_per_call=4)
+            assert (record.timed, record.target, record.precision) == (False, "mine:cpu", "bf16")
+            assert (record.batch_size, record.items_per_call) == (2, 4)
         """
     )
     result = pytester.runpytest("--ipu-backend=mine:cpu", "--benchmark-disable", "--benchmark-json=out.json")

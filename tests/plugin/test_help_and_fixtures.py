@@ -119,7 +119,7 @@ def test_fixtures_verbose_shows_the_full_docstrings(pytester: pytest.Pytester) -
     result = pytester.runpytest("--fixtures", "-v")
     assert result.ret == pytest.ExitCode.OK
     text = _words(result.outlines)
-    assert "Returns ``None`` when pytest-benchmark is disabled" in text
+    assert "the fixture returns a ``NotTimed`` record" in text
     assert "skips the test with the reason, or fails it under ``--ipu-missing-sdk=fail``" in text
     assert "its ``compile_cached`` is true" in text
 

@@ -279,7 +279,8 @@ def test_power_off_option_is_not_measured(pytester: pytest.Pytester) -> None:
         _assert_not_measured(records[name]["power"], OFF_REASON)
         assert records[name]["power"]["source"] == "off"
         assert _power_cells(_ipu_table_row(result.outlines, name)) == ["n/m"] * 3
-    assert result.outlines.count(NOT_MEASURED_NOTE) == 1  # one footnote per distinct reason
+    # One footnote per distinct reason, under each table (test_off's, test_on's) that needs it.
+    assert result.outlines.count(NOT_MEASURED_NOTE) == 2
     assert not (pytester.path / "made.json").exists()  # no source is even made
 
 
@@ -473,6 +474,17 @@ def test_ipu_power_fixture_and_the_source_closed_at_session_end(pytester: pytest
     assert by_device["cpu"]["reads"] >= 2 * 2 + 2
     assert _records(pytester)["test_benchmark"]["power"]["measured"] is True
 
+    # The run had a benchmark, so pytest-benchmark wrote the file; every block is in it, as measured.
+    blocks = json.loads((pytester.path / "out.json").read_text())["pytest_ipu"]["power_blocks"]
+    saved = {"test_block": block, "test_block_again": again, "test_block_off": None}
+    assert [(b["test"], b["index"], b["device"], b["error"]) for b in blocks] == [
+        (f"test_pw_fixture.py::{name}", 1, "cpu", None) for name in saved
+    ]
+    assert blocks[0]["power"] == block
+    assert blocks[1]["power"] == again
+    row = _block_row(result.outlines, "test_pw_fixture.py::test_block")
+    assert row[5:7] == ["10", "~50"]  # items, and W: 50 W over a window shorter than the sensor's 5 s
+
 
 CLOSE_FAILS = """
 from pw_fake_source import FakePowerSource
@@ -521,3 +533,204 @@ def test_a_failing_source_close_is_a_warning_and_the_others_are_still_closed(
 def test_a_failing_source_close_is_not_called_a_compiled_model(pytester: pytest.Pytester) -> None:
     result = _run_with_a_failing_close(pytester)
     assert "could not release compiled models: power source" not in result.stdout.str()
+
+
+# -- ipu_power blocks always record, and reach the JSON and the terminal ---------------------------
+
+BLOCK_TESTS = """
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+
+def test_block(ipu_power):
+    with ipu_power("cpu") as window:
+        time.sleep(0.01)
+        window.items = 160
+    Path("block.json").write_text(json.dumps(window.result.as_json()))
+
+
+def test_two_blocks_one_raises(ipu_power):
+    with ipu_power("cuda:0", items=8):
+        pass
+    with pytest.raises(ZeroDivisionError):
+        with ipu_power("ipu:1") as window:
+            window.items = 4
+            1 / 0
+    # recorded up to where it raised, and the exception reached the test
+    assert window.result.items == 4
+    assert window.result.window_s > 0
+"""
+
+
+def _block_row(lines: list[str], test: str) -> list[str]:
+    """The cells of ``test``'s first row in the "ipu_power blocks" table."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("ipu_power blocks ("))
+    for line in lines[start + 3 :]:
+        if line.startswith(test + " "):
+            return line.split()
+    raise AssertionError(f"no ipu_power blocks row for {test}:\n" + "\n".join(lines))
+
+
+def test_blocks_without_a_source_record_window_and_items_and_are_saved_without_benchmarks(
+    pytester: pytest.Pytester,
+) -> None:
+    from pytest_ipu.results import benchmark_json
+
+    pytester.makepyfile(test_pw_blocks=BLOCK_TESTS)
+    # -W error (the inner runs' options): pytest-benchmark's "Not saving anything" would end the run.
+    result = pytester.runpytest("--benchmark-json=out.json", "--benchmark-save=blocks", "--ipu-power=off")
+    result.assert_outcomes(passed=2)
+    assert "Not saving anything" not in result.stdout.str() + result.stderr.str()
+
+    block = json.loads((pytester.path / "block.json").read_text())
+    _assert_not_measured(block, OFF_REASON)
+    assert block["window_s"] > 0
+    assert block["items"] == 160
+
+    # No benchmark ran, and still both files were written in pytest-benchmark's shape, with the blocks.
+    data = json.loads((pytester.path / "out.json").read_text())
+    assert data["benchmarks"] == []
+    assert {"machine_info", "commit_info", "datetime", "version"} <= set(data)
+    assert data["machine_info"]["ipu"]["pytest_ipu"]
+    section = data["pytest_ipu"]
+    assert section["settings"]["power"] == "off"
+    blocks = section["power_blocks"]
+    assert [(b["test"], b["index"], b["device"], b["error"]) for b in blocks] == [
+        ("test_pw_blocks.py::test_block", 1, "cpu", None),
+        ("test_pw_blocks.py::test_two_blocks_one_raises", 1, "cuda:0", None),
+        ("test_pw_blocks.py::test_two_blocks_one_raises", 2, "ipu:1", "ZeroDivisionError: division by zero"),
+    ]
+    assert blocks[0]["power"] == block
+    assert [b["power"]["items"] for b in blocks] == [160, 8, 4]
+    for entry in blocks:
+        _assert_not_measured(entry["power"], OFF_REASON)
+        assert entry["power"]["window_s"] > 0
+    assert not list(pytester.path.glob(".out.json.*"))  # moved into place whole
+    stored = list(pytester.path.glob(".benchmarks/*/0001_blocks.json"))
+    assert len(stored) == 1
+    assert json.loads(stored[0].read_text())["pytest_ipu"]["power_blocks"] == blocks
+    # The reader keeps them, typed and checked.
+    run = benchmark_json.read_run(pytester.path / "out.json")
+    assert [(b.test, b.index, b.power.items) for b in run.power_blocks] == [
+        (b["test"], b["index"], b["power"]["items"]) for b in blocks
+    ]
+
+    # The terminal shows every block: its device, window and items, and why it has no energy.
+    row = _block_row(result.outlines, "test_pw_blocks.py::test_block")
+    assert row[1:3] == ["1", "cpu"]
+    assert row[5:10] == ["160", "n/m", "n/m", "n/m", "n/m"]
+    lines = [line for line in result.outlines if line.startswith("test_pw_blocks.py::")]
+    assert len(lines) == 3
+    assert lines[0].endswith(f"not measured: {OFF_REASON}")
+    assert lines[2].endswith(
+        f"not measured: {OFF_REASON}; the block raised ZeroDivisionError: division by zero"
+    )
+
+
+def test_a_measured_block_alone_is_saved_with_its_energy(pytester: pytest.Pytester) -> None:
+    _with_fake_source(pytester)
+    pytester.makepyfile(
+        test_pw_one="""
+        import time
+
+
+        def test_block(ipu_power):
+            with ipu_power("cpu", items=160):
+                time.sleep(0.05)
+        """
+    )
+    result = pytester.runpytest("--benchmark-json=out.json", "--ipu-idle=0")
+    result.assert_outcomes(passed=1)
+    (entry,) = json.loads((pytester.path / "out.json").read_text())["pytest_ipu"]["power_blocks"]
+    power = entry["power"]
+    assert (power["measured"], power["valid"], power["source"], power["items"]) == (True, True, "rapl", 160)
+    assert power["window_s"] >= 0.05
+    assert power["energy_j"] == pytest.approx(WATTS * power["window_s"], rel=1e-6)
+    assert power["items_per_j"] == pytest.approx(160 / power["energy_j"], rel=1e-9)
+    row = _block_row(result.outlines, "test_pw_one.py::test_block")
+    assert row[5:7] == ["160", "~50"]
+
+
+BAD_BLOCK_TESTS = """
+import pytest
+
+
+@pytest.mark.parametrize("device", ["gpu7", "", 7])
+def test_device(ipu_power, device):
+    with ipu_power(device):
+        pass
+
+
+def test_items(ipu_power):
+    with ipu_power("cpu") as window:
+        window.items = "160"
+
+
+def test_absent_index(ipu_power):
+    # Well spelled: whether a cuda:99 exists is the power source's to say, in the record's reason.
+    with ipu_power("cuda:99") as window:
+        pass
+    assert window.result.measured is False
+    assert window.result.reason
+"""
+
+
+def _failure_lines(lines: list[str], test: str) -> list[str]:
+    """The non-blank lines of ``test``'s entry in pytest's FAILURES section."""
+    header = next(i for i, line in enumerate(lines) if line.startswith("_") and f" {test} " in line)
+    body = []
+    for line in lines[header + 1 :]:
+        if line.startswith(("____", "====")):
+            break
+        if line.strip():
+            body.append(line)
+    return body
+
+
+def test_an_unknown_device_fails_the_test_in_one_line_naming_it_and_the_devices(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_pw_bad=BAD_BLOCK_TESTS)
+    result = pytester.runpytest("--ipu-power=auto", "-k", "test_device")
+    result.assert_outcomes(failed=3)
+    for test, shown in [
+        ("test_device[gpu7]", "'gpu7'"),
+        ("test_device[]", "''"),
+        ("test_device[7]", "7 (int)"),
+    ]:
+        assert _failure_lines(result.outlines, test) == [
+            f"pytest-ipu: ipu_power(device=...): {shown} is not a compute device: expected 'cpu', 'host', "
+            "'cuda', 'cuda:N', 'ipu', 'ipu:N' or 'ipu:N,M' (N a device index), e.g. 'cuda:0'"
+        ]
+
+
+def test_bad_items_fail_in_one_line_and_a_well_spelled_absent_device_is_not_an_error(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_pw_bad=BAD_BLOCK_TESTS)
+    result = pytester.runpytest("--ipu-power=auto", "-k", "items or absent_index")
+    result.assert_outcomes(passed=1, failed=1)
+    assert _failure_lines(result.outlines, "test_items") == [
+        "pytest-ipu: window.items is '160': the items a block completed are a whole number >= 0; "
+        "set window.items = N inside the block (or pass ipu_power(device, items=N))"
+    ]
+
+
+def test_blocks_that_cannot_be_saved_fail_the_run_in_one_line_and_sources_are_still_closed(
+    pytester: pytest.Pytester,
+) -> None:
+    _with_fake_source(pytester)
+    pytester.makepyfile(test_pw_one="def test_block(ipu_power):\n    with ipu_power('cpu'):\n        pass\n")
+    (pytester.path / "not-a-dir").write_text("")
+    result = pytester.runpytest("--benchmark-save=x", "--benchmark-storage=not-a-dir/runs", "--ipu-idle=0")
+    result.assert_outcomes(passed=1)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    lines = [line for line in result.outlines if "cannot save the ipu_power blocks" in line]
+    assert len(lines) == 1
+    assert "not-a-dir" in lines[0]
+    assert lines[0].endswith("free space or pass a writable path")
+    closed = [json.loads(line) for line in (pytester.path / "closed.jsonl").read_text().splitlines()]
+    assert [c["device"] for c in closed] == ["cpu"]

@@ -14,7 +14,7 @@ from tests.unit.run_files import bench
 #: The report's figures need matplotlib (the ``report`` extra); without it these tests skip.
 requires_matplotlib = pytest.mark.skipif(
     importlib.util.find_spec("matplotlib") is None,
-    reason="needs matplotlib (pip install 'pytest-ipu[report]')",
+    reason="needs matplotlib (pip install matplotlib)",
 )
 
 

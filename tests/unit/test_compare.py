@@ -1,31 +1,51 @@
-"""``pytest-ipu compare``: pairing, ratios and their direction, ordering, notes, formats, exit codes."""
+"""``pytest-ipu compare``: pairing, ratios and their direction, ordering, one row per metric, notes,
+formats, exit codes."""
 
 from __future__ import annotations
 
 import csv
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_ipu import cli
+from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import compare
 from pytest_ipu.results import gates
 from pytest_ipu.results.benchmark_json import read_run
+from pytest_ipu.results.records import RepeatRecord
 from tests.unit.run_files import bench
 from tests.unit.run_files import write
+
+#: Three repeats a little apart (1 % sd), geometric mean 1: the spread a change is judged against.
+SPREAD = (1.0, 1.01, 1 / 1.01)
+
+
+def repeated(batch: int, p50s: Sequence[float], seed: int = 0) -> dict[str, Any]:
+    """A benchmark whose record has one repeat per median latency in ``p50s`` (``batch`` items a
+    call at that latency), its own figures their geometric means, as ``pool`` makes them."""
+    centre = math.prod(p50s) ** (1 / len(p50s))
+    entry = bench(batch, centre, batch / centre, seed=seed)
+    entry["extra_info"]["ipu"]["repeats"] = [
+        RepeatRecord(
+            i + 1, 40, 40 * p, LatencySummary(p * 0.9, p, p * 1.1, p * 1.2, p * 1.3, p, 40), batch / p
+        ).as_json()
+        for i, p in enumerate(p50s)
+    ]
+    return entry
 
 
 @pytest.fixture
 def runs(tmp_path: Path) -> tuple[Path, Path]:
-    a = write(tmp_path / "a.json", bench(10, 0.010, 1000.0), bench(2, 0.002, 1000.0), bench(4, 0.004, 1000.0))
-    b = write(
-        tmp_path / "b.json",
-        bench(2, 0.002, 1000.0, seed=1),
-        bench(10, 0.013, 769.0, seed=1),
-        bench(4, 0.004, 1000.0, seed=1),
-    )
+    def at(batch: int, p50: float, seed: int = 0) -> dict[str, Any]:
+        return repeated(batch, [p50 * f for f in SPREAD], seed=seed)
+
+    a = write(tmp_path / "a.json", at(10, 0.010), at(2, 0.002), at(4, 0.004))
+    b = write(tmp_path / "b.json", at(2, 0.002, seed=1), at(10, 0.013, seed=1), at(4, 0.004, seed=1))
     return a, b
 
 
@@ -35,10 +55,10 @@ def test_pairs_by_name_sorts_by_batch_and_marks_direction(runs: tuple[Path, Path
     assert names == ["test_mlp[torch-cpu-2]", "test_mlp[torch-cpu-4]", "test_mlp[torch-cpu-10]"]
     by = {(line.name, line.metric.name): line for line in comparison.lines}
     slower = by[("test_mlp[torch-cpu-10]", "latency.p50")]
-    assert slower.values == (0.010, 0.013)
+    assert slower.values == pytest.approx((0.010, 0.013))
     assert slower.ratio(1) == pytest.approx(1.3)
     assert slower.verdict(1) == "worse"
-    assert compare.format_change(slower, 1) == "+30.0% worse"
+    assert compare.format_change(slower, 1) == "+30.0% worse (p<0.001)"
     lower_throughput = by[("test_mlp[torch-cpu-10]", "throughput")]
     assert lower_throughput.verdict(1) == "worse"  # better higher: a drop is worse
     assert by[("test_mlp[torch-cpu-2]", "throughput")].verdict(1) == "same"
@@ -62,12 +82,30 @@ def test_markdown_and_csv(runs: tuple[Path, Path]) -> None:
     markdown = compare.render_markdown(comparison).splitlines()
     assert markdown[0] == "| group | benchmark | metric | a.json | b.json | b.json vs a.json |"
     assert markdown[1] == "|---|---|---|---:|---:|---:|"
-    assert "| mlp | test_mlp[torch-cpu-10] | latency.p50 | 10 ms | 13 ms | +30.0% worse |" in markdown
+    assert (
+        "| mlp | test_mlp[torch-cpu-10] | latency.p50 | 10 ms | 13 ms | +30.0% worse (p<0.001) |" in markdown
+    )
     rows = list(csv.reader(io.StringIO(compare.render_csv(comparison))))
-    assert rows[0] == ["group", "benchmark", "metric", "unit", "better", "a.json", "b.json", "b.json/a.json"]
+    assert rows[0] == [
+        "group",
+        "benchmark",
+        "metric",
+        "unit",
+        "better",
+        "a.json",
+        "b.json",
+        "b.json/a.json",
+        "b.json verdict",
+        "b.json p",
+    ]
     row = next(r for r in rows if r[1] == "test_mlp[torch-cpu-10]" and r[2] == "latency.p50")
-    assert (row[3], row[4], float(row[5]), float(row[6])) == ("s", "lower", 0.010, 0.013)
+    assert (row[3], row[4]) == ("s", "lower")
+    assert (float(row[5]), float(row[6])) == pytest.approx((0.010, 0.013))
     assert float(row[7]) == pytest.approx(1.3)
+    assert row[8] == "worse"
+    assert 0.0 <= float(row[9]) < 0.001  # the raw p: CSV is for scripts
+    same = next(r for r in rows if r[1] == "test_mlp[torch-cpu-2]" and r[2] == "latency.p50")
+    assert same[8] == "same"
 
 
 def test_long_file_names_become_numbered_columns_with_a_legend(tmp_path: Path) -> None:
@@ -95,8 +133,8 @@ def test_cli_exit_codes(runs: tuple[Path, Path], tmp_path: Path, capsys: pytest.
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["compare", "A"], "pytest-ipu: compare needs at least two run files, got 1"),
-        (["compare", "A", "MISSING"], "pytest-ipu: MISSING: cannot read: No such file or directory"),
+        (["compare", "A"], "pytest-ipu: compare needs at least two runs, got 1 (A)"),
+        (["compare", "A", "MISSING"], "pytest-ipu: MISSING: no such file, and not a saved-run id or glob of"),
         (
             ["compare", "A", "FOREIGN"],
             "pytest-ipu: FOREIGN: not a pytest-benchmark run (no 'benchmarks' list)",
@@ -114,9 +152,12 @@ def test_cli_bad_input_exits_2_naming_the_file(
         "FOREIGN": str(tmp_path / "foreign.json"),
     }
     argv = [paths.get(a, a) for a in argv]
-    message = message.replace("MISSING", paths["MISSING"]).replace("FOREIGN", paths["FOREIGN"])
+    for key in ("MISSING", "FOREIGN", "A"):
+        message = message.replace(key, paths[key])
     assert cli.main(argv) == 2
-    assert capsys.readouterr().err.startswith(message)
+    err = capsys.readouterr().err
+    assert err.startswith(message)
+    assert err.count("\n") == 1
 
 
 def test_strict_makes_a_missing_benchmark_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -196,3 +237,58 @@ def test_gates_that_check_nothing_fail_with_the_reason(tmp_path: Path) -> None:
     assert compare.gate_lines(gate_list, verdicts) == [compare.NOTHING_CHECKED]
     assert compare.exit_code(comparison, gate_list, verdicts, strict=False) == 1
     assert compare.exit_code(comparison, [], verdicts, strict=False) == 0
+
+
+def _plain(entry: dict[str, Any]) -> dict[str, Any]:
+    """The benchmark as plain pytest-benchmark writes it: no pytest-ipu record."""
+    return {k: v for k, v in entry.items() if k != "extra_info"}
+
+
+def _metric_rows(comparison: compare.Comparison) -> dict[str, list[str]]:
+    """Each benchmark's metric names, in the order of the table's rows."""
+    out: dict[str, list[str]] = {}
+    for line in comparison.lines:
+        out.setdefault(line.name, []).append(line.metric.name)
+    return out
+
+
+def test_one_row_per_metric_time_statistics_only_without_a_record(tmp_path: Path) -> None:
+    a = write(
+        tmp_path / "a.json", bench(2, 0.002, 1000.0), _plain(bench(4, 0.004, 1000.0)), bench(8, 0.008, 1000.0)
+    )
+    b = write(
+        tmp_path / "b.json",
+        bench(2, 0.002, 1000.0, seed=1),
+        _plain(bench(4, 0.004, 1000.0, seed=1)),
+        _plain(bench(8, 0.008, 1000.0, seed=1)),  # the record is lost in this run only
+    )
+    comparison = compare.compare_runs([read_run(a), read_run(b)])
+    rows = _metric_rows(comparison)
+    time_rows = ["time.min", "time.median", "time.mean", "time.max"]
+    # The records measured no power: they have no energy figures to show.
+    latency = [f"latency.{k}" for k in ("min", "p50", "p90", "p99", "max", "mean")]
+    record_rows = [*latency, "throughput", "compile", "first_call"]
+    # With a record in every run: its figures only, each once; pytest-benchmark's repeat its latency.
+    assert rows["test_mlp[torch-cpu-2]"] == record_rows
+    # A plain pytest-benchmark benchmark: its time statistics are all it has.
+    assert rows["test_mlp[torch-cpu-4]"] == time_rows
+    # A record in one run only: the time statistics too, the only figures both runs have.
+    assert rows["test_mlp[torch-cpu-8]"] == time_rows + record_rows
+    for render in (compare.render_table, compare.render_markdown):
+        text = render(comparison)
+        for name, metrics in rows.items():
+            for metric in metrics:
+                hits = [row for row in text.splitlines() if name in row and f" {metric} " in row]
+                assert len(hits) == 1, (render.__name__, name, metric, hits)
+    csv_rows = list(csv.reader(io.StringIO(compare.render_csv(comparison))))[1:]
+    assert [(r[1], r[2]) for r in csv_rows] == [(n, m) for n, ms in rows.items() for m in ms]
+
+
+def test_the_time_statistics_of_plain_files_are_compared(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.json", _plain(bench(4, 0.004, 1000.0)))
+    b = write(tmp_path / "b.json", _plain(bench(4, 0.006, 1000.0, seed=1)))
+    comparison = compare.compare_runs([read_run(a), read_run(b)])
+    median = next(line for line in comparison.lines if line.metric.name == "time.median")
+    assert median.values == (0.004, 0.006)
+    # One value a side, no runs before it: no variance estimate, so no verdict beyond the change.
+    assert compare.format_change(median, 1) == "+50.0% not tested"

@@ -26,7 +26,7 @@ from pytest_ipu.results.records import PowerRecord
 #: The report's figures need matplotlib (the ``report`` extra); without it these tests skip.
 requires_matplotlib = pytest.mark.skipif(
     importlib.util.find_spec("matplotlib") is None,
-    reason="needs matplotlib (pip install 'pytest-ipu[report]')",
+    reason="needs matplotlib (the extra 'report': pip install matplotlib)",
 )
 
 pytestmark = requires_matplotlib
@@ -108,7 +108,8 @@ def _write_run(path: Path, benchmarks: list[tuple[str | None, str, dict[str, Any
 
 @pytest.fixture(scope="module")
 def two_groups(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, html_report.ReportFiles]:
-    """One report with a measured group (one point low confidence) and one with power off."""
+    """One report with a measured group over three batch sizes (one point low confidence) and one of a
+    single batch size with power off."""
     root = tmp_path_factory.mktemp("report")
     run = _write_run(
         root / "run.json",
@@ -131,7 +132,8 @@ def two_groups(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, html_rep
 def test_write_report_writes_the_page_and_a_png_and_svg_per_group_and_view(two_groups) -> None:
     out, files = two_groups
     assert files.html == out / "index.html"
-    expected = {f"{g}-{v}{ext}" for g in ("measured", "off") for v in plots.VIEWS for ext in (".png", ".svg")}
+    # The group of one batch size has no batch axis: its table, and no figure.
+    expected = {f"measured-{v}{ext}" for v in plots.VIEWS for ext in (".png", ".svg")}
     assert {p.name for p in files.images} == expected
     assert {p.name for p in out.iterdir()} == expected | {"index.html"}
     for path in files.images:
@@ -152,7 +154,7 @@ def test_the_page_is_well_formed_self_contained_and_embeds_every_figure(two_grou
     assert "https://" not in text
     assert not re.search(r"""(src|href)=["'](?!data:|#)""", text)
     images = [img.get("src", "") for img in root.iter("img")]
-    assert len(images) == 6
+    assert len(images) == 3
     for src in images:
         prefix = "data:image/svg+xml;base64,"
         assert src.startswith(prefix)
@@ -190,6 +192,8 @@ def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups
     ]
     off = [[td.text for td in tr.iter("td")][1:] for tr in tables[1].iter("tr")][1:]
     assert off == [["2", "torch:cpu", "fp32", "1", "2 ms", "4 ms", "1,000", "n/m", "n/m", "n/m", "-"]]
+    sub = [p.text for p in root.iter("p") if p.get("class") == "sub"]
+    assert "No plots against batch size: every row has batch size 2." in sub
     notes = [li.text for ul in root.iter("ul") if ul.get("class") == "notes" for li in ul.iter("li")]
     assert "~ = low confidence: the energy window is shorter than the sensor needs" in notes
     assert "n/m = power not measured: power measurement is off (--ipu-power=off)" in notes
@@ -234,12 +238,61 @@ def test_multi_run_page_names_the_file_of_every_row(tmp_path: Path) -> None:
     assert "run b.json" in page
 
 
+def _two_batch_sizes(path: Path) -> Path:
+    """A run of one group over batch sizes 1 and 2: a group with a batch axis, so it is plotted."""
+    return _write_run(path, [("g", f"t[{b}]", _record("torch:cpu", b, OFF)) for b in (1, 2)])
+
+
 def test_main_prints_what_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = _write_run(tmp_path / "run.json", [("g", "t[1]", _record("torch:cpu", 1, OFF))])
+    run = _two_batch_sizes(tmp_path / "run.json")
     assert html_report.main([run], tmp_path / "out") == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"wrote {tmp_path / 'out' / 'index.html'} (1 group(s), 3 figure(s))"
     assert out[1] == f"wrote 6 image(s), PNG and SVG, to {tmp_path / 'out'}"
+
+
+def test_a_run_of_one_batch_size_gets_its_table_and_no_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _write_run(
+        tmp_path / "run.json",
+        [("g", "t[a]", _record("torch:cpu", 1, OFF)), ("g", "t[b]", _record("onnxruntime:cpu", 1, OFF))],
+    )
+    assert html_report.main([run], tmp_path / "out") == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"wrote {tmp_path / 'out' / 'index.html'} (1 group(s), 0 figure(s))"
+    ]
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["index.html"]
+    page = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
+    root = ET.fromstring(page.removeprefix("<!DOCTYPE html>"))
+    assert not list(root.iter("img"))
+    assert len([t for t in root.iter("table") if t.get("class") != "facts"]) == 1
+    assert "No plots against batch size: every row has batch size 1." in page
+
+
+def test_the_study_swept_over_batch_sizes_comes_first_on_the_page(tmp_path: Path) -> None:
+    run = _write_run(
+        tmp_path / "run.json",
+        [
+            # A side benchmark of one batch size, seen first and with the most rows.
+            *(("side", f"s[{k}]", _record("python:host", 1, OFF)) for k in range(8)),
+            *(("small-sweep", f"m[{b}]", _record("torch:cpu", b, OFF)) for b in (1, 2)),
+            *(
+                ("study", f"r[{t}-{b}]", _record(t, b, OFF))
+                for t in ("torch:cpu", "ort:cpu")
+                for b in (2, 4, 6)
+            ),
+        ],
+    )
+    runs = [benchmark_json.read_run(run)]
+    assert plots.report_order(runs) == ["study", "small-sweep", "side"]
+    root = ET.fromstring(html_report._page(runs, []).removeprefix("<!DOCTYPE html>"))
+    headings = [h.text for h in root.iter("h2")]
+    assert headings == ["study", "small-sweep", "side", "Machine and run"]
+    # The study's table is the page's first table: nothing (not the machine's facts) comes before it.
+    first = next(root.iter("table"))
+    assert first.get("class") != "facts"
+    assert len(list(first.iter("tr"))) == 1 + 6
 
 
 @pytest.mark.parametrize(
@@ -289,7 +342,7 @@ def test_a_failed_figure_leaves_no_page_and_no_temporary_file(
 ) -> None:
     from matplotlib.figure import Figure
 
-    run = _write_run(tmp_path / "run.json", [("g", "t[1]", _record("torch:cpu", 1, OFF))])
+    run = _two_batch_sizes(tmp_path / "run.json")
     out = tmp_path / "out"
     out.mkdir()
     (out / "index.html").write_text("the previous report", encoding="utf-8")
@@ -307,7 +360,7 @@ def test_a_failed_figure_leaves_no_page_and_no_temporary_file(
 def test_a_failed_page_write_leaves_the_old_page_whole_and_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run = _write_run(tmp_path / "run.json", [("g", "t[1]", _record("torch:cpu", 1, OFF))])
+    run = _two_batch_sizes(tmp_path / "run.json")
     out = tmp_path / "out"
     out.mkdir()
     (out / "index.html").write_text("the previous report", encoding="utf-8")

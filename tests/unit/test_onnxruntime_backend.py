@@ -348,7 +348,7 @@ def test_without_onnxruntime_the_backend_is_unavailable_with_the_install_command
     availability = OrtBackend(device="cpu").availability()
     assert not availability.ok
     assert availability.reason.startswith("onnxruntime is not installed (")
-    assert availability.reason.endswith("); install it with: pip install 'pytest-ipu[onnx]'")
+    assert availability.reason.endswith("); install it with: pip install onnxruntime")
 
 
 def test_the_real_onnxruntime_on_the_cpu():

@@ -24,7 +24,7 @@ from pytest_ipu.results.records import PowerRecord
 #: The report's figures need matplotlib (the ``report`` extra); without it these tests skip.
 requires_matplotlib = pytest.mark.skipif(
     importlib.util.find_spec("matplotlib") is None,
-    reason="needs matplotlib (pip install 'pytest-ipu[report]')",
+    reason="needs matplotlib (the extra 'report': pip install matplotlib)",
 )
 
 
@@ -154,6 +154,39 @@ def test_groups_fall_back_to_the_test_name_and_skip_benchmarks_without_records()
     r = run(bench(record()), bench(record(), group=None, name="test_plain"), bench(None, group="empty"))
     assert plots.groups([r]) == ["g", "test_plain"]
     assert len(plots.series_for([r], "test_plain", "throughput")) == 1
+
+
+def test_a_group_has_a_batch_axis_only_with_two_batch_sizes_or_more() -> None:
+    r = run(
+        bench(record("torch:cpu", 1), group="one"),
+        bench(record("onnxruntime:cpu", 1), group="one"),
+        bench(record("torch:cpu", 2), group="two"),
+        bench(record("torch:cpu", 8), group="two"),
+    )
+    assert plots.batch_sizes([r], "one") == [1]
+    assert not plots.has_batch_axis([r], "one")  # two targets, but one batch size: nothing to plot against
+    assert plots.batch_sizes([r], "two") == [2, 8]
+    assert plots.has_batch_axis([r], "two")
+    # The batch sizes of all runs count: two runs of one batch size each, but not the same one.
+    a = run(bench(record("torch:cpu", 1), group="x"), path="a.json")
+    b = run(bench(record("torch:cpu", 4), group="x"), path="b.json")
+    assert plots.has_batch_axis([a, b], "x")
+    assert not plots.has_batch_axis([a], "x")
+
+
+def test_report_order_puts_groups_with_a_batch_axis_first_by_their_number_of_records() -> None:
+    side = [bench(record("python:host", 1), group="side", name=f"t{i}") for i in range(5)]
+    small = [bench(record("torch:cpu", b), group="small") for b in (1, 2)]
+    tie = [bench(record("torch:cpu", b), group="tie") for b in (4, 8)]
+    study = [bench(record(t, b), group="study") for t in ("torch:cpu", "onnxruntime:cpu") for b in (2, 4)]
+    late = [bench(record("python:host", 1), group="late")]
+    r = run(*side, *small, *tie, *study, *late)
+    assert plots.groups([r]) == ["side", "small", "tie", "study", "late"]
+    # The study (4 records) first; two groups of 2 in the order seen; the groups of one batch size last.
+    assert plots.report_order([r]) == ["study", "small", "tie", "side", "late"]
+    # Records of every run count: "tie" has as many as "study" now, and was seen first.
+    again = run(*tie, path="again.json")
+    assert plots.report_order([r, again]) == ["tie", "study", "small", "side", "late"]
 
 
 def test_colors_and_markers_follow_the_backend_across_views_groups_and_runs() -> None:

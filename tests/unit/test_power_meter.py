@@ -392,6 +392,16 @@ def test_not_measured_says_why_and_has_no_numbers():
     assert 0 not in (data["energy_j"], data["mean_power_w"], data["items_per_j"])
 
 
+def test_not_measured_keeps_the_window_and_items_it_is_given_and_no_energy():
+    # What an ipu_power block without a source knows: its wall time and the items it completed.
+    result = not_measured("off", "power measurement is off", window_s=0.25, items=160)
+    assert (result.measured, result.valid, result.window_s, result.items) == (False, False, 0.25, 160)
+    for key in ("energy_j", "mean_power_w", "idle_power_w", "energy_per_item_j", "items_per_j"):
+        assert getattr(result, key) is None, key
+    assert result.as_json()["window_s"] == 0.25
+    assert result.as_json()["items"] == 160
+
+
 def test_as_json_is_plain_json_with_every_field():
     meter, clock = _meter("energy_counter", {"a": 30.0, "b": 20.0})
     meter.idle_w = {"a": 3.0, "b": 2.0}

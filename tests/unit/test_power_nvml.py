@@ -257,7 +257,7 @@ def test_without_pynvml_the_reason_is_the_install_command(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` fail
     src = NvmlPowerSource()
     assert (src.availability().ok, src.availability().reason) == (False, NOT_INSTALLED)
-    assert NOT_INSTALLED == "nvidia-ml-py is not installed; pip install 'pytest-ipu[nvidia]'"
+    assert NOT_INSTALLED == "nvidia-ml-py is not installed; pip install nvidia-ml-py"
     with pytest.raises(PowerSourceError, match="nvidia-ml-py is not installed"):
         src.open()
     assert src.describe()["error"] == NOT_INSTALLED

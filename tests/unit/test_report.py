@@ -4,6 +4,7 @@ The number formats themselves are the units registry's (tests/unit/test_units.py
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import terminal as report
 from pytest_ipu.report.terminal import Row
+from pytest_ipu.results.records import InstanceRecord
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import ParityRecord
 from pytest_ipu.results.records import PowerRecord
@@ -42,8 +44,8 @@ def make_record(**changes: Any) -> IpuRecord:
         "rounds_policy": "auto",
         "warmup_rounds": 2,
         "latency_s": latency,
-        "window_s": 0.8,
-        "throughput_items_per_s": 250.0,
+        "window_s": 0.4,
+        "throughput_items_per_s": 500.0,  # = batch / p50: the table marks no gap
         "compile_s": 1.5,
         "compile_cached": False,
         "first_call_s": 0.2,
@@ -52,10 +54,33 @@ def make_record(**changes: Any) -> IpuRecord:
     return IpuRecord(**base)
 
 
+#: How the footnotes under a table begin (each explains a mark or a flag).
+NOTE_PREFIXES = (
+    "* ",
+    "xN = ",
+    "[sim] = ",
+    "n/m = ",
+    "? = ",
+    "~ = ",
+    "^ = ",
+    "  ",
+    "unstable: ",
+    "contended: ",
+    "capped: ",
+    "over-budget: ",
+    "rounds-limit: ",
+    "contention not measured: ",
+    "time budget: ",
+)
+
+
 def _table_lines(lines: list[str], group: str) -> list[str]:
+    """A table's header, rule and rows: the lines after its title, up to its footnotes."""
     start = lines.index(f"{group} (latency per call; throughput summed over instances)")
     end = lines.index("", start)
-    return lines[start + 1 : end]
+    table = lines[start + 1 : end]
+    rows = next((i for i, line in enumerate(table) if i > 1 and line.startswith(NOTE_PREFIXES)), len(table))
+    return table[:rows]
 
 
 def test_one_table_per_group_in_first_seen_order():
@@ -145,11 +170,11 @@ def test_name_outside_group_is_kept_whole():
 
 def test_cells_render_record_values():
     record = make_record(
-        p50_s=1.36e-3, throughput_items_per_s=2526.4, first_call_s=2.5, compile_s=12.3e-6, compile_cached=True
+        p50_s=1.36e-3, throughput_items_per_s=700.4, first_call_s=2.5, compile_s=12.3e-6, compile_cached=True
     )
     cells = _row_cells(record)
     assert cells["p50"] == "1.36 ms"
-    assert cells["items/s"] == "2,526"
+    assert cells["items/s"] == "700"
     assert cells["first call"] == "2.5 s"
     assert cells["compile"] == "12.3 us (cached)"
     assert cells["parity"] == "-"  # not checked
@@ -257,7 +282,7 @@ def test_low_confidence_comes_from_the_flag_not_the_warning_text():
     ]
 
 
-def test_footnotes_are_what_tables_ends_with():
+def test_footnotes_of_one_table_are_the_footnotes_of_its_rows():
     rows = [
         Row("g", "g[few]", make_record(rounds=50, unsupported=("p99",), power=_power(low_confidence=True))),
         Row("h", "h[off]", make_record(power=PowerRecord(measured=False, source="off", reason="off here"))),
@@ -275,12 +300,46 @@ def test_footnotes_are_what_tables_ends_with():
         "? = power window invalid (torch:cuda): counter reset",
         "n/m = power not measured: no power record",
     ]
-    lines = report.tables(rows)
-    assert lines[-len(notes) :] == notes
-    assert lines[-len(notes) - 1] == ""
     # Only the percentile columns given are footnoted.
     columns = [c for c in report.COLUMNS if c.header != "p99"]
     assert report.footnotes(rows, columns)[0].startswith("[sim]")
+
+
+def _blocks(lines: list[str]) -> dict[str, list[str]]:
+    """Each table's lines after its rule (its rows, then its footnotes), by group, up to its blank line."""
+    out: dict[str, list[str]] = {}
+    for start, line in enumerate(lines):
+        if line.endswith(" (latency per call; throughput summed over instances)"):
+            group = line.removesuffix(" (latency per call; throughput summed over instances)")
+            out[group] = lines[start + 3 : lines.index("", start)]
+    return out
+
+
+def test_each_table_is_followed_by_its_own_footnotes_only():
+    rows = [
+        Row("h", "h[off]", make_record(power=PowerRecord(measured=False, source="off", reason="off here"))),
+        Row("g", "g[few]", make_record(rounds=50, unsupported=("p99",), power=_power())),
+        Row("g", "g[many]", make_record(batch_size=2, power=_power())),
+    ]
+    lines = report.tables(rows)
+    blocks = _blocks(lines)
+    assert list(blocks) == ["h", "g"]
+    # h: its row, then the n/m note; no percentile note, as no p99 of h is flagged.
+    assert blocks["h"] == [blocks["h"][0], "n/m = power not measured: off here"]
+    # g: its two rows, then the percentile note; the n/m note is h's alone.
+    assert blocks["g"][2:] == [
+        "* too few rounds for this percentile (p99 needs >= 100): it is the maximum of the rounds run"
+    ]
+    assert lines.count("n/m = power not measured: off here") == 1
+    assert lines[-1] == ""
+
+
+def test_a_footnote_two_tables_need_is_under_each():
+    off = PowerRecord(measured=False, source="off", reason="off here")
+    rows = [Row(g, f"{g}[a]", make_record(power=off)) for g in ("g", "h")]
+    blocks = _blocks(report.tables(rows))
+    for group in ("g", "h"):
+        assert blocks[group][1:] == ["n/m = power not measured: off here"]
 
 
 # -- repeats and flags -----------------------------------------------------------------------------
@@ -311,19 +370,24 @@ def test_flags_and_repeats_have_cells_and_footnotes_with_their_figures() -> None
     assert cells["repeats"] == "3 cv 21.6%"
     assert cells["flags"] == "unstable,contended,capped,over-budget"
     lines = report.tables([Row("g", "g[a]", _flagged())])
-    assert "unstable: g [a]: throughput varied 21.6% (cv) between 3 repeats, above 5%" in lines
+    assert "unstable: [a]: throughput varied 21.6% (cv) between 3 repeats, above 5%" in lines
     assert (
-        "contended: g [a]: other processes used 48% of the machine's CPU during the windows, above 10%, load "
+        "contended: [a]: other processes used 48% of the machine's CPU during the windows, above 10%, load "
         "average 2.50; torch ran 2 intra-op threads, which wait on each other when others take the CPU: "
         "--ipu-torch-threads=1 avoids it"
     ) in lines
-    assert "capped: g [a]: the hard cap (6 s) ended the rounds: 6 s of a 2 s budget" in lines
-    assert "over-budget: g [a]: the minimum rounds took 6 s of a 2 s budget" in lines
-    assert (
-        lines[-1]
-        == "time budget: 1 auto-round benchmark(s), window / budget 3.00 to 3.00; farthest from it: g [a] "
-        "at 3.00"
-    )
+    assert "capped: [a]: the hard cap (6 s) ended the rounds: 6 s of a 2 s budget" in lines
+    assert "over-budget: [a]: the minimum rounds took 6 s of a 2 s budget" in lines
+    assert lines[-2:] == [
+        "time budget: 1 auto-round benchmark(s), window / budget 3.00 to 3.00; farthest from it: [a] at 3.00",
+        "",
+    ]
+
+
+def test_flag_notes_name_the_group_when_they_cover_several() -> None:
+    notes = report.footnotes([Row("g", "g[a]", _flagged()), Row("h", "h[b]", make_record())])
+    assert "over-budget: g [a]: the minimum rounds took 6 s of a 2 s budget" in notes
+    assert notes[-1].endswith("farthest from it: g [a] at 3.00")
 
 
 def test_threads_asked_for_get_no_hint_and_a_quiet_record_no_flags() -> None:
@@ -348,3 +412,33 @@ def test_unreadable_contention_is_said_once() -> None:
     rows = [Row("g", f"g[{n}]", make_record(contention=blind)) for n in "ab"]
     lines = report.tables(rows)
     assert lines.count("contention not measured: /proc/stat is not readable here (not Linux?)") == 1
+
+
+@pytest.mark.parametrize(
+    ("throughput", "marked"),
+    [(500.0, False), (380.0, False), (370.0, True), (630.0, True), (620.0, False)],
+)
+def test_items_per_s_far_from_batch_over_p50_is_marked(throughput: float, marked: bool) -> None:
+    # p50 2 ms at batch 1: batch / p50 = 500 items/s; a quarter either way is tolerated.
+    cells = _row_cells(make_record(throughput_items_per_s=throughput))
+    assert cells["items/s"].endswith("^") is marked
+
+
+def test_the_gap_footnote_reconciles_the_two_columns() -> None:
+    # 200 rounds in 0.8 s: the mean round is 4 ms, twice the 2 ms median, because of a slow tail.
+    record = make_record(
+        throughput_items_per_s=2000.0, window_s=0.8, p99_s=0.05, batch_size=8, items_per_call=8
+    )
+    lines = report.tables([Row("g", "g[8]", record)])
+    notes = [line for line in lines if line.startswith(("^ = ", "  [8]"))]
+    assert notes[0].startswith("^ = items/s is more than a quarter away from batch / p50")
+    assert notes[1] == "  [8]: mean round 4 ms, p50 2 ms, p99 50 ms; batch / p50 would give 4,000 items/s"
+
+
+def test_instances_count_in_the_median_rate() -> None:
+    # Two instances of batch 1 at p50 2 ms deliver up to 1,000 items/s together: no gap.
+    instance = InstanceRecord(0, "torch:cpu", "cpu", "CPU", None, 200, make_record().latency_s)
+    record = make_record(
+        throughput_items_per_s=1000.0, instances=(instance, dataclasses.replace(instance, index=1))
+    )
+    assert not _row_cells(record)["items/s"].endswith("^")

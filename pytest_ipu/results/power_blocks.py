@@ -1,0 +1,108 @@
+"""The energy of ``ipu_power`` blocks: one entry per block, kept in the run's top-level section.
+
+A block (``with ipu_power(device) as window: ...``) is measured like a benchmark's timed window and
+gives a ``PowerRecord``, but it is no pytest-benchmark benchmark: it has no rounds and no
+statistics, and a test may hold several. Its entry therefore lives in the top-level ``pytest_ipu``
+section, under ``power_blocks``: ``{"test", "index", "device", "error", "power"}``. Files written
+before the list existed have none, and read as a run without blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_ipu.results import schema
+from pytest_ipu.results.records import PowerRecord
+
+#: The key of the list inside the top-level ``pytest_ipu`` section.
+KEY = "power_blocks"
+#: How long an exception's message may be in an entry: the first line, cut to this.
+MAX_ERROR_CHARS = 200
+#: How every bad value's message ends: how to get a good one.
+_FIX = "re-run the test to write the file again, or correct the value in the file"
+
+
+@dataclass(frozen=True)
+class PowerBlock:
+    """One ``ipu_power`` block of a test: which test, its place among that test's blocks (from 1),
+    the device asked for, the energy of its window (or why there is none), and the exception the
+    block raised, if it raised one (the window is then the time until it raised)."""
+
+    test: str
+    index: int
+    device: str
+    power: PowerRecord
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain-JSON form, one entry of ``pytest_ipu.power_blocks``."""
+        return {
+            "test": self.test,
+            "index": self.index,
+            "device": self.device,
+            "error": self.error,
+            "power": self.power.as_json(),
+        }
+
+
+def describe_error(error: BaseException) -> str:
+    """An exception as an entry keeps it: its type and the first line of its message, cut short."""
+    lines = str(error).strip().splitlines()
+    text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+def _bad(name: str, value: Any, want: str) -> schema.SchemaError:
+    shown = "an object" if isinstance(value, dict) else "a list" if isinstance(value, list) else repr(value)
+    if len(shown) > 60:
+        shown = f"{shown[:40]}... ({len(shown)} characters)"
+    return schema.SchemaError(f"malformed pytest-ipu power block: '{name}' is {shown}: {want}; {_FIX}")
+
+
+def _text(data: Mapping[str, Any], key: str, at: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise _bad(at + key, value, "it must be a string")
+    return value
+
+
+def block_from_json(data: object, at: str) -> PowerBlock:
+    """One entry read back; ``at`` is its dotted path with a trailing dot (``pytest_ipu.power_blocks[0].``).
+
+    Raises ``schema.SchemaError`` naming the key. The power object is read by the schema's own
+    reader, with the same checks as a benchmark's (numbers finite and >= 0, counts whole).
+    """
+    if not isinstance(data, dict):
+        raise _bad(at.rstrip("."), data, "it must be a JSON object")
+    test = _text(data, "test", at)
+    index = data.get("index")
+    if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= schema.MAX_COUNT:
+        raise _bad(at + "index", index, "it must be a whole number >= 1 (the block's place in its test)")
+    device = _text(data, "device", at)
+    error = data.get("error")
+    if error is not None and not isinstance(error, str):
+        raise _bad(at + "error", error, "it must be a string or null")
+    power = data.get("power")
+    if not isinstance(power, dict):
+        raise _bad(at + "power", power, "it must be a JSON object")
+    return PowerBlock(
+        test=test,
+        index=index,
+        device=device,
+        # The schema's reader of a record's power object; these entries have the same form.
+        power=schema.power_from_json(power, f"{at}power."),
+        error=error,
+    )
+
+
+def blocks_from_json(section: Mapping[str, Any], at: str = "pytest_ipu.") -> tuple[PowerBlock, ...]:
+    """The blocks of a top-level ``pytest_ipu`` section: none when it has no ``power_blocks`` (a file
+    written before the list existed); raises ``schema.SchemaError`` naming the bad key."""
+    entries = section.get(KEY)
+    if entries is None:
+        return ()
+    if not isinstance(entries, list):
+        raise _bad(at + KEY, entries, "it must be a list")
+    return tuple(block_from_json(entry, f"{at}{KEY}[{i}].") for i, entry in enumerate(entries))
