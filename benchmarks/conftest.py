@@ -65,6 +65,24 @@ def _seconds(text: str) -> float:
     return value
 
 
+#: Batches per device call in the C2 study: the ``--device_iterations`` default of Graphcore's
+#: ResNeXt-101 inference example (examples at 69f35e67, resnext101.py and its launcher).
+C2_BATCHES_PER_STEP = 200
+
+
+def _positive_int(text: str) -> int:
+    """A whole number >= 1, for ``--c2-batches-per-step``; argparse reports the error."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number >= 1; pass e.g. --c2-batches-per-step=1"
+        )
+    return value
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Study options: which ResNeXt-101 variant to run, and how long the gate-accuracy benchmark
     measures and whether its targets are enforced."""
@@ -81,6 +99,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="seconds test_gate_accuracy measures for, after a minimum of groups of each kind "
         f"(default: {GATE_ACCURACY_BUDGET_S:g}; 100 or more for rates worth quoting)",
+    )
+    parser.addoption(
+        "--c2-batches-per-step",
+        default=C2_BATCHES_PER_STEP,
+        type=_positive_int,
+        metavar="N",
+        help="batches each call of the C2 study runs on the device (PopART batches per step, PopTorch "
+        f"device iterations; default: {C2_BATCHES_PER_STEP}, as Graphcore's ResNeXt-101 example; "
+        "1 checks parity and measures one batch per call)",
     )
     parser.addoption(
         "--gate-accuracy-strict",

@@ -1,7 +1,8 @@
 """The ``pytest-ipu`` command: ``summary`` of saved runs; ``compare`` of runs (with gates) and their
 ``report`` (plots and HTML); ``ab``, interleaved A/B runs of two sides decided on paired ratios;
 ``merge`` of the files of one PopRun launch; the ``targets`` and ``devices`` (targets and power
-sources) present on this machine, each with the reason when absent.
+sources) present on this machine, each with the reason when absent; ``doctor``, which also runs a
+tiny model on each present target and reads each power source once (``pytest_ipu/doctor.py``).
 
 ``summary``, ``compare`` and ``report`` take run files the way ``pytest-benchmark compare`` does:
 paths, saved-run ids (``0001``) or globs, looked up in ``--storage`` (``results.storage``).
@@ -357,6 +358,27 @@ def _main(argv: Sequence[str] | None) -> int:
     ab_parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed to pytest")
     sub.add_parser("targets", help="list the built-in backend targets and whether each is present here")
     sub.add_parser("devices", help="list compute targets and power sources, each with why it is absent")
+    doctor_parser = sub.add_parser(
+        "doctor",
+        help="check this machine: what is installed, known incompatibilities, and a tiny model run on each "
+        "present target and one read of each power source; exits 1 when a present one fails",
+        description="Find the runtimes, SDK and libraries installed (nothing imported), state each known "
+        "incompatibility in one line with its fix, then compile and run a tiny model on every present "
+        "target (the IPU Model included) and read every power source once, each in a child process killed "
+        "after --timeout. Exit code 0 when every present target and source worked, 1 when one failed, "
+        "2 for bad usage (docs/doctor.md).",
+    )
+    doctor_parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
+    doctor_parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds each target or power source may take before its probe is killed (default 300)",
+    )
+    doctor_parser.add_argument(
+        "--all", action="store_true", help="also run the opt-in targets (torch-compile, onnxruntime-trt)"
+    )
     args = parser.parse_args(argv)
     if args.command == "merge":
         return _merge(args.out, args.files)
@@ -375,6 +397,11 @@ def _main(argv: Sequence[str] | None) -> int:
         return _ab(args)
     if args.command == "devices":
         return _devices()
+    if args.command == "doctor":
+        # Imported here: the doctor's probes are needed only by this command.
+        from pytest_ipu import doctor
+
+        return doctor.main(args.format, args.timeout, args.all)
     return _targets()
 
 

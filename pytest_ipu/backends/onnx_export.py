@@ -9,6 +9,10 @@ get mode 0644 whatever the umask (the cache is shared, never world-writable). A 
 cannot be written (a file, a read-only or full file system, an entry that is a directory) is a
 ``CacheDirError`` naming the directory, ``--ipu-cache-dir`` and the fix, never a bare ``OSError``.
 
+Two of torch's exporters write the file: its dynamo exporter from opset 18 up, where this torch has
+it, and its TorchScript exporter otherwise. torch 2.0.1, the one PopTorch 3.4 accepts, has only the
+TorchScript exporter: there neither ``torch.export`` nor the ``dynamo=`` arguments are reached.
+
 torch, onnx and onnxscript are imported inside the functions that need them.
 """
 
@@ -19,6 +23,7 @@ import errno
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import io
 import json
@@ -200,14 +205,42 @@ def _inputs_and_opset(data: bytes) -> tuple[tuple[str, ...], int]:
     return names, int(opset)
 
 
+#: The names :func:`exporter` returns.
+DYNAMO = "dynamo"
+TORCHSCRIPT = "torchscript"
+
+
+def exporter(opset: int) -> str:
+    """Which of torch's exporters writes a file at ``opset``: :data:`DYNAMO` from
+    :data:`DYNAMO_MIN_OPSET` up where the installed torch has it (``torch.export``, and a
+    ``torch.onnx.export`` that takes ``dynamo=``: torch 2.5 and later), else :data:`TORCHSCRIPT`."""
+    import torch.onnx
+
+    if opset < DYNAMO_MIN_OPSET or importlib.util.find_spec("torch.export") is None:
+        return TORCHSCRIPT
+    return DYNAMO if _accepts_dynamo(torch.onnx.export) else TORCHSCRIPT
+
+
+def _accepts_dynamo(export_function: Any) -> bool:
+    """Whether ``torch.onnx.export`` can be given ``dynamo=``. Asked of the function, not of torch's
+    version number: that is what decides whether passing it is a TypeError (it is in torch 2.0.1)."""
+    try:
+        parameters = inspect.signature(export_function).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: assume the oldest form
+        return False
+    return any(p.name == "dynamo" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
 def _export(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -> bytes:
     """The exported model as bytes: torch's dynamo exporter from opset 18 up, and its TorchScript
     exporter below, which the dynamo exporter cannot write (it converts down, and keeps opset 18
-    where the conversion fails) but PopART 3.x needs (it reads opsets 6 to 11)."""
+    where the conversion fails) but PopART 3.x needs (it reads opsets 6 to 11). A torch without the
+    dynamo exporter (torch 2.0.1) writes every opset with its TorchScript exporter."""
     import torch
     import torch.onnx
 
-    if options.opset >= DYNAMO_MIN_OPSET:
+    use_dynamo = exporter(options.opset) == DYNAMO
+    if use_dynamo:
         # Imported here, outside the ``try`` below: torch imports its exporter's dependencies
         # lazily, and a Ctrl-C landing inside such a lazy import surfaces as an AttributeError
         # that the ``except Exception`` would turn into an ExportError (the run went on).
@@ -218,15 +251,15 @@ def _export(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -
     inputs = tuple(_as_input(torch, x, half) for x in example_inputs)
     # An input is batched when its leading dimension equals the first input's (the batch size);
     # others (a mask, a lookup table) keep their static shape.
-    batch = torch.export.Dim("batch")
     size = inputs[0].shape[0] if inputs and inputs[0].dim() else None
-    dynamic = tuple({0: batch} if t.dim() and t.shape[0] == size else None for t in inputs)
+    batched = [bool(t.dim()) and t.shape[0] == size for t in inputs]
     try:
         with _quiet_exporter():
-            if options.opset < DYNAMO_MIN_OPSET:
-                return _export_torchscript(
-                    torch, module, inputs, [d is not None for d in dynamic], options.opset
-                )
+            if not use_dynamo:
+                return _export_torchscript(torch, module, inputs, batched, options.opset)
+            # Only here: torch.export does not exist in torch 2.0.1, whose exporter is TorchScript's.
+            batch = torch.export.Dim("batch")
+            dynamic = tuple({0: batch} if b else None for b in batched)
             program = torch.onnx.export(
                 module,
                 inputs,
@@ -267,14 +300,17 @@ def _export_torchscript(
 ) -> bytes:
     names = [f"input_{i}" for i in range(len(inputs))]
     buffer = io.BytesIO()
+    # A torch whose export takes ``dynamo`` is told to trace (from torch 2.9 on, dynamo is its
+    # default); torch 2.0.1's export has no such argument and raises a TypeError for it.
+    choice = {"dynamo": False} if _accepts_dynamo(torch.onnx.export) else {}
     torch.onnx.export(
         module,
         inputs,
         buffer,
-        dynamo=False,
         input_names=names,
         dynamic_axes={name: {0: "batch"} for name, b in zip(names, batched, strict=True) if b},
         opset_version=opset,
+        **choice,
     )
     return buffer.getvalue()
 

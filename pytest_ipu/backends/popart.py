@@ -18,9 +18,9 @@ something else imported onnx earlier, ``availability`` says so and how to fix it
    ONNX opsets 6 to 11 only (its op tables stop at opset 11, and ``strictOpVersions``, on by
    default, rejects a newer model), so the default ``opset`` is 11 and a newer file is refused;
 2. every input's batch dimension is fixed to the micro-batch (PopART compiles static shapes; the
-   ResNeXt example rewrote ``dim_value`` the same way); for fp16, torch models are exported in
-   fp16 and fp32 ONNX models are converted with ``popart.GraphTransformer.convertFloatsToHalfs()``
-   (as the ResNeXt example did);
+   ResNeXt example rewrote ``dim_value`` the same way); for fp16, a torch model is exported in fp32
+   and, like an fp32 ONNX model, converted with ``popart.GraphTransformer.convertFloatsToHalfs()``
+   (as the ResNeXt example did; torch 2.0.1, PopTorch 3.4's torch, cannot trace fp16 on the CPU);
 3. ``DataFlow(batches_per_step, {output: AnchorReturnType("ALL")})``, ``SessionOptions``, and a
    device from ``DeviceManager().tryAcquireAvailableDevice(n)`` (SDK >= 2.4, ``None`` when no
    device is free); older SDKs only have ``acquireAvailableDevice``, which returned ``None`` too
@@ -72,7 +72,7 @@ MAX_OPSET = 11
 
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
 OPTIONS: Mapping[str, object] = {
-    "batches_per_step": 1,
+    "batches_per_step": None,
     "replicated_graphs": 1,
     "ipus": 1,
     "virtual_graph_mode": None,
@@ -82,7 +82,14 @@ OPTIONS: Mapping[str, object] = {
     "enable_engine_caching": False,
     "cache_path": None,
     "opset": MAX_OPSET,
+    "available_memory_proportion": None,
+    "ipu_model_tiles": 1472,
+    "ipu_model_version": "ipu2",
 }
+#: The IPU architectures Poplar's IPU Model simulates (``DeviceInfo.ipuVersion`` values).
+_IPU_MODEL_VERSIONS = ("ipu1", "ipu2", "ipu21")
+#: The ONNX node attribute ``popart.Builder.pipelineStage`` writes (``sPipelineStageAttribute``).
+_PIPELINE_STAGE_ATTRIBUTE = "__pipeline_stage"
 #: ``virtual_graph_mode`` values and the ``popart.VirtualGraphMode`` members they select.
 _VIRTUAL_GRAPH_MODES = {"off": "Off", "manual": "Manual", "auto": "Auto"}
 _ANCHORS = ("all", "final", "sum", "everyn:N")
@@ -110,14 +117,20 @@ class PopArtBackend(NamedBackend):
     which may name a multi-IPU device) or ``ipu-model`` (the IPU Model simulator: its timings are
     not hardware timings). A torch model is exported to ONNX first (cached under ``cache_dir``).
 
-    Options: ``batches_per_step`` (batches per ``run``), ``replicated_graphs`` (data-parallel
+    Options: ``batches_per_step`` (batches per ``run``; by default 1, or the number of pipeline
+    stages when pipelining, the fewest PopART accepts), ``replicated_graphs`` (data-parallel
     replicas), ``ipus`` (IPUs per replica; ``ipus x replicated_graphs`` IPUs are acquired, a power
     of two), ``virtual_graph_mode`` (``None``/``"off"``, ``"manual"``: the ONNX model's
     ``virtualGraph`` annotations, ``"auto"``: PopART splits the model), ``pipelining`` (bool),
     ``anchors`` (``"all"``: every batch's outputs; ``"final"``, ``"sum"``, ``"everyn:N"``),
     ``partials_type`` (``None``, ``"float"`` or ``"half"``: matmul and convolution partials),
     ``enable_engine_caching`` and ``cache_path`` (the compiled executable cache; default
-    ``<cache_dir>/popart-engines``) and ``opset`` (for exports, 6 to 11).
+    ``<cache_dir>/popart-engines``), ``opset`` (for exports, 6 to 11),
+    ``available_memory_proportion`` (``None``: PopART's default; a number in (0, 1]: set on every
+    convolution's output with ``Builder.setAvailableMemoryProportion``, as Graphcore's ResNeXt-101
+    example does with 0.3), and for ``ipu-model`` ``ipu_model_tiles`` (default 1472, a real IPU2's
+    tiles; PopART's own default of 4 tiles holds only toy models) and ``ipu_model_version``
+    (``"ipu2"``; ``"ipu1"`` or ``"ipu21"``).
 
     Compile phases: ``export`` (torch models), ``session`` (preparing the ONNX model, acquiring the
     device, creating the session and ``prepareDevice``, which compiles the Poplar graph),
@@ -278,6 +291,7 @@ class PopArtBackend(NamedBackend):
         popart = self._require()
         label = _label(model)
         opts = _check_options(options, label)
+        stages = _stages(opts)
         if precision not in ("fp32", "fp16"):
             raise CompileError(
                 f"the popart backend runs fp32 or fp16, not {precision} ({label}); "
@@ -303,9 +317,20 @@ class PopArtBackend(NamedBackend):
             "ipus": num_ipus,
             "micro_batch": micro,
             "batches_per_step": bps,
+            # Where the value came from: PopART refuses fewer batches per step than pipeline stages.
+            "batches_per_step_from": (
+                "option"
+                if options.get("batches_per_step") is not None
+                else f"default: the {stages} pipeline stages"
+                if stages > 1
+                else "default"
+            ),
             "replicated_graphs": replicas,
             "anchors": str(opts["anchors"]),
+            "available_memory_proportion": opts["available_memory_proportion"],
         }
+        if self.simulator:
+            info.update(ipu_model_tiles=opts["ipu_model_tiles"], ipu_model_version=opts["ipu_model_version"])
 
         from_torch = hasattr(model, "state_dict") and hasattr(model, "forward")
         if from_torch:
@@ -313,7 +338,8 @@ class PopArtBackend(NamedBackend):
                 model,
                 example_inputs,
                 self._cache_dir,
-                onnx_export.ExportOptions(opset=int(str(opts["opset"])), precision=precision),
+                # fp32 whatever the precision: PopART converts it to fp16 below, as the example did.
+                onnx_export.ExportOptions(opset=int(str(opts["opset"])), precision="fp32"),
             )
             phases["export"] = exported.export_s
             info.update(export_cached=exported.cached, onnx_sha256=exported.sha256)
@@ -322,7 +348,8 @@ class PopArtBackend(NamedBackend):
                     f"torch exported {label} at ONNX opset {exported.opset} (converting it down to opset "
                     f"{opts['opset']} failed), and PopART 3.x imports ONNX opsets {MIN_OPSET} to {MAX_OPSET} "
                     "only; export the model yourself with torch.onnx.export(model, inputs, 'model.onnx', "
-                    f"dynamo=False, opset_version={MAX_OPSET}) and pass the ONNX file"
+                    f"opset_version={MAX_OPSET}), with dynamo=False on torch 2.5 and newer, and pass "
+                    "the ONNX file"
                 )
             source: bytes | str = str(exported.path)
         elif isinstance(model, (bytes, str, Path)):
@@ -335,13 +362,23 @@ class PopArtBackend(NamedBackend):
 
         start = time.perf_counter_ns()
         prepared = _prepare_onnx(popart, source, label, arrays, micro, precision, opts, from_torch)
-        info.update(opset=prepared.opset, fp16_conversion=prepared.fp16_conversion)
+        info.update(
+            opset=prepared.opset,
+            fp16_conversion=prepared.fp16_conversion,
+            available_memory_convs=prepared.memory_convs,
+        )
         engine_cache = _engine_cache(opts, self._cache_dir)
         info["engine_cache"] = engine_cache
-        device = self._acquire(popart, num_ipus, label)
+        device = self._acquire(popart, num_ipus, label, opts)
         runner: _Runner | None = None
         try:
-            info.update(device_id=_plain(getattr(device, "id", None)))
+            info.update(
+                device_id=_plain(getattr(device, "id", None)),
+                # ipuVersion is the architecture; version is the driver version of an attached IPU
+                # (the IPU Model's version repeats its architecture, so it says nothing more).
+                ipu_version=_plain(getattr(device, "ipuVersion", None)),
+                driver_version=None if self.simulator else _plain(getattr(device, "version", None)),
+            )
             session = popart.InferenceSession(
                 fnModel=prepared.proto,
                 dataFlow=_dataflow(popart, prepared.output_ids, bps, str(opts["anchors"])),
@@ -386,14 +423,22 @@ class PopArtBackend(NamedBackend):
             simulator=self.simulator,
         )
 
-    def _acquire(self, popart: ModuleType, num_ipus: int, label: str) -> Any:
+    def _acquire(self, popart: ModuleType, num_ipus: int, label: str, opts: Mapping[str, object]) -> Any:
         """An attached device of ``num_ipus`` IPUs, or ``BackendUnavailable`` naming the count."""
         what = f"{num_ipus} IPU(s) for {label}"
         try:
             manager = popart.DeviceManager()
             if self.simulator:
                 # The SDK turns option values into strings with operator<<: pass strings ("True" != "true").
-                return manager.createIpuModelDevice({"numIPUs": str(num_ipus)})
+                # PopART's own default is 4 tiles (defaultFewTiles), too few for real models: the
+                # tiles and architecture of a real IPU are passed instead, as PopTorch's IPU Model has.
+                return manager.createIpuModelDevice(
+                    {
+                        "numIPUs": str(num_ipus),
+                        "tilesPerIPU": str(opts["ipu_model_tiles"]),
+                        "ipuVersion": str(opts["ipu_model_version"]),
+                    }
+                )
             if self._index is not None:
                 ids = _device_ids(popart, None, num_ipus)
                 if self._index not in ids:
@@ -436,6 +481,8 @@ class _Prepared:
     output_ids: tuple[str, ...]
     opset: int
     fp16_conversion: str | None
+    #: How many convolutions got ``available_memory_proportion``; ``None`` when it was not set.
+    memory_convs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -569,8 +616,8 @@ def _prepare_onnx(
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise CompileError(
             f"the ONNX model {label} uses ONNX opset {opset}, and PopART 3.x imports opsets {MIN_OPSET} to "
-            f"{MAX_OPSET} only; export it at opset {MAX_OPSET} (torch.onnx.export(..., dynamo=False, "
-            f"opset_version={MAX_OPSET}))"
+            f"{MAX_OPSET} only; export it at opset {MAX_OPSET} (torch.onnx.export(..., "
+            f"opset_version={MAX_OPSET}), with dynamo=False on torch 2.5 and newer)"
         )
     graph = proto.graph
     initializers = {t.name for t in graph.initializer}
@@ -598,16 +645,38 @@ def _prepare_onnx(
             f"popart option virtual_graph_mode='manual' needs ops annotated with "
             f"popart.Builder.virtualGraph, and the ONNX model {label} has none; use 'auto'"
         )
+    if opts["pipelining"] and opts["virtual_graph_mode"] == "manual":
+        stages = _annotated_stages(graph)
+        if bps < stages:
+            raise CompileError(
+                f"popart option batches_per_step={bps} for {label} is fewer than the model's {stages} "
+                f"annotated pipeline stages; PopART needs at least one batch per stage to fill the "
+                f"pipeline: pass batches_per_step={stages} or more"
+            )
+
+    memory_convs: int | None = None
+    proportion = opts["available_memory_proportion"]
+    if proportion is not None:
+        # As Graphcore's ResNeXt-101 example does: every Conv output gets the proportion, through the
+        # Builder (which writes the ``__available_memory`` node attribute), before any fp16 conversion.
+        builder = popart.Builder(proto.SerializeToString())
+        conv_outputs = [node.output[0] for node in graph.node if node.op_type == "Conv"]
+        for tid in conv_outputs:
+            builder.setAvailableMemoryProportion(tid, float(str(proportion)))
+        memory_convs = len(conv_outputs)
+        proto = onnx.load_from_string(builder.getModelProto())
+        graph = proto.graph
+        inputs = [vi for vi in graph.input if vi.name not in initializers]
 
     floats = {vi.type.tensor_type.elem_type for vi in inputs} | {t.data_type for t in graph.initializer}
     model_precision = "fp32" if _FLOAT in floats else "fp16" if _FLOAT16 in floats else None
     data = proto.SerializeToString()
-    conversion: str | None = "export" if from_torch and precision == "fp16" else None
+    conversion: str | None = None
     if not from_torch and model_precision == "fp16" and precision == "fp32":
         raise CompileError(
             f"the ONNX model {label} is fp16 but precision fp32 was asked for; pass precision='fp16'"
         )
-    if not from_torch and model_precision == "fp32" and precision == "fp16":
+    if model_precision == "fp32" and precision == "fp16":
         transformer = popart.GraphTransformer(data)
         transformer.convertFloatsToHalfs()
         data = transformer.getModelProto()
@@ -625,6 +694,7 @@ def _prepare_onnx(
         output_ids=tuple(o.name for o in proto.graph.output),
         opset=opset,
         fp16_conversion=conversion,
+        memory_convs=memory_convs,
     )
 
 
@@ -727,8 +797,10 @@ def _engine_cache(opts: Mapping[str, object], cache_dir: Path) -> str | None:
 
 def _check_options(options: Mapping[str, object], label: str) -> dict[str, object]:
     opts = merge_options("popart", OPTIONS, options, label)
-    for key in ("batches_per_step", "replicated_graphs", "ipus"):
+    for key in ("batches_per_step", "replicated_graphs", "ipus", "ipu_model_tiles"):
         value = opts[key]
+        if key == "batches_per_step" and value is None:
+            continue  # resolved below, once the pipeline stages are known
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise CompileError(f"popart option {key}={value!r} for {label}; use a positive integer")
     opset = opts["opset"]
@@ -760,8 +832,25 @@ def _check_options(options: Mapping[str, object], label: str) -> dict[str, objec
             f"popart option pipelining=True for {label} needs ipus >= 2 and virtual_graph_mode 'auto' or "
             "'manual' (PopART pipelines over virtual graphs)"
         )
-    anchors = opts["anchors"]
+    stages = _stages(opts)
+    if opts["batches_per_step"] is None:
+        # The fewest batches per step PopART accepts: one per pipeline stage (1 without pipelining).
+        opts["batches_per_step"] = stages
     bps = int(str(opts["batches_per_step"]))
+    if bps < stages:
+        raise CompileError(
+            f"popart option batches_per_step={bps} for {label} is fewer than the {stages} pipeline stages "
+            f"(pipelining over ipus={ipus}); PopART needs at least one batch per stage to fill the "
+            f"pipeline: pass batches_per_step={stages} or more, or leave it unset"
+        )
+    _check_memory_proportion(opts["available_memory_proportion"], label)
+    version = opts["ipu_model_version"]
+    if version not in _IPU_MODEL_VERSIONS:
+        raise CompileError(
+            f"popart option ipu_model_version={version!r} for {label}; use one of "
+            f"{', '.join(map(repr, _IPU_MODEL_VERSIONS))}"
+        )
+    anchors = opts["anchors"]
     if not isinstance(anchors, str) or not _valid_anchors(anchors.lower(), bps):
         raise CompileError(
             f"popart option anchors={anchors!r} for {label}; use one of {', '.join(map(repr, _ANCHORS))} "
@@ -783,6 +872,32 @@ def _check_options(options: Mapping[str, object], label: str) -> dict[str, objec
             )
         opts["cache_path"] = str(cache_path)
     return opts
+
+
+def _stages(opts: Mapping[str, object]) -> int:
+    """The pipeline stages PopART makes: one per IPU of a replica when pipelining (``auto`` splits
+    the model over every IPU; ``manual`` models are counted again from their annotations), else 1."""
+    return int(str(opts["ipus"])) if opts["pipelining"] else 1
+
+
+def _annotated_stages(graph: Any) -> int:
+    """Distinct ``__pipeline_stage`` values, or else distinct virtual graphs: PopART uses an op's
+    virtual graph as its stage when no stage is annotated."""
+    for attribute in (_PIPELINE_STAGE_ATTRIBUTE, _VIRTUAL_GRAPH_ATTRIBUTE):
+        values = {a.i for node in graph.node for a in node.attribute if a.name == attribute}
+        if values:
+            return len(values)
+    return 1
+
+
+def _check_memory_proportion(value: object, label: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise CompileError(
+            f"popart option available_memory_proportion={value!r} for {label}; use a number in (0, 1] "
+            "(Graphcore's ResNeXt-101 example uses 0.3) or None for PopART's default"
+        )
 
 
 def _valid_anchors(anchors: str, bps: int) -> bool:
@@ -824,7 +939,8 @@ def _device_ids(popart: ModuleType, count: int | None, num_ipus: int | None = No
 def _device_facts(device: Any) -> dict[str, Any]:
     return {
         key: _plain(getattr(device, key, None))
-        for key in ("id", "numIpus", "tilesPerIPU", "version", "type", "isAttached")
+        # ``ipuVersion`` is the architecture; ``version`` the driver version (of an attached IPU).
+        for key in ("id", "numIpus", "tilesPerIPU", "ipuVersion", "version", "type", "isAttached")
     }
 
 
@@ -839,8 +955,8 @@ def _device_name(device: Any, simulator: bool, num_ipus: int) -> str:
     ipus = f"{num_ipus} IPU{'s' if num_ipus > 1 else ''}"
     if simulator:
         return f"IPU Model simulator ({ipus}; simulated timings, not IPU hardware)"
-    version = getattr(device, "version", None) or "IPU"
-    return f"Graphcore {version} (device {getattr(device, 'id', '?')}, {ipus})"
+    architecture = getattr(device, "ipuVersion", None) or "IPU"
+    return f"Graphcore {architecture} (device {getattr(device, 'id', '?')}, {ipus})"
 
 
 def _detach_quietly(device: Any) -> None:

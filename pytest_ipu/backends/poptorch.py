@@ -6,6 +6,11 @@ exists unchanged since SDK 2.1 (``getLatency`` and the perf counters) or 2.4 (``
 
 One call of a compiled model runs ``device_iterations x replication_factor x gradient_accumulation``
 micro-batches on the device, so its items are the inputs' whole leading dimension.
+
+Every compiled model is an independent model in its own process: ``Options().Distributed`` is
+disabled, because PopTorch otherwise reads ``OMPI_COMM_WORLD_SIZE``/``RANK`` (set by mpirun and
+PopRun) and compiles one replica of a graph distributed over all the launch's processes. Under
+PopRun, each instance places its models on the device PopDist gives it (``popdist.getDeviceId``).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from pytest_ipu.placement import inventory as ipu_inventory
+from pytest_ipu.placement import poprun
 from pytest_ipu.placement.inventory import IpuInventory
 
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
@@ -91,9 +97,10 @@ _HANDLES: weakref.WeakKeyDictionary[Callable[..., object], _Handle] = weakref.We
 class PopTorchBackend(NamedBackend):
     """Runs ``torch.nn.Module`` models on IPUs through ``poptorch.inferenceModel`` (or ``trainingModel``).
 
-    ``device`` is ``ipu`` (any free IPUs) or ``ipu:N``, where ``N`` is a device id as ``gc-info -l``
-    lists it (``Options.useIpuId(N)``); a model on several IPUs needs the id of a multi-IPU device of
-    at least ``ipus x replication_factor`` IPUs.
+    ``device`` is ``ipu`` (any free IPUs; under PopRun, the IPUs PopDist gives the instance) or
+    ``ipu:N``, where ``N`` is a device id as ``gc-info -l`` lists it (``Options.useIpuId(N)``); a
+    model on several IPUs needs the id of a multi-IPU device of at least ``ipus x
+    replication_factor`` IPUs.
 
     Options (defaults in ``OPTIONS``): ``device_iterations``, ``replication_factor`` and
     ``gradient_accumulation`` (training only) multiply into the batch one call consumes;
@@ -115,10 +122,13 @@ class PopTorchBackend(NamedBackend):
         device: str | None = None,
         poptorch_module: ModuleType | None = None,
         torch_module: ModuleType | None = None,
+        popdist_module: ModuleType | None = None,
     ) -> None:
         super().__init__(name, device or "ipu")
         self._poptorch = poptorch_module
         self._torch = torch_module
+        # popdist says whether this process is a PopRun instance; imported lazily when not given.
+        self._popdist = popdist_module
 
     #: A PopTorch call holds the GIL from start to end, so concurrent instances need a process each.
     concurrency = "processes"
@@ -139,7 +149,16 @@ class PopTorchBackend(NamedBackend):
             poptorch = self._import()
         except Exception as exc:
             return f"poptorch failed to import ({_one_line(exc)}); {_INSTALL}"
-        return ipu_inventory.discover(poptorch_module=poptorch)
+        found = ipu_inventory.discover(poptorch_module=poptorch)
+        if isinstance(found, str):
+            return found
+        # Under PopRun every instance sees every IPU: placing from all of them would give each
+        # instance the same ids, so placement keeps to the device PopDist gives this instance.
+        try:
+            device = poprun.instance_device(found, self._popdist)
+        except ValueError as exc:
+            return f"cannot place under PopRun: {exc}"
+        return found if device is None else poprun.instance_inventory(found, device)
 
     def placement_options(self, replicas: int, stages: int) -> dict[str, object]:
         """``replication_factor`` for replicas; ``ipus`` pipeline stages (an ``nn.Sequential`` split
@@ -156,7 +175,8 @@ class PopTorchBackend(NamedBackend):
         name does not import the very same module.
         """
         names: list[str | None] = []
-        for role, module in (("poptorch", self._poptorch), ("torch", self._torch)):
+        modules = (("poptorch", self._poptorch), ("torch", self._torch), ("popdist", self._popdist))
+        for role, module in modules:
             if module is None:  # not injected: the worker's backend imports it lazily, as here
                 names.append(None)
                 continue
@@ -198,6 +218,41 @@ class PopTorchBackend(NamedBackend):
                 f"'ipu-model' (the IPU Model simulator), not {self._device!r}"
             )
         return None if match.group(1) is None else int(match.group(1))
+
+    def _poprun_ipu_id(self, opts: Mapping[str, object], name: str) -> int | None:
+        """Under PopRun, the device id for a model on ``ipu`` (no id given): PopDist's device for this
+        instance, or the first aligned group of it the model needs; ``None`` outside PopRun.
+
+        Without it PopTorch would take any free IPUs, which may be another instance's.
+        """
+        try:
+            launched = poprun.detect(self._popdist) is not None
+        except ValueError as exc:
+            raise CompileError(f"{exc} (compiling {name})") from None
+        if not launched:
+            return None  # not under PopRun: PopTorch chooses any free IPUs
+        found = self.inventory()
+        if isinstance(found, str):
+            raise BackendUnavailable(f"cannot place {name} on {self._name}:{self._device}: {found}")
+        if not isinstance(found, poprun.InstanceInventory) or found.device is None:
+            return None
+        device = found.device
+        needed = int(str(opts["ipus"])) * int(str(opts["replication_factor"]))
+        needed = 1 << (needed - 1).bit_length()  # PopTorch reserves a power of two
+        have = len(device.ipu_ids)
+        if needed > have:
+            instance = device.instance
+            raise CompileError(
+                f"{name} needs {needed} IPUs (ipus x replication_factor, a power of two), but PopRun "
+                f"instance {instance.index} of {instance.count} has {have} (device {device.device_id}, "
+                f"IPUs {', '.join(map(str, device.ipu_ids))}: {instance.replicas_local} local replica(s) x "
+                f"{instance.ipus_per_replica} IPU(s)); launch poprun with --ipus-per-replica and "
+                "--num-replicas giving each instance that many"
+            )
+        if needed == have:
+            return device.device_id
+        first = device.ipu_ids[0]
+        return found.multi_device_id(tuple(range(first, first + needed))) if needed > 1 else first
 
     def availability(self) -> Availability:
         """poptorch importable, the device spelled ``ipu[:N]``, and IPU hardware present (free or not)."""
@@ -300,6 +355,8 @@ class PopTorchBackend(NamedBackend):
             ipu_id = self._ipu_id()
         except ValueError as exc:
             raise CompileError(f"{exc} (compiling {name})") from None
+        if ipu_id is None and not self.simulator:
+            ipu_id = self._poprun_ipu_id(opts, name)
         training = bool(opts["training"])
         dtype = torch.float16 if precision == "fp16" else torch.float32
 
@@ -389,15 +446,20 @@ class PopTorchBackend(NamedBackend):
 
 
 def _rebuild(
-    name: str, device: str, poptorch_module: str | None, torch_module: str | None
+    name: str,
+    device: str,
+    poptorch_module: str | None,
+    torch_module: str | None,
+    popdist_module: str | None = None,
 ) -> PopTorchBackend:
     """A ``PopTorchBackend`` built from what ``worker_factory`` pickled: module names (``None``: the
-    backend imports ``poptorch`` and ``torch`` itself, lazily)."""
+    backend imports ``poptorch``, ``torch`` and ``popdist`` itself, lazily)."""
     return PopTorchBackend(
         name,
         device,
         None if poptorch_module is None else importlib.import_module(poptorch_module),
         None if torch_module is None else importlib.import_module(torch_module),
+        None if popdist_module is None else importlib.import_module(popdist_module),
     )
 
 
@@ -572,16 +634,19 @@ def _check_options(options: Mapping[str, object], name: str, precision: str) -> 
             "only (PopTorch's inferenceModel needs 1); pass training=True, or raise device_iterations"
         )
     _check_ipus(ipus, replicas, bool(opts["auto_round_num_ipus"]), name)
+    # PopTorch's pipelining rule (popart_compiler Compiler.cpp:672-701): every stage needs a
+    # micro-batch in flight, so a call must carry at least one per stage.
     if ipus > 1 and not training and iterations < ipus:
         raise CompileError(
-            f"{name} pipelined over ipus={ipus} needs device_iterations >= {ipus} (one per pipeline stage, "
-            f"PopTorch's rule for inference), got {iterations}; raise device_iterations"
+            f"poptorch backend option device_iterations={iterations} for {name} is below its {ipus} "
+            f"pipeline stages (ipus={ipus}; PopTorch needs one device iteration per stage for inference); "
+            f"pass device_iterations={ipus} or more"
         )
     if ipus > 1 and training and accumulation < 2 * ipus - 1:
         raise CompileError(
-            f"{name} trained over ipus={ipus} has {2 * ipus - 1} pipeline stages (forward and backward) and "
-            f"needs gradient_accumulation >= {2 * ipus - 1} (PopTorch's rule), got {accumulation}; raise "
-            "gradient_accumulation"
+            f"poptorch backend option gradient_accumulation={accumulation} for {name} is below its "
+            f"{2 * ipus - 1} pipeline stages (ipus={ipus} forward and {ipus - 1} backward when training; "
+            f"PopTorch needs one micro-batch per stage); pass gradient_accumulation={2 * ipus - 1} or more"
         )
     return opts
 
@@ -675,8 +740,12 @@ def _place(poptorch: ModuleType, torch: ModuleType, module: Any, ipus: int, name
 def _poptorch_options(
     poptorch: ModuleType, torch: ModuleType, opts: Mapping[str, object], ipu_id: int | None
 ) -> Any:
-    """A ``poptorch.Options`` built from the checked backend options."""
+    """A ``poptorch.Options`` built from the checked backend options, for one independent process."""
     popts = poptorch.Options()
+    # Options() reads OMPI_COMM_WORLD_SIZE/RANK (poptorch options.py:466), which mpirun and PopRun
+    # set in every process they start; with more than one process PopTorch would compile this model
+    # as one replica of a graph distributed over all of them. Every model compiled here is its own.
+    popts.Distributed.disable()
     popts.deviceIterations(int(str(opts["device_iterations"])))
     popts.replicationFactor(int(str(opts["replication_factor"])))
     if opts["training"]:

@@ -5,8 +5,11 @@ torch is imported lazily (or injected, for tests), so importing this module cost
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib
+import re
+import weakref
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -94,8 +97,17 @@ class TorchBackend(NamedBackend):
                 return Availability.no(f"no device {self._device!r}: this machine has {count} CUDA device(s)")
         elif dev.type != "cpu":
             return Availability.no(f"the torch backend runs on 'cpu' or 'cuda[:N]', not {self._device!r}")
-        if self._mode == "compile" and not hasattr(torch, "compile"):
-            return Availability.no(f"torch {torch.__version__} has no torch.compile; install torch >= 2.0")
+        if self._mode == "compile":
+            if not hasattr(torch, "compile"):
+                return Availability.no(
+                    f"torch {torch.__version__} has no torch.compile; install torch >= 2.0"
+                )
+            unsupported = _compile_unsupported(torch)
+            if unsupported is not None:
+                return Availability.no(
+                    f"torch {torch.__version__} cannot torch.compile here: {unsupported} "
+                    "(torch >= 2.1 compiles on Python 3.11)"
+                )
         return Availability.yes()
 
     def default_precision(self) -> str:
@@ -129,7 +141,9 @@ class TorchBackend(NamedBackend):
             info["capability"] = f"{props.major}.{props.minor}"
             info["memory_bytes"] = int(props.total_memory)
         else:
-            info["cpu_capability"] = str(torch.backends.cpu.get_cpu_capability())
+            capability = _cpu_capability(torch)
+            if capability is not None:  # absent where this torch does not say
+                info["cpu_capability"] = capability
         return info
 
     def _requested_threads(self) -> dict[str, int | str]:
@@ -155,17 +169,23 @@ class TorchBackend(NamedBackend):
             # torch allows set_num_interop_threads once, before its inter-op pool starts: asking
             # again for the count already in effect must not fail, so it is not asked at all.
             if current != inter:
+                refusal = CompileError(
+                    f"--ipu-torch-interop-threads={inter} cannot be applied: torch's inter-op "
+                    f"threads are already {current} in this process, and torch allows "
+                    "set_num_interop_threads only once, before any inter-op parallel work starts; "
+                    f"use --ipu-torch-interop-threads={current} or auto, or keep conftests and "
+                    "earlier code from setting it or running parallel torch work before the first "
+                    "torch benchmark compiles"
+                )
+                # Asked of torch only once: torch 2.0 aborts the whole process on a second call
+                # (an uncatchable C++ error) where later versions raise a RuntimeError.
+                if _interop_set_before(torch):
+                    raise refusal
                 try:
                     torch.set_num_interop_threads(inter)
                 except RuntimeError:
-                    raise CompileError(
-                        f"--ipu-torch-interop-threads={inter} cannot be applied: torch's inter-op "
-                        f"threads are already {current} in this process, and torch allows "
-                        "set_num_interop_threads only once, before any inter-op parallel work starts; "
-                        f"use --ipu-torch-interop-threads={current} or auto, or keep conftests and "
-                        "earlier code from setting it or running parallel torch work before the first "
-                        "torch benchmark compiles"
-                    ) from None
+                    raise refusal from None
+                _remember_interop_set(torch)
         return {
             "intra_op": int(torch.get_num_threads()),
             "inter_op": int(torch.get_num_interop_threads()),
@@ -321,3 +341,49 @@ def eager_reference(model: object, inputs: Sequence[object]) -> object:
         tensors.append(t.float() if t.is_floating_point() else t)
     with torch.inference_mode():
         return module(*tensors)
+
+
+def _cpu_capability(torch: ModuleType) -> str | None:
+    """The instruction set torch's CPU kernels dispatch to (``AVX512``, ``AVX2``, ...), or None when
+    this torch does not say."""
+    cpu = getattr(torch.backends, "cpu", None)
+    if cpu is not None and hasattr(cpu, "get_cpu_capability"):
+        return str(cpu.get_cpu_capability())
+    # torch 2.0 has no torch.backends.cpu (torch 2.1 added it); its build summary prints the same
+    # value, ATen's capability in use, as "CPU capability usage: AVX2".
+    config = getattr(torch, "__config__", None)
+    match = re.search(r"CPU capability usage: (\S+)", str(config.show())) if config is not None else None
+    return match.group(1) if match else None
+
+
+def _compile_unsupported(torch: ModuleType) -> str | None:
+    """torch's own reason why ``torch.compile`` cannot run in this interpreter, or None when it can
+    (or when this torch has no such check, and ``torch.compile`` itself will say what fails).
+
+    torch 2.0 refuses Python 3.11 only when ``torch.compile`` is called; its check says so first.
+    """
+    try:
+        check = importlib.import_module(f"{torch.__name__}._dynamo.eval_frame").check_if_dynamo_supported
+    except (ImportError, AttributeError):
+        return None
+    try:
+        check()
+    except RuntimeError as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
+#: The torch modules whose inter-op thread count this process has set: torch accepts that once.
+_INTEROP_SET: weakref.WeakSet[ModuleType] = weakref.WeakSet()
+
+
+def _interop_set_before(torch: ModuleType) -> bool:
+    try:
+        return torch in _INTEROP_SET
+    except TypeError:  # an injected stand-in that cannot be weakly referenced: never recorded
+        return False
+
+
+def _remember_interop_set(torch: ModuleType) -> None:
+    with contextlib.suppress(TypeError):
+        _INTEROP_SET.add(torch)

@@ -6,9 +6,14 @@
    of attribute strings per IPU, with ``"id"``, ``"ipu architecture"``, ``"board type"``,
    ``"board serial number"`` and ``"board ipu index"``; ``"N/A"`` means unknown;
 2. PopART's ``DeviceManager().enumerateDevices()`` (section 2.2): the single-IPU devices, with
-   ``version`` as the architecture, but nothing about boards;
+   ``ipuVersion`` as the architecture (``version`` is the driver version of an attached device, and
+   ``<unknown-ipu-unattached>`` before), but nothing about boards;
 3. PopTorch's ``ipuHardwareIsAvailable(n)`` and ``ipuHardwareVersion()`` (sections 0.1 and 6): only
    the size of the largest power-of-two device and the architecture.
+
+Multi-IPU device ids (which ``ipu:N`` names a group of IPUs) are read from PopART's
+``enumerateDevices(numIpus=n)`` and each device's ``driverIds`` whenever popart is importable; only
+without it are they derived from ``gc-info -l``'s numbering, and the inventory's notes say so.
 
 Each module is imported lazily (or injected by tests), so importing this module imports no SDK,
 torch or onnx. A missing SDK is not an error: ``discover`` then returns the reason as a string.
@@ -85,6 +90,9 @@ class IpuInventory:
     source: str
     simulator: bool = False
     notes: tuple[str, ...] = ()
+    #: Multi-IPU devices as the SDK lists them: ``(driver ids ascending, device id)`` pairs; empty
+    #: when no SDK listing was available (``multi_device_id`` then derives ids).
+    devices: tuple[tuple[tuple[int, ...], int], ...] = ()
 
     def __post_init__(self) -> None:
         ids = [ipu.id for ipu in self.ipus]
@@ -137,14 +145,15 @@ class IpuInventory:
         """The ``gc-info -l`` device id of the device made of the IPUs ``group`` (ascending ids).
 
         A group of one IPU is that IPU's id. A larger group must be a power of two of consecutive
-        ids starting at a multiple of its size, as multi-IPU devices are.
+        ids starting at a multiple of its size, as multi-IPU devices are. Its id is the one the SDK
+        listed for those driver ids (``devices``); only an inventory without that listing derives it.
 
-        Numbering: ``gc-info -l`` lists the single IPUs ``0..N-1`` first, then every 2-IPU device,
-        then every 4-IPU device, and so on, each size in ascending order of its first IPU; so on 16
-        IPUs the pairs are 16-23, the quads 24-27, the eights 28-29 and the whole 16 is 30. The
-        reference (``graphcore-sdk-api.md`` sections 1.3, 2.2 and 4.3) only says that these ids name
-        single- or multi-IPU devices; the order is the one our PopART and PopTorch fakes implement
-        (``enumerateDevices``), which the unit tests check this against.
+        Derived numbering (an assumption): ``gc-info -l`` lists the single IPUs ``0..N-1`` first,
+        then every 2-IPU device, then every 4-IPU device, and so on, each size in ascending order of
+        its first IPU; so on 16 IPUs the pairs are 16-23, the quads 24-27, the eights 28-29 and the
+        whole 16 is 30. The reference (``graphcore-sdk-api.md`` sections 1.3, 2.2 and 4.3) only says
+        that these ids name single- or multi-IPU devices; the order is the one our PopART and
+        PopTorch fakes implement by default, and no SDK source states it.
         """
         label = f"multi_device_id({group!r})"
         if not group:
@@ -177,6 +186,15 @@ class IpuInventory:
             )
         if size == 1:
             return first
+        if self.devices:
+            listed = dict(self.devices)
+            if group in listed:
+                return listed[group]
+            sizes = sorted({len(g) for g in listed})
+            raise ValueError(
+                f"{label}: the SDK lists no device made of IPUs {group} (its multi-IPU devices have "
+                f"{', '.join(map(str, sizes))} IPUs); look the device id up with `gc-info -l`"
+            )
         total = len(ids)
         if ids != tuple(range(total)):
             raise ValueError(
@@ -240,8 +258,42 @@ def discover(
         if isinstance(found, str):
             failures.append(f"{name}: {found}")
             continue
-        return IpuInventory(found.ipus, found.source, notes=(*failures, *found.notes))
+        devices, note = _device_table(found, popart_module if name != "popart" else module)
+        notes = (*failures, *found.notes, *((note,) if note else ()))
+        return IpuInventory(found.ipus, found.source, notes=notes, devices=devices)
     return f"no IPU found ({'; '.join(failures)}); {_FIX}"
+
+
+#: The note an inventory carries when multi-IPU device ids could not be read from the SDK.
+DERIVED_IDS = (
+    "multi-IPU device ids derived from gc-info -l's numbering (not read from the SDK: {why}); "
+    "check them with `gc-info -l`"
+)
+
+
+def _device_table(
+    inventory: IpuInventory, popart: ModuleType | None
+) -> tuple[tuple[tuple[tuple[int, ...], int], ...], str]:
+    """The multi-IPU devices PopART lists (``enumerateDevices(numIpus=n)`` for every power of two
+    up to the IPU count, each device's ``driverIds``), and a note when they could not be read."""
+    if inventory.count < 2:
+        return (), ""
+    if popart is None:
+        failures: list[str] = []
+        popart = _import("popart", failures)
+        if popart is None:
+            return (), DERIVED_IDS.format(why="; ".join(failures))
+    table: dict[tuple[int, ...], int] = {}
+    try:
+        manager = popart.DeviceManager()
+        size = 2
+        while size <= inventory.count:
+            for device in manager.enumerateDevices(numIpus=size):
+                table[tuple(sorted(int(i) for i in device.driverIds))] = int(device.id)
+            size *= 2
+    except Exception as exc:  # an SDK failing to answer: fall back to the derived numbering, said so
+        return (), DERIVED_IDS.format(why=f"popart enumerateDevices failed: {_one_line(exc)}")
+    return tuple(sorted(table.items())), ""
 
 
 def _import(name: str, failures: list[str]) -> ModuleType | None:
@@ -288,7 +340,8 @@ def _from_popart(module: ModuleType) -> IpuInventory | str:
     devices = module.DeviceManager().enumerateDevices()
     if not devices:
         return "DeviceManager().enumerateDevices() lists no IPU"
-    ipus = tuple(sorted((IpuInfo(int(d.id), _text(d.version)) for d in devices), key=lambda ipu: ipu.id))
+    # ipuVersion is the architecture; version is a driver version, unknown while not attached.
+    ipus = tuple(sorted((IpuInfo(int(d.id), _text(d.ipuVersion)) for d in devices), key=lambda ipu: ipu.id))
     if len({ipu.id for ipu in ipus}) != len(ipus):
         return f"enumerateDevices() lists a device id twice ({[ipu.id for ipu in ipus]})"
     return IpuInventory(ipus, "popart", notes=("boards unknown: popart does not report board serials",))

@@ -22,6 +22,11 @@ The board reading then covers every IPU on the board, including any not selected
 lists them). A reading that is ``N/A`` at ``read`` time raises ``PowerSourceError`` naming the
 device and the field: a missing sample is never turned into 0 W.
 
+Whether the library exports ``"total board power"`` and ``"board serial number"`` on every system
+is not documented (``gc-info`` prints them; the library's documentation calls some attributes
+internal). Where an IPU has no ``"ipu power"`` and its listing lacks either key, the source is
+unavailable with ``NO_BOARD_POWER`` and the reason, so energy is recorded as not measured.
+
 Kind: ``instant_power``. What the power attributes measure (an instantaneous sample or an average
 over some window) and how often they update are not documented; we treat them as instantaneous
 (so they are integrated with the trapezoid rule) because that is the least assuming choice for a
@@ -55,6 +60,9 @@ KEY_BOARD_SERIAL = "board serial number"
 KEY_BOARD_TYPE = "board type"
 KEY_BOARD_IPU_INDEX = "board ipu index"
 KEY_ARCHITECTURE = "ipu architecture"
+
+#: How the reason starts when the library exports no power this source can attribute.
+NO_BOARD_POWER = "gcipuinfo exports no board power on this system"
 
 #: What ``availability`` says when ``import gcipuinfo`` fails.
 NOT_INSTALLED = (
@@ -300,6 +308,25 @@ class GcIpuInfoPowerSource:
             measured.append(self._per_board(entries, board, ipu_ids))
         return measured
 
+    @staticmethod
+    def _exported(entries: dict[str, dict[str, str]], ipu_ids: list[str], serial: str | None) -> None:
+        """``PowerSourceError`` starting with ``NO_BOARD_POWER`` when the listing lacks the keys a
+        board reading needs: ``"total board power"`` on every IPU of the board, or the board's serial."""
+        if all(KEY_BOARD_POWER not in entries[i] for i in ipu_ids):
+            ipu_power = ", ".join(f"IPU {i}: {_shown(entries[i], KEY_IPU_POWER)}" for i in ipu_ids)
+            raise PowerSourceError(
+                f"{NO_BOARD_POWER}: IPU(s) {', '.join(ipu_ids)} list no {KEY_BOARD_POWER!r} and no usable "
+                f"{KEY_IPU_POWER!r} ({ipu_power}); gc-info may print it, this gcipuinfo library does not "
+                "export it"
+            )
+        if serial is None:
+            # Board power with no serial could be counted once per IPU of a shared board.
+            raise PowerSourceError(
+                f"{NO_BOARD_POWER}: IPU {ipu_ids[0]} has no per-IPU power "
+                f"({_shown(entries[ipu_ids[0]], KEY_IPU_POWER)}) and no {KEY_BOARD_SERIAL!r}, so a board "
+                "reading cannot be attributed once per board"
+            )
+
     def _per_ipu(self, entries: dict[str, dict[str, str]], ipu_id: str, serial: str | None) -> _Measured:
         attributes = entries[ipu_id]
         board_type = attributes.get(KEY_BOARD_TYPE)
@@ -319,13 +346,8 @@ class GcIpuInfoPowerSource:
     def _per_board(
         self, entries: dict[str, dict[str, str]], serial: str | None, ipu_ids: list[str]
     ) -> _Measured:
-        if serial is None:
-            # Board power with no serial could be counted once per IPU of a shared board.
-            raise PowerSourceError(
-                f"gcipuinfo: IPU {ipu_ids[0]} has no per-IPU power "
-                f"({_shown(entries[ipu_ids[0]], KEY_IPU_POWER)}) and no {KEY_BOARD_SERIAL!r}, "
-                "so its board power cannot be attributed once per board"
-            )
+        self._exported(entries, ipu_ids, serial)
+        assert serial is not None  # _exported refuses a board without a serial
         on_board = [i for i, a in entries.items() if a.get(KEY_BOARD_SERIAL, "").strip() == serial]
         order = ipu_ids + [i for i in on_board if i not in ipu_ids]
         if not any(_has_reading(entries[i], KEY_BOARD_POWER) for i in order):

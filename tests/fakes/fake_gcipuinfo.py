@@ -14,7 +14,8 @@ monitor, Graphcore's own scripts):
   ``getNamedAttributeForDevice(id, label)`` and ``getDevicesAsJSON()`` read the same snapshot;
 - values are strings with units: ``"123.45W"`` (no space, as Graphcore's example parses it) and
   ``"99.5 W"`` (with a space, as gc-info prints it), or ``"N/A"``. A C2 card (two IPUs on one
-  board, ``board ipu index`` 0 and 1) has no ``"ipu power"`` key at all and one
+  board, ``board ipu index`` 0 and 1, or 1 and 0 as the documented sample lists them) has no
+  ``"ipu power"`` key at all and one
   ``"total board power"``; a C600 reports ``"ipu power": "N/A"``; an M2000 gives per-IPU power.
 
 A device's power can be a function of a fake nanosecond clock, so a value changes only when the
@@ -88,10 +89,25 @@ class FakeIpu:
 
 
 def c2_card(
-    serial: str = "0340.0004.919062", first_id: int = 0, board_power: Value = "99.5 W"
+    serial: str | None = "0340.0004.919062",
+    first_id: int = 0,
+    board_power: Value = "99.5 W",
+    board_ipu_indices: tuple[int, int] = (0, 1),
 ) -> list[FakeIpu]:
-    """A C2 card: two ipu1 IPUs on one board, no per-IPU power, one total board power."""
-    return [FakeIpu(first_id + i, serial, "C2", i, None, board_power, "ipu1") for i in range(2)]
+    """A C2 card: two ipu1 IPUs on one board, no per-IPU power, one total board power.
+
+    ``board_power=None`` leaves the key out (a library that does not export it), as ``serial=None``
+    does the serial. ``board_ipu_indices`` gives each id's ``board ipu index``.
+    """
+    return [
+        FakeIpu(first_id + i, serial, "C2", board_ipu_indices[i], None, board_power, "ipu1") for i in range(2)
+    ]
+
+
+def c2_card_as_documented(serial: str = "0340.0004.919062", first_id: int = 0) -> list[FakeIpu]:
+    """A C2 card as the command-line tools' "Device attributes" sample (version 1.2.1) lists one:
+    id 0 is ``board ipu index`` 1 and id 1 is index 0, so ids do not follow the board's order."""
+    return c2_card(serial, first_id, board_ipu_indices=(1, 0))
 
 
 def m2000(

@@ -31,11 +31,17 @@ What it imitates:
   error), buffer-size checks on the first run only (as the SDK does), dtype checks, and outputs
   written in place into the anchor arrays;
 - ``PyStepIO`` (refuses arrays that are not C-contiguous), ``GraphTransformer.convertFloatsToHalfs``
-  and a ``Builder`` that reads models (building ops raises ``NotImplementedError``).
+  and a ``Builder`` that reads models (building ops raises ``NotImplementedError``) and annotates
+  them (``virtualGraph``, ``pipelineStage``, ``setAvailableMemoryProportion`` with its (0,1] check);
+- pipelining with fewer batches per step than pipeline stages is refused at session creation;
+- ``DeviceInfo.version`` is not the architecture (``ipuVersion`` is): the driver version once a
+  hardware IPU is attached, ``<unknown-ipu-unattached>`` before; offline devices refuse attach/detach;
+- ``prepareDevice`` refuses a model whose weights alone exceed its tiles' memory (an approximation of
+  Poplar's out-of-memory failure: the IPU Model's default 4 tiles hold 2.4 MiB).
 
 Outputs are real: a session runs its ONNX model with onnxruntime on the CPU, one micro-batch per
 replica and batch, so tests can compare them with torch. Not imitated: Poplar compilation and its
-time, IPU memory (out-of-memory only when injected), cycle counts, and the GIL release of ``run``.
+time, IPU memory beyond the weights rule above, cycle counts, and the GIL release of ``run``.
 
 ``system.events`` records the calls in order; ``system.sessions`` every session, each keeping the
 ``DataFlow``, a copy of its ``SessionOptions`` and the model bytes it was given.
@@ -68,8 +74,20 @@ IMPORT_ERROR = (
 ONNX_OPSETS = range(6, 12)
 VIRTUAL_GRAPH_ATTRIBUTE = "__ipu_number"
 PIPELINE_STAGE_ATTRIBUTE = "__pipeline_stage"
+#: ``sAvailMemAttribute`` (``willow/include/popart/names.hpp:221``), written by
+#: ``Builder::setAvailableMemoryProportion``.
+AVAILABLE_MEMORY_ATTRIBUTE = "__available_memory"
 TILES_PER_IPU = 1472  # a Mk2 (ipu2) IPU
-IPU_MODEL_TILES = 4  # defaultFewTiles: the IPU Model's default
+IPU_MODEL_TILES = 4  # defaultFewTiles (willow/include/popart/defaulttilecount.hpp:6): the IPU Model's default
+#: In-processor memory of one IPU2 tile (624 KiB; 900 MB over 1472 tiles). The fake refuses a
+#: model whose weights alone exceed its tiles' memory: an approximation of Poplar's out-of-memory
+#: failure (real graphs also need code, activations and exchange buffers, so they fail sooner).
+TILE_MEMORY_BYTES = 624 * 1024
+#: Tiles and tile memory per architecture (GC2 ipu1: 1216 tiles of 256 KiB; Mk2 ipu2/ipu21: 1472 of 624 KiB).
+_ARCHITECTURES = {"ipu1": (1216, 256 * 1024), "ipu2": (1472, 624 * 1024), "ipu21": (1472, 624 * 1024)}
+#: What ``DeviceInfo.version`` gives for an attached hardware IPU: the driver version
+#: ``"major.minor.point"`` (``willow/src/popx/devicexmanager.cpp:350-362``); the value is the fake's.
+DRIVER_VERSION = "1.0.59"
 
 
 # -- exceptions, as popart.cpp registers them ------------------------------------------------------
@@ -109,6 +127,22 @@ class _PyEnum(enum.Enum):
         return f"{type(self).__name__}.{self.name}"
 
 
+def _cpp_enum(value: Any) -> str:
+    """How PopART's C++ messages print an enum: ``VirtualGraphMode::Off`` (``operator<<`` of
+    ``willow/src/sessionoptions.cpp:95-105``), not Python's ``VirtualGraphMode.Off``."""
+    return f"{type(value).__name__}::{value.name}"
+
+
+#: ``operator<<(std::ostream&, DeviceType)`` (``willow/src/devicemanager.cpp:295-310``).
+_DEVICE_TYPE_NAMES = {
+    "Cpu": "cpu",
+    "Ipu": "ipu",
+    "IpuModel": "ipu-model",
+    "OfflineIpu": "offline-ipu",
+    "Sim": "sim",
+}
+
+
 SyncPattern = _PyEnum("SyncPattern", ["Full", "SinglePipeline", "ReplicaAndLadder"])
 DeviceConnectionType = _PyEnum("DeviceConnectionType", ["Always", "OnDemand", "Never"])
 DeviceSelectionCriterion = _PyEnum("DeviceSelectionCriterion", ["First", "Random"])
@@ -127,6 +161,11 @@ class FakeIpuSystem:
 
     ipus: int = 1
     sdk: str = "3.4.0"
+    #: The hardware IPUs' architecture, as ``DeviceInfo.ipuVersion`` gives it.
+    architecture: str = "ipu2"
+    #: The id of the first multi-IPU device; ``None``: right after the single IPUs ``0..N-1``. No SDK
+    #: source states gc-info's numbering, so tests move it to check that ids are read, not derived.
+    multi_id_base: int | None = None
     #: IPU indices held by another process: attaching to a device that includes them fails.
     busy: set[int] = field(default_factory=set)
     #: Injected failures: ``{"prepareDevice": "oom" | "error", "weightsFromHost" | "run" | "detach"
@@ -171,10 +210,19 @@ def make_module(ipus: int = 1, sdk: str = "3.4") -> types.ModuleType:
         sdk: str | None = None,
         busy: set[int] | None = None,
         fail: Mapping[str, str] | None = None,
+        architecture: str | None = None,
+        multi_id_base: int | None = None,
     ) -> None:
-        """Change the machine: IPU count, SDK behaviour, IPUs busy elsewhere, injected failures."""
+        """Change the machine: IPU count, SDK behaviour, IPUs busy elsewhere, injected failures, and
+        the hardware IPUs' architecture (``ipu1``: a C2 card's; ``ipu2``: the default)."""
         if ipus is not None:
             system.ipus = ipus
+        if architecture is not None:
+            if architecture not in _ARCHITECTURES:
+                raise ValueError(f"fake: architecture={architecture!r}; use one of {list(_ARCHITECTURES)}")
+            system.architecture = architecture
+        if multi_id_base is not None:
+            system.multi_id_base = multi_id_base
         if sdk is not None:
             system.sdk = module.__version__ = _full_version(sdk)
             module.DeviceManager = _manager_class(system)
@@ -259,14 +307,14 @@ class DeviceInfo:
         device_type: Any = DeviceType.Ipu,
         connection_type: Any = DeviceConnectionType.Always,
         tiles: int = TILES_PER_IPU,
-        version: str = "ipu2",
+        architecture: str = "ipu2",
     ) -> None:
         self._system, self._id, self._ipus = system, device_id, ipu_indices
-        self._type, self._connection, self._tiles, self._version = (
+        self._type, self._connection, self._tiles, self._architecture = (
             device_type,
             connection_type,
             tiles,
-            version,
+            architecture,
         )
         # Host devices (IPU Model, CPU) need no hardware to attach to.
         self._attached = device_type in (DeviceType.IpuModel, DeviceType.Cpu)
@@ -276,14 +324,37 @@ class DeviceInfo:
     tilesPerIPU = property(lambda self: self._tiles)
     tilesPerIpu = property(lambda self: self._tiles)
     type = property(lambda self: self._type)
-    version = property(lambda self: self._version)
-    ipuVersion = property(lambda self: self._version)
+    #: ``getTarget().getTargetArchString()``: ``"ipu1"``, ``"ipu2"`` or ``"ipu21"`` (popart.cpp bindings).
+    ipuVersion = property(lambda self: self._architecture)
     isAttached = property(lambda self: self._attached)
     connectionType = property(lambda self: self._connection)
-    driverIds = property(lambda self: list(self._ipus))
+
+    @property
+    def version(self) -> str:
+        """Not the architecture: for hardware, ``DevicexIpuInfo::getVersion``
+        (``willow/src/popx/devicexmanager.cpp:350-362``) gives the driver version once attached and
+        ``<unknown-ipu-unattached>`` before; the IPU Model gives its ``ipuVersion``, the CPU
+        ``<unknown-cpu>`` and an offline IPU ``<offline-ipu>``
+        (``willow/include/popart/popx/devicexmanager.hpp:154, 127, 193``)."""
+        if self._type == DeviceType.Ipu:
+            return DRIVER_VERSION if self._attached else "<unknown-ipu-unattached>"
+        if self._type == DeviceType.IpuModel:
+            return self._architecture
+        if self._type == DeviceType.OfflineIpu:
+            return "<offline-ipu>"
+        return "<unknown-cpu>"
+
+    @property
+    def driverIds(self) -> list[int]:
+        """The single-IPU driver ids the device is made of; an offline IPU gives ``[0]``
+        (``devicexmanager.hpp:205``)."""
+        return [0] if self._type == DeviceType.OfflineIpu else list(self._ipus)
 
     def attach(self) -> bool:
         """Attach to every IPU of the device; ``False`` if another device or process holds one."""
+        if self._type == DeviceType.OfflineIpu:
+            # devicexmanager.hpp:187: DevicexOfflineIpuInfo::attach throws.
+            raise popart_exception("Cannot attach to offline device")
         if self._type != DeviceType.Ipu:
             self._attached = True
             return True
@@ -302,6 +373,9 @@ class DeviceInfo:
 
     def detach(self) -> None:
         """Release the IPUs (doing nothing if not attached, as the SDK does)."""
+        if self._type == DeviceType.OfflineIpu:
+            # devicexmanager.hpp:189: DevicexOfflineIpuInfo::detach throws.
+            raise popart_exception("Cannot detach from offline device")
         self._system.injected("detach")
         if self._attached and self._type == DeviceType.Ipu:
             self._system.events.append(f"detach {self._id}")
@@ -317,10 +391,12 @@ class DeviceInfo:
         self.detach()
 
     def __repr__(self) -> str:
+        # DeviceInfo::toString (willow/src/devicemanager.cpp:352-370).
         return (
-            f"Device Type:{str(self._type).split('.')[-1].lower()} Connection Type:"
-            f"{str(self._connection).split('.')[-1]} Id:{self._id} Version:{self._version} "
-            f"NumIPUs:{len(self._ipus)} NumTilesPerIPU:{self._tiles}"
+            f"Device Type:{_DEVICE_TYPE_NAMES[self._type.name]} Connection Type:"
+            f"{self._connection.name} Id:{self._id} Version:{self.version} "
+            f"NumIPUs:{len(self._ipus)} NumTilesPerIPU:{self._tiles} "
+            f"DeviceIds: {{{','.join(map(str, self.driverIds))}}}"
         )
 
 
@@ -352,9 +428,12 @@ class _DeviceManager23:
         system = self._system
         if deviceType != DeviceType.Ipu or numIpus < 1 or numIpus & (numIpus - 1) or numIpus > system.ipus:
             return []
+        tiles = _ARCHITECTURES[system.architecture][0]
         offset, size = 0, 1
         while size < numIpus:
             offset += system.ipus // size
+            if size == 1 and system.multi_id_base is not None:
+                offset = system.multi_id_base
             size *= 2
         return [
             DeviceInfo(
@@ -362,9 +441,11 @@ class _DeviceManager23:
                 offset + k,
                 tuple(range(k * numIpus, (k + 1) * numIpus)),
                 connection_type=connectionType,
+                tiles=tiles,
+                architecture=system.architecture,
             )
             for k in range(system.ipus // numIpus)
-            if not tilesPerIPU or tilesPerIPU == TILES_PER_IPU
+            if not tilesPerIPU or tilesPerIPU == tiles
         ]
 
     def _try_acquire(self, numIpus: int, tilesPerIpu: int, connectionType: Any) -> DeviceInfo | None:
@@ -420,7 +501,7 @@ class _DeviceManager23:
         return self._by_id(id, connectionType)
 
     def createCpuDevice(self) -> DeviceInfo:
-        return DeviceInfo(self._system, 0, (), DeviceType.Cpu, tiles=1, version="cpu")
+        return DeviceInfo(self._system, 0, (), DeviceType.Cpu, tiles=1)
 
     def createIpuModelDevice(self, options: Mapping[str, object]) -> DeviceInfo:
         opts = _host_device_options(
@@ -435,7 +516,7 @@ class _DeviceManager23:
             tuple(range(count)),
             DeviceType.IpuModel,
             tiles=tiles,
-            version=opts.get("ipuVersion", "ipu2"),
+            architecture=opts.get("ipuVersion", "ipu2"),
         )
 
     def createOfflineIPUDevice(self, opts: Mapping[str, object]) -> DeviceInfo:
@@ -449,7 +530,7 @@ class _DeviceManager23:
             DeviceType.OfflineIpu,
             DeviceConnectionType.Never,
             tiles=int(options.get("tilesPerIPU", str(TILES_PER_IPU))),
-            version=options.get("ipuVersion", "ipu2"),
+            architecture=options.get("ipuVersion", "ipu2"),
         )
 
     def setOnDemandAttachTimeout(self, attachTimeout: int) -> None:
@@ -826,17 +907,36 @@ class Builder:
                 return [d.dim_value for d in vi.type.tensor_type.shape.dim]
         raise popart_exception(f"fake: no shape for tensor {id}")
 
+    def _producer(self, tid: str) -> Any:
+        for node in self._model.graph.node:
+            if tid in node.output:
+                return node
+        raise popart_exception(f"fake: no node produces tensor {tid}")
+
     def _annotate(self, tid: str, name: str, value: int) -> None:
         import onnx
 
-        for node in self._model.graph.node:
-            if tid in node.output:
-                node.attribute.append(onnx.helper.make_attribute(name, value))
-                return
-        raise popart_exception(f"fake: no node produces tensor {tid}")
+        self._producer(tid).attribute.append(onnx.helper.make_attribute(name, value))
 
-    def setAvailableMemoryProportion(self, id: str, proportion: float) -> None:
-        self.memory_proportions[id] = proportion
+    def setAvailableMemoryProportion(
+        self, nodeOutputName: str | set[str], availableMemoryProportion: float
+    ) -> None:
+        """Both bindings (one id or a set of ids; ``popart.cpp:3220-3232``): the range check and the
+        ``__available_memory`` node attribute of ``willow/src/builder.cpp:1779-1793``."""
+        import onnx
+
+        proportion = float(availableMemoryProportion)
+        if proportion > 1.0 or proportion <= 0.0:
+            raise popart_exception("availableMemoryProportion must be in (0,1]")
+        ids = {nodeOutputName} if isinstance(nodeOutputName, str) else set(nodeOutputName)
+        for tid in sorted(ids):
+            node = self._producer(tid)
+            # The SDK removes a previous value first (an ONNX node keeps one attribute per name).
+            kept = [a for a in node.attribute if a.name != AVAILABLE_MEMORY_ATTRIBUTE]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+            node.attribute.append(onnx.helper.make_attribute(AVAILABLE_MEMORY_ATTRIBUTE, proportion))
+            self.memory_proportions[tid] = proportion
 
     def virtualGraph(self, id: str, ipu: int) -> None:
         self._annotate(id, VIRTUAL_GRAPH_ATTRIBUTE, ipu)
@@ -931,22 +1031,49 @@ class InferenceSession:
         graphs = device.numIpus // replicas
         mode = options.virtualGraphMode
         if options.enablePipelining and (mode == VirtualGraphMode.Off or graphs == 1):
+            # willow/src/ir.cpp:580-587; C++ prints the mode as VirtualGraphMode::Off.
             raise popart_exception(
                 f"Pipelining requires more than 1 IPU (currently {graphs}) and the 'virtualGraphMode' "
-                f"session option to not be VirtualGraphMode::Off (currently {mode})."
+                f"session option to not be VirtualGraphMode::Off (currently {_cpp_enum(mode)})."
             )
-        annotated = any(
-            a.name == VIRTUAL_GRAPH_ATTRIBUTE for node in model.graph.node for a in node.attribute
-        )
-        if mode == VirtualGraphMode.Manual and not annotated:
+        virtual_graphs = _attribute_values(model, VIRTUAL_GRAPH_ATTRIBUTE)
+        if mode == VirtualGraphMode.Manual and not virtual_graphs:
+            # willow/src/ir.cpp:1997-2001.
             raise popart_exception(
-                f"SessionOptions flag virtualGraphMode is {mode}, but no Ops have been annotated with "
-                "virtual graph information. This is an inconsistent combination. "
+                f"SessionOptions flag virtualGraphMode is {_cpp_enum(mode)}, but no Ops have been annotated "
+                "with virtual graph information. This is an inconsistent combination. "
             )
+        if options.enablePipelining and not options.enableGradientAccumulation:
+            stages = _pipeline_stages(model, virtual_graphs, graphs)
+            if dataflow.batchesPerStep() < stages:
+                # willow/src/transforms/pipeline.cpp:1394-1399 ("5. There must be enough
+                # mini-batches of data to fill the pipeline").
+                raise popart_exception(
+                    "For pipelining, depth (batchesPerStep) must equal at least the number of pipeline "
+                    f"stages ({stages})"
+                )
 
     @property
     def dataFlow(self) -> DataFlow:
         return self.dataflow
+
+    def _check_fits(self) -> None:
+        """Refuse a model whose weights alone exceed the device's tile memory (an approximation of
+        Poplar's out-of-memory failure in ``prepareDevice``; see ``TILE_MEMORY_BYTES``)."""
+        device = self.device
+        if device.type not in (DeviceType.Ipu, DeviceType.IpuModel):
+            return
+        tile_bytes = _ARCHITECTURES.get(device.ipuVersion, _ARCHITECTURES["ipu2"])[1]
+        # Each replica holds every weight; virtual graphs split them over a replica's IPUs.
+        ipus_per_replica = max(1, device.numIpus // self.replicationFactor)
+        capacity = device.tilesPerIPU * tile_bytes * ipus_per_replica
+        weights = _weight_bytes(_load_model(self.model_bytes))
+        if weights > capacity:
+            raise OutOfMemoryException(
+                "Out of memory: Cannot fit all variable data onto one or more tiles. (fake: the model's "
+                f"weights take {weights} bytes; {ipus_per_replica} IPU(s) of {device.tilesPerIPU} tiles x "
+                f"{tile_bytes} bytes hold {capacity})"
+            )
 
     @property
     def replicationFactor(self) -> int:
@@ -965,6 +1092,7 @@ class InferenceSession:
         """Compile (instantly) and load the engine onto the attached device."""
         self._system.events.append("prepareDevice")
         self._system.injected("prepareDevice")
+        self._check_fits()
         if loadEngine and self.options.compileEngine:
             if self.device.connectionType == DeviceConnectionType.Never:
                 raise popart_runtime_error("Trying to load an engine on an offline device")
@@ -1144,6 +1272,35 @@ class TrainingSession:
 
     def __init__(self, *_: object, **__: object) -> None:
         raise NotImplementedError("fake popart: TrainingSession is not imitated")
+
+
+def _attribute_values(model: Any, name: str) -> set[int]:
+    """The distinct integer values of node attribute ``name`` in the model."""
+    return {a.i for node in model.graph.node for a in node.attribute if a.name == name}
+
+
+def _pipeline_stages(model: Any, virtual_graphs: set[int], graphs: int) -> int:
+    """``Ir::getNumPipelineStages`` (``willow/src/ir.cpp:2887-2906``): the distinct pipeline stages.
+
+    Without ``__pipeline_stage`` annotations each op's stage is its virtual graph id
+    (``willow/src/transforms/pipeline.cpp:1067-1074``); under ``VirtualGraphMode::Auto`` the fake
+    assumes the automatic split (``auto_virtual_graph.cpp``) uses every one of a replica's IPUs.
+    """
+    stages = _attribute_values(model, PIPELINE_STAGE_ATTRIBUTE)
+    if stages:
+        return len(stages)
+    return len(virtual_graphs) if virtual_graphs else graphs
+
+
+def _weight_bytes(model: Any) -> int:
+    """Bytes of the model's initializers (its weights), from their shapes and element types."""
+    from onnx import helper
+
+    total = 0
+    for tensor in model.graph.initializer:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+        total += int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
+    return total
 
 
 def _ort_session(model: bytes) -> Any:

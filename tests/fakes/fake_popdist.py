@@ -161,7 +161,14 @@ def checkNumIpusPerReplica(n: int) -> bool:
 
 
 def getDeviceId(ipusPerReplica: int = 0) -> int:
-    """The ``gc-info -l`` id of this instance's device (see the module docstring: assumed layout)."""
+    """The ``gc-info -l`` id of this instance's device.
+
+    The signature and "the device id of device suitable for PopDist" are documented (poprun user
+    guide, Python API). Assumed, not documented: the device holds this instance's local replicas
+    (``local replicas x ipusPerReplica`` IPUs, ``ipusPerReplica`` 0 meaning the launch's IPUs per
+    replica), and instance ``i`` gets the ``i``-th aligned group of that size, numbered over the
+    launch's IPUs as ``gc-info -l`` numbers devices (see the module docstring).
+    """
     _record("getDeviceId")
     per_replica = ipusPerReplica or int(_STATE.ipus_per_replica)
     size = per_replica * int(_STATE.replicas_local)

@@ -2,14 +2,16 @@
 
 It imitates the surface of section 0.1 of ``shared/reference/graphcore-sdk-api.md``, and the exact
 messages and rules of ``graphcore/poptorch`` at tag ``sdk/poptorch/3.4.0`` (``python/options.py``,
-``python/_options_impl.py``, ``python/_poplar_executor.py``, ``popart_compiler/source/CompilerImpl.cpp``):
+``python/_options_impl.py``, ``python/_poplar_executor.py``, ``popart_compiler/source/Compiler.cpp`` and
+``popart_compiler/source/CompilerImpl.cpp``):
 
 - ``Options`` setters chain; values read back in snake_case; passing an ``Options`` to
   ``inferenceModel``/``trainingModel``/``DataLoader`` freezes the caller's object (any later setter
   raises ``AttributeError("Can't modify frozen Options")``) and the executor keeps a frozen clone;
 - a ``PoplarExecutor`` compiles lazily on its first call (or on ``compile(*inputs)``), checks the
   batch rule (``AssertionError`` with PopTorch's text), the pipelining rule, the 64-IPU limit and the
-  power-of-two rule, then acquires IPUs from a fake machine: "Failed to acquire N IPU(s)" when none
+  power-of-two rule, the available memory proportion's range (PopART's check) and distributed
+  execution (see below), then acquires IPUs from a fake machine: "Failed to acquire N IPU(s)" when none
   are free; ``detachFromDevice``/``attachToDevice``/``destroy`` behave and fail as PopTorch's do,
   and a call after ``detachFromDevice`` re-attaches (as PopTorch's ``__call__`` does);
 - outputs are real: the torch model runs on the CPU, once per micro-batch, and the results are
@@ -23,6 +25,12 @@ Not imitated (they raise ``NotImplementedError``): executable files (``compileAn
 last one, if it returns several), gradients are averaged over micro-batches with plain
 ``torch.optim.SGD(lr=0.01)`` as the default optimizer. The real PopTorch 3.4 needs torch 2.0.1
 exactly; the fake runs on whatever torch is installed.
+
+Distributed execution: ``Options().Distributed`` reads ``OMPI_COMM_WORLD_SIZE`` and
+``OMPI_COMM_WORLD_RANK`` when constructed, as PopTorch's does, so any process started by ``mpirun`` or
+``poprun`` asks for one replica of a cross-process (distributed replicated) graph unless it calls
+``Options().Distributed.disable()``. The fake machine is one host without IPU-over-fabric, so such a
+compile fails (see ``PoplarExecutor._check_distributed``).
 
 The machine has 4 Mk2 IPUs unless ``configure(ipus=..., version=...)`` says otherwise; ``reset()``
 frees them and forgets what was recorded (``executors`` and ``options_passed``).
@@ -52,6 +60,8 @@ __version__ = "3.4.0-fake"
 logger = logging.getLogger("poptorch::python")
 
 NO_EXECUTABLE_ERR = "Model has not been compiled or has been destroyed."
+#: PopTorch's C++ sources that raise the errors imitated here (paths as its error messages print them).
+_COMPILER = "popart_compiler/source/Compiler.cpp"
 _CPP = "popart_compiler/source/CompilerImpl.cpp"
 _PY = "python/_poplar_executor.py"
 
@@ -84,9 +94,11 @@ def createPoptorchError(msg: str) -> Error:
     return Error(f"'poptorch_py_error': {msg}", msg, "poptorch_py_error")
 
 
-def _cpp_error(msg: str, line: int) -> Error:
-    """An error raised by PopTorch's C++ side, formatted as its ``ExceptionHandling.cpp`` does."""
-    return Error(f"In {_CPP}:{line}: 'poptorch_cpp_error': {msg}", msg, "poptorch_cpp_error")
+def _cpp_error(msg: str, line: int, source: str = _CPP, type: str = "poptorch_cpp_error") -> Error:
+    """An error raised by PopTorch's C++ side, formatted as its ``poptorch_err/source/ExceptionHandling.cpp``
+    does (``"In <file>:<line>: '<type>': <message>"``); a PopART error caught there has type
+    ``popart_exception`` (``Compiler.cpp:1912-1914``)."""
+    return Error(f"In {source}:{line}: '{type}': {msg}", msg, type)
 
 
 # -- enums --------------------------------------------------------------------------------------
@@ -371,10 +383,23 @@ class _TrainingOptions(_OptionsDict):
 
 
 class _DistributedOptions(_OptionsDict):
+    """``Options().Distributed`` (``python/options.py:449-512``): the process id and count."""
+
     def __init__(self) -> None:
-        super().__init__(num_distributed_processes=1, distributed_process_id=0)
-        self.configureProcessId(
-            int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")), int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+        super().__init__(num_distributed_processes=1, distributed_process_id=0, ipuof_configs={})
+        # options.py:466: every Options() reads OpenMPI's variables, which mpirun and poprun set in
+        # each process they start; outside them the defaults give one process.
+        self.setEnvVarNames("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")
+
+    def disable(self) -> _DistributedOptions:
+        """Ignore the options and environment variables: one process, id 0 (options.py:468-473)."""
+        self.set(num_distributed_processes=1, distributed_process_id=0)
+        return self
+
+    def setEnvVarNames(self, var_num_processes: str, var_process_id: str) -> _DistributedOptions:
+        """Read the process id and count from these variables (options.py:475-490)."""
+        return self.configureProcessId(
+            int(os.environ.get(var_process_id, "0")), int(os.environ.get(var_num_processes, "1"))
         )
 
     def configureProcessId(self, process_id: int, num_processes: int) -> _DistributedOptions:
@@ -800,8 +825,11 @@ class PoplarExecutor:
         narrowed = tuple(self._narrow(a) for a in args)
         stages = self._trace(narrowed)
         o = self._options
+        self._check_memory_proportions(stages)
         strategy = o._execution_strategy
         if isinstance(strategy, PipelinedExecution) and not isinstance(strategy, ShardedExecution):
+            # Compiler.cpp:672-701 (Compiler::initSession): one pipeline stage per IPU here (blocks
+            # placed with AutoStage.SameAsIpu); training adds a backward stage for all but the last.
             if self._training:
                 num_stages = 2 * stages - 1
                 if o.Training.gradient_accumulation < num_stages:
@@ -810,13 +838,15 @@ class PoplarExecutor:
                         f"to the number of pipeline stages ({num_stages}) when using "
                         f"poptorch.PipelinedExecution. Please note that a model with {stages} pipeline "
                         f"stages in PopTorch will have an additional {stages - 1} stages when training.",
-                        684,
+                        690,
+                        _COMPILER,
                     )
             elif o.device_iterations < stages:
                 raise _cpp_error(
                     "poptorch.Options().deviceIterations must be greater than or equal to the number of "
                     f"pipeline stages ({stages}) when using PopTorch.PipelinedExecution.",
-                    696,
+                    700,
+                    _COMPILER,
                 )
         num_ipus = stages * o.replication_factor
         if num_ipus > 64:
@@ -828,6 +858,7 @@ class PoplarExecutor:
         never = o.connection_type == ConnectionType.Never
         use_model = bool(o._values.get("use_model", _ipu_model_env()))
         hardware = not never and not use_model
+        self._check_distributed(use_model, num_ipus)
         device: tuple[int, tuple[int, ...]] | None = None
         if hardware:
             rounded = 1 << (num_ipus - 1).bit_length()
@@ -862,6 +893,62 @@ class PoplarExecutor:
         )
         self._is_attached = hardware
         self._timestamps = [[[] for _ in args], [[] for _ in args], [[]], [[]]]
+
+    def _check_memory_proportions(self, stages: int) -> None:
+        """PopART's range check on every IPU the model uses.
+
+        ``Options.setAvailableMemoryProportion`` stores ``{ipu: p}`` unchecked (options.py:1426-1457);
+        while lowering, PopTorch calls ``Builder::setAvailableMemoryProportion(output, p)`` on every
+        single-output op of IPU ``ipu`` (Compiler.cpp:121-130), and PopART throws
+        ``error("availableMemoryProportion must be in (0,1]")`` when ``p > 1.0f || p <= 0.0f``
+        (popart willow/src/builder.cpp:1779-1793), so NaN passes, as there. Entries for IPUs the
+        model does not use are never applied. PopTorch prints the location where it caught the
+        PopART error, which is not verified: the fake prints the call site.
+        """
+        for ipu, proportion in sorted(self._options.available_memory_proportion.items()):
+            if ipu < stages and (proportion > 1.0 or proportion <= 0.0):
+                raise _cpp_error(
+                    "availableMemoryProportion must be in (0,1]", 129, _COMPILER, "popart_exception"
+                )
+
+    def _check_distributed(self, use_model: bool, num_ipus: int) -> None:
+        """A compile for more than one process fails: this fake machine has no IPU-over-fabric.
+
+        With ``num_distributed_processes > 1`` PopTorch turns on PopART's
+        ``enableDistributedReplicatedGraphs`` with ``globalReplicationFactor = processes x replicas``
+        and ``globalReplicaOffset = process id x replicas`` (Compiler.cpp:655-666), and PopART builds
+        a Poplar target of the IPUs of every process (popart willow/src/popx/irlowering.cpp:4056-4075).
+        On the IPU Model that is PopART's error, verbatim (irlowering.cpp:4080-4086; the device
+        description follows ``DeviceInfo::toString``, devicemanager.cpp:352-370, with the fake's own
+        id and tile count). On hardware, every process's engine run is synchronised through popdist
+        (popart devicex.cpp:248-250) with processes that do not exist; popdist and GCL are not public,
+        so the real failure (an error or a hang) is not verifiable here: the fake raises an error
+        naming the distributed replicated graph instead, in place of that unverified failure. The fake
+        does not imitate ``popdist.poptorch.Options`` (a PopDist-configured device), so no distributed
+        compile succeeds here.
+        """
+        d = self._options.Distributed
+        if d.numProcesses <= 1:
+            return
+        if use_model:
+            device = (
+                f"Device Type:ipu-model Connection Type:Always Id:0 Version:ipu{_MACHINE.version} "
+                f"NumIPUs:{num_ipus} NumTilesPerIPU:1472 DeviceIds: {{{','.join(map(str, range(num_ipus)))}}}"
+            )
+            raise _cpp_error(
+                "Only IPU Hardware devices supported with distributed replicated graphs. Unsupported device "
+                f"type {device}",
+                4082,
+                "popart willow/src/popx/irlowering.cpp",
+                "popart_exception",
+            )
+        replicas = self._options.replication_factor
+        raise createPoptorchError(
+            f"fake_poptorch: process {d.processId} of {d.numProcesses} compiles one replica of a distributed "
+            f"replicated graph (enableDistributedReplicatedGraphs, globalReplicationFactor "
+            f"{d.numProcesses * replicas}), which needs IPU-over-fabric and a device configured by PopDist; "
+            "this machine has neither. Call Options().Distributed.disable() for an independent model"
+        )
 
     def _acquire(self, num_ipus: int) -> tuple[int, tuple[int, ...]]:
         """``CompilerImpl::createDevice`` for hardware: a device by id (``useIpuId``) or any free one."""

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmarks.conftest import pytest_addoption  # noqa: F401 (the study's options)
 from pytest_ipu.backends.popart import PopArtBackend
 from pytest_ipu.backends.poptorch import PopTorchBackend
 from pytest_ipu.power.gcipuinfo import GcIpuInfoPowerSource
@@ -36,7 +37,8 @@ from tests.fakes import fake_gcipuinfo
 from tests.fakes import fake_popart
 from tests.fakes import fake_poptorch
 
-POPART = fake_popart.make_module(ipus=2)  # a C2 card: two IPUs
+POPART = fake_popart.make_module(ipus=2)  # a C2 card: two IPUs, of the first generation
+POPART.configure(architecture="ipu1")
 fake_poptorch.configure(ipus=2, version=1)
 GCIPUINFO = fake_gcipuinfo.FakeGcIpuInfoModule(fake_gcipuinfo.c2_card(board_power="110.0 W"))
 
@@ -87,9 +89,7 @@ def pytest_sessionfinish(session):
 STUDY = "from benchmarks.test_resnext101_c2 import *  # noqa: F403 (the study, unchanged)\n"
 
 
-@pytest.fixture
-def c2_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> tuple[pytest.RunResult, dict]:
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+def _study(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_c2=STUDY)
     result = pytester.runpytest_subprocess(
@@ -100,11 +100,56 @@ def c2_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> tuple[
         "--ipu-warmup-rounds=1",
         "--ipu-idle=0",
         "--benchmark-json=c2.json",
-        "-k",
-        "2] or 12]",
+        *args,
     )
     data = json.loads((pytester.path / "c2.json").read_text()) if (pytester.path / "c2.json").exists() else {}
     return result, data
+
+
+@pytest.fixture
+def c2_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> tuple[pytest.RunResult, dict]:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    # One batch per call: the parity check runs (at the example's 200 it is left out).
+    return _study(pytester, "--c2-batches-per-step=1", "-k", "2] or 12]")
+
+
+def test_the_c2_study_runs_the_examples_configuration(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several batches per call and the example's memory proportion reach both backends' compiles."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    result, data = _study(pytester, "--c2-batches-per-step=3", "-k=ipu-2]")
+    result.assert_outcomes(passed=2)
+    records = {b["name"]: b["extra_info"]["ipu"] for b in data["benchmarks"]}
+    popart = records["test_resnext101_c2_popart[popart-ipu-2]"]
+    poptorch = records["test_resnext101_c2_poptorch[poptorch-ipu-2]"]
+    for record in (popart, poptorch):
+        assert record["batch_size"] == record["items_per_call"] == 2 * 3  # batch 2, three per call
+        assert record["parity"] is None  # checked at --c2-batches-per-step=1 only
+    for instance in popart["compile_info"]["instances"]:
+        info = instance["info"]
+        assert (info["batches_per_step"], info["micro_batch"]) == (3, 2)
+        assert info["available_memory_proportion"] == 0.3
+        assert info["available_memory_convs"] == 1  # the stand-in's one convolution
+        assert info["ipu_version"] == "ipu1"  # the C2 card's IPUs
+    for instance in poptorch["compile_info"]["instances"]:
+        info = instance["info"]
+        assert info["device_iterations"] == 3
+        assert info["options"]["available_memory_proportion"] == 0.3
+
+
+def test_the_memory_proportion_follows_the_example() -> None:
+    from benchmarks import test_resnext101_c2 as study
+
+    assert [study.memory_proportion(b) for b in (2, 4, 5, 6, 12)] == [0.3, 0.3, 0.26, 0.3, 0.3]
+    assert study.compile_options("popart", 5, 200) == {
+        "batches_per_step": 200,
+        "available_memory_proportion": 0.26,
+    }
+    assert study.compile_options("poptorch", 8, 1) == {
+        "device_iterations": 1,
+        "available_memory_proportion": 0.3,
+    }
 
 
 def test_the_c2_study_runs_end_to_end_against_the_fakes(

@@ -122,3 +122,81 @@ def test_instances_saving_into_one_storage_get_a_file_each(
         pytester.runpytest("--ipu-power=off", storage, "--benchmark-save=base").assert_outcomes(passed=2)
     saved = sorted(p.name.split("_", 1)[1] for p in (pytester.path / "store").rglob("*.json"))
     assert saved == ["base.instance-0-of-2.json", "base.instance-1-of-2.json"]
+
+
+# -- PopTorch under PopRun: independent models, each instance on the device PopDist gives it --------
+
+POPTORCH_CONFTEST = """
+import os
+
+import popdist
+import torch
+
+from pytest_ipu.backends.poptorch import PopTorchBackend
+from tests.fakes import fake_poptorch
+
+popdist.configure_from_environ(os.environ)
+fake_poptorch.reset()
+
+
+def pytest_ipu_make_backend(config, target):
+    # The backend finds popdist by importing it, as it would the SDK's.
+    if target.backend == "poptorch":
+        return PopTorchBackend(
+            target.backend, target.device, poptorch_module=fake_poptorch, torch_module=torch
+        )
+    return None
+"""
+
+POPTORCH_TESTS = """
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.fakes import fake_poptorch
+
+
+@pytest.mark.ipu(instances=2)
+def test_placed(ipu_placement):
+    Path("placed.json").write_text(json.dumps([p.device for p in ipu_placement.instances]))
+
+
+def test_compiled(ipu_compile):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4)).eval()
+    ipu_compile(model, (torch.zeros(4, 8),), precision="fp32")
+    used = fake_poptorch.executors[-1].options
+    Path("compiled.json").write_text(
+        json.dumps({"processes": used.Distributed.numProcesses, "ipu_id": used.ipu_id})
+    )
+"""
+
+
+def test_poptorch_instances_compile_independent_models_on_their_own_ipus(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("torch")
+    pytester.makepyfile(popdist=Path(fake_popdist.__file__).read_text())
+    pytester.makeconftest(POPTORCH_CONFTEST)
+    pytester.makepyfile(test_poptorch_work=POPTORCH_TESTS)
+    seen = []
+    for index in (0, 1):
+        # What PopRun sets in each instance: OpenMPI's rank and size, and (here, for the fake) popdist's.
+        monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+        monkeypatch.setenv("OMPI_COMM_WORLD_RANK", str(index))
+        monkeypatch.setenv(
+            fake_popdist.ENV, json.dumps({"instance_index": index, "num_instances": 2, "replicas_local": 2})
+        )
+        result = pytester.runpytest("--ipu-backend=poptorch:ipu", "--ipu-power=off", "-p", "no:randomly")
+        result.assert_outcomes(passed=2)
+        seen.append(
+            (_load(pytester.path / "placed.json"), _load(pytester.path / "compiled.json")),
+        )
+    # Each instance holds two of the four IPUs (two local replicas of one IPU): placement and a
+    # plain compile keep to them, and no model is compiled as part of a two-process graph.
+    assert seen == [
+        (["ipu:0", "ipu:1"], {"processes": 1, "ipu_id": 0}),
+        (["ipu:2", "ipu:3"], {"processes": 1, "ipu_id": 2}),
+    ]

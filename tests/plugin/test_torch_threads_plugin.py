@@ -11,6 +11,8 @@ import json
 
 import pytest
 
+from tests.unit.torch_versions import needs_catchable_interop_refusal
+
 BENCH = """
 import torch
 
@@ -50,6 +52,7 @@ def test_torch_threads_end_up_in_compile_info_and_machine_info(pytester: pytest.
     assert torch_cpu["threads_requested"] == {"intra_op": 1, "inter_op": 1}
 
 
+@needs_catchable_interop_refusal
 def test_an_interop_count_torch_no_longer_accepts_fails_the_test_in_one_line(
     pytester: pytest.Pytester,
 ) -> None:

@@ -105,7 +105,13 @@ def test_gcipuinfo_lists_ipus_boards_and_architecture(no_sdk: None) -> None:
         "source": "gcipuinfo",
         "simulator": False,
         "timing": "hardware",
-        "notes": [],
+        # No popart to list the multi-IPU devices: their ids are derived, and the notes say so.
+        "notes": [
+            ipu_inventory.DERIVED_IDS.format(
+                why="popart: not importable (ModuleNotFoundError: import of popart halted; "
+                "None in sys.modules)"
+            )
+        ],
     }
     json.dumps(found.as_json())  # plain JSON
 
@@ -138,6 +144,67 @@ def test_gcipuinfo_failure_falls_through_to_popart_with_a_note(no_sdk: None) -> 
         "boards unknown: popart does not report board serials",
     )
     assert found.placement_inventory().board_of == {}
+
+
+def test_popart_names_the_architecture_from_ipu_version_not_version(no_sdk: None) -> None:
+    # DeviceInfo.version is the driver version, "<unknown-ipu-unattached>" on these unattached
+    # devices; ipuVersion is the architecture.
+    popart = fake_popart.make_module(ipus=2)
+    popart.configure(architecture="ipu1")
+    assert [d.version for d in popart.DeviceManager().enumerateDevices()] == ["<unknown-ipu-unattached>"] * 2
+    found = ipu_inventory.discover(popart_module=popart)
+    assert isinstance(found, IpuInventory)
+    assert found.ipus == (IpuInfo(0, "ipu1"), IpuInfo(1, "ipu1"))
+    assert found.architecture == "ipu1"
+
+
+@pytest.mark.parametrize("source", ["popart", "gcipuinfo"])
+def test_multi_ipu_device_ids_are_read_from_enumerate_devices(no_sdk: None, source: str) -> None:
+    # The fake numbers its multi-IPU devices from 100, unlike the derived numbering (4, 5, 6 on 4
+    # IPUs): the ids must come from the SDK's listing and each device's driverIds.
+    popart = fake_popart.make_module(ipus=4)
+    popart.configure(multi_id_base=100)
+    gc = fake_gcipuinfo.FakeGcIpuInfoModule(
+        fake_gcipuinfo.c2_card("SER-A", 0) + fake_gcipuinfo.c2_card("SER-B", 2)
+    )
+    found = ipu_inventory.discover(
+        gcipuinfo_module=gc if source == "gcipuinfo" else None, popart_module=popart
+    )
+    assert isinstance(found, IpuInventory)
+    assert found.source == source
+    manager = popart.DeviceManager()
+    listed = {tuple(d.driverIds): d.id for n in (2, 4) for d in manager.enumerateDevices(numIpus=n)}
+    assert listed == {(0, 1): 100, (2, 3): 101, (0, 1, 2, 3): 102}
+    assert {group: found.multi_device_id(group) for group in listed} == listed
+    assert found.multi_device_id((3,)) == 3
+    assert not any("derived" in note for note in found.notes)
+
+
+def test_a_group_the_sdk_does_not_list_is_refused(no_sdk: None) -> None:
+    found = ipu_inventory.discover(popart_module=fake_popart.make_module(ipus=2))
+    assert isinstance(found, IpuInventory)
+    with pytest.raises(ValueError, match=r"^multi_device_id\(\(0, 1, 2, 3\)\): IPU id\(s\) 2, 3 are not"):
+        found.multi_device_id((0, 1, 2, 3))
+    empty_table = IpuInventory(found.ipus, "popart", devices=(((0, 1, 2, 3), 9),))
+    with pytest.raises(ValueError, match=r"the SDK lists no device made of IPUs \(0, 1\) \(its multi-IPU"):
+        empty_table.multi_device_id((0, 1))
+
+
+def test_without_popart_the_derived_ids_are_labelled(no_sdk: None) -> None:
+    gc = fake_gcipuinfo.FakeGcIpuInfoModule(fake_gcipuinfo.c2_card())
+    found = ipu_inventory.discover(gcipuinfo_module=gc)
+    assert isinstance(found, IpuInventory)
+    assert found.devices == ()
+    assert found.multi_device_id((0, 1)) == 2
+    assert found.notes[-1].startswith("multi-IPU device ids derived from gc-info -l's numbering")
+
+
+def test_an_inventory_of_the_documented_c2_order_keeps_each_ids_board_index(no_sdk: None) -> None:
+    gc = fake_gcipuinfo.FakeGcIpuInfoModule(fake_gcipuinfo.c2_card_as_documented("SER-A"))
+    found = ipu_inventory.discover(gcipuinfo_module=gc)
+    assert isinstance(found, IpuInventory)
+    assert found.ipus == (IpuInfo(0, "ipu1", "C2", "SER-A", 1), IpuInfo(1, "ipu1", "C2", "SER-A", 0))
+    assert found.placement_inventory().board_of == {0: "SER-A", 1: "SER-A"}
 
 
 def test_gcipuinfo_with_an_unusable_id_hands_over(no_sdk: None) -> None:
@@ -212,7 +279,9 @@ def test_popart_after_onnx_is_reported_not_raised(monkeypatch: pytest.MonkeyPatc
 
 def test_popart_imported_lazily_when_onnx_is_absent(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "gcipuinfo", None)
-    monkeypatch.delitem(sys.modules, "popart", raising=False)
+    # Recorded as absent first, so that the fake popart that discover imports is removed afterwards.
+    monkeypatch.setitem(sys.modules, "popart", None)
+    monkeypatch.delitem(sys.modules, "popart")
     monkeypatch.delitem(sys.modules, "onnx", raising=False)
     finder = fake_popart.PopartFinder(fake_popart.make_module(ipus=4))
     monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])

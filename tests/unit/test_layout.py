@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
     "pytest_ipu.gating": 3,
     "pytest_ipu.repeats": 3,
     "pytest_ipu.cli": 3,
+    "pytest_ipu.doctor": 3,
     "pytest_ipu.ab_runner": 3,
 }
 #: Layers allowed to import pytest.

@@ -7,6 +7,7 @@ Small models only: each export takes about a second. Models exported once are sh
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import stat
@@ -17,17 +18,38 @@ import pytest
 
 from pytest_ipu.backends import onnx_export
 from pytest_ipu.backends.onnx_export import DEFAULT_OPSET
+from pytest_ipu.backends.onnx_export import DYNAMO_MIN_OPSET
 from pytest_ipu.backends.onnx_export import ExportedModel
 from pytest_ipu.backends.onnx_export import ExportError
 from pytest_ipu.backends.onnx_export import ExportOptions
 from pytest_ipu.results import atomic
+from tests.unit.torch_versions import NO_CPU_FP16
+from tests.unit.torch_versions import cpu_runs_fp16
+from tests.unit.torch_versions import has_dynamo_exporter
+from tests.unit.torch_versions import torch_version
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
-pytest.importorskip("onnxscript")  # torch.onnx's exporter needs it
+if onnx_export.exporter(DEFAULT_OPSET) == onnx_export.DYNAMO:
+    pytest.importorskip("onnxscript")  # torch.onnx's dynamo exporter needs it; TorchScript's does not
 
-FP16 = ExportOptions(precision="fp16")
+#: The opset of the round trips: the default, or 17 where torch has only its TorchScript exporter,
+#: which in torch 2.0 writes opset-17 Reduce ops into opset 18 (ReduceMean's ``axes`` attribute, an
+#: input from opset 18 on) and fails the ONNX checker.
+OPSET = DEFAULT_OPSET if onnx_export.exporter(DEFAULT_OPSET) == onnx_export.DYNAMO else 17
+FP32 = ExportOptions(opset=OPSET)
+FP16 = ExportOptions(opset=OPSET, precision="fp16")
+
+
+#: Whether fp16 models export here: the TorchScript exporter runs the model to trace it, the dynamo
+#: exporter does not.
+FP16_EXPORTS = onnx_export.exporter(DEFAULT_OPSET) == onnx_export.DYNAMO or cpu_runs_fp16()
+needs_cpu_fp16 = pytest.mark.skipif(
+    not FP16_EXPORTS,
+    reason=f"{NO_CPU_FP16} (the TorchScript exporter runs the fp16 model to trace it)",
+)
+PRECISIONS = ["fp32", pytest.param("fp16", marks=needs_cpu_fp16)]
 #: Largest allowed error relative to the largest reference magnitude, per precision.
 REL_TOL = {"fp32": 1e-5, "fp16": 1e-2}
 
@@ -70,6 +92,23 @@ MODELS = {
 }
 
 
+#: Whether the transformer exports here: torch's TransformerEncoderLayer branches on tensor values,
+#: which the TorchScript exporter's tracer warns about (a TracerWarning, an error under this suite's
+#: warning filter); the dynamo exporter does not trace.
+TRANSFORMER_EXPORTS = onnx_export.exporter(DEFAULT_OPSET) == onnx_export.DYNAMO
+MODEL_NAMES = [
+    "conv",
+    pytest.param(
+        "transformer",
+        marks=pytest.mark.skipif(
+            not TRANSFORMER_EXPORTS,
+            reason="needs torch >= 2.5 (the dynamo exporter): tracing torch's TransformerEncoderLayer "
+            "warns (TracerWarning), an error under this suite's warning filter",
+        ),
+    ),
+]
+
+
 def _session(path: Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
@@ -84,7 +123,9 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], t
     cache = tmp_path_factory.mktemp("onnx-cache")
     out = {}
     for name, (factory, shape, _) in MODELS.items():
-        for options in (ExportOptions(), FP16):
+        if name == "transformer" and not TRANSFORMER_EXPORTS:
+            continue
+        for options in (FP32, FP16) if FP16_EXPORTS else (FP32,):
             torch.manual_seed(1)
             out[name, options.precision] = (
                 onnx_export.export(factory(), (torch.randn(shape),), cache, options),
@@ -96,8 +137,8 @@ def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], t
 # -- round trips --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("name", MODEL_NAMES)
 def test_round_trip_at_another_batch_size_matches_torch_eager(exports, name, precision):
     exported, _ = exports[name, precision]
     factory, example_shape, other_shape = MODELS[name]
@@ -135,6 +176,8 @@ def test_recorded_sha256_and_metadata_describe_the_file(exports):
     assert exported.path.parent == cache
 
 
+@needs_cpu_fp16
+@pytest.mark.skipif(not TRANSFORMER_EXPORTS, reason="needs torch >= 2.5 (the dynamo exporter)")
 def test_the_cache_dir_holds_one_onnx_and_one_json_per_export_and_nothing_else(exports):
     (_, cache), *_ = exports.values()
     stems = {exported.path.stem for exported, _ in exports.values()}
@@ -145,8 +188,8 @@ def test_the_cache_dir_holds_one_onnx_and_one_json_per_export_and_nothing_else(e
 # -- the cache -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
-@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("precision", PRECISIONS)
+@pytest.mark.parametrize("name", MODEL_NAMES)
 def test_a_second_export_is_a_cache_hit_without_exporting(exports, monkeypatch, name, precision):
     exported, cache = exports[name, precision]
     factory, _, other_shape = MODELS[name]
@@ -156,7 +199,7 @@ def test_a_second_export_is_a_cache_hit_without_exporting(exports, monkeypatch, 
 
     monkeypatch.setattr(torch.onnx, "export", no_export)
     # Another object with the same content, and another batch size: the same key.
-    options = ExportOptions(precision=precision)
+    options = ExportOptions(opset=OPSET, precision=precision)
     again = onnx_export.export(factory(), (torch.randn(other_shape),), cache, options)
     assert again.cached is True
     assert again.export_s == 0.0
@@ -414,6 +457,7 @@ def test_an_exception_merely_raised_while_handling_another_is_still_an_export_er
         onnx_export.export(tiny(), (torch.randn(2, 4),), tmp_path)
 
 
+@needs_cpu_fp16
 def test_fp16_export_into_a_new_directory_leaves_the_callers_model_and_no_temporaries(tmp_path):
     model = tiny().train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -530,5 +574,93 @@ def test_the_file_has_the_opset_asked_for_and_a_dynamic_batch(tmp_path, opset):
     assert x_input.name == exported.input_names[0]
     assert isinstance(x_input.shape[0], str)
     x = torch.randn(7, 4)
+    (out,) = session.run(None, {x_input.name: x.numpy()})
+    np.testing.assert_allclose(out, model(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+# -- which of torch's exporters ---------------------------------------------------------------------------
+
+
+def test_the_dynamo_exporter_writes_from_opset_18_where_this_torch_has_it():
+    """Checked against torch's version number; the plugin asks torch's functions (torch 2.5 added
+    ``dynamo=`` to ``torch.onnx.export``; torch 2.0.1, PopTorch 3.4's, has only TorchScript's)."""
+    assert onnx_export.exporter(11) == onnx_export.TORCHSCRIPT  # PopART's opset, on every torch
+    assert onnx_export.exporter(DYNAMO_MIN_OPSET - 1) == onnx_export.TORCHSCRIPT
+    newest = onnx_export.DYNAMO if has_dynamo_exporter() else onnx_export.TORCHSCRIPT
+    assert onnx_export.exporter(DYNAMO_MIN_OPSET) == onnx_export.exporter(DEFAULT_OPSET) == newest
+
+
+def test_torch_2_0_1_has_no_dynamo_exporter_to_use():
+    """What the plugin relies on in PopTorch 3.4's environment, checked on the torch installed there."""
+    if torch_version() != (2, 0):
+        pytest.skip(f"checks torch 2.0.x itself; this torch is {torch.__version__}")
+    assert "dynamo" not in inspect.signature(torch.onnx.export).parameters
+    assert not hasattr(torch, "export")
+
+
+class _Unreachable:
+    """Stands for ``torch.export``, which torch 2.0.1 does not have: any use of it fails the test."""
+
+    def __getattr__(self, name: str) -> object:
+        pytest.fail(f"torch.export.{name} was reached on a torch without torch.export")
+
+
+@pytest.mark.parametrize("opset", [11, DEFAULT_OPSET])
+def test_a_torch_without_the_dynamo_exporter_is_called_as_torch_2_0_1_is(tmp_path, monkeypatch, opset):
+    """torch 2.0.1's ``torch.onnx.export``: no ``dynamo`` (a TypeError if passed), no ``torch.export``;
+    every opset is written by the TorchScript exporter, with a dynamic batch."""
+    real = torch.onnx.export
+    real_torch_export = getattr(torch, "export", None)
+    calls = []
+
+    def export_2_0_1(  # torch 2.0.1's parameters, as torch/onnx/utils.py declares them
+        model,
+        args,
+        f,
+        export_params=True,
+        verbose=False,
+        training=None,
+        input_names=None,
+        output_names=None,
+        operator_export_type=None,
+        opset_version=None,
+        do_constant_folding=True,
+        dynamic_axes=None,
+        keep_initializers_as_inputs=None,
+        custom_opsets=None,
+        export_modules_as_functions=False,
+    ):
+        calls.append(
+            {"input_names": input_names, "dynamic_axes": dynamic_axes, "opset_version": opset_version}
+        )
+        # The torch installed here writes the file, told to trace where it would otherwise use dynamo,
+        # with its own torch.export back in place: newer exporters use it internally.
+        newer = {"dynamo": False} if "dynamo" in inspect.signature(real).parameters else {}
+        with monkeypatch.context() as inside:
+            if real_torch_export is not None:
+                inside.setattr(torch, "export", real_torch_export)
+            real(
+                model,
+                args,
+                f,
+                input_names=input_names,
+                dynamic_axes=dynamic_axes,
+                opset_version=opset_version,
+                **newer,
+            )
+
+    monkeypatch.setattr(torch.onnx, "export", export_2_0_1)
+    monkeypatch.setattr(torch, "export", _Unreachable(), raising=False)
+    assert onnx_export.exporter(opset) == onnx_export.TORCHSCRIPT
+    model = tiny()
+    exported = onnx_export.export(model, (torch.randn(2, 4),), tmp_path, ExportOptions(opset=opset))
+    assert calls == [
+        {"input_names": ["input_0"], "dynamic_axes": {"input_0": {0: "batch"}}, "opset_version": opset}
+    ]
+    assert exported.opset == opset
+    session = _session(exported.path)
+    (x_input,) = session.get_inputs()
+    assert isinstance(x_input.shape[0], str)
+    x = torch.randn(5, 4)
     (out,) = session.run(None, {x_input.name: x.numpy()})
     np.testing.assert_allclose(out, model(x).detach().numpy(), rtol=1e-5, atol=1e-6)

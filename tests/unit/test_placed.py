@@ -160,3 +160,24 @@ def test_backends_without_inventory_share_their_device_between_instances() -> No
 def test_replicas_and_stages_need_an_ipu_backend() -> None:
     with pytest.raises(CompileError, match="is not an IPU backend; use a poptorch or popart target"):
         placed.plan(StubBackend("torch", "cpu"), _req(stages=2), {}, _for)  # type: ignore[arg-type]
+
+
+def test_under_poprun_placement_keeps_to_the_instances_ipus_and_says_so() -> None:
+    from pytest_ipu.placement import poprun
+    from pytest_ipu.placement.inventory import IpuInfo
+    from pytest_ipu.placement.inventory import IpuInventory
+
+    machine = IpuInventory(tuple(IpuInfo(i, "ipu2") for i in range(8)), "test")
+    instance = poprun.PopRunInstance(1, 2, 1, 2, 4, 2)  # instance 1 of 2: two replicas of two IPUs
+    device = poprun.PopRunDevice(instance, machine.multi_device_id((4, 5, 6, 7)), (4, 5, 6, 7))
+    backend = PlacedStub("poptorch", "ipu", poprun.instance_inventory(machine, device))
+    plan = placed.plan(backend, _req(instances=2, replicas=2), {}, _for)  # type: ignore[arg-type]
+    # The pairs {4, 5} and {6, 7}, numbered over the whole machine (pairs are 8-11 on 8 IPUs).
+    assert [p.device for p in plan.instances] == ["ipu:10", "ipu:11"]
+    assert [p.ipu_ids for p in plan.instances] == [(4, 5), (6, 7)]
+    assert plan.placement.as_json()["inventory"]["count"] == 8
+    with pytest.raises(BackendUnavailable) as exc:
+        placed.plan(backend, _req(instances=3, replicas=2), {}, _for)  # type: ignore[arg-type]
+    assert "the ipu (PopRun instance 1 of 2, device 13) inventory has 4 IPUs, ids [4, 5, 6, 7]" in str(
+        exc.value
+    )

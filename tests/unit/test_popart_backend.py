@@ -4,18 +4,22 @@ torch eager, the batch layout, options as the SDK receives them, the error messa
 acquisition in the 2.x and 3.x behaviours, closing, and the import order popart needs.
 
 The Poplar SDK cannot be installed here; ``test_the_popart_api_the_backend_uses`` also runs against the
-real ``popart`` where one is importable (it skips otherwise).
+real ``popart`` where one is importable (it skips otherwise), in a fresh interpreter that imports
+popart before this module imports onnx.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.util
 import io
 import json
+import subprocess
 import sys
 import types
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,6 +35,9 @@ from tests.fakes import fake_popart
 from tests.unit.small_net import eager as _eager
 from tests.unit.small_net import inputs as _inputs
 from tests.unit.small_net import small_net
+from tests.unit.torch_versions import NO_CPU_FP16
+from tests.unit.torch_versions import cpu_runs_fp16
+from tests.unit.torch_versions import torchscript_exporter
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
@@ -57,7 +64,7 @@ def _torchscript_onnx(model, inputs, precision: str = "fp32", opset: int = 11, d
             module,
             args,
             f,
-            dynamo=False,
+            **torchscript_exporter(),
             opset_version=opset,
             input_names=names,
             output_names=["y"],
@@ -127,11 +134,14 @@ def test_a_torch_model_exported_and_run_equals_torch_eager_in_fp32(backend, fake
     compiled.close()
 
 
-def test_a_torch_model_in_fp16_is_exported_in_fp16_and_close_to_eager(backend, fake, opset11_exporter):
+def test_a_torch_model_in_fp16_is_exported_in_fp32_and_converted_as_the_example_does(
+    backend, fake, opset11_exporter
+):
     x = _inputs(4)
     compiled = backend.compile(small_net(), (x,), "fp16", {})
-    assert opset11_exporter[0].precision == "fp16"
-    assert compiled.info["fp16_conversion"] == "export"
+    # fp32 export, then PopART's converter (Graphcore's ResNeXt example; torch 2.0.1 cannot trace fp16).
+    assert opset11_exporter[0].precision == "fp32"
+    assert compiled.info["fp16_conversion"] == "GraphTransformer.convertFloatsToHalfs"
     (prepared,) = compiled.prepare_inputs((x,))
     assert prepared.dtype == np.float16
     (out,) = compiled.run(prepared)
@@ -162,9 +172,16 @@ def test_the_compile_reports_its_phases_and_facts(backend, opset11_exporter):
         "fp16_conversion": None,
         "engine_cache": None,
         "device_id": 0,
+        "batches_per_step_from": "default",
+        "available_memory_proportion": None,
+        "available_memory_convs": None,
+        # the architecture, and the driver version an attached IPU reports (not the architecture)
+        "ipu_version": "ipu2",
+        "driver_version": fake_popart.DRIVER_VERSION,
     }
     json.dumps(dict(compiled.info))  # plain JSON
-    assert dict(compiled.options) == dict(OPTIONS)
+    # batches_per_step's default (None) resolves to 1 without pipelining
+    assert dict(compiled.options) == {**OPTIONS, "batches_per_step": 1}
     compiled.close()
 
 
@@ -222,6 +239,7 @@ def test_an_fp32_onnx_model_in_fp16_goes_through_the_graph_transformer(backend, 
     compiled.close()
 
 
+@pytest.mark.skipif(not cpu_runs_fp16(), reason=NO_CPU_FP16)
 def test_an_fp16_onnx_model_asked_for_in_fp32_names_both(backend, fake):
     fp16 = _torchscript_onnx(small_net(), (_inputs(2),), "fp16")
     with pytest.raises(CompileError) as excinfo:
@@ -232,6 +250,7 @@ def test_an_fp16_onnx_model_asked_for_in_fp32_names_both(backend, fake):
     )
 
 
+@pytest.mark.skipif(not cpu_runs_fp16(), reason=NO_CPU_FP16)
 def test_an_fp16_onnx_model_runs_in_fp16(backend, fake):
     fp16 = _torchscript_onnx(small_net(), (_inputs(2),), "fp16")
     x = _inputs(2)
@@ -247,7 +266,7 @@ def test_an_onnx_model_at_a_newer_opset_is_refused_before_any_ipu_is_taken(backe
         backend.compile(newer, (_inputs(2),), "fp32", {})
     assert str(excinfo.value) == (
         "the ONNX model bytes uses ONNX opset 13, and PopART 3.x imports opsets 6 to 11 only; export it at "
-        "opset 11 (torch.onnx.export(..., dynamo=False, opset_version=11))"
+        "opset 11 (torch.onnx.export(..., opset_version=11), with dynamo=False on torch 2.5 and newer)"
     )
     assert fake.system.events == []
 
@@ -272,7 +291,7 @@ def test_a_model_with_two_inputs_and_two_outputs(backend):
             model,
             (x, y),
             f,
-            dynamo=False,
+            **torchscript_exporter(),
             opset_version=11,
             input_names=["x", "y"],
             output_names=["zz", "aa"],  # sorted differently: outputs keep the model's order
@@ -421,6 +440,69 @@ def test_virtual_graphs_and_pipelining_over_two_ipus(backend, fake, onnx_bytes):
     compiled.close()
 
 
+def test_pipelining_defaults_batches_per_step_to_the_stages_and_says_so(backend, fake, onnx_bytes):
+    # PopART refuses fewer batches per step than pipeline stages; the default is the fewest it takes.
+    options = {"ipus": 2, "virtual_graph_mode": "auto", "pipelining": True}
+    x = _inputs(4)
+    compiled = backend.compile(onnx_bytes, (x,), "fp32", options)
+    assert _session(fake).dataflow.batchesPerStep() == 2
+    assert (compiled.info["batches_per_step"], compiled.info["micro_batch"]) == (2, 2)
+    assert compiled.info["batches_per_step_from"] == "default: the 2 pipeline stages"
+    assert compiled.options["batches_per_step"] == 2
+    np.testing.assert_allclose(_run(compiled, x)[0], _eager(x), rtol=1e-5, atol=1e-6)
+    compiled.close()
+
+
+def test_manual_pipeline_stages_are_counted_from_the_models_annotations(backend, fake, onnx_bytes):
+    builder = fake.Builder(onnx_bytes)
+    for tid, stage in (("/conv/Conv_output_0", 0), ("/Relu_output_0", 1), ("y", 2)):
+        builder.virtualGraph(tid, min(stage, 1))
+        builder.pipelineStage(tid, stage)
+    options = {"ipus": 2, "virtual_graph_mode": "manual", "pipelining": True}
+    with pytest.raises(CompileError) as excinfo:
+        backend.compile(builder.getModelProto(), (_inputs(4),), "fp32", {**options, "batches_per_step": 2})
+    assert str(excinfo.value) == (
+        "popart option batches_per_step=2 for bytes is fewer than the model's 3 annotated pipeline stages; "
+        "PopART needs at least one batch per stage to fill the pipeline: pass batches_per_step=3 or more"
+    )
+    assert not any(e.startswith("acquire") for e in fake.system.events)
+    compiled = backend.compile(
+        builder.getModelProto(), (_inputs(3),), "fp32", {**options, "batches_per_step": 3}
+    )
+    assert _session(fake).dataflow.batchesPerStep() == 3
+    compiled.close()
+
+
+def _conv_memory(model: bytes) -> dict[str, float]:
+    """Each Conv node's first output and its ``__available_memory`` attribute (absent: no entry)."""
+    import onnx
+
+    graph = onnx.load_from_string(model).graph
+    return {
+        node.output[0]: a.f
+        for node in graph.node
+        if node.op_type == "Conv"
+        for a in node.attribute
+        if a.name == fake_popart.AVAILABLE_MEMORY_ATTRIBUTE
+    }
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_available_memory_proportion_is_set_on_every_convolution(backend, fake, onnx_bytes, precision):
+    compiled = backend.compile(onnx_bytes, (_inputs(2),), precision, {"available_memory_proportion": 0.3})
+    memory = _conv_memory(_session(fake).model_bytes)
+    assert list(memory) == ["/conv/Conv_output_0"]
+    assert memory["/conv/Conv_output_0"] == pytest.approx(0.3)
+    assert (compiled.info["available_memory_proportion"], compiled.info["available_memory_convs"]) == (0.3, 1)
+    compiled.close()
+
+
+def test_without_available_memory_proportion_the_model_is_left_alone(backend, fake, onnx_bytes):
+    compiled = backend.compile(onnx_bytes, (_inputs(2),), "fp32", {})
+    assert _conv_memory(_session(fake).model_bytes) == {}
+    compiled.close()
+
+
 def test_manual_virtual_graphs_use_the_models_annotations(backend, fake, onnx_bytes):
     builder = fake.Builder(onnx_bytes)
     for tid, ipu in (("/conv/Conv_output_0", 0), ("y", 1)):
@@ -519,6 +601,32 @@ def no_export(monkeypatch):
             "replicated_graphs=2 = 4; a PopART call takes micro_batch x batches_per_step x replicated_graphs "
             "items: pass a leading dimension that is a positive multiple of 4",
         ),
+        (
+            {"ipus": 2, "virtual_graph_mode": "auto", "pipelining": True, "batches_per_step": 1},
+            "popart option batches_per_step=1 for SmallNet is fewer than the 2 pipeline stages (pipelining "
+            "over ipus=2); PopART needs at least one batch per stage to fill the pipeline: pass "
+            "batches_per_step=2 or more, or leave it unset",
+        ),
+        (
+            {"available_memory_proportion": 0},
+            "popart option available_memory_proportion=0 for SmallNet; use a number in (0, 1] (Graphcore's "
+            "ResNeXt-101 example uses 0.3) or None for PopART's default",
+        ),
+        (
+            {"available_memory_proportion": 1.5},
+            "popart option available_memory_proportion=1.5 for SmallNet; use a number in (0, 1] (Graphcore's "
+            "ResNeXt-101 example uses 0.3) or None for PopART's default",
+        ),
+        (
+            {"available_memory_proportion": "0.3"},
+            "popart option available_memory_proportion='0.3' for SmallNet; use a number in (0, 1] "
+            "(Graphcore's ResNeXt-101 example uses 0.3) or None for PopART's default",
+        ),
+        ({"ipu_model_tiles": 0}, "popart option ipu_model_tiles=0 for SmallNet; use a positive integer"),
+        (
+            {"ipu_model_version": "ipu3"},
+            "popart option ipu_model_version='ipu3' for SmallNet; use one of 'ipu1', 'ipu2', 'ipu21'",
+        ),
     ],
     ids=[
         "unknown",
@@ -538,6 +646,12 @@ def no_export(monkeypatch):
         "replicas-3",
         "batch-bps",
         "batch-replicas",
+        "bps-below-stages",
+        "memory-zero",
+        "memory-above-one",
+        "memory-string",
+        "model-tiles",
+        "model-version",
     ],
 )
 def test_bad_options_are_compile_errors_naming_them(backend, fake, options, message):
@@ -721,6 +835,55 @@ def test_the_ipu_model_simulator(onnx_bytes, tmp_path):
     assert "ipu model 2" in fake.system.events
     assert _session(fake).device.type == fake.DeviceType.IpuModel
     np.testing.assert_allclose(_run(compiled, x)[0], _eager(x), rtol=1e-5, atol=1e-6)
+    compiled.close()
+
+
+def _large_onnx(features: int = 1024) -> bytes:
+    """``y = x @ W`` with a float32 ``W`` of ``features``**2 weights (4 MiB at 1024): more than the
+    IPU Model's default 4 tiles hold."""
+    import onnx
+    from onnx import TensorProto
+    from onnx import helper
+    from onnx import numpy_helper
+
+    weight = numpy_helper.from_array(np.full((features, features), 0.001, np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "large",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", features])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], ir_version=7)
+    onnx.checker.check_model(model)
+    return bytes(model.SerializeToString())
+
+
+def test_the_ipu_model_has_a_real_ipus_tiles_and_architecture(tmp_path):
+    fake = fake_popart.make_module(ipus=0)
+    backend = PopArtBackend(device="ipu-model", cache_dir=tmp_path, popart_module=fake)
+    x = np.ones((2, 1024), np.float32)
+    compiled = backend.compile(_large_onnx(), (x,), "fp32", {})
+    device = _session(fake).device
+    assert (device.tilesPerIPU, device.ipuVersion) == (1472, "ipu2")
+    assert (compiled.info["ipu_model_tiles"], compiled.info["ipu_model_version"]) == (1472, "ipu2")
+    assert (compiled.info["ipu_version"], compiled.info["driver_version"]) == ("ipu2", None)
+    compiled.close()
+    # PopART's own default, 4 tiles, cannot hold this model: the option chooses it to show that.
+    with pytest.raises(CompileError, match=r"^PopART ran out of IPU memory compiling bytes: Out of memory"):
+        backend.compile(_large_onnx(), (x,), "fp32", {"ipu_model_tiles": 4, "ipu_model_version": "ipu1"})
+    assert (_session(fake).device.tilesPerIPU, _session(fake).device.ipuVersion) == (4, "ipu1")
+
+
+def test_the_device_name_gives_the_architecture_not_the_driver_version(fake, onnx_bytes, tmp_path):
+    fake.configure(architecture="ipu1")
+    backend = PopArtBackend(device="ipu", cache_dir=tmp_path, popart_module=fake)
+    compiled = backend.compile(onnx_bytes, (_inputs(2),), "fp32", {})
+    assert compiled.device_name == "Graphcore ipu1 (device 0, 1 IPU)"
+    assert (compiled.info["ipu_version"], compiled.info["driver_version"]) == (
+        "ipu1",
+        fake_popart.DRIVER_VERSION,
+    )
     compiled.close()
 
 
@@ -927,7 +1090,9 @@ def test_describe_is_plain_json(backend):
                 "id": i,
                 "numIpus": 1,
                 "tilesPerIPU": 1472,
-                "version": "ipu2",
+                "ipuVersion": "ipu2",
+                # unattached: PopART knows no driver version yet
+                "version": "<unknown-ipu-unattached>",
                 "type": "DeviceType.Ipu",
                 "isAttached": False,
             }
@@ -1004,6 +1169,107 @@ def test_the_fake_session_lifecycle_checks(fake, onnx_bytes, tmp_path):
         session.run(stepio)
 
 
+def _pipelined_session(fake, model: bytes, bps: int, mode: str = "Auto"):
+    """A pipelined session over two IPUs (which are given back whatever happens)."""
+    options = fake.SessionOptions()
+    options.virtualGraphMode = getattr(fake.VirtualGraphMode, mode)
+    options.enablePipelining = True
+    device = fake.DeviceManager().tryAcquireAvailableDevice(2)
+    try:
+        return fake.InferenceSession(
+            fnModel=model,
+            dataFlow=fake.DataFlow(bps, {"y": fake.AnchorReturnType("ALL")}),
+            deviceInfo=device,
+            userOptions=options,
+        )
+    finally:
+        device.detach()
+
+
+def test_the_fake_refuses_fewer_batches_per_step_than_pipeline_stages(fake):
+    fixed = _torchscript_onnx(small_net(), (_inputs(1),), dynamic=False)
+    with pytest.raises(
+        fake.popart_exception,
+        match=r"^For pipelining, depth \(batchesPerStep\) must equal at least the number of pipeline "
+        r"stages \(2\)$",
+    ):
+        _pipelined_session(fake, fixed, 1)
+    assert _pipelined_session(fake, fixed, 2).dataflow.batchesPerStep() == 2
+    # Annotated stages count, not IPUs: three stages over two IPUs need three batches per step.
+    builder = fake.Builder(fixed)
+    for tid, stage in (("/conv/Conv_output_0", 0), ("/Relu_output_0", 1), ("y", 2)):
+        builder.virtualGraph(tid, min(stage, 1))
+        builder.pipelineStage(tid, stage)
+    with pytest.raises(fake.popart_exception, match=r"pipeline stages \(3\)$"):
+        _pipelined_session(fake, builder.getModelProto(), 2, "Manual")
+
+
+def test_the_fake_prints_virtual_graph_modes_as_cpp_does(fake, onnx_bytes):
+    fixed = _torchscript_onnx(small_net(), (_inputs(1),), dynamic=False)
+    with pytest.raises(
+        fake.popart_exception, match=r"not be VirtualGraphMode::Off \(currently VirtualGraphMode::Off\)\.$"
+    ):
+        _pipelined_session(fake, fixed, 2, "Off")
+
+
+def test_the_fake_builder_sets_available_memory_as_popart_does(fake, onnx_bytes):
+    builder = fake.Builder(onnx_bytes)
+    for bad in (0.0, 1.5, -0.1):
+        with pytest.raises(fake.popart_exception, match=r"^availableMemoryProportion must be in \(0,1\]$"):
+            builder.setAvailableMemoryProportion("/conv/Conv_output_0", bad)
+    builder.setAvailableMemoryProportion("/conv/Conv_output_0", 0.6)
+    builder.setAvailableMemoryProportion({"/conv/Conv_output_0"}, 0.3)  # the set overload; replaces
+    assert _conv_memory(builder.getModelProto()) == {"/conv/Conv_output_0": pytest.approx(0.3)}
+    import onnx
+
+    (conv,) = [n for n in onnx.load_from_string(builder.getModelProto()).graph.node if n.op_type == "Conv"]
+    assert [a.name for a in conv.attribute].count(fake_popart.AVAILABLE_MEMORY_ATTRIBUTE) == 1
+
+
+def test_the_fake_device_versions_are_the_sdks(fake):
+    manager = fake.DeviceManager()
+    (listed,) = manager.enumerateDevices(numIpus=2)
+    assert (listed.version, listed.ipuVersion) == ("<unknown-ipu-unattached>", "ipu2")
+    assert repr(listed) == (
+        "Device Type:ipu Connection Type:Always Id:2 Version:<unknown-ipu-unattached> NumIPUs:2 "
+        "NumTilesPerIPU:1472 DeviceIds: {0,1}"
+    )
+    device = manager.tryAcquireAvailableDevice(1)
+    assert (device.version, device.ipuVersion) == (fake_popart.DRIVER_VERSION, "ipu2")
+    device.detach()
+    model = manager.createIpuModelDevice({"ipuVersion": "ipu21"})
+    assert (model.version, model.ipuVersion, model.tilesPerIPU) == ("ipu21", "ipu21", 4)
+    assert repr(model).startswith("Device Type:ipu-model ")
+    assert manager.createCpuDevice().version == "<unknown-cpu>"
+    offline = manager.createOfflineIPUDevice({"numIPUs": 2})
+    assert (offline.version, offline.driverIds) == ("<offline-ipu>", [0])
+    assert repr(offline).startswith("Device Type:offline-ipu Connection Type:Never ")
+    with pytest.raises(fake.popart_exception, match=r"^Cannot attach to offline device$"):
+        offline.attach()
+    with pytest.raises(fake.popart_exception, match=r"^Cannot detach from offline device$"):
+        offline.detach()
+
+
+def test_the_fake_ipu_model_with_4_tiles_refuses_a_model_too_big_for_it(fake):
+    import onnx
+
+    def session(features: int, device):
+        model = onnx.load_from_string(_large_onnx(features))
+        for vi in (*model.graph.input, *model.graph.output):
+            vi.type.tensor_type.shape.dim[0].dim_value = 1
+        return fake.InferenceSession(
+            fnModel=model.SerializeToString(),
+            dataFlow=fake.DataFlow(1, {"y": fake.AnchorReturnType("ALL")}),
+            deviceInfo=device,
+        )
+
+    manager = fake.DeviceManager()
+    with pytest.raises(fake.OutOfMemoryException, match=r"^Out of memory: Cannot fit all variable data"):
+        session(1024, manager.createIpuModelDevice({})).prepareDevice()  # 4 MiB of weights, 4 tiles
+    session(256, manager.createIpuModelDevice({})).prepareDevice()  # 256 KiB fits
+    session(1024, manager.createIpuModelDevice({"tilesPerIPU": 1472})).prepareDevice()
+
+
 def test_the_fake_rejects_opsets_popart_has_no_tables_for(fake):
     newer = _torchscript_onnx(small_net(), (_inputs(2),), opset=13, dynamic=False)
     with pytest.raises(fake.popart_exception, match=r"version ai\.onnx 13 in opsets"):
@@ -1017,16 +1283,12 @@ def test_the_fake_rejects_opsets_popart_has_no_tables_for(fake):
 # -- contract: the calls the backend makes, against the fake and (where importable) the real SDK ---------
 
 
-def _real_popart() -> types.ModuleType:
-    popart = pytest.importorskip("popart", exc_type=ImportError)
+def check_the_popart_api(popart: types.ModuleType, tmp_path) -> str:
+    """The calls the backend makes, checked against ``popart``; returns why the run part was skipped
+    ("" when it ran). The caller must have imported popart before anything imported onnx."""
     if not hasattr(popart, "InferenceSession"):
-        pytest.skip(f"the importable popart ({getattr(popart, '__file__', '?')}) is not Graphcore's PopART")
-    return popart
-
-
-@pytest.mark.parametrize("which", ["fake", "real"])
-def test_the_popart_api_the_backend_uses(which, onnx_bytes, tmp_path):
-    popart = fake_popart.make_module(ipus=1) if which == "fake" else _real_popart()
+        return f"the importable popart ({getattr(popart, '__file__', '?')}) is not Graphcore's PopART"
+    onnx_bytes = _torchscript_onnx(small_net(), (_inputs(2),))
     for name in (
         "DeviceManager",
         "InferenceSession",
@@ -1034,6 +1296,7 @@ def test_the_popart_api_the_backend_uses(which, onnx_bytes, tmp_path):
         "DataFlow",
         "AnchorReturnType",
         "PyStepIO",
+        "Builder",
     ):
         assert hasattr(popart, name), name
     assert hasattr(popart, "GraphTransformer")
@@ -1062,13 +1325,81 @@ def test_the_popart_api_the_backend_uses(which, onnx_bytes, tmp_path):
     transformer = popart.GraphTransformer(onnx_bytes)
     transformer.convertFloatsToHalfs()
     assert isinstance(transformer.getModelProto(), bytes)
+    builder = popart.Builder(onnx_bytes)
+    builder.setAvailableMemoryProportion("/conv/Conv_output_0", 0.3)
+    assert b"__available_memory" in builder.getModelProto()
+    model = manager.createIpuModelDevice({"numIPUs": "1", "tilesPerIPU": "1472", "ipuVersion": "ipu2"})
+    assert (model.tilesPerIPU, model.ipuVersion) == (1472, "ipu2")
 
     backend = PopArtBackend(cache_dir=tmp_path, popart_module=popart)
     if not backend.availability().ok:
-        pytest.skip(f"no IPU to run on: {backend.availability().reason}")
+        return f"no IPU to run on: {backend.availability().reason}"
     x = _inputs(2)
     compiled = backend.compile(onnx_bytes, (x,), "fp32", {})
     try:
         np.testing.assert_allclose(_run(compiled, x)[0], _eager(x), rtol=1e-3, atol=1e-4)
     finally:
         compiled.close()
+    return ""
+
+
+#: Runs ``check_the_popart_api`` in a fresh interpreter that imports popart first: this test module
+#: imports torch and onnx, after which popart refuses to load (popart/__init__.py.in:5-7).
+_CONTRACT_SCRIPT = """
+import pathlib, sys
+which, tmp, order = sys.argv[1:4]
+if which == "fake":
+    from tests.fakes import fake_popart
+    sys.meta_path.insert(0, fake_popart.PopartFinder(fake_popart.make_module(ipus=1)))
+if order == "onnx-first":
+    import onnx
+try:
+    import popart
+except ModuleNotFoundError:
+    if which != "real":
+        raise
+    print("SKIP: no popart is importable (enable the Poplar SDK to run this against the real PopART)")
+    sys.exit(0)
+from tests.unit import test_popart_backend as contract
+reason = contract.check_the_popart_api(popart, pathlib.Path(tmp))
+print("SKIP: " + reason if reason else "RAN")
+"""
+
+
+def _run_contract(which: str, tmp_path, order: str = "popart-first") -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(
+        [sys.executable, "-c", _CONTRACT_SCRIPT, which, str(tmp_path), order],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("which", ["fake", "real"])
+def test_the_popart_api_the_backend_uses(which, tmp_path):
+    # Whether the real popart imports is decided in the fresh interpreter: this process may hold a
+    # fake's import hook from another test.
+    result = _run_contract(which, tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    last = result.stdout.strip().splitlines()[-1]
+    if last.startswith("SKIP: "):
+        pytest.skip(last.removeprefix("SKIP: "))
+    assert last == "RAN"
+
+
+def test_the_contract_subprocess_needs_popart_first(tmp_path):
+    # The fake refuses onnx-first exactly as the SDK does, so the subprocess's import order matters.
+    result = _run_contract("fake", tmp_path, order="onnx-first")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == f"ImportError: {fake_popart.IMPORT_ERROR}"
+
+
+def test_the_fake_refuses_popart_after_onnx(popart_importable):
+    import onnx  # noqa: F401
+
+    with pytest.raises(ImportError) as excinfo:
+        importlib.import_module("popart")
+    assert str(excinfo.value) == fake_popart.IMPORT_ERROR

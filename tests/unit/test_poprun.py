@@ -151,6 +151,89 @@ def test_fake_device_ids_follow_gc_info_numbering() -> None:
         assert inventory.multi_device_id(tuple(device.driverIds)) == device.id
 
 
+# -- the device PopDist gives each instance --------------------------------------------------------
+
+
+def _machine(ipus: int) -> IpuInventory:
+    return IpuInventory(tuple(IpuInfo(i, "ipu2", board_serial=f"board{i // 2}") for i in range(ipus)), "test")
+
+
+def test_outside_poprun_there_is_no_instance_device() -> None:
+    assert poprun.instance_device(_machine(4), fake_popdist) is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("settings", "device_id", "ipu_ids"),
+    [
+        ({"instance_index": 0, "num_instances": 2}, 0, (0,)),
+        ({"instance_index": 1, "num_instances": 2}, 1, (1,)),
+        ({"instance_index": 0, "num_instances": 2, "replicas_local": 2}, 4, (0, 1)),
+        ({"instance_index": 1, "num_instances": 2, "ipus_per_replica": 2}, 5, (2, 3)),
+    ],
+)
+def test_each_instance_gets_the_ipus_of_its_popdist_device(
+    settings: dict[str, Any], device_id: int, ipu_ids: tuple[int, ...]
+) -> None:
+    fake_popdist.configure(**settings)
+    device = poprun.instance_device(_machine(4), fake_popdist)  # type: ignore[arg-type]
+    assert device is not None
+    assert (device.device_id, device.ipu_ids) == (device_id, ipu_ids)
+    # popdist is asked for the device of one replica's IPUs, as popdist.poptorch.Options does.
+    assert fake_popdist.calls()[-1] == "getDeviceId"
+
+
+def test_two_instances_place_on_different_ipus() -> None:
+    placements = []
+    for index in (0, 1):
+        fake_popdist.configure(index, 2, replicas_local=2)
+        device = poprun.instance_device(_machine(4), fake_popdist)  # type: ignore[arg-type]
+        assert device is not None
+        inventory = poprun.instance_inventory(_machine(4), device)
+        placements.append(inventory.placement_inventory().device_ids)
+        # The whole machine stays, so multi-IPU device ids keep gc-info's numbering.
+        assert inventory.ids == (0, 1, 2, 3)
+        assert inventory.multi_device_id(device.ipu_ids) == device.device_id
+        assert inventory.notes[-1] == (
+            f"PopRun instance {index} of 2: placement uses only IPU(s) {2 * index}, {2 * index + 1}, "
+            f"device {4 + index} (popdist.getDeviceId(1))"
+        )
+        assert inventory.placement_inventory().board_of == {
+            2 * index: f"board{index}",
+            2 * index + 1: f"board{index}",
+        }
+    assert placements == [(0, 1), (2, 3)]
+
+
+def test_a_popdist_device_this_machine_does_not_have_is_one_line() -> None:
+    # Two instances of two IPUs each, but only two IPUs visible: PopDist's pair id 5 is not here.
+    fake_popdist.configure(1, 2, ipus_per_replica=2)
+    with pytest.raises(
+        ValueError,
+        match=exactly(
+            "popdist.getDeviceId(2) = 5 is not a device of 2 IPU(s) (local replicas x IPUs per replica) "
+            "among this machine's IPUs [0, 1] as gc-info -l numbers them; check the poprun command line "
+            "(--num-replicas, --ipus-per-replica) against `gc-info -l`"
+        ),
+    ):
+        poprun.instance_device(_machine(2), fake_popdist)  # type: ignore[arg-type]
+
+
+def test_a_popdist_device_id_that_is_not_an_int_is_named() -> None:
+    odd = types.ModuleType("popdist")
+    for name in dir(fake_popdist):
+        if name.startswith(("get", "is")):
+            setattr(odd, name, getattr(fake_popdist, name))
+    odd.getDeviceId = lambda ipus_per_replica=0: "0"  # type: ignore[attr-defined]
+    fake_popdist.configure(0, 2)
+    with pytest.raises(
+        ValueError,
+        match=exactly(
+            "popdist.getDeviceId(1) = '0' is not a device id (an int >= 0); check the popdist installation"
+        ),
+    ):
+        poprun.instance_device(_machine(2), odd)
+
+
 # -- JSON paths ------------------------------------------------------------------------------------
 
 TWO = PopRunInstance(0, 2, 0, 1, 2, 1)

@@ -20,9 +20,12 @@ from pytest_ipu.backends.poptorch import PopTorchBackend
 from pytest_ipu.backends.poptorch import device_latency
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
+from tests.unit.torch_versions import NO_CPU_FP16
+from tests.unit.torch_versions import cpu_runs_fp16
 
 torch = pytest.importorskip("torch")
 fake_poptorch = importlib.import_module("tests.fakes.fake_poptorch")
+fake_popdist = importlib.import_module("tests.fakes.fake_popdist")
 
 ALLOWED = ", ".join(OPTIONS)
 
@@ -35,11 +38,15 @@ def fake(monkeypatch: pytest.MonkeyPatch):
         "POPTORCH_IPU_MODEL",
         "POPTORCH_WAIT_FOR_IPU",
         "POPTORCH_DEFAULT_OPTIONS",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_RANK",
     ):
         monkeypatch.delenv(var, raising=False)
     fake_poptorch.reset()
+    fake_popdist.reset()
     yield fake_poptorch
     fake_poptorch.reset()
+    fake_popdist.reset()
 
 
 def make_backend(device: str | None = None) -> PopTorchBackend:
@@ -211,6 +218,7 @@ def test_device_iterations_and_replicas_split_the_batch_and_return_every_result(
         compiled.close()
 
 
+@pytest.mark.skipif(not cpu_runs_fp16(), reason=f"{NO_CPU_FP16} (the fake runs the fp16 model on the CPU)")
 def test_fp16_is_close_to_eager_and_the_callers_model_is_untouched():
     model, x = mlp(), batch()
     model.train()  # compile must not switch the caller's model to eval either
@@ -249,6 +257,7 @@ def test_compile_happens_inside_compile_and_attaches():
 # -- options ------------------------------------------------------------------------------------
 
 
+@pytest.mark.skipif(not cpu_runs_fp16(), reason=f"{NO_CPU_FP16} (the fake runs the fp16 model on the CPU)")
 def test_default_options_are_mapped_and_reported():
     compiled = make_backend().compile(mlp(), (batch(),), "fp16", {})
     try:
@@ -276,6 +285,7 @@ def test_default_options_are_mapped_and_reported():
         compiled.close()
 
 
+@pytest.mark.skipif(not cpu_runs_fp16(), reason=f"{NO_CPU_FP16} (the fake runs the fp16 model on the CPU)")
 def test_every_option_is_mapped_onto_poptorch_options(tmp_path: Path):
     # ipu:5 is the second 2-IPU device of a 4-IPU machine (gc-info numbering: 0-3 single IPUs, 4 and 5
     # the pairs, 6 all four).
@@ -340,6 +350,45 @@ def test_a_memory_proportion_mapping_is_passed_through():
         compiled.close()
 
 
+def test_a_memory_proportion_is_set_for_every_ipu_of_the_model_as_the_sdk_does():
+    # Options.setAvailableMemoryProportion({"IPU0": p, "IPU1": p}): one entry per IPU the model uses.
+    compiled = make_backend().compile(
+        mlp(), (batch(),), "fp32", {"available_memory_proportion": 0.3, "ipus": 2, "device_iterations": 2}
+    )
+    try:
+        assert fake_poptorch.executors[-1].options.available_memory_proportion == {0: 0.3, 1: 0.3}
+        assert compiled.options["available_memory_proportion"] == 0.3
+    finally:
+        compiled.close()
+
+
+def test_the_fake_refuses_a_memory_proportion_outside_0_1_at_compile_as_popart_does():
+    for proportion in (0.0, 1.5, -1.0):
+        options = fake_poptorch.Options().setAvailableMemoryProportion(
+            {"IPU0": proportion}
+        )  # stored unchecked
+        with pytest.raises(fake_poptorch.Error) as exc:
+            fake_poptorch.inferenceModel(mlp(), options).compile(batch())
+        assert exc.value.message == "availableMemoryProportion must be in (0,1]"
+        assert exc.value.type == "popart_exception"
+    # Only the IPUs the model uses get the proportion: IPU3 of a one-IPU model is never applied.
+    unused = fake_poptorch.Options().setAvailableMemoryProportion({"IPU0": 1.0, "IPU3": 7.0})
+    fake_poptorch.inferenceModel(mlp(), unused).compile(batch())
+    assert fake_poptorch.busy_ipus() == {0}
+
+
+def test_without_the_backends_check_the_fake_still_fails_the_compile(monkeypatch):
+    import pytest_ipu.backends.poptorch as backend_module
+
+    monkeypatch.setattr(backend_module, "_check_memory_proportion", lambda value, ipus, name: None)
+    with pytest.raises(CompileError) as exc:
+        make_backend().compile(mlp(), (batch(),), "fp32", {"available_memory_proportion": 2.0})
+    assert str(exc.value) == (
+        "PopTorch could not compile Sequential for poptorch:ipu: availableMemoryProportion must be in (0,1]"
+    )
+    assert fake_poptorch.busy_ipus() == set()
+
+
 def test_unknown_option_names_it_and_the_allowed_ones():
     with pytest.raises(CompileError) as exc:
         make_backend().compile(mlp(), (batch(),), "fp16", {"device_iteration": 2})
@@ -383,6 +432,18 @@ def test_precisions_other_than_fp32_and_fp16_are_rejected(precision):
         (
             {"available_memory_proportion": 1.5},
             "available_memory_proportion['IPU0']=1.5 for Sequential; use a number in (0, 1]",
+        ),
+        (
+            {"available_memory_proportion": 0},
+            "available_memory_proportion['IPU0']=0 for Sequential; use a number in (0, 1]",
+        ),
+        (
+            {"available_memory_proportion": float("nan")},
+            "available_memory_proportion['IPU0']=nan for Sequential; use a number in (0, 1]",
+        ),
+        (
+            {"available_memory_proportion": {"IPU0": -0.5}},
+            "available_memory_proportion['IPU0']=-0.5 for Sequential; use a number in (0, 1]",
         ),
         (
             {"available_memory_proportion": {"ipu0": 0.3}},
@@ -523,9 +584,45 @@ def test_pipelined_inference_needs_a_device_iteration_per_stage():
     with pytest.raises(CompileError) as exc:
         make_backend().compile(mlp(), (batch(),), "fp32", {"ipus": 2})
     assert str(exc.value) == (
-        "Sequential pipelined over ipus=2 needs device_iterations >= 2 (one per pipeline stage, PopTorch's "
-        "rule for inference), got 1; raise device_iterations"
+        "poptorch backend option device_iterations=1 for Sequential is below its 2 pipeline stages (ipus=2; "
+        "PopTorch needs one device iteration per stage for inference); pass device_iterations=2 or more"
     )
+    assert fake_poptorch.executors == []  # refused before anything was wrapped
+
+
+def test_a_pipelined_placement_is_checked_the_same_way():
+    # The ipu marker's stages= reach the backend as its placement options.
+    options = make_backend().placement_options(replicas=1, stages=4)
+    with pytest.raises(CompileError, match=r"device_iterations=3 for Sequential is below its 4 pipeline"):
+        make_backend().compile(mlp(4), (batch(12),), "fp32", {**options, "device_iterations": 3})
+
+
+def _blocks(stages: int) -> torch.nn.Sequential:
+    model = torch.nn.Sequential(*(torch.nn.Linear(8, 8) for _ in range(stages)))
+    for i, layer in enumerate(model):
+        fake_poptorch.BeginBlock(layer, ipu_id=i)
+    return model
+
+
+def test_the_fake_enforces_poptorchs_pipelining_rules_with_its_text_and_source():
+    with pytest.raises(fake_poptorch.Error) as exc:
+        fake_poptorch.inferenceModel(_blocks(2), fake_poptorch.Options()).compile(batch(2))
+    assert str(exc.value) == (
+        "In popart_compiler/source/Compiler.cpp:700: 'poptorch_cpp_error': "
+        "poptorch.Options().deviceIterations must be greater than or equal to the number of pipeline "
+        "stages (2) when using PopTorch.PipelinedExecution."
+    )
+    training = fake_poptorch.Options()
+    training.Training.gradientAccumulation(2)
+    with pytest.raises(fake_poptorch.Error) as exc:
+        fake_poptorch.trainingModel(_blocks(2), training).compile(batch(2))
+    assert str(exc.value).startswith("In popart_compiler/source/Compiler.cpp:690: 'poptorch_cpp_error': ")
+    assert exc.value.message == (
+        "poptorch.Options().Training.gradientAccumulation must be greater than or equal to the number of "
+        "pipeline stages (3) when using poptorch.PipelinedExecution. Please note that a model with 2 "
+        "pipeline stages in PopTorch will have an additional 1 stages when training."
+    )
+    assert fake_poptorch.busy_ipus() == set()
 
 
 def test_ipus_needs_a_sequential():
@@ -574,8 +671,9 @@ def test_pipelined_training_needs_accumulation_over_forward_and_backward_stages(
             mlp(), (batch(),), "fp32", {"training": True, "ipus": 2, "gradient_accumulation": 2}
         )
     assert str(exc.value) == (
-        "Sequential trained over ipus=2 has 3 pipeline stages (forward and backward) and needs "
-        "gradient_accumulation >= 3 (PopTorch's rule), got 2; raise gradient_accumulation"
+        "poptorch backend option gradient_accumulation=2 for Sequential is below its 3 pipeline stages "
+        "(ipus=2 forward and 1 backward when training; PopTorch needs one micro-batch per stage); pass "
+        "gradient_accumulation=3 or more"
     )
 
 
@@ -797,6 +895,135 @@ def test_contract(any_backend):
     assert json.loads(json.dumps(any_backend.describe())) == any_backend.describe()
 
 
+# -- mpirun and PopRun: independent models, each instance on its own IPUs ------------------------
+
+
+def _launched_by_mpi(monkeypatch: pytest.MonkeyPatch, rank: int = 1, size: int = 2) -> None:
+    """What mpirun and PopRun set in every process they start (OpenMPI's variables)."""
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", str(size))
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", str(rank))
+
+
+def test_the_fake_reads_openmpis_variables_and_disable_ignores_them(monkeypatch):
+    _launched_by_mpi(monkeypatch)
+    distributed = fake_poptorch.Options().Distributed
+    assert (distributed.numProcesses, distributed.processId) == (2, 1)
+    assert distributed.ipuof_configs == {}
+    assert distributed.disable() is distributed
+    assert (distributed.numProcesses, distributed.processId) == (1, 0)
+    monkeypatch.setenv("MY_COUNT", "4")
+    monkeypatch.setenv("MY_ID", "3")
+    distributed.setEnvVarNames("MY_COUNT", "MY_ID")
+    assert (distributed.numProcesses, distributed.processId) == (4, 3)
+
+
+def test_the_fake_refuses_a_distributed_compile_on_a_machine_without_ipu_over_fabric(monkeypatch):
+    _launched_by_mpi(monkeypatch)
+    with pytest.raises(fake_poptorch.Error) as exc:
+        fake_poptorch.inferenceModel(mlp(), fake_poptorch.Options()).compile(batch())
+    assert exc.value.message == (
+        "fake_poptorch: process 1 of 2 compiles one replica of a distributed replicated graph "
+        "(enableDistributedReplicatedGraphs, globalReplicationFactor 2), which needs IPU-over-fabric and a "
+        "device configured by PopDist; this machine has neither. Call Options().Distributed.disable() for "
+        "an independent model"
+    )
+    assert fake_poptorch.busy_ipus() == set()
+    with pytest.raises(fake_poptorch.Error) as exc:
+        fake_poptorch.inferenceModel(mlp(), fake_poptorch.Options().useIpuModel(True)).compile(batch())
+    assert exc.value.type == "popart_exception"
+    assert exc.value.message.startswith(
+        "Only IPU Hardware devices supported with distributed replicated graphs. Unsupported device type "
+        "Device Type:ipu-model "
+    )
+    independent = fake_poptorch.Options()
+    independent.Distributed.disable()
+    fake_poptorch.inferenceModel(mlp(), independent).compile(batch())
+    assert fake_poptorch.busy_ipus() == {0}
+
+
+@pytest.mark.parametrize(
+    ("device", "options"),
+    [
+        ("ipu", {}),
+        ("ipu:1", {}),
+        ("ipu-model", {}),
+        ("ipu", {"training": True}),
+    ],
+)
+def test_under_mpirun_every_compile_is_one_independent_process(monkeypatch, device, options):
+    _launched_by_mpi(monkeypatch)
+    model, inputs = (WithLoss(), (batch(), torch.zeros(8, 1))) if options else (mlp(), (batch(),))
+    compiled = make_backend(device).compile(model, inputs, "fp32", options)
+    try:
+        distributed = fake_poptorch.executors[-1].options.Distributed
+        assert (distributed.numProcesses, distributed.processId) == (1, 0)
+        compiled.run(*compiled.prepare_inputs(inputs))
+    finally:
+        compiled.close()
+
+
+def _under_poprun(index: int, count: int = 2, **settings: int) -> PopTorchBackend:
+    fake_popdist.configure(index, count, **settings)
+    return PopTorchBackend(poptorch_module=fake_poptorch, torch_module=torch, popdist_module=fake_popdist)
+
+
+def test_under_poprun_each_instance_compiles_on_the_device_popdist_gives_it(monkeypatch):
+    ids = []
+    for index in (0, 1):
+        _launched_by_mpi(monkeypatch, rank=index)
+        compiled = _under_poprun(index).compile(mlp(), (batch(),), "fp32", {})
+        try:
+            ids.append(fake_poptorch.executors[-1].options.ipu_id)
+            assert compiled.info["ipu_id"] == ids[-1]
+            assert fake_poptorch.busy_ipus() == {ids[-1]}
+            assert fake_poptorch.executors[-1].options.Distributed.numProcesses == 1
+        finally:
+            compiled.close()
+    assert ids == [0, 1]
+
+
+def test_under_poprun_a_model_takes_its_share_of_the_instances_ipus():
+    # Instance 1 of 2, two local replicas: PopDist's device is the pair {2, 3}, id 5 on 4 IPUs.
+    backend = _under_poprun(1, replicas_local=2)
+    for options, ipu_id, busy in (({}, 2, {2}), ({"replication_factor": 2}, 5, {2, 3})):
+        compiled = backend.compile(mlp(), (batch(),), "fp32", options)
+        try:
+            assert (fake_poptorch.executors[-1].options.ipu_id, fake_poptorch.busy_ipus()) == (ipu_id, busy)
+        finally:
+            compiled.close()
+    with pytest.raises(CompileError) as exc:
+        backend.compile(mlp(), (batch(),), "fp32", {"replication_factor": 4})
+    assert str(exc.value) == (
+        "Sequential needs 4 IPUs (ipus x replication_factor, a power of two), but PopRun instance 1 of 2 has "
+        "2 (device 5, IPUs 2, 3: 2 local replica(s) x 1 IPU(s)); launch poprun with --ipus-per-replica and "
+        "--num-replicas giving each instance that many"
+    )
+
+
+def test_placed_instances_under_poprun_stay_on_their_instances_ipus():
+    from pytest_ipu.placement import plan as placed
+    from pytest_ipu.placement.request import parse_request
+
+    request = parse_request({"instances": 2}, "test")
+    devices = []
+    for index in (0, 1):
+        backend = _under_poprun(index, replicas_local=2)
+        plan = placed.plan(backend, request, {}, lambda name, device: PopTorchBackend(name, device))
+        devices.append([p.device for p in plan.instances])
+        assert plan.placement.as_json()["inventory"]["notes"][-1].startswith(f"PopRun instance {index} of 2:")
+    assert devices == [["ipu:0", "ipu:1"], ["ipu:2", "ipu:3"]]
+
+
+def test_the_worker_factory_carries_popdist_by_name():
+    import pickle
+
+    backend = PopTorchBackend(
+        device="ipu:2", poptorch_module=fake_poptorch, torch_module=torch, popdist_module=fake_popdist
+    )
+    rebuilt = pickle.loads(pickle.dumps(backend.worker_factory()))()
+    assert rebuilt._popdist is fake_popdist
+
+
 # -- instances in worker processes ----------------------------------------------------------------
 
 
@@ -849,10 +1076,14 @@ def test_the_worker_factory_refuses_a_module_that_cannot_be_imported_by_its_name
         PopTorchBackend(poptorch_module=fake_poptorch, torch_module=impostor).worker_factory()
 
 
-def test_two_instances_compile_and_run_in_worker_processes_on_two_ipus():
+def test_two_instances_compile_and_run_in_worker_processes_on_two_ipus(monkeypatch):
     import multiprocessing
 
     import numpy as np
+
+    # Started by mpirun or PopRun: the workers inherit OpenMPI's variables, and each must still
+    # compile an independent model (the fake refuses a distributed one).
+    _launched_by_mpi(monkeypatch)
 
     from pytest_ipu.placement.instances import InstanceSpec
     from pytest_ipu.placement.instances import ProcessInstances

@@ -10,6 +10,7 @@ import pytest
 from pytest_ipu.power.base import PowerDevice
 from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.base import PowerSourceError
+from pytest_ipu.power.gcipuinfo import NO_BOARD_POWER
 from pytest_ipu.power.gcipuinfo import NOT_INSTALLED
 from pytest_ipu.power.gcipuinfo import GcIpuInfoPowerSource
 from pytest_ipu.power.gcipuinfo import parse_power_w
@@ -17,6 +18,7 @@ from tests.fakes.fake_gcipuinfo import FakeClock
 from tests.fakes.fake_gcipuinfo import FakeGcIpuInfoModule
 from tests.fakes.fake_gcipuinfo import FakeIpu
 from tests.fakes.fake_gcipuinfo import c2_card
+from tests.fakes.fake_gcipuinfo import c2_card_as_documented
 from tests.fakes.fake_gcipuinfo import m2000
 
 C2_SERIAL = "0340.0004.919062"
@@ -116,6 +118,44 @@ def test_an_ipu_with_no_reading_at_all_fails_open_naming_it():
     dark = FakeIpu(5, "1111.2222.333333", "C600", 0, ipu_power="N/A", total_board_power="N/A")
     with pytest.raises(PowerSourceError, match=r"board 1111\.2222\.333333 has no power reading.*IPU 5"):
         source(FakeGcIpuInfoModule([dark])).open()
+
+
+def test_a_library_that_exports_no_board_power_makes_energy_not_measured_with_the_reason():
+    # Whether gcipuinfo exports "total board power" everywhere is undocumented: without it (and no
+    # per-IPU power) the source is unavailable, which the run records as energy not measured.
+    src = source(FakeGcIpuInfoModule(c2_card(board_power=None)))
+    availability = src.availability()
+    assert not availability.ok
+    assert availability.reason == (
+        f"{NO_BOARD_POWER}: IPU(s) 0, 1 list no 'total board power' and no usable 'ipu power' "
+        "(IPU 0: absent, IPU 1: absent); gc-info may print it, this gcipuinfo library does not export it"
+    )
+    with pytest.raises(PowerSourceError, match=f"^{NO_BOARD_POWER}: "):
+        src.open()
+
+
+def test_a_library_that_exports_no_board_serial_makes_energy_not_measured_with_the_reason():
+    src = source(FakeGcIpuInfoModule(c2_card(serial=None)), ipus=[1])
+    availability = src.availability()
+    assert not availability.ok
+    assert availability.reason.startswith(f"{NO_BOARD_POWER}: IPU 1 has no per-IPU power (absent) and no ")
+    assert "'board serial number'" in availability.reason
+
+
+def test_board_grouping_follows_serials_not_id_order():
+    # The documented C2 sample lists id 0 as board ipu index 1: ids do not follow the board's order.
+    cards = c2_card_as_documented("SER-A", 0) + c2_card_as_documented("SER-B", 2)
+    module = FakeGcIpuInfoModule(cards)
+    module.listing_order = [2, 0, 3, 1]
+    src = source(module, ipus=[1, 2])
+    assert [(d.id, d.name) for d in src.open()] == [
+        ("gcipuinfo:board-SER-A", "C2 board SER-A (IPUs 0, 1)"),
+        ("gcipuinfo:board-SER-B", "C2 board SER-B (IPUs 2, 3)"),
+    ]
+    assert src.read() == {"gcipuinfo:board-SER-A": 99.5, "gcipuinfo:board-SER-B": 99.5}
+    described = {d["id"]: d for d in src.describe()["devices"]}
+    assert described["gcipuinfo:board-SER-A"]["unselected_ipus_on_board"] == ["0"]
+    assert described["gcipuinfo:board-SER-B"]["unselected_ipus_on_board"] == ["3"]
 
 
 def test_an_unknown_ipu_id_fails_open_listing_the_known_ones():

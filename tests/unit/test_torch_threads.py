@@ -19,6 +19,7 @@ from pytest_ipu.backends import BUILTIN
 from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.torch import TorchBackend
 from pytest_ipu.errors import CompileError
+from tests.unit.torch_versions import needs_catchable_interop_refusal
 
 torch = pytest.importorskip("torch")
 
@@ -128,6 +129,7 @@ except CompileError as exc:
 """
 
 
+@needs_catchable_interop_refusal
 def test_real_torch_refuses_a_second_interop_count_in_a_fresh_process(tmp_path: Path) -> None:
     """torch itself, in a subprocess (this process's inter-op pool must stay as it is)."""
     proc = subprocess.run(
