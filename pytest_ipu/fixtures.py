@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -488,13 +487,11 @@ def _not_timed(
 ) -> records.NotTimed:
     """The record of a benchmark that ran once untimed, with the reason pytest-benchmark gives."""
     from pytest_ipu.measure.run import batch_size
+    from pytest_ipu.repeats import untimed_reason
     from pytest_ipu.results.records import NotTimed
 
-    # pytest-benchmark's own test for xdist: the controller has ``dist``, a worker its variable.
-    if getattr(config.option, "dist", "no") != "no" or os.environ.get("PYTEST_XDIST_WORKER"):
-        reason = "pytest-benchmark does not time under pytest-xdist (-n); run without -n to measure"
-    else:
-        reason = "benchmarking is disabled (--benchmark-disable); run without it to measure"
+    # pytest-benchmark may also disable itself for reasons of its own (no ``statistics`` module).
+    reason = untimed_reason(config) or "pytest-benchmark disabled itself (its warning says why)"
     batch = batch_size(inputs)
     return NotTimed(
         target=compiled.target,

@@ -71,6 +71,26 @@ def worker_share() -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
+def untimed_reason(config: pytest.Config) -> str | None:
+    """Why pytest-benchmark times nothing in this run, or ``None`` when it times: its own rules
+    (``--benchmark-skip``; ``--benchmark-disable`` unless ``--benchmark-enable``; pytest-xdist, seen
+    on the controller by ``-n``/``--dist`` and in a worker by its ``workerinput`` and variable).
+    ``ipu_benchmark`` gives the reason to its ``NotTimed`` record; repeats are not scheduled."""
+    option = config.option
+    if getattr(option, "benchmark_skip", False):
+        return "benchmarks are skipped (--benchmark-skip)"
+    if getattr(option, "benchmark_disable", False) and not getattr(option, "benchmark_enable", False):
+        return "benchmarking is disabled (--benchmark-disable); run without it to measure"
+    if (
+        getattr(option, "dist", "no") != "no"
+        or getattr(option, "numprocesses", None)
+        or hasattr(config, "workerinput")
+        or os.environ.get("PYTEST_XDIST_WORKER")
+    ):
+        return "pytest-benchmark does not time under pytest-xdist (-n); run without -n to measure"
+    return None
+
+
 def plan(settings: Settings) -> tuple[int, str]:
     """The repeats and repeat mode these settings (a test's, its marker applied) ask for; one repeat
     in a worker process, whose parent runs the others."""
@@ -108,8 +128,8 @@ class RepeatScheduler:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """Group the benchmarks into parametrized sets: runs of consecutive items of one function."""
-        if not self._benchmarks_enabled(session.config):
-            return
+        if untimed_reason(session.config) is not None:
+            return  # nothing is measured, so there is nothing to repeat
         previous: tuple[object, str] | None = None
         current: list[pytest.Item] = []
         for item in session.items:
@@ -126,18 +146,6 @@ class RepeatScheduler:
                 previous = key
             current.append(item)
             self._sets[item.nodeid] = current
-
-    @staticmethod
-    def _benchmarks_enabled(config: pytest.Config) -> bool:
-        # Disabled or skipped benchmarks (and xdist, where pytest-benchmark disables them) measure
-        # nothing, so there is nothing to repeat.
-        option = config.option
-        return not (
-            getattr(option, "benchmark_disable", False)
-            or getattr(option, "benchmark_skip", False)
-            or getattr(option, "numprocesses", None)
-            or hasattr(config, "workerinput")
-        )
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:

@@ -9,6 +9,7 @@ an ``IpuRecord`` when timed and a ``NotTimed`` otherwise, never ``None``.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -51,8 +52,10 @@ def test_plain_run_times_every_parameter(example: pytest.Pytester) -> None:
         *FAST, "--ipu-backend=torch:cpu", "--ipu-torch-threads=1", "--benchmark-json=out.json"
     )
     assert _counts(result) == {"passed": 3, "skipped": 0, "failed": 0, "errors": 0}, result.stdout.str()
-    text = (example.path / "out.json").read_text()
-    assert text.count('"throughput_items_per_s"') >= 3
+    benchmarks = json.loads((example.path / "out.json").read_text())["benchmarks"]
+    # Each parameter's record is in the file, with its figures (the timed path, not NotTimed's).
+    assert sorted(b["extra_info"]["ipu"]["batch_size"] for b in benchmarks) == [1, 8, 32]
+    assert all("throughput_items_per_s" in b["extra_info"]["ipu"] for b in benchmarks)
 
 
 @pytest.mark.parametrize(
