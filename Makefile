@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 RESULTS := results
 
-.PHONY: bench test test-floor test-sdk-env lint typecheck unit clean
+.PHONY: bench bench-training test test-floor test-sdk-env lint typecheck unit clean
 
 # The editable install puts the checkout on sys.path (editable_mode=compat) instead of an import
 # hook: pytest then finds pytest_ipu when it registers plugins for assertion rewriting, whether the
@@ -33,17 +33,65 @@ $(STAMP): pyproject.toml Makefile
 		$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]' $(EDITABLE))
 	@touch $(STAMP)
 
-# The report is written even when a benchmark failed, from whatever the run measured. The previous
+# The training studies (TRAINING_STUDIES) run under torchrun, once per process count of NPROC, each
+# count's merged JSON in results/training-N.json (each rank's beside it, training-N.rank-R-of-N.json);
+# every count after the first is read against the first (--ipu-scaling-baseline: each record's scaling
+# efficiency, the terminal's "eff"). Every run, the 1-process one included, has --ipu-torch-threads=1
+# and OMP_NUM_THREADS=1: each process trains on one core, so 2 processes on 2 cores compare fairly
+# with 1 process on 1. With torch's default (a thread per core in each process) the lone process
+# would have both cores and the 2 processes would fight over them, and the efficiency would measure
+# that. They train on TRAINING_BACKEND, the CPU, where one core per process is what makes the counts
+# comparable, at --training-size=TRAINING_SIZE: small, about a minute for both counts on a 2-core CPU.
+# The larger sweep, on a machine with a core per process (ResNet-50 at 224 px and BERT, batches 8, 16
+# and 32 per process, timed by the run's settings):
+#   make bench-training NPROC="1 2 4" TRAINING_SIZE=full
+# TRAINING_ARGS passes more pytest arguments to every training run (BENCH_ARGS goes to the others).
+# torchrun --standalone makes its rendezvous on a free port, so two launches on one machine do not
+# collide. Rank 0 writes to the terminal; the other ranks' output goes to results/training-N-logs
+# (--redirects: a map 0:0,1:3,... from local rank to the streams redirected, 3 = both).
+TRAINING_STUDIES := benchmarks/test_training_step.py benchmarks/test_time_to_train.py
+NPROC ?= 1 2
+TRAINING_SIZE ?= small
+TRAINING_BACKEND ?= torch:cpu
+
+# $(training_runs): the training studies once per count of NPROC; rc becomes 1 when one failed.
+training_runs = base=; for n in $(NPROC); do \
+		quiet=0:0; i=1; while [ $$i -lt $$n ]; do quiet=$$quiet,$$i:3; i=$$((i + 1)); done; \
+		OMP_NUM_THREADS=1 $(BIN)/torchrun --standalone --nproc-per-node=$$n \
+			--log-dir=$(RESULTS)/training-$$n-logs --redirects=$$quiet \
+			-m pytest $(TRAINING_STUDIES) -p no:cacheprovider \
+			--ipu-backend=$(TRAINING_BACKEND) --ipu-torch-threads=1 --training-size=$(TRAINING_SIZE) \
+			--benchmark-json=$(RESULTS)/training-$$n.json --benchmark-columns=median,iqr,rounds \
+			$${base:+--ipu-scaling-baseline=$$base} $(TRAINING_ARGS) || rc=1; \
+		if [ -z "$$base" ] && [ -f $(RESULTS)/training-$$n.json ]; then base=$(RESULTS)/training-$$n.json; fi; \
+	done
+
+# $(report): one report of every run this make wrote (and of results/latest.json, the last make
+# bench's, under make bench-training), then exit with rc, or 1 when the report failed.
+report = runs=; for f in $(RESULTS)/latest.json $(NPROC:%=$(RESULTS)/training-%.json); do \
+		[ ! -f $$f ] || runs="$$runs $$f"; \
+	done; \
+	if [ -n "$$runs" ]; then \
+		$(BIN)/pytest-ipu report $$runs --output $(RESULTS)/report || { [ $$rc -ne 0 ] || rc=1; }; \
+	fi; exit $$rc
+
+# The report is written even when a benchmark failed, from whatever the runs measured. The previous
 # run's files go first: a figure of a group this run no longer plots must not linger beside the page.
+# The training studies are left out of the first pytest run: they run under torchrun after it.
 bench: $(STAMP)
-	@mkdir -p $(RESULTS) && rm -rf $(RESULTS)/latest.json $(RESULTS)/report
-	@$(BIN)/python -m pytest benchmarks -p no:cacheprovider \
+	@mkdir -p $(RESULTS) && rm -rf $(RESULTS)/latest.json $(RESULTS)/training-* $(RESULTS)/report
+	@$(BIN)/python -m pytest benchmarks $(TRAINING_STUDIES:%=--ignore=%) -p no:cacheprovider \
 		--benchmark-json=$(RESULTS)/latest.json --benchmark-autosave \
 		--benchmark-columns=median,iqr,rounds $(BENCH_ARGS); rc=$$?; \
 	if [ -f $(RESULTS)/latest.json ]; then \
 		echo "JSON written to $(RESULTS)/latest.json (history in .benchmarks/)"; \
-		$(BIN)/pytest-ipu report $(RESULTS)/latest.json --output $(RESULTS)/report || { [ $$rc -ne 0 ] || rc=1; }; \
-	fi; exit $$rc
+	fi; \
+	$(training_runs); \
+	$(report)
+
+bench-training: $(STAMP)
+	@mkdir -p $(RESULTS) && rm -rf $(RESULTS)/training-* $(RESULTS)/report
+	@rc=0; $(training_runs); $(report)
 
 test: lint typecheck unit
 

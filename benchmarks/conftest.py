@@ -1,4 +1,4 @@
-"""Fixtures of the benchmark studies: the model zoo and deterministic inputs."""
+"""Fixtures of the benchmark studies: the model zoo, deterministic inputs and the studies' options."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ import contextlib
 import functools
 import importlib
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -83,9 +87,93 @@ def _positive_int(text: str) -> int:
     return value
 
 
+@dataclass(frozen=True)
+class TrainingSize:
+    """The sizes of the training-step study (``test_training_step``) at one ``--training-size``.
+
+    Batches are per process: under torchrun each rank trains on its own batch of that size, so the
+    global batch grows with the processes (weak scaling, as data-parallel training is run).
+    """
+
+    #: Height and width of ResNet-50's synthetic images, pixels.
+    resnet_image: int
+    #: ResNet-50's batch sizes, one benchmark each.
+    resnet_batches: tuple[int, ...]
+    #: BERT's batch sizes (sequences), one benchmark each.
+    bert_batches: tuple[int, ...]
+    #: BERT's sequence length, tokens.
+    bert_seq: int
+    #: ``@pytest.mark.ipu`` keywords of the ResNet-50 benchmarks (empty: the run's settings).
+    resnet_timing: Mapping[str, object] = field(default_factory=dict)
+    #: ``@pytest.mark.ipu`` keywords of the BERT benchmarks (empty: the run's settings).
+    bert_timing: Mapping[str, object] = field(default_factory=dict)
+
+
+#: ``--training-size``: ``small`` is what ``make bench`` runs, twice (on 1 and 2 processes), in well
+#: under a minute each on a 2-core CPU; ``full`` is the study at ImageNet's image size over a sweep of
+#: batch sizes, timed by the run's own settings, for a machine with the time (or the accelerator).
+TRAINING_SIZES: Mapping[str, TrainingSize] = {
+    # ResNet-50 at 64 pixels: the same network and parameters as at 224, a twelfth of the arithmetic.
+    # A step takes about 0.3 s on one core: the run's 3 repeats, one warm-up call each, fit a 3 s
+    # budget. BERT's step takes 1 to 2 s on one core, so it is timed by fixed rounds: 3 after one
+    # warm-up, in one repeat (a repeat would cost another 5 s per process count for a spread that
+    # the ResNet-50 benchmark already shows).
+    "small": TrainingSize(
+        resnet_image=64,
+        resnet_batches=(4,),
+        bert_batches=(8,),
+        bert_seq=128,
+        resnet_timing={"max_time": "3s", "warmup_rounds": 1},
+        bert_timing={"rounds": 3, "warmup_rounds": 1, "repeats": 1},
+    ),
+    "full": TrainingSize(
+        resnet_image=224, resnet_batches=(8, 16, 32), bert_batches=(8, 16, 32), bert_seq=128
+    ),
+}
+
+
+def _batches(text: str) -> tuple[int, ...]:
+    """Comma-separated whole numbers >= 1, for ``--training-batches``; argparse reports the error."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of whole numbers >= 1; pass e.g. --training-batches=4,8"
+        )
+    return values
+
+
+def _pixels(text: str) -> int:
+    """A whole number of pixels >= 1, for ``--training-image``; argparse reports the error."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number of pixels >= 1; pass e.g. --training-image=224"
+        )
+    return value
+
+
+def training_size(config: pytest.Config) -> TrainingSize:
+    """The training-step study's sizes: ``--training-size``'s, with ``--training-image`` and
+    ``--training-batches`` applied over them."""
+    size = TRAINING_SIZES[str(config.getoption("--training-size"))]
+    image = config.getoption("--training-image")
+    if image is not None:
+        size = replace(size, resnet_image=int(image))
+    batches = config.getoption("--training-batches")
+    if batches is not None:
+        size = replace(size, resnet_batches=tuple(batches), bert_batches=tuple(batches))
+    return size
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Study options: which ResNeXt-101 variant to run, and how long the gate-accuracy benchmark
-    measures and whether its targets are enforced."""
+    """Study options: which ResNeXt-101 variant to run, how long the gate-accuracy benchmark
+    measures and whether its targets are enforced, and the sizes of the training-step study."""
     parser.addoption(
         "--resnext-variant",
         default="32x4d",
@@ -115,6 +203,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="fail test_gate_accuracy when a rule misses its target (default: report only; "
         "or set PYTEST_IPU_GATE_ACCURACY_STRICT=1)",
+    )
+    small, full = TRAINING_SIZES["small"], TRAINING_SIZES["full"]
+    parser.addoption(
+        "--training-size",
+        default="small",
+        choices=sorted(TRAINING_SIZES),
+        help="sizes of test_training_step, per process: 'small' (default; make bench) ResNet-50 at "
+        f"{small.resnet_image} px batch {small.resnet_batches[0]} and BERT batch {small.bert_batches[0]} "
+        f"seq {small.bert_seq}, few rounds; 'full' ResNet-50 at {full.resnet_image} px and BERT seq "
+        f"{full.bert_seq}, batches {','.join(map(str, full.resnet_batches))}, timed by the run's settings",
+    )
+    parser.addoption(
+        "--training-image",
+        default=None,
+        type=_pixels,
+        metavar="PIXELS",
+        help="image height and width of test_training_step's ResNet-50, over --training-size's",
+    )
+    parser.addoption(
+        "--training-batches",
+        default=None,
+        type=_batches,
+        metavar="N[,N...]",
+        help="batch sizes per process of test_training_step's ResNet-50 and BERT, over --training-size's",
     )
 
 

@@ -78,8 +78,14 @@ def _summary(paths: Sequence[Path]) -> int:
                 )
         if not any(b.record for b in stored) and not run.power_blocks:
             print(f"pytest-ipu: {path}: no benchmark carries extra_info['ipu']", file=sys.stderr)
-    gap = [""] if rows and blocks else []
-    print("\n".join(report.tables(rows) + gap + block_report.lines(blocks)))
+    from pytest_ipu.report import training
+
+    # A time-to-train benchmark's "calls" are whole runs: it has a table of its own, as in the run.
+    lines = report.tables([r for r in rows if r.record.time_to_train is None])
+    runs = training.time_to_train_lines([(r.group if len(paths) > 1 else r.name, r.record) for r in rows])
+    lines += ([""] if lines and runs and lines[-1] else []) + runs
+    gap = [""] if lines and blocks else []
+    print("\n".join(lines + gap + block_report.lines(blocks)))
     return 0
 
 
@@ -93,8 +99,13 @@ def _merge(out: Path, paths: Sequence[Path]) -> int:
     except OSError as exc:
         print(f"pytest-ipu: {out}: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    count = merged["machine_info"]["ipu"][poprun.KEY]["count"]
-    print(f"merged {count} PopRun instance(s), {len(merged['benchmarks'])} benchmark(s), into {out}")
+    ipu_info = merged["machine_info"]["ipu"]
+    launcher, what = (
+        (poprun.KEY, "PopRun instance(s)") if poprun.KEY in ipu_info else ("torchrun", "torchrun rank(s)")
+    )
+    print(
+        f"merged {ipu_info[launcher]['count']} {what}, {len(merged['benchmarks'])} benchmark(s), into {out}"
+    )
     return 0
 
 
@@ -312,6 +323,13 @@ def _main(argv: Sequence[str] | None) -> int:
     reporting.add_argument(
         "-o", "--output", type=Path, default=Path("report"), metavar="DIR", help="output directory"
     )
+    reporting.add_argument(
+        "--references",
+        type=Path,
+        metavar="FILE",
+        help="a TOML file of published reference points drawn beside the scaling views of training "
+        "benchmarks, never mixed into the measured data (docs/examples/mlperf-resnet50-references.toml)",
+    )
     ab_parser = sub.add_parser(
         "ab",
         help="interleaved A/B benchmarking: run a baseline and a candidate alternately (ABBA) on this "
@@ -392,7 +410,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return _compare(files, args.gate, args.format, args.strict)
         from pytest_ipu.report import html as html_report  # matplotlib only when a report is asked for
 
-        return html_report.main(files, args.output)
+        return html_report.main(files, args.output, args.references)
     if args.command == "ab":
         return _ab(args)
     if args.command == "devices":

@@ -50,3 +50,13 @@ class CallTimeout(PytestIpuError):
     Raised in the main thread by the watchdog's signal handler (``pytest_ipu.measure.timing``),
     wherever the call was blocked; it fails the benchmark's test.
     """
+
+
+class NonFiniteLoss(PytestIpuError):
+    """A training step's loss was NaN or infinite: the message names the step (counted from 1, the
+    untimed first call included) and the value. It fails the benchmark, whatever was timed."""
+
+
+class RankError(PytestIpuError):
+    """Another process of a distributed launch failed or did not arrive in time; the message names
+    the rank(s) and what they were awaited for."""

@@ -79,6 +79,10 @@ class Benchmark(Protocol):
         timing (``--benchmark-disable``, pytest-xdist)."""
 
 
+#: The last training step ``ipu_train`` compiled in a test: ``ipu_time_to_train`` describes its runs by it
+#: (target, precision, device, batch).
+LAST_STEP_KEY = pytest.StashKey["CompiledModel"]()
+
 #: Set on a test item whose setup or call failed (``plugin.pytest_runtest_makereport``): a test that
 #: failed before it reached ``ipu_benchmark`` did not forget it.
 FAILED_KEY = pytest.StashKey[bool]()
@@ -256,6 +260,8 @@ def ipu_benchmark(
         from pytest_ipu.backends.host import wrap_callable
         from pytest_ipu.errors import BenchmarkArgumentError
         from pytest_ipu.errors import CallTimeout
+        from pytest_ipu.errors import NonFiniteLoss
+        from pytest_ipu.errors import RankError
         from pytest_ipu.measure.contention import ContentionProbe
         from pytest_ipu.measure.run import RoundsPolicy
         from pytest_ipu.measure.run import check_arguments
@@ -288,7 +294,7 @@ def ipu_benchmark(
             try:
                 with Watchdog(s.call_timeout_s):
                     benchmark.pedantic(compiled.run, args=compiled.prepare_inputs(tuple(inputs)), rounds=1)
-            except CallTimeout as exc:
+            except (CallTimeout, NonFiniteLoss) as exc:
                 problem = str(exc)
             if problem is not None:
                 pytest.fail(problem, pytrace=False)
@@ -310,6 +316,13 @@ def ipu_benchmark(
             min_rounds=-(-s.min_rounds // share),
             cap_s=s.time_cap.for_budget(s.max_time_s) / share,
         )
+        if session.torchrun is not None and mode == "process" and count > 1:
+            quiet[0] = True
+            pytest.fail(
+                "pytest-ipu: --ipu-repeat-mode=process cannot run under torchrun: its worker processes are "
+                "not ranks of the launch; use --ipu-repeat-mode=interleaved (the default)",
+                pytrace=False,
+            )
         if state.final and mode == "process" and count > 1:
             try:
                 state.done = repeating.run_workers(node, count - 1, s)
@@ -337,6 +350,7 @@ def ipu_benchmark(
                 unstable_threshold=s.unstable_threshold,
                 index=index,
                 call_timeout_s=s.call_timeout_s,
+                lockstep=session.lockstep(node.name),
             )
 
         try:
@@ -349,9 +363,11 @@ def ipu_benchmark(
                 return earlier.record
             meter, source, reason = session.power_meter(compiled.device, s.power)
             result = timed(benchmark, lambda: benchmark.stats.stats.data, meter, (source, reason))
-        except (CallTimeout, BenchmarkArgumentError) as exc:
-            # The message names the call (or argument), the value and the fix; the traceback would
-            # only show where the model was blocked, which its author can reproduce without us.
+        except RankError as exc:
+            problem = _end_launch(request, session, exc)
+        except (CallTimeout, BenchmarkArgumentError, NonFiniteLoss) as exc:
+            # The message names the call (or argument, step), the value and the fix; the traceback
+            # would only show where the model was blocked, which its author can reproduce.
             problem = str(exc)
         if problem is not None:
             quiet[0] = True
@@ -480,6 +496,418 @@ def ipu_power(request: pytest.FixtureRequest, ipu_settings: Settings) -> Power:
             pytest.fail(problem, pytrace=False)
 
     return measure_power
+
+
+class Train(Protocol):
+    """The callable ``ipu_train`` returns."""
+
+    def __call__(
+        self,
+        model: object,
+        loss: Callable[..., Any],
+        optimizer: Callable[[Any], Any],
+        example_batch: Sequence[object],
+        *,
+        inputs: int = 1,
+        gradient_accumulation: int = 1,
+        precision: str | None = None,
+        **options: object,
+    ) -> CompiledModel:
+        """A compiled training step of a copy of ``model``."""
+
+
+def _positive(name: str, value: object) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"pytest-ipu: ipu_train({name}={value!r}): {name} must be a whole number >= 1"
+    return None
+
+
+@pytest.fixture
+def ipu_process_group(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """This process's place in a torchrun launch, and the process group to train over.
+
+    Under ``torchrun --nproc-per-node=N [--nnodes=M ...] -m pytest``: ``rank``, ``world_size``,
+    ``local_rank``, ``node``, ``backend`` (gloo on the CPU; ``cpu:gloo,cuda:nccl`` where torch has
+    CUDA and NCCL) and ``group``, opened once for the run. Outside torchrun: rank 0 of 1,
+    ``distributed`` false. ``ipu_train`` uses it to make data-parallel steps; a test uses it to feed
+    each rank its own shard (``rank``, ``world_size``).
+    """
+    from pytest_ipu.placement.torchrun import ProcessGroup
+
+    session = _session(request)
+    ranks = session.rank_group()
+    if ranks is None:
+        yield ProcessGroup()
+        return
+    rank = ranks.rank
+    yield ProcessGroup(rank.index, rank.count, rank.local_index, rank.node, ranks.backend, ranks.group)
+
+
+@pytest.fixture
+def ipu_train(
+    request: pytest.FixtureRequest, ipu_backend: Backend, ipu_settings: Settings, ipu_process_group: Any
+) -> Iterator[Train]:
+    """Compile a training step for this test's backend::
+
+        sgd = lambda params: torch.optim.SGD(params, lr=0.1)
+        step = ipu_train(model, torch.nn.functional.cross_entropy, sgd, (x, y))
+        loss = step(x, y)                   # one step, untimed
+        record = ipu_benchmark(step, (x, y))  # timed steps; record.training says how the batch is made
+
+    ``loss(outputs, *targets)`` returns a scalar and ``optimizer(parameters)`` makes the optimizer;
+    the first ``inputs`` elements of a batch go to the model, the rest to the loss. One call of the
+    step takes a host batch of micro-batch x ``gradient_accumulation`` (x replicas x device
+    iterations on PopTorch: ``replicas=``, ``device_iterations=``) samples and makes one optimizer
+    step; its compile (``torch.compile``'s first step, PopTorch's ``compile``) is ``compile_s``, never
+    timed. ``precision`` ``fp16``/``bf16`` trains in automatic mixed precision (fp32 weights);
+    ``auto`` is the backend's choice. Under torchrun the model is wrapped in DistributedDataParallel
+    over ``ipu_process_group``, and every rank feeds its own batches.
+
+    The model is copied: the caller's stays untouched. A non-finite loss fails the benchmark naming
+    the step. ``step.evaluate(*inputs)`` runs the trained model in evaluation mode. A backend that
+    cannot train (ONNX Runtime, PopART) skips the test with the reason.
+    """
+    from pytest_ipu.backends.base import TrainingBackend
+    from pytest_ipu.backends.base import TrainingRequest
+    from pytest_ipu.errors import CompileError
+    from pytest_ipu.errors import RankError
+
+    made: list[CompiledModel] = []
+
+    def train(
+        model: object,
+        loss: Callable[..., Any],
+        optimizer: Callable[[Any], Any],
+        example_batch: Sequence[object],
+        *,
+        inputs: int = 1,
+        gradient_accumulation: int = 1,
+        precision: str | None = None,
+        **options: object,
+    ) -> CompiledModel:
+        __tracebackhide__ = True
+        if not isinstance(ipu_backend, TrainingBackend):
+            _skip_or_fail(
+                ipu_settings,
+                BackendUnavailable(
+                    f"pytest-ipu: the {ipu_backend.name} backend runs inference only; train on torch, "
+                    "torch-compile or poptorch"
+                ),
+            )
+        problem = _positive("inputs", inputs) or _positive("gradient_accumulation", gradient_accumulation)
+        if problem is None and (not callable(loss) or not callable(optimizer)):
+            problem = (
+                "pytest-ipu: ipu_train(model, loss, optimizer, ...): loss and optimizer must be callables: "
+                "loss(outputs, *targets) -> scalar, optimizer(parameters) -> torch.optim.Optimizer"
+            )
+        if problem is None and (
+            isinstance(example_batch, (str, bytes)) or not isinstance(example_batch, Sequence)
+        ):
+            problem = (
+                f"pytest-ipu: ipu_train(example_batch={type(example_batch).__name__} object): the batch is a "
+                "tuple (inputs..., targets...); pass (x, y)"
+            )
+        chosen = precision or ipu_settings.precision
+        ranks = _session(request).lockstep(request.node.name)
+        if problem is None and ranks is not None:
+            # DistributedDataParallel's first act is a collective (it broadcasts rank 0's weights):
+            # wait here first, where a rank that never comes is named instead of timing out unnamed.
+            try:
+                ranks.barrier("ipu_train")
+            except RankError as exc:
+                problem = _end_launch(request, _session(request), exc)
+        start = time.perf_counter()
+        if problem is None:
+            try:
+                step = ipu_backend.compile_training(
+                    model,
+                    tuple(example_batch),
+                    # auto trains in fp32, but with CUDA's mixed precision (fp32 weights, fp16
+                    # autocast): PopTorch's fp16 would be half weights with no loss scaling.
+                    ("fp16" if ipu_backend.device.startswith("cuda") else "fp32")
+                    if chosen == AUTO
+                    else chosen,
+                    options,
+                    TrainingRequest(
+                        loss=loss,
+                        optimizer=optimizer,
+                        inputs=inputs,
+                        gradient_accumulation=gradient_accumulation,
+                        process_group=ipu_process_group.group,
+                        processes=ipu_process_group.world_size,
+                    ),
+                )
+            except CompileError as exc:
+                problem = f"pytest-ipu: ipu_train: {exc}"
+        if problem is not None:
+            pytest.fail(problem, pytrace=False)
+        step = dataclasses.replace(step, compile_s=time.perf_counter() - start)
+        made.append(step)
+        request.node.stash[LAST_STEP_KEY] = step
+        return step
+
+    yield train
+    for step in made:
+        step.close()
+
+
+class TimeToTrain(Protocol):
+    """The callable ``ipu_time_to_train`` returns."""
+
+    def __call__(
+        self,
+        setup: Callable[[int], Any],
+        *,
+        quality_target: float,
+        runs: int = 5,
+        max_epochs: int = 30,
+        quality: str = "accuracy",
+        higher_is_better: bool = True,
+        seeds: Sequence[int] | None = None,
+    ) -> records.IpuRecord | records.NotTimed:
+        """Time ``runs`` training runs to ``quality_target``; the record."""
+
+
+@pytest.fixture
+def ipu_time_to_train(
+    request: pytest.FixtureRequest,
+    benchmark: Any,
+    ipu_backend: Backend,
+    ipu_settings: Settings,
+    ipu_process_group: Any,
+) -> Iterator[TimeToTrain]:
+    """Time to train, MLPerf's metric: ``ipu_time_to_train(setup, quality_target=0.95, runs=5)``.
+
+    ``setup(seed)`` makes one run (untimed, as MLPerf's init: build and initialise the model, usually
+    with ``ipu_train``) and returns an object with ``train_epoch() -> int`` (trains one epoch, returns
+    the samples this process saw) and ``evaluate() -> float`` (the quality on held-out data). Each
+    run's clock starts after ``setup`` and stops at the evaluation that reaches ``quality_target``
+    (``higher_is_better=False`` for a loss); training and evaluation are both timed. ``runs`` runs,
+    each with its own seed (``seeds``, else drawn at random and recorded), give the olympic average
+    (the fastest and slowest dropped, with 3 runs or more), the record's ``time_to_train`` and the
+    metric ``time_to_train`` that gates read. A run that misses the target in ``max_epochs`` counts
+    as the slowest; more than one such run fails the benchmark, naming them.
+
+    pytest-benchmark's statistics are the runs' times; the record's throughput is samples per second
+    over every run. Under torchrun every rank runs in step and the samples of all ranks count.
+    Under ``--benchmark-disable`` one epoch of one run is made, untimed.
+    """
+    session = _session(request)
+    quiet = [False]
+
+    def time_to_train(
+        setup: Callable[[int], Any],
+        *,
+        quality_target: float,
+        runs: int = 5,
+        max_epochs: int = 30,
+        quality: str = "accuracy",
+        higher_is_better: bool = True,
+        seeds: Sequence[int] | None = None,
+    ) -> records.IpuRecord | records.NotTimed:
+        __tracebackhide__ = True
+        import random
+
+        from pytest_ipu.measure import time_to_train as ttt
+        from pytest_ipu.results import training
+
+        problem = None
+        if not callable(setup):
+            problem = f"pytest-ipu: ipu_time_to_train(setup={setup!r}): setup must be a callable setup(seed)"
+        for name, value in (("runs", runs), ("max_epochs", max_epochs)):
+            if problem is None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                problem = (
+                    f"pytest-ipu: ipu_time_to_train({name}={value!r}): {name} must be a whole number >= 1"
+                )
+        if problem is None and seeds is not None and len(seeds) != runs:
+            problem = (
+                f"pytest-ipu: ipu_time_to_train(seeds={list(seeds)!r}): {len(seeds)} seed(s) for "
+                f"runs={runs}; pass one seed per run, or none to draw them"
+            )
+        if problem is not None:
+            quiet[0] = True
+            pytest.fail(problem, pytrace=False)
+        from pytest_ipu.backends.base import TrainingBackend
+        from pytest_ipu.errors import RankError
+
+        if not isinstance(ipu_backend, TrainingBackend):
+            quiet[0] = True
+            _skip_or_fail(
+                ipu_settings,
+                BackendUnavailable(
+                    f"pytest-ipu: the {ipu_backend.name} backend runs inference only; train on torch, "
+                    "torch-compile or poptorch"
+                ),
+            )
+        ranks = session.lockstep(request.node.name)
+        if seeds is None:
+            # Drawn at random as MLPerf asks, and recorded; the ranks of a launch take the largest
+            # of their draws, so that all train with the same seeds.
+            first = random.SystemRandom().randrange(2**31)
+            if ranks is not None:
+                first = int(ranks.agree_max(first))
+            seeds = [(first + i) % 2**31 for i in range(runs)]
+        if not benchmark.enabled:
+            state = setup(seeds[0])
+            state.train_epoch()
+            state.evaluate()
+            quiet[0] = True
+            return _not_timed_training(ipu_backend, request.config)
+        done: list[training.TrainRun] = []
+        order = iter(enumerate(seeds, start=1))
+        setups: list[float] = []
+
+        def make() -> tuple[tuple[Any, ...], dict[str, Any]]:
+            index, seed = next(order)
+            start = time.perf_counter()
+            state = setup(seed)
+            setups.append(time.perf_counter() - start)
+            return (state, index, seed), {}
+
+        def one(state: Any, index: int, seed: int) -> None:
+            done.append(
+                ttt.run_once(
+                    state,
+                    index=index,
+                    seed=seed,
+                    target=quality_target,
+                    higher_is_better=higher_is_better,
+                    max_epochs=max_epochs,
+                    ranks=ranks,
+                )
+            )
+
+        try:
+            benchmark.pedantic(one, setup=make, rounds=runs, iterations=1, warmup_rounds=0)
+        except RankError as exc:
+            problem = _end_launch(request, session, exc)
+        except BaseException:
+            # A run that raised (a NaN loss, a skip from inside setup) leaves pytest-benchmark a
+            # benchmark without rounds, which it cannot write: it is marked skipped in the teardown.
+            quiet[0] = True
+            raise
+        if problem is not None:
+            quiet[0] = True
+            pytest.fail(problem, pytrace=False)
+        processes = 1 if ipu_process_group.group is None else ipu_process_group.world_size
+        summary = None
+        try:
+            summary = training.summarize(
+                done,
+                quality=quality,
+                quality_target=quality_target,
+                higher_is_better=higher_is_better,
+                max_epochs=max_epochs,
+                processes=processes,
+            )
+        except training.NoScore as exc:
+            problem = f"pytest-ipu: time to train of {request.node.name}: {exc}"
+        if summary is None:
+            # Failed outside the ``except`` (else pytest prints it twice), and with no record the
+            # runs' times are not written as a benchmark either.
+            quiet[0] = True
+            pytest.fail(str(problem), pytrace=False)
+        record = _time_to_train_record(
+            ipu_backend, summary, setups, request.node.stash.get(LAST_STEP_KEY, None)
+        )
+        group = records_group(benchmark.group, request.node.name)
+        measured = session.publish(
+            request.node,
+            benchmark.extra_info,
+            record,
+            tuple(benchmark.stats.stats.data),
+            group,
+            marker_gates(request.node),
+        )
+        failed = session.gate_check.check_item(measured)
+        if failed:
+            pytest.fail("\n".join(f"pytest-ipu gate FAILED: {line}" for line in failed), pytrace=False)
+        return record
+
+    yield time_to_train
+    if quiet[0] or request.node.stash.get(FAILED_KEY, False):
+        benchmark.skipped = True
+
+
+def _end_launch(request: pytest.FixtureRequest, session: IpuSession, exc: Exception) -> str:
+    """Another rank failed or hangs: this test fails with the message returned, and the run stops
+    after it, since every later wait would be for that rank too. Nothing is merged from part of a
+    launch (``IpuSession.launch_error``)."""
+    session.launch_error = str(exc)
+    session.ranks_lost = True
+    request.session.shouldstop = str(exc)
+    return str(exc)
+
+
+def records_group(group: str | None, name: str) -> str:
+    """The table a benchmark belongs to (``results.records.group_name``)."""
+    from pytest_ipu.results.records import group_name
+
+    return group_name(group, name)
+
+
+def _device_name(backend: Backend) -> str:
+    described = backend.describe()
+    name = described.get("device_name") if isinstance(described, dict) else None
+    return str(name) if name else backend.device
+
+
+def _time_to_train_record(
+    backend: Backend, summary: Any, setups: Sequence[float], step: CompiledModel | None
+) -> records.IpuRecord:
+    """The record of a time-to-train benchmark: each run is one "call" (its latency is the run's time).
+
+    Target, precision, device name and batch are those of the last training step the runs' set-up
+    compiled with ``ipu_train`` (``step``); without one, the backend's, precision ``n/a``, batch 1.
+    """
+    from pytest_ipu.measure.metrics import summarize_latency
+    from pytest_ipu.measure.metrics import throughput
+    from pytest_ipu.power.meter import not_measured
+    from pytest_ipu.results.records import IpuRecord
+
+    times = [r.curve[-1].elapsed_s if r.time_s is None else r.time_s for r in summary.runs]
+    samples = sum(r.samples for r in summary.runs)
+    window = sum(times)
+    return IpuRecord(
+        target=f"{backend.name}:{backend.device}" if step is None else step.target,
+        backend=backend.name,
+        device=backend.device,
+        device_name=_device_name(backend) if step is None else step.device_name,
+        precision="n/a" if step is None else step.precision,
+        io="host" if step is None else step.io,
+        batch_size=1 if step is None or step.training is None else step.training.host_batch,
+        # A "call" is a whole run: its items are the samples a run trained on, on average.
+        items_per_call=max(1, round(samples / len(summary.runs))),
+        rounds=len(summary.runs),
+        rounds_policy="fixed",
+        warmup_rounds=0,
+        latency_s=summarize_latency(times),
+        window_s=window,
+        throughput_items_per_s=throughput(samples, window),
+        compile_s=None,
+        compile_cached=False,
+        first_call_s=times[0],
+        compile_phases_s={"setup": sum(setups)},
+        power=not_measured("none", "time to train has no energy window"),
+        time_to_train=summary,
+    )
+
+
+def _not_timed_training(backend: Backend, config: pytest.Config) -> records.NotTimed:
+    from pytest_ipu.repeats import untimed_reason
+    from pytest_ipu.results.records import NotTimed
+
+    return NotTimed(
+        target=f"{backend.name}:{backend.device}",
+        backend=backend.name,
+        device=backend.device,
+        device_name=_device_name(backend),
+        precision="n/a",
+        io="host",
+        batch_size=1,
+        items_per_call=1,
+        reason=untimed_reason(config) or "pytest-benchmark disabled itself (its warning says why)",
+    )
 
 
 def _not_timed(

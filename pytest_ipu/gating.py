@@ -72,6 +72,9 @@ class GateCheck:
         self._marker_relative = False
         #: Benchmarks already checked (as each was published), by full name.
         self._checked: set[str] = set()
+        #: Under torchrun with several ranks: a rank's record is its share of the launch, so gates
+        #: are decided only on rank 0, on the merged records (``check_launch``).
+        self.deferred = False
 
     # -- the baseline -------------------------------------------------------------------------------
 
@@ -151,9 +154,15 @@ class GateCheck:
         ``missing`` and ``notes``."""
         self._check([m for m in self.measured if m.fullname not in self._checked])
 
-    def _check(self, measured: list[Measured]) -> tuple[Verdict, ...]:
+    def check_launch(self, merged: list[Measured]) -> tuple[Verdict, ...]:
+        """Check the gates on a torchrun launch's merged records (rank 0, once merged)."""
+        return self._check(merged, launch=True)
+
+    def _check(self, measured: list[Measured], launch: bool = False) -> tuple[Verdict, ...]:
         from pytest_ipu.repeats import in_worker
 
+        if self.deferred and not launch:
+            return ()  # a rank's share of a launch: rank 0 checks the merged records
         if in_worker() or (not self.settings.gates and not any(m.gates for m in measured)):
             return ()  # nothing to decide: the decision rule (and numpy) is never loaded
         outcome = self._runner().check(measured)
@@ -175,7 +184,7 @@ class GateCheck:
         """Whether gates were asked for and benchmarks measured, yet not one gate check was made."""
         from pytest_ipu.repeats import in_worker
 
-        if in_worker() or self.verdicts or not self.measured:
+        if in_worker() or self.verdicts or not self.measured or self.deferred:
             return False
         return bool(self.settings.gates) or any(m.gates for m in self.measured)
 

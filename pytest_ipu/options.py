@@ -96,6 +96,8 @@ class Settings:
     torch_threads: int | None = None
     torch_interop_threads: int | None = None
     call_timeout_s: float = 600.0
+    rank_timeout_s: float = 300.0
+    scaling_baseline: Path | None = None
 
     def as_json(self) -> dict[str, Any]:
         """Plain-JSON form, written to the top level of the benchmark JSON."""
@@ -103,6 +105,7 @@ class Settings:
         out["targets"] = [str(t) for t in self.targets] or AUTO
         out["rounds"] = AUTO if self.rounds is None else self.rounds
         out["cache_dir"] = str(self.cache_dir)
+        out["scaling_baseline"] = None if self.scaling_baseline is None else str(self.scaling_baseline)
         out["power_hz"] = AUTO if self.power_hz is None else self.power_hz
         out["gates"] = [str(g) for g in self.gates]
         out["baselines"] = [str(b) for b in self.baselines]
@@ -214,6 +217,14 @@ def parse_timeout(value: object) -> float:
     if not 0 < seconds <= MAX_CALL_TIMEOUT_S:
         raise ValueError("expected a duration such as '600s', '10min' or '500ms', at most a day (86400s)")
     return seconds
+
+
+def parse_file(value: object) -> Path | None:
+    """A file path (``~`` expanded), or ``none``."""
+    text = str(value).strip()
+    if not text:
+        raise ValueError("expected a file path or 'none'")
+    return None if text.lower() == "none" else Path(text).expanduser()
 
 
 def parse_hz(value: object) -> float | None:
@@ -408,6 +419,24 @@ OPTIONS: tuple[OptionSpec, ...] = (
         parse_timeout,
         "longest one call of a benchmark (first call, warm-up or timed round) may take: a call still "
         "running then fails the test, naming the call and round",
+    ),
+    OptionSpec(
+        "rank_timeout_s",
+        "--ipu-rank-timeout",
+        "SECONDS",
+        "5min",
+        parse_timeout,
+        "under torchrun, longest one rank waits for the others (at a timed window's edges, at the end "
+        "of the run): a rank that has not arrived by then ends the run, named",
+    ),
+    OptionSpec(
+        "scaling_baseline",
+        "--ipu-scaling-baseline",
+        "PATH",
+        "none",
+        parse_file,
+        "a pytest-benchmark JSON run of the same training benchmarks on fewer processes: each record "
+        "gains its scaling efficiency and speed-up against it (record 'scaling', the terminal's 'eff')",
     ),
     OptionSpec(
         "repeats",

@@ -25,14 +25,28 @@ from pytest_ipu.fixtures import ipu_benchmark
 from pytest_ipu.fixtures import ipu_compile
 from pytest_ipu.fixtures import ipu_placement
 from pytest_ipu.fixtures import ipu_power
+from pytest_ipu.fixtures import ipu_process_group
 from pytest_ipu.fixtures import ipu_settings
+from pytest_ipu.fixtures import ipu_time_to_train
+from pytest_ipu.fixtures import ipu_train
 from pytest_ipu.gating import GATE_KEY
 from pytest_ipu.marker import MARKER_HELP
 from pytest_ipu.placement import poprun
+from pytest_ipu.placement import torchrun
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
 
-__all__ = ["ipu_backend", "ipu_benchmark", "ipu_compile", "ipu_placement", "ipu_power", "ipu_settings"]
+__all__ = [
+    "ipu_backend",
+    "ipu_benchmark",
+    "ipu_compile",
+    "ipu_placement",
+    "ipu_power",
+    "ipu_process_group",
+    "ipu_settings",
+    "ipu_time_to_train",
+    "ipu_train",
+]
 
 if TYPE_CHECKING:
     from pytest_ipu.results.atomic import PendingFile
@@ -61,6 +75,9 @@ def pytest_configure(config: pytest.Config) -> None:
         # Under PopRun each instance writes its own --benchmark-json file (before pytest-benchmark,
         # whose trylast pytest_configure reads the option).
         instance = poprun.configure_json_path(config.option)
+        # Under torchrun likewise each rank (rank 0 also writes the merged file at the given path).
+        rank = torchrun.detect()
+        merged_json = None if rank is None else torchrun.configure_json_path(config.option, rank)
     except ValueError as exc:
         raise pytest.UsageError(f"pytest-ipu: {exc}") from None
     # pytest-benchmark opens --benchmark-json and writes it in place at the end of the run, so a
@@ -79,8 +96,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # compare --histogram` or any later analysis of the rounds.
     if hasattr(config.option, "benchmark_save_data"):
         config.option.benchmark_save_data = True
-    session = IpuSession(config, options.settings_from_config(config), poprun=instance)
+    session = IpuSession(
+        config, options.settings_from_config(config), poprun=instance, torchrun=rank, merged_json=merged_json
+    )
     options.warn_unknown_variables(config)
+    # A bad --ipu-scaling-baseline stops the run before anything is measured (a usage error).
+    session.scaling_baseline()
     config.stash[SESSION_KEY] = session
     config.pluginmanager.register(session, _PLUGIN_NAME)
     config.stash[GATE_KEY] = session.gate_check

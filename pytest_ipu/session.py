@@ -8,6 +8,7 @@ schema, the tables) is imported on first use.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Generator
 from collections.abc import Iterator
@@ -32,13 +33,19 @@ from pytest_ipu.marker import placement_request
 from pytest_ipu.options import AUTO
 from pytest_ipu.options import Settings
 from pytest_ipu.placement import poprun
+from pytest_ipu.placement import torchrun
 from pytest_ipu.placement.poprun import PopRunInstance
+from pytest_ipu.placement.torchrun import TorchrunRank
 from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.repeats import RepeatScheduler
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pytest_ipu.compiling import CompileCache
+    from pytest_ipu.placement.torchrun import RankGroup
+    from pytest_ipu.placement.torchrun import ScopedRanks
     from pytest_ipu.power.meter import PowerMeter
     from pytest_ipu.results.gates import Gate
     from pytest_ipu.results.power_blocks import PowerBlock
@@ -59,12 +66,32 @@ class IpuSession:
     """
 
     def __init__(
-        self, config: pytest.Config, settings: Settings, poprun: PopRunInstance | None = None
+        self,
+        config: pytest.Config,
+        settings: Settings,
+        poprun: PopRunInstance | None = None,
+        torchrun: TorchrunRank | None = None,
+        merged_json: Path | None = None,
     ) -> None:
         self.config = config
         self.settings = settings
         #: This process's place in a PopRun launch, or ``None`` outside PopRun.
         self.poprun = poprun
+        #: This process's place in a torchrun launch, or ``None`` outside torchrun.
+        self.torchrun = torchrun
+        #: Where rank 0 writes the merged document of a torchrun launch (the ``--benchmark-json``
+        #: given; each rank's own file is beside it).
+        self.merged_json = merged_json
+        #: The merged records of the launch, by fullname (rank 0, once merged): its terminal table.
+        self.launch_records: list[tuple[str, dict[str, Any]]] = []
+        self._ranks: RankGroup | None = None
+        #: Why the launch's results could not be merged (a rank missing, say): the run fails.
+        self.launch_error: str | None = None
+        #: Set when a rank failed or hangs (a ``RankError``): no rank waits for the others again.
+        self.ranks_lost = False
+        #: This rank's pytest-benchmark document, kept for the merge (``None``: nothing measured).
+        self._launch_document: dict[str, Any] | None = None
+        self._scaling_baseline: dict[str, IpuRecord] | None = None
         #: Every benchmark measured in this run, in order: the one list the terminal tables, the
         #: gates and the JSON are made from.
         self.measured: list[Measured] = []
@@ -77,8 +104,10 @@ class IpuSession:
         self._meters: dict[tuple[str, str], tuple[PowerMeter | None, str]] = {}
         #: The repeats of each benchmark and their interleaved schedule (a plugin of its own).
         self.repeats = RepeatScheduler(settings)
-        #: The gates, checked as each benchmark is published (a plugin of its own).
+        #: The gates, checked as each benchmark is published (a plugin of its own); under torchrun
+        #: with several ranks, on rank 0 against the merged records.
         self.gate_check = GateCheck(settings, self.measured)
+        self.gate_check.deferred = torchrun is not None and torchrun.count > 1
 
     @property
     def compiled(self) -> CompileCache:
@@ -172,6 +201,41 @@ class IpuSession:
             return None, f"{name} failed to open: {exc}"
         return meter, ""
 
+    # -- torchrun ---------------------------------------------------------------------------------
+
+    def rank_group(self) -> RankGroup | None:
+        """The torchrun launch's process group, opened on first use; ``None`` outside torchrun."""
+        if self.torchrun is None:
+            return None
+        if self._ranks is None:
+            from pytest_ipu.placement.torchrun import RankGroup
+
+            self._ranks = RankGroup(self.torchrun, self.settings.rank_timeout_s)
+        return self._ranks
+
+    def lockstep(self, where: str) -> ScopedRanks | None:
+        """The group to time the benchmarks of ``where`` (a test) in step with: the launch's, when it
+        has more than one rank."""
+        if self.torchrun is None or self.torchrun.count < 2:
+            return None
+        group = self.rank_group()
+        return None if group is None else group.at(where)
+
+    def scaling_baseline(self) -> dict[str, IpuRecord]:
+        """The ``--ipu-scaling-baseline`` run's training records by fullname (read once; empty without
+        the option). A bad file is a usage error naming it."""
+        path = self.settings.scaling_baseline
+        if path is None:
+            return {}
+        if self._scaling_baseline is None:
+            from pytest_ipu.results import scaling_baseline
+
+            try:
+                self._scaling_baseline = scaling_baseline.load(path)
+            except scaling_baseline.BaselineError as exc:
+                raise pytest.UsageError(f"pytest-ipu: {exc}") from None
+        return self._scaling_baseline
+
     # -- results ----------------------------------------------------------------------------------
 
     def publish(
@@ -189,11 +253,23 @@ class IpuSession:
         from pytest_ipu.results import schema
         from pytest_ipu.results.records import Measured
 
+        if self.torchrun is None and self.settings.scaling_baseline is not None:
+            # One process measured the whole launch: its record is the launch's, scaled here. Under
+            # torchrun only the merged record is (rank 0, ``pytest_benchmark_update_json``).
+            from pytest_ipu.results import scaling_baseline
+
+            part = scaling_baseline.against(
+                record, self.scaling_baseline().get(item.nodeid), str(self.settings.scaling_baseline)
+            )
+            if part is not None:
+                record = dataclasses.replace(record, scaling=part)
         measured = Measured(item.nodeid, item.name, group, record, samples_s, gates)
         self.measured.append(measured)
         data = schema.to_json(record)
         if self.poprun is not None:
             data[poprun.KEY] = self.poprun.as_json()
+        if self.torchrun is not None:
+            data[torchrun.KEY] = self.torchrun.as_json()
         self.config.hook.pytest_ipu_update_record(config=self.config, item=item, record=data)
         benchmark_json.attach(extra_info, data)
         return measured
@@ -308,8 +384,19 @@ class IpuSession:
         if not self.measured:
             return []  # a run without benchmarks never loads the tables (nor numpy)
         from pytest_ipu.report import terminal as report
+        from pytest_ipu.report import training
 
-        return report.tables([report.Row(m.group, m.name, m.record) for m in self.measured])
+        # A time-to-train benchmark's "calls" are whole runs: it has a table of its own.
+        lines = report.tables(
+            [report.Row(m.group, m.name, m.record) for m in self.measured if m.record.time_to_train is None]
+        )
+        extra = training.time_to_train_lines([(m.name, m.record) for m in self.measured])
+        if self.launch_records and self.torchrun is not None:
+            nodes = self.torchrun.nodes
+            extra += ([""] if extra else []) + training.launch_lines(
+                self.torchrun.count, nodes, str(self.merged_json), self.launch_records
+            )
+        return lines + ([""] if lines and extra and lines[-1] else []) + extra
 
     def _target_lines(self) -> list[str]:
         if self._auto is None:
@@ -342,6 +429,8 @@ class IpuSession:
             device_info["absent"] = {str(t): why for t, why in self._auto[1]}
         if self.poprun is not None:
             device_info[poprun.KEY] = self.poprun.as_json()
+        if self.torchrun is not None:
+            device_info[torchrun.KEY] = self.torchrun.as_json()
         config.hook.pytest_ipu_update_device_info(config=config, device_info=device_info)
         benchmark_json.update_machine_info(machine_info, device_info)
 
@@ -362,6 +451,98 @@ class IpuSession:
 
             run_info[power_blocks.KEY] = [b.as_json() for b in self.power_blocks]
         benchmark_json.update_json(output_json, run_info)
+        if self.torchrun is not None:
+            import json
+
+            # Kept for the merge at the end of the session (``_finish_launch``), as pytest-benchmark
+            # writes it (parameters such as a Target become their str()).
+            self._launch_document = json.loads(json.dumps(output_json, default=str))
+
+    def _finish_launch(self) -> None:
+        """Merge the launch's results on rank 0; a failure is one red line and a failed run."""
+        from pytest_ipu.errors import RankError
+
+        try:
+            self._merge_launch(self._launch_document)
+        except (RankError, poprun.MergeError, OSError) as exc:
+            # Never a merged file from part of the launch.
+            self.launch_error = str(exc) if str(exc).startswith("pytest-ipu:") else f"pytest-ipu: {exc}"
+            self.ranks_lost = self.ranks_lost or isinstance(exc, RankError)
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(self.launch_error, red=True)
+
+    def _merge_launch(self, document: dict[str, Any] | None) -> None:
+        """Gather every rank's document on rank 0, which merges them and writes the launch's file.
+
+        Every rank reaches this at the end of its session, also one that measured nothing (its
+        document is ``None``: pytest-benchmark wrote no file); a rank that does not within the rank
+        timeout is named (``RankError``) and the run fails: no merged file from part of a launch.
+        """
+        import json
+
+        from pytest_ipu.results import atomic
+
+        rank = self.torchrun
+        if self.ranks_lost or self.merged_json is None:
+            return  # a rank failed or hangs (each keeps its own file), or there is nowhere to merge to
+        group = self.rank_group()
+        assert rank is not None
+        assert group is not None
+        group.barrier("the end of the run (writing the merged results)")
+        documents = group.gather(document)
+        if documents is None or all(d is None for d in documents):
+            return  # not rank 0, or no rank measured anything
+        lacking = [str(i) for i, d in enumerate(documents) if not isinstance(d, dict)]
+        if lacking:
+            raise poprun.MergeError(
+                f"torchrun rank(s) {', '.join(lacking)} of {rank.count} measured no benchmark, so there is "
+                f"no merged {self.merged_json}: every rank must run the same benchmarks"
+            )
+        named = [
+            (torchrun.rank_json_path(self.merged_json, dataclasses.replace(rank, index=i)), d)
+            for i, d in enumerate(documents)
+            if isinstance(d, dict)
+        ]
+        merged = poprun.merge_documents(named)
+        if self.settings.scaling_baseline is not None:
+            from pytest_ipu.results import scaling_baseline
+
+            scaling_baseline.apply(merged, self.scaling_baseline(), str(self.settings.scaling_baseline))
+        atomic.write_text(self.merged_json, json.dumps(merged, indent=4) + "\n")
+        self._gate_launch(merged)
+        self.launch_records = [
+            (b["fullname"], b["extra_info"]["ipu"])
+            for b in merged["benchmarks"]
+            if isinstance(b.get("extra_info", {}).get("ipu"), dict)
+        ]
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"pytest-ipu: merged {rank.count} torchrun rank(s), {len(merged['benchmarks'])} "
+                f"benchmark(s), into {self.merged_json}"
+            )
+
+    def _gate_launch(self, merged: dict[str, Any]) -> None:
+        """The gates, on the launch's merged records: every rank's samples, the slowest rank's latency."""
+        from pytest_ipu.results import schema
+        from pytest_ipu.results.records import Measured
+        from pytest_ipu.results.records import group_name
+
+        own = {m.fullname: m for m in self.measured}
+        launch = [
+            Measured(
+                b["fullname"],
+                b["name"],
+                group_name(b.get("group"), b["name"]),
+                schema.from_json(b["extra_info"][schema.NAMESPACE]),
+                own[b["fullname"]].samples_s if b["fullname"] in own else (),
+                own[b["fullname"]].gates if b["fullname"] in own else (),
+            )
+            for b in merged["benchmarks"]
+            if isinstance(b.get("extra_info", {}).get(schema.NAMESPACE), dict)
+        ]
+        self.gate_check.check_launch(launch)
 
     def _power_block_lines(self) -> list[str]:
         if not self.power_blocks:
@@ -407,7 +588,35 @@ class IpuSession:
                 # pytest-benchmark's warning would be false: the blocks were saved. Under -W error
                 # it would also end the run with a traceback.
                 warnings.filterwarnings("ignore", message=_NOTHING_SAVED)
-            return (yield)
+            result = yield
+        if self.torchrun is not None:
+            # After pytest-benchmark saved this rank's file, on every rank: also on one that
+            # measured nothing, which pytest-benchmark never asks for its document.
+            self._finish_launch()
+        failed = self.launch_error is not None or (self.gate_check.deferred and self.gate_check.failed)
+        if failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return result
+
+    def pytest_unconfigure(self) -> None:
+        """Leave a torchrun launch's process group, after every hook that could use it.
+
+        Every rank first waits for the others to finish: torchrun stops the whole launch as soon as
+        one rank exits with a failure, and rank 0 may still be writing the merged file then.
+        """
+        if self._ranks is None:
+            return
+        from pytest_ipu.errors import RankError
+
+        try:
+            if not self.ranks_lost:
+                self._ranks.barrier("the end of every rank's run")
+        except RankError as exc:
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(str(exc), red=True)
+        finally:
+            self._ranks.close()
 
     def pytest_sessionfinish(self) -> None:
         """Release every compiled model and power source, whatever happened."""

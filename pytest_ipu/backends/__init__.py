@@ -75,7 +75,10 @@ BUILTIN: Mapping[str, BackendEntry] = {
     ),
     # Graphcore IPUs. Their SDK wheels cannot come from PyPI; where absent they are listed as such.
     "poptorch": BackendEntry(
-        "pytest_ipu.backends.poptorch:PopTorchBackend", {}, ("ipu",), named_only_devices=("ipu-model",)
+        "pytest_ipu.backends.poptorch_training:PopTorchTrainingBackend",
+        {},
+        ("ipu",),
+        named_only_devices=("ipu-model",),
     ),
     "popart": BackendEntry(
         "pytest_ipu.backends.popart:PopArtBackend",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from typing import Protocol
 from typing import runtime_checkable
 
 from pytest_ipu.errors import CompileError
+from pytest_ipu.errors import NonFiniteLoss
 
 if TYPE_CHECKING:
     from pytest_ipu.placement.inventory import IpuInventory
@@ -106,6 +108,55 @@ class InstanceGroup(Protocol):
         """Release everything (idempotent); close errors are raised once, after all is released."""
 
 
+class LossTrace:
+    """The losses of a training step's calls, checked as they come: the first non-finite one raises
+    ``NonFiniteLoss`` naming its step. Owned by one compiled training step; not thread-safe."""
+
+    __slots__ = ("first", "last", "steps")
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def add(self, loss: float, where: str) -> None:
+        """Count one step whose loss was ``loss``; ``where`` names the step's model in the error."""
+        self.steps += 1
+        if not math.isfinite(loss):
+            raise NonFiniteLoss(
+                f"pytest-ipu: training step {self.steps} of {where}: the loss is {loss}; nothing after it "
+                "can be trusted: lower the learning rate, check the batch for NaN, or train in fp32"
+            )
+        if self.first is None:
+            self.first = loss
+        self.last = loss
+
+
+@dataclass(frozen=True)
+class TrainingInfo:
+    """What a compiled training step is: how its global batch is made, and its losses so far.
+
+    One call consumes a host batch of ``micro_batch`` x ``gradient_accumulation`` x ``replicas`` x
+    ``device_iterations`` samples; ``processes`` such calls (one per data-parallel process) make one
+    global batch.
+    """
+
+    micro_batch: int
+    gradient_accumulation: int
+    replicas: int
+    device_iterations: int
+    processes: int
+    optimizer: str
+    amp: bool
+    mode: str
+    losses: LossTrace = field(default_factory=LossTrace)
+
+    @property
+    def host_batch(self) -> int:
+        """Samples one call of this process consumes."""
+        return self.micro_batch * self.gradient_accumulation * self.replicas * self.device_iterations
+
+
 @dataclass(frozen=True)
 class CompiledModel:
     """A model prepared by a backend for one target, ready to be called in timed rounds.
@@ -145,6 +196,16 @@ class CompiledModel:
     group: InstanceGroup | None = None
     #: Whether the device is a simulator (the IPU Model): its timings are not hardware timings.
     simulator: bool = False
+    #: Set on a training step (``ipu_train``): its global batch and losses. ``run`` then makes one
+    #: optimizer step (``device_iterations`` on an IPU) and returns the loss as a float.
+    training: TrainingInfo | None = None
+    #: A training step's trained model in evaluation mode: ``evaluate(*inputs)`` returns its
+    #: outputs on the host, without gradients; ``None`` for inference models.
+    evaluate: Callable[..., object] | None = None
+
+    def __call__(self, *inputs: object) -> object:
+        """Prepare ``inputs`` and make one call (untimed convenience; benchmarks use ``run``)."""
+        return self.run(*self.prepare_inputs(inputs))
 
 
 class NamedBackend:
@@ -245,3 +306,38 @@ class WorkerBackend(PlacedBackend, Protocol):
 
     def worker_factory(self) -> Callable[[], Backend]:
         """A picklable callable that makes an equal backend in a worker process."""
+
+
+@dataclass(frozen=True)
+class TrainingRequest:
+    """What ``ipu_train`` asks of a backend: the loss, the optimizer, and how batches are split.
+
+    ``loss(outputs, *targets)`` returns a scalar; ``optimizer(parameters)`` makes the optimizer; the
+    first ``inputs`` elements of a batch go to the model and the rest to the loss.
+    ``process_group`` is the torch.distributed group to average gradients over (``None``: this
+    process alone) and ``processes`` its size.
+    """
+
+    loss: Callable[..., Any]
+    optimizer: Callable[[Any], Any]
+    inputs: int = 1
+    gradient_accumulation: int = 1
+    process_group: Any = None
+    processes: int = 1
+
+
+@runtime_checkable
+class TrainingBackend(Backend, Protocol):
+    """A backend that can compile a training step (torch, PopTorch)."""
+
+    def compile_training(
+        self,
+        model: object,
+        example_batch: Sequence[object],
+        precision: str,
+        options: Mapping[str, object],
+        request: TrainingRequest,
+    ) -> CompiledModel:
+        """A ``CompiledModel`` whose ``run`` makes one optimizer step on a prepared batch and returns
+        the loss as a float, with ``training`` and ``evaluate`` set; raise ``CompileError`` naming the
+        model and the reason."""

@@ -11,6 +11,8 @@ Every compiled model is an independent model in its own process: ``Options().Dis
 disabled, because PopTorch otherwise reads ``OMPI_COMM_WORLD_SIZE``/``RANK`` (set by mpirun and
 PopRun) and compiles one replica of a graph distributed over all the launch's processes. Under
 PopRun, each instance places its models on the device PopDist gives it (``popdist.getDeviceId``).
+Training steps (``compile_training``, in ``poptorch_training``) are the exception under PopRun:
+their replicas must average gradients over the whole launch, so they take PopDist's options.
 """
 
 from __future__ import annotations
@@ -101,6 +103,9 @@ class PopTorchBackend(NamedBackend):
     ``ipu:N``, where ``N`` is a device id as ``gc-info -l`` lists it (``Options.useIpuId(N)``); a
     model on several IPUs needs the id of a multi-IPU device of at least ``ipus x
     replication_factor`` IPUs.
+
+    ``compile_training`` makes ``ipu_train``'s training steps (``poptorch_training``), with the
+    options of ``poptorch_training.OPTIONS``.
 
     Options (defaults in ``OPTIONS``): ``device_iterations``, ``replication_factor`` and
     ``gradient_accumulation`` (training only) multiply into the batch one call consumes;
@@ -738,16 +743,26 @@ def _place(poptorch: ModuleType, torch: ModuleType, module: Any, ipus: int, name
 
 
 def _poptorch_options(
-    poptorch: ModuleType, torch: ModuleType, opts: Mapping[str, object], ipu_id: int | None
+    poptorch: ModuleType,
+    torch: ModuleType,
+    opts: Mapping[str, object],
+    ipu_id: int | None,
+    base: Any = None,
 ) -> Any:
-    """A ``poptorch.Options`` built from the checked backend options, for one independent process."""
-    popts = poptorch.Options()
-    # Options() reads OMPI_COMM_WORLD_SIZE/RANK (poptorch options.py:466), which mpirun and PopRun
-    # set in every process they start; with more than one process PopTorch would compile this model
-    # as one replica of a graph distributed over all of them. Every model compiled here is its own.
-    popts.Distributed.disable()
+    """A ``poptorch.Options`` built from the checked backend options, for one independent process;
+    or, given ``base`` (a PopRun instance's ``popdist.poptorch.Options``, for training), on top of
+    what PopDist set there: the launch's process id and count, the local replicas and the device."""
+    if base is None:
+        popts = poptorch.Options()
+        # Options() reads OMPI_COMM_WORLD_SIZE/RANK (poptorch options.py:466), which mpirun and PopRun
+        # set in every process they start; with more than one process PopTorch would compile this
+        # model as one replica of a graph distributed over all of them. Every model compiled here is
+        # its own.
+        popts.Distributed.disable()
+        popts.replicationFactor(int(str(opts["replication_factor"])))
+    else:
+        popts = base
     popts.deviceIterations(int(str(opts["device_iterations"])))
-    popts.replicationFactor(int(str(opts["replication_factor"])))
     if opts["training"]:
         popts.Training.gradientAccumulation(int(str(opts["gradient_accumulation"])))
     mode = str(opts["output_mode"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import importlib
 import re
 import weakref
@@ -19,6 +20,7 @@ from typing import Any
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
+from pytest_ipu.backends.base import TrainingRequest
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.backends.host import cpu_name
 from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
@@ -279,6 +281,35 @@ class TorchBackend(NamedBackend):
             options={**opts, "mode": self._mode},
             info={"threads": threads},
         )
+
+    def compile_training(
+        self,
+        model: object,
+        example_batch: Sequence[object],
+        precision: str,
+        options: Mapping[str, object],
+        request: TrainingRequest,
+    ) -> CompiledModel:
+        """A training step of a copy of ``model`` (``backends.torch_training``): eager or compiled as
+        this backend's mode, fp32 or automatic mixed precision (fp16 on CUDA, bf16), data parallel
+        over ``request.process_group`` when there is one."""
+        from pytest_ipu.backends import torch_training
+
+        torch = self._import()
+        threads = self.apply_threads()
+        step = torch_training.compile_training(
+            torch,
+            name=self._name,
+            device=self._device,
+            device_name=self._device_name(torch),
+            mode=self._mode,
+            model=model,
+            example_batch=example_batch,
+            precision=precision,
+            options=options,
+            request=request,
+        )
+        return dataclasses.replace(step, info={**step.info, "threads": threads})
 
 
 def _closed(*_: object) -> object:

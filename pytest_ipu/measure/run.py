@@ -18,8 +18,10 @@ from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
+from typing import Protocol
 
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import TrainingInfo
 from pytest_ipu.errors import BenchmarkArgumentError
 from pytest_ipu.errors import BenchmarkArgumentTypeError
 from pytest_ipu.measure import metrics
@@ -31,6 +33,7 @@ from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.power.meter import min_window_s
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import records
+from pytest_ipu.results.training import TrainingRecord
 
 #: Share of a repeat's budget spent calibrating the round time (untimed), unless the warm-up calls
 #: alone already last that long.
@@ -50,6 +53,22 @@ class RoundsPolicy:
     max_time_s: float
     min_rounds: int
     cap_s: float | None = None
+
+
+class Lockstep(Protocol):
+    """The other processes of a distributed launch, to time in step with (``placement.torchrun``).
+
+    With one, every rank makes the same calls: a fixed count of warm-up calls, no time-boxed
+    calibration, the largest round-time estimate of any rank, the planned rounds with no early end;
+    a barrier opens and one closes the timed window. Collectives inside a call (a data-parallel
+    step's gradient all-reduce) then never wait for a rank that stopped early.
+    """
+
+    def barrier(self, what: str) -> None:
+        """Return when every rank has reached ``what``."""
+
+    def agree_max(self, value: float) -> float:
+        """The largest ``value`` of every rank."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +159,7 @@ def measure(
     index: int = 1,
     process: str = "this",
     call_timeout_s: float | None = None,
+    lockstep: Lockstep | None = None,
 ) -> Measurement:
     """Measure one repeat of ``compiled`` on ``inputs`` and build its record.
 
@@ -154,7 +174,8 @@ def measure(
     ``call_timeout_s`` bounds every call (the first, warm-up, calibration and timed ones): one still
     running then raises ``CallTimeout`` naming it (``timing.Watchdog``; enforced in the main thread
     on POSIX only). With auto rounds the warm-up calls, and separately the calibration, stop once
-    they have lasted the repeat's budget (docs/numbers.md).
+    they have lasted the repeat's budget (docs/numbers.md). ``lockstep`` times the ranks of a
+    distributed launch in step (``Lockstep``).
     """
     check_arguments(compiled.run, inputs, items_per_call=items_per_call, rounds=policy.rounds)
     args = compiled.prepare_inputs(tuple(inputs))
@@ -181,10 +202,20 @@ def measure(
     with timing.Watchdog(call_timeout_s, repeat=index) as watch:
         # Auto rounds fill a time budget, so their warm-up (and calibration) is bounded by it too;
         # fixed rounds are counts, not time, and run every warm-up call asked for.
-        warm = timing.warm_up(compiled.run, args, rewarm, budget_s=budget_s if auto else None, watch=watch)
+        if lockstep is not None:
+            # The first call of a data-parallel step is a collective: meet here first, where a rank
+            # that never comes is named.
+            lockstep.barrier(f"the first call of repeat {index}")
+        # In lock-step every rank makes every warm-up call asked for: a count, not a time.
+        warm_budget_s = budget_s if auto and lockstep is None else None
+        warm = timing.warm_up(compiled.run, args, rewarm, budget_s=warm_budget_s, watch=watch)
         estimate_s = warm.estimate_s
         stretch_s = CALIBRATION_SHARE * budget_s
-        if auto and estimate_s < stretch_s:
+        if lockstep is not None:
+            # Calibration is time-boxed, so ranks would make different numbers of calls: every rank
+            # plans from the slowest rank's warm-up estimate instead.
+            estimate_s = lockstep.agree_max(estimate_s)
+        elif auto and estimate_s < stretch_s:
             estimate_s = timing.calibrate(
                 compiled.run, args, stretch_s, limit_s=budget_s, watch=watch
             ).estimate_s
@@ -194,13 +225,15 @@ def measure(
         # An energy window must reach the sensor's minimum: those rounds end past the budget, not near it.
         box = (
             timing.TimeBox(budget_s, policy.min_rounds, cap_s, nearest=meter is None)
-            if auto
+            if auto and lockstep is None
             else timing.TimeBox()
         )
         if group is not None:
             group.reset_latencies()  # the warm-up calls are not part of the statistics
 
         def opened() -> None:
+            if lockstep is not None:
+                lockstep.barrier(f"the timed window of repeat {index}")
             if probe is not None:
                 probe.start()
             if meter is not None:
@@ -213,6 +246,8 @@ def measure(
                 meter.mark()
             if probe is not None:
                 contention.append(probe.stop())
+            if lockstep is not None:
+                lockstep.barrier(f"the end of the timed window of repeat {index}")
 
         if meter is None:
             window = timing.timed_rounds(
@@ -310,8 +345,30 @@ def measure(
         budget=budget,
         stability=stability([repeat], samples, unstable_threshold, "single"),
         contention=contention[0] if contention else None,
+        training=None if compiled.training is None else training_record(compiled.training),
     )
     return Measurement(record, samples, calls)
+
+
+def training_record(info: TrainingInfo) -> TrainingRecord:
+    """The record's ``training`` part: the global batch's make-up and the losses so far."""
+    losses = info.losses
+    if losses.first is None or losses.last is None:
+        raise ValueError("a training step's record needs at least one step")
+    return TrainingRecord(
+        micro_batch=info.micro_batch,
+        gradient_accumulation=info.gradient_accumulation,
+        replicas=info.replicas,
+        device_iterations=info.device_iterations,
+        processes=info.processes,
+        global_batch=info.host_batch * info.processes,
+        optimizer=info.optimizer,
+        amp=info.amp,
+        mode=info.mode,
+        steps=losses.steps,
+        loss_first=losses.first,
+        loss_last=losses.last,
+    )
 
 
 def round_spread(samples_s: Sequence[float]) -> float | None:

@@ -66,6 +66,26 @@ AGGREGATION: Mapping[str, str] = {
 }
 
 
+#: torchrun's merged records: the ranks' windows are aligned by barriers (``placement.torchrun``), so
+#: the launch's rate is every rank's samples over the common window.
+TORCHRUN_AGGREGATION: Mapping[str, str] = {
+    **AGGREGATION,
+    "throughput_items_per_s": (
+        "every rank's items over the common window (the longest rank window); the ranks' timed windows "
+        "open and close at barriers, so they are one window; sum_of_ranks_items_per_s is the sum of the "
+        "ranks' own rates, for comparison"
+    ),
+    "latency_s": (
+        "per statistic, the slowest rank's value; each rank's own summary is in its record under "
+        "torchrun.instances"
+    ),
+    "time_to_train": (
+        "rank 0's: the ranks train in step and each rank's record already counts every rank's samples "
+        "(its throughput is the launch's, not summed again)"
+    ),
+}
+
+
 class MergeError(ValueError):
     """Files that cannot be merged; the one-line message names the file and the problem."""
 
@@ -327,6 +347,8 @@ class _Run:
     data: dict[str, Any]
     identity: dict[str, Any]
     benchmarks: dict[str, dict[str, Any]]
+    #: The launcher that wrote it: ``poprun`` or ``torchrun`` (the key of its identity).
+    kind: str = KEY
 
     @property
     def index(self) -> int:
@@ -346,12 +368,22 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
     each instance's record under ``poprun.instances``. Everything else, including pytest-benchmark's
     ``stats``, is instance 0's. Raises ``MergeError`` naming the file and the problem.
     """
-    from pytest_ipu.results import schema
-
     if not paths:
         raise MergeError("no input files; pass the JSON file of every instance of the PopRun launch")
-    runs = [_read(Path(p)) for p in paths]
+    return merge_documents([(Path(p), _load(Path(p))) for p in paths])
+
+
+def merge_documents(documents: Sequence[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+    """``merge`` of documents already read (each with the path it is known by): what rank 0 of a
+    torchrun launch does with the documents it gathered. The files of a torchrun launch (each rank's
+    ``machine_info["ipu"]["torchrun"]``) merge the same way, with ``TORCHRUN_AGGREGATION``."""
+    from pytest_ipu.results import schema
+
+    if not documents:
+        raise MergeError("no input files; pass the JSON file of every instance of the launch")
+    runs = [_parse(path, data) for path, data in documents]
     ordered = _check_launch(runs)
+    kind = ordered[0].kind
     first = ordered[0]
     merged = copy.deepcopy(first.data)
     benchmarks = []
@@ -368,7 +400,7 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
                     f"{ordered[present.index(True)].path} has one; merge files of one launch"
                 )
             try:
-                out["extra_info"][schema.NAMESPACE] = _merge_records(fullname, ordered, records)
+                out["extra_info"][schema.NAMESPACE] = _merge_records(fullname, ordered, records, kind)
             except (KeyError, TypeError, ValueError) as exc:
                 if isinstance(exc, MergeError):
                     raise
@@ -386,7 +418,7 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
     if not isinstance(merged["machine_info"].get(schema.NAMESPACE), dict):
         merged["machine_info"][schema.NAMESPACE] = {}
     ipu_info = merged["machine_info"][schema.NAMESPACE]
-    ipu_info[KEY] = {
+    ipu_info[kind] = {
         "merged": True,
         "count": first.count,
         "files": [str(run.path) for run in ordered],
@@ -395,6 +427,8 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
         "machine_info": "instance 0's; each instance's host is under hosts",
         "stats": AGGREGATION["stats"],
     }
+    if kind != KEY:
+        ipu_info[kind]["nodes"] = len({run.identity.get("node") for run in ordered})
     return merged
 
 
@@ -403,14 +437,21 @@ def _host(data: Mapping[str, Any]) -> object:
     return machine.get("node") if isinstance(machine, dict) else None
 
 
-def _read(path: Path) -> _Run:
+def _load(path: Path) -> dict[str, Any]:
     from pytest_ipu.results import benchmark_json
-    from pytest_ipu.results import schema
 
     try:
-        data = benchmark_json.read_document(path)
+        return benchmark_json.read_document(path)
     except benchmark_json.RunFileError as exc:
         raise MergeError(str(exc)) from None
+
+
+def _parse(path: Path, data: dict[str, Any]) -> _Run:
+    from pytest_ipu.results import schema
+
+    if not isinstance(data.get("benchmarks"), list):
+        raise MergeError(f"{path}: not a pytest-benchmark document (no benchmarks list)")
+    kind, identity = _identity(path, data)
     benchmarks: dict[str, dict[str, Any]] = {}
     for position, bench in enumerate(data["benchmarks"]):
         if not isinstance(bench, dict) or not isinstance(bench.get("fullname"), str):
@@ -437,20 +478,33 @@ def _read(path: Path) -> _Run:
                     f"{path}: benchmark {bench['fullname']!r}: latency_s has no p50 and p99; pass the "
                     "files pytest-ipu wrote, unedited"
                 )
-            if isinstance(record.get(KEY), dict) and record[KEY].get("merged"):
+            if isinstance(record.get(kind), dict) and record[kind].get("merged"):
                 raise MergeError(
                     f"{path}: benchmark {bench['fullname']!r} is already merged; pass unmerged files"
                 )
         benchmarks[bench["fullname"]] = bench
-    return _Run(path, data, _identity(path, data), benchmarks)
+    return _Run(path, data, identity, benchmarks, kind)
 
 
-def _identity(path: Path, data: dict[str, Any]) -> dict[str, Any]:
-    """The instance's ``as_json()``: from ``machine_info["ipu"]["poprun"]``, else its records."""
+def _identity(path: Path, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The launcher (``poprun`` or ``torchrun``) and the instance's or rank's ``as_json()``: from
+    ``machine_info["ipu"][launcher]``, else its records."""
+    from pytest_ipu.placement import torchrun
     from pytest_ipu.results import schema
 
     machine = data.get("machine_info")
     ipu_info = machine.get(schema.NAMESPACE) if isinstance(machine, dict) else None
+    if isinstance(ipu_info, dict) and ipu_info.get(torchrun.KEY) is not None:
+        found = ipu_info[torchrun.KEY]
+        if not isinstance(found, dict):
+            raise MergeError(f"{path}: machine_info['ipu']['torchrun'] is not an object")
+        if found.get("merged"):
+            raise MergeError(f"{path}: already a merged file; pass the files of the ranks")
+        try:
+            torchrun.TorchrunRank(**found)
+        except (TypeError, ValueError) as exc:
+            raise MergeError(f"{path}: malformed machine_info['ipu']['torchrun']: {exc}") from None
+        return torchrun.KEY, dict(found)
     found = ipu_info.get(KEY) if isinstance(ipu_info, dict) else None
     if found is None:
         from_records = {
@@ -463,8 +517,9 @@ def _identity(path: Path, data: dict[str, Any]) -> dict[str, Any]:
         found = json.loads(from_records.pop()) if from_records else None
     if found is None:
         raise MergeError(
-            f"{path}: not written by a PopRun instance of pytest-ipu (no machine_info['ipu']['poprun'] "
-            "section); pass the files pytest-ipu wrote under poprun"
+            f"{path}: not written by a PopRun instance or torchrun rank of pytest-ipu (no "
+            "machine_info['ipu']['poprun'] or ['torchrun'] section); pass the files pytest-ipu wrote under "
+            "poprun or torchrun"
         )
     if not isinstance(found, dict):
         raise MergeError(f"{path}: machine_info['ipu']['poprun'] is not an object")
@@ -474,30 +529,37 @@ def _identity(path: Path, data: dict[str, Any]) -> dict[str, Any]:
         PopRunInstance(**found)
     except (TypeError, ValueError) as exc:
         raise MergeError(f"{path}: malformed machine_info['ipu']['poprun']: {exc}") from None
-    return dict(found)
+    return KEY, dict(found)
 
 
 def _check_launch(runs: list[_Run]) -> list[_Run]:
     """The runs in instance order, after checking they are every instance of one launch once."""
     first = runs[0]
+    noun = "rank" if first.kind != KEY else "instance"
+    launcher = "PopRun" if first.kind == KEY else "torchrun"
     seen: dict[int, _Run] = {}
     for run in runs:
+        if run.kind != first.kind:
+            raise MergeError(
+                f"{run.path}: written under {run.kind}, but {first.path} under {first.kind}: not one launch; "
+                "merge files of one launch"
+            )
         if run.count != first.count:
             raise MergeError(
-                f"{run.path}: written by instance {run.index} of {run.count}, but {first.path} by "
-                f"instance {first.index} of {first.count}: not one PopRun launch; merge files of one launch"
+                f"{run.path}: written by {noun} {run.index} of {run.count}, but {first.path} by "
+                f"{noun} {first.index} of {first.count}: not one {launcher} launch; merge files of one launch"
             )
         if run.index in seen:
             raise MergeError(
-                f"{run.path}: instance {run.index} of {run.count} again (also {seen[run.index].path}); "
-                "pass each instance's file once"
+                f"{run.path}: {noun} {run.index} of {run.count} again (also {seen[run.index].path}); "
+                f"pass each {noun}'s file once"
             )
         seen[run.index] = run
     missing = [i for i in range(first.count) if i not in seen]
     if missing:
         raise MergeError(
-            f"{', '.join(str(r.path) for r in runs)}: instance(s) {', '.join(map(str, missing))} of "
-            f"{first.count} missing; pass the JSON file of every instance"
+            f"{', '.join(str(r.path) for r in runs)}: {noun}(s) {', '.join(map(str, missing))} of "
+            f"{first.count} missing; pass the JSON file of every {noun}"
         )
     ordered = [seen[i] for i in range(first.count)]
     names = list(ordered[0].benchmarks)
@@ -506,18 +568,20 @@ def _check_launch(runs: list[_Run]) -> list[_Run]:
             if fullname not in run.benchmarks:
                 raise MergeError(
                     f"{run.path}: has no benchmark {fullname!r}, which {ordered[0].path} has; every "
-                    "instance must run the same benchmarks"
+                    f"{noun} must run the same benchmarks"
                 )
         extra = [name for name in run.benchmarks if name not in ordered[0].benchmarks]
         if extra:
             raise MergeError(
-                f"{run.path}: benchmark {extra[0]!r} is not in {ordered[0].path}; every instance must run "
+                f"{run.path}: benchmark {extra[0]!r} is not in {ordered[0].path}; every {noun} must run "
                 "the same benchmarks"
             )
     return ordered
 
 
-def _merge_records(fullname: str, runs: list[_Run], records: list[dict[str, Any]]) -> dict[str, Any]:
+def _merge_records(
+    fullname: str, runs: list[_Run], records: list[dict[str, Any]], kind: str = KEY
+) -> dict[str, Any]:
     first = records[0]
     for run, record in zip(runs[1:], records[1:], strict=True):
         for key in _SAME_ACROSS_INSTANCES:
@@ -527,8 +591,17 @@ def _merge_records(fullname: str, runs: list[_Run], records: list[dict[str, Any]
                     f"has {key}={first.get(key)!r}: not the same benchmark; merge files of one launch"
                 )
     merged = copy.deepcopy(first)
-    merged["throughput_items_per_s"] = math.fsum(float(r["throughput_items_per_s"]) for r in records)
+    rates = math.fsum(float(r["throughput_items_per_s"]) for r in records)
     merged["window_s"] = max(float(r["window_s"]) for r in records)
+    if first.get("time_to_train") is not None:
+        # Every rank's time-to-train record already counts the samples of every rank.
+        merged["throughput_items_per_s"] = float(first["throughput_items_per_s"])
+    elif kind == KEY:
+        merged["throughput_items_per_s"] = rates
+    else:
+        items = math.fsum(float(r["throughput_items_per_s"]) * float(r["window_s"]) for r in records)
+        merged["throughput_items_per_s"] = items / merged["window_s"] if merged["window_s"] > 0 else rates
+        merged["sum_of_ranks_items_per_s"] = rates
     merged["rounds"] = sum(int(r["rounds"]) for r in records)
     stats = [stat for stat in first["latency_s"] if all(stat in r["latency_s"] for r in records)]
     merged["latency_s"] = {stat: max(float(r["latency_s"][stat]) for r in records) for stat in stats}
@@ -536,10 +609,10 @@ def _merge_records(fullname: str, runs: list[_Run], records: list[dict[str, Any]
     merged["latency_worst_instance_p50_s"] = merged["latency_s"]["p50"]
     merged["latency_worst_instance_p99_s"] = merged["latency_s"]["p99"]
     merged["power"] = None
-    merged[KEY] = {
+    merged[kind] = {
         "merged": True,
         "count": len(records),
-        "aggregation": dict(AGGREGATION),
+        "aggregation": dict(AGGREGATION if kind == KEY else TORCHRUN_AGGREGATION),
         "instances": [copy.deepcopy(r) for r in records],
     }
     return merged
@@ -568,7 +641,9 @@ def _merged_from(document: Mapping[str, Any]) -> list[str]:
 
     machine = document.get("machine_info")
     ipu_info = machine.get(schema.NAMESPACE) if isinstance(machine, dict) else None
-    section = ipu_info.get(KEY) if isinstance(ipu_info, dict) else None
+    section = None
+    if isinstance(ipu_info, dict):
+        section = ipu_info.get(KEY) if ipu_info.get(KEY) is not None else ipu_info.get("torchrun")
     files = section.get("files") if isinstance(section, dict) else None
     return [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
 

@@ -8,6 +8,11 @@ batch sizes first, so that its table is on the page's first screen; the machine 
 follow the groups. A group of one batch size gets its table and no figure: a plot against batch
 size with one point per line would say nothing its table does not.
 
+When the runs hold training records, a "Scaling" section comes first (``pytest_ipu.report.scaling``):
+each training benchmark across the runs against its device count, with the published reference
+points of ``--references FILE`` (``pytest_ipu.results.references``) beside, never among, the
+measured ones. Its tables are shown without matplotlib too; only its figures need it.
+
 Every file is written through a temporary file and ``os.replace``, and every figure is rendered
 before the first file is written, so a failure leaves earlier files whole and no half-written page.
 """
@@ -23,16 +28,23 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 
 from pytest_ipu import __version__
 from pytest_ipu.report import plots
+from pytest_ipu.report import scaling
 from pytest_ipu.report import terminal as report
 from pytest_ipu.results import atomic
 from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import references
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import group_name
+from pytest_ipu.results.references import Reference
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 #: Resolution of the PNG files.
 PNG_DPI = 150
@@ -96,10 +108,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "group"
 
 
-def _render(runs: Sequence[StoredRun]) -> list[_Figure]:
-    """The three views of every group with a batch axis as PNG and SVG bytes, before anything is
-    written. Every group's numbers are checked (``plots.check_plottable``), drawn or not: a table
-    must not show a number that a figure would have refused."""
+def _render(runs: Sequence[StoredRun], studies: Sequence[scaling.Study] = ()) -> list[_Figure] | None:
+    """The three views of every group with a batch axis, and the scaling views of ``studies``, as
+    PNG and SVG bytes, before anything is written; ``None`` when only scaling views were due and
+    matplotlib is missing (their tables say so). Every group's numbers are checked
+    (``plots.check_plottable``), drawn or not: a table must not show a number that a figure would
+    have refused."""
     order = plots.report_order(runs)
     for group in order:
         for view in plots.VIEWS:
@@ -108,54 +122,75 @@ def _render(runs: Sequence[StoredRun]) -> list[_Figure]:
             except plots.PlotError as exc:
                 raise ReportError(str(exc)) from None
     swept = [g for g in order if plots.has_batch_axis(runs, g)]
-    if not swept:
+    scaled = [(i, view) for i, study in enumerate(studies) for view in study.views()]
+    if not swept and not scaled:
         return []  # nothing to draw, so nothing needs matplotlib
     try:
         import matplotlib
     except ImportError:
+        if not swept:
+            return None
         raise ReportError(
             "pytest-ipu report needs matplotlib (pytest-ipu's extra 'report'): pip install matplotlib"
         ) from None
+
+    def encode(figure: Figure) -> tuple[bytes, bytes]:
+        png, svg = io.BytesIO(), io.BytesIO()
+        # A fixed hash salt and no date make the SVG the same bytes for the same data, so that
+        # reports diff cleanly; text as paths needs no font on the reader's machine.
+        with matplotlib.rc_context({"svg.hashsalt": "pytest-ipu", "svg.fonttype": "path"}):
+            figure.savefig(png, format="png", dpi=PNG_DPI, metadata={"Software": None})
+            figure.savefig(svg, format="svg", metadata=dict.fromkeys(("Creator", "Date", "Format", "Type")))
+        return png.getvalue(), svg.getvalue()
+
     out: list[_Figure] = []
     stems: set[str] = set()
-    for group in swept:
-        stem = _slug(group)
-        # Two group names can reduce to one slug (``a b`` and ``a-b``); keep their files apart.
+
+    def unique(stem: str) -> str:
+        # Two names can reduce to one slug (``a b`` and ``a-b``); keep their files apart.
         base, n = stem, 2
         while stem in stems:
             stem, n = f"{base}-{n}", n + 1
         stems.add(stem)
+        return stem
+
+    for group in swept:
+        stem = unique(_slug(group))
         machine = plots.machine_label(runs, group)
         for view in plots.VIEWS:
             series = plots.series_for(runs, group, view)
             figure = plots.draw(view, group, series, plots.notes_for(view, series), machine=machine)
-            png, svg = io.BytesIO(), io.BytesIO()
-            # A fixed hash salt and no date make the SVG the same bytes for the same data, so that
-            # reports diff cleanly; text as paths needs no font on the reader's machine.
-            with matplotlib.rc_context({"svg.hashsalt": "pytest-ipu", "svg.fonttype": "path"}):
-                figure.savefig(png, format="png", dpi=PNG_DPI, metadata={"Software": None})
-                figure.savefig(
-                    svg, format="svg", metadata=dict.fromkeys(("Creator", "Date", "Format", "Type"))
-                )
-            out.append(_Figure(group, view, f"{stem}-{view}", png.getvalue(), svg.getvalue()))
+            out.append(_Figure(group, view, f"{stem}-{view}", *encode(figure)))
+    for index, view in scaled:
+        study = studies[index]
+        machine = plots.machine_label([runs[i] for i in sorted({p.run for p in study.points})])
+        stem = unique(f"{view}-{_slug(study.title)}")
+        out.append(_Figure(study.title, view, stem, *encode(scaling.draw(study, view, machine=machine))))
     return out
 
 
-def write_report(runs: Sequence[StoredRun], out_dir: Path) -> ReportFiles:
-    """Write ``index.html``, and a PNG and an SVG per view of each group with a batch axis, into
-    ``out_dir`` (created if needed).
+def write_report(
+    runs: Sequence[StoredRun], out_dir: Path, references: Sequence[Reference] = ()
+) -> ReportFiles:
+    """Write ``index.html``, and a PNG and an SVG per view of each group with a batch axis and per
+    scaling view of each training benchmark, into ``out_dir`` (created if needed). ``references``
+    are published points drawn beside the measured ones (``pytest_ipu.results.references``).
 
     Raises ``ReportError`` when no run holds a pytest-ipu record, a record cannot be plotted, or
-    matplotlib is missing where there is a figure to draw, and ``OSError`` when a file cannot be
-    written.
+    matplotlib is missing where there is a figure against batch size to draw, and ``OSError`` when
+    a file cannot be written.
     """
     if not plots.groups(runs):
         raise ReportError("no benchmark carries extra_info['ipu']: nothing to report")
-    figures = _render(runs)
-    page = _page(runs, figures).encode("utf-8")
+    try:
+        studies = scaling.studies(runs, references)
+    except scaling.ScalingError as exc:
+        raise ReportError(str(exc)) from None
+    figures = _render(runs, studies)
+    page = _page(runs, figures or [], studies, references, scaling_drawn=figures is not None).encode("utf-8")
     out_dir.mkdir(parents=True, exist_ok=True)
     images: list[Path] = []
-    for figure in figures:
+    for figure in figures or []:
         for suffix, data in ((".png", figure.png), (".svg", figure.svg)):
             path = out_dir / f"{figure.stem}{suffix}"
             atomic.write_bytes(path, data)
@@ -166,12 +201,20 @@ def write_report(runs: Sequence[StoredRun], out_dir: Path) -> ReportFiles:
     return ReportFiles(html_path, tuple(images))
 
 
-def main(paths: Sequence[Path], out_dir: Path) -> int:
-    """The ``pytest-ipu report`` command: 0 on success, 2 on bad input or when nothing can be written."""
+def main(paths: Sequence[Path], out_dir: Path, references_file: Path | None = None) -> int:
+    """The ``pytest-ipu report`` command: 0 on success, 2 on bad input (a bad references file
+    included, before anything is drawn) or when nothing can be written."""
     runs: list[StoredRun] = []
     if not paths:
         print("pytest-ipu: report needs at least one RUN.json", file=sys.stderr)
         return 2
+    published: tuple[Reference, ...] = ()
+    if references_file is not None:
+        try:
+            published = references.load(references_file)
+        except references.ReferenceError as exc:
+            print(f"pytest-ipu: --references: {exc}", file=sys.stderr)
+            return 2
     for path in paths:
         try:
             run = benchmark_json.read_run(path)
@@ -187,7 +230,7 @@ def main(paths: Sequence[Path], out_dir: Path) -> int:
             return 2
         runs.append(run)
     try:
-        files = write_report(runs, out_dir)
+        files = write_report(runs, out_dir, published)
     except ReportError as exc:
         print(f"pytest-ipu: {exc}", file=sys.stderr)
         return 2
@@ -196,7 +239,10 @@ def main(paths: Sequence[Path], out_dir: Path) -> int:
         print(f"pytest-ipu: {where}: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return 2
     groups = len(plots.groups(runs))
-    print(f"wrote {files.html} ({groups} group(s), {len(files.images) // 2} figure(s))")
+    studies = scaling.studies(runs, published)
+    scaled = f", scaling of {len(studies)} training benchmark(s)" if studies else ""
+    scaled += f", {len(published)} published reference(s)" if published else ""
+    print(f"wrote {files.html} ({groups} group(s){scaled}, {len(files.images) // 2} figure(s))")
     if files.images:
         print(f"wrote {len(files.images)} image(s), PNG and SVG, to {out_dir}")
     return 0
@@ -346,7 +392,14 @@ def _figures(runs: Sequence[StoredRun], group: str, figures: Sequence[_Figure]) 
     return f'<div class="figures">{"".join(parts)}</div>'
 
 
-def _page(runs: Sequence[StoredRun], figures: Sequence[_Figure]) -> str:
+def _page(
+    runs: Sequence[StoredRun],
+    figures: Sequence[_Figure],
+    studies: Sequence[scaling.Study] = (),
+    published: Sequence[Reference] = (),
+    *,
+    scaling_drawn: bool = True,
+) -> str:
     groups = plots.report_order(runs)
     labels = plots.run_labels(runs)
     title = "pytest-ipu report"
@@ -360,9 +413,22 @@ def _page(runs: Sequence[StoredRun], figures: Sequence[_Figure]) -> str:
         machine = "".join(_run_section(r, f"run {lab}") for r, lab in zip(runs, labels, strict=True))
     sections = []
     contents = []
+    if studies or published:
+        # First: across runs of a training benchmark, the scaling is what the runs were made for.
+        drawn = {
+            (i, f.view): (f.stem, f.svg)
+            for i, study in enumerate(studies)
+            for f in figures
+            if f.group == study.title and f.view in scaling.VIEWS
+        }
+        body = scaling.section(
+            studies, scaling.unmatched(published, studies), drawn if scaling_drawn else None
+        )
+        sections.append(f'<section id="scaling"><h2>Scaling</h2>{body}</section>')
+        contents.append('<li><a href="#scaling">scaling</a></li>')
     for index, group in enumerate(groups):
         anchor = f"group-{index + 1}-{_slug(group)}"
-        mine = [f for f in figures if f.group == group]
+        mine = [f for f in figures if f.group == group and f.view in plots.VIEWS]
         body = f"<h2>{_e(group)}</h2>{_table(runs, group)}{_figures(runs, group, mine)}"
         sections.append(f'<section id="{_e(anchor)}">{body}</section>')
         contents.append(f'<li><a href="#{_e(anchor)}">{_e(group)}</a></li>')

@@ -40,5 +40,6 @@ METRICS: Mapping[str, Metric] = {
         Metric("power", ("power", "mean_power_w"), "W"),
         Metric("energy_per_item", ("power", "energy_per_item_j"), "J"),
         Metric("items_per_j", ("power", "items_per_j"), "items/J"),
+        Metric("time_to_train", ("time_to_train", "olympic_s"), "s"),
     )
 }

@@ -24,6 +24,9 @@ from typing import NoReturn
 
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.results.training import ScalingRecord
+from pytest_ipu.results.training import TimeToTrainRecord
+from pytest_ipu.results.training import TrainingRecord
 
 if TYPE_CHECKING:
     from pytest_ipu.results.gates import Gate
@@ -517,6 +520,12 @@ class IpuRecord:
     stability: StabilityRecord | None = None
     #: Other processes' share of the CPU during the timed windows; ``None`` in older records.
     contention: ContentionRecord | None = None
+    #: How a training step's global batch is made (`TrainingRecord`); `None` for inference.
+    training: TrainingRecord | None = None
+    #: The runs of a time-to-train benchmark and their olympic average (`TimeToTrainRecord`).
+    time_to_train: TimeToTrainRecord | None = None
+    #: This benchmark against a run on fewer processes (`ScalingRecord`, `--ipu-scaling-baseline`).
+    scaling: ScalingRecord | None = None
     #: Always true: the figures were measured. ``ipu_benchmark`` returns ``NotTimed`` (``timed``
     #: false) when pytest-benchmark is not timing; ``if record.timed:`` tells them apart (and
     #: narrows the type for mypy).
@@ -539,6 +548,9 @@ class IpuRecord:
         """The metric's value in each independent repeat: the evidence a gate weighs. A record from
         before repeats counts as one repeat (its own value); a metric measured once per benchmark
         (energy, compile) has one value whatever the repeats."""
+        if metric == "time_to_train" and self.time_to_train is not None:
+            # Each kept run is an independent measurement of the time to train.
+            return self.time_to_train.olympic_times_s
         if self.repeats and metric in _REPEAT_VALUES:
             return tuple(float(_REPEAT_VALUES[metric](r)) for r in self.repeats)
         value = self.value(metric)
@@ -620,6 +632,7 @@ _METRIC_VALUES: Mapping[str, Callable[[IpuRecord], float | None]] = {
     "power": _power_value(lambda p: p.mean_power_w),
     "energy_per_item": _power_value(lambda p: p.energy_per_item_j),
     "items_per_j": _power_value(lambda p: p.items_per_j),
+    "time_to_train": lambda r: None if r.time_to_train is None else r.time_to_train.olympic_s,
 }
 
 

@@ -45,6 +45,11 @@ from pytest_ipu.results.records import RepeatRecord
 from pytest_ipu.results.records import StabilityRecord
 from pytest_ipu.results.records import latency_json as latency_json
 from pytest_ipu.results.records import latency_stats
+from pytest_ipu.results.training import CurvePoint
+from pytest_ipu.results.training import ScalingRecord
+from pytest_ipu.results.training import TimeToTrainRecord
+from pytest_ipu.results.training import TrainingRecord
+from pytest_ipu.results.training import TrainRun
 
 SCHEMA_VERSION = 2
 NAMESPACE = "ipu"
@@ -93,6 +98,17 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
         "budget": None if record.budget is None else record.budget.as_json(),
         "stability": None if record.stability is None else record.stability.as_json(),
         "contention": None if record.contention is None else record.contention.as_json(),
+        # The training parts are absent, not null, from inference records: those are written as
+        # they always were.
+        **{
+            key: part.as_json()
+            for key, part in (
+                ("training", record.training),
+                ("time_to_train", record.time_to_train),
+                ("scaling", record.scaling),
+            )
+            if part is not None
+        },
     }
 
 
@@ -153,6 +169,9 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
         budget=_part(data, "budget", _budget),
         stability=_part(data, "stability", _stability),
         contention=_part(data, "contention", _contention),
+        training=_part(data, "training", _training),
+        time_to_train=_part(data, "time_to_train", _time_to_train),
+        scaling=_part(data, "scaling", _scaling),
     )
 
 
@@ -491,6 +510,84 @@ def _stability(data: Mapping[str, Any], at: str) -> StabilityRecord:
         round_spread=_number_or_none(data, "round_spread", at),
         threshold=_number(data, "threshold", at),
         unstable=_flag(data, "unstable", at),
+    )
+
+
+def _signed(data: Mapping[str, Any], key: str, at: str = "") -> float:
+    """A finite number of either sign (a loss may be negative)."""
+    value = _get(data, key, _ABSENT)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _bad(at + key, value, "it must be a finite number")
+    return float(value)
+
+
+def _training(data: Mapping[str, Any], at: str) -> TrainingRecord:
+    return TrainingRecord(
+        micro_batch=_count(data, "micro_batch", at),
+        gradient_accumulation=_count(data, "gradient_accumulation", at),
+        replicas=_count(data, "replicas", at),
+        device_iterations=_count(data, "device_iterations", at),
+        processes=_count(data, "processes", at),
+        global_batch=_count(data, "global_batch", at),
+        optimizer=_text(data, "optimizer", at),
+        amp=_flag(data, "amp", at),
+        mode=_text(data, "mode", at),
+        steps=_count(data, "steps", at),
+        loss_first=_signed(data, "loss_first", at),
+        loss_last=_signed(data, "loss_last", at),
+    )
+
+
+def _curve_point(data: Mapping[str, Any], at: str) -> CurvePoint:
+    return CurvePoint(
+        epoch=_count(data, "epoch", at),
+        elapsed_s=_number(data, "elapsed_s", at),
+        samples=_count(data, "samples", at),
+        quality=_signed(data, "quality", at),
+    )
+
+
+def _train_run(data: Mapping[str, Any], at: str) -> TrainRun:
+    return TrainRun(
+        index=_count(data, "index", at),
+        seed=_count(data, "seed", at),
+        reached=_flag(data, "reached", at),
+        time_s=_number_or_none(data, "time_s", at, required=True),
+        epochs=_count(data, "epochs", at),
+        samples=_count(data, "samples", at),
+        samples_per_s=_number_or_none(data, "samples_per_s", at, required=True),
+        curve=_each(data, "curve", _curve_point, at),
+    )
+
+
+def _time_to_train(data: Mapping[str, Any], at: str) -> TimeToTrainRecord:
+    return TimeToTrainRecord(
+        quality=_text(data, "quality", at),
+        quality_target=_signed(data, "quality_target", at),
+        higher_is_better=_flag(data, "higher_is_better", at),
+        max_epochs=_count(data, "max_epochs", at),
+        processes=_count(data, "processes", at),
+        runs=_each(data, "runs", _train_run, at),
+        olympic_s=_number(data, "olympic_s", at),
+        olympic_runs=tuple(
+            _whole(v, f"{at}olympic_runs[{i}]") for i, v in enumerate(_list(data, "olympic_runs", at))
+        ),
+        min_s=_number(data, "min_s", at),
+        max_s=_number(data, "max_s", at),
+        cv=_number_or_none(data, "cv", at),
+    )
+
+
+def _scaling(data: Mapping[str, Any], at: str) -> ScalingRecord:
+    return ScalingRecord(
+        processes=_count(data, "processes", at),
+        baseline_processes=_count(data, "baseline_processes", at),
+        baseline_file=_text(data, "baseline_file", at),
+        baseline_throughput_items_per_s=_number(data, "baseline_throughput_items_per_s", at),
+        speedup=_number(data, "speedup", at),
+        efficiency=_number(data, "efficiency", at),
+        baseline_time_to_train_s=_number_or_none(data, "baseline_time_to_train_s", at),
+        time_to_train_speedup=_number_or_none(data, "time_to_train_speedup", at),
     )
 
 

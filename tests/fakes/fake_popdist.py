@@ -20,15 +20,23 @@ settings no real launch has.
 
 Assumed, not documented: ``getDeviceId`` gives instance ``i`` the aligned group of IPUs
 ``[i * k, (i + 1) * k)`` with ``k = local replicas x IPUs per replica``, numbered as ``gc-info -l``
-numbers devices (single IPUs, then pairs, then quads, ...). Not imitated: ``popdist.poptorch``
-(its ``Options`` subclass of ``poptorch.Options``; building it would import torch) and the MPI
-backend.
+numbers devices (single IPUs, then pairs, then quads, ...).
+
+``popdist.poptorch.Options(ipus_per_replica=None)``: the reference says it is presumably a
+``poptorch.Options`` subclass that PopDist pre-configures with the local replicas, the process id and
+count, and the device (the popdist source is not public); the fake is exactly that, built on first
+access of ``popdist.poptorch`` (it imports ``poptorch``, which must then be importable: tests put
+``tests.fakes.fake_poptorch`` in ``sys.modules``), so importing this module never imports torch.
+Its options carry ``_configured_by_popdist``, which makes the PopTorch fake accept their
+distributed compile. Not imitated: the MPI backend.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import types
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -93,9 +101,10 @@ def configure_from_environ(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def reset() -> None:
-    """Back outside PopRun, with no calls recorded."""
-    global _STATE
+    """Back outside PopRun, with no calls recorded (and ``popdist.poptorch`` built afresh)."""
+    global _STATE, _POPTORCH
     _STATE = _State()
+    _POPTORCH = None
 
 
 def calls() -> list[str]:
@@ -189,3 +198,44 @@ def execute_on_instances(
     if _STATE.instance_index in set(instances):
         return func(*args, **kwargs)
     return None
+
+
+# -- popdist.poptorch -------------------------------------------------------------------------------
+
+#: ``popdist.poptorch`` once built, with the ``poptorch`` module its ``Options`` subclass.
+_POPTORCH: tuple[types.ModuleType, types.ModuleType] | None = None
+
+
+def __getattr__(name: str) -> Any:
+    """``popdist.poptorch``, built on first access (PEP 562), as ``import popdist.poptorch`` gives it."""
+    global _POPTORCH
+    if name != "poptorch":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    poptorch = importlib.import_module("poptorch")
+    if _POPTORCH is None or _POPTORCH[0] is not poptorch:
+        _POPTORCH = (poptorch, _make_poptorch(poptorch))
+    return _POPTORCH[1]
+
+
+def _make_poptorch(poptorch: types.ModuleType) -> types.ModuleType:
+    """A ``popdist.poptorch`` module whose ``Options`` subclasses ``poptorch.Options``."""
+
+    class Options(poptorch.Options):  # type: ignore[name-defined,misc]
+        """``popdist.poptorch.Options(ipus_per_replica=None)``: a ``poptorch.Options`` set up for this
+        instance: ``replicationFactor(getNumLocalReplicas())``, ``Distributed.configureProcessId(
+        getInstanceIndex(), getNumInstances())`` and ``useIpuId(getDeviceId(ipus_per_replica))``
+        (``ipus_per_replica`` defaults to ``getNumIpusPerReplica()``). Which setters the real one
+        calls is inferred from PopTorch's ``Distributed`` docstring, not read in its source."""
+
+        _configured_by_popdist = True
+
+        def __init__(self, ipus_per_replica: int | None = None) -> None:
+            super().__init__()
+            per_replica = getNumIpusPerReplica() if ipus_per_replica is None else ipus_per_replica
+            self.replicationFactor(getNumLocalReplicas())
+            self.Distributed.configureProcessId(getInstanceIndex(), getNumInstances())
+            self.useIpuId(getDeviceId(per_replica))
+
+    module = types.ModuleType(f"{__name__}.poptorch", "PopDist's PopTorch integration (fake).")
+    module.Options = Options  # type: ignore[attr-defined]
+    return module

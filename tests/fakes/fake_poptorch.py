@@ -22,15 +22,23 @@ messages and rules of ``graphcore/poptorch`` at tag ``sdk/poptorch/3.4.0`` (``py
 Not imitated (they raise ``NotImplementedError``): executable files (``compileAndExport``, ``save``,
 ``loadExecutable``), ``AsynchronousDataAccessor``, keyword inputs, ``POPTORCH_WAIT_FOR_IPU`` and
 ``POPTORCH_DEFAULT_OPTIONS``. Training is approximate: the loss is the model's 0-d output (the
-last one, if it returns several), gradients are averaged over micro-batches with plain
-``torch.optim.SGD(lr=0.01)`` as the default optimizer. The real PopTorch 3.4 needs torch 2.0.1
-exactly; the fake runs on whatever torch is installed.
+last one, if it returns several; ``identity_loss`` marks nothing, it only applies its reduction),
+gradients are averaged over the micro-batches of each device iteration (one optimizer step per
+device iteration, as PopTorch steps once per ``gradientAccumulation x replicas`` micro-batches), with
+plain ``torch.optim.SGD(lr=0.01)`` as the default optimizer. The fake trains the wrapped model's own
+parameters on the CPU, so the host model is always up to date: ``copyWeightsToHost`` (which PopTorch
+needs to bring the device's weights back, and calls implicitly when the wrapped model is used) only
+checks that the model is compiled and counts the copy (``_host_weights_version``). The real PopTorch
+3.4 needs torch 2.0.1 exactly; the fake runs on whatever torch is installed.
 
 Distributed execution: ``Options().Distributed`` reads ``OMPI_COMM_WORLD_SIZE`` and
 ``OMPI_COMM_WORLD_RANK`` when constructed, as PopTorch's does, so any process started by ``mpirun`` or
 ``poprun`` asks for one replica of a cross-process (distributed replicated) graph unless it calls
 ``Options().Distributed.disable()``. The fake machine is one host without IPU-over-fabric, so such a
-compile fails (see ``PoplarExecutor._check_distributed``).
+compile fails (see ``PoplarExecutor._check_distributed``), unless the options are the
+``popdist.poptorch.Options`` of ``tests/fakes/fake_popdist.py`` (PopDist configured the device): then
+the instance compiles its local replicas on PopDist's device and trains on its own batches only
+(the other instances' gradients, which the real launch averages in, do not exist here).
 
 The machine has 4 Mk2 IPUs unless ``configure(ipus=..., version=...)`` says otherwise; ``reset()``
 frees them and forgets what was recorded (``executors`` and ``options_passed``).
@@ -451,6 +459,10 @@ class ShardedExecution(PipelinedExecution):
 class Options(_OptionsDict):
     """``poptorch.Options``: reads ``POPTORCH_CACHE_DIR`` when constructed; setters return ``self``."""
 
+    #: The fake's stand-in for a device PopDist configured (no such attribute in PopTorch): True in
+    #: ``fake_popdist.poptorch.Options``, whose distributed compiles this fake machine then accepts.
+    _configured_by_popdist = False
+
     def __init__(self) -> None:
         object.__setattr__(self, "_popart", _PopartOptions())
         object.__setattr__(self, "_precision", _PrecisionOptions(self._popart))
@@ -751,6 +763,9 @@ class PoplarExecutor:
         self._is_attached = False
         self._compiled_inputs: tuple[Any, ...] | None = None
         self._timestamps: list[list[list[float]]] | None = None
+        #: Bumped by every ``copyWeightsToHost``; ``_dirty_host_weights``: trained since the last one.
+        self._host_weights_version = 0
+        self._dirty_host_weights = False
         self._options._freeze()
         executors.append(self)
 
@@ -923,12 +938,14 @@ class PoplarExecutor:
         id and tile count). On hardware, every process's engine run is synchronised through popdist
         (popart devicex.cpp:248-250) with processes that do not exist; popdist and GCL are not public,
         so the real failure (an error or a hang) is not verifiable here: the fake raises an error
-        naming the distributed replicated graph instead, in place of that unverified failure. The fake
-        does not imitate ``popdist.poptorch.Options`` (a PopDist-configured device), so no distributed
-        compile succeeds here.
+        naming the distributed replicated graph instead, in place of that unverified failure. Options
+        made by ``fake_popdist.poptorch.Options`` stand for a PopRun launch on hardware, whose device
+        PopDist configured: their compile goes ahead (each instance on the device PopDist gives it).
         """
         d = self._options.Distributed
         if d.numProcesses <= 1:
+            return
+        if self._options._configured_by_popdist and not use_model:
             return
         if use_model:
             device = (
@@ -1005,6 +1022,8 @@ class PoplarExecutor:
             raise createPoptorchError(NO_EXECUTABLE_ERR)
         if not self._is_attached:
             raise createPoptorchError("Device is not attached")
+        if self._training:
+            self.copyWeightsToHostIfNeeded()  # PopTorch reads the weights back before detaching
         _MACHINE.release(self._executable.ipus)
         self._executable.attached = False
         self._is_attached = False
@@ -1024,10 +1043,31 @@ class PoplarExecutor:
             self._executable.attached = True
         self._is_attached = True
 
+    def copyWeightsToHostIfNeeded(self) -> bool:
+        """``copyWeightsToHost`` if the device trained since the last copy; whether it copied."""
+        if self._dirty_host_weights:
+            self.copyWeightsToHost()
+            return True
+        return False
+
+    def copyWeightsToHost(self) -> None:
+        """Bring the device's weights into the wrapped model's parameters (already there in the fake)."""
+        if not self.isCompiled():
+            raise createPoptorchError(NO_EXECUTABLE_ERR)
+        self._dirty_host_weights = False
+        self._host_weights_version += 1
+
+    def copyWeightsToDevice(self) -> None:
+        """Write the host parameters to the device (the fake's device uses them directly)."""
+        if not self.isCompiled():
+            raise createPoptorchError(NO_EXECUTABLE_ERR)
+
     def destroy(self) -> None:
         """Free the executable and the IPUs; nothing happens if never compiled."""
         if self._executable is None:
             return
+        if self._training and self._is_attached:
+            self.copyWeightsToHostIfNeeded()  # PopTorch syncs the weights before freeing them
         if self._executable.attached:
             _MACHINE.release(self._executable.ipus)
         self._executable = None
@@ -1091,6 +1131,7 @@ class PoplarExecutor:
         t0 = time.perf_counter()
         if self._training:
             results = self._train(pieces, replicas * accumulation)
+            self._dirty_host_weights = True
         else:
             with torch.no_grad():
                 results = [self._model(*piece) for piece in pieces]
@@ -1320,6 +1361,18 @@ def _reduce(results: list[Any], fn: Callable[[list[torch.Tensor]], torch.Tensor]
     if isinstance(first, dict):
         return {k: _reduce([r[k] for r in results], fn) for k in first}
     return results[-1]
+
+
+def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
+    """``poptorch.identity_loss``: marks ``x`` as the loss (PopTorch's way to train on a loss not built
+    from torch.nn's loss functions), reduced as ``"sum"``, ``"mean"`` or ``"none"``; the fake only
+    reduces (it takes the last 0-d output as the loss)."""
+    if reduction == "sum":
+        return x.sum()
+    if reduction == "mean":
+        return x.mean()
+    assert reduction == "none", "Unsupported reduction type!"
+    return x
 
 
 # -- wrappers -----------------------------------------------------------------------------------

@@ -323,6 +323,8 @@ def test_top_level_section_has_schema_version_and_settings(torch_run: TorchRun) 
             "torch_threads": "auto",
             "torch_interop_threads": "auto",
             "call_timeout_s": 600.0,
+            "rank_timeout_s": 300.0,
+            "scaling_baseline": None,
         },
     }
 

@@ -41,7 +41,18 @@ def test_every_marker_keyword_and_builtin_backend_is_documented():
 
 
 @pytest.mark.parametrize(
-    "fixture", ["ipu_settings", "ipu_backend", "ipu_placement", "ipu_compile", "ipu_benchmark", "ipu_power"]
+    "fixture",
+    [
+        "ipu_settings",
+        "ipu_backend",
+        "ipu_placement",
+        "ipu_compile",
+        "ipu_benchmark",
+        "ipu_power",
+        "ipu_train",
+        "ipu_time_to_train",
+        "ipu_process_group",
+    ],
 )
 def test_every_fixture_has_a_section(fixture):
     assert f"## `{fixture}`" in _read("fixtures.md")

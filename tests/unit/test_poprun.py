@@ -467,8 +467,9 @@ BAD_MERGES = [
     (
         "no PopRun identity",
         lambda docs: docs[0]["machine_info"].pop("ipu"),
-        "{0}: not written by a PopRun instance of pytest-ipu (no machine_info['ipu']['poprun'] section); "
-        "pass the files pytest-ipu wrote under poprun",
+        "{0}: not written by a PopRun instance or torchrun rank of pytest-ipu (no "
+        "machine_info['ipu']['poprun'] or ['torchrun'] section); pass the files pytest-ipu wrote under "
+        "poprun or torchrun",
     ),
     (
         "a malformed identity",

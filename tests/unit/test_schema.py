@@ -21,6 +21,8 @@ from pytest_ipu.results.records import ParityRecord
 from pytest_ipu.results.records import PlacementRecord
 from pytest_ipu.results.records import PowerRecord
 from pytest_ipu.results.schema import SchemaError
+from pytest_ipu.results.training import TrainRun
+from pytest_ipu.results.training import summarize
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 
@@ -390,7 +392,12 @@ MEASURED = PowerRecord(
 def test_every_metric_path_resolves(name):
     metric = schema.METRICS[name]
     assert metric.name == name
-    value = _resolve(schema.to_json(make_record(power=MEASURED)), metric.path)
+    # A time-to-train record has the time_to_train part; every record has the others.
+    runs = [TrainRun(i, i, True, 0.5 + i / 10, 3, 900, 1800.0, ()) for i in (1, 2, 3)]
+    ttt = summarize(
+        runs, quality="accuracy", quality_target=0.9, higher_is_better=True, max_epochs=5, processes=1
+    )
+    value = _resolve(schema.to_json(make_record(power=MEASURED, time_to_train=ttt)), metric.path)
     assert isinstance(value, float)
 
 

@@ -1,0 +1,440 @@
+"""Training steps on IPUs through PopTorch's ``trainingModel``, in one process or under PopRun.
+
+PopTorch runs the forward pass, the backward pass and the optimizer on the device, and traces one
+module for all three: that module's forward must return the loss. The step therefore wraps a copy
+of the model in a module that computes ``loss(model(*inputs), *targets)`` and returns it, marked
+with ``poptorch.identity_loss`` (PopTorch finds the losses that torch.nn's loss functions build on
+its own; ``identity_loss`` names any other computation as the loss to differentiate).
+
+One call runs ``device_iterations`` optimizer steps on the device, each over ``gradient_accumulation``
+micro-batches on every one of ``replication_factor`` replicas, so the host batch of a call is
+``micro_batch x gradient_accumulation x replicas x device_iterations`` samples. PopTorch returns
+one loss per micro-batch (the step sets ``OutputMode.All``; PopTorch's training default, ``Final``,
+would return only the last device iteration's): the call's loss is their mean, the loss of the
+whole host batch, as a torch step reports the mean over its micro-batches. Those are a few scalars
+per call, next to nothing beside the batch itself. Reading them makes the call synchronous and lets
+a NaN fail the benchmark at the step where it appeared.
+
+Under PopRun the instances train one model together: PopDist's ``popdist.poptorch.Options`` make
+each instance's local replicas part of one distributed replicated graph whose gradients are
+averaged over the whole launch, on the device PopDist gives the instance (reference
+``graphcore-sdk-api.md`` section 5.1). Inference models under PopRun are independent instead (see
+``backends.poptorch``); a training step must not be, or each instance would train its own model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import math
+import weakref
+from collections.abc import Mapping
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import TrainingInfo
+from pytest_ipu.backends.base import TrainingRequest
+from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.poptorch import _HANDLES
+from pytest_ipu.backends.poptorch import OPTIONS as INFERENCE_OPTIONS
+from pytest_ipu.backends.poptorch import PopTorchBackend
+from pytest_ipu.backends.poptorch import _check_options
+from pytest_ipu.backends.poptorch import _compile_failure
+from pytest_ipu.backends.poptorch import _Handle
+from pytest_ipu.backends.poptorch import _handle_latency
+from pytest_ipu.backends.poptorch import _info
+from pytest_ipu.backends.poptorch import _model_name
+from pytest_ipu.backends.poptorch import _one_line
+from pytest_ipu.backends.poptorch import _place
+from pytest_ipu.backends.poptorch import _plain_options
+from pytest_ipu.backends.poptorch import _poptorch_options
+from pytest_ipu.backends.poptorch import _positive_int
+from pytest_ipu.backends.poptorch import _release
+from pytest_ipu.backends.poptorch import _version
+from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
+from pytest_ipu.errors import CompileError
+from pytest_ipu.placement import poprun
+from pytest_ipu.placement.poprun import PopRunInstance
+
+#: Backend options the step sets itself: ``training``; ``gradient_accumulation``, which is
+#: ``ipu_train``'s own keyword (``TrainingRequest.gradient_accumulation``); and ``output_mode``, fixed
+#: to ``all`` so that the loss covers the whole host batch.
+_SET_BY_THE_STEP = ("training", "gradient_accumulation", "output_mode")
+#: Options ``ipu_train`` accepts on PopTorch, with their defaults: the inference options (see
+#: ``PopTorchBackend``) less those the step sets. ``replication_factor`` and ``ipus`` (pipeline
+#: stages) are also what ``PopTorchBackend.placement_options`` gives for a placement's replicas and
+#: stages; under PopRun both are PopRun's (``--num-replicas``, ``--ipus-per-replica``).
+OPTIONS: Mapping[str, object] = {k: v for k, v in INFERENCE_OPTIONS.items() if k not in _SET_BY_THE_STEP}
+_CLOSED = "this training step was closed (the run that compiled it has ended)"
+#: The popdist modules whose ``init()`` this process has called: once is enough, and whether a second
+#: call is harmless is not documented.
+_POPDIST_INITIALISED: weakref.WeakSet[ModuleType] = weakref.WeakSet()
+
+
+def compile_training(
+    poptorch: ModuleType,
+    torch: ModuleType,
+    *,
+    name: str,
+    device: str,
+    device_name: str,
+    ipu_id: int | None,
+    simulator: bool,
+    instance: PopRunInstance | None,
+    popdist: ModuleType | None,
+    model: object,
+    example_batch: Sequence[object],
+    precision: str,
+    options: Mapping[str, object],
+    request: TrainingRequest,
+) -> CompiledModel:
+    """The compiled training step of a copy of ``model`` (the caller's model is never trained).
+
+    ``ipu_id`` is the device id of ``ipu:N`` (``None``: PopTorch or PopDist chooses); ``instance``
+    is this process's place in a PopRun launch (``None`` outside one), with its ``popdist`` module.
+    Compiling (and attaching to the IPUs) happens here, with the example batch, not on the first
+    call. Raises ``CompileError`` naming the model and the reason (``BackendUnavailable`` when no
+    IPUs could be had).
+    """
+    label = type(model).__name__
+    target = f"{name}:{device}"
+    opts = merge_options(name, OPTIONS, options, label)
+    if not isinstance(model, torch.nn.Module):
+        raise CompileError(f"ipu_train needs a torch.nn.Module, got {label}")
+    if not 1 <= request.inputs < len(example_batch):
+        raise CompileError(
+            f"{label}: inputs={request.inputs} of a batch of {len(example_batch)} element(s) leaves no "
+            "targets for the loss; pass a batch (inputs..., targets...) and inputs=N below its length"
+        )
+    accumulation = request.gradient_accumulation
+    if isinstance(accumulation, bool) or not isinstance(accumulation, int) or accumulation < 1:
+        raise CompileError(f"gradient_accumulation={accumulation!r} for {label}; use a positive integer")
+    stages = _positive_int(opts, "ipus", label)
+    replicas = _positive_int(opts, "replication_factor", label)
+    iterations = _positive_int(opts, "device_iterations", label)
+    if stages > 1 and accumulation < 2 * stages - 1:
+        # Compiler.cpp:672-701: each pipeline stage needs a micro-batch in flight, and training adds a
+        # backward stage for every forward stage but the last.
+        raise CompileError(
+            f"{label}: gradient_accumulation={accumulation} is below the {2 * stages - 1} pipeline stages "
+            f"of ipus={stages} ({stages} forward and {stages - 1} backward when training; PopTorch needs "
+            f"a micro-batch in every stage); pass gradient_accumulation={2 * stages - 1} or more"
+        )
+    if request.process_group is not None or (instance is None and request.processes != 1):
+        raise CompileError(
+            f"{label}: PopTorch cannot average gradients over a torch.distributed process group "
+            f"({request.processes} processes); launch the data-parallel run with poprun (PopDist), "
+            "not torchrun, or train in one process"
+        )
+    processes = 1
+    if instance is not None:
+        _check_poprun(instance, ipu_id, simulator, replicas, options, stages, label, device)
+        replicas, processes = instance.replicas_local, instance.count
+    checked = _check_options(
+        {
+            **opts,
+            "replication_factor": replicas,
+            "training": True,
+            "gradient_accumulation": accumulation,
+            "output_mode": "all",
+        },
+        label,
+        precision,
+    )
+    dtype = torch.float16 if precision == "fp16" else torch.float32
+
+    def prepare_inputs(batch: Sequence[object]) -> tuple[object, ...]:
+        prepared = []
+        for x in batch:
+            t = torch.as_tensor(x).detach()
+            if t.is_floating_point():
+                t = t.to(dtype)
+            prepared.append(t.contiguous())
+        return tuple(prepared)
+
+    examples = prepare_inputs(example_batch)
+    factor = accumulation * replicas * iterations
+    host_batch = _host_batch(examples, factor, accumulation, replicas, iterations, label)
+    module = copy.deepcopy(model).train()
+    if precision == "fp16":
+        module = module.half()  # as inference: PopTorch's fp16 is fp16 weights and inputs
+    if stages > 1:
+        _place(poptorch, torch, module, stages, label)
+    wrapped = _with_loss(torch, poptorch, module, request.loss, request.inputs, label)
+    optimizer = request.optimizer(wrapped.parameters())
+    try:
+        # Under PopRun: PopDist's options, and no Distributed.disable(). Inference models stay
+        # independent per instance (backends.poptorch: each is benchmarked alone, the launch's files
+        # merged afterwards), but the instances' replicas of a training step train one model, so
+        # their gradients must be averaged over the launch: PopDist's distributed replicated graph.
+        base = None if popdist is None else _popdist_options(popdist, stages)
+        popts = _poptorch_options(poptorch, torch, checked, ipu_id, base)
+        if simulator:
+            popts.useIpuModel(True)
+    except CompileError:
+        raise
+    except (AssertionError, ValueError, TypeError, AttributeError) as exc:
+        raise CompileError(f"PopTorch rejected the options for {label}: {_one_line(exc)}") from exc
+
+    executor: Any = None
+    try:
+        with runtime_internals_quiet():
+            executor = poptorch.trainingModel(wrapped, options=popts, optimizer=optimizer)
+            executor.compile(*examples)
+    except Exception as exc:
+        if executor is not None:
+            # Give back whatever was acquired; the compile error is the one worth reporting.
+            with contextlib.suppress(Exception):
+                _release(executor)
+        raise _compile_failure(exc, label, target) from exc
+
+    handle = _Handle(executor)
+    used = executor.options
+    del executor
+    info = TrainingInfo(
+        micro_batch=host_batch // factor,
+        gradient_accumulation=accumulation,
+        replicas=replicas,
+        device_iterations=iterations,
+        processes=processes,
+        optimizer=type(optimizer).__name__,
+        amp=False,
+        mode="poptorch",
+    )
+    where = f"{label} on {target}"
+
+    def run(*batch: object) -> float:
+        executor = handle.executor
+        if executor is None:
+            raise RuntimeError(_CLOSED)
+        value = _mean_loss(torch, executor(*batch), where)  # the host read that ends the call
+        info.losses.add(value, where)
+        return value
+
+    def evaluate(*inputs: object) -> object:
+        executor = handle.executor
+        if executor is not None and executor.isAttachedToDevice():
+            # The trained weights live on the device: copy them into the module trainingModel wrapped
+            # (whose parameters ``module`` shares). Detaching (and closing) copies them too.
+            executor.copyWeightsToHost()
+        module.eval()
+        try:
+            with torch.no_grad():
+                out = module(*prepare_inputs(inputs))
+        finally:
+            module.train()
+        return out.float() if isinstance(out, torch.Tensor) else out
+
+    def close() -> None:
+        executor, handle.executor = handle.executor, None
+        if executor is not None:
+            _release(executor)
+
+    _HANDLES[run] = handle
+    used_id = _used_ipu_id(used, ipu_id)
+    facts: dict[str, object] = {
+        **_info(poptorch, used, checked, used_id, _version(poptorch)),
+        "processes": processes,
+        "popdist_options": instance is not None,
+    }
+    if instance is not None:
+        facts["poprun"] = instance.as_json()
+    phases: dict[str, float] = {}
+    try:
+        elapsed = handle.executor.compilationTime()
+    except Exception:
+        elapsed = None  # no progress bar, or the executable came from the cache
+    if elapsed is not None:
+        phases["graph_compilation"] = float(elapsed.total_seconds())
+    return CompiledModel(
+        target=target,
+        backend=name,
+        device=device,
+        device_name=device_name,
+        precision=precision,
+        io="host",
+        run=run,
+        prepare_inputs=prepare_inputs,
+        close=close,
+        options={**_plain_options(checked), "processes": processes},
+        phases_s=phases,
+        info=facts,
+        device_latency=lambda: _handle_latency(handle),
+        simulator=simulator,
+        training=info,
+        evaluate=evaluate,
+    )
+
+
+def _check_poprun(
+    instance: PopRunInstance,
+    ipu_id: int | None,
+    simulator: bool,
+    replicas: int,
+    options: Mapping[str, object],
+    stages: int,
+    label: str,
+    device: str,
+) -> None:
+    """Under PopRun the device, the replicas and the IPUs per replica are PopRun's: refuse options
+    that ask for others, naming the fix."""
+    where = f"PopRun instance {instance.index} of {instance.count}"
+    if simulator or ipu_id is not None:
+        raise CompileError(
+            f"{label}: under PopRun a training step is one replica group of the launch's distributed "
+            f"graph, on the IPUs PopDist gives {where}, not on device {device!r}; use the device 'ipu', "
+            "or run outside poprun"
+        )
+    if "replication_factor" in options and replicas != instance.replicas_local:
+        raise CompileError(
+            f"{label}: replication_factor={replicas}, but PopRun gives {where} {instance.replicas_local} "
+            f"local replica(s) (--num-replicas {instance.replicas_total}); under PopRun the replicas are "
+            f"PopRun's: leave replication_factor out, or launch poprun with --num-replicas "
+            f"{replicas * instance.count}"
+        )
+    if stages != instance.ipus_per_replica:
+        raise CompileError(
+            f"{label}: ipus={stages} pipeline stages need {stages} IPU(s) per replica, but PopRun gives "
+            f"{where} {instance.ipus_per_replica} (--ipus-per-replica); launch poprun with "
+            f"--ipus-per-replica {stages}, or pass ipus={instance.ipus_per_replica}"
+        )
+
+
+def _popdist_options(popdist: ModuleType, stages: int) -> Any:
+    """``popdist.poptorch.Options(ipus_per_replica=stages)``, after ``popdist.init()`` (once per
+    process), as Graphcore's PopRun examples make their options."""
+    try:
+        # Imported with popdist or not, depending on the release: ask for the submodule if absent.
+        integration = getattr(popdist, "poptorch", None)
+        if integration is None:
+            integration = importlib.import_module(f"{popdist.__name__}.poptorch")
+        if popdist not in _POPDIST_INITIALISED:
+            # popdist.init() starts PopDist's MPI backend; PopART would call it itself, with a
+            # deprecation warning, when it builds the distributed replicated graph.
+            popdist.init()
+            _POPDIST_INITIALISED.add(popdist)
+        return integration.Options(ipus_per_replica=stages)
+    except Exception as exc:
+        raise CompileError(
+            f"popdist.poptorch.Options(ipus_per_replica={stages}) failed under PopRun ({_one_line(exc)}); "
+            "install the popdist wheel of the Poplar SDK that provides poptorch"
+        ) from exc
+
+
+def _host_batch(
+    batch: Sequence[Any], factor: int, accumulation: int, replicas: int, iterations: int, label: str
+) -> int:
+    """The samples of the batch (every element's leading dimension, which must agree and split into
+    ``factor`` micro-batches, PopTorch's batch rule)."""
+    for i, t in enumerate(batch):
+        if not t.dim():
+            raise CompileError(
+                f"{label}: batch element {i} is a scalar, with no batch dimension; every input and target "
+                "needs one row per sample"
+            )
+    host_batch = int(batch[0].shape[0])
+    for i, t in enumerate(batch):
+        if int(t.shape[0]) != host_batch:
+            raise CompileError(
+                f"{label}: batch element {i} has {int(t.shape[0])} samples, but element 0 has {host_batch}; "
+                "every input and target needs one row per sample"
+            )
+    if host_batch == 0 or host_batch % factor:
+        suggested = factor * max(1, math.ceil(host_batch / factor))
+        raise CompileError(
+            f"{label}: the batch of {host_batch} samples does not split into gradient_accumulation "
+            f"({accumulation}) x replication_factor ({replicas}) x device_iterations ({iterations}) = "
+            f"{factor} equal micro-batches; pass a batch of {suggested} samples (or another multiple of "
+            f"{factor}) or change those numbers"
+        )
+    return host_batch
+
+
+def _with_loss(
+    torch: ModuleType, poptorch: ModuleType, model: Any, loss: Any, inputs: int, label: str
+) -> Any:
+    """``model`` followed by ``loss`` as one module whose forward returns the loss: what
+    ``trainingModel`` needs (it differentiates the loss the traced forward returns)."""
+
+    class TrainingLoss(torch.nn.Module):  # type: ignore[name-defined,misc]
+        """``loss(model(*batch[:inputs]), *batch[inputs:])``, marked as the loss."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *batch: Any) -> Any:
+            value = loss(self.model(*batch[:inputs]), *batch[inputs:])
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"the loss of {label} is a {type(value).__name__}, not a scalar tensor")
+            if value.dim() != 0:
+                shape = tuple(value.shape)
+                raise ValueError(
+                    f"the loss of {label} has shape {shape}, not a scalar; reduce it (mean or sum)"
+                )
+            # "none": the loss is already a scalar, reduced as the loss function chose.
+            return poptorch.identity_loss(value, reduction="none")
+
+    return TrainingLoss()
+
+
+def _mean_loss(torch: ModuleType, out: object, where: str) -> float:
+    """The mean of the per-micro-batch losses one call returned (``OutputMode.All``)."""
+    if not isinstance(out, torch.Tensor):
+        raise RuntimeError(f"PopTorch returned {type(out).__name__} for the loss of {where}, not a tensor")
+    return float(out.detach().float().mean())
+
+
+def _used_ipu_id(used: Any, given: int | None) -> int | None:
+    """The device id the executor's options name (PopDist's under PopRun), else ``given``."""
+    try:
+        return int(used.ipu_id) if used.exists("ipu_id") else given
+    except (AttributeError, TypeError, ValueError):
+        return given
+
+
+class PopTorchTrainingBackend(PopTorchBackend):
+    """The ``poptorch`` backend of the registry: PopTorch inference (``PopTorchBackend``) and
+    ``ipu_train``'s training steps (``TrainingBackend``). The training half lives here so that the
+    inference module never imports it."""
+
+    def compile_training(
+        self,
+        model: object,
+        example_batch: Sequence[object],
+        precision: str,
+        options: Mapping[str, object],
+        request: TrainingRequest,
+    ) -> CompiledModel:
+        """A training step of a copy of ``model`` through ``poptorch.trainingModel``
+        (``backends.poptorch_training``); under PopRun, one replica group of the launch's data-parallel
+        training, configured by ``popdist.poptorch.Options``."""
+        poptorch = self._import()
+        torch = self._import_torch()
+        name = _model_name(model)
+        try:
+            ipu_id = self._ipu_id()
+            instance = poprun.detect(self._popdist)
+        except ValueError as exc:
+            raise CompileError(f"{exc} (compiling {name})") from None
+        if instance is not None and self._popdist is None:
+            self._popdist = importlib.import_module("popdist")  # detect() found it importable
+        return compile_training(
+            poptorch,
+            torch,
+            name=self._name,
+            device=self._device,
+            device_name=self._device_name(poptorch),
+            ipu_id=ipu_id,
+            simulator=self.simulator,
+            instance=instance,
+            popdist=self._popdist if instance is not None else None,
+            model=model,
+            example_batch=example_batch,
+            precision=precision,
+            options=options,
+            request=request,
+        )

@@ -1,0 +1,252 @@
+"""Training steps on torch: eager or ``torch.compile``, fp32 or automatic mixed precision, alone or
+data parallel over a torch.distributed process group (DistributedDataParallel).
+
+One call of the step is what a hand-written loop does per batch: zero the gradients, run the
+forward and backward pass of each of the ``gradient_accumulation`` micro-batches (gradients
+averaged across processes on the last), step the optimizer, and read the loss back to the host.
+Reading the loss makes the call synchronous (its outputs exist when it returns, as every timed call
+must) and lets a NaN fail the benchmark at the step where it appeared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import TrainingInfo
+from pytest_ipu.backends.base import TrainingRequest
+from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
+from pytest_ipu.errors import CompileError
+
+#: Options ``ipu_train`` accepts on torch, with their defaults: ``io`` as for inference (``host``:
+#: each step copies its batch to the device), ``compile_mode`` for ``torch.compile``.
+OPTIONS: Mapping[str, object] = {"io": "host", "compile_mode": "default"}
+#: Autocast dtypes of the mixed precisions; fp32 trains without autocast.
+_AMP = {"fp16": "float16", "bf16": "bfloat16"}
+
+
+def split_batch(host_batch: int, accumulation: int, model: str) -> int:
+    """The micro-batch of a host batch split into ``accumulation`` equal parts; ``CompileError``
+    naming both numbers when they do not divide."""
+    if accumulation < 1 or host_batch % accumulation:
+        raise CompileError(
+            f"{model}: the batch of {host_batch} samples does not split into gradient_accumulation="
+            f"{accumulation} equal micro-batches; pass a batch that is a multiple of it"
+        )
+    return host_batch // accumulation
+
+
+def compile_training(
+    torch: ModuleType,
+    *,
+    name: str,
+    device: str,
+    device_name: str,
+    mode: str,
+    model: object,
+    example_batch: Sequence[object],
+    precision: str,
+    options: Mapping[str, object],
+    request: TrainingRequest,
+) -> CompiledModel:
+    """The compiled training step of ``model`` (copied: the caller's model is never trained)."""
+    label = type(model).__name__
+    opts = merge_options(name, OPTIONS, options, label)
+    if opts["io"] not in ("host", "device"):
+        raise CompileError(f"io must be 'host' or 'device', got {opts['io']!r} for {label}")
+    if not isinstance(model, torch.nn.Module):
+        raise CompileError(f"ipu_train needs a torch.nn.Module, got {type(model).__name__}")
+    if precision not in ("fp32", *_AMP):
+        raise CompileError(f"unknown precision {precision!r} for {label}; use fp32, fp16 or bf16")
+    if not 1 <= request.inputs < len(example_batch):
+        raise CompileError(
+            f"{label}: inputs={request.inputs} of a batch of {len(example_batch)} element(s) leaves no "
+            "targets for the loss; pass a batch (inputs..., targets...) and inputs=N below its length"
+        )
+    dev = torch.device(device)
+    on_cuda = dev.type == "cuda"
+    if precision == "fp16" and not on_cuda:
+        raise CompileError(f"{label}: fp16 mixed precision needs a CUDA device; on {device} use bf16 or fp32")
+    host_batch = int(torch.as_tensor(example_batch[0]).shape[0])
+    micro = split_batch(host_batch, request.gradient_accumulation, label)
+    # Weights stay fp32: mixed precision casts inside autocast, and the optimizer updates fp32.
+    module = copy.deepcopy(model).train().to(device=dev)
+    optimizer = request.optimizer(module.parameters())
+    trained = module
+    if request.process_group is not None:
+        parallel = torch.nn.parallel.DistributedDataParallel
+        trained = (
+            parallel(
+                module,
+                # A plain `cuda` is the current device, which torchrun's ranks set to their local rank.
+                device_ids=[dev.index if dev.index is not None else torch.cuda.current_device()],
+                process_group=request.process_group,
+            )
+            if on_cuda
+            else parallel(module, process_group=request.process_group)
+        )
+    forward = trained
+    if mode == "compile":
+        with runtime_internals_quiet():
+            forward = torch.compile(trained, mode=str(opts["compile_mode"]))
+    amp_dtype = getattr(torch, _AMP[precision]) if precision in _AMP else None
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+    host_io = opts["io"] == "host"
+
+    def prepare_inputs(batch: Sequence[object]) -> tuple[object, ...]:
+        prepared = []
+        for x in batch:
+            t = torch.as_tensor(x)
+            if t.is_floating_point():
+                t = t.to(torch.float32)
+            prepared.append((t.pin_memory() if on_cuda else t) if host_io else t.to(dev))
+        return tuple(prepared)
+
+    def autocast() -> contextlib.AbstractContextManager[object]:
+        if amp_dtype is None:
+            return contextlib.nullcontext()
+        cast: contextlib.AbstractContextManager[object] = torch.autocast(
+            device_type=dev.type, dtype=amp_dtype
+        )
+        return cast
+
+    info = TrainingInfo(
+        micro_batch=micro,
+        gradient_accumulation=request.gradient_accumulation,
+        replicas=1,
+        device_iterations=1,
+        processes=request.processes,
+        optimizer=type(optimizer).__name__,
+        amp=amp_dtype is not None,
+        mode=mode,
+    )
+    target = f"{name}:{device}"
+    where = f"{label} on {target}"
+    step = _make_step(
+        forward, trained, optimizer, request, scaler, autocast, dev, host_io, info, where, amp_dtype is None
+    )
+    if mode == "compile":
+        # torch.compile compiles on the first call: that step belongs to compile time, not a round.
+        try:
+            with runtime_internals_quiet():
+                step(*prepare_inputs(example_batch))
+        except Exception as exc:
+            raise CompileError(f"torch.compile failed for the training step of {label}: {exc}") from exc
+
+    def evaluate(*inputs: object) -> object:
+        module.eval()
+        try:
+            with torch.no_grad(), autocast():
+                out = module(*(torch.as_tensor(x).to(dev) for x in inputs))
+        finally:
+            module.train()
+        return out.float().cpu()
+
+    def close() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        if on_cuda:
+            torch.cuda.empty_cache()
+
+    return CompiledModel(
+        target=target,
+        backend=name,
+        device=device,
+        device_name=device_name,
+        precision=precision,
+        io=str(opts["io"]),
+        run=step,
+        prepare_inputs=prepare_inputs,
+        close=close,
+        options={**opts, "mode": mode, "gradient_accumulation": request.gradient_accumulation},
+        training=info,
+        evaluate=evaluate,
+    )
+
+
+def _make_step(
+    forward: Any,
+    trained: Any,
+    optimizer: Any,
+    request: TrainingRequest,
+    scaler: Any,
+    autocast: Callable[[], contextlib.AbstractContextManager[object]],
+    dev: Any,
+    host_io: bool,
+    info: TrainingInfo,
+    where: str,
+    autocast_off: bool = False,
+) -> Callable[..., float]:
+    accumulation = request.gradient_accumulation
+    inputs = request.inputs
+    loss_fn = request.loss
+    # DistributedDataParallel averages gradients on every backward unless told to wait: the
+    # micro-batches before the last accumulate locally (its ``no_sync``), the last one reduces.
+    no_sync: Callable[[], contextlib.AbstractContextManager[object]] | None = getattr(
+        trained, "no_sync", None
+    )
+
+    # Host tensors already live where a CPU step runs: copying them would cost, not model, a transfer.
+    copy_in = host_io and dev.type != "cpu"
+    step_optimizer = optimizer.step
+
+    zero_grad = optimizer.zero_grad
+    losses = info.losses
+    if accumulation == 1 and scaler is None and autocast_off and inputs == 1 and not copy_in:
+        # The commonest case of all, (inputs, targets) on the CPU, without unpacking the batch.
+        def pair_step(x: Any, *targets: Any) -> float:
+            zero_grad(set_to_none=True)
+            loss = loss_fn(forward(x), *targets)
+            loss.backward()
+            step_optimizer()
+            value = float(loss.detach())  # the host read that ends the step
+            losses.add(value, where)
+            return value
+
+        return pair_step
+
+    if accumulation == 1 and scaler is None and autocast_off:
+        # The common case, as lean as a hand-written loop: one micro-batch, no scaling, no autocast,
+        # so no division, no running sum and no context managers around the forward pass.
+        def plain_step(*batch: Any) -> float:
+            if copy_in:
+                batch = tuple(t.to(dev, non_blocking=True) for t in batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(forward(*batch[:inputs]), *batch[inputs:])
+            loss.backward()
+            step_optimizer()
+            value = float(loss.detach())  # the host read that ends the step
+            info.losses.add(value, where)
+            return value
+
+        return plain_step
+
+    def step(*batch: Any) -> float:
+        if copy_in:
+            batch = tuple(t.to(dev, non_blocking=True) for t in batch)
+        parts = [t.chunk(accumulation) for t in batch] if accumulation > 1 else [(t,) for t in batch]
+        optimizer.zero_grad(set_to_none=True)
+        total: Any = 0.0
+        for i in range(accumulation):
+            micro = [p[i] for p in parts]
+            waiting = no_sync is not None and i < accumulation - 1
+            with no_sync() if no_sync is not None and waiting else contextlib.nullcontext(), autocast():
+                loss = loss_fn(forward(*micro[:inputs]), *micro[inputs:]) / accumulation
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+            total = total + loss.detach()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        value = float(total)  # the host read that ends the step
+        info.losses.add(value, where)
+        return value
+
+    return step

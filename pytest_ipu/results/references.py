@@ -1,0 +1,226 @@
+"""Published reference points: figures measured elsewhere that a report draws beside measured ones.
+
+``pytest-ipu report --references FILE`` reads them from a small TOML file of ``[[reference]]``
+tables, one per published figure::
+
+    [[reference]]
+    benchmark = "resnet50"      # matched against the benchmark's name or group (substring, any case)
+    metric = "time_to_train"    # or "throughput"
+    devices = 16                # the devices the published figure ran on (the x axis of the scaling views)
+    value = "28.33 min"         # a number in SI units (seconds, items/s) or a string with a unit
+    label = "IPU-POD16"         # the legend says "published: IPU-POD16"
+    source = "MLPerf Training v1.0, Graphcore"   # required: where the figure was published
+
+Every key is required and no other key is allowed. ``value`` is a positive number in seconds
+(``time_to_train``) or items per second (``throughput``), or a string of a number and a unit:
+``s``, ``min`` or ``h`` for ``time_to_train``, ``items/s`` for ``throughput``. A reference is never
+measured data: the report keeps it out of the measured tables and draws it with its own marker.
+
+Every entry is checked when the file is read, before anything is drawn: a bad one raises
+``ReferenceError`` with one line naming the file, the entry, the key, the value and the fix.
+
+Pure: the standard library only (``tomllib``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: The metrics a reference can give, and the SI unit of each.
+METRICS: Mapping[str, str] = {"time_to_train": "s", "throughput": "items/s"}
+
+#: The unit texts a string value may carry, by metric, and the factor of each to SI.
+VALUE_UNITS: Mapping[str, Mapping[str, float]] = {
+    "time_to_train": {"s": 1.0, "min": 60.0, "h": 3600.0},
+    "throughput": {"items/s": 1.0},
+}
+
+#: The keys of a ``[[reference]]`` table, in the order messages list them; all are required.
+KEYS = ("benchmark", "metric", "devices", "value", "label", "source")
+
+#: What to write for each key, for the fix of a message.
+_EXAMPLES: Mapping[str, str] = {
+    "benchmark": 'benchmark = "resnet50" (part of the benchmark\'s name or group)',
+    "metric": 'metric = "time_to_train" or metric = "throughput"',
+    "devices": "devices = 16 (a whole number of devices, 1 or more)",
+    "value": 'value = "28.33 min" (time_to_train: seconds, or s, min, h; throughput: items/s)',
+    "label": 'label = "IPU-POD16" (the name the legend gives it)',
+    "source": 'source = "MLPerf Training v1.0, Graphcore" (where the figure was published)',
+}
+
+_QUANTITY = re.compile(
+    r"\s*(?P<number>(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?"
+    r"|\.[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(?P<unit>.*?)\s*"
+)
+
+
+# The name shadows Python's weakref ``ReferenceError``, which nothing here uses; callers import it
+# qualified (``references.ReferenceError``).
+class ReferenceError(ValueError):
+    """A references file or one of its entries is bad; the message is one line with the fix."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One published figure: what it measured, on how many devices, and where it was published."""
+
+    #: The entry's position in its file, from 1 (messages and tables name it so).
+    index: int
+    #: Text matched against a benchmark's name or group (substring, case-insensitive).
+    benchmark: str
+    #: `time_to_train` or `throughput` (`METRICS`).
+    metric: str
+    #: The devices the figure ran on.
+    devices: int
+    #: The figure in SI units: seconds (`time_to_train`) or items per second (`throughput`).
+    value: float
+    #: The value as the file wrote it (`28.33 min`), so tables show the published text.
+    written: str
+    #: The name the legend and the table give it (`IPU-POD16`).
+    label: str
+    #: Where the figure was published.
+    source: str
+
+    def matches(self, *names: str | None) -> bool:
+        """Whether ``benchmark`` is part of any of ``names`` (a benchmark's name, its group), any case."""
+        wanted = self.benchmark.casefold()
+        return any(name is not None and wanted in name.casefold() for name in names)
+
+
+def load(path: Path) -> tuple[Reference, ...]:
+    """The references of the TOML file ``path``, in file order; ``ReferenceError`` on any bad entry."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ReferenceError(f"{path}: cannot read the references file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ReferenceError(
+            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from None
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ReferenceError(
+            f"{path}: not TOML: {exc}; see docs/examples/mlperf-resnet50-references.toml"
+        ) from None
+    return parse(document, str(path))
+
+
+def parse(document: Mapping[str, Any], where: str) -> tuple[Reference, ...]:
+    """The references of a parsed TOML ``document``; ``where`` names it in messages (the file)."""
+    for key in document:
+        if key != "reference":
+            raise ReferenceError(
+                f"{where}: unknown top-level key {key!r}; the file holds [[reference]] tables only"
+            )
+    entries = document.get("reference")
+    if entries is None:
+        raise ReferenceError(
+            f"{where}: no [[reference]] entries; add one per published figure "
+            "(see docs/examples/mlperf-resnet50-references.toml)"
+        )
+    if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
+        raise ReferenceError(
+            f"{where}: 'reference' is not a list of tables; write each entry as a [[reference]] table"
+        )
+    return tuple(_entry(entry, index, where) for index, entry in enumerate(entries, start=1))
+
+
+def _toml(value: object) -> str:
+    """``value`` as TOML writes it, for messages: strings quoted, booleans lower case."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def _entry(entry: Mapping[str, Any], index: int, where: str) -> Reference:
+    at = f"{where}: [[reference]] #{index}"
+
+    def bad(key: str, problem: str, fix: str = "") -> ReferenceError:
+        return ReferenceError(
+            f"{at}: {key} = {_toml(entry[key])}: {problem}; {fix or 'write ' + _EXAMPLES[key]}"
+        )
+
+    # Unknown keys first: a misspelt key would otherwise be reported as the missing one it meant.
+    for key in entry:
+        if key not in KEYS:
+            close = difflib.get_close_matches(key, KEYS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ReferenceError(
+                f"{at}: unknown key {key!r} = {_toml(entry[key])}; {hint}the keys are {', '.join(KEYS)}"
+            )
+    for key in KEYS:
+        if key not in entry:
+            raise ReferenceError(f"{at}: {key} is missing; add {_EXAMPLES[key]}")
+
+    texts: dict[str, str] = {}
+    for key in ("benchmark", "metric", "label", "source"):
+        value = entry[key]
+        if not isinstance(value, str) or not value.strip():
+            raise bad(key, "not a non-empty string")
+        texts[key] = value.strip()
+    metric = texts["metric"]
+    if metric not in METRICS:
+        raise bad("metric", "unknown metric", "use " + " or ".join(f'"{m}"' for m in METRICS))
+
+    devices = entry["devices"]
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise bad("devices", "not a device count")
+
+    value = entry["value"]
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise bad("value", "not a number or a string with a unit")
+    si = _value(value, metric)
+    if isinstance(si, str):
+        raise bad("value", si, _value_fix(metric))
+    return Reference(
+        index=index,
+        benchmark=texts["benchmark"],
+        metric=metric,
+        devices=devices,
+        value=si,
+        written=value if isinstance(value, str) else f"{value:g} {METRICS[metric]}",
+        label=texts["label"],
+        source=texts["source"],
+    )
+
+
+def _value_fix(metric: str) -> str:
+    units = VALUE_UNITS[metric]
+    *head, last = units
+    listed = f"{', '.join(head)} or {last}" if head else last
+    example = '"28.33 min"' if metric == "time_to_train" else '"2,500 items/s"'
+    return (
+        f"for {metric} write a number in {METRICS[metric]} or a string with {listed}, e.g. value = {example}"
+    )
+
+
+def _value(value: float | str, metric: str) -> float | str:
+    """The value in SI units, or what is wrong with it (a string)."""
+    if isinstance(value, str):
+        match = _QUANTITY.fullmatch(value)
+        if match is None:
+            return "not a number with a unit"
+        unit = match["unit"]
+        factors = VALUE_UNITS[metric]
+        if not unit:
+            return f"no unit after {match['number']!r}"
+        if unit not in factors:
+            other = next((m for m, units in VALUE_UNITS.items() if unit in units), None)
+            return f"unit {unit!r} is for {other}, not {metric}" if other else f"unknown unit {unit!r}"
+        number = float(match["number"].replace(",", "")) * factors[unit]
+    else:
+        number = float(value)
+    if not math.isfinite(number) or number <= 0:
+        return "not a finite number above 0"
+    return number
