@@ -1,6 +1,6 @@
 """The ``pytest-ipu`` command: ``summary`` of saved runs; ``compare`` of runs (with gates) and their
 ``report`` (plots and HTML); ``ab``, interleaved A/B runs of two sides decided on paired ratios;
-``merge`` of the files of one PopRun launch; the ``targets`` and ``devices`` (targets and power
+``merge`` of the files of one PopRun or torchrun launch; the ``targets`` and ``devices`` (targets and power
 sources) present on this machine, each with the reason when absent; ``doctor``, which also runs a
 tiny model on each present target and reads each power source once (``pytest_ipu/doctor.py``).
 
@@ -288,7 +288,7 @@ def _main(argv: Sequence[str] | None) -> int:
     _add_storage(summary)
     merge = sub.add_parser(
         "merge",
-        help="merge the JSON files of the instances of one PopRun launch into one pytest-benchmark file",
+        help="merge the JSON files of the instances (ranks) of one PopRun (torchrun) launch into one file",
     )
     merge.add_argument("out", type=Path, metavar="OUT.json")
     merge.add_argument("files", nargs="+", type=Path, metavar="IN.json")

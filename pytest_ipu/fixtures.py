@@ -38,6 +38,7 @@ from pytest_ipu.session import IpuSession
 if TYPE_CHECKING:
     from pytest_ipu.backends.base import Backend
     from pytest_ipu.backends.base import CompiledModel
+    from pytest_ipu.backends.base import TrainingBackend
     from pytest_ipu.measure.run import Measurement
     from pytest_ipu.measure.timing import PedanticBenchmark
     from pytest_ipu.placement import plan as placed
@@ -516,6 +517,23 @@ class Train(Protocol):
         """A compiled training step of a copy of ``model``."""
 
 
+def _require_training(backend: Backend, settings: Settings) -> TrainingBackend:
+    """``backend``, which can train; a training test on an inference-only backend is skipped (or
+    failed, under ``--ipu-missing-sdk=fail``)."""
+    __tracebackhide__ = True
+    from pytest_ipu.backends.base import TrainingBackend
+
+    if not isinstance(backend, TrainingBackend):
+        _skip_or_fail(
+            settings,
+            BackendUnavailable(
+                f"pytest-ipu: the {backend.name} backend runs inference only; train on torch, "
+                "torch-compile or poptorch"
+            ),
+        )
+    return backend
+
+
 def _positive(name: str, value: object) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return f"pytest-ipu: ipu_train({name}={value!r}): {name} must be a whole number >= 1"
@@ -567,7 +585,6 @@ def ipu_train(
     the step. ``step.evaluate(*inputs)`` runs the trained model in evaluation mode. A backend that
     cannot train (ONNX Runtime, PopART) skips the test with the reason.
     """
-    from pytest_ipu.backends.base import TrainingBackend
     from pytest_ipu.backends.base import TrainingRequest
     from pytest_ipu.errors import CompileError
     from pytest_ipu.errors import RankError
@@ -586,14 +603,7 @@ def ipu_train(
         **options: object,
     ) -> CompiledModel:
         __tracebackhide__ = True
-        if not isinstance(ipu_backend, TrainingBackend):
-            _skip_or_fail(
-                ipu_settings,
-                BackendUnavailable(
-                    f"pytest-ipu: the {ipu_backend.name} backend runs inference only; train on torch, "
-                    "torch-compile or poptorch"
-                ),
-            )
+        trainer = _require_training(ipu_backend, ipu_settings)
         problem = _positive("inputs", inputs) or _positive("gradient_accumulation", gradient_accumulation)
         if problem is None and (not callable(loss) or not callable(optimizer)):
             problem = (
@@ -619,7 +629,7 @@ def ipu_train(
         start = time.perf_counter()
         if problem is None:
             try:
-                step = ipu_backend.compile_training(
+                step = trainer.compile_training(
                     model,
                     tuple(example_batch),
                     # auto trains in fp32, but with CUDA's mixed precision (fp32 weights, fp16
@@ -708,6 +718,7 @@ def ipu_time_to_train(
         __tracebackhide__ = True
         import random
 
+        from pytest_ipu.errors import RankError
         from pytest_ipu.measure import time_to_train as ttt
         from pytest_ipu.results import training
 
@@ -727,18 +738,9 @@ def ipu_time_to_train(
         if problem is not None:
             quiet[0] = True
             pytest.fail(problem, pytrace=False)
-        from pytest_ipu.backends.base import TrainingBackend
-        from pytest_ipu.errors import RankError
-
-        if not isinstance(ipu_backend, TrainingBackend):
-            quiet[0] = True
-            _skip_or_fail(
-                ipu_settings,
-                BackendUnavailable(
-                    f"pytest-ipu: the {ipu_backend.name} backend runs inference only; train on torch, "
-                    "torch-compile or poptorch"
-                ),
-            )
+        quiet[0] = True  # until the runs start: a skip here leaves pytest-benchmark nothing to write
+        _require_training(ipu_backend, ipu_settings)
+        quiet[0] = False
         ranks = session.lockstep(request.node.name)
         if seeds is None:
             # Drawn at random as MLPerf asks, and recorded; the ranks of a launch take the largest

@@ -363,16 +363,7 @@ class PopTorchBackend(NamedBackend):
         if ipu_id is None and not self.simulator:
             ipu_id = self._poprun_ipu_id(opts, name)
         training = bool(opts["training"])
-        dtype = torch.float16 if precision == "fp16" else torch.float32
-
-        def prepare_inputs(inputs: Sequence[object]) -> tuple[object, ...]:
-            prepared = []
-            for x in inputs:
-                t = torch.as_tensor(x).detach()
-                if t.is_floating_point():
-                    t = t.to(dtype)
-                prepared.append(t.contiguous())
-            return tuple(prepared)
+        prepare_inputs = _host_tensors(torch, precision)
 
         examples = prepare_inputs(example_inputs)
         _check_batch(examples, opts, name)
@@ -392,21 +383,8 @@ class PopTorchBackend(NamedBackend):
             raise CompileError(f"PopTorch rejected the options for {name}: {_one_line(exc)}") from exc
 
         target = f"{self._name}:{self._device}"
-        executor: Any = None
-        try:
-            with runtime_internals_quiet():
-                if training:
-                    executor = poptorch.trainingModel(module, popts)
-                else:
-                    executor = poptorch.inferenceModel(module, popts)
-                executor.compile(*examples)
-        except Exception as exc:
-            if executor is not None:
-                # Give back whatever was acquired; the compile error is the one worth reporting.
-                with contextlib.suppress(Exception):
-                    _release(executor)
-            raise _compile_failure(exc, name, target) from exc
-
+        wrap = poptorch.trainingModel if training else poptorch.inferenceModel
+        executor = _compiled(functools.partial(wrap, module, popts), examples, name, target)
         handle = _Handle(executor)
         del executor, module
 
@@ -577,6 +555,39 @@ def _largest_device(poptorch: ModuleType) -> int | None:
             break
         largest, n = n, n * 2
     return largest
+
+
+def _compiled(make: Callable[[], Any], examples: Sequence[object], name: str, target: str) -> Any:
+    """``make()``'s PopTorch model compiled on ``examples``; a failure releases whatever it acquired
+    and raises ``CompileError`` (``_compile_failure``), the compile error being the one worth reading."""
+    executor: Any = None
+    try:
+        with runtime_internals_quiet():
+            executor = make()
+            executor.compile(*examples)
+    except Exception as exc:
+        if executor is not None:
+            with contextlib.suppress(Exception):
+                _release(executor)
+        raise _compile_failure(exc, name, target) from exc
+    return executor
+
+
+def _host_tensors(torch: ModuleType, precision: str) -> Callable[[Sequence[object]], tuple[object, ...]]:
+    """The ``prepare_inputs`` of a PopTorch model: contiguous host tensors, floating point ones in
+    the precision compiled (PopTorch copies host tensors to the IPU itself, on every call)."""
+    dtype = torch.float16 if precision == "fp16" else torch.float32
+
+    def prepare_inputs(inputs: Sequence[object]) -> tuple[object, ...]:
+        prepared = []
+        for x in inputs:
+            t = torch.as_tensor(x).detach()
+            if t.is_floating_point():
+                t = t.to(dtype)
+            prepared.append(t.contiguous())
+        return tuple(prepared)
+
+    return prepare_inputs
 
 
 def _model_name(model: object) -> str:

@@ -24,7 +24,6 @@ averaged over the whole launch, on the device PopDist gives the instance (refere
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib
 import math
@@ -42,9 +41,10 @@ from pytest_ipu.backends.poptorch import _HANDLES
 from pytest_ipu.backends.poptorch import OPTIONS as INFERENCE_OPTIONS
 from pytest_ipu.backends.poptorch import PopTorchBackend
 from pytest_ipu.backends.poptorch import _check_options
-from pytest_ipu.backends.poptorch import _compile_failure
+from pytest_ipu.backends.poptorch import _compiled
 from pytest_ipu.backends.poptorch import _Handle
 from pytest_ipu.backends.poptorch import _handle_latency
+from pytest_ipu.backends.poptorch import _host_tensors
 from pytest_ipu.backends.poptorch import _info
 from pytest_ipu.backends.poptorch import _model_name
 from pytest_ipu.backends.poptorch import _one_line
@@ -54,7 +54,6 @@ from pytest_ipu.backends.poptorch import _poptorch_options
 from pytest_ipu.backends.poptorch import _positive_int
 from pytest_ipu.backends.poptorch import _release
 from pytest_ipu.backends.poptorch import _version
-from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
 from pytest_ipu.errors import CompileError
 from pytest_ipu.placement import poprun
 from pytest_ipu.placement.poprun import PopRunInstance
@@ -144,16 +143,7 @@ def compile_training(
         label,
         precision,
     )
-    dtype = torch.float16 if precision == "fp16" else torch.float32
-
-    def prepare_inputs(batch: Sequence[object]) -> tuple[object, ...]:
-        prepared = []
-        for x in batch:
-            t = torch.as_tensor(x).detach()
-            if t.is_floating_point():
-                t = t.to(dtype)
-            prepared.append(t.contiguous())
-        return tuple(prepared)
+    prepare_inputs = _host_tensors(torch, precision)
 
     examples = prepare_inputs(example_batch)
     factor = accumulation * replicas * iterations
@@ -179,18 +169,9 @@ def compile_training(
     except (AssertionError, ValueError, TypeError, AttributeError) as exc:
         raise CompileError(f"PopTorch rejected the options for {label}: {_one_line(exc)}") from exc
 
-    executor: Any = None
-    try:
-        with runtime_internals_quiet():
-            executor = poptorch.trainingModel(wrapped, options=popts, optimizer=optimizer)
-            executor.compile(*examples)
-    except Exception as exc:
-        if executor is not None:
-            # Give back whatever was acquired; the compile error is the one worth reporting.
-            with contextlib.suppress(Exception):
-                _release(executor)
-        raise _compile_failure(exc, label, target) from exc
-
+    executor = _compiled(
+        lambda: poptorch.trainingModel(wrapped, options=popts, optimizer=optimizer), examples, label, target
+    )
     handle = _Handle(executor)
     used = executor.options
     del executor

@@ -434,6 +434,40 @@ def check_plottable(view: str, group: str, series: Sequence[Series]) -> None:
                     )
 
 
+def new_figure(title: str, notes: Sequence[str], machine: str = "") -> tuple[Figure, Axes]:
+    """A report figure and its axes: ``title`` in bold, ``machine`` under it, and ``notes`` (wrapped)
+    in a strip under the axes: the figure grows by it, so the plot does not shrink as notes are
+    added."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.layout_engine import ConstrainedLayoutEngine
+
+    note_lines = [line for note in notes for line in textwrap.wrap(note, 120, subsequent_indent="  ")]
+    note_height = 0.17 * len(note_lines) + (0.12 if note_lines else 0.0)
+    width, height = 10.0, 5.2 + note_height
+    fig = Figure(figsize=(width, height), dpi=150, layout="constrained")
+    FigureCanvasAgg(fig)
+    engine = fig.get_layout_engine()
+    if isinstance(engine, ConstrainedLayoutEngine) and note_lines:
+        engine.set(rect=(0.0, note_height / height, 1.0, 1.0 - note_height / height))
+    ax = fig.add_subplot()
+    fig.suptitle(title, x=0.01, ha="left", fontweight="bold")
+    if machine:
+        ax.set_title(machine, loc="left", fontsize=9, color="#555555")
+    if note_lines:
+        fig.text(
+            0.01,
+            (note_height - 0.06) / height,
+            "\n".join(note_lines),
+            ha="left",
+            va="top",
+            fontsize=7.5,
+            color="#444444",
+            linespacing=1.45,
+        )
+    return fig, ax
+
+
 def draw(
     view: str, group: str, series: Sequence[Series], notes: Sequence[str], *, machine: str = ""
 ) -> Figure:
@@ -442,9 +476,6 @@ def draw(
     ``machine`` (the CPU and accelerators) is shown under the title. For the energy view with no
     measured point at all the plot body says why, in words, instead of showing an empty or zero axis.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.layout_engine import ConstrainedLayoutEngine
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     from matplotlib.ticker import FixedLocator
@@ -454,21 +485,7 @@ def draw(
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; expected one of {', '.join(VIEWS)}")
     check_plottable(view, group, series)
-    note_lines = [line for note in notes for line in textwrap.wrap(note, 120, subsequent_indent="  ")]
-    # The notes get their own strip under the axes; the figure grows by it so that the plot does not
-    # shrink as notes are added.
-    note_height = 0.17 * len(note_lines) + (0.12 if note_lines else 0.0)
-    width, height = 10.0, 5.2 + note_height
-    fig = Figure(figsize=(width, height), dpi=150, layout="constrained")
-    FigureCanvasAgg(fig)
-    engine = fig.get_layout_engine()
-    if isinstance(engine, ConstrainedLayoutEngine) and note_lines:
-        engine.set(rect=(0.0, note_height / height, 1.0, 1.0 - note_height / height))
-    ax = fig.add_subplot()
-
-    fig.suptitle(f"{group}: {VIEW_TITLES[view]} vs batch size", x=0.01, ha="left", fontweight="bold")
-    if machine:
-        ax.set_title(machine, loc="left", fontsize=9, color="#555555")
+    fig, ax = new_figure(f"{group}: {VIEW_TITLES[view]} vs batch size", notes, machine)
 
     batch_sizes = sorted({b for s in series for b in s.batch_sizes})
     present = [v for s in series for v in (*s.values, *s.upper) if v is not None]
@@ -552,17 +569,6 @@ def draw(
     if handles and scaled:
         # Outside the axes, so the legend never covers a point.
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8.5)
-    if note_lines:
-        fig.text(
-            0.01,
-            (note_height - 0.06) / height,
-            "\n".join(note_lines),
-            ha="left",
-            va="top",
-            fontsize=7.5,
-            color="#444444",
-            linespacing=1.45,
-        )
     return fig
 
 

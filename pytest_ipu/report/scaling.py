@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import html
 import math
-import textwrap
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -322,9 +321,6 @@ def efficiency_source(study: Study) -> str:
 def draw(study: Study, view: str, *, machine: str = "") -> Figure:
     """The figure of one view of ``study``: measured points, the ideal line (samples/s), and the
     published references of the view's metric in their own colour and markers."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    from matplotlib.layout_engine import ConstrainedLayoutEngine
 
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; expected one of {', '.join(VIEWS)}")
@@ -335,18 +331,7 @@ def draw(study: Study, view: str, *, machine: str = "") -> Figure:
     )
     if study.published(view):
         notes.append("published points are not measured here: the report lists each with its source")
-    note_lines = [line for note in notes for line in textwrap.wrap(note, 120, subsequent_indent="  ")]
-    note_height = 0.17 * len(note_lines) + (0.12 if note_lines else 0.0)
-    width, height = 10.0, 5.2 + note_height
-    fig = Figure(figsize=(width, height), dpi=150, layout="constrained")
-    FigureCanvasAgg(fig)
-    engine = fig.get_layout_engine()
-    if isinstance(engine, ConstrainedLayoutEngine) and note_lines:
-        engine.set(rect=(0.0, note_height / height, 1.0, 1.0 - note_height / height))
-    ax = fig.add_subplot()
-    fig.suptitle(f"{study.title}: {VIEW_TITLES[view]}", x=0.01, ha="left", fontweight="bold")
-    if machine:
-        ax.set_title(machine, loc="left", fontsize=9, color="#555555")
+    fig, ax = plots.new_figure(f"{study.title}: {VIEW_TITLES[view]}", notes, machine)
 
     if view == THROUGHPUT:
         values = _draw_throughput(ax, study)
@@ -391,17 +376,6 @@ def draw(study: Study, view: str, *, machine: str = "") -> Figure:
         frameon=False,
         fontsize=8.5,
     )
-    if note_lines:
-        fig.text(
-            0.01,
-            (note_height - 0.06) / height,
-            "\n".join(note_lines),
-            ha="left",
-            va="top",
-            fontsize=7.5,
-            color="#444444",
-            linespacing=1.45,
-        )
     return fig
 
 

@@ -24,7 +24,9 @@ class TrainingRecord:
     """How one training step's global batch is made, and what the loss did while it was timed.
 
     ``global_batch`` = ``micro_batch`` x ``gradient_accumulation`` x ``replicas`` x
-    ``device_iterations`` x ``processes``: the samples one step of the whole launch consumes.
+    ``device_iterations`` x ``processes``: the samples one step of the whole launch consumes. A
+    record exists only when every step's loss was finite: a NaN or infinite loss fails the benchmark
+    (``errors.NonFiniteLoss``), naming the step.
     """
 
     #: Samples one replica processes in one forward and backward pass.
