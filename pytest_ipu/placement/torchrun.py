@@ -22,11 +22,15 @@ import datetime
 import importlib
 import os
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+#: The longest ``RankGroup.close`` waits for the process group's teardown, seconds.
+CLOSE_WAIT_S = 30.0
 
 #: Where a rank's ``as_json()`` goes: ``machine_info["ipu"][KEY]`` and each record's ``KEY``.
 KEY = "torchrun"
@@ -274,7 +278,14 @@ class RankGroup:
         )
 
     def close(self) -> None:
-        """Leave the process group (idempotent)."""
-        if not self._closed:
-            self._closed = True
-            self._dist.destroy_process_group()
+        """Leave the process group (idempotent), waiting at most ``CLOSE_WAIT_S`` for it: a rank that
+        is done must end even when tearing the group down waits on a peer that already exited, or
+        torchrun's agents would wait for it at their own exit."""
+        if self._closed:
+            return
+        self._closed = True
+        thread = threading.Thread(
+            target=self._dist.destroy_process_group, name="pytest-ipu-process-group-close", daemon=True
+        )
+        thread.start()
+        thread.join(timeout=min(self.timeout_s, CLOSE_WAIT_S))

@@ -111,6 +111,10 @@ def median_rate(record: IpuRecord) -> float | None:
 def apart(record: IpuRecord) -> bool:
     """Whether items/s and batch / p50 differ by more than ``APART``: the table then marks items/s
     with ``^`` and a footnote reconciles the two (docs/numbers.md, "Why items/s is not batch / p50")."""
+    if record.time_to_train is not None or (record.training is not None and record.training.processes > 1):
+        # A run's "call" is a whole training run; and a data-parallel record's rate is one rank's or,
+        # merged, every rank's over its rounds, which no per-call figure of the record predicts.
+        return False
     rate = median_rate(record)
     if rate is None or record.throughput_items_per_s <= 0:
         return False

@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -113,7 +114,7 @@ FAIL_AT_IMPORT = """
 import os
 
 if os.environ["RANK"] == "1":
-    raise SystemExit(3)
+    os._exit(3)  # a crash: no pytest version turns it into a collection error
 
 
 def test_sum(ipu_benchmark, ipu_process_group):
@@ -212,17 +213,24 @@ class Running:
                 )
 
     def wait(self) -> list[Launch]:
-        """Each torchrun's ``Launch``; a launch still running at ``LAUNCH_TIMEOUT_S`` is stopped and fails."""
-        done = []
-        for process, log in zip(self.processes, self.logs, strict=True):
-            try:
-                process.wait(timeout=LAUNCH_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                tail = log.read_text()[-4000:]
-                pytest.fail(f"the torchrun launch in {self.path} ran past {LAUNCH_TIMEOUT_S} s:\n{tail}")
-            done.append(Launch(process.returncode, log.read_text(), self.path))
-        return done
+        """Each torchrun's ``Launch``. The launches are watched together: one still running at
+        ``LAUNCH_TIMEOUT_S`` stops them all and fails the test with every launch's exit status and
+        output (the one that hung may be waiting for another that ended)."""
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+        while any(p.poll() is None for p in self.processes) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if any(p.poll() is None for p in self.processes):
+            codes = [p.poll() for p in self.processes]
+            self.kill()
+            tails = "\n".join(
+                f"--- launch {i} (exit status {code}, None: still running):\n{log.read_text()[-3000:]}"
+                for i, (code, log) in enumerate(zip(codes, self.logs, strict=True))
+            )
+            pytest.fail(f"a torchrun launch in {self.path} ran past {LAUNCH_TIMEOUT_S} s:\n{tails}")
+        return [
+            Launch(p.returncode, log.read_text(), self.path)
+            for p, log in zip(self.processes, self.logs, strict=True)
+        ]
 
     def kill(self) -> None:
         """End every process the launches started, and reap them.

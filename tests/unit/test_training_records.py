@@ -68,7 +68,7 @@ train_runs = st.builds(
     time_s=st.none() | seconds,
     epochs=count,
     samples=count,
-    samples_per_s=seconds,
+    samples_per_s=st.none() | seconds,
     curve=st.lists(points, max_size=3).map(tuple),
 )
 times_to_train = st.builds(
@@ -578,3 +578,17 @@ def test_a_non_finite_loss_raises_naming_its_step(bad: float) -> None:
 def test_a_first_loss_that_is_nan_names_step_one() -> None:
     with pytest.raises(NonFiniteLoss, match="training step 1 of "):
         LossTrace().add(float("nan"), "m")
+
+
+def test_the_items_per_second_mark_leaves_data_parallel_and_time_to_train_records_alone() -> None:
+    from pytest_ipu.report.terminal import apart
+
+    # 32 items at a 25 ms median would be 1280 items/s; a record at 4000 items/s is marked ...
+    far = make_record(throughput_items_per_s=4000.0)
+    assert apart(far)
+    # ... but not when it is one rank's (or, merged, every rank's) share of a launch, nor a time to
+    # train, whose calls are whole runs: nothing in the record predicts their rate from one call.
+    assert not apart(dataclasses.replace(far, training=dataclasses.replace(STEP, processes=2)))
+    assert apart(dataclasses.replace(far, training=dataclasses.replace(STEP, processes=1)))
+    summary = _summary([run(1, 2.0), run(2, 1.0), run(3, 3.0)])
+    assert not apart(dataclasses.replace(far, time_to_train=summary))
