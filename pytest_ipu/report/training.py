@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from typing import Any
 
+from pytest_ipu.measure.units import format_number
 from pytest_ipu.measure.units import format_value
 from pytest_ipu.results.records import IpuRecord
 
@@ -26,7 +27,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _rate(value: float) -> str:
-    return f"{value:,.0f}"
+    """Three significant figures (``10.8``), whole with separators from 1,000 (``43,436``)."""
+    return format_number(value)
 
 
 def time_to_train_lines(measured: Sequence[tuple[str, IpuRecord]]) -> list[str]:
