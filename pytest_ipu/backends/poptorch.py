@@ -403,13 +403,7 @@ class PopTorchBackend(NamedBackend):
         _HANDLES[run] = handle
         used = handle.executor.options
         info = _info(poptorch, used, opts, ipu_id, _version(poptorch))
-        phases: dict[str, float] = {}
-        try:
-            elapsed = handle.executor.compilationTime()
-        except Exception:
-            elapsed = None  # no progress bar, or the executable came from the cache
-        if elapsed is not None:
-            phases["graph_compilation"] = float(elapsed.total_seconds())
+        phases = _compile_phases(handle.executor)
         return CompiledModel(
             target=target,
             backend=self._name,
@@ -555,6 +549,15 @@ def _largest_device(poptorch: ModuleType) -> int | None:
             break
         largest, n = n, n * 2
     return largest
+
+
+def _compile_phases(executor: Any) -> dict[str, float]:
+    """The compile's phases PopTorch timed: its graph compilation, when it reports one."""
+    try:
+        elapsed = executor.compilationTime()
+    except Exception:
+        elapsed = None  # no progress bar, or the executable came from the cache
+    return {} if elapsed is None else {"graph_compilation": float(elapsed.total_seconds())}
 
 
 def _compiled(make: Callable[[], Any], examples: Sequence[object], name: str, target: str) -> Any:

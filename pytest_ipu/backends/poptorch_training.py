@@ -41,6 +41,7 @@ from pytest_ipu.backends.poptorch import _HANDLES
 from pytest_ipu.backends.poptorch import OPTIONS as INFERENCE_OPTIONS
 from pytest_ipu.backends.poptorch import PopTorchBackend
 from pytest_ipu.backends.poptorch import _check_options
+from pytest_ipu.backends.poptorch import _compile_phases
 from pytest_ipu.backends.poptorch import _compiled
 from pytest_ipu.backends.poptorch import _Handle
 from pytest_ipu.backends.poptorch import _handle_latency
@@ -223,13 +224,7 @@ def compile_training(
     }
     if instance is not None:
         facts["poprun"] = instance.as_json()
-    phases: dict[str, float] = {}
-    try:
-        elapsed = handle.executor.compilationTime()
-    except Exception:
-        elapsed = None  # no progress bar, or the executable came from the cache
-    if elapsed is not None:
-        phases["graph_compilation"] = float(elapsed.total_seconds())
+    phases = _compile_phases(handle.executor)
     return CompiledModel(
         target=target,
         backend=name,
