@@ -27,6 +27,7 @@ from pytest_ipu import backends
 from pytest_ipu import power
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.placement import poprun
+from pytest_ipu.placement import torchrun
 from pytest_ipu.report import power_blocks as block_report
 from pytest_ipu.report import terminal as report
 from pytest_ipu.results import benchmark_json
@@ -78,14 +79,8 @@ def _summary(paths: Sequence[Path]) -> int:
                 )
         if not any(b.record for b in stored) and not run.power_blocks:
             print(f"pytest-ipu: {path}: no benchmark carries extra_info['ipu']", file=sys.stderr)
-    from pytest_ipu.report import training
-
-    # A time-to-train benchmark's "calls" are whole runs: it has a table of its own, as in the run.
-    lines = report.tables([r for r in rows if r.record.time_to_train is None])
-    runs = training.time_to_train_lines([(r.group if len(paths) > 1 else r.name, r.record) for r in rows])
-    lines += ([""] if lines and runs and lines[-1] else []) + runs
-    gap = [""] if lines and blocks else []
-    print("\n".join(lines + gap + block_report.lines(blocks)))
+    gap = [""] if rows and blocks else []
+    print("\n".join(report.tables(rows) + gap + block_report.lines(blocks)))
     return 0
 
 
@@ -101,7 +96,7 @@ def _merge(out: Path, paths: Sequence[Path]) -> int:
         return 2
     ipu_info = merged["machine_info"]["ipu"]
     launcher, what = (
-        (poprun.KEY, "PopRun instance(s)") if poprun.KEY in ipu_info else ("torchrun", "torchrun rank(s)")
+        (poprun.KEY, "PopRun instance(s)") if poprun.KEY in ipu_info else (torchrun.KEY, "torchrun rank(s)")
     )
     print(
         f"merged {ipu_info[launcher]['count']} {what}, {len(merged['benchmarks'])} benchmark(s), into {out}"

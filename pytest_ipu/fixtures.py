@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pytest_ipu.power.meter import PowerMeter
     from pytest_ipu.results import records
     from pytest_ipu.results.records import PowerRecord
+    from pytest_ipu.results.training import TimeToTrainRecord
 
 
 class Compile(Protocol):
@@ -721,6 +722,7 @@ def ipu_time_to_train(
         from pytest_ipu.errors import RankError
         from pytest_ipu.measure import time_to_train as ttt
         from pytest_ipu.results import training
+        from pytest_ipu.results.records import group_name
 
         problem = None
         if not callable(setup):
@@ -812,7 +814,7 @@ def ipu_time_to_train(
         record = _time_to_train_record(
             ipu_backend, summary, setups, request.node.stash.get(LAST_STEP_KEY, None)
         )
-        group = records_group(benchmark.group, request.node.name)
+        group = group_name(benchmark.group, request.node.name)
         measured = session.publish(
             request.node,
             benchmark.extra_info,
@@ -841,13 +843,6 @@ def _end_launch(request: pytest.FixtureRequest, session: IpuSession, exc: Except
     return str(exc)
 
 
-def records_group(group: str | None, name: str) -> str:
-    """The table a benchmark belongs to (``results.records.group_name``)."""
-    from pytest_ipu.results.records import group_name
-
-    return group_name(group, name)
-
-
 def _device_name(backend: Backend) -> str:
     described = backend.describe()
     name = described.get("device_name") if isinstance(described, dict) else None
@@ -855,22 +850,16 @@ def _device_name(backend: Backend) -> str:
 
 
 def _time_to_train_record(
-    backend: Backend, summary: Any, setups: Sequence[float], step: CompiledModel | None
+    backend: Backend, summary: TimeToTrainRecord, setups: Sequence[float], step: CompiledModel | None
 ) -> records.IpuRecord:
-    """The record of a time-to-train benchmark: each run is one "call" (its latency is the run's time).
+    """The record of a time-to-train benchmark (``measure.run.time_to_train_record``), described by
+    the last training step the runs' set-up compiled with ``ipu_train`` (``step``): its target,
+    precision, device name and host batch; without one, the backend's, precision ``n/a``, batch 1."""
+    from pytest_ipu.measure.run import time_to_train_record
 
-    Target, precision, device name and batch are those of the last training step the runs' set-up
-    compiled with ``ipu_train`` (``step``); without one, the backend's, precision ``n/a``, batch 1.
-    """
-    from pytest_ipu.measure.metrics import summarize_latency
-    from pytest_ipu.measure.metrics import throughput
-    from pytest_ipu.power.meter import not_measured
-    from pytest_ipu.results.records import IpuRecord
-
-    times = [r.curve[-1].elapsed_s if r.time_s is None else r.time_s for r in summary.runs]
-    samples = sum(r.samples for r in summary.runs)
-    window = sum(times)
-    return IpuRecord(
+    return time_to_train_record(
+        summary,
+        setups,
         target=f"{backend.name}:{backend.device}" if step is None else step.target,
         backend=backend.name,
         device=backend.device,
@@ -878,20 +867,6 @@ def _time_to_train_record(
         precision="n/a" if step is None else step.precision,
         io="host" if step is None else step.io,
         batch_size=1 if step is None or step.training is None else step.training.host_batch,
-        # A "call" is a whole run: its items are the samples a run trained on, on average.
-        items_per_call=max(1, round(samples / len(summary.runs))),
-        rounds=len(summary.runs),
-        rounds_policy="fixed",
-        warmup_rounds=0,
-        latency_s=summarize_latency(times),
-        window_s=window,
-        throughput_items_per_s=throughput(samples, window),
-        compile_s=None,
-        compile_cached=False,
-        first_call_s=times[0],
-        compile_phases_s={"setup": sum(setups)},
-        power=not_measured("none", "time to train has no energy window"),
-        time_to_train=summary,
     )
 
 

@@ -386,17 +386,12 @@ class IpuSession:
         from pytest_ipu.report import terminal as report
         from pytest_ipu.report import training
 
-        # A time-to-train benchmark's "calls" are whole runs: it has a table of its own.
-        lines = report.tables(
-            [report.Row(m.group, m.name, m.record) for m in self.measured if m.record.time_to_train is None]
-        )
-        extra = training.time_to_train_lines([(m.name, m.record) for m in self.measured])
+        lines = report.tables([report.Row(m.group, m.name, m.record) for m in self.measured])
         if self.launch_records and self.torchrun is not None:
-            nodes = self.torchrun.nodes
-            extra += ([""] if extra else []) + training.launch_lines(
-                self.torchrun.count, nodes, str(self.merged_json), self.launch_records
+            lines += training.launch_lines(
+                self.torchrun.count, self.torchrun.nodes, str(self.merged_json), self.launch_records
             )
-        return lines + ([""] if lines and extra and lines[-1] else []) + extra
+        return lines
 
     def _target_lines(self) -> list[str]:
         if self._auto is None:

@@ -33,6 +33,7 @@ from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.power.meter import min_window_s
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import records
+from pytest_ipu.results.training import TimeToTrainRecord
 from pytest_ipu.results.training import TrainingRecord
 
 #: Share of a repeat's budget spent calibrating the round time (untimed), unless the warm-up calls
@@ -348,6 +349,50 @@ def measure(
         training=None if compiled.training is None else training_record(compiled.training),
     )
     return Measurement(record, samples, calls)
+
+
+def time_to_train_record(
+    summary: TimeToTrainRecord,
+    setups_s: Sequence[float],
+    *,
+    target: str,
+    backend: str,
+    device: str,
+    device_name: str,
+    precision: str,
+    io: str,
+    batch_size: int,
+) -> records.IpuRecord:
+    """The record of a time-to-train benchmark, whose "calls" are whole runs: latency summarises the
+    runs' times (each ended by its last evaluation, at the target or at the epoch limit),
+    throughput is every run's samples over their total time, and the runs' set-up (untimed, as
+    MLPerf's init) is kept as the compile phase ``setup``."""
+    times = [r.curve[-1].elapsed_s for r in summary.runs]
+    samples = sum(r.samples for r in summary.runs)
+    window = math.fsum(times)
+    return records.IpuRecord(
+        target=target,
+        backend=backend,
+        device=device,
+        device_name=device_name,
+        precision=precision,
+        io=io,
+        batch_size=batch_size,
+        # A "call" is a whole run: its items are the samples a run trained on, on average.
+        items_per_call=max(1, round(samples / len(summary.runs))),
+        rounds=len(summary.runs),
+        rounds_policy="fixed",
+        warmup_rounds=0,
+        latency_s=metrics.summarize_latency(times),
+        window_s=window,
+        throughput_items_per_s=metrics.throughput(samples, window),
+        compile_s=None,
+        compile_cached=False,
+        first_call_s=times[0],
+        compile_phases_s={"setup": math.fsum(setups_s)},
+        power=not_measured("none", "time to train has no energy window"),
+        time_to_train=summary,
+    )
 
 
 def training_record(info: TrainingInfo) -> TrainingRecord:

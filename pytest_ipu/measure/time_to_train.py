@@ -60,16 +60,16 @@ def run_once(
     ranks: Agreement | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> TrainRun:
-    """Train ``run`` until its evaluation reaches ``target`` or ``max_epochs`` have passed."""
+    """Train ``run`` until its evaluation reaches ``target`` or ``max_epochs`` (at least 1) have
+    passed. The run's time is that of its last evaluation: the one that reached the target."""
+    if max_epochs < 1:
+        raise ValueError(f"max_epochs={max_epochs}: a time-to-train run trains at least one epoch")
     curve: list[CurvePoint] = []
     samples = 0
     if ranks is not None:
         ranks.barrier(f"the start of time-to-train run {index}")
     start = clock()
-    done = False
-    epoch = 0
-    while epoch < max_epochs and not done:
-        epoch += 1
+    for epoch in range(1, max_epochs + 1):
         seen = run.train_epoch()
         if isinstance(seen, bool) or not isinstance(seen, int) or seen < 0:
             raise TypeError(
@@ -83,17 +83,17 @@ def run_once(
             # Every rank stops at the same epoch: only once every rank's evaluation reached it.
             hit = ranks.agree_max(0.0 if hit else 1.0) == 0.0
         samples += seen
-        elapsed = clock() - start
-        curve.append(CurvePoint(epoch=epoch, elapsed_s=elapsed, samples=samples, quality=quality))
-        done = hit
-    elapsed = clock() - start
+        curve.append(CurvePoint(epoch=epoch, elapsed_s=clock() - start, samples=samples, quality=quality))
+        if hit:
+            break
+    last = curve[-1]
     return TrainRun(
         index=index,
         seed=seed,
-        reached=done,
-        time_s=elapsed if done else None,
-        epochs=epoch,
-        samples=samples,
-        samples_per_s=samples / elapsed if elapsed > 0 else None,
+        reached=hit,
+        time_s=last.elapsed_s if hit else None,
+        epochs=last.epoch,
+        samples=last.samples,
+        samples_per_s=last.samples / last.elapsed_s if last.elapsed_s > 0 else None,
         curve=tuple(curve),
     )

@@ -33,6 +33,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pytest_ipu.placement import outputs
 from pytest_ipu.placement.allocate import Inventory
 from pytest_ipu.placement.inventory import IpuInventory
 
@@ -309,33 +310,24 @@ def instance_json_path(path: Path, instance: PopRunInstance) -> Path:
 
     A path that already names this instance is returned unchanged, so calling this twice is safe.
     """
-    tag = f".instance-{instance.index}-of-{instance.count}"
-    if path.stem.endswith(tag):
-        return path
-    return path.with_name(f"{path.stem}{tag}{path.suffix}")
+    return outputs.tagged(path, _tag(instance))
 
 
 def configure_json_path(option: Any, popdist_module: ModuleType | None = None) -> PopRunInstance | None:
     """Under PopRun, give this instance its own output files; the instance, or ``None`` outside PopRun.
 
-    ``--benchmark-json`` becomes ``instance_json_path``'s file, and the names ``--benchmark-save``
-    and ``--benchmark-autosave`` save under gain ``.instance-I-of-N``, so instances saving into one
-    storage at once never pick the same file. Safe to call twice. Call it from a
-    ``pytest_configure`` that runs before pytest-benchmark's (which is ``trylast`` and reads the
-    options when it creates its session). ``option`` is pytest's parsed options (``config.option``).
+    ``--benchmark-json`` becomes ``instance_json_path``'s file, and the saved-run names gain
+    ``.instance-I-of-N`` (``outputs.tag_outputs``). Safe to call twice.
     """
     instance = detect(popdist_module)
     if instance is None:
         return None
-    path = getattr(option, "benchmark_json", None)
-    if path is not None:
-        option.benchmark_json = instance_json_path(Path(path), instance)
-    suffix = f".instance-{instance.index}-of-{instance.count}"
-    for key in ("benchmark_save", "benchmark_autosave"):
-        name = getattr(option, key, None)
-        if isinstance(name, str) and name and not name.endswith(suffix):
-            setattr(option, key, name + suffix)
+    outputs.tag_outputs(option, _tag(instance))
     return instance
+
+
+def _tag(instance: PopRunInstance) -> str:
+    return f".instance-{instance.index}-of-{instance.count}"
 
 
 # -- merging ---------------------------------------------------------------------------------------

@@ -29,6 +29,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pytest_ipu.placement import outputs
+
 #: The longest ``RankGroup.close`` waits for the process group's teardown, seconds.
 CLOSE_WAIT_S = 30.0
 
@@ -106,25 +108,18 @@ def detect(environ: Mapping[str, str] | None = None) -> TorchrunRank | None:
 def rank_json_path(path: Path, rank: TorchrunRank) -> Path:
     """``results/run.json`` -> ``results/run.rank-0-of-2.json``: one file per rank (unchanged when
     ``path`` already names this rank)."""
-    tag = f".rank-{rank.index}-of-{rank.count}"
-    if path.stem.endswith(tag):
-        return path
-    return path.with_name(f"{path.stem}{tag}{path.suffix}")
+    return outputs.tagged(path, _tag(rank))
 
 
 def configure_json_path(option: Any, rank: TorchrunRank) -> Path | None:
     """Give this rank its own output files; the path the merged document goes to (``None``
     without ``--benchmark-json``). The saved-run names (``--benchmark-save``/``-autosave``) gain
     ``.rank-R-of-N`` so ranks saving into one storage never pick the same file."""
-    merged = getattr(option, "benchmark_json", None)
-    if merged is not None:
-        option.benchmark_json = rank_json_path(Path(merged), rank)
-    suffix = f".rank-{rank.index}-of-{rank.count}"
-    for key in ("benchmark_save", "benchmark_autosave"):
-        name = getattr(option, key, None)
-        if isinstance(name, str) and name and not name.endswith(suffix):
-            setattr(option, key, name + suffix)
-    return None if merged is None else Path(merged)
+    return outputs.tag_outputs(option, _tag(rank))
+
+
+def _tag(rank: TorchrunRank) -> str:
+    return f".rank-{rank.index}-of-{rank.count}"
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 
 from pytest_ipu.measure import units
+from pytest_ipu.report.text import grid
 from pytest_ipu.results.power_blocks import PowerBlock
 from pytest_ipu.results.records import PowerRecord
 
@@ -71,16 +72,7 @@ def lines(blocks: Sequence[PowerBlock]) -> list[str]:
     if not blocks:
         return []
     cells = [list(HEADERS), *(_row(b) for b in blocks)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(HEADERS))]
-    out = [TITLE]
-    for n, row in enumerate(cells):
-        text = "  ".join(
-            cell.ljust(w) if header in _LEFT else cell.rjust(w)
-            for cell, w, header in zip(row, widths, HEADERS, strict=True)
-        ).rstrip()
-        out.append(text)
-        if n == 0:
-            out.append("-" * len(text))
+    out = [TITLE, *grid(cells, [header not in _LEFT for header in HEADERS])]
     if any(b.power.measured and b.power.valid and b.power.low_confidence for b in blocks):
         out.append(LOW_CONFIDENCE_NOTE)
     return out

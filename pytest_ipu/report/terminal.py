@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from pytest_ipu.measure import stats
 from pytest_ipu.measure import units
+from pytest_ipu.report.text import grid
+from pytest_ipu.report.training import time_to_train_lines
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import ParityRecord
 from pytest_ipu.results.records import PowerRecord
@@ -157,23 +159,22 @@ def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str
     A footnote that two tables need is printed under each: a table and the lines that explain its
     marks stay together, however many other tables the run printed between them.
     """
+    # A time-to-train benchmark's "calls" are whole runs: it has a table of its own, after the others
+    # (named by its group where two share a name: the same benchmark in two runs).
+    runs = [r for r in rows if r.record.time_to_train is not None]
+    rows = [r for r in rows if r.record.time_to_train is None]
     lines: list[str] = []
     order = list(dict.fromkeys(r.group for r in rows))
     by_group = {g: sorted((r for r in rows if r.group == g), key=sort_key) for g in order}
     for group, members in by_group.items():
         cells = [[c.header for c in columns]] + [[c.render(r) for c in columns] for r in members]
-        widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
         lines.append(f"{group} (latency per call; throughput summed over instances)")
-        for n, row in enumerate(cells):
-            text = "  ".join(
-                cell.rjust(w) if col.right else cell.ljust(w)
-                for cell, w, col in zip(row, widths, columns, strict=True)
-            )
-            lines.append(text.rstrip())
-            if n == 0:
-                lines.append("-" * len(text.rstrip()))
+        lines.extend(grid(cells, [c.right for c in columns]))
         lines.extend(footnotes(members, columns))
         lines.append("")
+    if runs:
+        shared = len({r.name for r in runs}) < len(runs)
+        lines += [*time_to_train_lines([(r.group if shared else r.name, r.record) for r in runs]), ""]
     return lines
 
 

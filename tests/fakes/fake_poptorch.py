@@ -67,6 +67,17 @@ __version__ = "3.4.0-fake"
 
 logger = logging.getLogger("poptorch::python")
 
+#: The environment variables PopTorch (and its distributed options, through MPI's) reads: a test of
+#: the fake clears them first, so that the machine's own do not leak in.
+ENVIRONMENT = (
+    "POPTORCH_CACHE_DIR",
+    "POPTORCH_IPU_MODEL",
+    "POPTORCH_WAIT_FOR_IPU",
+    "POPTORCH_DEFAULT_OPTIONS",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+)
+
 NO_EXECUTABLE_ERR = "Model has not been compiled or has been destroyed."
 #: PopTorch's C++ sources that raise the errors imitated here (paths as its error messages print them).
 _COMPILER = "popart_compiler/source/Compiler.cpp"

@@ -13,8 +13,11 @@ from pytest_ipu.results import records
 from pytest_ipu.results import schema
 
 
-def record(batch: int, p50: float, throughput: float, device: str = "Some CPU") -> dict[str, Any]:
-    """A torch:cpu record of batch ``batch`` with median latency ``p50`` and ``throughput``."""
+def record(
+    batch: int, p50: float, throughput: float, device: str = "Some CPU", **parts: Any
+) -> dict[str, Any]:
+    """A torch:cpu record of batch ``batch`` with median latency ``p50`` and ``throughput``, and the
+    record ``parts`` given (``training=``, ``time_to_train=``...)."""
     lat = LatencySummary(p50 * 0.9, p50, p50 * 1.1, p50 * 1.2, p50 * 1.3, p50, 40)
     return schema.to_json(
         records.IpuRecord(
@@ -35,6 +38,7 @@ def record(batch: int, p50: float, throughput: float, device: str = "Some CPU") 
             compile_s=0.5,
             compile_cached=False,
             first_call_s=0.1,
+            **parts,
         )
     )
 

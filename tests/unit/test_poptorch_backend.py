@@ -33,14 +33,7 @@ ALLOWED = ", ".join(OPTIONS)
 @pytest.fixture(autouse=True)
 def fake(monkeypatch: pytest.MonkeyPatch):
     """A fresh fake machine (4 Mk2 IPUs, all free) and no PopTorch environment variables."""
-    for var in (
-        "POPTORCH_CACHE_DIR",
-        "POPTORCH_IPU_MODEL",
-        "POPTORCH_WAIT_FOR_IPU",
-        "POPTORCH_DEFAULT_OPTIONS",
-        "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_RANK",
-    ):
+    for var in fake_poptorch.ENVIRONMENT:
         monkeypatch.delenv(var, raising=False)
     fake_poptorch.reset()
     fake_popdist.reset()

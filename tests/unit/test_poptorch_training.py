@@ -29,14 +29,7 @@ fake_popdist = importlib.import_module("tests.fakes.fake_popdist")
 @pytest.fixture(autouse=True)
 def fake(monkeypatch: pytest.MonkeyPatch):
     """A fresh fake machine (4 Mk2 IPUs, all free), outside PopRun, with no PopTorch or MPI variables."""
-    for var in (
-        "POPTORCH_CACHE_DIR",
-        "POPTORCH_IPU_MODEL",
-        "POPTORCH_WAIT_FOR_IPU",
-        "POPTORCH_DEFAULT_OPTIONS",
-        "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_RANK",
-    ):
+    for var in fake_poptorch.ENVIRONMENT:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(poptorch_training, "_POPDIST_INITIALISED", weakref.WeakSet())
     fake_poptorch.reset()

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from pytest_ipu import cli
-from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import html as html_report
 from pytest_ipu.report import scaling
 from pytest_ipu.results import benchmark_json
@@ -23,6 +22,7 @@ from pytest_ipu.results.training import ScalingRecord
 from pytest_ipu.results.training import TimeToTrainRecord
 from pytest_ipu.results.training import TrainingRecord
 from pytest_ipu.results.training import TrainRun
+from tests.unit import run_files
 
 pytest.importorskip("matplotlib", reason="the scaling figures need matplotlib (pip install matplotlib)")
 
@@ -67,29 +67,7 @@ def _time_to_train(processes: int, times: tuple[float, ...]) -> TimeToTrainRecor
 
 def _record(throughput: float, **parts: Any) -> dict[str, Any]:
     """A training record of ``throughput`` samples/s with the given training parts."""
-    lat = LatencySummary(0.01, 0.01, 0.01, 0.01, 0.01, 0.01, 20)
-    return schema.to_json(
-        IpuRecord(
-            target="torch:cpu",
-            backend="torch",
-            device="cpu",
-            device_name="Some CPU",
-            precision="fp32",
-            io="host",
-            batch_size=8,
-            items_per_call=8,
-            rounds=20,
-            rounds_policy="fixed",
-            warmup_rounds=1,
-            latency_s=lat,
-            window_s=1.0,
-            throughput_items_per_s=throughput,
-            compile_s=None,
-            compile_cached=False,
-            first_call_s=0.1,
-            **parts,
-        )
-    )
+    return run_files.record(8, 0.01, throughput, **parts)
 
 
 def _bench(name: str, record: dict[str, Any], path: str = "tests/test_train.py") -> dict[str, Any]:
