@@ -57,6 +57,12 @@ class NonFiniteLoss(PytestIpuError):
     untimed first call included) and the value. It fails the benchmark, whatever was timed."""
 
 
+class LoadgenError(PytestIpuError):
+    """A LoadGen benchmark could not give a result: its system under test failed (a batch raised or
+    ran past the call timeout) or LoadGen logged no verdict. The message names the cause and where
+    LoadGen's logs are; the run was ended without losing a query, so LoadGen returned."""
+
+
 class RankError(PytestIpuError):
     """Another process of a distributed launch failed or did not arrive in time; the message names
     the rank(s) and what they were awaited for."""

@@ -1,5 +1,6 @@
 """The public fixtures: ``ipu_settings``, ``ipu_backend``, ``ipu_placement``, ``ipu_compile``,
-``ipu_benchmark`` and ``ipu_power``.
+``ipu_benchmark``, ``ipu_power``, the training ones (``ipu_train``, ``ipu_time_to_train``,
+``ipu_process_group``) and ``ipu_loadgen``.
 
 Each is thin: it reads the test's settings and marker and calls the layer that does the work
 (``compiling`` for compiles, ``measure.run`` for a benchmark's record, ``power.meter`` for energy),
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -32,6 +34,7 @@ from pytest_ipu.marker import marker_overrides
 from pytest_ipu.marker import placement_request
 from pytest_ipu.options import AUTO
 from pytest_ipu.options import Settings
+from pytest_ipu.session import JSON_PATH_KEY
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
 
@@ -829,6 +832,226 @@ def ipu_time_to_train(
         return record
 
     yield time_to_train
+    if quiet[0] or request.node.stash.get(FAILED_KEY, False):
+        benchmark.skipped = True
+
+
+class Loadgen(Protocol):
+    """The callable ``ipu_loadgen`` returns."""
+
+    def __call__(
+        self,
+        model: CompiledModel | Callable[..., object],
+        samples: Sequence[object],
+        *,
+        scenario: str = "SingleStream",
+        mode: str = "performance",
+        target_qps: float | None = None,
+        target_latency: float | str | None = None,
+        latency_percentile: float | None = None,
+        samples_per_query: int | None = None,
+        min_duration: float | str | None = None,
+        min_queries: int | None = None,
+        max_duration: float | str | None = None,
+        max_batch: int | None = None,
+        batch_timeout: float | str = 0.0,
+        pad_to: int | None = None,
+        find_peak: bool = False,
+        max_probes: int = 10,
+        search_budget: float | str | None = None,
+        search_tolerance: float = 0.05,
+        mlperf: bool = False,
+        mlperf_model: str | None = None,
+        accuracy: Callable[[dict[int, object]], float] | None = None,
+        accuracy_name: str = "accuracy",
+        performance_samples: int | None = None,
+    ) -> records.IpuRecord | records.NotTimed:
+        """Run ``model`` as MLPerf LoadGen's system under test over ``samples``; the record."""
+
+
+@pytest.fixture
+def ipu_loadgen(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: Settings) -> Iterator[Loadgen]:
+    """MLPerf LoadGen's scenarios as a benchmark: ``ipu_loadgen(model, (x,), scenario="Server", ...)``.
+
+    ``model`` (a ``CompiledModel`` from ``ipu_compile``, of one or several instances, or any callable)
+    is LoadGen's system under test; ``samples`` its query sample library: inputs whose leading
+    dimension is the samples (row ``i`` of each is sample ``i``). LoadGen issues queries by the
+    ``scenario``'s rules (``SingleStream``, ``MultiStream``, ``Server``, ``Offline``); a batching
+    system under test gathers their samples into batches of up to ``max_batch``, waiting at most
+    ``batch_timeout`` for a batch to fill, spread over the model's instances (``pad_to`` pads the
+    batches of a model compiled for one batch size). ``mode="accuracy"`` runs every sample once and
+    scores the outputs with ``accuracy(outputs_by_index) -> float``. ``find_peak=True`` (Server)
+    searches for the highest ``target_qps`` that LoadGen calls VALID under ``target_latency``, in at
+    most ``max_probes`` LoadGen runs and ``search_budget``.
+
+    Settings start from MLPerf's own (LoadGen's ``mlperf.conf``, for ``mlperf_model`` when named):
+    its seeds, percentiles and latency bound; its minimum durations (600 s) only with
+    ``mlperf=True``, else a run lasts ``min_duration`` (2 s by default). The record's
+    ``extra_info["ipu"]["loadgen"]`` holds LoadGen's verdict with its reasons, its figures, the
+    batching, every probe of a search, ``mlperf_compliant`` with every reason it is not, and where
+    LoadGen's log files are kept (beside ``--benchmark-json``). The gates' ``loadgen.*`` metrics
+    read it. An exception in the model ends the LoadGen run (its remaining queries answered unrun)
+    and fails the test naming it. Without the ``loadgen`` extra the test is skipped (failed under
+    ``--ipu-missing-sdk=fail``). docs/loadgen.md has the details.
+    """
+    session = _session(request)
+    quiet = [False]
+
+    def run(
+        model: CompiledModel | Callable[..., object],
+        samples: Sequence[object],
+        *,
+        scenario: str = "SingleStream",
+        mode: str = "performance",
+        target_qps: float | None = None,
+        target_latency: float | str | None = None,
+        latency_percentile: float | None = None,
+        samples_per_query: int | None = None,
+        min_duration: float | str | None = None,
+        min_queries: int | None = None,
+        max_duration: float | str | None = None,
+        max_batch: int | None = None,
+        batch_timeout: float | str = 0.0,
+        pad_to: int | None = None,
+        find_peak: bool = False,
+        max_probes: int = 10,
+        search_budget: float | str | None = None,
+        search_tolerance: float = 0.05,
+        mlperf: bool = False,
+        mlperf_model: str | None = None,
+        accuracy: Callable[[dict[int, object]], float] | None = None,
+        accuracy_name: str = "accuracy",
+        performance_samples: int | None = None,
+    ) -> records.IpuRecord | records.NotTimed:
+        __tracebackhide__ = True
+
+        from pytest_ipu.backends.base import CompiledModel
+        from pytest_ipu.backends.host import wrap_callable
+        from pytest_ipu.errors import LoadgenError
+        from pytest_ipu.loadgen import request as checked
+        from pytest_ipu.loadgen import runner
+        from pytest_ipu.loadgen import scenario as scenarios
+        from pytest_ipu.loadgen.sut import SampleLibrary
+        from pytest_ipu.measure.run import loadgen_record
+        from pytest_ipu.results.records import group_name
+
+        problem: str | None = None
+        try:
+            asked = checked.build(
+                scenario=scenario,
+                mode=mode,
+                target_qps=target_qps,
+                target_latency=target_latency,
+                latency_percentile=latency_percentile,
+                samples_per_query=samples_per_query,
+                min_duration=min_duration,
+                min_queries=min_queries,
+                max_duration=max_duration,
+                max_batch=max_batch,
+                batch_timeout=batch_timeout,
+                pad_to=pad_to,
+                find_peak=find_peak,
+                max_probes=max_probes,
+                search_budget=search_budget,
+                search_tolerance=search_tolerance,
+                mlperf=mlperf,
+                mlperf_model=mlperf_model,
+                accuracy=accuracy,
+                accuracy_name=accuracy_name,
+                performance_samples=performance_samples,
+            )
+            library = SampleLibrary(samples)
+        except ValueError as exc:
+            text = str(exc)
+            prefix = "" if text.startswith("ipu_loadgen") else "ipu_loadgen(samples): "
+            problem = f"pytest-ipu: {prefix}{text}"
+        if problem is None and session.torchrun is not None and session.torchrun.count > 1:
+            # Each rank would be a LoadGen of its own, issuing its own queries: not one system under
+            # test, and no merge could make the ranks' verdicts one.
+            problem = (
+                "pytest-ipu: ipu_loadgen runs one LoadGen in one process; run it without torchrun "
+                "(several instances of a model come from @pytest.mark.ipu(instances=N))"
+            )
+        if problem is not None:
+            quiet[0] = True
+            pytest.fail(problem, pytrace=False)
+        quiet[0] = True  # until LoadGen runs: a skip leaves pytest-benchmark nothing to write
+        try:
+            lg = runner.load_loadgen()
+        except ImportError as exc:
+            _skip_or_fail(ipu_settings, BackendUnavailable(f"pytest-ipu: {exc}"))
+        quiet[0] = False
+        compiled = model if isinstance(model, CompiledModel) else wrap_callable(model)
+        group = compiled.group
+        if group is not None:
+            callers: list[runner.Caller] = [functools.partial(group.call, i) for i in range(group.count)]
+        else:
+
+            def call(batch: tuple[object, ...]) -> object:
+                return compiled.run(*compiled.prepare_inputs(batch))
+
+            callers = [call]
+        if not benchmark.enabled:
+            callers[0](library.batch([0] * (asked.pad_to or 1)))
+            quiet[0] = True
+            return _not_timed(compiled, (library.batch([0]),), 1, request.config)
+        json_path = request.config.stash.get(JSON_PATH_KEY, None)
+        # Beside the JSON: results/latest.json keeps them in results/latest.loadgen/<test>/.
+        root = (
+            session.loadgen_log_root()
+            if json_path is None
+            else json_path.with_name(json_path.stem + ".loadgen")
+        )
+        where = root / scenarios.log_dir_name(request.node.name)
+        done: list[scenarios.Measured] = []
+
+        meter, source, reason = session.power_meter(compiled.device, ipu_settings.power)
+
+        def one() -> None:
+            done.append(
+                scenarios.measure(
+                    lg,
+                    asked,
+                    library,
+                    callers,
+                    log_dir=where,
+                    call_timeout_s=ipu_settings.call_timeout_s,
+                    meter=meter,
+                    unmeasured=(source, reason),
+                )
+            )
+
+        try:
+            # One pytest-benchmark round: the LoadGen run (a search: all its probes), timed whole.
+            benchmark.pedantic(one, rounds=1, iterations=1, warmup_rounds=0)
+        except LoadgenError as exc:
+            problem = str(exc)
+        if problem is not None:
+            quiet[0] = True
+            pytest.fail(problem, pytrace=False)
+        measured_run = done[0]
+        record = loadgen_record(
+            measured_run.part,
+            compiled=compiled,
+            first_call_s=measured_run.calibration.first_call_s,
+            elapsed_s=measured_run.elapsed_s,
+            power=measured_run.power,
+        )
+        name = group_name(benchmark.group, request.node.name)
+        measured = session.publish(
+            request.node,
+            benchmark.extra_info,
+            record,
+            tuple(benchmark.stats.stats.data),
+            name,
+            marker_gates(request.node),
+        )
+        failed = session.gate_check.check_item(measured)
+        if failed:
+            pytest.fail("\n".join(f"pytest-ipu gate FAILED: {line}" for line in failed), pytrace=False)
+        return record
+
+    yield run
     if quiet[0] or request.node.stash.get(FAILED_KEY, False):
         benchmark.skipped = True
 

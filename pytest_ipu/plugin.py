@@ -23,6 +23,7 @@ from pytest_ipu.fixtures import FAILED_KEY
 from pytest_ipu.fixtures import ipu_backend
 from pytest_ipu.fixtures import ipu_benchmark
 from pytest_ipu.fixtures import ipu_compile
+from pytest_ipu.fixtures import ipu_loadgen
 from pytest_ipu.fixtures import ipu_placement
 from pytest_ipu.fixtures import ipu_power
 from pytest_ipu.fixtures import ipu_process_group
@@ -33,6 +34,7 @@ from pytest_ipu.gating import GATE_KEY
 from pytest_ipu.marker import MARKER_HELP
 from pytest_ipu.placement import poprun
 from pytest_ipu.placement import torchrun
+from pytest_ipu.session import JSON_PATH_KEY
 from pytest_ipu.session import SESSION_KEY
 from pytest_ipu.session import IpuSession
 
@@ -40,6 +42,7 @@ __all__ = [
     "ipu_backend",
     "ipu_benchmark",
     "ipu_compile",
+    "ipu_loadgen",
     "ipu_placement",
     "ipu_power",
     "ipu_process_group",
@@ -85,6 +88,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # moved into place whole by pytest_sessionfinish below (pytest-benchmark's trylast
     # pytest_configure reads the option after this).
     json_path = getattr(config.option, "benchmark_json", None)
+    if json_path is not None:
+        config.stash[JSON_PATH_KEY] = Path(json_path)
     if json_path is not None and not hasattr(config, "workerinput"):
         from pytest_ipu.results.atomic import PendingFile
 

@@ -12,6 +12,7 @@ import dataclasses
 import warnings
 from collections.abc import Generator
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -41,8 +42,6 @@ from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.repeats import RepeatScheduler
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from pytest_ipu.compiling import CompileCache
     from pytest_ipu.placement.torchrun import RankGroup
     from pytest_ipu.placement.torchrun import ScopedRanks
@@ -54,6 +53,9 @@ if TYPE_CHECKING:
     from pytest_ipu.results.records import PowerRecord
 
 SESSION_KEY = pytest.StashKey["IpuSession"]()
+#: The ``--benchmark-json`` path this process writes (tagged under PopRun and torchrun), as given:
+#: pytest-benchmark is handed a temporary path beside it. LoadGen's logs are kept beside this one.
+JSON_PATH_KEY = pytest.StashKey[Path]()
 #: pytest-benchmark's warning for a run without benchmarks, which it does not save (a regular expression).
 _NOTHING_SAVED = r"Not saving anything, no benchmarks have been run!"
 
@@ -95,6 +97,7 @@ class IpuSession:
         #: Every benchmark measured in this run, in order: the one list the terminal tables, the
         #: gates and the JSON are made from.
         self.measured: list[Measured] = []
+        self._loadgen_logs: Path | None = None
         #: Every ``ipu_power`` block measured in this run, in order: the JSON's
         #: ``pytest_ipu.power_blocks`` and the terminal's "ipu_power blocks" table.
         self.power_blocks: list[PowerBlock] = []
@@ -220,6 +223,15 @@ class IpuSession:
             return None
         group = self.rank_group()
         return None if group is None else group.at(where)
+
+    def loadgen_log_root(self) -> Path:
+        """Where LoadGen benchmarks keep their log files when the run writes no ``--benchmark-json``
+        (beside which they go otherwise): a directory of this run's own, made on first use and kept."""
+        if self._loadgen_logs is None:
+            import tempfile
+
+            self._loadgen_logs = Path(tempfile.mkdtemp(prefix="pytest-ipu-loadgen-"))
+        return self._loadgen_logs
 
     def scaling_baseline(self) -> dict[str, IpuRecord]:
         """The ``--ipu-scaling-baseline`` run's training records by fullname (read once; empty without

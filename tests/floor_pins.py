@@ -12,7 +12,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-EXTRAS = ("torch", "onnx", "nvidia", "report")
+EXTRAS = ("torch", "onnx", "nvidia", "report", "loadgen")
 #: Test tools taken from the dev extra at its pins (not floors of pytest-ipu's own ranges).
 TEST_TOOLS = ("hypothesis",)
 

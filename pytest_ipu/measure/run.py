@@ -33,6 +33,7 @@ from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.power.meter import min_window_s
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import records
+from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.training import TimeToTrainRecord
 from pytest_ipu.results.training import TrainingRecord
 
@@ -506,4 +507,61 @@ def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
         window_s=record.window_s,
         latency_s=record.latency_s,
         throughput_items_per_s=record.throughput_items_per_s,
+    )
+
+
+def loadgen_record(
+    part: LoadgenRecord,
+    *,
+    compiled: CompiledModel,
+    first_call_s: float,
+    elapsed_s: float,
+    power: records.PowerRecord,
+) -> records.IpuRecord:
+    """The record of a LoadGen benchmark, whose "calls" are LoadGen's queries: latency is LoadGen's
+    query latency (from a query's scheduled issue to its last sample's answer), throughput LoadGen's
+    samples per second, and the window the time those samples took at that rate (the LoadGen run's
+    ``elapsed_s`` when LoadGen reported no rate). ``part`` is the record's ``loadgen`` part."""
+    from pytest_ipu.measure import stats
+
+    lat = part.latency_s
+    count = max(part.query_count, 1)
+    p50 = lat.get("p50", lat.get("mean", 0.0))
+    summary = metrics.LatencySummary(
+        min=lat.get("min", p50),
+        p50=p50,
+        p90=lat.get("p90", p50),
+        p99=lat.get("p99", p50),
+        max=lat.get("max", p50),
+        mean=lat.get("mean", p50),
+        rounds=count,
+        unsupported=tuple(f"p{q}" for q in stats.PERCENTILES if not stats.is_supported(q, count)),
+    )
+    samples = part.query_count * part.samples_per_query
+    rate = part.samples_per_s
+    window = samples / rate if rate else elapsed_s
+    return records.IpuRecord(
+        target=compiled.target,
+        backend=compiled.backend,
+        device=compiled.device,
+        device_name=compiled.device_name,
+        precision=compiled.precision,
+        io=compiled.io,
+        batch_size=part.batching.max_batch,
+        items_per_call=part.samples_per_query,
+        rounds=count,
+        rounds_policy="fixed",
+        warmup_rounds=0,
+        latency_s=summary,
+        window_s=window,
+        throughput_items_per_s=rate if rate else metrics.throughput(samples, elapsed_s),
+        compile_s=compiled.compile_s,
+        compile_cached=compiled.compile_cached,
+        first_call_s=first_call_s,
+        compile_phases_s=dict(compiled.phases_s),
+        compile_info=dict(compiled.info),
+        power=power,
+        simulator=compiled.simulator,
+        placement=compiled.placement,
+        loadgen=part,
     )

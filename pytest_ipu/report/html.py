@@ -8,6 +8,11 @@ batch sizes first, so that its table is on the page's first screen; the machine 
 follow the groups. A group of one batch size gets its table and no figure: a plot against batch
 size with one point per line would say nothing its table does not.
 
+When the runs hold LoadGen records (``ipu_loadgen``), a "LoadGen" section holds them, apart from the
+groups (whose columns and marks say nothing about LoadGen's queries and verdicts): the terminal's
+LoadGen table and notes (``pytest_ipu.report.loadgen``) and, per target with a peak Server QPS
+search, a figure of latency against QPS (``pytest_ipu.report.loadgen_plot``).
+
 When the runs hold training records, a "Scaling" section comes first (``pytest_ipu.report.scaling``):
 each training benchmark across the runs against its device count, with the published reference
 points of ``--references FILE`` (``pytest_ipu.results.references``) beside, never among, the
@@ -20,6 +25,7 @@ before the first file is written, so a failure leaves earlier files whole and no
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import re
@@ -32,6 +38,8 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from pytest_ipu import __version__
+from pytest_ipu.report import loadgen
+from pytest_ipu.report import loadgen_plot
 from pytest_ipu.report import plots
 from pytest_ipu.report import scaling
 from pytest_ipu.report import terminal as report
@@ -108,22 +116,44 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "group"
 
 
-def _render(runs: Sequence[StoredRun], studies: Sequence[scaling.Study] = ()) -> list[_Figure] | None:
-    """The three views of every group with a batch axis, and the scaling views of ``studies``, as
-    PNG and SVG bytes, before anything is written; ``None`` when only scaling views were due and
-    matplotlib is missing (their tables say so). Every group's numbers are checked
-    (``plots.check_plottable``), drawn or not: a table must not show a number that a figure would
-    have refused."""
+def generic(runs: Sequence[StoredRun]) -> list[StoredRun]:
+    """``runs`` without their LoadGen benchmarks: what the groups' tables and figures show (a
+    LoadGen benchmark's batch size is its largest batch, and its rounds LoadGen's queries)."""
+    return [
+        dataclasses.replace(
+            run,
+            benchmarks=tuple(b for b in run.benchmarks if b.record is None or b.record.loadgen is None),
+        )
+        for run in runs
+    ]
+
+
+def _render(
+    runs: Sequence[StoredRun],
+    studies: Sequence[scaling.Study] = (),
+    charts: Sequence[loadgen_plot.Chart] = (),
+    *,
+    machine: str = "",
+) -> list[_Figure] | None:
+    """The three views of every group with a batch axis, the scaling views of ``studies`` and the
+    LoadGen ``charts``, as PNG and SVG bytes, before anything is written; ``None`` when only scaling
+    or LoadGen figures were due and matplotlib is missing (their tables say so). Every group's and
+    chart's numbers are checked (``plots.check_plottable``, ``loadgen_plot.check``), drawn or not: a
+    table must not show a number that a figure would have refused. ``runs`` are the groups' runs
+    (``generic``); ``machine`` the hardware line of the LoadGen figures (``plots.machine_label`` of
+    every run, LoadGen benchmarks included)."""
     order = plots.report_order(runs)
-    for group in order:
-        for view in plots.VIEWS:
-            try:
+    try:
+        for group in order:
+            for view in plots.VIEWS:
                 plots.check_plottable(view, group, plots.series_for(runs, group, view))
-            except plots.PlotError as exc:
-                raise ReportError(str(exc)) from None
+        for chart in charts:
+            loadgen_plot.check(chart)
+    except plots.PlotError as exc:
+        raise ReportError(str(exc)) from None
     swept = [g for g in order if plots.has_batch_axis(runs, g)]
     scaled = [(i, view) for i, study in enumerate(studies) for view in study.views()]
-    if not swept and not scaled:
+    if not swept and not scaled and not charts:
         return []  # nothing to draw, so nothing needs matplotlib
     try:
         import matplotlib
@@ -166,15 +196,20 @@ def _render(runs: Sequence[StoredRun], studies: Sequence[scaling.Study] = ()) ->
         machine = plots.machine_label([runs[i] for i in sorted({p.run for p in study.points})])
         stem = unique(f"{view}-{_slug(study.title)}")
         out.append(_Figure(study.title, view, stem, *encode(scaling.draw(study, view, machine=machine))))
+    for chart in charts:
+        stem = unique(f"loadgen-{_slug(chart.target)}")
+        figure = loadgen_plot.draw(chart, machine=machine)
+        out.append(_Figure(chart.target, loadgen_plot.VIEW, stem, *encode(figure)))
     return out
 
 
 def write_report(
     runs: Sequence[StoredRun], out_dir: Path, references: Sequence[Reference] = ()
 ) -> ReportFiles:
-    """Write ``index.html``, and a PNG and an SVG per view of each group with a batch axis and per
-    scaling view of each training benchmark, into ``out_dir`` (created if needed). ``references``
-    are published points drawn beside the measured ones (``pytest_ipu.results.references``).
+    """Write ``index.html``, and a PNG and an SVG per view of each group with a batch axis, per
+    scaling view of each training benchmark and per LoadGen chart (a target's latency against QPS),
+    into ``out_dir`` (created if needed). ``references`` are published points drawn beside the
+    measured ones (``pytest_ipu.results.references``).
 
     Raises ``ReportError`` when no run holds a pytest-ipu record, a record cannot be plotted, or
     matplotlib is missing where there is a figure against batch size to draw, and ``OSError`` when
@@ -186,7 +221,8 @@ def write_report(
         studies = scaling.studies(runs, references)
     except scaling.ScalingError as exc:
         raise ReportError(str(exc)) from None
-    figures = _render(runs, studies)
+    charts = loadgen_plot.charts(runs)
+    figures = _render(generic(runs), studies, charts, machine=plots.machine_label(runs))
     page = _page(runs, figures or [], studies, references, scaling_drawn=figures is not None).encode("utf-8")
     out_dir.mkdir(parents=True, exist_ok=True)
     images: list[Path] = []
@@ -238,9 +274,11 @@ def main(paths: Sequence[Path], out_dir: Path, references_file: Path | None = No
         where = exc.filename or out_dir
         print(f"pytest-ipu: {where}: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    groups = len(plots.groups(runs))
+    groups = len(plots.groups(generic(runs)))
     studies = scaling.studies(runs, published)
-    scaled = f", scaling of {len(studies)} training benchmark(s)" if studies else ""
+    queried = len(_loadgen_rows(runs))
+    scaled = f", {queried} LoadGen benchmark(s)" if queried else ""
+    scaled += f", scaling of {len(studies)} training benchmark(s)" if studies else ""
     scaled += f", {len(published)} published reference(s)" if published else ""
     print(f"wrote {files.html} ({groups} group(s){scaled}, {len(files.images) // 2} figure(s))")
     if files.images:
@@ -392,6 +430,66 @@ def _figures(runs: Sequence[StoredRun], group: str, figures: Sequence[_Figure]) 
     return f'<div class="figures">{"".join(parts)}</div>'
 
 
+def _loadgen_rows(runs: Sequence[StoredRun]) -> list[tuple[str, IpuRecord]]:
+    """Every LoadGen benchmark of ``runs`` as ``(name, record)``, in run then benchmark order; the
+    name carries its run's label when several runs are compared."""
+    labels = plots.run_labels(runs)
+    return [
+        (bench.name + (f" ({labels[index]})" if len(runs) > 1 else ""), bench.record)
+        for index, run in enumerate(runs)
+        for bench in run.benchmarks
+        if bench.record is not None and bench.record.loadgen is not None
+    ]
+
+
+def _loadgen_section(
+    measured: Sequence[tuple[str, IpuRecord]], charts: Sequence[_Figure], *, drawn: bool
+) -> str:
+    """The LoadGen section's body: the terminal's LoadGen table and notes, then each target's figure
+    of latency against QPS (or why there is none)."""
+    attrs = ["" if h in loadgen.TEXT_HEADERS else ' class="num"' for h in loadgen.HEADERS]
+    head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip(attrs, loadgen.HEADERS, strict=True))
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip(attrs, loadgen.cells(name, rec), strict=True))
+        + "</tr>"
+        for name, rec in measured
+    )
+    # A note's indented lines (a benchmark each) read as a list under it, as in the terminal.
+    notes = "".join(
+        f'<li style="margin-left: 18px; list-style: circle">{_e(n.strip())}</li>'
+        if n.startswith("  ")
+        else f"<li>{_e(n)}</li>"
+        for n in loadgen.notes(measured)
+    )
+    parts = [
+        f'<p class="sub">{_e(loadgen.TITLE)}</p>',
+        f'<table class="loadgen"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>',
+        f'<ul class="notes">{notes}</ul>',
+    ]
+    if not drawn:
+        parts.append(
+            '<p class="sub">No LoadGen figures: they need matplotlib (pytest-ipu\'s extra '
+            "'report': pip install matplotlib).</p>"
+        )
+    elif not charts:
+        parts.append(
+            '<p class="sub">No figure of latency against QPS: no Server benchmark searched for '
+            "its peak QPS (find_peak=True).</p>"
+        )
+    images = []
+    for figure in charts:
+        data = base64.b64encode(figure.svg).decode("ascii")
+        alt = f"{figure.group}: {loadgen_plot.TITLE}"
+        images.append(
+            f'<figure><img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}"/>'
+            f"<figcaption>{_e(figure.stem)}.png, {_e(figure.stem)}.svg</figcaption></figure>"
+        )
+    if images:
+        parts.append(f'<div class="figures">{"".join(images)}</div>')
+    return "".join(parts)
+
+
 def _page(
     runs: Sequence[StoredRun],
     figures: Sequence[_Figure],
@@ -400,7 +498,8 @@ def _page(
     *,
     scaling_drawn: bool = True,
 ) -> str:
-    groups = plots.report_order(runs)
+    shown = generic(runs)
+    groups = plots.report_order(shown)
     labels = plots.run_labels(runs)
     title = "pytest-ipu report"
     if len(runs) == 1:
@@ -426,10 +525,16 @@ def _page(
         )
         sections.append(f'<section id="scaling"><h2>Scaling</h2>{body}</section>')
         contents.append('<li><a href="#scaling">scaling</a></li>')
+    queried = _loadgen_rows(runs)
+    if queried:
+        charts = [f for f in figures if f.view == loadgen_plot.VIEW]
+        body = _loadgen_section(queried, charts, drawn=scaling_drawn)
+        sections.append(f'<section id="loadgen"><h2>LoadGen</h2>{body}</section>')
+        contents.append('<li><a href="#loadgen">LoadGen</a></li>')
     for index, group in enumerate(groups):
         anchor = f"group-{index + 1}-{_slug(group)}"
         mine = [f for f in figures if f.group == group and f.view in plots.VIEWS]
-        body = f"<h2>{_e(group)}</h2>{_table(runs, group)}{_figures(runs, group, mine)}"
+        body = f"<h2>{_e(group)}</h2>{_table(shown, group)}{_figures(shown, group, mine)}"
         sections.append(f'<section id="{_e(anchor)}">{body}</section>')
         contents.append(f'<li><a href="#{_e(anchor)}">{_e(group)}</a></li>')
     # The machine's facts come after the groups: the first screen is for the main study's table.

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from pytest_ipu.measure import stats
 from pytest_ipu.measure import units
+from pytest_ipu.report.loadgen import loadgen_lines
 from pytest_ipu.report.text import grid
 from pytest_ipu.report.training import time_to_train_lines
 from pytest_ipu.results.records import IpuRecord
@@ -154,7 +155,8 @@ def sort_key(row: Row) -> tuple[int, str, str]:
 
 def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str]:
     """Render one table per group (groups in first-seen order), each followed by the ``footnotes`` of
-    its own rows and a blank line.
+    its own rows and a blank line; then the time-to-train table (``training.time_to_train_lines``)
+    and the LoadGen table (``loadgen.loadgen_lines``) of the rows those belong to, in no group table.
 
     A footnote that two tables need is printed under each: a table and the lines that explain its
     marks stay together, however many other tables the run printed between them.
@@ -162,7 +164,10 @@ def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str
     # A time-to-train benchmark's "calls" are whole runs: it has a table of its own, after the others
     # (named by its group where two share a name: the same benchmark in two runs).
     runs = [r for r in rows if r.record.time_to_train is not None]
-    rows = [r for r in rows if r.record.time_to_train is None]
+    # A LoadGen benchmark's queries, verdict and MLPerf compliance are LoadGen's: the marks of this
+    # table (^, *) say nothing about them, so they have a table of their own too.
+    queried = [r for r in rows if r.record.loadgen is not None]
+    rows = [r for r in rows if r.record.time_to_train is None and r.record.loadgen is None]
     lines: list[str] = []
     order = list(dict.fromkeys(r.group for r in rows))
     by_group = {g: sorted((r for r in rows if r.group == g), key=sort_key) for g in order}
@@ -175,7 +180,20 @@ def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str
     if runs:
         shared = len({r.name for r in runs}) < len(runs)
         lines += [*time_to_train_lines([(r.group if shared else r.name, r.record) for r in runs]), ""]
+    if queried:
+        lines += [*loadgen_lines([(_loadgen_name(r, queried), r.record) for r in queried]), ""]
     return lines
+
+
+def _loadgen_name(row: Row, rows: Sequence[Row]) -> str:
+    """How the LoadGen table names a row: its test name; with what its group adds (the run's file in
+    a summary of several runs) where two rows share a name."""
+    if sum(r.name == row.name for r in rows) < 2:
+        return row.name
+    function = row.name.partition("[")[0]
+    if row.group.startswith(function):
+        return f"{row.name}{row.group[len(function) :]}"
+    return f"{row.name} ({row.group})"
 
 
 def footnotes(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str]:

@@ -41,5 +41,10 @@ METRICS: Mapping[str, Metric] = {
         Metric("energy_per_item", ("power", "energy_per_item_j"), "J"),
         Metric("items_per_j", ("power", "items_per_j"), "items/J"),
         Metric("time_to_train", ("time_to_train", "olympic_s"), "s"),
+        # LoadGen benchmarks (``ipu_loadgen``): Server QPS is queries of one sample per second.
+        Metric("loadgen.server_qps", ("loadgen", "server_qps"), "items/s"),
+        Metric("loadgen.samples_per_s", ("loadgen", "samples_per_s"), "items/s"),
+        *(Metric(f"loadgen.{k}", ("loadgen", "latency_s", k), "s") for k in ("p50", "p90", "p99")),
+        Metric("loadgen.early_stopping_latency", ("loadgen", "early_stopping_latency_s"), "s"),
     )
 }

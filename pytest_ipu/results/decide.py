@@ -82,6 +82,14 @@ def missing_reason(record: IpuRecord, metric: str) -> str:
             return f"power not measured: {record.power.reason}"
     if metric == "compile":
         return "no compile time (the benchmarked object was not a compiled model)"
+    if path[0] == "loadgen":
+        if record.loadgen is None:
+            return "not a LoadGen benchmark (loadgen metrics come from ipu_loadgen)"
+        if metric == "loadgen.server_qps":
+            return record.loadgen.why_no_server_qps()
+        scenario = record.loadgen.scenario
+        article = "an" if scenario[0] in "AEIOU" else "a"
+        return f"LoadGen reported no {'.'.join(path[1:])} for {article} {scenario} run"
     return f"the record has no value at {'.'.join(path)}"
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.results import loadgen
 from pytest_ipu.results import records
 from pytest_ipu.results import training
 
@@ -46,6 +47,10 @@ CLASSES: tuple[tuple[type, str, tuple[str, ...]], ...] = (
     (training.TrainRun, "each entry of `time_to_train.runs`", ()),
     (training.CurvePoint, "each entry of a run's `curve`", ()),
     (training.ScalingRecord, "`scaling`", ()),
+    (loadgen.LoadgenRecord, "`loadgen`", ("server_qps",)),
+    (loadgen.BatchingRecord, "`loadgen.batching`", ()),
+    (loadgen.PeakSearch, "`loadgen.peak`", ()),
+    (loadgen.ServerProbe, "each entry of `loadgen.peak.probes`", ()),
     (
         records.NotTimed,
         "not stored: returned by `ipu_benchmark` when pytest-benchmark is not timing",

@@ -24,6 +24,7 @@ from typing import NoReturn
 
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.training import ScalingRecord
 from pytest_ipu.results.training import TimeToTrainRecord
 from pytest_ipu.results.training import TrainingRecord
@@ -526,6 +527,8 @@ class IpuRecord:
     time_to_train: TimeToTrainRecord | None = None
     #: This benchmark against a run on fewer processes (`ScalingRecord`, `--ipu-scaling-baseline`).
     scaling: ScalingRecord | None = None
+    #: An MLPerf LoadGen run: its scenario, verdict, figures and compliance (`LoadgenRecord`).
+    loadgen: LoadgenRecord | None = None
     #: Always true: the figures were measured. ``ipu_benchmark`` returns ``NotTimed`` (``timed``
     #: false) when pytest-benchmark is not timing; ``if record.timed:`` tells them apart (and
     #: narrows the type for mypy).
@@ -623,6 +626,10 @@ def _power_value(read: Callable[[PowerRecord], float | None]) -> Callable[[IpuRe
 
 
 #: How each metric of ``catalog.METRICS`` is read from a typed record (``IpuRecord.value``).
+def _loadgen_latency(name: str) -> Callable[[IpuRecord], float | None]:
+    return lambda r: None if r.loadgen is None else r.loadgen.latency(name)
+
+
 _METRIC_VALUES: Mapping[str, Callable[[IpuRecord], float | None]] = {
     **{metric: _latency_value(field) for metric, field in _LATENCY_FIELDS.items()},
     "throughput": lambda r: r.throughput_items_per_s,
@@ -633,6 +640,12 @@ _METRIC_VALUES: Mapping[str, Callable[[IpuRecord], float | None]] = {
     "energy_per_item": _power_value(lambda p: p.energy_per_item_j),
     "items_per_j": _power_value(lambda p: p.items_per_j),
     "time_to_train": lambda r: None if r.time_to_train is None else r.time_to_train.olympic_s,
+    "loadgen.server_qps": lambda r: None if r.loadgen is None else r.loadgen.server_qps,
+    "loadgen.samples_per_s": lambda r: None if r.loadgen is None else r.loadgen.samples_per_s,
+    **{f"loadgen.{name}": _loadgen_latency(name) for name in ("p50", "p90", "p99")},
+    "loadgen.early_stopping_latency": lambda r: (
+        None if r.loadgen is None else r.loadgen.early_stopping_latency_s
+    ),
 }
 
 

@@ -34,6 +34,10 @@ from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results.catalog import METRICS as METRICS
 from pytest_ipu.results.catalog import Metric as Metric
+from pytest_ipu.results.loadgen import BatchingRecord
+from pytest_ipu.results.loadgen import LoadgenRecord
+from pytest_ipu.results.loadgen import PeakSearch
+from pytest_ipu.results.loadgen import ServerProbe
 from pytest_ipu.results.records import BudgetRecord
 from pytest_ipu.results.records import DeviceEnergy
 from pytest_ipu.results.records import InstanceRecord
@@ -106,6 +110,7 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
                 ("training", record.training),
                 ("time_to_train", record.time_to_train),
                 ("scaling", record.scaling),
+                ("loadgen", record.loadgen),
             )
             if part is not None
         },
@@ -172,6 +177,7 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
         training=_part(data, "training", _training),
         time_to_train=_part(data, "time_to_train", _time_to_train),
         scaling=_part(data, "scaling", _scaling),
+        loadgen=_part(data, "loadgen", _loadgen),
     )
 
 
@@ -588,6 +594,85 @@ def _scaling(data: Mapping[str, Any], at: str) -> ScalingRecord:
         efficiency=_number(data, "efficiency", at),
         baseline_time_to_train_s=_number_or_none(data, "baseline_time_to_train_s", at),
         time_to_train_speedup=_number_or_none(data, "time_to_train_speedup", at),
+    )
+
+
+def _flag_or_none(data: Mapping[str, Any], key: str, at: str) -> bool | None:
+    return None if data.get(key) is None else _flag(data, key, at)
+
+
+def _count_or_none(data: Mapping[str, Any], key: str, at: str) -> int | None:
+    return None if data.get(key) is None else _count(data, key, at)
+
+
+def _batching(data: Mapping[str, Any], at: str) -> BatchingRecord:
+    sizes = _object(data, "batch_sizes", at)
+    return BatchingRecord(
+        max_batch=_count(data, "max_batch", at),
+        timeout_s=_number(data, "timeout_s", at),
+        pad_to=_count_or_none(data, "pad_to", at),
+        instances=_count(data, "instances", at),
+        batches=_count(data, "batches", at),
+        mean_batch=_number_or_none(data, "mean_batch", at),
+        batch_sizes={str(k): _count(sizes, k, f"{at}batch_sizes.") for k in sizes},
+        instance_batches=tuple(
+            _whole(v, f"{at}instance_batches[{i}]") for i, v in enumerate(_list(data, "instance_batches", at))
+        ),
+    )
+
+
+def _server_probe(data: Mapping[str, Any], at: str) -> ServerProbe:
+    return ServerProbe(
+        target_qps=_number(data, "target_qps", at),
+        valid=_flag(data, "valid", at),
+        scheduled_qps=_number_or_none(data, "scheduled_qps", at),
+        completed_qps=_number_or_none(data, "completed_qps", at),
+        latency_s=_number_or_none(data, "latency_s", at),
+        reasons=_texts(data, "reasons", at),
+        elapsed_s=_number(data, "elapsed_s", at),
+    )
+
+
+def _peak(data: Mapping[str, Any], at: str) -> PeakSearch:
+    return PeakSearch(
+        peak_qps=_number_or_none(data, "peak_qps", at),
+        probes=_each(data, "probes", _server_probe, at),
+        max_probes=_count(data, "max_probes", at),
+        budget_s=_number_or_none(data, "budget_s", at),
+        tolerance=_number(data, "tolerance", at),
+        ended=_choice(data, "ended", ("converged", "probes", "budget", "no-valid"), at),
+        capacity_estimate_qps=_number(data, "capacity_estimate_qps", at),
+        lowest_invalid_qps=_number_or_none(data, "lowest_invalid_qps", at),
+    )
+
+
+def _loadgen(data: Mapping[str, Any], at: str) -> LoadgenRecord:
+    checks = _object(data, "checks", at)
+    return LoadgenRecord(
+        scenario=_choice(data, "scenario", ("SingleStream", "MultiStream", "Server", "Offline"), at),
+        mode=_choice(data, "mode", ("performance", "accuracy"), at),
+        version=_text(data, "version", at),
+        settings=_free(data, "settings", at) or {},
+        valid=_flag_or_none(data, "valid", at),
+        invalid_reasons=_texts(data, "invalid_reasons", at),
+        checks={str(k): _flag(checks, k, f"{at}checks.") for k in checks},
+        early_stopping=_text(data, "early_stopping", at, default=""),
+        early_stopping_latency_s=_number_or_none(data, "early_stopping_latency_s", at),
+        query_count=_count(data, "query_count", at),
+        samples_per_query=_count(data, "samples_per_query", at),
+        samples_per_s=_number_or_none(data, "samples_per_s", at),
+        scheduled_qps=_number_or_none(data, "scheduled_qps", at),
+        latency_s=_number_map(data, "latency_s", at),
+        mlperf_model=_text_or_none(data, "mlperf_model", at),
+        mlperf_compliant=_flag(data, "mlperf_compliant", at),
+        compliance_reasons=_texts(data, "compliance_reasons", at),
+        batching=_batching(_object(data, "batching", at), f"{at}batching."),
+        log_dir=_text(data, "log_dir", at),
+        calibration=_number_map(data, "calibration", at),
+        accuracy=None if data.get("accuracy") is None else _signed(data, "accuracy", at),
+        accuracy_name=_text_or_none(data, "accuracy_name", at),
+        peak=None if data.get("peak") is None else _peak(_object(data, "peak", at), f"{at}peak."),
+        errors=_texts(data, "errors", at),
     )
 
 

@@ -36,6 +36,7 @@ LAYERS: dict[str, int] = {
     "pytest_ipu.placement": 1,
     "pytest_ipu.measure.run": 1,
     "pytest_ipu.compiling": 1,
+    "pytest_ipu.loadgen": 1,
     # presentation of records (no pytest)
     "pytest_ipu.report": 2,
     # pytest glue and the command

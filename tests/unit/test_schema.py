@@ -14,6 +14,10 @@ from hypothesis import strategies as st
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import schema
+from pytest_ipu.results.loadgen import BatchingRecord
+from pytest_ipu.results.loadgen import LoadgenRecord
+from pytest_ipu.results.loadgen import PeakSearch
+from pytest_ipu.results.loadgen import ServerProbe
 from pytest_ipu.results.records import DeviceEnergy
 from pytest_ipu.results.records import InstanceRecord
 from pytest_ipu.results.records import IpuRecord
@@ -107,6 +111,68 @@ instances = st.builds(
     device_latency=st.none() | st.dictionaries(text, plain, max_size=2),
 )
 
+# A LoadGen benchmark's part: small, but every kind of value its reader checks.
+probes = st.builds(
+    ServerProbe,
+    target_qps=finite,
+    valid=st.booleans(),
+    scheduled_qps=optional,
+    completed_qps=optional,
+    latency_s=optional,
+    reasons=st.lists(text, max_size=2).map(tuple),
+    elapsed_s=finite,
+)
+loadgens = st.builds(
+    LoadgenRecord,
+    scenario=st.sampled_from(["SingleStream", "MultiStream", "Server", "Offline"]),
+    mode=st.sampled_from(["performance", "accuracy"]),
+    version=text,
+    settings=st.dictionaries(text, plain, max_size=2),
+    valid=st.none() | st.booleans(),
+    invalid_reasons=st.lists(text, max_size=2).map(tuple),
+    checks=st.dictionaries(text, st.booleans(), max_size=2),
+    early_stopping=text,
+    early_stopping_latency_s=optional,
+    query_count=count,
+    samples_per_query=count,
+    samples_per_s=optional,
+    scheduled_qps=optional,
+    latency_s=st.dictionaries(
+        st.sampled_from(["min", "p50", "p90", "p99", "max"]) | text, finite, max_size=3
+    ),
+    mlperf_model=st.none() | text,
+    mlperf_compliant=st.booleans(),
+    compliance_reasons=st.lists(text, max_size=2).map(tuple),
+    batching=st.builds(
+        BatchingRecord,
+        max_batch=count,
+        timeout_s=finite,
+        pad_to=st.none() | count,
+        instances=count,
+        batches=count,
+        mean_batch=optional,
+        batch_sizes=st.dictionaries(text, count, max_size=2),
+        instance_batches=st.lists(count, max_size=3).map(tuple),
+    ),
+    log_dir=text,
+    calibration=st.dictionaries(text, finite, max_size=2),
+    accuracy=st.none() | st.floats(allow_nan=False, allow_infinity=False),
+    accuracy_name=st.none() | text,
+    peak=st.none()
+    | st.builds(
+        PeakSearch,
+        peak_qps=optional,
+        probes=st.lists(probes, max_size=2).map(tuple),
+        max_probes=count,
+        budget_s=optional,
+        tolerance=finite,
+        ended=st.sampled_from(["converged", "probes", "budget", "no-valid"]),
+        capacity_estimate_qps=finite,
+        lowest_invalid_qps=optional,
+    ),
+    errors=st.lists(text, max_size=2).map(tuple),
+)
+
 
 @st.composite
 def records(draw: Any) -> IpuRecord:
@@ -140,6 +206,7 @@ def records(draw: Any) -> IpuRecord:
         placement=draw(st.none() | placements),
         instances=draw(st.none() | st.lists(instances, min_size=1, max_size=3).map(tuple)),
         device_latency=draw(st.none() | st.dictionaries(text, plain, max_size=2)),
+        loadgen=draw(st.none() | loadgens),
     )
 
 
@@ -387,17 +454,43 @@ MEASURED = PowerRecord(
     valid=True,
 )
 
+#: A VALID LoadGen Server run with every figure a ``loadgen.*`` metric reads.
+LOADGEN = LoadgenRecord(
+    scenario="Server",
+    mode="performance",
+    version="6.0.17",
+    settings={},
+    valid=True,
+    invalid_reasons=(),
+    checks={},
+    early_stopping="",
+    early_stopping_latency_s=0.011,
+    query_count=400,
+    samples_per_query=1,
+    samples_per_s=199.5,
+    scheduled_qps=200.25,
+    latency_s={"p50": 0.003, "p90": 0.006, "p99": 0.012},
+    mlperf_model=None,
+    mlperf_compliant=False,
+    compliance_reasons=(),
+    batching=BatchingRecord(8, 0.0, None, 1, 50, 8.0, {"8": 50}, (50,)),
+    log_dir="",
+)
+
 
 @pytest.mark.parametrize("name", list(schema.METRICS))
 def test_every_metric_path_resolves(name):
     metric = schema.METRICS[name]
     assert metric.name == name
-    # A time-to-train record has the time_to_train part; every record has the others.
+    # A time-to-train record has the time_to_train part, a LoadGen record the loadgen part; every
+    # record has the others.
     runs = [TrainRun(i, i, True, 0.5 + i / 10, 3, 900, 1800.0, ()) for i in (1, 2, 3)]
     ttt = summarize(
         runs, quality="accuracy", quality_target=0.9, higher_is_better=True, max_epochs=5, processes=1
     )
-    value = _resolve(schema.to_json(make_record(power=MEASURED, time_to_train=ttt)), metric.path)
+    value = _resolve(
+        schema.to_json(make_record(power=MEASURED, time_to_train=ttt, loadgen=LOADGEN)), metric.path
+    )
     assert isinstance(value, float)
 
 

@@ -1,0 +1,243 @@
+"""One LoadGen test, from settings to result: calibrate, build LoadGen's settings, run the system under
+test, read LoadGen's verdict. LoadGen's log files are kept in the run's log directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import time
+from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from pytest_ipu.errors import LoadgenError
+from pytest_ipu.loadgen import detail_log
+from pytest_ipu.loadgen.settings import RunSettings
+from pytest_ipu.loadgen.settings import make_test_settings
+from pytest_ipu.loadgen.sut import BatchingSut
+from pytest_ipu.loadgen.sut import SampleLibrary
+from pytest_ipu.loadgen.sut import SutStats
+from pytest_ipu.loadgen.sut import capacity_qps
+from pytest_ipu.power.meter import PowerMeter
+
+#: Calls of each calibration batch after a warm-up one; their median is the estimate.
+CALIBRATION_CALLS = 3
+#: Offline's expected QPS is the capacity estimate times this: LoadGen sizes Offline's one query as
+#: expected QPS x minimum duration, and a query the model finishes early leaves the duration unmet.
+OFFLINE_HEADROOM = 1.5
+#: SingleStream's and MultiStream's expected latency is the calibration's divided by this.
+LATENCY_HEADROOM = 4.0
+#: The most queries (Offline: samples) LoadGen is asked to generate for one run.
+MAX_GENERATED = 1_000_000
+
+Caller = Callable[[tuple[object, ...]], object]
+#: Where a failed run keeps the model's traceback, in its log directory.
+ERROR_FILE = "sut_error.txt"
+
+
+def load_loadgen() -> Any:
+    """``mlperf_loadgen``, or ``ImportError`` naming the extra that installs it."""
+    try:
+        import mlperf_loadgen
+    except ImportError as exc:
+        raise ImportError(
+            "MLPerf LoadGen is not installed: pip install 'pytest-ipu[loadgen]' (mlcommons-loadgen)"
+        ) from exc
+    return mlperf_loadgen
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Untimed estimates that size LoadGen's schedule (not results): the median time of a call on one
+    sample and on a full batch, and the capacity they imply."""
+
+    batch_1_s: float
+    batch_max_s: float
+    max_batch: int
+    instances: int
+    #: The first call's wall time (lazy initialisation included), seconds.
+    first_call_s: float
+
+    @property
+    def capacity_qps(self) -> float:
+        """Samples per second all instances answer at full batches: an estimate, an upper bound."""
+        return capacity_qps(self.batch_max_s, self.max_batch, self.instances)
+
+    def as_json(self) -> dict[str, float]:
+        """The record's ``loadgen.calibration``."""
+        return {
+            "batch_1_s": self.batch_1_s,
+            "batch_max_s": self.batch_max_s,
+            "capacity_estimate_qps": self.capacity_qps,
+        }
+
+
+def _median_call(call: Caller, batch: tuple[object, ...]) -> tuple[float, float]:
+    """The first call's time (a warm-up: lazy initialisation, first-touch allocation) and the median
+    of the next ones."""
+    start = time.perf_counter()
+    call(batch)
+    first = time.perf_counter() - start
+    times = []
+    for _ in range(CALIBRATION_CALLS):
+        start = time.perf_counter()
+        call(batch)
+        times.append(time.perf_counter() - start)
+    return first, max(statistics.median(times), 1e-9)
+
+
+def calibrate(
+    callers: Sequence[Caller], library: SampleLibrary, *, max_batch: int, pad_to: int | None
+) -> Calibration:
+    """Time the first instance on one sample and on a full batch (padded as the SUT pads).
+
+    A failing call raises ``LoadgenError`` naming the batch size; without ``pad_to`` it says that a
+    model compiled for one batch size needs it (PopTorch and PopART run no other shape)."""
+    one = [0] * (pad_to or 1)
+    full = [i % library.count for i in range(max(max_batch, pad_to or 0))]
+    rows = len(one)
+    try:
+        first, batch_1 = _median_call(callers[0], library.batch(one))
+        rows = len(full)
+        batch_max = batch_1 if len(full) == len(one) else _median_call(callers[0], library.batch(full))[1]
+    except Exception as exc:
+        hint = (
+            "; a model compiled for one batch size (PopTorch, PopART) needs ipu_loadgen(pad_to=<that size>)"
+            if pad_to is None
+            else ""
+        )
+        raise LoadgenError(
+            f"pytest-ipu: ipu_loadgen's calibration call on a batch of {rows} sample(s) failed: "
+            f"{type(exc).__name__}: {_first_line(exc)}{hint}"
+        ) from exc
+    return Calibration(batch_1, batch_max, max_batch, len(callers), first)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def expected(run: RunSettings, calibration: Calibration, duration_s: float) -> RunSettings:
+    """``run`` with the expectations LoadGen sizes its schedule by, where the caller left them: the
+    expected query latency (SingleStream, MultiStream) and Offline's expected QPS, for a run of at
+    least ``duration_s``.
+
+    LoadGen generates SingleStream's and MultiStream's queries for the duration at the expected
+    latency (with some spare), and ends the run INVALID when they run out: the calibration's
+    latency is divided by ``LATENCY_HEADROOM``, so a machine busy while calibrating and quiet after
+    does not run out. Both are bounded so that LoadGen never generates more than ``MAX_GENERATED``
+    queries or samples for a model that answers in microseconds.
+    """
+    least_s = duration_s / MAX_GENERATED
+    if run.scenario in ("SingleStream", "MultiStream") and run.expected_latency_s is None:
+        per_query = (run.samples_per_query or 8) if run.scenario == "MultiStream" else 1
+        calls = math.ceil(per_query / calibration.max_batch / calibration.instances)
+        latency = calibration.batch_1_s if per_query == 1 else calibration.batch_max_s * calls
+        return replace(run, expected_latency_s=max(latency / LATENCY_HEADROOM, least_s))
+    if run.scenario == "Offline" and run.target_qps is None:
+        qps = min(calibration.capacity_qps * OFFLINE_HEADROOM, 1 / least_s)
+        return replace(run, target_qps=qps)
+    return run
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One LoadGen test as run: LoadGen's result, what the SUT did, where the logs are."""
+
+    result: detail_log.LogResult
+    stats: SutStats
+    log_dir: Path
+    elapsed_s: float
+    #: Each sample's outputs by index (accuracy mode only).
+    outputs: dict[int, object]
+    #: The power meter's trace and the run's edges on its clock (ns), when a meter sampled the run.
+    energy: tuple[Any, int, int] | None = None
+
+
+def run_test(
+    lg: Any,
+    run: RunSettings,
+    library: SampleLibrary,
+    callers: Sequence[Caller],
+    *,
+    max_batch: int,
+    timeout_s: float,
+    pad_to: int | None,
+    call_timeout_s: float | None,
+    log_dir: Path,
+    meter: PowerMeter | None = None,
+) -> Outcome:
+    """Run one LoadGen test of ``run`` over ``library`` on ``callers`` and read its verdict.
+
+    Raises ``LoadgenError`` when the system under test failed (a batch raised or ran past the call
+    timeout): LoadGen was let finish by answering every remaining sample unrun, and its logs are
+    kept. Everything LoadGen was given (its SUT, its QSL, the workers) is released on every path.
+    With a ``meter`` the run is sampled, and ``Outcome.energy`` has the trace and the run's edges
+    (LoadGen's performance phase, its own set-up of a few milliseconds included).
+    """
+    settings = make_test_settings(lg, run, samples=library.count)
+    log_dir.mkdir(parents=True, exist_ok=True)  # LoadGen aborts the process when it is missing
+    logging = lg.LogSettings()
+    logging.log_output.outdir = str(log_dir)
+    logging.log_output.copy_summary_to_stdout = False
+    logging.enable_trace = False
+    sut = BatchingSut(
+        lg,
+        library,
+        callers,
+        max_batch=max_batch,
+        timeout_s=timeout_s,
+        pad_to=pad_to,
+        keep_outputs=run.mode == "accuracy",
+        call_timeout_s=call_timeout_s,
+    )
+    sut.start()
+    handles: list[tuple[Callable[[Any], None], Any]] = []
+    try:
+        handles.append((lg.DestroySUT, lg.ConstructSUT(sut.issue, sut.flush)))
+        handles.append(
+            (
+                lg.DestroyQSL,
+                lg.ConstructQSL(
+                    library.count, settings.performance_sample_count_override, library.load, library.unload
+                ),
+            )
+        )
+        with contextlib.ExitStack() as sampling:
+            trace = None if meter is None else sampling.enter_context(meter.sampling())
+            if meter is not None:
+                meter.mark()
+                start_ns = meter.clock()
+            start = time.perf_counter()
+            lg.StartTestWithLogSettings(handles[0][1], handles[1][1], settings, logging)
+            elapsed = time.perf_counter() - start
+            if meter is not None:
+                end_ns = meter.clock()
+                meter.mark()
+    finally:
+        for destroy, handle in reversed(handles):
+            with contextlib.suppress(Exception):
+                destroy(handle)
+        sut.close()
+    if sut.error is not None:
+        kept = ""
+        if sut.traceback:
+            # The model's traceback, from a worker thread, is kept beside LoadGen's logs.
+            (log_dir / ERROR_FILE).write_text(sut.traceback, encoding="utf-8")
+            kept = f" (the traceback: {ERROR_FILE})"
+        raise LoadgenError(
+            f"pytest-ipu: LoadGen's {run.scenario} run failed: {sut.error}. The run was ended by answering "
+            f"its remaining {sut.unrun} sample(s) unrun; LoadGen's logs are in {log_dir}{kept}"
+        ) from sut.exception
+    try:
+        result = detail_log.parse(log_dir / "mlperf_log_detail.txt", mode=run.mode)
+    except detail_log.LogError as exc:
+        raise LoadgenError(f"pytest-ipu: {exc}") from None
+    energy = None if meter is None else (trace, start_ns, end_ns)
+    return Outcome(result, sut.stats(), log_dir, elapsed, sut.outputs, energy)

@@ -1,0 +1,99 @@
+"""The peak Server QPS: the highest arrival rate that LoadGen calls VALID under the latency bound.
+
+LoadGen has a search of its own (``FindPeakPerformance``), but it runs inside one LoadGen call with
+no bound on its steps or time and no verdict per step. This one is a bisection over
+``server_target_qps``, one full LoadGen Server run (a probe) per step, every probe's verdict kept:
+
+1. the first probe is at half the calibration's capacity estimate (an upper bound of the SUT's
+   throughput, so the peak lies below it, and usually above half of it);
+2. until a probe is VALID, each next one is a quarter of the last; until one is INVALID, each next
+   one is twice the last (a pessimistic estimate);
+3. then the bracket [highest VALID, lowest INVALID] is halved geometrically (the next probe at the
+   geometric mean), until the lowest INVALID is within ``tolerance`` above the highest VALID.
+
+It stops at ``max_probes`` probes, or before a probe that would end past the time ``budget_s``
+(judged by the longest probe so far). Every probe lies inside the bracket, so the peak is the
+highest QPS LoadGen called VALID and every INVALID probe is above it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pytest_ipu.results.loadgen import ServerProbe
+
+#: The most probes, by default (the issue's bound).
+MAX_PROBES = 10
+#: The bracket at which the search stops, by default: the lowest INVALID within 5 % of the peak.
+TOLERANCE = 0.05
+#: The first probe's share of the capacity estimate.
+START_SHARE = 0.5
+#: The early-stopping confidence LoadGen uses (early_stopping.cc).
+EARLY_STOPPING_CONFIDENCE = 0.99
+
+
+def early_stopping_queries(percentile: float) -> int:
+    """The fewest queries with which LoadGen's early stopping can call a run VALID at ``percentile``
+    when no query is over the bound: ``n`` with ``percentile ** n <= 1 - confidence`` (459 at the
+    99th percentile). A query over the bound raises it."""
+    if not 0 < percentile < 1:
+        raise ValueError(f"a percentile must be a fraction in (0, 1), got {percentile!r}")
+    return math.ceil(math.log(1 - EARLY_STOPPING_CONFIDENCE) / math.log(percentile))
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What ``find_peak`` found."""
+
+    peak_qps: float | None
+    probes: tuple[ServerProbe, ...]
+    ended: str
+    lowest_invalid_qps: float | None
+
+
+def find_peak(
+    probe: Callable[[float], ServerProbe],
+    *,
+    capacity_estimate_qps: float,
+    max_probes: int = MAX_PROBES,
+    tolerance: float = TOLERANCE,
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> SearchResult:
+    """Bisect over the target QPS with ``probe(qps)`` (one LoadGen Server run, its verdict)."""
+    if not (capacity_estimate_qps > 0 and math.isfinite(capacity_estimate_qps)):
+        raise ValueError(f"the capacity estimate must be a finite QPS > 0, got {capacity_estimate_qps!r}")
+    start = clock()
+    probes: list[ServerProbe] = []
+    valid: float | None = None
+    invalid: float | None = None
+    qps = capacity_estimate_qps * START_SHARE
+    ended = "probes"
+    while len(probes) < max_probes:
+        if budget_s is not None and probes:
+            longest = max(p.elapsed_s for p in probes)
+            if clock() - start + longest > budget_s:
+                ended = "budget"
+                break
+        result = probe(qps)
+        probes.append(result)
+        if result.valid:
+            valid = qps if valid is None else max(valid, qps)
+        else:
+            invalid = qps if invalid is None else min(invalid, qps)
+        if valid is not None and invalid is not None and invalid <= valid * (1 + tolerance):
+            ended = "converged"
+            break
+        if valid is None:
+            assert invalid is not None
+            qps = invalid / 4
+        elif invalid is None:
+            qps = valid * 2
+        else:
+            qps = math.sqrt(valid * invalid)
+    if valid is None and ended != "budget":
+        ended = "no-valid"
+    return SearchResult(valid, tuple(probes), ended, invalid)

@@ -1,0 +1,345 @@
+"""LoadGen benchmarks end to end: ``ipu_loadgen`` runs real MLPerf LoadGen over a fake model of known
+latency, and the record, the verdicts, the gates, the failures and ``compare`` are what the
+arithmetic predicts.
+
+The fake model sleeps ``LATENCY_S`` per call, whatever the batch: a sleep never ends early, so the
+latency LoadGen measures is at least that, and one instance answers at most ``batch / LATENCY_S``
+samples per second. The assertions rest on those lower and upper bounds and on LoadGen's verdicts
+where the margin is wide (ten times the capacity, or a tenth of it), never on how long a run took:
+the suite passes beside two CPU-burning processes. Each inner run is a subprocess with a timeout, so
+a LoadGen run that waited for a lost query would fail the test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ipu.results import schema
+
+pytest.importorskip("mlperf_loadgen")
+
+#: Seconds the fake model takes per call.
+LATENCY_S = 0.005
+
+INNER = f"""
+import time
+
+import numpy as np
+import pytest
+
+LATENCY_S = {LATENCY_S}
+SAMPLES = np.arange(64, dtype=np.float32).reshape(64, 1).repeat(3, axis=1)
+
+
+def model(x):
+    time.sleep(LATENCY_S)
+    return x[:, 0].copy()
+
+
+def test_single(ipu_loadgen):
+    rec = ipu_loadgen(model, (SAMPLES,), scenario="SingleStream", min_duration=0.5, min_queries=150)
+    if rec.timed:
+        print("QUERIES", rec.loadgen.query_count)
+
+
+def test_offline(ipu_loadgen):
+    ipu_loadgen(model, (SAMPLES,), scenario="Offline", max_batch=8, min_duration=0.5)
+
+
+def test_multistream(ipu_loadgen):
+    ipu_loadgen(model, (SAMPLES,), scenario="MultiStream", samples_per_query=4, min_duration=0.5)
+
+
+def test_server_overloaded(ipu_loadgen):
+    # Ten times what one instance at batch 1 can answer: the queue grows until the run ends.
+    ipu_loadgen(
+        model, (SAMPLES,), scenario="Server", max_batch=1, target_qps=2 / LATENCY_S * 5,
+        target_latency="50 ms", min_duration=0.2,
+    )
+
+
+def test_server_light(ipu_loadgen):
+    # A tenth of the capacity at batch 8 (8 / 5 ms = 1,600 QPS), a bound of 1 s: VALID once early
+    # stopping has its queries.
+    ipu_loadgen(
+        model, (SAMPLES,), scenario="Server", max_batch=8, target_qps=160, target_latency="1 s",
+        min_duration=0.5, min_queries=600,
+    )
+
+
+def test_accuracy(ipu_loadgen):
+    def score(outputs):
+        assert sorted(outputs) == list(range(len(SAMPLES)))
+        return sum(float(outputs[i]) == float(SAMPLES[i, 0]) for i in outputs) / len(outputs)
+
+    ipu_loadgen(model, (SAMPLES,), scenario="Offline", mode="accuracy", accuracy=score, accuracy_name="exact")
+
+
+def test_fails_midway(ipu_loadgen):
+    calls = []
+
+    def flaky(x):
+        calls.append(1)
+        if len(calls) > 20:  # the calibration's calls and a few of LoadGen's pass
+            raise RuntimeError("device lost")
+        return model(x)
+
+    ipu_loadgen(flaky, (SAMPLES,), scenario="SingleStream", min_duration=0.5)
+
+
+def test_fails_midway_server(ipu_loadgen):
+    calls = []
+
+    def flaky(x):
+        calls.append(1)
+        if len(calls) > 12:
+            raise RuntimeError("device lost")
+        return model(x)
+
+    ipu_loadgen(flaky, (SAMPLES,), scenario="Server", target_qps=100, min_duration=0.5)
+
+
+def test_search(ipu_loadgen):
+    ipu_loadgen(
+        model, (SAMPLES,), scenario="Server", find_peak=True, max_probes=5, target_latency="200 ms",
+        min_duration=0.2,
+    )
+
+
+def test_bad_argument(ipu_loadgen):
+    ipu_loadgen(model, (SAMPLES,), scenario="Sever")
+"""
+
+
+def _run(pytester: pytest.Pytester, *args: str, timeout: float = 240) -> pytest.RunResult:
+    pytester.makepyfile(test_inner=INNER)
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", *args, timeout=timeout)
+
+
+def _records(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {b["name"]: schema.from_json(b["extra_info"]["ipu"]) for b in data["benchmarks"]}
+
+
+def test_scenarios_record_what_the_arithmetic_predicts(pytester: pytest.Pytester) -> None:
+    out = pytester.path / "run.json"
+    result = _run(
+        pytester,
+        "-k",
+        "test_single or test_offline or test_multistream or test_server_",
+        f"--benchmark-json={out}",
+    )
+    result.assert_outcomes(passed=5)
+    records = _records(out)
+
+    single = records["test_single"].loadgen
+    assert single is not None
+    assert single.scenario == "SingleStream"
+    assert single.query_count >= 150
+    # Every query waited for at least one call of the model, one at a time.
+    assert single.latency_s["min"] >= LATENCY_S
+    assert single.latency_s["p50"] <= single.latency_s["p90"] <= single.latency_s["p99"]
+    assert single.latency_s["p99"] <= single.latency_s["max"]
+    assert single.samples_per_s is not None
+    assert single.samples_per_s <= 1 / LATENCY_S
+    assert single.valid is True, single.invalid_reasons
+    # Every query the SUT answered was a batch of one sample, and LoadGen counted them all.
+    assert single.batching.batch_sizes == {"1": single.batching.batches}
+    assert single.batching.batches >= single.query_count
+    assert records["test_single"].latency_s.p50 == single.latency_s["p50"]
+    assert records["test_single"].rounds == single.query_count
+
+    offline = records["test_offline"].loadgen
+    assert offline is not None
+    assert offline.samples_per_s is not None
+    # At most 8 samples per call of at least 5 ms on one instance.
+    assert offline.samples_per_s <= 8 / LATENCY_S
+    assert offline.batching.max_batch == 8
+    assert max(int(size) for size in offline.batching.batch_sizes) == 8
+
+    multi = records["test_multistream"].loadgen
+    assert multi is not None
+    assert multi.samples_per_query == 4
+    assert multi.latency_s["min"] >= LATENCY_S
+    assert multi.batching.batch_sizes == {"4": multi.batching.batches}
+
+    overloaded = records["test_server_overloaded"].loadgen
+    assert overloaded is not None
+    assert overloaded.valid is False
+    assert overloaded.checks["perf_constraints_met"] is False
+    assert "latency bound not met at the target percentile" in overloaded.invalid_reasons
+    assert overloaded.server_qps is None
+
+    light = records["test_server_light"].loadgen
+    assert light is not None
+    assert light.valid is True, light.invalid_reasons
+    assert light.server_qps == light.scheduled_qps
+    assert light.query_count >= 600
+
+    for record in records.values():
+        part = record.loadgen
+        assert part.mlperf_compliant is False
+        assert "no MLPerf benchmark named (mlperf_model=...): judged by MLPerf's general rules" in (
+            part.compliance_reasons
+        )
+        assert any(r.startswith("minimum duration ") for r in part.compliance_reasons)
+        # LoadGen's own logs are kept beside the JSON, one directory per benchmark.
+        assert Path(part.log_dir).parent == pytester.path / "run.loadgen"
+        assert (Path(part.log_dir) / "mlperf_log_detail.txt").is_file()
+        assert (Path(part.log_dir) / "mlperf_log_summary.txt").is_file()
+        assert part.version.split()[0].count(".") == 2
+
+
+def test_accuracy_mode_scores_every_sample(pytester: pytest.Pytester) -> None:
+    out = pytester.path / "run.json"
+    _run(pytester, "-k", "accuracy", f"--benchmark-json={out}").assert_outcomes(passed=1)
+    part = _records(out)["test_accuracy"].loadgen
+    assert part is not None
+    assert part.mode == "accuracy"
+    assert part.accuracy == 1.0
+    assert part.accuracy_name == "exact"
+    assert part.valid is None
+    assert "an accuracy run has no performance result; MLPerf judges the performance run" in (
+        part.compliance_reasons
+    )
+    # LoadGen logged each sample's output bytes (a float32 each) for its accuracy script.
+    logged = json.loads((Path(part.log_dir) / "mlperf_log_accuracy.json").read_text(encoding="utf-8"))
+    assert sorted(entry["qsl_idx"] for entry in logged) == list(range(64))
+    assert all(len(entry["data"]) == 8 for entry in logged)  # 4 bytes as hex
+
+
+@pytest.mark.parametrize("test", ["test_fails_midway", "test_fails_midway_server"])
+def test_an_exception_in_the_model_ends_the_run_with_one_line(pytester: pytest.Pytester, test: str) -> None:
+    chosen = f"{test} and not server" if test == "test_fails_midway" else test
+    result = _run(pytester, "-k", chosen, f"--benchmark-json={pytester.path / 'run.json'}")
+    result.assert_outcomes(failed=1)
+    scenario = "Server" if "server" in test else "SingleStream"
+    result.stdout.fnmatch_lines(
+        [
+            f"*pytest-ipu: LoadGen's {scenario} run failed: instance 0 failed on a batch of 1 sample(s) "
+            "(indices *): RuntimeError: device lost. The run was ended by answering its remaining * "
+            "sample(s) unrun; LoadGen's logs are in * (the traceback: sut_error.txt)",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    kept = next(pytester.path.rglob("sut_error.txt")).read_text(encoding="utf-8")
+    assert kept.startswith("Traceback")
+    assert "RuntimeError: device lost" in kept
+
+
+def test_a_bad_argument_fails_with_one_line(pytester: pytest.Pytester) -> None:
+    result = _run(pytester, "-k", "bad_argument")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*pytest-ipu: ipu_loadgen(scenario='Sever'): 'Sever' is not a LoadGen scenario; choose one of "
+            "SingleStream, MultiStream, Server, Offline"
+        ]
+    )
+
+
+def test_gates_read_the_server_qps(pytester: pytest.Pytester) -> None:
+    passing = _run(pytester, "-k", "server_light", "--ipu-gate=loadgen.server_qps>100")
+    passing.assert_outcomes(passed=1)
+    failing = _run(pytester, "-k", "test_server_", "--ipu-gate=loadgen.server_qps>100")
+    failing.assert_outcomes(passed=1, failed=1)
+    failing.stdout.fnmatch_lines(
+        ["*pytest-ipu gate FAILED: *loadgen.server_qps*LoadGen called the Server run INVALID*"]
+    )
+
+
+def test_two_saved_runs_compare(pytester: pytest.Pytester) -> None:
+    first, second = pytester.path / "a.json", pytester.path / "b.json"
+    _run(pytester, "-k", "test_single", f"--benchmark-json={first}").assert_outcomes(passed=1)
+    _run(pytester, "-k", "test_single", f"--benchmark-json={second}").assert_outcomes(passed=1)
+    compared = subprocess.run(
+        [sys.executable, "-m", "pytest_ipu.cli", "compare", str(first), str(second)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert compared.returncode == 0, compared.stderr
+    assert "loadgen.p50" in compared.stdout
+    assert "loadgen.samples_per_s" in compared.stdout
+
+
+def test_untimed_run_calls_the_model_once(pytester: pytest.Pytester) -> None:
+    result = _run(pytester, "-k", "test_single", "--benchmark-disable")
+    result.assert_outcomes(passed=1)
+    assert "QUERIES" not in result.stdout.str()
+
+
+def test_without_loadgen_the_test_is_skipped(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("import sys\nsys.modules['mlperf_loadgen'] = None\n")
+    result = _run(pytester, "-k", "test_single", "-rs")
+    result.assert_outcomes(skipped=1)
+    assert (
+        "pytest-ipu: MLPerf LoadGen is not installed: pip install 'pytest-ipu[loadgen]'"
+        in result.stdout.str()
+    )
+
+
+POWER_CONFTEST = """
+from pw_fake_source import FakePowerSource
+
+
+def pytest_ipu_make_power_source(config, name, device):
+    if name != "rapl":
+        return None
+    return FakePowerSource("instant_power", 50.0, name="rapl", update_period_s=0.01)
+"""
+
+
+def test_a_loadgen_run_is_an_energy_window(pytester: pytest.Pytester) -> None:
+    from tests.fakes import fake_power
+
+    pytester.makepyfile(pw_fake_source=Path(fake_power.__file__).read_text(encoding="utf-8"))
+    pytester.makeconftest(POWER_CONFTEST)
+    out = pytester.path / "run.json"
+    _run(pytester, "-k", "test_single or test_server_light", f"--benchmark-json={out}").assert_outcomes(
+        passed=2
+    )
+    records = _records(out)
+    single = records["test_single"]
+    assert single.power.measured, single.power.reason
+    # The window's items are the samples LoadGen counted; a steady 50 W gives 50 W whatever the length.
+    assert single.power.items == single.loadgen.query_count
+    assert single.power.mean_power_w == pytest.approx(50.0, rel=1e-6)
+    assert single.power.energy_j == pytest.approx(50.0 * single.power.window_s, rel=1e-3)
+    server = records["test_server_light"]
+    assert server.power.measured
+    assert server.power.items == server.loadgen.query_count
+
+
+def test_the_peak_search_keeps_every_probe(pytester: pytest.Pytester) -> None:
+    out = pytester.path / "run.json"
+    _run(pytester, "-k", "test_search", f"--benchmark-json={out}").assert_outcomes(passed=1)
+    record = _records(out)["test_search"]
+    part = record.loadgen
+    peak = part.peak
+    assert peak is not None
+    assert 1 <= len(peak.probes) <= 5
+    assert peak.ended in ("converged", "probes")
+    # The calibration's estimate (8 samples per call of at least 5 ms) bounds where the search starts.
+    assert peak.capacity_estimate_qps <= 8 / LATENCY_S
+    assert peak.probes[0].target_qps == pytest.approx(peak.capacity_estimate_qps / 2)
+    valid = [p.target_qps for p in peak.probes if p.valid]
+    invalid = [p.target_qps for p in peak.probes if not p.valid]
+    assert peak.peak_qps == (max(valid) if valid else None)
+    assert peak.lowest_invalid_qps == (min(invalid) if invalid else None)
+    for probe in peak.probes:
+        assert probe.valid == (not probe.reasons)
+        # Each probe ran long enough for early stopping at the 99th percentile (twice its minimum).
+        assert probe.elapsed_s > 0
+    assert part.server_qps == peak.peak_qps
+    # One log directory per probe, in the order run.
+    names = sorted(p.name for p in Path(part.log_dir).iterdir())
+    assert [n[: len("probe-01")] for n in names] == [f"probe-{i:02d}" for i in range(1, len(peak.probes) + 1)]
+    assert record.power.measured is False
