@@ -898,30 +898,7 @@ def ipu_loadgen(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: Se
     quiet = [False]
 
     def run(
-        model: CompiledModel | Callable[..., object],
-        samples: Sequence[object],
-        *,
-        scenario: str = "SingleStream",
-        mode: str = "performance",
-        target_qps: float | None = None,
-        target_latency: float | str | None = None,
-        latency_percentile: float | None = None,
-        samples_per_query: int | None = None,
-        min_duration: float | str | None = None,
-        min_queries: int | None = None,
-        max_duration: float | str | None = None,
-        max_batch: int | None = None,
-        batch_timeout: float | str = 0.0,
-        pad_to: int | None = None,
-        find_peak: bool = False,
-        max_probes: int = 10,
-        search_budget: float | str | None = None,
-        search_tolerance: float = 0.05,
-        mlperf: bool = False,
-        mlperf_model: str | None = None,
-        accuracy: Callable[[dict[int, object]], float] | None = None,
-        accuracy_name: str = "accuracy",
-        performance_samples: int | None = None,
+        model: CompiledModel | Callable[..., object], samples: Sequence[object], **settings: Any
     ) -> records.IpuRecord | records.NotTimed:
         __tracebackhide__ = True
 
@@ -937,30 +914,10 @@ def ipu_loadgen(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: Se
 
         problem: str | None = None
         try:
-            asked = checked.build(
-                scenario=scenario,
-                mode=mode,
-                target_qps=target_qps,
-                target_latency=target_latency,
-                latency_percentile=latency_percentile,
-                samples_per_query=samples_per_query,
-                min_duration=min_duration,
-                min_queries=min_queries,
-                max_duration=max_duration,
-                max_batch=max_batch,
-                batch_timeout=batch_timeout,
-                pad_to=pad_to,
-                find_peak=find_peak,
-                max_probes=max_probes,
-                search_budget=search_budget,
-                search_tolerance=search_tolerance,
-                mlperf=mlperf,
-                mlperf_model=mlperf_model,
-                accuracy=accuracy,
-                accuracy_name=accuracy_name,
-                performance_samples=performance_samples,
-            )
+            asked = checked.build(**settings)
             library = SampleLibrary(samples)
+        except TypeError as exc:  # a keyword ipu_loadgen does not take, in Python's own words
+            problem = f"pytest-ipu: {str(exc).replace('build()', 'ipu_loadgen()')}"
         except ValueError as exc:
             text = str(exc)
             prefix = "" if text.startswith("ipu_loadgen") else "ipu_loadgen(samples): "
@@ -1115,6 +1072,7 @@ def _not_timed(
 ) -> records.NotTimed:
     """The record of a benchmark that ran once untimed, with the reason pytest-benchmark gives."""
     from pytest_ipu.measure.run import batch_size
+    from pytest_ipu.measure.run import identity
     from pytest_ipu.repeats import untimed_reason
     from pytest_ipu.results.records import NotTimed
 
@@ -1122,12 +1080,7 @@ def _not_timed(
     reason = untimed_reason(config) or "pytest-benchmark disabled itself (its warning says why)"
     batch = batch_size(inputs)
     return NotTimed(
-        target=compiled.target,
-        backend=compiled.backend,
-        device=compiled.device,
-        device_name=compiled.device_name,
-        precision=compiled.precision,
-        io=compiled.io,
+        **identity(compiled),
         batch_size=batch,
         items_per_call=batch if items_per_call is None else items_per_call,
         reason=reason,

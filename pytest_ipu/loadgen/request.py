@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_ipu.loadgen.search import MAX_PROBES
 from pytest_ipu.loadgen.search import TOLERANCE
@@ -74,29 +73,30 @@ def _rate(name: str, value: object) -> float:
 
 def build(
     *,
-    scenario: object,
-    mode: object,
-    target_qps: object,
-    target_latency: object,
-    latency_percentile: object,
-    samples_per_query: object,
-    min_duration: object,
-    min_queries: object,
-    max_duration: object,
-    max_batch: object,
-    batch_timeout: object,
-    pad_to: object,
-    find_peak: object,
-    max_probes: object,
-    search_budget: object,
-    search_tolerance: object,
-    mlperf: object,
-    mlperf_model: object,
-    accuracy: object,
-    accuracy_name: object,
-    performance_samples: object,
+    scenario: object = "SingleStream",
+    mode: object = "performance",
+    target_qps: object = None,
+    target_latency: object = None,
+    latency_percentile: object = None,
+    samples_per_query: object = None,
+    min_duration: object = None,
+    min_queries: object = None,
+    max_duration: object = None,
+    max_batch: object = None,
+    batch_timeout: object = 0.0,
+    pad_to: object = None,
+    find_peak: object = False,
+    max_probes: object = MAX_PROBES,
+    search_budget: object = None,
+    search_tolerance: object = TOLERANCE,
+    mlperf: object = False,
+    mlperf_model: object = None,
+    accuracy: object = None,
+    accuracy_name: object = "accuracy",
+    performance_samples: object = None,
 ) -> LoadgenRequest:
-    """The checked request; ``ValueError`` with one line for the first bad argument."""
+    """The checked request from ``ipu_loadgen``'s keyword arguments (their defaults are these);
+    ``ValueError`` with one line for the first bad argument."""
     try:
         name = scenario_name(scenario)
     except ValueError as exc:
@@ -190,9 +190,4 @@ def _fraction(name: str, value: object) -> float:
     return float(value)
 
 
-#: The keyword defaults of ``ipu_loadgen`` that ``build`` does not state itself.
-DEFAULTS: dict[str, Any] = {
-    "max_probes": MAX_PROBES,
-    "search_tolerance": TOLERANCE,
-}
-__all__ = ["DEFAULTS", "SCENARIOS", "LoadgenRequest", "build"]
+__all__ = ["SCENARIOS", "LoadgenRequest", "build"]

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
 from typing import Protocol
+from typing import TypedDict
 
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import TrainingInfo
@@ -318,12 +319,7 @@ def measure(
         and window_s < (1 - BUDGET_TOLERANCE) * budget_s,
     )
     record = records.IpuRecord(
-        target=compiled.target,
-        backend=compiled.backend,
-        device=compiled.device,
-        device_name=compiled.device_name,
-        precision=compiled.precision,
-        io=compiled.io,
+        **identity(compiled),
         batch_size=batch,
         items_per_call=per_instance,
         rounds=window.rounds,
@@ -510,6 +506,30 @@ def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
     )
 
 
+class Identity(TypedDict):
+    """The fields every record (and ``NotTimed``) opens with: the model that ran."""
+
+    target: str
+    backend: str
+    device: str
+    device_name: str
+    precision: str
+    io: str
+
+
+def identity(compiled: CompiledModel) -> Identity:
+    """What every record (and ``NotTimed``) says of the model that ran: target, backend, device,
+    the device's own name, precision and where a call's inputs and outputs live."""
+    return Identity(
+        target=compiled.target,
+        backend=compiled.backend,
+        device=compiled.device,
+        device_name=compiled.device_name,
+        precision=compiled.precision,
+        io=compiled.io,
+    )
+
+
 def loadgen_record(
     part: LoadgenRecord,
     *,
@@ -541,12 +561,7 @@ def loadgen_record(
     rate = part.samples_per_s
     window = samples / rate if rate else elapsed_s
     return records.IpuRecord(
-        target=compiled.target,
-        backend=compiled.backend,
-        device=compiled.device,
-        device_name=compiled.device_name,
-        precision=compiled.precision,
-        io=compiled.io,
+        **identity(compiled),
         batch_size=part.batching.max_batch,
         items_per_call=part.samples_per_query,
         rounds=count,

@@ -414,19 +414,24 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
     )
 
 
+def _embedded(figure: _Figure, alt: str) -> str:
+    """A figure inline (its SVG as a data URL: the page stays one file), captioned by its files."""
+    data = base64.b64encode(figure.svg).decode("ascii")
+    return (
+        f'<figure><img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}"/>'
+        f"<figcaption>{_e(figure.stem)}.png, {_e(figure.stem)}.svg</figcaption></figure>"
+    )
+
+
 def _figures(runs: Sequence[StoredRun], group: str, figures: Sequence[_Figure]) -> str:
     if not plots.has_batch_axis(runs, group):
         sizes = ", ".join(map(str, plots.batch_sizes(runs, group)))
         text = f"No plots against batch size: every row has batch size {sizes}."
         return f'<p class="sub">{_e(text)}</p>'
-    parts = []
-    for figure in figures:
-        data = base64.b64encode(figure.svg).decode("ascii")
-        alt = f"{figure.group}: {plots.VIEW_TITLES[figure.view]} against batch size"
-        parts.append(
-            f'<figure><img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}"/>'
-            f"<figcaption>{_e(figure.stem)}.png, {_e(figure.stem)}.svg</figcaption></figure>"
-        )
+    parts = [
+        _embedded(figure, f"{figure.group}: {plots.VIEW_TITLES[figure.view]} against batch size")
+        for figure in figures
+    ]
     return f'<div class="figures">{"".join(parts)}</div>'
 
 
@@ -477,14 +482,7 @@ def _loadgen_section(
             '<p class="sub">No figure of latency against QPS: no Server benchmark searched for '
             "its peak QPS (find_peak=True).</p>"
         )
-    images = []
-    for figure in charts:
-        data = base64.b64encode(figure.svg).decode("ascii")
-        alt = f"{figure.group}: {loadgen_plot.TITLE}"
-        images.append(
-            f'<figure><img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}"/>'
-            f"<figcaption>{_e(figure.stem)}.png, {_e(figure.stem)}.svg</figcaption></figure>"
-        )
+    images = [_embedded(figure, f"{figure.group}: {loadgen_plot.TITLE}") for figure in charts]
     if images:
         parts.append(f'<div class="figures">{"".join(images)}</div>')
     return "".join(parts)

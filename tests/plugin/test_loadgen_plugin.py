@@ -114,6 +114,10 @@ def test_search(ipu_loadgen):
 
 def test_bad_argument(ipu_loadgen):
     ipu_loadgen(model, (SAMPLES,), scenario="Sever")
+
+
+def test_bad_keyword_argument(ipu_loadgen):
+    ipu_loadgen(model, (SAMPLES,), scenari="Server")
 """
 
 
@@ -234,13 +238,15 @@ def test_an_exception_in_the_model_ends_the_run_with_one_line(pytester: pytest.P
 
 
 def test_a_bad_argument_fails_with_one_line(pytester: pytest.Pytester) -> None:
-    result = _run(pytester, "-k", "bad_argument")
-    result.assert_outcomes(failed=1)
+    result = _run(pytester, "-k", "bad_argument or bad_keyword")
+    result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
         [
             "*pytest-ipu: ipu_loadgen(scenario='Sever'): 'Sever' is not a LoadGen scenario; choose one of "
-            "SingleStream, MultiStream, Server, Offline"
-        ]
+            "SingleStream, MultiStream, Server, Offline",
+            "*pytest-ipu: ipu_loadgen() got an unexpected keyword argument 'scenari'",
+        ],
+        consecutive=False,
     )
 
 

@@ -3,44 +3,30 @@ bad one is a one-line ``ValueError`` that starts ``ipu_loadgen(`` and names the 
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
 
 from pytest_ipu.loadgen.request import DEFAULT_MAX_BATCH
-from pytest_ipu.loadgen.request import DEFAULTS
 from pytest_ipu.loadgen.request import LoadgenRequest
 from pytest_ipu.loadgen.request import build
 
-#: ``ipu_loadgen``'s keyword defaults (pytest_ipu/fixtures.py).
-FIXTURE_DEFAULTS: dict[str, Any] = {
-    "scenario": "SingleStream",
-    "mode": "performance",
-    "target_qps": None,
-    "target_latency": None,
-    "latency_percentile": None,
-    "samples_per_query": None,
-    "min_duration": None,
-    "min_queries": None,
-    "max_duration": None,
-    "max_batch": None,
-    "batch_timeout": 0.0,
-    "pad_to": None,
-    "find_peak": False,
-    "max_probes": DEFAULTS["max_probes"],
-    "search_budget": None,
-    "search_tolerance": DEFAULTS["search_tolerance"],
-    "mlperf": False,
-    "mlperf_model": None,
-    "accuracy": None,
-    "accuracy_name": "accuracy",
-    "performance_samples": None,
-}
+
+def test_the_fixtures_documented_defaults_are_builds() -> None:
+    """``ipu_loadgen`` passes its keywords to ``build``: the signature users read (the ``Loadgen``
+    protocol) and the defaults ``build`` applies are the same."""
+    from pytest_ipu.fixtures import Loadgen
+
+    documented = inspect.signature(Loadgen.__call__).parameters
+    applied = inspect.signature(build).parameters
+    keywords = {n: p.default for n, p in documented.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == {n: p.default for n, p in applied.items()}
 
 
 def request(**changes: Any) -> LoadgenRequest:
     """``build`` with the fixture's defaults and ``changes``."""
-    return build(**{**FIXTURE_DEFAULTS, **changes})
+    return build(**changes)
 
 
 def top1(outputs: dict[int, object]) -> float:
