@@ -13,6 +13,7 @@ matplotlib is imported inside ``draw`` only, as in ``pytest_ipu.report.plots``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -122,7 +123,7 @@ def charts(runs: Sequence[StoredRun]) -> list[Chart]:
             part = None if record is None else record.loadgen
             if record is None or part is None or part.mode != "performance":
                 continue
-            label = bench.name + (f" | {labels[index]}" if len(runs) > 1 else "")
+            label = bench.name + f" | {labels[index]}"
             if part.scenario == "Server" and part.peak is not None:
                 curve = Curve(
                     label, index, _probes(part), _bound(part), _percentile(part), part.peak.peak_qps
@@ -132,7 +133,34 @@ def charts(runs: Sequence[StoredRun]) -> list[Chart]:
                 latency = None if part.scenario == "Offline" else part.latency("p99") or part.latency("p50")
                 single = Single(label, index, part.scenario, part.samples_per_s, latency, part.valid)
                 singles.setdefault(record.target, []).append(single)
-    return [Chart(target, tuple(found), tuple(singles.get(target, ()))) for target, found in curves.items()]
+    return [
+        _shortened(Chart(target, tuple(found), tuple(singles.get(target, ()))))
+        for target, found in curves.items()
+    ]
+
+
+def _shortened(chart: Chart) -> Chart:
+    """``chart`` with its legend labels cut to what tells its benchmarks apart: the run's file only
+    when the chart has benchmarks of several runs; the test function's name only when they differ
+    (else the parameters in its brackets), and the target left out of them (the figure's title)."""
+    members: list[Curve | Single] = [*chart.curves, *chart.singles]
+    names = [m.label.rpartition(" | ")[0] for m in members]
+    several_runs = len({m.run for m in members}) > 1
+    functions = {name.partition("[")[0] for name in names}
+    target = chart.target.replace(":", "-")
+
+    def short(member: Curve | Single) -> str:
+        name, _, run = member.label.rpartition(" | ")
+        _, bracket, params = name.partition("[")
+        if bracket and len(functions) == 1:
+            name = params.removesuffix("]").replace(f"-{target}", "").replace(f"{target}-", "")
+        return f"{name} | {run}" if several_runs else name
+
+    return Chart(
+        chart.target,
+        tuple(dataclasses.replace(c, label=short(c)) for c in chart.curves),
+        tuple(dataclasses.replace(s, label=short(s)) for s in chart.singles),
+    )
 
 
 def check(chart: Chart) -> None:
@@ -183,12 +211,17 @@ def draw(chart: Chart, *, machine: str = "") -> Figure:
         _draw_curve(ax, curve, i, scale)
     bounds = sorted({c.bound_s for c in chart.curves if c.bound_s is not None})
     for bound in bounds:
+        # One line per bound, in its search's colour when one search has it, else grey.
+        owners = [i for i, c in enumerate(chart.curves) if c.bound_s == bound]
+        owner = f" ({chart.curves[owners[0]].label})" if len(owners) == 1 and len(bounds) > 1 else ""
         ax.axhline(
             bound / scale,
-            color="#555555",
+            color=plots.PALETTE[owners[0] % len(plots.PALETTE)]
+            if len(owners) == 1 and len(bounds) > 1
+            else "#555555",
             linestyle="--",
             linewidth=1.1,
-            label=f"latency bound {units.format_value(bound, 's')}",
+            label=f"latency bound {units.format_value(bound, 's')}{owner}",
             zorder=1,
         )
     for j, single in enumerate(chart.singles):
@@ -257,7 +290,8 @@ def _draw_curve(ax: Axes, curve: Curve, index: int, scale: float) -> None:
 def _draw_single(ax: Axes, single: Single, index: int, scale: float) -> None:
     """Another scenario's benchmark: a point, or a dotted vertical line for Offline."""
     color = plots.PALETTE[index % len(plots.PALETTE)]
-    label = f"{single.label} ({single.scenario})"
+    # The scenario, unless the benchmark's name already says it.
+    label = single.label if single.scenario in single.label else f"{single.label} ({single.scenario})"
     if single.latency_s is None:
         ax.axvline(single.samples_per_s, color=color, linestyle=":", linewidth=1.6, label=label, zorder=1)
         return

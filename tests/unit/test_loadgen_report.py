@@ -334,6 +334,28 @@ def test_no_search_no_chart_and_several_runs_are_named() -> None:
     ]
 
 
+def test_labels_keep_what_tells_the_benchmarks_apart() -> None:
+    # One test function parametrized over models and the target: its parameters, less the target
+    # (the figure's title); the run's file only when the figure holds more than one run.
+    study = "test_study[resnet50-64px-torch-cpu-{}]"
+    one = [
+        _run(
+            (study.format("Server"), part("Server", peak=search()), "torch:cpu"),
+            (study.format("SingleStream"), part(), "torch:cpu"),
+        ),
+        _run(("test_ss", part(), "onnxruntime:cpu"), path="other.json"),  # another target's figure
+    ]
+    (chart,) = loadgen_plot.charts(one)
+    assert [c.label for c in chart.curves] == ["resnet50-64px-Server"]
+    assert [s.label for s in chart.singles] == ["resnet50-64px-SingleStream"]
+    mixed = [
+        _run((study.format("Server"), part("Server", peak=search()), "torch:cpu")),
+        _run(("test_srv", part("Server", peak=search()), "torch:cpu"), path="b/new.json"),
+    ]
+    (chart,) = loadgen_plot.charts(mixed)
+    assert [c.label for c in chart.curves] == [f"{study.format('Server')} | run.json", "test_srv | new.json"]
+
+
 def test_a_probe_that_cannot_be_plotted_is_refused_by_name() -> None:
     # Made in memory: a run file with it would be refused when read.
     bad = (probe(200.0, float("nan"), True, scheduled=204.0),)
