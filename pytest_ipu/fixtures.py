@@ -274,7 +274,6 @@ def ipu_benchmark(
         from pytest_ipu.measure.run import pool
         from pytest_ipu.measure.timing import LocalTimer
         from pytest_ipu.measure.timing import Watchdog
-        from pytest_ipu.results.records import group_name
 
         s = ipu_settings
         #: A bad argument or a call timeout: failed below, outside the ``except`` (else pytest would
@@ -380,13 +379,7 @@ def ipu_benchmark(
         pooled = pool([*state.done, result], mode, s.unstable_threshold)
         session.repeats.states.pop(node.nodeid, None)  # the earlier repeats' samples are not kept
         # pytest-benchmark's statistics are the last repeat's rounds; gates weigh whole repeats.
-        group = group_name(benchmark.group, node.name)
-        measured = session.publish(
-            node, benchmark.extra_info, pooled.record, result.samples_s, group, marker_gates(node)
-        )
-        failed = session.gate_check.check_item(measured)
-        if failed:
-            pytest.fail("\n".join(f"pytest-ipu gate FAILED: {line}" for line in failed), pytrace=False)
+        _publish(request, session, benchmark, pooled.record, result.samples_s)
         return pooled.record
 
     yield run
@@ -725,7 +718,6 @@ def ipu_time_to_train(
         from pytest_ipu.errors import RankError
         from pytest_ipu.measure import time_to_train as ttt
         from pytest_ipu.results import training
-        from pytest_ipu.results.records import group_name
 
         problem = None
         if not callable(setup):
@@ -817,18 +809,7 @@ def ipu_time_to_train(
         record = _time_to_train_record(
             ipu_backend, summary, setups, request.node.stash.get(LAST_STEP_KEY, None)
         )
-        group = group_name(benchmark.group, request.node.name)
-        measured = session.publish(
-            request.node,
-            benchmark.extra_info,
-            record,
-            tuple(benchmark.stats.stats.data),
-            group,
-            marker_gates(request.node),
-        )
-        failed = session.gate_check.check_item(measured)
-        if failed:
-            pytest.fail("\n".join(f"pytest-ipu gate FAILED: {line}" for line in failed), pytrace=False)
+        _publish(request, session, benchmark, record, tuple(benchmark.stats.stats.data))
         return record
 
     yield time_to_train
@@ -910,7 +891,6 @@ def ipu_loadgen(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: Se
         from pytest_ipu.loadgen import scenario as scenarios
         from pytest_ipu.loadgen.sut import SampleLibrary
         from pytest_ipu.measure.run import loadgen_record
-        from pytest_ipu.results.records import group_name
 
         problem: str | None = None
         try:
@@ -994,23 +974,35 @@ def ipu_loadgen(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: Se
             elapsed_s=measured_run.elapsed_s,
             power=measured_run.power,
         )
-        name = group_name(benchmark.group, request.node.name)
-        measured = session.publish(
-            request.node,
-            benchmark.extra_info,
-            record,
-            tuple(benchmark.stats.stats.data),
-            name,
-            marker_gates(request.node),
-        )
-        failed = session.gate_check.check_item(measured)
-        if failed:
-            pytest.fail("\n".join(f"pytest-ipu gate FAILED: {line}" for line in failed), pytrace=False)
+        _publish(request, session, benchmark, record, tuple(benchmark.stats.stats.data))
         return record
 
     yield run
     if quiet[0] or request.node.stash.get(FAILED_KEY, False):
         benchmark.skipped = True
+
+
+def _publish(
+    request: pytest.FixtureRequest,
+    session: IpuSession,
+    benchmark: Any,
+    record: records.IpuRecord,
+    samples_s: Sequence[float],
+) -> None:
+    """Hand a benchmark's record to the session (its JSON under ``extra_info["ipu"]``, the tables)
+    and check its gates: a failing gate fails the test, one line per gate. ``samples_s`` are the
+    per-round times pytest-benchmark took."""
+    __tracebackhide__ = True
+    from pytest_ipu.results.records import group_name
+
+    node = request.node
+    group = group_name(benchmark.group, node.name)
+    measured = session.publish(
+        node, benchmark.extra_info, record, tuple(samples_s), group, marker_gates(node)
+    )
+    failed = session.gate_check.check_item(measured)
+    if failed:
+        pytest.fail("\n".join(f"pytest-ipu gate FAILED: {line}" for line in failed), pytrace=False)
 
 
 def _end_launch(request: pytest.FixtureRequest, session: IpuSession, exc: Exception) -> str:
