@@ -81,6 +81,13 @@ def test_accuracy(ipu_loadgen):
     ipu_loadgen(model, (SAMPLES,), scenario="Offline", mode="accuracy", accuracy=score, accuracy_name="exact")
 
 
+def test_accuracy_score_raises(ipu_loadgen):
+    def score(outputs):
+        raise KeyError("no labels")
+
+    ipu_loadgen(model, (SAMPLES,), scenario="Offline", mode="accuracy", accuracy=score)
+
+
 def test_fails_midway(ipu_loadgen):
     calls = []
 
@@ -202,7 +209,7 @@ def test_scenarios_record_what_the_arithmetic_predicts(pytester: pytest.Pytester
 
 def test_accuracy_mode_scores_every_sample(pytester: pytest.Pytester) -> None:
     out = pytester.path / "run.json"
-    _run(pytester, "-k", "accuracy", f"--benchmark-json={out}").assert_outcomes(passed=1)
+    _run(pytester, "-k", "test_accuracy and not raises", f"--benchmark-json={out}").assert_outcomes(passed=1)
     part = _records(out)["test_accuracy"].loadgen
     assert part is not None
     assert part.mode == "accuracy"
@@ -349,3 +356,11 @@ def test_the_peak_search_keeps_every_probe(pytester: pytest.Pytester) -> None:
     names = sorted(p.name for p in Path(part.log_dir).iterdir())
     assert [n[: len("probe-01")] for n in names] == [f"probe-{i:02d}" for i in range(1, len(peak.probes) + 1)]
     assert record.power.measured is False
+
+
+def test_a_score_that_raises_fails_its_test_and_the_json_is_still_written(pytester: pytest.Pytester) -> None:
+    out = pytester.path / "run.json"
+    result = _run(pytester, "-k", "test_accuracy_score_raises or test_single", f"--benchmark-json={out}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*KeyError: 'no labels'*"])
+    assert list(_records(out)) == ["test_single"]
