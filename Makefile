@@ -139,7 +139,7 @@ SDK_STAMP := $(SDK_VENV)/.installed-stamp
 
 SDK_LOG := $(SDK_VENV)/setup.log
 
-$(SDK_STAMP): pyproject.toml tests/sdk_env_pins.py Makefile
+$(SDK_STAMP): pyproject.toml tests/sdk_env_pins.py tests/floor_pins.py Makefile
 	@echo "make: setting up $(SDK_VENV) with the Poplar SDK 3.4's pins (log in $(SDK_LOG))"
 	@$(call quietly,$(SDK_VENV),\
 		{ test -x $(SDK_VENV)/bin/python || $(PYTHON) -m venv $(SDK_VENV); } && \

@@ -17,6 +17,12 @@ import sys
 import tomllib
 from pathlib import Path
 
+# Run as a script (``python tests/sdk_env_pins.py``) or imported from the suite (``tests.``).
+try:
+    from floor_pins import floor_pins
+except ImportError:
+    from tests.floor_pins import floor_pins
+
 #: The SDK's pins where they exist for Python 3.11, and the versions that work with them.
 SDK_PINS = (
     # Exact: PopTorch 3.4 asserts it at import (poptorch python/__init__.py:20-23, the version from
@@ -40,6 +46,10 @@ SDK_PINS = (
 )
 #: Test tools taken from the dev extra at its pins.
 TEST_TOOLS = ("pytest", "pytest-benchmark", "hypothesis", "pytest-xdist")
+#: pytest-ipu's extras that an SDK user installs beside the SDK, at pytest-ipu's declared floors
+#: (tests/floor_pins.py reads them from pyproject.toml): MLPerf's LoadGen needs neither torch nor
+#: numpy, so the SDK constrains it in nothing, and ``ipu_loadgen`` is then tested with the SDK's torch.
+FLOOR_EXTRAS = ("mlcommons-loadgen",)
 
 
 def sdk_env_pins(pyproject: Path) -> list[str]:
@@ -49,7 +59,8 @@ def sdk_env_pins(pyproject: Path) -> list[str]:
     missing = [tool for tool in TEST_TOOLS if tool not in dev]
     if missing:
         raise SystemExit(f"{pyproject}: the dev extra pins no {', '.join(missing)}; add it there")
-    return [*SDK_PINS, *(dev[tool] for tool in TEST_TOOLS)]
+    floors = {re.split(r"==", pin, maxsplit=1)[0]: pin for pin in floor_pins(pyproject)}
+    return [*SDK_PINS, *(floors[name] for name in FLOOR_EXTRAS), *(dev[tool] for tool in TEST_TOOLS)]
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """LoadGen on IPUs, against the SDK fakes: a PopTorch model compiled for one batch size, two instances
 on a C2 card's two IPUs, the card's board power from gcipuinfo.
 
-PopTorch runs only the input shapes it compiled (the fake refuses others as PopTorch does), so a
-batch of Server queries shorter than the compiled batch must be padded (``pad_to``); without it the
-run fails with PopTorch's message, and LoadGen still returns. A subprocess run: the instances spawn
-worker processes, and the inner run imports torch.
+The model is compiled in fp32: the fake PopTorch runs it with torch on the CPU, where torch 2.0.1
+(the SDK's) has no fp16 matrix product. PopTorch runs only the input shapes it compiled (the fake
+refuses others as PopTorch does), so a batch of Server queries shorter than the compiled batch must
+be padded (``pad_to``); without it the run fails with PopTorch's message, and LoadGen still returns.
+A subprocess run: the instances spawn worker processes, and the inner run imports torch.
 """
 
 from __future__ import annotations
@@ -68,13 +69,13 @@ BATCH = 4
 
 @pytest.mark.ipu(backend="poptorch:ipu", instances=2)
 def test_offline_two_instances(ipu_compile, ipu_loadgen):
-    compiled = ipu_compile(MODEL, (SAMPLES[:BATCH],))
+    compiled = ipu_compile(MODEL, (SAMPLES[:BATCH],), precision="fp32")
     ipu_loadgen(compiled, (SAMPLES,), scenario="Offline", max_batch=BATCH, pad_to=BATCH, min_duration=0.3)
 
 
 @pytest.mark.ipu(backend="poptorch:ipu", instances=2)
 def test_server_padded(ipu_compile, ipu_loadgen):
-    compiled = ipu_compile(MODEL, (SAMPLES[:BATCH],))
+    compiled = ipu_compile(MODEL, (SAMPLES[:BATCH],), precision="fp32")
     ipu_loadgen(
         compiled, (SAMPLES,), scenario="Server", target_qps=100, max_batch=BATCH, pad_to=BATCH,
         min_duration=0.3,
@@ -83,7 +84,7 @@ def test_server_padded(ipu_compile, ipu_loadgen):
 
 @pytest.mark.ipu(backend="poptorch:ipu")
 def test_server_unpadded(ipu_compile, ipu_loadgen):
-    compiled = ipu_compile(MODEL, (SAMPLES[:BATCH],))
+    compiled = ipu_compile(MODEL, (SAMPLES[:BATCH],), precision="fp32")
     ipu_loadgen(compiled, (SAMPLES,), scenario="Server", target_qps=100, max_batch=BATCH, min_duration=0.3)
 """
 
