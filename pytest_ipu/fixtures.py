@@ -976,7 +976,9 @@ def ipu_loadgen(request: pytest.FixtureRequest, benchmark: Any, ipu_settings: Se
             measured_run.part,
             compiled=compiled,
             first_call_s=measured_run.calibration.first_call_s,
-            elapsed_s=measured_run.elapsed_s,
+            elapsed_s=measured_run.outcome.elapsed_s,
+            answered_s=measured_run.outcome.answered_s,
+            answered_window_s=measured_run.outcome.answered_window_s,
             power=measured_run.power,
         )
         _publish(request, session, benchmark, record, tuple(benchmark.stats.stats.data))

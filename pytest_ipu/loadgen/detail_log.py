@@ -73,7 +73,7 @@ class LogResult:
     #: SingleStream / MultiStream: the early-stopping estimate of the target percentile's latency,
     #: seconds (`None` where LoadGen gave none).
     early_stopping_latency_s: float | None
-    #: Queries completed.
+    #: Queries completed (accuracy mode: the queries LoadGen generated, all of which it issues).
     query_count: int
     #: Samples per query.
     samples_per_query: int
@@ -112,6 +112,8 @@ def parse(path: Path, *, mode: str) -> LogResult:
         raise LogError(
             f"LoadGen's detail log {path} has no verdict (result_validity): the run did not finish"
         )
+    # A performance run's record is made of these: a log without one is not read as a zero.
+    needed = ("min", "mean", "max", "p50", "p90", "p99")
     checks = {
         name: flag
         for name, key in (
@@ -134,6 +136,16 @@ def parse(path: Path, *, mode: str) -> LogResult:
         ns = _number(values, f"result_{text}_percentile{infix}_latency_ns")
         if ns is not None:
             latency[name] = ns / 1e9
+    missing = [name for name in needed if name not in latency]
+    if mode == "performance" and missing:
+        raise LogError(
+            f"LoadGen's detail log {path} has no {', '.join(missing)} query latency: the run did not finish"
+        )
+    # An accuracy run issues every query LoadGen generated, and logs no result count.
+    counted = _number(values, "result_query_count" if mode == "performance" else "generated_query_count")
+    if counted is None:
+        raise LogError(f"LoadGen's detail log {path} has no query count: the run did not finish")
+    queries = int(counted)
     per_query = int(_number(values, "effective_samples_per_query") or 1)
     if scenario == "Offline":
         rate = _number(values, "result_samples_per_second")
@@ -152,7 +164,7 @@ def parse(path: Path, *, mode: str) -> LogResult:
         invalid_reason=str(values.get("result_invalid_reason") or "").strip(),
         early_stopping=" ".join(str(values.get("early_stopping_result") or "").split()),
         early_stopping_latency_s=early_ns / 1e9 if early_ns else None,
-        query_count=int(_number(values, "result_query_count") or 0),
+        query_count=queries,
         samples_per_query=per_query,
         samples_per_s=rate,
         scheduled_qps=_number(values, "result_scheduled_samples_per_sec") if scenario == "Server" else None,

@@ -158,6 +158,10 @@ class Outcome:
     outputs: dict[int, object]
     #: The power meter's trace and the run's edges on its clock (ns), when a meter sampled the run.
     energy: tuple[Any, int, int] | None = None
+    #: Accuracy mode: each sample's time from LoadGen's issue callback to its answer, seconds, and
+    #: the time from the first issue to the last answer (LoadGen times nothing in accuracy mode).
+    answered_s: tuple[float, ...] = ()
+    answered_window_s: float | None = None
 
 
 def run_test(
@@ -240,4 +244,7 @@ def run_test(
     except detail_log.LogError as exc:
         raise LoadgenError(f"pytest-ipu: {exc}") from None
     energy = None if meter is None else (trace, start_ns, end_ns)
-    return Outcome(result, sut.stats(), log_dir, elapsed, sut.outputs, energy)
+    span = None if sut.span is None else sut.span[1] - sut.span[0]
+    return Outcome(
+        result, sut.stats(), log_dir, elapsed, sut.outputs, energy, tuple(sut.answer_latencies_s), span
+    )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
@@ -43,7 +42,8 @@ class Measured:
 
     part: LoadgenRecord
     calibration: runner.Calibration
-    elapsed_s: float
+    #: The LoadGen run the record's figures are of (a search: its peak's probe).
+    outcome: runner.Outcome
     #: The energy of the LoadGen run, or why it was not measured.
     power: PowerRecord
 
@@ -111,7 +111,6 @@ def measure(
             meter=metered,
         )
 
-    start = time.perf_counter()
     peak: PeakSearch | None = None
     if request.find_peak:
         outcomes: dict[float, runner.Outcome] = {}
@@ -150,7 +149,6 @@ def measure(
         outcome = outcomes[shown_qps]
     else:
         outcome = one(run, log_dir, meter)
-    elapsed = time.perf_counter() - start
     result = outcome.result
     power = _power(outcome, meter, unmeasured, searched=request.find_peak)
     score = None
@@ -207,7 +205,7 @@ def measure(
         peak=peak,
         errors=result.errors,
     )
-    return Measured(part, calibration, elapsed, power)
+    return Measured(part, calibration, outcome, power)
 
 
 def _power(

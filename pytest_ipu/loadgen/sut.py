@@ -96,20 +96,22 @@ def _as_bytes_array(output: object) -> Any:
     or ``None`` when it is not array-like."""
     import numpy as np
 
+    from pytest_ipu.placement.instances import to_host
+
     first = output
     while isinstance(first, (tuple, list)) and first:
         first = first[0]
     if isinstance(first, Mapping):
         first = next(iter(first.values()), None)
     try:
-        if hasattr(first, "detach"):  # a torch tensor: to the host first
-            first = first.detach().cpu().numpy()
-        return np.ascontiguousarray(first)
+        # A tensor to a numpy array on the host (torch's bfloat16, which numpy lacks, as float32).
+        array = np.ascontiguousarray(to_host(first))
     except (TypeError, ValueError, RuntimeError):
-        # Not array-like, or a dtype numpy lacks (torch's bfloat16): no bytes for LoadGen's accuracy
-        # log, but the sample is still answered (an exception here would leave it unanswered and
-        # LoadGen waiting for ever) and its outputs are kept for the score.
-        return None
+        array = None
+    # Not numbers (Python objects' bytes are pointers): no bytes for LoadGen's accuracy log, but the
+    # sample is still answered (an exception here would leave it unanswered and LoadGen waiting for
+    # ever) and its outputs are kept for the score.
+    return None if array is None or array.dtype.hasobject else array
 
 
 @dataclass
@@ -131,7 +133,6 @@ class _Slot:
     busy_since: float | None = None
     batch: list[_Sample] = field(default_factory=list)
     batches: int = 0
-    samples: int = 0
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,11 @@ class BatchingSut:
         self.call_timeout_s = call_timeout_s
         #: Each sample's outputs by its index, when ``keep_outputs``.
         self.outputs: dict[int, object] = {}
+        #: When ``keep_outputs`` (accuracy mode, where LoadGen times nothing): each answered sample's
+        #: time from LoadGen's issue callback to its answer, seconds, and the first issue and last
+        #: answer (``time.perf_counter``).
+        self.answer_latencies_s: list[float] = []
+        self.span: tuple[float, float] | None = None
         #: The first failure, one line; ``None`` while every batch has run.
         self.error: str | None = None
         #: The exception behind ``error`` (``None`` for a call timeout), for the traceback.
@@ -320,7 +326,6 @@ class BatchingSut:
             return
         slot.busy_since = None
         slot.batches += 1
-        slot.samples += len(batch)
         self._answer(batch, kept)
 
     def _monitor(self) -> None:
@@ -382,6 +387,11 @@ class BatchingSut:
         if kept is None:
             self._respond([self._lg.QuerySampleResponse(s.id, 0, 0) for s in fresh])
             return
+        done = time.perf_counter()
+        with self._answer_lock:
+            self.answer_latencies_s.extend(done - s.queued for s in fresh)
+            first = min(s.queued for s in fresh)
+            self.span = (first, done) if self.span is None else (min(self.span[0], first), done)
         arrays = []
         responses = []
         by_id = {s.id: out for s, out in zip(batch, kept, strict=True)}

@@ -536,40 +536,53 @@ def loadgen_record(
     compiled: CompiledModel,
     first_call_s: float,
     elapsed_s: float,
+    answered_s: Sequence[float] = (),
+    answered_window_s: float | None = None,
     power: records.PowerRecord,
 ) -> records.IpuRecord:
-    """The record of a LoadGen benchmark, whose "calls" are LoadGen's queries: latency is LoadGen's
-    query latency (from a query's scheduled issue to its last sample's answer), throughput LoadGen's
-    samples per second, and the window the time those samples took at that rate (the LoadGen run's
-    ``elapsed_s`` when LoadGen reported no rate). ``part`` is the record's ``loadgen`` part."""
+    """The record of a LoadGen benchmark, whose "calls" are LoadGen's queries (``part`` is the
+    record's ``loadgen`` part; docs/numbers.md, "LoadGen benchmarks").
+
+    In performance mode latency is LoadGen's query latency (from a query's scheduled issue to its
+    last sample's answer), throughput LoadGen's samples per second, and the window the time those
+    samples took at that rate; MultiStream, for which LoadGen reports no rate, has the LoadGen run's
+    wall time ``elapsed_s`` as its window. An accuracy run, which LoadGen does not time, has the
+    system under test's own figures: each sample's time from LoadGen's issue callback to its answer
+    (``answered_s``) and the samples over the time from the first issue to the last answer
+    (``answered_window_s``); a "call" is then one sample.
+    """
     from pytest_ipu.measure import stats
 
-    lat = part.latency_s
-    count = max(part.query_count, 1)
-    p50 = lat.get("p50", lat.get("mean", 0.0))
-    summary = metrics.LatencySummary(
-        min=lat.get("min", p50),
-        p50=p50,
-        p90=lat.get("p90", p50),
-        p99=lat.get("p99", p50),
-        max=lat.get("max", p50),
-        mean=lat.get("mean", p50),
-        rounds=count,
-        unsupported=tuple(f"p{q}" for q in stats.PERCENTILES if not stats.is_supported(q, count)),
-    )
-    samples = part.query_count * part.samples_per_query
-    rate = part.samples_per_s
-    window = samples / rate if rate else elapsed_s
+    if part.mode == "accuracy":
+        if not answered_s or not answered_window_s:
+            raise ValueError("an accuracy run's record needs the system under test's answer times")
+        summary = metrics.summarize_latency(answered_s)
+        samples, window, per_call = len(answered_s), answered_window_s, 1
+    else:
+        lat = part.latency_s
+        count = part.query_count
+        summary = metrics.LatencySummary(
+            min=lat["min"],
+            p50=lat["p50"],
+            p90=lat["p90"],
+            p99=lat["p99"],
+            max=lat["max"],
+            mean=lat["mean"],
+            rounds=count,
+            unsupported=tuple(f"p{q}" for q in stats.PERCENTILES if not stats.is_supported(q, count)),
+        )
+        samples, per_call = count * part.samples_per_query, part.samples_per_query
+        window = samples / part.samples_per_s if part.samples_per_s else elapsed_s
     return records.IpuRecord(
         **identity(compiled),
         batch_size=part.batching.max_batch,
-        items_per_call=part.samples_per_query,
-        rounds=count,
+        items_per_call=per_call,
+        rounds=summary.rounds,
         rounds_policy="fixed",
         warmup_rounds=0,
         latency_s=summary,
         window_s=window,
-        throughput_items_per_s=rate if rate else metrics.throughput(samples, elapsed_s),
+        throughput_items_per_s=metrics.throughput(samples, window),
         compile_s=compiled.compile_s,
         compile_cached=compiled.compile_cached,
         first_call_s=first_call_s,

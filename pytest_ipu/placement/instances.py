@@ -365,7 +365,7 @@ _CLOSE_BYTES = pickle.dumps((_CLOSE,), protocol=pickle.HIGHEST_PROTOCOL)
 _TERMINATE_GRACE_S = 5.0
 
 
-def _to_host(value: object) -> object:
+def to_host(value: object) -> object:
     """``value`` with every tensor as a numpy array (tuples, lists and dicts kept), so that the
     parent can unpickle it without the runtime."""
     import numpy
@@ -375,9 +375,9 @@ def _to_host(value: object) -> object:
     if value is None:
         return None
     if isinstance(value, tuple | list):
-        return type(value)(_to_host(v) for v in value)
+        return type(value)(to_host(v) for v in value)
     if isinstance(value, dict):
-        return {k: _to_host(v) for k, v in value.items()}
+        return {k: to_host(v) for k, v in value.items()}
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor, without importing torch
         tensor: Any = value.detach().cpu()
         if str(tensor.dtype) == "torch.bfloat16":  # numpy has no bfloat16
@@ -460,7 +460,7 @@ def _serve(conn: Connection, compiled: CompiledModel) -> CompiledModel | None:
                 args = tuple(compiled.prepare_inputs(tuple(request[1])))
                 reply = (_OK, None)
             elif command == _CALL:
-                reply = (_OK, _to_host(compiled.run(*compiled.prepare_inputs(tuple(request[1])))))
+                reply = (_OK, to_host(compiled.run(*compiled.prepare_inputs(tuple(request[1])))))
             elif command == _DEVICE_LATENCY:
                 measured = compiled.device_latency() if compiled.device_latency is not None else None
                 reply = (_OK, None if measured is None else dict(measured))

@@ -143,7 +143,7 @@ class LoadgenRecord:
     early_stopping: str
     #: SingleStream / MultiStream: LoadGen's early-stopping estimate of the target percentile, seconds.
     early_stopping_latency_s: float | None
-    #: Queries completed.
+    #: Queries completed (accuracy mode: the queries LoadGen generated, all of which it issues).
     query_count: int
     #: Samples per query.
     samples_per_query: int

@@ -586,15 +586,15 @@ def test_unusable_specs_are_refused_before_any_worker_starts():
 
 
 def test_specs_pickle_and_outputs_reach_the_parent_as_numpy():
-    from pytest_ipu.placement.instances import _to_host
+    from pytest_ipu.placement.instances import to_host
 
     assert pickle.loads(pickle.dumps(spec(0))).index == 0
-    converted = _to_host({"a": [np.float32(1.0), (np.zeros(2), None)], "b": 3})
+    converted = to_host({"a": [np.float32(1.0), (np.zeros(2), None)], "b": 3})
     assert converted["b"] == 3
     assert isinstance(converted["a"], list)
     assert isinstance(converted["a"][1], tuple)
     torch = pytest.importorskip("torch")
-    out = _to_host((torch.ones(2, dtype=torch.bfloat16), [torch.zeros(1, requires_grad=True)]))
+    out = to_host((torch.ones(2, dtype=torch.bfloat16), [torch.zeros(1, requires_grad=True)]))
     assert out[0].dtype == np.float32
     assert isinstance(out[1][0], np.ndarray)
 

@@ -56,8 +56,12 @@ def latencies(base_ns: int, *, per_query: bool = False) -> list[tuple[str, objec
 
 
 def common(scenario: str, validity: str, per_query: int = 1) -> list[tuple[str, object]]:
-    """The keys every run logs: version, effective settings and the verdict."""
+    """The keys every run logs: version, effective settings, the verdict, and a finished run's query
+    counts and latencies (a test's own later values of these win: the last value of a key does)."""
     return [
+        ("generated_query_count", 2),
+        ("result_query_count", 2),
+        *latencies(500_000),
         ("loadgen_version", "6.0.17 @ d6147c7eb7"),
         ("effective_scenario", scenario),
         ("effective_test_mode", "PerformanceOnly"),
@@ -277,9 +281,27 @@ def test_non_numbers_are_not_figures(tmp_path: Path) -> None:
         tmp_path,
         [*common("Offline", "VALID"), ("result_samples_per_second", True), ("result_min_latency_ns", "fast")],
     )
-    result = parse(path, mode="performance")
+    # A performance run needs its latencies: one that is not a number is missing, not a zero.
+    with pytest.raises(LogError, match=r"has no min query latency: the run did not finish"):
+        parse(path, mode="performance")
+    result = parse(path, mode="accuracy")
     assert result.samples_per_s is None
     assert "min" not in result.latency_s
+
+
+def test_a_performance_run_without_its_query_count_is_a_log_error(tmp_path: Path) -> None:
+    entries = [e for e in common("Server", "VALID") if e[0] != "result_query_count"]
+    with pytest.raises(LogError, match=r"has no query count: the run did not finish"):
+        parse(write_log(tmp_path, entries), mode="performance")
+
+
+def test_an_accuracy_run_counts_the_queries_loadgen_generated(tmp_path: Path) -> None:
+    # LoadGen logs no result count in accuracy mode; it issues every query it generated.
+    entries = [
+        e for e in common("SingleStream", "VALID") if e[0] not in ("result_query_count", "result_validity")
+    ]
+    path = write_log(tmp_path, [*entries, ("generated_query_count", 32)])
+    assert parse(path, mode="accuracy").query_count == 32
 
 
 # --- a real LoadGen log -----------------------------------------------------------------------------

@@ -135,9 +135,23 @@ def part(**changes: Any) -> LoadgenRecord:
 NO_POWER = not_measured("none", "no power meter for this run")
 
 
+#: An accuracy run's answer times, as the system under test measured them (LoadGen times nothing).
+ANSWERED_S = (0.002, 0.003, 0.004, 0.005)
+ANSWERED_WINDOW_S = 0.02
+
+
 def record(loadgen: LoadgenRecord, elapsed_s: float = 2.5) -> IpuRecord:
     """The benchmark's record around ``loadgen``, as ``ipu_loadgen`` builds it."""
-    return loadgen_record(loadgen, compiled=compiled(), first_call_s=0.3, elapsed_s=elapsed_s, power=NO_POWER)
+    answered = loadgen.mode == "accuracy"
+    return loadgen_record(
+        loadgen,
+        compiled=compiled(),
+        first_call_s=0.3,
+        elapsed_s=elapsed_s,
+        answered_s=ANSWERED_S if answered else (),
+        answered_window_s=ANSWERED_WINDOW_S if answered else None,
+        power=NO_POWER,
+    )
 
 
 SEARCHED = part(
@@ -189,10 +203,28 @@ def test_loadgen_record_reports_loadgens_figures() -> None:
 
 
 def test_loadgen_record_without_a_rate_uses_the_elapsed_time() -> None:
-    rec = record(part(samples_per_s=None, latency_s={"mean": 0.004}), elapsed_s=4.0)
+    # MultiStream: LoadGen reports its latencies and no rate.
+    rec = record(part(samples_per_s=None), elapsed_s=4.0)
     assert rec.window_s == 4.0
     assert rec.throughput_items_per_s == pytest.approx(400 / 4.0)
-    assert rec.latency_s.p50 == rec.latency_s.p99 == 0.004  # LoadGen's mean, where no percentile
+    assert rec.latency_s.p50 == LATENCY["p50"]
+
+
+def test_a_performance_record_never_makes_up_a_latency_loadgen_did_not_give() -> None:
+    with pytest.raises(KeyError, match="p50"):
+        record(part(latency_s={"min": 0.001, "mean": 0.004, "max": 0.01}))
+
+
+def test_an_accuracy_record_has_the_system_under_tests_own_times() -> None:
+    rec = record(OFFLINE)
+    assert rec.latency_s.rounds == len(ANSWERED_S)  # a "call" is one sample
+    assert rec.latency_s.min == min(ANSWERED_S)
+    assert rec.latency_s.max == max(ANSWERED_S)
+    assert rec.items_per_call == 1
+    assert rec.window_s == ANSWERED_WINDOW_S
+    assert rec.throughput_items_per_s == pytest.approx(len(ANSWERED_S) / ANSWERED_WINDOW_S)
+    with pytest.raises(ValueError, match="needs the system under test's answer times"):
+        loadgen_record(OFFLINE, compiled=compiled(), first_call_s=0.3, elapsed_s=1.0, power=NO_POWER)
 
 
 # --- the JSON ---------------------------------------------------------------------------------------

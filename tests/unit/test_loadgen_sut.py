@@ -514,7 +514,7 @@ def test_torch_outputs_are_answered_with_their_bytes_or_without_when_numpy_lacks
     harness.lg.wait_for(3)
     assert {size for _, _, size in harness.lg.responses} == {2 * 4}
     assert all(ptr != 0 for _, ptr, _ in harness.lg.responses)
-    # numpy has no bfloat16: the sample is answered without bytes, and its outputs are still kept.
+    # numpy has no bfloat16: the bytes are the float32 values, and the outputs are kept as they were.
     lg = harness.lg
     before = len(lg.responses)
     bf16 = harness.sut([model(torch.bfloat16)], inputs=(x,), max_batch=4, keep_outputs=True)
@@ -522,8 +522,22 @@ def test_torch_outputs_are_answered_with_their_bytes_or_without_when_numpy_lacks
     bf16.issue(issued)
     lg.wait_for(before + 3)
     assert bf16.error is None
-    assert [(ptr, size) for _, ptr, size in lg.responses[before:]] == [(0, 0)] * 3
+    assert all(ptr != 0 and size == 2 * 4 for _, ptr, size in lg.responses[before:])
     assert bf16.outputs[1].tolist() == [4.0, 6.0]
+    assert bf16.outputs[1].dtype == torch.bfloat16
+    # Outputs that are Python objects have no bytes to log: answered without, and kept.
+    before = len(lg.responses)
+    objects = harness.sut(
+        [lambda batch: np.array([object()] * len(batch[0]), dtype=object)],
+        inputs=(x,),
+        max_batch=4,
+        keep_outputs=True,
+    )
+    objects.issue(queries(range(3), first_id=6000))
+    lg.wait_for(before + 3)
+    assert objects.error is None
+    assert [(ptr, size) for _, ptr, size in lg.responses[before:]] == [(0, 0)] * 3
+    assert len(objects.outputs) == 3
 
 
 def test_capacity_is_instances_times_batch_over_batch_time() -> None:
