@@ -10,13 +10,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 RESULTS := results
 
-.PHONY: bench bench-training test test-floor test-sdk-env lint typecheck unit clean
+.PHONY: bench bench-training test test-floor lint typecheck unit clean
 
-# The editable install puts the checkout on sys.path (editable_mode=compat) instead of an import
+# The editable install (hatchling's) puts the checkout on sys.path with a .pth file, not an import
 # hook: pytest then finds pytest_ipu when it registers plugins for assertion rewriting, whether the
 # suite starts as `python -m pytest` or as the `pytest` script.
-EDITABLE := --config-settings editable_mode=compat
-
 # $(call quietly,ENV,COMMANDS): set up the environment ENV by the shell COMMANDS, their output
 # (stdout and stderr) in ENV/setup.log; when they fail, print that log whole and fail. A set-up that
 # works says nothing more; one that does not shows everything pip said, not only its last line.
@@ -30,7 +28,7 @@ $(STAMP): pyproject.toml Makefile
 	@$(call quietly,$(VENV),\
 		{ test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); } && \
 		$(BIN)/python -m pip install --disable-pip-version-check --upgrade pip && \
-		$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]' $(EDITABLE))
+		$(BIN)/python -m pip install --disable-pip-version-check -e '.[dev]')
 	@touch $(STAMP)
 
 # The training studies (TRAINING_STUDIES) run under torchrun, once per process count of NPROC, each
@@ -102,57 +100,68 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# pytest exits 5 when it collected nothing: a broken suite, so say so rather than pass quietly.
+# pytest exits 5 when it collected nothing: a broken suite, so say so rather than pass quietly. Two
+# workers (pytest-xdist), one per core of a CI machine; TEST_ARGS="-n 0" runs it in one process.
 unit: $(STAMP)
-	@$(BIN)/python -m pytest $(TEST_ARGS); rc=$$?; \
+	@$(BIN)/python -m pytest -n 2 $(TEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# The suite again in a second environment at the declared floors (tests/floor_pins.py reads them
-# from pyproject.toml): pytest-ipu itself without its dependencies, so pip cannot raise them.
+# `make test-floor`: the suite again at the declared floors of the dependencies, on each Python where
+# a set of floors applies (tests/floor_pins.py reads them from pyproject.toml, environment markers and
+# all). First Python 3.8 as the Poplar SDK 3.4 runs it: torch 2.0.1 (PopTorch asserts it), numpy
+# 1.22.3 and protobuf 3.17.3 (PopART's pins), setuptools 75.3 (3.8's last), pytest-benchmark 4.0.0,
+# the whole suite, two workers. Then this Python (3.11) at its own floors (numpy, onnx, onnxscript and
+# matplotlib differ from 3.8's), running the tests of what those packages do (FLOOR_TESTS); torch
+# there is the dev pin, so that torch's dynamo exporter, the one user of onnxscript, runs at
+# onnxscript's floor. pytest-ipu itself is installed with its extras against the pins, as a user's
+# pip would install it. A set-up from nothing downloads torch 2.0.1's CUDA build for Python 3.8
+# (about 4.4 GB; pip's cache keeps it).
+#
+# PYTHON38 points at a CPython 3.8; by default pyenv's 3.8, else python3.8 on the PATH.
+PYTHON38 ?=
+FLOOR38_VENV := .venv-py38
+FLOOR38_STAMP := $(FLOOR38_VENV)/.installed-stamp
 FLOOR_VENV := .venv-floor
 FLOOR_STAMP := $(FLOOR_VENV)/.installed-stamp
+FLOOR_EXTRAS := .[torch,onnx,nvidia,report,loadgen]
+FLOOR_TESTS := tests/unit/test_onnx_export.py tests/unit/test_onnxruntime_backend.py \
+	tests/plugin/test_onnx_plugin.py tests/unit/test_plots.py tests/unit/test_html_report.py \
+	tests/unit/test_scaling_report.py tests/unit/test_loadgen_report.py tests/unit/test_measure.py \
+	tests/unit/test_bench_seam.py tests/plugin/test_bench_seam_json.py tests/plugin/test_json_output.py
 
-FLOOR_LOG := $(FLOOR_VENV)/setup.log
+# $(call floor_env,VENV,PYTHON): make VENV with PYTHON at that Python's floors.
+floor_env = $(call quietly,$(1),\
+		{ test -x $(1)/bin/python || $(2) -m venv $(1); } && \
+		$(PYTHON) tests/floor_pins.py pyproject.toml "$$($(2) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" \
+			> $(1)/floors.txt && \
+		$(1)/bin/python -m pip install --disable-pip-version-check -c $(1)/floors.txt -r $(1)/floors.txt \
+			-e '$(FLOOR_EXTRAS)')
+
+$(FLOOR38_STAMP): pyproject.toml tests/floor_pins.py Makefile
+	@py="$(PYTHON38)"; \
+	if [ -z "$$py" ]; then prefix=$$(pyenv prefix 3.8 2>/dev/null) && py="$$prefix/bin/python"; fi; \
+	if [ -z "$$py" ] || ! "$$py" -c 'import sys; assert sys.version_info[:2] == (3, 8)' 2>/dev/null; then \
+		py=python3.8; fi; \
+	if ! "$$py" -c 'import sys; assert sys.version_info[:2] == (3, 8)' 2>/dev/null; then \
+		echo "make test-floor: no CPython 3.8 found (the Poplar SDK 3.4's Python; tried$${PYTHON38:+ $(PYTHON38),} pyenv's 3.8 and python3.8): install one (pyenv install 3.8) or pass PYTHON38=/path/to/python3.8" >&2; \
+		exit 1; fi; \
+	echo "make: setting up $(FLOOR38_VENV) on $$py at the Python 3.8 floors (log in $(FLOOR38_VENV)/setup.log)"; \
+	$(call floor_env,$(FLOOR38_VENV),"$$py")
+	@touch $(FLOOR38_STAMP)
 
 $(FLOOR_STAMP): pyproject.toml tests/floor_pins.py Makefile
-	@echo "make: setting up $(FLOOR_VENV) at the declared floors (log in $(FLOOR_LOG))"
-	@$(call quietly,$(FLOOR_VENV),\
-		{ test -x $(FLOOR_VENV)/bin/python || $(PYTHON) -m venv $(FLOOR_VENV); } && \
-		$(PYTHON) tests/floor_pins.py pyproject.toml > $(FLOOR_VENV)/floors.txt && \
-		$(FLOOR_VENV)/bin/python -m pip install --disable-pip-version-check -r $(FLOOR_VENV)/floors.txt && \
-		$(FLOOR_VENV)/bin/python -m pip install --disable-pip-version-check --no-deps -e . $(EDITABLE))
+	@echo "make: setting up $(FLOOR_VENV) at this Python's floors (log in $(FLOOR_VENV)/setup.log)"
+	@$(call floor_env,$(FLOOR_VENV),$(PYTHON))
 	@touch $(FLOOR_STAMP)
 
-test-floor: $(FLOOR_STAMP)
-	@echo "floors: $$(paste -sd' ' $(FLOOR_VENV)/floors.txt)"
-	@$(FLOOR_VENV)/bin/python -m pytest $(TEST_ARGS); rc=$$?; \
+test-floor: $(FLOOR38_STAMP) $(FLOOR_STAMP)
+	@echo "Python 3.8 floors: $$(paste -sd' ' $(FLOOR38_VENV)/floors.txt)"
+	@$(FLOOR38_VENV)/bin/python -m pytest -n 2 $(TEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-floor: pytest collected no tests" >&2; exit 1; fi; \
+	[ $$rc -eq 0 ] || exit $$rc
+	@echo "$$($(FLOOR_VENV)/bin/python -V) floors: $$(paste -sd' ' $(FLOOR_VENV)/floors.txt)"
+	@$(FLOOR_VENV)/bin/python -m pytest -n 2 $(FLOOR_TESTS) $(TEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-floor: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-# The suite again in the Poplar SDK 3.4's Python environment as far as it exists for this Python:
-# torch 2.0.1 (PopTorch asserts it), numpy 1.x (PopART pins it) and what works with them, the pins in
-# tests/sdk_env_pins.py; pytest-ipu itself without its dependencies, whose `onnx` extra asks for a
-# newer torch. A set-up from nothing installs torch's CUDA build (about 4.4 GB; pip's cache keeps the
-# download): about 1.5 minutes on 2 cores here, and seconds when .venv-sdk exists. The suite takes
-# about 2 minutes. docs/ipu.md ("The SDK's environment") says what this checks and what it cannot.
-SDK_VENV := .venv-sdk
-SDK_STAMP := $(SDK_VENV)/.installed-stamp
-
-SDK_LOG := $(SDK_VENV)/setup.log
-
-$(SDK_STAMP): pyproject.toml tests/sdk_env_pins.py tests/floor_pins.py Makefile
-	@echo "make: setting up $(SDK_VENV) with the Poplar SDK 3.4's pins (log in $(SDK_LOG))"
-	@$(call quietly,$(SDK_VENV),\
-		{ test -x $(SDK_VENV)/bin/python || $(PYTHON) -m venv $(SDK_VENV); } && \
-		$(PYTHON) tests/sdk_env_pins.py pyproject.toml > $(SDK_VENV)/pins.txt && \
-		$(SDK_VENV)/bin/python -m pip install --disable-pip-version-check -r $(SDK_VENV)/pins.txt && \
-		$(SDK_VENV)/bin/python -m pip install --disable-pip-version-check --no-deps -e . $(EDITABLE))
-	@touch $(SDK_STAMP)
-
-# Two workers (pytest-xdist): on CI's 2 cores the suite takes about 2 minutes instead of 3.
-test-sdk-env: $(SDK_STAMP)
-	@echo "sdk env: $$(paste -sd' ' $(SDK_VENV)/pins.txt)"
-	@$(SDK_VENV)/bin/python -m pytest -n 2 $(TEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test-sdk-env: pytest collected no tests" >&2; exit 1; fi; exit $$rc
-
 clean:
-	rm -rf $(VENV) $(FLOOR_VENV) $(SDK_VENV) $(RESULTS) .benchmarks .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(FLOOR_VENV) $(FLOOR38_VENV) $(RESULTS) .benchmarks .mypy_cache .ruff_cache

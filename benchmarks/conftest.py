@@ -7,6 +7,7 @@ import contextlib
 import functools
 import importlib
 import math
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -30,14 +31,14 @@ GATE_ACCURACY_BUDGET_S = 25.0
 with contextlib.suppress(Exception):
     importlib.import_module("popart")
 
-_REPORT = pytest.StashKey[dict[str, list[str]]]()
+_REPORT = pytest.StashKey[typing.Dict[str, typing.List[str]]]()
 
 #: The distributions whose pytest plugins a measured pytest run of the studies loads: pytest-ipu and
 #: pytest-benchmark, which it needs.
 OWN_PLUGINS = frozenset({"pytest-ipu", "pytest-benchmark"})
 
 
-@functools.cache
+@functools.lru_cache(maxsize=None)
 def other_plugins_off() -> tuple[str, ...]:
     """``-p no:NAME`` for every installed pytest plugin of another distribution than ``OWN_PLUGINS``.
 
@@ -49,10 +50,13 @@ def other_plugins_off() -> tuple[str, ...]:
     from importlib import metadata
 
     args: list[str] = []
-    for entry in metadata.entry_points(group="pytest11"):
-        dist = entry.dist.metadata["Name"] if entry.dist is not None else ""
-        if str(dist).lower().replace("_", "-") not in OWN_PLUGINS:
-            args += ["-p", f"no:{entry.name}"]
+    # By distribution, not entry_points(group=...): an entry point knows its distribution from Python 3.10.
+    for dist in metadata.distributions():
+        if str(dist.metadata["Name"]).lower().replace("_", "-") in OWN_PLUGINS:
+            continue
+        for entry in dist.entry_points:
+            if entry.group == "pytest11":
+                args += ["-p", f"no:{entry.name}"]
     return tuple(args)
 
 

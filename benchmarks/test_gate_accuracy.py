@@ -70,6 +70,7 @@ import pytest
 from benchmarks import gate_accuracy_support as support
 from benchmarks.conftest import GATE_ACCURACY_BUDGET_S
 from benchmarks.gate_accuracy_support import Run
+from pytest_ipu.backports import zip_strict
 
 #: Pairs of runs per ``pytest-ipu ab`` decision; the command's default (5) is judged too, on the
 #: first 5 pairs of each group (AB BA AB BA AB: its own order).
@@ -142,7 +143,7 @@ class Rule:
         if self.targets is None:
             return []
         out = []
-        for kind, target, what in zip((AA, SLOWER), self.targets, ("false alarms", "detected"), strict=True):
+        for kind, target, what in zip_strict((AA, SLOWER), self.targets, ("false alarms", "detected")):
             if not target.met(self.rate(kind)):
                 out.append(f"{self.name}: {what} {self.cell(kind)}")
         return out
@@ -236,7 +237,7 @@ def test_gate_accuracy(study_report: dict[str, list[str]], pytestconfig: pytest.
                 pyperf.decisions[kind].append(support.pyperf_fails(base, current))
                 failures = support.gate_failures(base, current)
                 gate.decisions[kind].append(any(failures))
-                for g, failed in zip(support.OURS, failures, strict=True):
+                for g, failed in zip_strict(support.OURS, failures):
                     alone["gate", str(g)].decisions[kind].append(failed)
             first = group[:DEFAULT_PAIRS]
             paired_default.decisions[kind].append(
@@ -244,7 +245,7 @@ def test_gate_accuracy(study_report: dict[str, list[str]], pytestconfig: pytest.
             )
             failures = support.ab_failures([b for b, _ in group], [c for _, c in group])
             paired.decisions[kind].append(any(failures))
-            for g, failed in zip(support.OURS, failures, strict=True):
+            for g, failed in zip_strict(support.OURS, failures):
                 alone["ab", str(g)].decisions[kind].append(failed)
 
     lines = study_report.setdefault(section(measured), [])

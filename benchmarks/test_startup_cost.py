@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from benchmarks.conftest import other_plugins_off
+from pytest_ipu.backports import remove_prefix
 
 #: Start-ups measured per side.
 RUNS = 9
@@ -80,7 +81,7 @@ def test_startup_cost(tmp_path: Path, study_report: dict[str, list[str]], benchm
     on, off = statistics.median(with_plugin), statistics.median(without)
     added_ms = (on - off) * 1e3
     verdict = "meets" if added_ms <= MAX_ADDED_MS else "MISSES"
-    others = " ".join(arg.removeprefix("no:") for arg in other_plugins_off()[1::2])
+    others = " ".join(remove_prefix(arg, "no:") for arg in other_plugins_off()[1::2])
     study_report.setdefault(SECTION, []).append(
         f"with pytest-ipu {on * 1e3:.0f} ms, with -p no:ipu {off * 1e3:.0f} ms: added {added_ms:+.0f} ms "
         f"({verdict} <= {MAX_ADDED_MS:.0f} ms); {RUNS} runs each, alternating; the plugin imports "

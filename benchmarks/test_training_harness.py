@@ -79,7 +79,7 @@ class StepCost:
         """The figures against the target, for the end-of-run report."""
         verdict = "meets" if self.ratio <= MAX_RATIO else "MISSES"
         # The bare windows are one more than the harness's: the last A closes the sequence.
-        pairs = zip(self.bare_ns, self.harness_ns, strict=False)
+        pairs = zip(self.bare_ns, self.harness_ns)
         order = " ".join(f"A {_us(a)} B {_us(b)}" for a, b in pairs)
         return (
             f"bare {_us(self.bare_mean_ns)} us/step, harness {_us(self.harness_mean_ns)} us/step, "

@@ -34,7 +34,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import typing
 from collections.abc import Iterator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -43,6 +43,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Literal
 
+from pytest_ipu.backports import remove_prefix
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results.benchmark_json import StoredRun
 
@@ -55,7 +56,7 @@ TAIL_LINES = 20
 REPEATS_ENV = "PYTEST_IPU_REPEATS"
 
 Role = Literal["baseline", "candidate"]
-Progress = Callable[[str], None]
+Progress = typing.Callable[[str], None]
 
 
 class SideError(ValueError):
@@ -113,7 +114,7 @@ def resolve_side(role: Role, spec: str, cwd: Path) -> Side:
     ``SideError`` with one line naming the value, its option and the fix."""
     option = f"--{role}"
     if spec.startswith("git:"):
-        revision = spec.removeprefix("git:")
+        revision = remove_prefix(spec, "git:")
         commit = _commit(revision, cwd)
         if commit is None:
             raise SideError(

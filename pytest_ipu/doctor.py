@@ -54,6 +54,8 @@ from pytest_ipu import backends
 from pytest_ipu import power
 from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.target import parse_target
+from pytest_ipu.backports import remove_prefix
+from pytest_ipu.sdk import import_sdk
 
 #: The status of one probe: ran and gave the right output; not present here (with the reason);
 #: present but broken; present but not run (an opt-in target, whose compile takes minutes).
@@ -306,7 +308,7 @@ def run_probe(
             )
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
-            data = json.loads(line.removeprefix(RESULT_PREFIX))
+            data = json.loads(remove_prefix(line, RESULT_PREFIX))
             return Check(kind, name, data["status"], data["detail"], data.get("facts", {}))
     last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "no output")
     return Check(kind, name, "FAILED", f"the probe process exited with code {proc.returncode}: {last}")
@@ -414,7 +416,7 @@ def _unavailable_status(target: Target) -> Status:
     if runtime is None or _module_location(runtime) is None:
         return "absent"
     try:
-        importlib.import_module(runtime)
+        import_sdk(runtime)
     except Exception:  # whatever the import raises, the backend's reason already says it
         return "FAILED"
     return "absent"
@@ -535,10 +537,10 @@ def findings(rows: Sequence[Installed], checks: Sequence[Check], machine: Machin
         found.append(
             Finding(
                 f"the Poplar SDK 3.4 Python wheels (poptorch, popart) are built for CPython 3.8 only, and "
-                f"pytest-ipu needs Python >= 3.11 (this is {platform.python_version()}): the SDK's modules "
-                "cannot load here, so no IPU target can run in this interpreter",
-                "none within one environment: an SDK build for this Python would be needed; the SDK's own "
-                "Python 3.8 environment runs Graphcore's examples but not pytest-ipu",
+                f"this is Python {platform.python_version()}: the SDK's modules cannot load here, so no IPU "
+                "target can run in this interpreter",
+                "make the environment on the SDK's Python 3.8 (Ubuntu 20.04's python3.8): python3.8 -m venv "
+                "venv, then the SDK's wheels and pytest-ipu into it (docs/ipu.md, Install)",
             )
         )
     ompi = {k: env[k] for k in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK") if k in env}

@@ -21,6 +21,7 @@ import pytest
 
 from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.target import parse_target
+from pytest_ipu.backports import remove_suffix
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
 from pytest_ipu.results import gates
@@ -233,7 +234,7 @@ def parse_hz(value: object) -> float | None:
     if text == AUTO:
         return None
     try:
-        hz = float(text.removesuffix("hz"))
+        hz = float(remove_suffix(text, "hz"))
     except ValueError:
         hz = -1.0
     if not MIN_POWER_HZ <= hz <= MAX_POWER_HZ:

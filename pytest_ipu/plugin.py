@@ -7,14 +7,15 @@ on first use (``benchmarks/test_startup_cost.py`` measures what the plugin adds 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Generator
-from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
 import pytest
 
 from pytest_ipu import backends
+from pytest_ipu import bench_seam
 from pytest_ipu import hookspec
 from pytest_ipu import options
 from pytest_ipu.backends.target import Target
@@ -66,9 +67,11 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspec)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    """Add the ``ipu`` option group and its ini keys."""
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
+    """Add the ``ipu`` option group and its ini keys; keep pytest-benchmark before 5.3 from emptying
+    the ``--benchmark-json`` file while the command line is parsed (``bench_seam``)."""
     options.add_options(parser)
+    bench_seam.defer_json_open(parser, pluginmanager)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,15 +90,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # full disk or an interrupt left it half-written: it writes a temporary file beside it instead,
     # moved into place whole by pytest_sessionfinish below (pytest-benchmark's trylast
     # pytest_configure reads the option after this).
-    json_path = getattr(config.option, "benchmark_json", None)
+    json_path = bench_seam.json_path(config.option)
     if json_path is not None:
-        config.stash[JSON_PATH_KEY] = Path(json_path)
+        config.stash[JSON_PATH_KEY] = json_path
     if json_path is not None and not hasattr(config, "workerinput"):
         from pytest_ipu.results.atomic import PendingFile
 
-        pending = PendingFile(Path(json_path))
+        pending = PendingFile(json_path)
         config.stash[_JSON_KEY] = pending
-        config.option.benchmark_json = pending.temporary
+        json_path = pending.temporary
+    bench_seam.set_json_path(config.option, json_path)
     # Saved runs keep their per-round times (pytest-benchmark's --benchmark-save-data, which it
     # leaves off): a run saved today is then as complete as --benchmark-json, for `pytest-benchmark
     # compare --histogram` or any later analysis of the rounds.
@@ -120,24 +124,22 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, Any, None]:
     destination as it was.
 
     pytest-benchmark writes the file in its own ``pytest_sessionfinish`` wrapper, before the other
-    implementations (5.3.0 and 5.3.1 alike: ``BenchmarkSession.finish`` -> ``save_json``). Where it
-    has ``save_json``, that is wrapped: the file moves into place as soon as it is written (so the
-    line saying so comes before pytest's summary), and a write that fails is reported there instead
-    of skipping the gates and the summary. Otherwise the move waits until everything else is done
-    (this wrapper is outermost, tryfirst).
+    implementations (its session's ``finish`` writes it, 4.0.0 to 5.3 alike). Where its
+    writer can be routed (``bench_seam.wrap_json_writer``), the file moves into place as soon as it
+    is written (so the line saying so comes before pytest's summary), and a write that fails is
+    reported there instead of skipping the gates and the summary. Otherwise the move waits until
+    everything else is done (this wrapper is outermost, tryfirst).
     """
     config = session.config
     pending = config.stash.get(_JSON_KEY, None)
     failures: list[OSError] = []
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    bench = getattr(config, "_benchmarksession", None)
-    save_json = getattr(bench, "save_json", None)
-    wrapped = pending is not None and callable(save_json)
-    if pending is not None and wrapped:
+    wrapped = False
+    if pending is not None:
 
-        def save_and_move(output_json: Any) -> None:
+        def save_and_move(save: Callable[[], None]) -> None:
             try:
-                save_json(output_json)  # type: ignore[misc]
+                save()
                 moved = pending.commit()
             except OSError as exc:
                 failures.append(exc)
@@ -147,7 +149,7 @@ def pytest_sessionfinish(session: pytest.Session) -> Generator[None, Any, None]:
                 # pytest-benchmark named the temporary file it wrote ("Wrote benchmark data in").
                 reporter.write_line(f"pytest-ipu: results moved whole into {pending.target}")
 
-        bench.save_json = save_and_move  # type: ignore[union-attr]
+        wrapped = bench_seam.wrap_json_writer(config, save_and_move)
     outcome = yield
     if pending is None:
         return

@@ -303,41 +303,13 @@ class IpuSession:
         then saves nothing ("Not saving anything, no benchmarks have been run!") and the blocks would
         be lost. Returns whether it wrote anything.
 
-        The document is made as pytest-benchmark's ``handle_saving`` makes it, through its public
-        hooks (machine and commit info, ``pytest_benchmark_generate_json`` with no benchmarks, then
-        ``pytest_benchmark_update_json``, which adds the ``pytest_ipu`` section and its blocks), and
-        written by its own writers: ``save_json`` for ``--benchmark-json`` (which the plugin moves
-        into place whole, ``pytest_ipu.results.atomic.PendingFile``) and its storage for
-        ``--benchmark-save`` and ``--benchmark-autosave``. A disabled pytest-benchmark saves
-        nothing, and neither does this.
+        ``bench_seam.save_without_benchmarks`` writes it as pytest-benchmark would, through its
+        hooks (``pytest_benchmark_update_json`` adds the ``pytest_ipu`` section and its blocks) and
+        its own writers (``--benchmark-json`` moved into place whole like any run's).
         """
-        bench = getattr(self.config, "_benchmarksession", None)
-        if bench is None or not self.power_blocks or bench.benchmarks or bench.disabled:
-            return False
-        save = bench.save or bench.autosave
-        if not (save or bench.json):
-            return False
-        config, hook = self.config, self.config.hook
-        machine_info = bench.get_machine_info()
-        commit_info = hook.pytest_benchmark_generate_commit_info(config=config)
-        hook.pytest_benchmark_update_commit_info(config=config, commit_info=commit_info)
+        from pytest_ipu import bench_seam
 
-        def document(include_data: bool) -> dict[str, Any]:
-            output_json: dict[str, Any] = hook.pytest_benchmark_generate_json(
-                config=config,
-                benchmarks=[],
-                include_data=include_data,
-                machine_info=machine_info,
-                commit_info=commit_info,
-            )
-            hook.pytest_benchmark_update_json(config=config, benchmarks=[], output_json=output_json)
-            return output_json
-
-        if bench.json:
-            bench.save_json(document(True))
-        if save:
-            bench.storage.save(document(bench.save_data), save)
-        return True
+        return bool(self.power_blocks) and bench_seam.save_without_benchmarks(self.config)
 
     # -- hooks ------------------------------------------------------------------------------------
 

@@ -237,7 +237,7 @@ class BertForMaskedLM(nn.Module):
 
 def _init_weights(module: nn.Module) -> None:
     """BERT's initialisation: normal(0, 0.02) weights, zero biases, LayerNorm at identity."""
-    if isinstance(module, nn.Linear | nn.Embedding):
+    if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=_INIT_STD)
     if isinstance(module, nn.Linear) and module.bias is not None:
         nn.init.zeros_(module.bias)

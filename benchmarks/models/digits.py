@@ -13,6 +13,7 @@ this module depends on no fixture and runs under a plain training loop as well.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -59,9 +60,9 @@ _LEARNING_RATE = 0.05
 _MOMENTUM = 0.9
 
 #: ``loss(outputs, *targets)``, as ``ipu_train`` takes it.
-LossFn = Callable[..., Tensor]
+LossFn = typing.Callable[..., Tensor]
 #: ``optimizer(params)``, as ``ipu_train`` takes it.
-OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+OptimizerFactory = typing.Callable[[typing.Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
 class TrainStep(Protocol):
@@ -85,7 +86,7 @@ class TrainStep(Protocol):
 
 #: ``step_factory(model, loss, optimizer, example_batch) -> step``: builds the step that trains a copy
 #: (or the original) of ``model``; ``example_batch`` is ``(inputs, targets)`` of the batch's shape.
-StepFactory = Callable[[nn.Module, LossFn, OptimizerFactory, tuple[Tensor, ...]], TrainStep]
+StepFactory = typing.Callable[[nn.Module, LossFn, OptimizerFactory, typing.Tuple[Tensor, ...]], TrainStep]
 
 
 @dataclass(frozen=True)

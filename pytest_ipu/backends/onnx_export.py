@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import PytestIpuError
 from pytest_ipu.results.atomic import atomic_path
 
@@ -308,7 +309,7 @@ def _export_torchscript(
         inputs,
         buffer,
         input_names=names,
-        dynamic_axes={name: {0: "batch"} for name, b in zip(names, batched, strict=True) if b},
+        dynamic_axes={name: {0: "batch"} for name, b in zip_strict(names, batched) if b},
         opset_version=opset,
         **choice,
     )
@@ -347,11 +348,7 @@ def _quiet_exporter() -> Iterator[None]:
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with (
-            runtime_internals_quiet(),
-            Path(os.devnull).open("w") as devnull,
-            contextlib.redirect_stdout(devnull),
-        ):
+        with runtime_internals_quiet(), Path(os.devnull).open("w") as sink, contextlib.redirect_stdout(sink):
             yield
     finally:
         logger.setLevel(level)

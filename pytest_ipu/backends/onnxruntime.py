@@ -23,6 +23,7 @@ from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.backends.host import cpu_name
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import CompileError
 
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
@@ -193,7 +194,7 @@ class OrtBackend(NamedBackend):
                 raise ValueError(
                     f"the ONNX model takes {len(names)} input(s) ({', '.join(names)}), got {len(values)}"
                 )
-            arrays = tuple(_as_array(v, t) for v, t in zip(values, dtypes, strict=True))
+            arrays = tuple(_as_array(v, t) for v, t in zip_strict(values, dtypes))
             return runner.bind(arrays) if device_io else arrays
 
         start = time.perf_counter_ns()
@@ -254,14 +255,14 @@ class _Runner:
     def bind(self, arrays: Sequence[np.ndarray]) -> tuple[object, ...]:
         """Copy inputs to the device once and bind them and the outputs there (outside any timing)."""
         values = tuple(self._ort.OrtValue.ortvalue_from_numpy(a, self._kind, self._index) for a in arrays)
-        for name, value in zip(self._names, values, strict=True):
+        for name, value in zip_strict(self._names, values):
             self._binding.bind_ortvalue_input(name, value)
         for out in self._session.get_outputs():
             self._binding.bind_output(out.name, self._kind, self._index)
         return values
 
     def _run_host(self, *arrays: np.ndarray) -> object:
-        return self._session.run(None, dict(zip(self._names, arrays, strict=True)))
+        return self._session.run(None, dict(zip_strict(self._names, arrays)))
 
     def _run_bound(self, *_: object) -> object:
         binding = self._binding

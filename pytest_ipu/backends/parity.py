@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.results.records import ParityRecord
 
 #: Largest allowed ``max_rel`` per precision. fp32 allows for reordered reductions and TF32 on GPUs;
@@ -44,7 +45,7 @@ def compare(reference: Any, actual: Any, precision: str, reference_name: str) ->
     if len(ref) != len(out):
         raise ParityError(f"the model returned {len(out)} output(s), the reference {len(ref)}")
     max_abs = max_rel = 0.0
-    for i, (r, a) in enumerate(zip(ref, out, strict=True)):
+    for i, (r, a) in enumerate(zip_strict(ref, out)):
         if r.shape != a.shape:
             raise ParityError(f"output {i} has shape {a.shape}, the reference {r.shape}")
         if not (np.all(np.isfinite(a)) and np.all(np.isfinite(r))):

@@ -61,10 +61,12 @@ from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from pytest_ipu.placement import inventory as ipu_inventory
 from pytest_ipu.placement.inventory import IpuInventory
+from pytest_ipu.sdk import import_sdk
 
 #: The ONNX (``ai.onnx``) opsets PopART 3.x imports.
 MIN_OPSET = 6
@@ -185,7 +187,7 @@ class PopArtBackend(NamedBackend):
         imports onnx; importing popart first thing keeps the order right within this backend.
         """
         if self._popart is None:
-            module = importlib.import_module("popart")
+            module = import_sdk("popart")
             if not hasattr(module, "InferenceSession") or not hasattr(module, "DeviceManager"):
                 where = getattr(module, "__file__", None) or "unknown location"
                 raise _NotPopart(
@@ -534,7 +536,7 @@ class _Runner:
                 f"got {len(values)}"
             )
         out = []
-        for name, value, dtype, shape in zip(p.input_ids, values, p.input_dtypes, p.call_shapes, strict=True):
+        for name, value, dtype, shape in zip_strict(p.input_ids, values, p.input_dtypes, p.call_shapes):
             array = _as_array(value, dtype)
             if array.shape != shape:
                 # PopART checks buffer sizes on the first run only; a wrong size later reads wrong memory.
@@ -550,11 +552,11 @@ class _Runner:
         if self._closed:
             raise RuntimeError("this compiled model was closed (the run that compiled it has ended)")
         if len(arrays) != len(self._stepio_inputs) or any(
-            a is not b for a, b in zip(arrays, self._stepio_inputs, strict=True)
+            a is not b for a, b in zip_strict(arrays, self._stepio_inputs)
         ):
             # A PyStepIO holds its arrays and wraps its read offsets after each full step, so one
             # built for these very arrays serves every later call with them.
-            inputs = dict(zip(self._prepared.input_ids, arrays, strict=True))
+            inputs = dict(zip_strict(self._prepared.input_ids, arrays))
             self._stepio = self._popart.PyStepIO(inputs, self._anchors)
             self._stepio_inputs = tuple(arrays)
         self._session.run(self._stepio)
@@ -630,7 +632,7 @@ def _prepare_onnx(
         )
     bps, replicas = int(str(opts["batches_per_step"])), int(str(opts["replicated_graphs"]))
     symbols: dict[str, int] = {}
-    for vi, array in zip(inputs, arrays, strict=True):
+    for vi, array in zip_strict(inputs, arrays):
         _fix_shape(vi, array, micro, bps, replicas, label, symbols)
     # Outputs and intermediate values may carry the same batch symbols: make them concrete too.
     for vi in [*graph.output, *graph.value_info]:
@@ -684,7 +686,11 @@ def _prepare_onnx(
         proto = onnx.load_from_string(data)
         inputs = [vi for vi in proto.graph.input if vi.name not in initializers]
 
-    to_numpy = onnx.helper.tensor_dtype_to_np_dtype
+    # onnx 1.13 added this helper; 1.12 (the floor on Python 3.8, the newest that takes PopART 3.4's
+    # protobuf 3.17.3) has only the table it reads.
+    to_numpy = getattr(onnx.helper, "tensor_dtype_to_np_dtype", None)
+    if to_numpy is None:
+        to_numpy = importlib.import_module("onnx.mapping").TENSOR_TYPE_TO_NP_TYPE.get
     total = micro * bps * replicas
     return _Prepared(
         proto=data,
@@ -710,7 +716,7 @@ def _fix_shape(
             f"input {vi.name!r} of the ONNX model {label} has {len(dims)} dimension(s) but the example input "
             f"has shape {tuple(array.shape)}; pass inputs of the model's rank"
         )
-    for k, (dim, want) in enumerate(zip(dims, wanted, strict=True)):
+    for k, (dim, want) in enumerate(zip_strict(dims, wanted)):
         if dim.HasField("dim_value") and dim.dim_value > 0:
             if dim.dim_value == want:
                 continue

@@ -42,6 +42,7 @@ from pytest_ipu.errors import CompileError
 from pytest_ipu.placement import inventory as ipu_inventory
 from pytest_ipu.placement import poprun
 from pytest_ipu.placement.inventory import IpuInventory
+from pytest_ipu.sdk import import_sdk
 
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
 OPTIONS: Mapping[str, object] = {
@@ -205,7 +206,7 @@ class PopTorchBackend(NamedBackend):
 
     def _import(self) -> ModuleType:
         if self._poptorch is None:
-            self._poptorch = importlib.import_module("poptorch")
+            self._poptorch = import_sdk("poptorch")
         return self._poptorch
 
     def _import_torch(self) -> ModuleType:
@@ -434,9 +435,9 @@ def _rebuild(
     return PopTorchBackend(
         name,
         device,
-        None if poptorch_module is None else importlib.import_module(poptorch_module),
+        None if poptorch_module is None else import_sdk(poptorch_module),
         None if torch_module is None else importlib.import_module(torch_module),
-        None if popdist_module is None else importlib.import_module(popdist_module),
+        None if popdist_module is None else import_sdk(popdist_module),
     )
 
 

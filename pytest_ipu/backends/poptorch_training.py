@@ -25,7 +25,6 @@ averaged over the whole launch, on the device PopDist gives the instance (refere
 from __future__ import annotations
 
 import copy
-import importlib
 import math
 import weakref
 from collections.abc import Mapping
@@ -58,6 +57,7 @@ from pytest_ipu.backends.poptorch import _version
 from pytest_ipu.errors import CompileError
 from pytest_ipu.placement import poprun
 from pytest_ipu.placement.poprun import PopRunInstance
+from pytest_ipu.sdk import import_sdk
 
 #: Backend options the step sets itself: ``training``; ``gradient_accumulation``, which is
 #: ``ipu_train``'s own keyword (``TrainingRequest.gradient_accumulation``); and ``output_mode``, fixed
@@ -286,7 +286,7 @@ def _popdist_options(popdist: ModuleType, stages: int) -> Any:
         # Imported with popdist or not, depending on the release: ask for the submodule if absent.
         integration = getattr(popdist, "poptorch", None)
         if integration is None:
-            integration = importlib.import_module(f"{popdist.__name__}.poptorch")
+            integration = import_sdk(f"{popdist.__name__}.poptorch")
         if popdist not in _POPDIST_INITIALISED:
             # popdist.init() starts PopDist's MPI backend; PopART would call it itself, with a
             # deprecation warning, when it builds the distributed replicated graph.
@@ -397,7 +397,7 @@ class PopTorchTrainingBackend(PopTorchBackend):
         except ValueError as exc:
             raise CompileError(f"{exc} (compiling {name})") from None
         if instance is not None and self._popdist is None:
-            self._popdist = importlib.import_module("popdist")  # detect() found it importable
+            self._popdist = import_sdk("popdist")  # detect() found it importable
         return compile_training(
             poptorch,
             torch,

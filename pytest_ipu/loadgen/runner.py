@@ -8,6 +8,7 @@ import contextlib
 import math
 import statistics
 import time
+import typing
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ LATENCY_HEADROOM = 4.0
 #: The most queries (Offline: samples) LoadGen is asked to generate for one run.
 MAX_GENERATED = 1_000_000
 
-Caller = Callable[[tuple[object, ...]], object]
+Caller = typing.Callable[[typing.Tuple[object, ...]], object]
 #: Where a failed run keeps the model's traceback, in its log directory.
 ERROR_FILE = "sut_error.txt"
 

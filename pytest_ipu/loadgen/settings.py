@@ -207,7 +207,7 @@ def _ms(seconds: float) -> str:
 
 def check_percentile(value: float) -> None:
     """Raise ``ValueError`` unless ``value`` is a fraction in (0, 1), as LoadGen takes percentiles."""
-    if not (isinstance(value, float | int) and not isinstance(value, bool) and 0 < value < 1):
+    if not (isinstance(value, (float, int)) and not isinstance(value, bool) and 0 < value < 1):
         raise ValueError(f"{value!r} is not a fraction in (0, 1); pass e.g. 0.99 for the 99th percentile")
     if not math.isfinite(value):
         raise ValueError(f"{value!r} is not finite")

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from pytest_ipu.backports import zip_strict
+
 #: Seconds between the call-timeout monitor's looks at the workers, at most.
 _POLL_S = 0.5
 
@@ -356,7 +358,7 @@ class BatchingSut:
                 self.exception = exc
                 if exc is not None:
                     # Kept as text too: the traceback of a worker thread is otherwise lost.
-                    self.traceback = "".join(traceback.format_exception(exc))
+                    self.traceback = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             left = list(self._queue)
             self._queue.clear()
             self._cond.notify_all()
@@ -394,7 +396,7 @@ class BatchingSut:
             self.span = (first, done) if self.span is None else (min(self.span[0], first), done)
         arrays = []
         responses = []
-        by_id = {s.id: out for s, out in zip(batch, kept, strict=True)}
+        by_id = {s.id: out for s, out in zip_strict(batch, kept)}
         for sample in fresh:
             output = by_id[sample.id]
             self.outputs[sample.index] = output

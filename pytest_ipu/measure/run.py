@@ -23,6 +23,7 @@ from typing import TypedDict
 
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import TrainingInfo
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import BenchmarkArgumentError
 from pytest_ipu.errors import BenchmarkArgumentTypeError
 from pytest_ipu.measure import metrics
@@ -288,8 +289,8 @@ def measure(
                 info=dict(info.info),
                 device_latency=None if counters is None else dict(counters),
             )
-            for info, instance_calls, counters in zip(
-                group.compiled_info(), per, group.device_latencies(), strict=True
+            for info, instance_calls, counters in zip_strict(
+                group.compiled_info(), per, group.device_latencies()
             )
         )
     latency = metrics.summarize_latency(calls)

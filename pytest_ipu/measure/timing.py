@@ -15,6 +15,7 @@ import statistics
 import sys
 import threading
 import time
+import typing
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,14 +29,16 @@ from pytest_ipu.errors import CallTimeout
 #: with a bounded JSON size (about 2 MB of samples under --benchmark-save-data).
 MAX_AUTO_ROUNDS = 100_000
 
-Clock = Callable[[], int]
+Clock = typing.Callable[[], int]
 
 
 class PedanticBenchmark(Protocol):
-    """The part of pytest-benchmark's ``benchmark`` fixture the timed loop uses."""
+    """What the timed loop needs of a timer: pytest-benchmark's ``benchmark`` fixture (through
+    ``bench_seam.Timer``, the same on every version) or ``LocalTimer``."""
 
-    #: pytest-benchmark sets it when ``pedantic`` raised; such a benchmark is left out of its JSON.
-    has_error: bool
+    def rounds_ended_early(self) -> None:
+        """The rounds were ended on purpose by a raise from ``setup``: keep them (pytest-benchmark
+        counts a raise inside ``pedantic`` as an error and leaves such a benchmark out of its JSON)."""
 
     def pedantic(
         self,
@@ -241,9 +244,9 @@ def timed_rounds(
     ``box`` ends the rounds early: before each round, the window so far (up to the previous round's
     end mark, so no extra clock read) is compared with the budget, and the rounds end at the round
     boundary nearest to it (within half a mean round), and with the cap, which ends them outright.
-    Ending is done by raising from pedantic's setup, which pytest-benchmark counts as an error
-    (``has_error``) and would leave out of its JSON; the rounds it timed are kept, so the flag is
-    cleared here: an end at the time box is the plan, not a failure.
+    Ending is done by raising from pedantic's setup, which pytest-benchmark counts as an error and
+    would leave out of its JSON; the rounds it timed are kept (``rounds_ended_early``): an end at
+    the time box is the plan, not a failure.
 
     ``watch`` counts the finished rounds for the call timeout's ``Watchdog`` (one attribute
     increment per round, in the teardown that already runs between rounds: no clock read, no
@@ -302,7 +305,7 @@ def timed_rounds(
             iterations=1,
         )
     except _EndRounds:
-        benchmark.has_error = False
+        benchmark.rounds_ended_early()
     return Window(marks[0], marks[1], ended[0], reason[0] if reason else "planned")
 
 
@@ -454,7 +457,12 @@ class LocalTimer:
     def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
         self.timer = timer
         self.data: list[float] = []
-        self.has_error = False
+        #: Whether a call raised (pytest-benchmark's fixture keeps the same flag).
+        self.failed = False
+
+    def rounds_ended_early(self) -> None:
+        """The rounds were ended on purpose (a raise from ``setup``): not an error."""
+        self.failed = False
 
     def pedantic(
         self,
@@ -484,7 +492,7 @@ class LocalTimer:
                 if teardown is not None:
                     teardown(*args, **kwargs)
         except Exception:
-            self.has_error = True
+            self.failed = True
             raise
         return result
 

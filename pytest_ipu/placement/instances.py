@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 from typing import Any
 from typing import cast
 
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 
@@ -370,11 +371,11 @@ def to_host(value: object) -> object:
     parent can unpickle it without the runtime."""
     import numpy
 
-    if isinstance(value, numpy.ndarray | numpy.generic | int | float | complex | bool | str | bytes):
+    if isinstance(value, (numpy.ndarray, numpy.generic, int, float, complex, bool, str, bytes)):
         return value
     if value is None:
         return None
-    if isinstance(value, tuple | list):
+    if isinstance(value, (tuple, list)):
         return type(value)(to_host(v) for v in value)
     if isinstance(value, dict):
         return {k: to_host(v) for k, v in value.items()}
@@ -576,7 +577,7 @@ class ProcessInstances(_Usable):
             self, _abandon, args=(processes, conns), exitpriority=100
         )
         try:
-            for spec, payload in zip(specs, payloads, strict=True):
+            for spec, payload in zip_strict(specs, payloads):
                 parent_end, child_end = mp.Pipe()
                 conns.append(parent_end)
                 process = mp.Process(
@@ -710,7 +711,7 @@ class ProcessInstances(_Usable):
         """Start every worker's call, wait for all; record each call's duration as the worker timed it."""
         self._start_round()
         values = self._exchange(self._workers, _ROUND_BYTES, f"round {self._rounds}", fatal=True)
-        for durations, ns in zip(self._durations_ns, values, strict=True):
+        for durations, ns in zip_strict(self._durations_ns, values):
             durations.append(cast(int, ns))
 
     def call(self, index: int, inputs: Sequence[object]) -> object:

@@ -24,7 +24,6 @@ are not hardware timings; its JSON says so.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from typing import Any
 from pytest_ipu.placement.allocate import Inventory
 from pytest_ipu.placement.request import MAX_IPUS_PER_INSTANCE
 from pytest_ipu.placement.request import is_power_of_two
+from pytest_ipu.sdk import import_sdk
 
 #: gcipuinfo attribute keys, as gcipuinfo and ``gc-info -i`` spell them (reference section 4.1).
 KEY_ID = "id"
@@ -299,7 +299,7 @@ def _device_table(
 def _import(name: str, failures: list[str]) -> ModuleType | None:
     onnx_first = "onnx" in sys.modules
     try:
-        return importlib.import_module(name)
+        return import_sdk(name)
     except Exception as exc:  # ImportError, or an SDK asserting at import (PopTorch checks torch)
         reason = f"{name}: not importable ({_one_line(exc)})"
         if name == "popart" and onnx_first and "onnx" in str(exc):

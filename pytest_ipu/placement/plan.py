@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import time
-from collections.abc import Callable
+import typing
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +37,7 @@ from pytest_ipu.placement.request import DeviceRequest
 from pytest_ipu.results.records import PlacementRecord
 
 #: A function giving the backend for a target spelled ``name:device`` (the run's backend cache).
-BackendFor = Callable[[str, str], Backend]
+BackendFor = typing.Callable[[str, str], Backend]
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import importlib
 import json
 import math
 from collections.abc import Mapping
@@ -33,9 +32,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.placement import outputs
 from pytest_ipu.placement.allocate import Inventory
 from pytest_ipu.placement.inventory import IpuInventory
+from pytest_ipu.sdk import import_sdk
 
 # The merge half reads and writes result files: its modules (the schema and its readers) are
 # imported by the functions that need them, so the session's start-up does not pay for them.
@@ -142,7 +143,7 @@ def detect(popdist_module: ModuleType | None = None) -> PopRunInstance | None:
     module = popdist_module
     if module is None:
         try:
-            module = importlib.import_module("popdist")
+            module = import_sdk("popdist")
         except ImportError:
             return None
     if not module.isPopdistEnvSet():
@@ -258,7 +259,7 @@ def instance_device(inventory: IpuInventory, popdist_module: ModuleType | None =
     instance = detect(popdist_module)
     if instance is None:
         return None
-    module = popdist_module if popdist_module is not None else importlib.import_module("popdist")
+    module = popdist_module if popdist_module is not None else import_sdk("popdist")
     per_replica = instance.ipus_per_replica
     getter = f"popdist.getDeviceId({per_replica})"
     try:
@@ -575,7 +576,7 @@ def _merge_records(
     fullname: str, runs: list[_Run], records: list[dict[str, Any]], kind: str = KEY
 ) -> dict[str, Any]:
     first = records[0]
-    for run, record in zip(runs[1:], records[1:], strict=True):
+    for run, record in zip_strict(runs[1:], records[1:]):
         for key in _SAME_ACROSS_INSTANCES:
             if record.get(key) != first.get(key):
                 raise MergeError(

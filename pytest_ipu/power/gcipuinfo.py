@@ -35,7 +35,6 @@ sampled reading, and we discover the update period in ``open`` (R5) by refreshin
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
 import time
@@ -51,6 +50,7 @@ from pytest_ipu.backends.base import Availability
 from pytest_ipu.power.base import PowerDevice
 from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.power.base import ReadingKind
+from pytest_ipu.sdk import import_sdk
 
 #: Attribute keys, as gcipuinfo and ``gc-info -i`` spell them.
 KEY_ID = "id"
@@ -253,7 +253,7 @@ class GcIpuInfoPowerSource:
     def _import(self) -> Any:
         if self._module is not None:
             return self._module
-        return importlib.import_module("gcipuinfo")
+        return import_sdk("gcipuinfo")
 
     @staticmethod
     def _entries(info: Any) -> dict[str, dict[str, str]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -20,9 +20,9 @@ from types import TracebackType
 
 from pytest_ipu.power.base import PowerSource
 
-Clock = Callable[[], int]
+Clock = typing.Callable[[], int]
 #: Waits up to the given seconds; returns True if the sampler was asked to stop meanwhile.
-Wait = Callable[[float], bool]
+Wait = typing.Callable[[float], bool]
 
 
 @dataclass

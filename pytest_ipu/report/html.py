@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from pytest_ipu import __version__
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.report import loadgen
 from pytest_ipu.report import loadgen_plot
 from pytest_ipu.report import plots
@@ -394,7 +395,7 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
     headers += ["benchmark", "batch", "target", *TABLE_COLUMNS]
     text_columns = {"run", "benchmark", "target", "precision"}
     attrs = ["" if h in text_columns else ' class="num"' for h in headers]
-    head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip(attrs, headers, strict=True))
+    head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip_strict(attrs, headers))
     body = []
     rows = _group_rows(runs, group)
     for index, row in rows:
@@ -402,9 +403,7 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
         # The test's parameters tell rows apart that share a batch size and target (workload=...).
         cells += [columns["benchmark"].render(row), str(row.record.batch_size), _target_cell(row.record)]
         cells += [columns[h].render(row) for h in TABLE_COLUMNS]
-        body.append(
-            "<tr>" + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip(attrs, cells, strict=True)) + "</tr>"
-        )
+        body.append("<tr>" + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip_strict(attrs, cells)) + "</tr>")
     notes = report.footnotes([row for _, row in rows])
     notes_html = f'<ul class="notes">{"".join(f"<li>{_e(n)}</li>" for n in notes)}</ul>' if notes else ""
     caption = "latency per call; throughput summed over instances"
@@ -453,10 +452,10 @@ def _loadgen_section(
     """The LoadGen section's body: the terminal's LoadGen table and notes, then each target's figure
     of latency against QPS (or why there is none)."""
     attrs = ["" if h in loadgen.TEXT_HEADERS else ' class="num"' for h in loadgen.HEADERS]
-    head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip(attrs, loadgen.HEADERS, strict=True))
+    head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip_strict(attrs, loadgen.HEADERS))
     body = "".join(
         "<tr>"
-        + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip(attrs, loadgen.cells(name, rec), strict=True))
+        + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip_strict(attrs, loadgen.cells(name, rec)))
         + "</tr>"
         for name, rec in measured
     )
@@ -507,7 +506,7 @@ def _page(
     else:
         sub = f"{len(runs)} runs compared: " + ", ".join(labels)
         heading = "Runs"
-        machine = "".join(_run_section(r, f"run {lab}") for r, lab in zip(runs, labels, strict=True))
+        machine = "".join(_run_section(r, f"run {lab}") for r, lab in zip_strict(runs, labels))
     sections = []
     contents = []
     if studies or published:

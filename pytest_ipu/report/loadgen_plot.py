@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_ipu.backports import remove_suffix
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import units
 from pytest_ipu.report import plots
 from pytest_ipu.results.benchmark_json import StoredRun
@@ -101,12 +103,12 @@ def _probes(part: LoadgenRecord) -> tuple[Probe, ...]:
 
 def _bound(part: LoadgenRecord) -> float | None:
     ns = part.settings.get("target_latency_ns")
-    return ns / 1e9 if isinstance(ns, int | float) and ns > 0 else None
+    return ns / 1e9 if isinstance(ns, (int, float)) and ns > 0 else None
 
 
 def _percentile(part: LoadgenRecord) -> float | None:
     value = part.settings.get("target_latency_percentile")
-    return float(value) if isinstance(value, int | float) and 0 < value < 1 else None
+    return float(value) if isinstance(value, (int, float)) and 0 < value < 1 else None
 
 
 def charts(runs: Sequence[StoredRun]) -> list[Chart]:
@@ -153,7 +155,7 @@ def _shortened(chart: Chart) -> Chart:
         name, _, run = member.label.rpartition(" | ")
         _, bracket, params = name.partition("[")
         if bracket and len(functions) == 1:
-            name = params.removesuffix("]").replace(f"-{target}", "").replace(f"{target}-", "")
+            name = remove_suffix(params, "]").replace(f"-{target}", "").replace(f"{target}-", "")
         return f"{name} | {run}" if several_runs else name
 
     return Chart(
@@ -246,8 +248,8 @@ def _draw_curve(ax: Axes, curve: Curve, index: int, scale: float) -> None:
     ys = [(p.latency_s or 0.0) / scale for p in drawn]
     ax.plot(xs, ys, color=color, linestyle=style, linewidth=1.2, alpha=0.7, zorder=2)
     for valid in (True, False):
-        px = [x for x, p in zip(xs, drawn, strict=True) if p.valid is valid and not p.peak]
-        py = [y for y, p in zip(ys, drawn, strict=True) if p.valid is valid and not p.peak]
+        px = [x for x, p in zip_strict(xs, drawn) if p.valid is valid and not p.peak]
+        py = [y for y, p in zip_strict(ys, drawn) if p.valid is valid and not p.peak]
         ax.plot(
             px,
             py,
@@ -260,7 +262,7 @@ def _draw_curve(ax: Axes, curve: Curve, index: int, scale: float) -> None:
             label=f"{curve.label}: {'VALID' if valid else 'INVALID'}" if px else None,
             zorder=4,
         )
-    for x, y, p in zip(xs, ys, drawn, strict=True):
+    for x, y, p in zip_strict(xs, ys, drawn):
         if p.peak and curve.peak_qps is not None:
             ax.plot(
                 [x],

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from typing import Any
 
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import stats
 from pytest_ipu.measure import units
 from pytest_ipu.results.benchmark_json import StoredBenchmark
@@ -364,7 +365,7 @@ def notes_for(view: str, series: Sequence[Series]) -> list[str]:
         if any(v is not None for s in series for v in s.values):
             missing: dict[str, list[str]] = {}
             for s in series:
-                for value, reason in zip(s.values, s.reasons, strict=True):
+                for value, reason in zip_strict(s.values, s.reasons):
                     if value is None and reason:
                         missing.setdefault(reason, [])
                         if s.label not in missing[reason]:
@@ -591,8 +592,8 @@ def _draw_series(ax: Axes, view: str, s: Series, scale: float) -> Any:
         label=textwrap.fill(s.label, 42, subsequent_indent="  "),
         zorder=3,
     )
-    hx = [x for x, h in zip(xs, hollow, strict=True) if h]
-    hy = [y for y, h in zip(ys, hollow, strict=True) if h]
+    hx = [x for x, h in zip_strict(xs, hollow) if h]
+    hy = [y for y, h in zip_strict(ys, hollow) if h]
     if hx:
         ax.plot(
             hx,
@@ -615,8 +616,8 @@ def _draw_series(ax: Axes, view: str, s: Series, scale: float) -> Any:
         # A supported p99 ends its whisker in a tick; one that is only the maximum of too few
         # rounds in an open circle (the table's ``*``).
         for flagged in (False, True):
-            px = [x for x, f in zip(xs, flags, strict=True) if f is flagged]
-            py = [y for y, f in zip(up, flags, strict=True) if f is flagged]
+            px = [x for x, f in zip_strict(xs, flags) if f is flagged]
+            py = [y for y, f in zip_strict(up, flags) if f is flagged]
             if px:
                 ax.plot(
                     px,

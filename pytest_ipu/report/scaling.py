@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import units
 from pytest_ipu.report import plots
 from pytest_ipu.results.benchmark_json import StoredBenchmark
@@ -428,8 +429,8 @@ def _draw_time_to_train(ax: Axes, study: Study, scale: float) -> list[float]:
         [p.devices for p in timed],
         ys,
         yerr=[
-            [max(y - lo, 0.0) for y, lo in zip(ys, lows, strict=True)],
-            [max(hi - y, 0.0) for y, hi in zip(ys, highs, strict=True)],
+            [max(y - lo, 0.0) for y, lo in zip_strict(ys, lows)],
+            [max(hi - y, 0.0) for y, hi in zip_strict(ys, highs)],
         ],
         color=MEASURED_COLOR,
         linestyle="-" if one_each else "none",
@@ -498,10 +499,9 @@ def _e(value: object) -> str:
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[str], css: str = "") -> str:
     attrs = [' class="num"' if h in numeric else "" for h in headers]
-    head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip(attrs, headers, strict=True))
+    head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip_strict(attrs, headers))
     body = "".join(
-        "<tr>" + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip(attrs, row, strict=True)) + "</tr>"
-        for row in rows
+        "<tr>" + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip_strict(attrs, row)) + "</tr>" for row in rows
     )
     klass = f' class="{css}"' if css else ""
     return f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

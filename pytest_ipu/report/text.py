@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pytest_ipu.backports import zip_strict
+
 
 def grid(cells: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
     """Aligned text columns: ``cells[0]`` is the header, underlined; a column whose ``right`` is
@@ -13,7 +15,7 @@ def grid(cells: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
     lines: list[str] = []
     for n, row in enumerate(cells):
         text = "  ".join(
-            cell.rjust(w) if r else cell.ljust(w) for cell, w, r in zip(row, widths, right, strict=True)
+            cell.rjust(w) if r else cell.ljust(w) for cell, w, r in zip_strict(row, widths, right)
         ).rstrip()
         lines.append(text)
         if n == 0:

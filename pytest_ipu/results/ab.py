@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import stats
 from pytest_ipu.results import compare
 from pytest_ipu.results.benchmark_json import StoredBenchmark
@@ -92,7 +93,7 @@ def log_ratios(baseline: Sequence[float | None], candidate: Sequence[float | Non
     if len(baseline) != len(candidate):
         raise ValueError(f"unpaired values: {len(baseline)} baseline vs {len(candidate)} candidate")
     out = []
-    for before, after in zip(baseline, candidate, strict=True):
+    for before, after in zip_strict(baseline, candidate):
         if before is None or after is None or not (0.0 < before < math.inf and 0.0 < after < math.inf):
             return None
         # Subtracting logs rather than taking log(after / before): exact for equal values.
@@ -447,7 +448,7 @@ def render_table(result: ABResult) -> str:
         out += ["", f"{lines[0].benchmark} ({lines[0].fullname})"]
         for n, row in enumerate([header, *rows]):
             text = "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip_strict(row, widths))
             )
             out.append(text.rstrip())
             if n == 0:

@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import units
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
@@ -361,7 +362,7 @@ def _legend(comparison: Comparison) -> list[str]:
     labels = run_labels(comparison)
     if labels == [run.path.name for run in comparison.runs]:
         return []
-    return [f"{label} = {run.path}" for label, run in zip(labels, comparison.runs, strict=True)]
+    return [f"{label} = {run.path}" for label, run in zip_strict(labels, comparison.runs)]
 
 
 def _cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
@@ -384,9 +385,7 @@ def render_table(comparison: Comparison) -> str:
     out = []
     for n, row in enumerate([header, *rows]):
         out.append(
-            "  ".join(
-                c.rjust(w) if r else c.ljust(w) for c, w, r in zip(row, widths, right, strict=True)
-            ).rstrip()
+            "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip_strict(row, widths, right)).rstrip()
         )
         if n == 0:
             out.append("-" * len(out[0]))

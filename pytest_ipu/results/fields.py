@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import re
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -93,18 +94,32 @@ def comments(cls: type) -> dict[str, str]:
 def field_docs(cls: type, properties: tuple[str, ...] = ()) -> list[FieldDoc]:
     """Every dataclass field of ``cls``, then the named properties, with their documentation."""
     notes = comments(cls)
-    hints = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+    hints = {f.name: _as_written(str(f.type)) for f in dataclasses.fields(cls)}
     out = [FieldDoc(name, hints[name], notes.get(name, "")) for name in hints]
     for name in properties:
         attribute = inspect.getattr_static(cls, name)
         if isinstance(attribute, property):
             doc = inspect.getdoc(attribute) or ""
-            kind = str(inspect.signature(attribute.fget).return_annotation) if attribute.fget else ""
+            kind = (
+                _as_written(str(inspect.signature(attribute.fget).return_annotation))
+                if attribute.fget
+                else ""
+            )
         else:  # a class constant such as ``timed``
             doc = notes.get(name, "")
             kind = repr(attribute)
         out.append(FieldDoc(name, kind, " ".join(doc.split()), derived=True))
     return out
+
+
+def _as_written(annotation: str) -> str:
+    """An annotation's text as written: Python 3.8 keeps ``X[a, b]`` as ``X[(a, b)]`` (its unparser
+    puts a subscript's tuple in parentheses), later Pythons as written."""
+    while True:
+        plain = re.sub(r"\[\(([^()]*)\)\]", r"[\1]", annotation)
+        if plain == annotation:
+            return plain
+        annotation = plain
 
 
 def reference() -> str:

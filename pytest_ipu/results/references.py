@@ -19,7 +19,7 @@ measured data: the report keeps it out of the measured tables and draws it with 
 Every entry is checked when the file is read, before anything is drawn: a bad one raises
 ``ReferenceError`` with one line naming the file, the entry, the key, the value and the fix.
 
-Pure: the standard library only (``tomllib``).
+Pure: the standard library only (its TOML parser, ``tomli`` before Python 3.11: ``backports.toml``).
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ import difflib
 import json
 import math
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pytest_ipu.backports import toml
 
 #: The metrics a reference can give, and the SI unit of each.
 METRICS: Mapping[str, str] = {"time_to_train": "s", "throughput": "items/s"}
@@ -106,8 +107,8 @@ def load(path: Path) -> tuple[Reference, ...]:
             f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
         ) from None
     try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        document = toml.loads(text)
+    except toml.TOMLDecodeError as exc:
         raise ReferenceError(
             f"{path}: not TOML: {exc}; see docs/examples/mlperf-resnet50-references.toml"
         ) from None

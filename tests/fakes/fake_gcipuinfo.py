@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import types
-from collections.abc import Callable
+import typing
 from dataclasses import dataclass
 from dataclasses import field
 
@@ -36,7 +36,7 @@ IpuPower = "ipu power"
 BoardType = "board type"
 
 #: A value: a fixed string, a function of fake time (seconds) giving one, or ``None`` (key absent).
-Value = str | Callable[[float], str] | None
+Value = typing.Union[str, typing.Callable[[float], str], None]
 
 
 class FakeClock:

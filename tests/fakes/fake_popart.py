@@ -65,6 +65,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from pytest_ipu.backports import zip_strict
+
 #: ``popart/__init__.py`` raises this when onnx was imported first (every SDK from 1.2 to 3.4).
 IMPORT_ERROR = (
     "It looks like onnx has already been imported. Due to an ongoing issue, "
@@ -1237,7 +1239,7 @@ class InferenceSession:
         for b in range(bps):
             for r in range(replicas):
                 outs = self._ort.run(None, {tid: feeds[tid][b, r] for tid in feeds})
-                for name, out in zip(names, outs, strict=True):
+                for name, out in zip_strict(names, outs):
                     results.setdefault(name, np.empty((bps, replicas, *out.shape), out.dtype))[b, r] = out
         for tid, target in stepio.outputs.items():
             art, all_batches = self.dataflow.art(tid), results[tid]
@@ -1294,11 +1296,14 @@ def _pipeline_stages(model: Any, virtual_graphs: set[int], graphs: int) -> int:
 
 def _weight_bytes(model: Any) -> int:
     """Bytes of the model's initializers (its weights), from their shapes and element types."""
+    import onnx
     from onnx import helper
 
+    # onnx 1.12 (Python 3.8's floor) has the table only; 1.13 added the helper.
+    to_numpy = getattr(helper, "tensor_dtype_to_np_dtype", None) or onnx.mapping.TENSOR_TYPE_TO_NP_TYPE.get
     total = 0
     for tensor in model.graph.initializer:
-        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+        itemsize = np.dtype(to_numpy(tensor.data_type)).itemsize
         total += int(np.prod(tensor.dims, dtype=np.int64)) * itemsize
     return total
 
@@ -1317,13 +1322,13 @@ def _ort_session(model: bytes) -> Any:
 def _tensor_infos(ort: Any) -> dict[str, TensorInfo]:
     """Input infos from the model; output infos from one run on zeros (static shapes, so exact)."""
     types_ = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
-    types_ |= {"tensor(int32)": np.int32, "tensor(bool)": np.bool_, "tensor(double)": np.float64}
+    types_.update({"tensor(int32)": np.int32, "tensor(bool)": np.bool_, "tensor(double)": np.float64})
     infos = {}
     feeds = {}
     for i in ort.get_inputs():
         dtype = np.dtype(types_[i.type])
         infos[i.name] = TensorInfo(dtype, tuple(int(d) for d in i.shape))
         feeds[i.name] = np.zeros(i.shape, dtype)
-    for o, value in zip(ort.get_outputs(), ort.run(None, feeds), strict=True):
+    for o, value in zip_strict(ort.get_outputs(), ort.run(None, feeds)):
         infos[o.name] = TensorInfo(np.dtype(value.dtype), tuple(value.shape))
     return infos

@@ -63,6 +63,8 @@ from typing import Any
 
 import torch
 
+from pytest_ipu.backports import zip_strict
+
 __version__ = "3.4.0-fake"
 
 logger = logging.getLogger("poptorch::python")
@@ -1117,7 +1119,7 @@ class PoplarExecutor:
                 f"{len(compiled)} arguments but got {len(args)}.{end}"
             )
         names = _arg_names(self._model, len(args))
-        for name, c, x in zip(names, compiled, args, strict=True):
+        for name, c, x in zip_strict(names, compiled, args):
             if type(c) is not type(x):
                 raise createPoptorchError(
                     f"Type mismatch for {name}: expected {type(c)} but got {type(x)}.{end}"
@@ -1243,7 +1245,7 @@ class PoplarExecutor:
         )
         factor = len(start_times) // len(end_times)
         start_groups = [min(start_times[i : i + factor]) for i in range(0, len(start_times), factor)]
-        durations = [end - begin for begin, end in zip(start_groups, end_times, strict=False)]
+        durations = [end - begin for begin, end in zip(start_groups, end_times)]
         return (min(durations), max(durations), sum(durations) / len(durations))
 
     def getHostIpuLatency(self) -> tuple[float, float, float]:

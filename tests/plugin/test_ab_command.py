@@ -23,6 +23,7 @@ import pytest
 
 from pytest_ipu import ab_runner
 from pytest_ipu import cli
+from pytest_ipu.backports import zip_strict
 
 #: The example benchmark: its work, and the side it reports, come from the environment, so two
 #: command prefixes that set them differently act as two environments with different code.
@@ -285,7 +286,7 @@ def test_bad_input_is_one_line_and_exit_2(
     project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
     defaults = {"--baseline": _side("AB_SIDE=A"), "--candidate": _side("AB_SIDE=B")}
-    given = dict(zip(args[::2], args[1::2], strict=True))
+    given = dict(zip_strict(args[::2], args[1::2]))
     argv = [item for key, value in {**defaults, **given}.items() for item in (key, value)]
     code, out, err = _ab(argv, capsys)
     assert code == 2

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -321,7 +322,7 @@ EXPECTED_COMPILES = 1 + 6 + 1 + 1
 
 
 #: The result of the run with the conftest backend, its JSON, and the backend's counters.
-CustomRun = tuple[pytest.RunResult, dict[str, Any], dict[str, int]]
+CustomRun = typing.Tuple[pytest.RunResult, typing.Dict[str, Any], typing.Dict[str, int]]
 
 
 @pytest.fixture

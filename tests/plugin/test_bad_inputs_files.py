@@ -26,6 +26,7 @@ import pytest
 from pytest_ipu import cli
 from pytest_ipu.results import benchmark_json
 from tests.unit.test_poprun import _two_instances
+from tests.unit.torch_versions import onnx_export_modules
 
 CACHE, MERGE, BASELINE = "cache", "merge", "baseline"
 
@@ -244,7 +245,7 @@ def exported_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 
     Made in a child process: torch loaded into this one, beside the pytester runs, crashed it.
     """
-    for name in ("torch", "onnxruntime", "onnx", "onnxscript"):
+    for name in onnx_export_modules():
         if importlib.util.find_spec(name) is None:
             pytest.skip(f"{name} is not installed")
     directory = tmp_path_factory.mktemp("export")

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from tests.plugin.inner import INNER_ADDOPTS
+from tests.unit.torch_versions import onnx_export_modules
 
 # The inner run compiles a torch model, and the fake PopART runs it through the ONNX path.
-for _module in ("torch", "onnx", "onnxscript", "onnxruntime"):
+for _module in onnx_export_modules():
     pytest.importorskip(_module)
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from pytest_ipu.backports import remove_prefix
 from pytest_ipu.marker import KEYWORDS
 from pytest_ipu.options import OPTIONS
 from pytest_ipu.options import OptionSpec
@@ -130,7 +131,7 @@ def test_markers_shows_the_ipu_marker_with_every_keyword(pytester: pytest.Pytest
     line = next((x for x in result.outlines if x.startswith("@pytest.mark.ipu(")), None)
     assert line is not None, "no @pytest.mark.ipu line in --markers"
     signature, _, description = line.partition("): ")
-    assert [k.split("=")[0] for k in signature.removeprefix("@pytest.mark.ipu(").split(", ")] == list(
+    assert [k.split("=")[0] for k in remove_prefix(signature, "@pytest.mark.ipu(").split(", ")] == list(
         KEYWORDS
     )
     assert "overriding the command line" in description

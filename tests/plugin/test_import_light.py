@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pytest_ipu.backports import remove_prefix
+
 HEAVY = ("torch", "poptorch", "popart", "onnxruntime", "onnx", "pynvml", "matplotlib")
 
 REPORT = f"""
@@ -35,7 +37,7 @@ def _python(code: str, cwd: Path) -> tuple[int, str, list[str]]:
     )
     marker = [line for line in proc.stderr.splitlines() if line.startswith("IMPORTED=")]
     assert len(marker) == 1, proc.stderr
-    return proc.returncode, proc.stdout, json.loads(marker[0].removeprefix("IMPORTED="))
+    return proc.returncode, proc.stdout, json.loads(remove_prefix(marker[0], "IMPORTED="))
 
 
 def test_importing_the_plugin_imports_no_runtime(tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.unit.torch_versions import onnx_export_modules
+
 REFERENCE = "torch eager fp32 on cpu"
 FP32_TOLERANCE = 1e-3
 TARGETS = ("onnxruntime:cpu", "torch:cpu")
@@ -120,7 +122,7 @@ def _record(data: dict[str, Any], test: str, target: str) -> dict[str, Any]:
 
 def test_onnxruntime_and_torch_side_by_side_with_parity(pytester: pytest.Pytester) -> None:
     """One run (importing torch takes seconds): the two targets' records, then the wrong backend's test."""
-    _needs("torch", "onnxruntime", "onnx", "onnxscript")
+    _needs(*onnx_export_modules())
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_onnx=TEST_ONNX)
     cache = pytester.path / "onnx-cache"

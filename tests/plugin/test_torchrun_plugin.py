@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from pytest_ipu import cli
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.placement import poprun
 from pytest_ipu.results import schema
 from tests.plugin.inner import INNER_ADDOPTS
@@ -198,7 +199,7 @@ class Running:
         self.path = path
         self.logs = [path / f"launch-{i}.log" for i in range(len(commands))]
         self.processes = []
-        for command, log in zip(commands, self.logs, strict=True):
+        for command, log in zip_strict(commands, self.logs):
             with log.open("w") as out:
                 self.processes.append(
                     subprocess.Popen(
@@ -224,12 +225,12 @@ class Running:
             self.kill()
             tails = "\n".join(
                 f"--- launch {i} (exit status {code}, None: still running):\n{log.read_text()[-3000:]}"
-                for i, (code, log) in enumerate(zip(codes, self.logs, strict=True))
+                for i, (code, log) in enumerate(zip_strict(codes, self.logs))
             )
             pytest.fail(f"a torchrun launch in {self.path} ran past {LAUNCH_TIMEOUT_S} s:\n{tails}")
         return [
             Launch(p.returncode, log.read_text(), self.path)
-            for p, log in zip(self.processes, self.logs, strict=True)
+            for p, log in zip_strict(self.processes, self.logs)
         ]
 
     def kill(self) -> None:

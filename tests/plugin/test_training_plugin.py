@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from pytest_ipu.backports import remove_prefix
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import schema
 from tests.plugin.inner import INNER_ADDOPTS
@@ -250,7 +252,7 @@ def _one_line_failure(found: Outcome) -> str:
     assert found.outcome == "failed", found
     assert found.message.startswith("Failed: ")
     assert "\n" not in found.text.strip(), found.text
-    return found.message.removeprefix("Failed: ")
+    return remove_prefix(found.message, "Failed: ")
 
 
 # -- ipu_train + ipu_benchmark -----------------------------------------------------------------------
@@ -327,7 +329,7 @@ def test_time_to_train_records_every_run_and_the_olympic_average(main_run: Inner
     # pytest-benchmark's rounds are the runs, in order: each timed call holds its run's clock.
     data = bench["stats"]["data"]
     assert len(data) == 3
-    assert all(call >= run for call, run in zip(data, times, strict=True))
+    assert all(call >= run for call, run in zip_strict(data, times))
     assert schema.from_json(record).value("time_to_train") == part["olympic_s"]
 
 

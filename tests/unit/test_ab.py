@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ipu import ab_runner
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import stats
 from pytest_ipu.results import ab
 from pytest_ipu.results import gates
@@ -65,9 +66,9 @@ def test_a_constant_30_percent_slowdown_fails_with_p_below_alpha() -> None:
 def test_the_t_test_and_interval_are_exactly_the_rule() -> None:
     ratios = [1.28, 1.30, 1.32, 1.31, 1.29]
     base = [1.0 * MS, 2.0 * MS, 1.5 * MS, 1.1 * MS, 1.7 * MS]
-    cand = [b * r for b, r in zip(base, ratios, strict=True)]
+    cand = [b * r for b, r in zip_strict(base, ratios)]
     verdict = ab.check_paired(_gate("latency.p50:+10%"), "b", base, cand, alpha=0.01)
-    logs = [math.log(c) - math.log(b) for b, c in zip(base, cand, strict=True)]
+    logs = [math.log(c) - math.log(b) for b, c in zip_strict(base, cand)]
     assert verdict.p_value == pytest.approx(_expected_p(logs, math.log(1.1)), rel=1e-12)
     mean, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(5)
     half = stats.t_isf(0.005, 4) * se
@@ -85,14 +86,12 @@ def test_the_t_test_and_interval_are_exactly_the_rule() -> None:
 def test_throughput_regresses_when_it_drops() -> None:
     base = [1000.0, 900.0, 1100.0, 950.0]
     ratios = [0.70, 0.72, 0.69, 0.71]
-    cand = [b * r for b, r in zip(base, ratios, strict=True)]
+    cand = [b * r for b, r in zip_strict(base, ratios)]
     dropped = ab.check_paired(_gate("throughput:-5%"), "b", base, cand)
-    logs = [math.log(c) - math.log(b) for b, c in zip(base, cand, strict=True)]
+    logs = [math.log(c) - math.log(b) for b, c in zip_strict(base, cand)]
     assert dropped.p_value == pytest.approx(_expected_p(logs, math.log(0.95), higher_better=True), rel=1e-12)
     assert not dropped.passed
-    risen = ab.check_paired(
-        _gate("throughput:-5%"), "b", base, [b / r for b, r in zip(base, ratios, strict=True)]
-    )
+    risen = ab.check_paired(_gate("throughput:-5%"), "b", base, [b / r for b, r in zip_strict(base, ratios)])
     assert risen.passed
     assert risen.p_value is not None
     assert risen.p_value > 0.99
@@ -183,7 +182,7 @@ def test_summary_p_tests_no_change_two_sided() -> None:
     base = [1.0, 2.0, 3.0]
     cand = [1.1, 2.0, 2.9]
     summary = ab.summarise(base, cand, alpha=0.05)
-    logs = [math.log(c) - math.log(b) for b, c in zip(base, cand, strict=True)]
+    logs = [math.log(c) - math.log(b) for b, c in zip_strict(base, cand)]
     mean, se = statistics.fmean(logs), statistics.stdev(logs) / math.sqrt(3)
     assert summary.p == pytest.approx(2 * stats.t_sf(abs(mean) / se, 2), rel=1e-12)
     assert summary.ratio == pytest.approx(math.exp(mean))

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import stats
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import decide
@@ -115,7 +116,7 @@ def _repeated(
             latency_s=LatencySummary(p50, p50, p50, p50, p50, p50, 30),
             throughput_items_per_s=rate,
         )
-        for i, (p50, rate) in enumerate(zip(p50s, rates, strict=True))
+        for i, (p50, rate) in enumerate(zip_strict(p50s, rates))
     ]
     return _typed(
         p50=_geometric_mean(p50s),

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_ipu.backports import remove_prefix
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import html as html_report
 from pytest_ipu.report import plots
@@ -149,7 +150,7 @@ def test_the_page_is_well_formed_self_contained_and_embeds_every_figure(two_grou
     text = (out / "index.html").read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>")
     # The page is written as well-formed markup, so an XML parser reads all of it.
-    root = ET.fromstring(text.removeprefix("<!DOCTYPE html>"))
+    root = ET.fromstring(remove_prefix(text, "<!DOCTYPE html>"))
     assert "http://" not in text
     assert "https://" not in text
     assert not re.search(r"""(src|href)=["'](?!data:|#)""", text)
@@ -158,12 +159,12 @@ def test_the_page_is_well_formed_self_contained_and_embeds_every_figure(two_grou
     for src in images:
         prefix = "data:image/svg+xml;base64,"
         assert src.startswith(prefix)
-        assert ET.fromstring(base64.b64decode(src.removeprefix(prefix))).tag.endswith("svg")
+        assert ET.fromstring(base64.b64decode(remove_prefix(src, prefix))).tag.endswith("svg")
 
 
 def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups) -> None:
     out, _ = two_groups
-    root = ET.fromstring((out / "index.html").read_text(encoding="utf-8").removeprefix("<!DOCTYPE html>"))
+    root = ET.fromstring(remove_prefix((out / "index.html").read_text(encoding="utf-8"), "<!DOCTYPE html>"))
     tables = [t for t in root.iter("table") if t.get("class") != "facts"]
     assert len(tables) == 2
     rows = [[td.text for td in tr.iter("td")][1:] for tr in tables[0].iter("tr")][1:]
@@ -230,7 +231,7 @@ def test_multi_run_page_names_the_file_of_every_row(tmp_path: Path) -> None:
     runs = [benchmark_json.read_run(a), benchmark_json.read_run(b)]
     # The page alone, without rendering: the run column and the runs section.
     page = html_report._page(runs, [])
-    root = ET.fromstring(page.removeprefix("<!DOCTYPE html>"))
+    root = ET.fromstring(remove_prefix(page, "<!DOCTYPE html>"))
     (table,) = [t for t in root.iter("table") if t.get("class") != "facts"]
     assert next(th.text for th in table.iter("th")) == "run"
     assert [tr.findtext("td") for tr in table.iter("tr") if tr.find("td") is not None] == ["a.json", "b.json"]
@@ -264,7 +265,7 @@ def test_a_run_of_one_batch_size_gets_its_table_and_no_figure(
     ]
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["index.html"]
     page = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
-    root = ET.fromstring(page.removeprefix("<!DOCTYPE html>"))
+    root = ET.fromstring(remove_prefix(page, "<!DOCTYPE html>"))
     assert not list(root.iter("img"))
     assert len([t for t in root.iter("table") if t.get("class") != "facts"]) == 1
     assert "No plots against batch size: every row has batch size 1." in page
@@ -286,7 +287,7 @@ def test_the_study_swept_over_batch_sizes_comes_first_on_the_page(tmp_path: Path
     )
     runs = [benchmark_json.read_run(run)]
     assert plots.report_order(runs) == ["study", "small-sweep", "side"]
-    root = ET.fromstring(html_report._page(runs, []).removeprefix("<!DOCTYPE html>"))
+    root = ET.fromstring(remove_prefix(html_report._page(runs, []), "<!DOCTYPE html>"))
     headings = [h.text for h in root.iter("h2")]
     assert headings == ["study", "small-sweep", "side", "Machine and run"]
     # The study's table is the page's first table: nothing (not the machine's facts) comes before it.

@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from pytest_ipu.placement.instances import InstanceError
@@ -448,7 +449,7 @@ def test_workers_compile_in_parallel_then_run_rounds_and_calls(tmp_path, closing
     assert [i.target for i in infos] == ["fake:dev0", "fake:dev1"]
     assert [i.info["pid"] for i in infos] == pids
     # compile_s was timed in the worker around the whole compile: at least the compile's own span.
-    for info, (start, end) in zip(infos, [(s0, e0), (s1, e1)], strict=True):
+    for info, (start, end) in zip_strict(infos, [(s0, e0), (s1, e1)]):
         assert info.compile_s is not None
         assert info.compile_s >= (end - start) * 1e-9 >= 0.5
     assert infos[0].phases_s == {"sleep": 0.5}

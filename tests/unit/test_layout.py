@@ -51,6 +51,7 @@ LAYERS: dict[str, int] = {
     "pytest_ipu.cli": 3,
     "pytest_ipu.doctor": 3,
     "pytest_ipu.ab_runner": 3,
+    "pytest_ipu.bench_seam": 3,
 }
 #: Layers allowed to import pytest.
 PYTEST_LAYERS = {3}

@@ -4,6 +4,7 @@ the answers, and callers that block on events order the workers, so every check 
 from __future__ import annotations
 
 import threading
+import typing
 from collections import Counter
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ DEADLINE_S = 30.0
 N = 40
 X = np.arange(N * 3, dtype=np.float32).reshape(N, 3)
 
-Caller = Callable[[tuple[object, ...]], object]
+Caller = typing.Callable[[typing.Tuple[object, ...]], object]
 
 
 class FakeLoadgen:

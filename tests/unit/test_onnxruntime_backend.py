@@ -20,11 +20,13 @@ from pytest_ipu.errors import CompileError
 from tests.unit.small_net import eager as _eager
 from tests.unit.small_net import inputs as _inputs
 from tests.unit.small_net import small_net
+from tests.unit.torch_versions import onnx_export_modules
 
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
-pytest.importorskip("onnxscript")
+for _module in onnx_export_modules():
+    pytest.importorskip(_module)
 
 ALLOWED = "graph_optimization_level, intra_op_threads, inter_op_threads, io, opset"
 

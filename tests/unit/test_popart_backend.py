@@ -29,6 +29,8 @@ from pytest_ipu.backends import parity
 from pytest_ipu.backends.popart import NOT_INSTALLED
 from pytest_ipu.backends.popart import OPTIONS
 from pytest_ipu.backends.popart import PopArtBackend
+from pytest_ipu.backports import remove_prefix
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from tests.fakes import fake_popart
@@ -300,7 +302,7 @@ def test_a_model_with_two_inputs_and_two_outputs(backend):
     compiled = backend.compile(f.getvalue(), (x, y), "fp32", {"batches_per_step": 2})
     with torch.inference_mode():
         expected = [t.numpy() for t in model(x, y)]
-    for got, want in zip(_run(compiled, x, y), expected, strict=True):
+    for got, want in zip_strict(_run(compiled, x, y), expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     compiled.close()
 
@@ -1386,7 +1388,7 @@ def test_the_popart_api_the_backend_uses(which, tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     last = result.stdout.strip().splitlines()[-1]
     if last.startswith("SKIP: "):
-        pytest.skip(last.removeprefix("SKIP: "))
+        pytest.skip(remove_prefix(last, "SKIP: "))
     assert last == "RAN"
 
 

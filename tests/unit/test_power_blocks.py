@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_ipu import power
+from pytest_ipu.backports import remove_prefix
 from pytest_ipu.report import power_blocks as report
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results.benchmark_json import RunFileError
@@ -136,7 +137,7 @@ def _entry(**changes: Any) -> dict[str, Any]:
     entry = BLOCKS[0].as_json()
     for key, value in changes.items():
         if key.startswith("power."):
-            entry["power"] = {**entry["power"], key.removeprefix("power."): value}
+            entry["power"] = {**entry["power"], remove_prefix(key, "power."): value}
         else:
             entry[key] = value
     return entry

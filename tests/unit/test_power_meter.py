@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.power.meter import MAX_MISSED
 from pytest_ipu.power.meter import PowerMeter
@@ -86,7 +87,7 @@ def _counter_error_j(watts: float, source: FakePowerSource, t_ns: list[int]) -> 
     (the largest gap of the run), whenever the thread happened to read. ``t_ns``: every reading's
     timestamp, in read order.
     """
-    gaps = [abs(at - t) for at, t in zip(source.read_started_ns, t_ns, strict=True)]
+    gaps = [abs(at - t) for at, t in zip_strict(source.read_started_ns, t_ns)]
     refresh_ns = source.update_period_s() * 1e9
     return watts * (2 * max(gaps) + refresh_ns / 2) * 1e-9 + 1e-12
 

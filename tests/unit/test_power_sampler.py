@@ -311,7 +311,7 @@ def test_on_the_real_clock_every_grid_point_is_read_or_counted_as_missed():
     # readings bracket the window and increase strictly
     assert trace.t_ns[0] <= start
     assert trace.t_ns[-1] >= end
-    assert all(b > a for a, b in zip(trace.t_ns, trace.t_ns[1:], strict=False))
+    assert all(b > a for a, b in zip(trace.t_ns, trace.t_ns[1:]))
     # The thread's reads (all but the first and the last reading) plus the reads it skipped are
     # the grid points start + k * period it went through: up to the first one after its last read,
     # which comes no later than one period after the last reading. A loaded machine moves reads

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import settings
 
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import fields
 from pytest_ipu.results import schema
@@ -59,7 +60,7 @@ def _same(attribute: object, stored: object, where: str) -> None:
     elif isinstance(attribute, tuple):
         assert isinstance(stored, list), where
         assert len(stored) == len(attribute), where
-        for i, (a, s) in enumerate(zip(attribute, stored, strict=True)):
+        for i, (a, s) in enumerate(zip_strict(attribute, stored)):
             _same(a, s, f"{where}[{i}]")
     elif isinstance(attribute, Mapping):
         assert dict(attribute) == stored, where

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from pytest_ipu.backports import remove_suffix
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import terminal as report
 from pytest_ipu.report.terminal import Row
@@ -133,7 +135,7 @@ def _cells(line: str) -> list[str]:
 
 def _row_cells(record: IpuRecord) -> dict[str, str]:
     header, _, row = _table_lines(report.tables([Row("g", "g[a]", record)]), "g")
-    return dict(zip(_cells(header), _cells(row), strict=True))
+    return dict(zip_strict(_cells(header), _cells(row)))
 
 
 def test_header_and_rule():
@@ -310,7 +312,7 @@ def _blocks(lines: list[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for start, line in enumerate(lines):
         if line.endswith(" (latency per call; throughput summed over instances)"):
-            group = line.removesuffix(" (latency per call; throughput summed over instances)")
+            group = remove_suffix(line, " (latency per call; throughput summed over instances)")
             out[group] = lines[start + 3 : lines.index("", start)]
     return out
 

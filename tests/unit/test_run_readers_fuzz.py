@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from tests.unit.run_files import record
 GOLDEN = Path(__file__).parent.parent / "golden"
 PATH = Path("fuzzed.json")
 
-Key = str | int
+Key = typing.Union[str, int]
 
 
 def _full_record() -> dict[str, Any]:
@@ -183,7 +184,7 @@ def _assert_usable(value: Any, where: str) -> None:
     """Every number of a typed record is finite and >= 0; free-form objects hold no NaN or Infinity."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         assert math.isfinite(value), f"{where} = {value!r}"
         assert value >= 0, f"{where} = {value!r}"
     elif dataclasses.is_dataclass(value):
@@ -209,7 +210,7 @@ def _assert_finite_anywhere(value: Any, where: str) -> None:
             assert math.isfinite(item), f"{name} = {item!r}"
         elif isinstance(item, Mapping):
             stack.extend((f"{name}.{k}", v) for k, v in item.items())
-        elif isinstance(item, list | tuple):
+        elif isinstance(item, (list, tuple)):
             stack.extend((f"{name}[{i}]", v) for i, v in enumerate(item))
 
 

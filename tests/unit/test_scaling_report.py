@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from pytest_ipu import cli
+from pytest_ipu.backports import remove_prefix
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.report import html as html_report
 from pytest_ipu.report import scaling
 from pytest_ipu.results import benchmark_json
@@ -94,7 +96,7 @@ def _runs(*paths: Path) -> list[benchmark_json.StoredRun]:
 
 
 def _page(out: Path) -> ET.Element:
-    return ET.fromstring((out / "index.html").read_text(encoding="utf-8").removeprefix("<!DOCTYPE html>"))
+    return ET.fromstring(remove_prefix((out / "index.html").read_text(encoding="utf-8"), "<!DOCTYPE html>"))
 
 
 def _section(root: ET.Element) -> ET.Element:
@@ -257,7 +259,7 @@ def test_published_references_are_drawn_and_listed_apart_from_the_measured_point
     assert list(ax.containers[0].lines[0].get_xdata()) == [1, 2]  # type: ignore[attr-defined]
     assert ax.get_ylabel() == "time to train (min)"  # one unit for both: 8.5 min reads as published
     published = [line for line in ax.get_lines() if line.get_label() == "published: IPU-POD64"]
-    assert [(float(x), float(y)) for x, y in zip(*published[0].get_data(), strict=True)] == [(64.0, 8.5)]
+    assert [(float(x), float(y)) for x, y in zip_strict(*published[0].get_data())] == [(64.0, 8.5)]
     # Throughput references do not match this benchmark, so its samples/s view has none.
     (tax,) = scaling.draw(study, scaling.THROUGHPUT).axes
     assert not [t for t in tax.get_legend().get_texts() if t.get_text().startswith("published")]

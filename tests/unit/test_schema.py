@@ -502,7 +502,7 @@ def _json_value(data: dict[str, Any], metric: str) -> float | None:
         if not isinstance(node, dict) or node.get(key) is None:
             return None
         node = node[key]
-    return None if isinstance(node, bool) or not isinstance(node, int | float) else float(node)
+    return None if isinstance(node, bool) or not isinstance(node, (int, float)) else float(node)
 
 
 @pytest.mark.parametrize("name", list(schema.METRICS))

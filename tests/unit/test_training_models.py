@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from pytest_ipu.backports import zip_strict
+
 torch = pytest.importorskip("torch")
 
 from torch.nn import functional  # noqa: E402
@@ -35,7 +37,7 @@ def test_resnet50_is_v1_5_with_plain_bottlenecks() -> None:
     model = resnet.resnet50()
     stages = [model.layer1, model.layer2, model.layer3, model.layer4]
     assert [len(stage) for stage in stages] == [3, 4, 6, 3]
-    for stage, planes in zip(stages, (64, 128, 256, 512), strict=True):
+    for stage, planes in zip_strict(stages, (64, 128, 256, 512)):
         first = stage[0]
         # v1.5: the 3x3 convolution downsamples, the 1x1 before it keeps the resolution.
         assert first.conv1.stride == (1, 1)
@@ -257,7 +259,7 @@ def test_bert_config_rejects_impossible_sizes(fields: dict[str, Any], name: str)
         "max_positions": 20,
     }
     with pytest.raises(ValueError, match=name) as error:
-        bert.BertConfig(**(sizes | fields))
+        bert.BertConfig(**{**sizes, **fields})
     _one_line(error)
 
 
@@ -402,7 +404,7 @@ def test_digits_train_epoch_feeds_the_shards_rows(digits_data: Any) -> None:
     expected = run.shard(0)
     assert run.train_epoch() == len(expected) * 16
     assert len(step.batches) == len(expected)
-    for (x, y), indices in zip(step.batches, expected, strict=True):
+    for (x, y), indices in zip_strict(step.batches, expected):
         assert torch.equal(x, digits_data.train_x[indices])
         assert torch.equal(y, digits_data.train_y[indices])
     assert run.epochs == 1

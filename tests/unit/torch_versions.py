@@ -1,6 +1,6 @@
 """What the installed torch can do, read from its version without importing it, for skips of tests
-of features an older torch lacks (``make test-sdk-env`` runs the suite with torch 2.0.1, the torch
-PopTorch 3.4 asserts).
+of features an older torch lacks (``make test-floor`` runs the suite with torch 2.0.1, the torch
+PopTorch 3.4 asserts, on Python 3.8).
 
 Without importing torch: some test modules must not import it in the pytest process (see
 tests/plugin/test_onnx_plugin.py). Each skip names the torch version the feature needs.
@@ -36,6 +36,12 @@ def has_dynamo_exporter() -> bool:
     """Whether the installed torch exports ONNX with its dynamo exporter (torch 2.5 and later)."""
     version = torch_version()
     return version is not None and version >= DYNAMO_EXPORTER
+
+
+def onnx_export_modules() -> tuple[str, ...]:
+    """The modules an ONNX export and run needs here: onnxscript only where torch exports with its
+    dynamo exporter (torch 2.5 and later); torch 2.0.1's TorchScript exporter does without it."""
+    return ("torch", "onnx", "onnxruntime", *(("onnxscript",) if has_dynamo_exporter() else ()))
 
 
 def compiles_here() -> bool:

@@ -1,0 +1,37 @@
+"""``--benchmark-json`` before pytest-benchmark 5.3: the file is not emptied while the command line
+is parsed (``bench_seam.defer_json_open``), whichever plugin registers first. A subprocess run each:
+the plugins are loaded by ``-p`` in the order under test.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    "plugins",
+    [("pytest_benchmark.plugin", "pytest_ipu.plugin"), ("pytest_ipu.plugin", "pytest_benchmark.plugin")],
+    ids=["benchmark-first", "ipu-first"],
+)
+def test_the_previous_json_file_is_untouched_until_the_run_writes_it(
+    pytester: pytest.Pytester, monkeypatch, plugins: tuple[str, str]
+) -> None:
+    """pytest-benchmark before 5.3 empties it while parsing the command line, so a run that failed
+    to finish would lose it; the deferral keeps it whichever plugin registers first (entry points
+    load in no set order)."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    (pytester.path / "out.json").write_text('{"previous": true}', encoding="utf-8")
+    pytester.makepyfile(
+        """
+        from pathlib import Path
+
+        def test_the_file_is_as_it_was(benchmark):
+            benchmark(lambda: None)
+            assert Path("out.json").read_text(encoding="utf-8") == '{"previous": true}'
+        """
+    )
+    load = [arg for plugin in plugins for arg in ("-p", plugin)]
+    result = pytester.runpytest_subprocess(*load, "-p", "no:cacheprovider", "--benchmark-json=out.json")
+    result.assert_outcomes(passed=1)
+    assert '"benchmarks"' in (pytester.path / "out.json").read_text(encoding="utf-8")
+    assert [p.name for p in pytester.path.iterdir() if p.name.startswith(".out.json")] == []
