@@ -49,7 +49,8 @@ class _Stats:
 
 class Fixture40:
     """pytest-benchmark 4.0.0's ``pedantic`` loop (to 5.1): no ``teardown``; per round the setup
-    (``make_arguments``), the timed call, then ``stats.update``; disabled, the target once."""
+    (``make_arguments``), the timed call, then ``stats.update``; disabled, the target once; a raise
+    sets ``has_error``."""
 
     def __init__(self, events: list[str], enabled: bool = True) -> None:
         self.events = events
@@ -67,18 +68,30 @@ class Fixture40:
         warmup_rounds: int = 0,
         iterations: int = 1,
     ) -> object:
+        return self._loop(target, args, setup, None, warmup_rounds + rounds)
+
+    def _loop(
+        self,
+        target: Callable[..., object],
+        args: Sequence[object],
+        setup: Callable[[], object] | None,
+        teardown: Callable[..., object] | None,
+        rounds: int,
+    ) -> object:
         try:
             if not self.enabled:
                 if setup is not None:
                     setup()
                 return target(*args)
             result = None
-            for _ in range(warmup_rounds + rounds):
+            for _ in range(rounds):
                 if setup is not None:
                     setup()
                 result = target(*args)
                 self.events.append("bookkeeping")
                 self.stats.stats.data.append(0.5)
+                if teardown is not None:
+                    teardown(*args)
             return result
         except Exception:
             self.has_error = True
@@ -99,20 +112,7 @@ class Fixture52(Fixture40):
         warmup_rounds: int = 0,
         iterations: int = 1,
     ) -> object:
-        if not self.enabled:
-            if setup is not None:
-                setup()
-            return target(*args)
-        result = None
-        for _ in range(warmup_rounds + rounds):
-            if setup is not None:
-                setup()
-            result = target(*args)
-            self.events.append("bookkeeping")
-            self.stats.stats.data.append(0.5)
-            if teardown is not None:
-                teardown(*args)
-        return result
+        return self._loop(target, args, setup, teardown, warmup_rounds + rounds)
 
 
 @pytest.mark.parametrize("fixture_type", [Fixture40, Fixture52])
