@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from pytest_ipu.measure import metrics
-from pytest_ipu.measure.run import Measurement
-from pytest_ipu.measure.run import pool
 from pytest_ipu.results import ab
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
 from pytest_ipu.results import records
+from pytest_ipu.run.benchmark import Measurement
+from pytest_ipu.run.benchmark import pool
 
 #: Independent repeats per run (``--ipu-repeats=3``), each warmed up anew.
 REPEATS = 3

@@ -35,7 +35,7 @@ SECTION = "start-up cost (trivial test file, pytest with the plugin vs -p no:ipu
 
 _PROBE = """
 import json, sys
-import pytest_ipu.plugin
+import pytest_ipu.pytest_plugin.plugin
 mods = sorted(m for m in sys.modules if m.startswith("pytest_ipu"))
 print(json.dumps({"modules": mods, "numpy": "numpy" in sys.modules, "torch": "torch" in sys.modules}))
 """

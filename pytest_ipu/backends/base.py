@@ -18,7 +18,7 @@ from pytest_ipu.errors import CompileError
 from pytest_ipu.errors import NonFiniteLoss
 
 if TYPE_CHECKING:
-    from pytest_ipu.placement.inventory import IpuInventory
+    from pytest_ipu.devices.inventory import IpuInventory
     from pytest_ipu.results.records import ParityRecord
     from pytest_ipu.results.records import PlacementRecord
 

@@ -62,10 +62,10 @@ from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.devices import inventory as ipu_inventory
+from pytest_ipu.devices.inventory import IpuInventory
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
-from pytest_ipu.placement import inventory as ipu_inventory
-from pytest_ipu.placement.inventory import IpuInventory
 from pytest_ipu.sdk import import_sdk
 
 #: The ONNX (``ai.onnx``) opsets PopART 3.x imports.

@@ -37,11 +37,11 @@ from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
+from pytest_ipu.devices import inventory as ipu_inventory
+from pytest_ipu.devices import poprun
+from pytest_ipu.devices.inventory import IpuInventory
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
-from pytest_ipu.placement import inventory as ipu_inventory
-from pytest_ipu.placement import poprun
-from pytest_ipu.placement.inventory import IpuInventory
 from pytest_ipu.sdk import import_sdk
 
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.

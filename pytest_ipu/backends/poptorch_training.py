@@ -54,9 +54,9 @@ from pytest_ipu.backends.poptorch import _poptorch_options
 from pytest_ipu.backends.poptorch import _positive_int
 from pytest_ipu.backends.poptorch import _release
 from pytest_ipu.backends.poptorch import _version
+from pytest_ipu.devices import poprun
+from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.errors import CompileError
-from pytest_ipu.placement import poprun
-from pytest_ipu.placement.poprun import PopRunInstance
 from pytest_ipu.sdk import import_sdk
 
 #: Backend options the step sets itself: ``training``; ``gradient_accumulation``, which is

@@ -28,12 +28,12 @@ from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import InstanceGroup
 from pytest_ipu.backends.base import PlacedBackend
 from pytest_ipu.backends.base import WorkerBackend
+from pytest_ipu.devices.allocate import PlacementError
+from pytest_ipu.devices.allocate import allocate
+from pytest_ipu.devices.request import DeviceRequest
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from pytest_ipu.errors import UnplaceableError
-from pytest_ipu.placement.allocate import PlacementError
-from pytest_ipu.placement.allocate import allocate
-from pytest_ipu.placement.request import DeviceRequest
 from pytest_ipu.results.records import PlacementRecord
 
 #: A function giving the backend for a target spelled ``name:device`` (the run's backend cache).

@@ -1,28 +1,14 @@
-"""PopRun and PopDist: one pytest run per PopRun instance, and the merge of their JSON files.
+"""PopRun's launch files: one pytest run per PopRun instance, and the merge of their JSON files.
 
-``poprun --num-instances N ... pytest ...`` starts N copies of the pytest run (reference
-``graphcore-sdk-api.md`` section 5.1). Each instance learns who it is from ``popdist``:
-``isPopdistEnvSet()``, ``getInstanceIndex()`` in ``[0, getNumInstances())``,
-``getLocalInstanceIndex()``, ``getNumLocalReplicas()``, ``getNumTotalReplicas()`` and
-``getNumIpusPerReplica()``. ``detect`` reads them into a ``PopRunInstance``.
-
-PopRun passes its settings to the instances through environment variables, but the reference
-documents none of their names (and the popdist source is not public), so ``detect`` asks the
-``popdist`` module only: without it, a process is taken to be outside PopRun.
-
-Every instance would also see every IPU of the launch and, choosing from that inventory, place its
-models on the same IPU ids as the others. ``instance_device`` asks PopDist for this instance's
-device instead (``popdist.getDeviceId``) and ``InstanceInventory`` limits placement to its IPUs.
-
-Every instance would write the same ``--benchmark-json`` file; ``configure_json_path`` gives each
-its own (``instance_json_path``), and ``merge`` (the ``pytest-ipu merge`` command) joins the files
-of one launch into one pytest-benchmark document.
+Every instance of ``poprun --num-instances N ... pytest ...`` (which instance it is, and its IPUs,
+are ``devices.poprun``'s) would write the same ``--benchmark-json`` file; ``configure_json_path``
+gives each its own (``instance_json_path``), and ``merge`` (the ``pytest-ipu merge`` command) joins
+the files of one launch into one pytest-benchmark document.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -33,10 +19,9 @@ from types import ModuleType
 from typing import Any
 
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.devices.poprun import PopRunInstance
+from pytest_ipu.devices.poprun import detect
 from pytest_ipu.placement import outputs
-from pytest_ipu.placement.allocate import Inventory
-from pytest_ipu.placement.inventory import IpuInventory
-from pytest_ipu.sdk import import_sdk
 
 # The merge half reads and writes result files: its modules (the schema and its readers) are
 # imported by the functions that need them, so the session's start-up does not pay for them.
@@ -90,220 +75,6 @@ TORCHRUN_AGGREGATION: Mapping[str, str] = {
 
 class MergeError(ValueError):
     """Files that cannot be merged; the one-line message names the file and the problem."""
-
-
-@dataclass(frozen=True)
-class PopRunInstance:
-    """This process's place in a PopRun launch.
-
-    ``index`` of ``count`` instances (``local_index`` among those on this host), running
-    ``replicas_local`` of the launch's ``replicas_total`` replicas, each on ``ipus_per_replica`` IPUs.
-    """
-
-    index: int
-    count: int
-    local_index: int
-    replicas_local: int
-    replicas_total: int
-    ipus_per_replica: int
-
-    def __post_init__(self) -> None:
-        _check(self.as_json(), "PopRunInstance")
-
-    def as_json(self) -> dict[str, int]:
-        """Plain JSON for ``machine_info["ipu"]["poprun"]`` and each record's ``"poprun"``."""
-        return {
-            "index": self.index,
-            "count": self.count,
-            "local_index": self.local_index,
-            "replicas_local": self.replicas_local,
-            "replicas_total": self.replicas_total,
-            "ipus_per_replica": self.ipus_per_replica,
-        }
-
-
-#: ``PopRunInstance`` field -> the popdist getter that gives it.
-_GETTERS: Mapping[str, str] = {
-    "index": "getInstanceIndex",
-    "count": "getNumInstances",
-    "local_index": "getLocalInstanceIndex",
-    "replicas_local": "getNumLocalReplicas",
-    "replicas_total": "getNumTotalReplicas",
-    "ipus_per_replica": "getNumIpusPerReplica",
-}
-
-
-def detect(popdist_module: ModuleType | None = None) -> PopRunInstance | None:
-    """This process's ``PopRunInstance``, or ``None`` when it was not launched by PopRun.
-
-    ``popdist`` is imported lazily unless given; a process without it is not under PopRun.
-    Raises ``ValueError`` naming the popdist getter and its value when PopRun's settings are
-    inconsistent (say, an instance index not below the instance count).
-    """
-    module = popdist_module
-    if module is None:
-        try:
-            module = import_sdk("popdist")
-        except ImportError:
-            return None
-    if not module.isPopdistEnvSet():
-        return None
-    values: dict[str, object] = {}
-    for name, getter in _GETTERS.items():
-        try:
-            values[name] = getattr(module, getter)()
-        except Exception as exc:
-            raise ValueError(
-                f"popdist.{getter}() failed under PopRun: {type(exc).__name__}: {exc}; check the "
-                "poprun command line"
-            ) from None
-    labels = {name: f"popdist.{getter}()" for name, getter in _GETTERS.items()}
-    return PopRunInstance(**_check(values, "popdist", labels))
-
-
-def _check(
-    values: Mapping[str, object], source: str, labels: Mapping[str, str] | None = None
-) -> dict[str, int]:
-    """The values as ints; ``ValueError`` for one that no PopRun launch can have, naming it and the fix."""
-
-    def label(name: str) -> str:
-        return labels[name] if labels else f"{source}.{name}"
-
-    checked: dict[str, int] = {}
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(
-                f"{label(name)} = {value!r} is not an int; check the poprun command line and the "
-                "popdist installation"
-            )
-        minimum = 0 if name in ("index", "local_index") else 1
-        if value < minimum:
-            raise ValueError(
-                f"{label(name)} = {value} is below {minimum}; check the poprun command line "
-                "(--num-instances, --num-replicas, --ipus-per-replica)"
-            )
-        checked[name] = value
-    count = checked["count"]
-    for name in ("index", "local_index"):
-        if checked[name] >= count:
-            raise ValueError(
-                f"{label(name)} = {checked[name]} is not below {label('count')} = {count}; an instance "
-                f"index lies in [0, {count}): check the poprun command line (--num-instances)"
-            )
-    if checked["replicas_local"] > checked["replicas_total"]:
-        raise ValueError(
-            f"{label('replicas_local')} = {checked['replicas_local']} exceeds {label('replicas_total')} "
-            f"= {checked['replicas_total']}; check the poprun command line (--num-replicas)"
-        )
-    return checked
-
-
-@dataclass(frozen=True)
-class PopRunDevice:
-    """The device PopDist gives this instance: its ``gc-info -l`` id and the IPU ids it is made of.
-
-    ``device_id`` is ``popdist.getDeviceId(ipus_per_replica)``: a device of ``replicas_local x
-    ipus_per_replica`` IPUs, the instance's share of the launch. That it has this size, and which
-    IPUs each instance gets, are not documented (the popdist source is not public): the size is
-    what ``popdist.poptorch.Options`` needs for its local replicas, and the IPUs are read back from
-    the inventory's device numbering.
-    """
-
-    instance: PopRunInstance
-    device_id: int
-    ipu_ids: tuple[int, ...]
-
-    @property
-    def note(self) -> str:
-        """One line for the inventory's notes: which IPUs this instance places its models on."""
-        return (
-            f"PopRun instance {self.instance.index} of {self.instance.count}: placement uses only IPU(s) "
-            f"{', '.join(map(str, self.ipu_ids))}, device {self.device_id} "
-            f"(popdist.getDeviceId({self.instance.ipus_per_replica}))"
-        )
-
-
-@dataclass(frozen=True)
-class InstanceInventory(IpuInventory):
-    """Every IPU of the machine, as discovered, but placement only on the IPUs of ``device``.
-
-    The whole inventory stays, because multi-IPU device ids are numbered over all of it
-    (``multi_device_id``); ``placement_inventory`` gives ``allocate`` the instance's IPUs only, so
-    the instances of one launch never choose the same ones.
-    """
-
-    device: PopRunDevice | None = None
-
-    def placement_inventory(self) -> Inventory:
-        """The instance's IPUs only (all IPUs when no device is set), grouped into boards by serial."""
-        whole = super().placement_inventory()
-        if self.device is None:
-            return whole
-        ids = tuple(i for i in whole.device_ids if i in self.device.ipu_ids)
-        instance = self.device.instance
-        return Inventory(
-            f"{whole.kind} (PopRun instance {instance.index} of {instance.count}, device "
-            f"{self.device.device_id})",
-            ids,
-            {i: board for i, board in whole.board_of.items() if i in ids},
-        )
-
-
-def instance_device(inventory: IpuInventory, popdist_module: ModuleType | None = None) -> PopRunDevice | None:
-    """This instance's ``PopRunDevice`` (the IPUs of ``popdist.getDeviceId``), or ``None`` outside PopRun.
-
-    ``popdist`` is imported lazily unless given. ``ValueError`` (one line: the getter, its value
-    and the fix) when PopDist's device id is not an int or names no device of the right size in
-    ``inventory``.
-    """
-    instance = detect(popdist_module)
-    if instance is None:
-        return None
-    module = popdist_module if popdist_module is not None else import_sdk("popdist")
-    per_replica = instance.ipus_per_replica
-    getter = f"popdist.getDeviceId({per_replica})"
-    try:
-        device_id = module.getDeviceId(per_replica)
-    except Exception as exc:
-        raise ValueError(
-            f"{getter} failed under PopRun: {type(exc).__name__}: {exc}; check the poprun command line"
-        ) from None
-    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
-        raise ValueError(
-            f"{getter} = {device_id!r} is not a device id (an int >= 0); check the popdist installation"
-        )
-    size = instance.replicas_local * per_replica
-    return PopRunDevice(instance, device_id, _device_ipus(inventory, device_id, size, getter))
-
-
-def instance_inventory(inventory: IpuInventory, device: PopRunDevice) -> InstanceInventory:
-    """``inventory`` with placement limited to ``device``'s IPUs, and a note saying so."""
-    # Every field the discovered inventory has, whatever they are, so nothing it found is lost.
-    fields = {f.name: getattr(inventory, f.name) for f in dataclasses.fields(IpuInventory)}
-    fields["notes"] = (*inventory.notes, device.note)
-    return InstanceInventory(**fields, device=device)
-
-
-def _device_ipus(inventory: IpuInventory, device_id: int, size: int, getter: str) -> tuple[int, ...]:
-    """The IPU ids of device ``device_id``, which must have ``size`` IPUs, by the inventory's numbering."""
-    ids = inventory.ids
-    if size == 1 and device_id in ids:
-        return (device_id,)
-    if size > 1:
-        for start in range(0, max(ids, default=-1) + 1, size):
-            group = tuple(range(start, start + size))
-            if not set(group).issubset(ids):
-                continue
-            try:
-                if inventory.multi_device_id(group) == device_id:
-                    return group
-            except ValueError:
-                break  # ids with gaps: gc-info's numbering cannot be derived, so nothing matches
-    raise ValueError(
-        f"{getter} = {device_id} is not a device of {size} IPU(s) (local replicas x IPUs per replica) "
-        f"among this machine's IPUs {list(ids)} as gc-info -l numbers them; check the poprun command line "
-        "(--num-replicas, --ipus-per-replica) against `gc-info -l`"
-    )
 
 
 def instance_json_path(path: Path, instance: PopRunInstance) -> Path:

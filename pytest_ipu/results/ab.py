@@ -1,6 +1,6 @@
 """``pytest-ipu ab``: the decision on interleaved A/B runs, and its tables (no subprocess, no pytest).
 
-The command (``pytest_ipu.ab_runner``) runs the baseline and the candidate alternately, N pairs in
+The command (``pytest_ipu.cli.ab``) runs the baseline and the candidate alternately, N pairs in
 ABBA order, one pytest run per side and pair; this module reads the runs back as values and
 decides.
 

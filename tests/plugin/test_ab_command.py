@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ipu import ab_runner
-from pytest_ipu import cli
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.cli import ab as ab_runner
+from pytest_ipu.cli import main as cli
 
 #: The example benchmark: its work, and the side it reports, come from the environment, so two
 #: command prefixes that set them differently act as two environments with different code.

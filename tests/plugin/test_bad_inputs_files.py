@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import cli
+from pytest_ipu.cli import main as cli
 from pytest_ipu.results import benchmark_json
 from tests.unit.test_poprun import _two_instances
 from tests.unit.torch_versions import onnx_export_modules

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from pytest_ipu.marker import KEYWORDS
-from pytest_ipu.options import OPTIONS
+from pytest_ipu.pytest_plugin.marker import KEYWORDS
+from pytest_ipu.pytest_plugin.options import OPTIONS
 from tests.plugin.inner import SENTINEL_TEST
 
 USAGE = int(pytest.ExitCode.USAGE_ERROR)

@@ -10,7 +10,10 @@ import pytest
 
 @pytest.mark.parametrize(
     "plugins",
-    [("pytest_benchmark.plugin", "pytest_ipu.plugin"), ("pytest_ipu.plugin", "pytest_benchmark.plugin")],
+    [
+        ("pytest_benchmark.plugin", "pytest_ipu.pytest_plugin.plugin"),
+        ("pytest_ipu.pytest_plugin.plugin", "pytest_benchmark.plugin"),
+    ],
     ids=["benchmark-first", "ipu-first"],
 )
 def test_the_previous_json_file_is_untouched_until_the_run_writes_it(

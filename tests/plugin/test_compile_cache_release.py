@@ -20,11 +20,11 @@ import pytest
 # operator libraries again ("Only a single TORCH_LIBRARY ..."), breaking every later torch test.
 import torch  # noqa: F401
 
-from pytest_ipu import compiling
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
-from pytest_ipu.compiling import CompileCache
-from pytest_ipu.placement.request import DeviceRequest
+from pytest_ipu.devices.request import DeviceRequest
+from pytest_ipu.run import compiling
+from pytest_ipu.run.compiling import CompileCache
 
 
 class _Model:

@@ -7,9 +7,9 @@ import re
 import pytest
 
 from pytest_ipu.backports import remove_prefix
-from pytest_ipu.marker import KEYWORDS
-from pytest_ipu.options import OPTIONS
-from pytest_ipu.options import OptionSpec
+from pytest_ipu.pytest_plugin.marker import KEYWORDS
+from pytest_ipu.pytest_plugin.options import OPTIONS
+from pytest_ipu.pytest_plugin.options import OptionSpec
 
 GROUP_TITLE = "pytest-ipu: benchmark models on IPUs, GPUs and CPUs:"
 
@@ -73,42 +73,42 @@ def test_fixtures_shows_the_six_fixtures_with_their_docstrings(pytester: pytest.
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(
         [
-            "ipu_benchmark -- *pytest_ipu*fixtures.py:*",
+            "ipu_benchmark -- *pytest_ipu*fixtures*.py:*",
             "    Measure a compiled model (or any callable) the way every pytest-ipu number is measured.",
         ],
         consecutive=True,
     )
     result.stdout.fnmatch_lines(
         [
-            "ipu_settings -- *pytest_ipu*fixtures.py:*",
+            "ipu_settings -- *pytest_ipu*fixtures*.py:*",
             "    The pytest-ipu settings for this test: the run's options, overridden by its ``ipu`` marker.",
         ],
         consecutive=True,
     )
     result.stdout.fnmatch_lines(
         [
-            "ipu_backend -- *pytest_ipu*fixtures.py:*",
+            "ipu_backend -- *pytest_ipu*fixtures*.py:*",
             "    The backend this test runs on, ready to compile models.",
         ],
         consecutive=True,
     )
     result.stdout.fnmatch_lines(
         [
-            "ipu_compile -- *pytest_ipu*fixtures.py:*",
+            "ipu_compile -- *pytest_ipu*fixtures*.py:*",
             "    Compile a model for this test's backend, once per run for each model and set of options.",
         ],
         consecutive=True,
     )
     result.stdout.fnmatch_lines(
         [
-            "ipu_placement -- *pytest_ipu*fixtures.py:*",
+            "ipu_placement -- *pytest_ipu*fixtures*.py:*",
             "    Where this test's model goes, for benchmarks that build their own sessions.",
         ],
         consecutive=True,
     )
     result.stdout.fnmatch_lines(
         [
-            "ipu_power -- *pytest_ipu*fixtures.py:*",
+            "ipu_power -- *pytest_ipu*fixtures*.py:*",
             "    Measure the energy of any block of code, the same way ``ipu_benchmark`` measures *",
         ],
         consecutive=True,

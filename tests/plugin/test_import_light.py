@@ -42,9 +42,11 @@ def _python(code: str, cwd: Path) -> tuple[int, str, list[str]]:
 
 def test_importing_the_plugin_imports_no_runtime(tmp_path: Path) -> None:
     code = (
-        "import pytest_ipu.plugin, pytest_ipu.fixtures, pytest_ipu.cli, pytest_ipu.session\n"
+        "import pytest_ipu.cli.main\n"
+        "from pytest_ipu.pytest_plugin import plugin, session\n"
+        "from pytest_ipu.pytest_plugin.fixtures import benchmark\n"
         "import pytest_ipu.backends, pytest_ipu.backends.torch\n"  # the torch backend imports torch lazily
-        "assert pytest_ipu.plugin.ipu_benchmark is pytest_ipu.fixtures.ipu_benchmark\n"
+        "assert plugin.ipu_benchmark is benchmark.ipu_benchmark\n"
     )
     ret, _, imported = _python(code, tmp_path)
     assert ret == 0

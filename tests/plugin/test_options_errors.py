@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_ipu import __version__
-from pytest_ipu.options import OPTIONS
+from pytest_ipu.pytest_plugin.options import OPTIONS
 from tests.plugin.inner import SENTINEL_TEST
 from tests.plugin.inner import assert_usage_error
 
@@ -194,7 +194,7 @@ def test_ipu_settings_sees_the_resolved_values(
     pytester.makeini("[pytest]\nipu_min_rounds = 12\nipu_max_time = 250ms\nipu_rounds = 40\n")
     pytester.makepyfile(
         """
-        from pytest_ipu.options import Settings
+        from pytest_ipu.pytest_plugin.options import Settings
         from pytest_ipu.backends.target import Target
 
         def test_settings(ipu_settings):

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import cli
+from pytest_ipu.cli import main as cli
 from pytest_ipu.results import schema
 from tests.fakes import fake_popdist
 

@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import cli
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.cli import main as cli
 from pytest_ipu.placement import poprun
 from pytest_ipu.results import schema
 from tests.plugin.inner import INNER_ADDOPTS

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ipu import cli
+from pytest_ipu.cli import main as cli
 
 TRAINING = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ipu import ab_runner
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.cli import ab as ab_runner
 from pytest_ipu.measure import stats
 from pytest_ipu.results import ab
 from pytest_ipu.results import gates

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import cli
+from pytest_ipu.cli import main as cli
 from tests.unit.run_files import bench
 from tests.unit.run_files import write
 

@@ -1,4 +1,4 @@
-"""``pytest_ipu.bench_seam``: the one module that names pytest-benchmark's internals, and how it
+"""``pytest_ipu.pytest_plugin.bench_seam``: the one module that names pytest-benchmark's internals, and how it
 bridges pytest-benchmark 4.0.0 (Python 3.8's) and 5.x.
 
 The suite runs against both (``make test`` has 5.3, ``make test-floor`` 4.0.0), so every plugin test
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 import pytest_ipu
-from pytest_ipu import bench_seam
+from pytest_ipu.pytest_plugin import bench_seam
 
 PACKAGE = Path(pytest_ipu.__file__).parent
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from pytest_ipu import backends
-from pytest_ipu import cli
+from pytest_ipu.cli import main as cli
 from tests.unit.run_files import bench
 from tests.unit.run_files import write
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The ``pytest-ipu`` console script, run by this interpreter (the script need not be installed).
-COMMAND = [sys.executable, "-c", "import sys; from pytest_ipu import cli; sys.exit(cli.main())"]
+COMMAND = [sys.executable, "-c", "import sys; from pytest_ipu.cli.main import main; sys.exit(main())"]
 
 
 def test_a_reader_that_closes_the_pipe_gets_no_traceback(tmp_path: Path) -> None:

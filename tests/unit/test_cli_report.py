@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ipu import cli
+from pytest_ipu.cli import main as cli
 from tests.unit.run_files import bench
 
 #: The report's figures need matplotlib (the ``report`` extra); without it these tests skip.

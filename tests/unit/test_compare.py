@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import cli
+from pytest_ipu.cli import main as cli
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import compare
 from pytest_ipu.results import gates

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ipu import cli
+from pytest_ipu.cli import main as cli
 from pytest_ipu.results import storage
 from tests.unit.run_files import bench
 from tests.unit.run_files import write

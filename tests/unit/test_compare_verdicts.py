@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ipu import cli
+from pytest_ipu.cli import main as cli
 from pytest_ipu.results import ab
 from pytest_ipu.results import compare
 from pytest_ipu.results import decide

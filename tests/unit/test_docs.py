@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from pytest_ipu import backends
-from pytest_ipu import plugin
-from pytest_ipu.marker import KEYWORDS
 from pytest_ipu.measure.metrics import LatencySummary
-from pytest_ipu.options import OPTIONS
+from pytest_ipu.pytest_plugin import plugin
+from pytest_ipu.pytest_plugin.marker import KEYWORDS
+from pytest_ipu.pytest_plugin.options import OPTIONS
 from pytest_ipu.results import records
 from pytest_ipu.results import schema
 

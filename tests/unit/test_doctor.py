@@ -1,4 +1,4 @@
-"""``pytest-ipu doctor`` (pytest_ipu/doctor.py): what it finds installed, the incompatibility lines, the
+"""``pytest-ipu doctor`` (pytest_ipu/cli/doctor.py): what it finds installed, the incompatibility lines, the
 probes of targets in child processes (with the SDK fakes of tests/fakes/ put on ``PYTHONPATH``, as the
 Poplar SDK's enable script puts popart there), the exit codes, and the real command on this machine.
 """
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ipu import cli
-from pytest_ipu import doctor
-from pytest_ipu.doctor import Check
-from pytest_ipu.doctor import Installed
-from pytest_ipu.doctor import Machine
+from pytest_ipu.cli import doctor
+from pytest_ipu.cli import main as cli
+from pytest_ipu.cli.doctor import Check
+from pytest_ipu.cli.doctor import Installed
+from pytest_ipu.cli.doctor import Machine
 from tests.fakes import fake_popart
 
 REPO = Path(__file__).resolve().parents[2]

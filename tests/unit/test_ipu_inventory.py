@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu.placement import inventory as ipu_inventory
-from pytest_ipu.placement.allocate import Inventory
-from pytest_ipu.placement.inventory import IpuInfo
-from pytest_ipu.placement.inventory import IpuInventory
+from pytest_ipu.devices import inventory as ipu_inventory
+from pytest_ipu.devices.allocate import Inventory
+from pytest_ipu.devices.inventory import IpuInfo
+from pytest_ipu.devices.inventory import IpuInventory
 from tests.fakes import fake_gcipuinfo
 from tests.fakes import fake_popart
 
@@ -293,7 +293,7 @@ def test_popart_imported_lazily_when_onnx_is_absent(monkeypatch: pytest.MonkeyPa
 def test_importing_the_modules_imports_no_sdk_or_runtime(tmp_path: Path) -> None:
     heavy = ("torch", "onnx", "onnxruntime", "gcipuinfo", "popart", "poptorch", "popdist")
     code = (
-        "import json, sys\nimport pytest_ipu.placement.inventory, pytest_ipu.placement.poprun\n"
+        "import json, sys\nimport pytest_ipu.devices.inventory, pytest_ipu.placement.poprun\n"
         f"print(json.dumps([m for m in {heavy!r} if m in sys.modules]))\n"
     )
     proc = subprocess.run(

@@ -13,46 +13,38 @@ from pathlib import Path
 import pytest
 
 import pytest_ipu
-from pytest_ipu import hookspec
+from pytest_ipu.pytest_plugin import hookspec
 
 PACKAGE = Path(pytest_ipu.__file__).parent
 REPO = PACKAGE.parent
 
 #: The layers, lowest first. A module may import from its own layer and the layers below it.
 LAYERS: dict[str, int] = {
-    # pure core: numbers, statistics, records, schema, gates, placement requests
+    # pure core: numbers, statistics, records, schema, gates, device requests and allocation
     "pytest_ipu": 0,
     "pytest_ipu.errors": 0,
-    "pytest_ipu.measure.metrics": 0,
-    "pytest_ipu.measure.stats": 0,
-    "pytest_ipu.measure.timing": 0,
-    "pytest_ipu.measure.units": 0,
+    "pytest_ipu.backports": 0,
+    "pytest_ipu.sdk": 0,
+    "pytest_ipu.measure": 0,
     "pytest_ipu.results": 0,
-    "pytest_ipu.placement.request": 0,
-    "pytest_ipu.placement.allocate": 0,
-    # adapters: runtimes, power sources, devices, and measuring one benchmark with them
+    "pytest_ipu.devices.request": 0,
+    "pytest_ipu.devices.allocate": 0,
+    # adapters: devices present, runtimes, power sources, placement, LoadGen, and the pipeline
+    # measuring one benchmark with them (run/)
+    "pytest_ipu.devices": 1,
     "pytest_ipu.backends": 1,
     "pytest_ipu.power": 1,
     "pytest_ipu.placement": 1,
-    "pytest_ipu.measure.run": 1,
-    "pytest_ipu.compiling": 1,
     "pytest_ipu.loadgen": 1,
+    "pytest_ipu.run": 1,
     # presentation of records (no pytest)
     "pytest_ipu.report": 2,
     # pytest glue and the command
-    "pytest_ipu.plugin": 3,
-    "pytest_ipu.hookspec": 3,
-    "pytest_ipu.options": 3,
-    "pytest_ipu.marker": 3,
-    "pytest_ipu.session": 3,
-    "pytest_ipu.fixtures": 3,
-    "pytest_ipu.gating": 3,
-    "pytest_ipu.repeats": 3,
+    "pytest_ipu.pytest_plugin": 3,
     "pytest_ipu.cli": 3,
-    "pytest_ipu.doctor": 3,
-    "pytest_ipu.ab_runner": 3,
-    "pytest_ipu.bench_seam": 3,
 }
+#: At most this many modules directly under pytest_ipu/ (the rest live in the folders).
+MAX_TOP_LEVEL_MODULES = 6
 #: Layers allowed to import pytest.
 PYTEST_LAYERS = {3}
 #: Below the glue, only this may import pytest: its warnings subclass pytest's warning category.
@@ -113,8 +105,8 @@ def test_imports_go_down_the_layers(module: str) -> None:
         assert "pytest" not in _imports(module), f"{module} is below the pytest glue but imports pytest"
 
 
-def test_no_import_cycles() -> None:
-    graph = {m: {i for i in _imports(m) if i in MODULES} for m in MODULES}
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle a depth-first walk of ``graph`` meets, each as the path round it."""
     cycles: list[list[str]] = []
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     path: list[str] = []
@@ -122,7 +114,7 @@ def test_no_import_cycles() -> None:
     def visit(node: str) -> None:
         state[node] = 1
         path.append(node)
-        for nxt in sorted(graph[node]):
+        for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
                 cycles.append([*path[path.index(nxt) :], nxt])
             elif nxt not in state:
@@ -130,10 +122,38 @@ def test_no_import_cycles() -> None:
         path.pop()
         state[node] = 2
 
-    for module in sorted(graph):
-        if module not in state:
-            visit(module)
-    assert cycles == []
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    graph = {m: {i for i in _imports(m) if i in MODULES} for m in MODULES}
+    assert _cycles(graph) == []
+
+
+def _folder(module: str) -> str:
+    """``pytest_ipu.run.benchmark`` -> ``run``; a module directly under the package is its own."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_no_folder_imports_a_folder_that_imports_it_back() -> None:
+    """The folders form a DAG: a cycle among them (even through a third) is a layer drawn wrongly."""
+    graph: dict[str, set[str]] = {}
+    for module in MODULES:
+        mine = _folder(module)
+        graph.setdefault(mine, set()).update(_folder(m) for m in _imports(module) if m in MODULES)
+    for folder, targets in graph.items():
+        targets.discard(folder)
+    cycles = _cycles(graph)
+    assert cycles == [], f"folders importing each other round a cycle: {cycles}"
+
+
+def test_few_modules_directly_under_the_package() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} modules directly under pytest_ipu/: {top}"
 
 
 def test_every_hook_the_docs_name_exists() -> None:

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from pytest_ipu.backends.base import CompiledModel
-from pytest_ipu.measure.run import loadgen_record
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import decide
 from pytest_ipu.results import schema
@@ -21,6 +20,7 @@ from pytest_ipu.results.loadgen import PeakSearch
 from pytest_ipu.results.loadgen import ServerProbe
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.schema import SchemaError
+from pytest_ipu.run.benchmark import loadgen_record
 from tests.unit.test_schema import make_record
 
 LATENCY = {

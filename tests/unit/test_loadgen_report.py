@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import cli
+from pytest_ipu.cli import main as cli
 from pytest_ipu.report import html as html_report
 from pytest_ipu.report import loadgen as loadgen_report
 from pytest_ipu.report import loadgen_plot

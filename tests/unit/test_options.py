@@ -1,4 +1,4 @@
-"""Option resolution (pytest_ipu.options): precedence, exact error messages, parsers, names."""
+"""Option resolution (pytest_ipu.pytest_plugin.options): precedence, exact error messages, parsers, names."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_ipu import options
 from pytest_ipu.backends.target import Target
 from pytest_ipu.errors import ConfigError
-from pytest_ipu.options import Settings
+from pytest_ipu.pytest_plugin import options
+from pytest_ipu.pytest_plugin.options import Settings
 
 # (ini key, CLI value, env value, ini value, settings field, parsed CLI, parsed env, parsed ini, default)
 PRECEDENCE = [
@@ -387,7 +387,7 @@ def test_unknown_pytest_ipu_variables_name_the_closest_option():
 
 
 def test_non_option_variables_are_the_projects_own():
-    from pytest_ipu import repeats
+    from pytest_ipu.pytest_plugin import repeats
 
     assert repeats.WORKER_ENV in options.NON_OPTION_VARIABLES
     assert not options.NON_OPTION_VARIABLES & {spec.env for spec in options.OPTIONS}

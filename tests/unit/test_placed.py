@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 
 from pytest_ipu.backends.base import PlacedBackend
+from pytest_ipu.devices.allocate import Inventory
+from pytest_ipu.devices.request import DeviceRequest
+from pytest_ipu.devices.request import parse_request
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from pytest_ipu.placement import plan as placed
-from pytest_ipu.placement.allocate import Inventory
-from pytest_ipu.placement.request import DeviceRequest
-from pytest_ipu.placement.request import parse_request
 
 
 class StubInventory:
@@ -163,9 +163,9 @@ def test_replicas_and_stages_need_an_ipu_backend() -> None:
 
 
 def test_under_poprun_placement_keeps_to_the_instances_ipus_and_says_so() -> None:
-    from pytest_ipu.placement import poprun
-    from pytest_ipu.placement.inventory import IpuInfo
-    from pytest_ipu.placement.inventory import IpuInventory
+    from pytest_ipu.devices import poprun
+    from pytest_ipu.devices.inventory import IpuInfo
+    from pytest_ipu.devices.inventory import IpuInventory
 
     machine = IpuInventory(tuple(IpuInfo(i, "ipu2") for i in range(8)), "test")
     instance = poprun.PopRunInstance(1, 2, 1, 2, 4, 2)  # instance 1 of 2: two replicas of two IPUs

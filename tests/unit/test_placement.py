@@ -1,4 +1,4 @@
-"""Device placement (pytest_ipu.placement.request): marker keywords -> DeviceRequest -> Placement."""
+"""Device placement (pytest_ipu.devices.request): marker keywords -> DeviceRequest -> Placement."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from pytest_ipu.placement.allocate import InstancePlacement
-from pytest_ipu.placement.allocate import Inventory
-from pytest_ipu.placement.allocate import Placement
-from pytest_ipu.placement.allocate import PlacementError
-from pytest_ipu.placement.allocate import allocate
-from pytest_ipu.placement.request import DeviceRequest
-from pytest_ipu.placement.request import is_power_of_two
-from pytest_ipu.placement.request import parse_request
+from pytest_ipu.devices.allocate import InstancePlacement
+from pytest_ipu.devices.allocate import Inventory
+from pytest_ipu.devices.allocate import Placement
+from pytest_ipu.devices.allocate import PlacementError
+from pytest_ipu.devices.allocate import allocate
+from pytest_ipu.devices.request import DeviceRequest
+from pytest_ipu.devices.request import is_power_of_two
+from pytest_ipu.devices.request import parse_request
 
 SRC = "tests/test_x.py::test_a"
 

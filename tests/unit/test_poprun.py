@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import cli
+from pytest_ipu.cli import main as cli
+from pytest_ipu.devices import poprun as poprun_devices
+from pytest_ipu.devices.inventory import IpuInfo
+from pytest_ipu.devices.inventory import IpuInventory
+from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.placement import poprun
-from pytest_ipu.placement.inventory import IpuInfo
-from pytest_ipu.placement.inventory import IpuInventory
-from pytest_ipu.placement.poprun import PopRunInstance
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import records
 from pytest_ipu.results import schema
@@ -42,13 +43,13 @@ def _fresh_popdist() -> Any:
 
 
 def test_outside_poprun_there_is_no_instance() -> None:
-    assert poprun.detect(fake_popdist) is None  # type: ignore[arg-type]
+    assert poprun_devices.detect(fake_popdist) is None  # type: ignore[arg-type]
     assert fake_popdist.calls() == ["isPopdistEnvSet"]
 
 
 def test_without_popdist_there_is_no_instance(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "popdist", None)
-    assert poprun.detect() is None
+    assert poprun_devices.detect() is None
 
 
 def test_an_instance_reads_every_getter_and_popdist_is_imported_lazily(
@@ -56,7 +57,7 @@ def test_an_instance_reads_every_getter_and_popdist_is_imported_lazily(
 ) -> None:
     fake_popdist.configure(1, 2, local_instance_index=0, replicas_local=2, ipus_per_replica=4)
     monkeypatch.setitem(sys.modules, "popdist", fake_popdist)
-    instance = poprun.detect()
+    instance = poprun_devices.detect()
     assert instance == PopRunInstance(
         index=1, count=2, local_index=0, replicas_local=2, replicas_total=4, ipus_per_replica=4
     )
@@ -108,7 +109,7 @@ def test_an_instance_reads_every_getter_and_popdist_is_imported_lazily(
 def test_impossible_popdist_settings(settings: dict[str, Any], message: str) -> None:
     fake_popdist.configure(**settings)
     with pytest.raises(ValueError, match=exactly(message)):
-        poprun.detect(fake_popdist)
+        poprun_devices.detect(fake_popdist)
 
 
 def test_a_failing_getter_is_named() -> None:
@@ -127,7 +128,7 @@ def test_a_failing_getter_is_named() -> None:
             "check the poprun command line"
         ),
     ):
-        poprun.detect(broken)
+        poprun_devices.detect(broken)
 
 
 def test_a_directly_built_instance_is_checked_too() -> None:
@@ -159,7 +160,7 @@ def _machine(ipus: int) -> IpuInventory:
 
 
 def test_outside_poprun_there_is_no_instance_device() -> None:
-    assert poprun.instance_device(_machine(4), fake_popdist) is None  # type: ignore[arg-type]
+    assert poprun_devices.instance_device(_machine(4), fake_popdist) is None  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -175,7 +176,7 @@ def test_each_instance_gets_the_ipus_of_its_popdist_device(
     settings: dict[str, Any], device_id: int, ipu_ids: tuple[int, ...]
 ) -> None:
     fake_popdist.configure(**settings)
-    device = poprun.instance_device(_machine(4), fake_popdist)  # type: ignore[arg-type]
+    device = poprun_devices.instance_device(_machine(4), fake_popdist)  # type: ignore[arg-type]
     assert device is not None
     assert (device.device_id, device.ipu_ids) == (device_id, ipu_ids)
     # popdist is asked for the device of one replica's IPUs, as popdist.poptorch.Options does.
@@ -186,9 +187,9 @@ def test_two_instances_place_on_different_ipus() -> None:
     placements = []
     for index in (0, 1):
         fake_popdist.configure(index, 2, replicas_local=2)
-        device = poprun.instance_device(_machine(4), fake_popdist)  # type: ignore[arg-type]
+        device = poprun_devices.instance_device(_machine(4), fake_popdist)  # type: ignore[arg-type]
         assert device is not None
-        inventory = poprun.instance_inventory(_machine(4), device)
+        inventory = poprun_devices.instance_inventory(_machine(4), device)
         placements.append(inventory.placement_inventory().device_ids)
         # The whole machine stays, so multi-IPU device ids keep gc-info's numbering.
         assert inventory.ids == (0, 1, 2, 3)
@@ -215,7 +216,7 @@ def test_a_popdist_device_this_machine_does_not_have_is_one_line() -> None:
             "(--num-replicas, --ipus-per-replica) against `gc-info -l`"
         ),
     ):
-        poprun.instance_device(_machine(2), fake_popdist)  # type: ignore[arg-type]
+        poprun_devices.instance_device(_machine(2), fake_popdist)  # type: ignore[arg-type]
 
 
 def test_a_popdist_device_id_that_is_not_an_int_is_named() -> None:
@@ -231,7 +232,7 @@ def test_a_popdist_device_id_that_is_not_an_int_is_named() -> None:
             "popdist.getDeviceId(1) = '0' is not a device id (an int >= 0); check the popdist installation"
         ),
     ):
-        poprun.instance_device(_machine(2), odd)
+        poprun_devices.instance_device(_machine(2), odd)
 
 
 # -- JSON paths ------------------------------------------------------------------------------------
@@ -627,7 +628,7 @@ def any_popdist(request: pytest.FixtureRequest) -> Any:
 def test_contract_outside_poprun(any_popdist: Any) -> None:
     if any_popdist.isPopdistEnvSet():
         pytest.skip("this process was launched by PopRun")
-    assert poprun.detect(any_popdist) is None
+    assert poprun_devices.detect(any_popdist) is None
     # Single-process defaults, which detect relies on never being asked for outside PopRun.
     assert any_popdist.getInstanceIndex() == 0
     assert any_popdist.getNumLocalReplicas() == 1

@@ -994,8 +994,8 @@ def test_under_poprun_a_model_takes_its_share_of_the_instances_ipus():
 
 
 def test_placed_instances_under_poprun_stay_on_their_instances_ipus():
+    from pytest_ipu.devices.request import parse_request
     from pytest_ipu.placement import plan as placed
-    from pytest_ipu.placement.request import parse_request
 
     request = parse_request({"instances": 2}, "test")
     devices = []

@@ -1,4 +1,4 @@
-"""One benchmark to its record (pytest_ipu.measure.run): what is called, counted and derived."""
+"""One benchmark to its record (pytest_ipu.run.benchmark): what is called, counted and derived."""
 
 from __future__ import annotations
 
@@ -16,17 +16,17 @@ from pytest_ipu.errors import CallTimeout
 from pytest_ipu.measure import stats
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import summarize_latency
-from pytest_ipu.measure.run import Measurement
-from pytest_ipu.measure.run import RoundsPolicy
-from pytest_ipu.measure.run import batch_size
-from pytest_ipu.measure.run import check_arguments
-from pytest_ipu.measure.run import measure
-from pytest_ipu.measure.run import pool
-from pytest_ipu.measure.run import round_spread
-from pytest_ipu.measure.run import stability
 from pytest_ipu.measure.timing import LocalTimer
 from pytest_ipu.placement.instances import ThreadInstances
 from pytest_ipu.results.records import RepeatRecord
+from pytest_ipu.run.benchmark import Measurement
+from pytest_ipu.run.benchmark import batch_size
+from pytest_ipu.run.benchmark import check_arguments
+from pytest_ipu.run.benchmark import measure
+from pytest_ipu.run.benchmark import pool
+from pytest_ipu.run.benchmark import round_spread
+from pytest_ipu.run.benchmark import stability
+from pytest_ipu.run.plan import RoundsPolicy
 
 
 class RecordingBenchmark:

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import cli
 from pytest_ipu.backports import remove_prefix
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.cli import main as cli
 from pytest_ipu.report import html as html_report
 from pytest_ipu.report import scaling
 from pytest_ipu.results import benchmark_json

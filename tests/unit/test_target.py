@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pytest_ipu import backends
-from pytest_ipu import marker
 from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.target import parse_target
+from pytest_ipu.pytest_plugin import marker
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from pytest_ipu.backends.base import LossTrace
 from pytest_ipu.errors import NonFiniteLoss
-from pytest_ipu.measure import time_to_train as ttt
 from pytest_ipu.measure.metrics import summarize_latency
 from pytest_ipu.results import scaling_baseline
 from pytest_ipu.results import schema
@@ -35,6 +34,7 @@ from pytest_ipu.results.training import TrainRun
 from pytest_ipu.results.training import olympic
 from pytest_ipu.results.training import scaling
 from pytest_ipu.results.training import summarize
+from pytest_ipu.run import time_to_train as ttt
 
 # -- records -----------------------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 ``report`` (plots and HTML); ``ab``, interleaved A/B runs of two sides decided on paired ratios;
 ``merge`` of the files of one PopRun or torchrun launch; the ``targets`` and ``devices`` (targets and power
 sources) present on this machine, each with the reason when absent; ``doctor``, which also runs a
-tiny model on each present target and reads each power source once (``pytest_ipu/doctor.py``).
+tiny model on each present target and reads each power source once (``pytest_ipu/cli/doctor.py``).
 
 ``summary``, ``compare`` and ``report`` take run files the way ``pytest-benchmark compare`` does:
 paths, saved-run ids (``0001``) or globs, looked up in ``--storage`` (``results.storage``).
@@ -139,7 +139,7 @@ def _compare(paths: Sequence[Path], gate_texts: Sequence[str], fmt: str, strict:
 
 def _ab(args: argparse.Namespace) -> int:
     # Imported here: the runner and the decision are needed only by this command.
-    from pytest_ipu import ab_runner
+    from pytest_ipu.cli import ab as ab_runner
     from pytest_ipu.results import ab
 
     def progress(line: str) -> None:
@@ -412,7 +412,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return _devices()
     if args.command == "doctor":
         # Imported here: the doctor's probes are needed only by this command.
-        from pytest_ipu import doctor
+        from pytest_ipu.cli import doctor
 
         return doctor.main(args.format, args.timeout, args.all)
     return _targets()

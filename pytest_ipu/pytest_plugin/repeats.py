@@ -34,12 +34,12 @@ from typing import cast
 import pytest
 
 from pytest_ipu.errors import ConfigError
-from pytest_ipu.marker import marker_overrides
-from pytest_ipu.options import OPTIONS
-from pytest_ipu.options import Settings
+from pytest_ipu.pytest_plugin.marker import marker_overrides
+from pytest_ipu.pytest_plugin.options import OPTIONS
+from pytest_ipu.pytest_plugin.options import Settings
 
 if TYPE_CHECKING:
-    from pytest_ipu.measure.run import Measurement
+    from pytest_ipu.run.benchmark import Measurement
 
 #: Set in a worker process's environment: measure one repeat, gate nothing.
 WORKER_ENV = "PYTEST_IPU_REPEAT_WORKER"
@@ -230,8 +230,8 @@ def _workers(item: pytest.Item, count: int, settings: Settings) -> Iterator[Meas
     import subprocess
     import tempfile
 
-    from pytest_ipu.measure.run import Measurement
     from pytest_ipu.results import benchmark_json
+    from pytest_ipu.run.benchmark import Measurement
 
     config = item.config
     _, _, rest = item.nodeid.partition("::")

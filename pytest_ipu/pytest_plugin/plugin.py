@@ -15,29 +15,29 @@ from typing import Any
 import pytest
 
 from pytest_ipu import backends
-from pytest_ipu import bench_seam
-from pytest_ipu import hookspec
-from pytest_ipu import options
 from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.target import parse_target
-from pytest_ipu.fixtures import FAILED_KEY
-from pytest_ipu.fixtures import ipu_backend
-from pytest_ipu.fixtures import ipu_benchmark
-from pytest_ipu.fixtures import ipu_compile
-from pytest_ipu.fixtures import ipu_loadgen
-from pytest_ipu.fixtures import ipu_placement
-from pytest_ipu.fixtures import ipu_power
-from pytest_ipu.fixtures import ipu_process_group
-from pytest_ipu.fixtures import ipu_settings
-from pytest_ipu.fixtures import ipu_time_to_train
-from pytest_ipu.fixtures import ipu_train
-from pytest_ipu.gating import GATE_KEY
-from pytest_ipu.marker import MARKER_HELP
 from pytest_ipu.placement import poprun
 from pytest_ipu.placement import torchrun
-from pytest_ipu.session import JSON_PATH_KEY
-from pytest_ipu.session import SESSION_KEY
-from pytest_ipu.session import IpuSession
+from pytest_ipu.pytest_plugin import bench_seam
+from pytest_ipu.pytest_plugin import hookspec
+from pytest_ipu.pytest_plugin import options
+from pytest_ipu.pytest_plugin.fixtures.benchmark import ipu_benchmark
+from pytest_ipu.pytest_plugin.fixtures.common import FAILED_KEY
+from pytest_ipu.pytest_plugin.fixtures.compile import ipu_backend
+from pytest_ipu.pytest_plugin.fixtures.compile import ipu_compile
+from pytest_ipu.pytest_plugin.fixtures.compile import ipu_placement
+from pytest_ipu.pytest_plugin.fixtures.compile import ipu_settings
+from pytest_ipu.pytest_plugin.fixtures.loadgen import ipu_loadgen
+from pytest_ipu.pytest_plugin.fixtures.power import ipu_power
+from pytest_ipu.pytest_plugin.fixtures.train import ipu_process_group
+from pytest_ipu.pytest_plugin.fixtures.train import ipu_time_to_train
+from pytest_ipu.pytest_plugin.fixtures.train import ipu_train
+from pytest_ipu.pytest_plugin.gating import GATE_KEY
+from pytest_ipu.pytest_plugin.marker import MARKER_HELP
+from pytest_ipu.pytest_plugin.session import JSON_PATH_KEY
+from pytest_ipu.pytest_plugin.session import SESSION_KEY
+from pytest_ipu.pytest_plugin.session import IpuSession
 
 __all__ = [
     "ipu_backend",

@@ -24,25 +24,24 @@ from pytest_ipu import power
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.target import Target
+from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
-from pytest_ipu.gating import GateCheck
-from pytest_ipu.marker import marker_gates
-from pytest_ipu.marker import marker_overrides
-from pytest_ipu.marker import placement_request
-from pytest_ipu.options import AUTO
-from pytest_ipu.options import Settings
 from pytest_ipu.placement import poprun
 from pytest_ipu.placement import torchrun
-from pytest_ipu.placement.poprun import PopRunInstance
 from pytest_ipu.placement.torchrun import TorchrunRank
 from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.base import PowerSourceError
-from pytest_ipu.repeats import RepeatScheduler
+from pytest_ipu.pytest_plugin.gating import GateCheck
+from pytest_ipu.pytest_plugin.marker import marker_gates
+from pytest_ipu.pytest_plugin.marker import marker_overrides
+from pytest_ipu.pytest_plugin.marker import placement_request
+from pytest_ipu.pytest_plugin.options import AUTO
+from pytest_ipu.pytest_plugin.options import Settings
+from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
 
 if TYPE_CHECKING:
-    from pytest_ipu.compiling import CompileCache
     from pytest_ipu.placement.torchrun import RankGroup
     from pytest_ipu.placement.torchrun import ScopedRanks
     from pytest_ipu.power.meter import PowerMeter
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
     from pytest_ipu.results.records import IpuRecord
     from pytest_ipu.results.records import Measured
     from pytest_ipu.results.records import PowerRecord
+    from pytest_ipu.run.compiling import CompileCache
 
 SESSION_KEY = pytest.StashKey["IpuSession"]()
 #: The ``--benchmark-json`` path this process writes (tagged under PopRun and torchrun), as given:
@@ -116,7 +116,7 @@ class IpuSession:
     def compiled(self) -> CompileCache:
         """Models compiled in this run (``ipu_compile``), closed when the run ends."""
         if self._compiled is None:
-            from pytest_ipu.compiling import CompileCache
+            from pytest_ipu.run.compiling import CompileCache
 
             self._compiled = CompileCache()
         return self._compiled
@@ -307,7 +307,7 @@ class IpuSession:
         hooks (``pytest_benchmark_update_json`` adds the ``pytest_ipu`` section and its blocks) and
         its own writers (``--benchmark-json`` moved into place whole like any run's).
         """
-        from pytest_ipu import bench_seam
+        from pytest_ipu.pytest_plugin import bench_seam
 
         return bool(self.power_blocks) and bench_seam.save_without_benchmarks(self.config)
 

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from pytest_ipu.placement.allocate import Inventory
-from pytest_ipu.placement.request import MAX_IPUS_PER_INSTANCE
-from pytest_ipu.placement.request import is_power_of_two
+from pytest_ipu.devices.allocate import Inventory
+from pytest_ipu.devices.request import MAX_IPUS_PER_INSTANCE
+from pytest_ipu.devices.request import is_power_of_two
 from pytest_ipu.sdk import import_sdk
 
 #: gcipuinfo attribute keys, as gcipuinfo and ``gc-info -i`` spell them (reference section 4.1).

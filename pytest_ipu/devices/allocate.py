@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 
-from pytest_ipu.placement.request import DeviceRequest
-from pytest_ipu.placement.request import ipus_text as _ipus
+from pytest_ipu.devices.request import DeviceRequest
+from pytest_ipu.devices.request import ipus_text as _ipus
 
 
 class PlacementError(ValueError):

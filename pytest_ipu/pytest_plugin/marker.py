@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import options
+from pytest_ipu.devices import request as placement
 from pytest_ipu.errors import ConfigError
-from pytest_ipu.placement import request as placement
+from pytest_ipu.pytest_plugin import options
 from pytest_ipu.results import gates
 from pytest_ipu.results.gates import Gate
 

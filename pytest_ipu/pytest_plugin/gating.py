@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu.options import Settings
+from pytest_ipu.pytest_plugin.options import Settings
 
 if TYPE_CHECKING:
     from pytest_ipu.results.benchmark_json import StoredRun
@@ -86,7 +86,7 @@ class GateCheck:
         """Load the baseline once the tests are known; stop the run when relative gates (the run's or
         a benchmark's own) have none."""
         from pytest_ipu.errors import ConfigError
-        from pytest_ipu.marker import marker_gates
+        from pytest_ipu.pytest_plugin.marker import marker_gates
 
         try:
             self._marker_relative = any(
@@ -99,7 +99,7 @@ class GateCheck:
         self._load_baseline()
 
     def _load_baseline(self) -> None:
-        from pytest_ipu.repeats import in_worker
+        from pytest_ipu.pytest_plugin.repeats import in_worker
 
         if in_worker():
             return  # a repeat worker measures; the process that started it gates
@@ -159,7 +159,7 @@ class GateCheck:
         return self._check(merged, launch=True)
 
     def _check(self, measured: list[Measured], launch: bool = False) -> tuple[Verdict, ...]:
-        from pytest_ipu.repeats import in_worker
+        from pytest_ipu.pytest_plugin.repeats import in_worker
 
         if self.deferred and not launch:
             return ()  # a rank's share of a launch: rank 0 checks the merged records
@@ -182,7 +182,7 @@ class GateCheck:
     @property
     def nothing_checked(self) -> bool:
         """Whether gates were asked for and benchmarks measured, yet not one gate check was made."""
-        from pytest_ipu.repeats import in_worker
+        from pytest_ipu.pytest_plugin.repeats import in_worker
 
         if in_worker() or self.verdicts or not self.measured or self.deferred:
             return False

@@ -26,6 +26,8 @@ from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
 from pytest_ipu.results import gates
 from pytest_ipu.results.gates import Gate
+from pytest_ipu.run.plan import TimeCap
+from pytest_ipu.run.plan import check_cap
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 MISSING_SDK_POLICIES = ("skip", "fail")
@@ -46,24 +48,6 @@ MAX_DURATION_S = 86_400.0
 #: Power sampling rates: below 0.1 Hz a benchmark gets no sample; above 10 kHz no sensor updates.
 MIN_POWER_HZ = 0.1
 MAX_POWER_HZ = 10_000.0
-
-
-@dataclass(frozen=True)
-class TimeCap:
-    """The hard limit on one benchmark's timed rounds: ``factor`` times its time budget, or a fixed
-    ``seconds``. Rounds still running when it passes are ended and the record is flagged."""
-
-    factor: float | None = 3.0
-    seconds: float | None = None
-
-    def for_budget(self, budget_s: float) -> float:
-        """The cap, seconds, for a benchmark whose budget is ``budget_s``: never below the budget."""
-        if self.seconds is not None:
-            return max(self.seconds, budget_s)
-        return budget_s * (self.factor if self.factor is not None else 3.0)
-
-    def __str__(self) -> str:
-        return f"{self.factor:g}x" if self.seconds is None else f"{self.seconds:g}s"
 
 
 @dataclass(frozen=True)
@@ -609,7 +593,10 @@ def resolve_settings(
         except ValueError as exc:
             shown = "; ".join(map(str, raw)) if isinstance(raw, (list, tuple)) else raw
             raise ConfigError(f"invalid value {shown!r} for {spec.flag} from {source}: {exc}") from None
-    return Settings(**values)
+    settings = Settings(**values)
+    # A fixed cap below the budget is refused here, before any test runs (run.plan owns the rule).
+    check_cap(settings.max_time_s, settings.time_cap)
+    return settings
 
 
 def _pick(

@@ -9,7 +9,7 @@ Three steps:
    ``torch/version.py``, the enabled Poplar SDK from ``POPLAR_SDK_ENABLED`` (the variable Graphcore's
    example READMEs check to tell whether an SDK is enabled) and ``gc-info`` on ``PATH``.
 2. **Probes**, each in a fresh child process of the same interpreter (``python -m
-   pytest_ipu.doctor probe ...``): every built-in target is made by the plugin's own registry, asked
+   pytest_ipu.cli.doctor probe ...``): every built-in target is made by the plugin's own registry, asked
    for its ``availability()``, and, when present, compiles and runs a tiny model whose output is
    checked against the host's; every power source is opened and read once. A child process, not a
    thread, because a runtime may hold the GIL for a whole call (PopTorch does) or wait for a busy
@@ -280,7 +280,7 @@ def run_probe(
     kind: Literal["target", "power"], name: str, machine: Machine, timeout_s: float, workdir: Path
 ) -> Check:
     """Run one probe in a child process, killed (with its process group) after ``timeout_s``."""
-    command = [sys.executable, "-m", "pytest_ipu.doctor", "probe", kind, name]
+    command = [sys.executable, "-m", "pytest_ipu.cli.doctor", "probe", kind, name]
     # A fresh session: on a timeout the whole group goes, with any helper process the runtime started.
     with subprocess.Popen(
         command,
@@ -643,7 +643,7 @@ def main(fmt: str = "table", timeout_s: float = DEFAULT_TIMEOUT_S, include_opt_i
 
 
 def _probe_entry(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_ipu.doctor", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m pytest_ipu.cli.doctor", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     probe = sub.add_parser("probe", help="probe one target or power source (the doctor's child process)")
     probe.add_argument("kind", choices=("target", "power"))

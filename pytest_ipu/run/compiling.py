@@ -33,9 +33,9 @@ from typing import Any
 from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import PlacedBackend
+from pytest_ipu.devices.request import DeviceRequest
 from pytest_ipu.errors import PytestIpuWarning
 from pytest_ipu.placement import plan as placed
-from pytest_ipu.placement.request import DeviceRequest
 
 
 @dataclass

@@ -32,31 +32,18 @@ from pytest_ipu.measure.contention import ContentionProbe
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.contention import merge as merge_contention
 from pytest_ipu.power.meter import PowerMeter
-from pytest_ipu.power.meter import min_window_s
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import records
 from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.training import TimeToTrainRecord
 from pytest_ipu.results.training import TrainingRecord
+from pytest_ipu.run.plan import RoundsPolicy
 
 #: Share of a repeat's budget spent calibrating the round time (untimed), unless the warm-up calls
 #: alone already last that long.
 CALIBRATION_SHARE = 0.1
 #: The window may land this far either side of its budget before the record says so.
 BUDGET_TOLERANCE = 0.25
-
-
-@dataclass(frozen=True)
-class RoundsPolicy:
-    """How one repeat is timed: warm-up rounds, then ``rounds`` timed rounds, or (``None``: auto)
-    as many as fill ``max_time_s`` (this repeat's budget), at least ``min_rounds``, ended at
-    ``cap_s`` whatever was done (auto rounds only; ``None``: no cap)."""
-
-    warmup_rounds: int
-    rounds: int | None
-    max_time_s: float
-    min_rounds: int
-    cap_s: float | None = None
 
 
 class Lockstep(Protocol):
@@ -197,10 +184,8 @@ def measure(
     # A later repeat's first call is not a first call of the model any more: it counts as one of
     # the warm-up calls that warm the repeat anew.
     rewarm = max(policy.warmup_rounds - 1, 0) if index > 1 else policy.warmup_rounds
+    # The budget and cap are the plan's (``run.plan``), lengthened there for a power sensor.
     budget_s = policy.max_time_s
-    if meter is not None and auto:
-        # An energy window shorter than the sensor can resolve is lengthened: a longer budget.
-        budget_s = max(budget_s, min_window_s(meter.source.update_period_s()))
     # Every call from the first to the last timed round is bounded by the call timeout; the
     # watchdog stops with the rounds, before anything of pytest-ipu's own runs on.
     with timing.Watchdog(call_timeout_s, repeat=index) as watch:
@@ -224,8 +209,7 @@ def measure(
                 compiled.run, args, stretch_s, limit_s=budget_s, watch=watch
             ).estimate_s
         planned = timing.plan_rounds(policy.rounds, estimate_s, budget_s, policy.min_rounds)
-        # A lengthened budget lengthens the cap in proportion: the cap is a multiple of the budget.
-        cap_s = None if policy.cap_s is None else max(policy.cap_s * budget_s / policy.max_time_s, budget_s)
+        cap_s = policy.cap_s if auto else None
         # An energy window must reach the sensor's minimum: those rounds end past the budget, not near it.
         box = (
             timing.TimeBox(budget_s, policy.min_rounds, cap_s, nearest=meter is None)

@@ -1,0 +1,1 @@
+"""The ``pytest-ipu`` command (``main.py``): compare, summary, report, merge, ab and doctor."""

@@ -1,0 +1,1 @@
+"""Devices: the placement request, the IPUs present and which IPUs each instance gets."""
