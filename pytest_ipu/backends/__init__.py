@@ -75,13 +75,13 @@ BUILTIN: Mapping[str, BackendEntry] = {
     ),
     # Graphcore IPUs. Their SDK wheels cannot come from PyPI; where absent they are listed as such.
     "poptorch": BackendEntry(
-        "pytest_ipu.backends.poptorch_training:PopTorchTrainingBackend",
+        "pytest_ipu.backends.ipu.poptorch_training:PopTorchTrainingBackend",
         {},
         ("ipu",),
         named_only_devices=("ipu-model",),
     ),
     "popart": BackendEntry(
-        "pytest_ipu.backends.popart:PopArtBackend",
+        "pytest_ipu.backends.ipu.popart:PopArtBackend",
         {},
         ("ipu",),
         uses_cache_dir=True,

@@ -36,8 +36,8 @@ import pytest
 import torch
 
 from benchmarks.conftest import pytest_addoption  # noqa: F401 (the study's options)
-from pytest_ipu.backends.popart import PopArtBackend
-from pytest_ipu.backends.poptorch import PopTorchBackend
+from pytest_ipu.backends.ipu.popart import PopArtBackend
+from pytest_ipu.backends.ipu.poptorch import PopTorchBackend
 from pytest_ipu.power.gcipuinfo import GcIpuInfoPowerSource
 from tests.fakes import fake_gcipuinfo
 from tests.fakes import fake_popart

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFTEST = """
 import pytest
 
-from pytest_ipu.backends.poptorch import PopTorchBackend
+from pytest_ipu.backends.ipu.poptorch import PopTorchBackend
 from pytest_ipu.power.gcipuinfo import GcIpuInfoPowerSource
 from tests.fakes import fake_gcipuinfo
 from tests.fakes import fake_poptorch

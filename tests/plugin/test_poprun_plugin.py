@@ -132,7 +132,7 @@ import os
 import popdist
 import torch
 
-from pytest_ipu.backends.poptorch import PopTorchBackend
+from pytest_ipu.backends.ipu.poptorch import PopTorchBackend
 from tests.fakes import fake_poptorch
 
 popdist.configure_from_environ(os.environ)

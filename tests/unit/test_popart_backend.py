@@ -1,4 +1,4 @@
-"""The PopART backend (pytest_ipu.backends.popart) against a faithful fake of PopART 3.4
+"""The PopART backend (pytest_ipu.backends.ipu.popart) against a faithful fake of PopART 3.4
 (tests/fakes/fake_popart.py), which runs the ONNX models with onnxruntime on the CPU: outputs against
 torch eager, the batch layout, options as the SDK receives them, the error messages, device
 acquisition in the 2.x and 3.x behaviours, closing, and the import order popart needs.
@@ -26,9 +26,9 @@ import pytest
 
 from pytest_ipu.backends import onnx_export
 from pytest_ipu.backends import parity
-from pytest_ipu.backends.popart import NOT_INSTALLED
-from pytest_ipu.backends.popart import OPTIONS
-from pytest_ipu.backends.popart import PopArtBackend
+from pytest_ipu.backends.ipu.popart import NOT_INSTALLED
+from pytest_ipu.backends.ipu.popart import OPTIONS
+from pytest_ipu.backends.ipu.popart import PopArtBackend
 from pytest_ipu.backports import remove_prefix
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import BackendUnavailable

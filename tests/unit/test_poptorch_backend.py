@@ -1,4 +1,4 @@
-"""The PopTorch backend (pytest_ipu.backends.poptorch) called directly, against the PopTorch 3.4 fake in
+"""The PopTorch backend (pytest_ipu.backends.ipu.poptorch) called directly, against the PopTorch 3.4 fake in
 tests/fakes/fake_poptorch.py (real torch models, run on the CPU), plus one contract test that runs the
 same checks on a real PopTorch when one is installed (it skips here).
 """
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from pytest_ipu.backends.base import CompiledModel
-from pytest_ipu.backends.poptorch import OPTIONS
-from pytest_ipu.backends.poptorch import PopTorchBackend
-from pytest_ipu.backends.poptorch import device_latency
+from pytest_ipu.backends.ipu.poptorch import OPTIONS
+from pytest_ipu.backends.ipu.poptorch import PopTorchBackend
+from pytest_ipu.backends.ipu.poptorch import device_latency
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from tests.unit.torch_versions import NO_CPU_FP16
@@ -371,7 +371,7 @@ def test_the_fake_refuses_a_memory_proportion_outside_0_1_at_compile_as_popart_d
 
 
 def test_without_the_backends_check_the_fake_still_fails_the_compile(monkeypatch):
-    import pytest_ipu.backends.poptorch as backend_module
+    import pytest_ipu.backends.ipu.poptorch as backend_module
 
     monkeypatch.setattr(backend_module, "_check_memory_proportion", lambda value, ipus, name: None)
     with pytest.raises(CompileError) as exc:

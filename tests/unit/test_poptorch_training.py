@@ -1,4 +1,4 @@
-"""Training steps on PopTorch (``PopTorchTrainingBackend.compile_training``, backends.poptorch_training)
+"""Training steps on PopTorch (``PopTorchTrainingBackend.compile_training``, backends.ipu.poptorch_training)
 against the PopTorch 3.4 fake in tests/fakes/fake_poptorch.py, which really trains the model on the CPU,
 and the PopDist fake in tests/fakes/fake_popdist.py for PopRun launches.
 """
@@ -13,10 +13,10 @@ import weakref
 
 import pytest
 
-from pytest_ipu.backends import poptorch_training
 from pytest_ipu.backends.base import TrainingBackend
 from pytest_ipu.backends.base import TrainingRequest
-from pytest_ipu.backends.poptorch_training import PopTorchTrainingBackend
+from pytest_ipu.backends.ipu import poptorch_training
+from pytest_ipu.backends.ipu.poptorch_training import PopTorchTrainingBackend
 from pytest_ipu.errors import CompileError
 from pytest_ipu.errors import NonFiniteLoss
 from tests.unit.torch_versions import cpu_runs_fp16

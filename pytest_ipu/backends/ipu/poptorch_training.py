@@ -19,7 +19,7 @@ Under PopRun the instances train one model together: PopDist's ``popdist.poptorc
 each instance's local replicas part of one distributed replicated graph whose gradients are
 averaged over the whole launch, on the device PopDist gives the instance (reference
 ``graphcore-sdk-api.md`` section 5.1). Inference models under PopRun are independent instead (see
-``backends.poptorch``); a training step must not be, or each instance would train its own model.
+``backends.ipu.poptorch``); a training step must not be, or each instance would train its own model.
 """
 
 from __future__ import annotations
@@ -36,24 +36,24 @@ from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import TrainingInfo
 from pytest_ipu.backends.base import TrainingRequest
 from pytest_ipu.backends.base import merge_options
-from pytest_ipu.backends.poptorch import _HANDLES
-from pytest_ipu.backends.poptorch import OPTIONS as INFERENCE_OPTIONS
-from pytest_ipu.backends.poptorch import PopTorchBackend
-from pytest_ipu.backends.poptorch import _check_options
-from pytest_ipu.backends.poptorch import _compile_phases
-from pytest_ipu.backends.poptorch import _compiled
-from pytest_ipu.backends.poptorch import _Handle
-from pytest_ipu.backends.poptorch import _handle_latency
-from pytest_ipu.backends.poptorch import _host_tensors
-from pytest_ipu.backends.poptorch import _info
-from pytest_ipu.backends.poptorch import _model_name
-from pytest_ipu.backends.poptorch import _one_line
-from pytest_ipu.backends.poptorch import _place
-from pytest_ipu.backends.poptorch import _plain_options
-from pytest_ipu.backends.poptorch import _poptorch_options
-from pytest_ipu.backends.poptorch import _positive_int
-from pytest_ipu.backends.poptorch import _release
-from pytest_ipu.backends.poptorch import _version
+from pytest_ipu.backends.ipu.poptorch import _HANDLES
+from pytest_ipu.backends.ipu.poptorch import OPTIONS as INFERENCE_OPTIONS
+from pytest_ipu.backends.ipu.poptorch import PopTorchBackend
+from pytest_ipu.backends.ipu.poptorch import _check_options
+from pytest_ipu.backends.ipu.poptorch import _compile_phases
+from pytest_ipu.backends.ipu.poptorch import _compiled
+from pytest_ipu.backends.ipu.poptorch import _Handle
+from pytest_ipu.backends.ipu.poptorch import _handle_latency
+from pytest_ipu.backends.ipu.poptorch import _host_tensors
+from pytest_ipu.backends.ipu.poptorch import _info
+from pytest_ipu.backends.ipu.poptorch import _model_name
+from pytest_ipu.backends.ipu.poptorch import _one_line
+from pytest_ipu.backends.ipu.poptorch import _place
+from pytest_ipu.backends.ipu.poptorch import _plain_options
+from pytest_ipu.backends.ipu.poptorch import _poptorch_options
+from pytest_ipu.backends.ipu.poptorch import _positive_int
+from pytest_ipu.backends.ipu.poptorch import _release
+from pytest_ipu.backends.ipu.poptorch import _version
 from pytest_ipu.devices import poprun
 from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.errors import CompileError
@@ -158,7 +158,7 @@ def compile_training(
     optimizer = request.optimizer(wrapped.parameters())
     try:
         # Under PopRun: PopDist's options, and no Distributed.disable(). Inference models stay
-        # independent per instance (backends.poptorch: each is benchmarked alone, the launch's files
+        # independent per instance (backends.ipu.poptorch: each is benchmarked alone, the launch's files
         # merged afterwards), but the instances' replicas of a training step train one model, so
         # their gradients must be averaged over the launch: PopDist's distributed replicated graph.
         base = None if popdist is None else _popdist_options(popdist, stages)
@@ -386,7 +386,7 @@ class PopTorchTrainingBackend(PopTorchBackend):
         request: TrainingRequest,
     ) -> CompiledModel:
         """A training step of a copy of ``model`` through ``poptorch.trainingModel``
-        (``backends.poptorch_training``); under PopRun, one replica group of the launch's data-parallel
+        (``backends.ipu.poptorch_training``); under PopRun, one replica group of the launch's data-parallel
         training, configured by ``popdist.poptorch.Options``."""
         poptorch = self._import()
         torch = self._import_torch()
