@@ -26,6 +26,7 @@ import pytest
 
 from pytest_ipu.backends import onnx_export
 from pytest_ipu.backends import parity
+from pytest_ipu.backends.ipu.options import MEMORY_PROPORTION_FIX
 from pytest_ipu.backends.ipu.popart import NOT_INSTALLED
 from pytest_ipu.backends.ipu.popart import OPTIONS
 from pytest_ipu.backends.ipu.popart import PopArtBackend
@@ -505,6 +506,50 @@ def test_without_available_memory_proportion_the_model_is_left_alone(backend, fa
     compiled.close()
 
 
+def test_a_memory_proportion_mapping_gives_a_one_ipu_models_convolutions_ipu0s(backend, fake, onnx_bytes):
+    compiled = backend.compile(
+        onnx_bytes, (_inputs(2),), "fp32", {"available_memory_proportion": {"IPU0": 0.4}}
+    )
+    assert _conv_memory(_session(fake).model_bytes) == {"/conv/Conv_output_0": pytest.approx(0.4)}
+    assert compiled.info["available_memory_proportion"] == {"IPU0": 0.4}
+    assert compiled.options["available_memory_proportion"] == {"IPU0": 0.4}
+    compiled.close()
+
+
+def test_with_manual_virtual_graphs_each_convolution_gets_its_ipus_proportion(backend, fake, onnx_bytes):
+    builder = fake.Builder(onnx_bytes)
+    for tid, ipu in (("/conv/Conv_output_0", 1), ("y", 0)):
+        builder.virtualGraph(tid, ipu)
+    options = {
+        "ipus": 2,
+        "virtual_graph_mode": "manual",
+        "available_memory_proportion": {"IPU0": 0.2, "IPU1": 0.6},
+    }
+    compiled = backend.compile(builder.getModelProto(), (_inputs(2),), "fp32", options)
+    assert _conv_memory(_session(fake).model_bytes) == {"/conv/Conv_output_0": pytest.approx(0.6)}
+    compiled.close()
+
+
+def test_a_convolution_popart_places_itself_gets_the_one_proportion_of_every_ipu(backend, fake, onnx_bytes):
+    options = {"ipus": 2, "virtual_graph_mode": "auto", "available_memory_proportion": 0.3}
+    compiled = backend.compile(onnx_bytes, (_inputs(2),), "fp32", options)
+    assert _conv_memory(_session(fake).model_bytes) == {"/conv/Conv_output_0": pytest.approx(0.3)}
+    compiled.close()
+
+
+def test_different_proportions_per_ipu_need_ops_placed_by_the_model(backend, fake, onnx_bytes):
+    options = {"ipus": 2, "virtual_graph_mode": "auto", "available_memory_proportion": {"IPU0": 0.3}}
+    with pytest.raises(CompileError) as exc:
+        backend.compile(onnx_bytes, (_inputs(2),), "fp32", options)
+    assert str(exc.value) == (
+        "popart option available_memory_proportion={'IPU0': 0.3} for bytes gives the IPUs different "
+        "proportions, but convolution '/conv/Conv_output_0' has no IPU annotation (PopART places it itself); "
+        "pass one number for every IPU, or annotate the ops with popart.Builder.virtualGraph and use "
+        "virtual_graph_mode='manual'"
+    )
+    assert fake.system.attached_count() == 0
+
+
 def test_manual_virtual_graphs_use_the_models_annotations(backend, fake, onnx_bytes):
     builder = fake.Builder(onnx_bytes)
     for tid, ipu in (("/conv/Conv_output_0", 0), ("y", 1)):
@@ -610,19 +655,8 @@ def no_export(monkeypatch):
             "batches_per_step=2 or more, or leave it unset",
         ),
         (
-            {"available_memory_proportion": 0},
-            "popart option available_memory_proportion=0 for SmallNet; use a number in (0, 1] (Graphcore's "
-            "ResNeXt-101 example uses 0.3) or None for PopART's default",
-        ),
-        (
             {"available_memory_proportion": 1.5},
-            "popart option available_memory_proportion=1.5 for SmallNet; use a number in (0, 1] (Graphcore's "
-            "ResNeXt-101 example uses 0.3) or None for PopART's default",
-        ),
-        (
-            {"available_memory_proportion": "0.3"},
-            "popart option available_memory_proportion='0.3' for SmallNet; use a number in (0, 1] "
-            "(Graphcore's ResNeXt-101 example uses 0.3) or None for PopART's default",
+            f"popart option available_memory_proportion=1.5 for SmallNet; {MEMORY_PROPORTION_FIX}",
         ),
         ({"ipu_model_tiles": 0}, "popart option ipu_model_tiles=0 for SmallNet; use a positive integer"),
         (
@@ -649,9 +683,7 @@ def no_export(monkeypatch):
         "batch-bps",
         "batch-replicas",
         "bps-below-stages",
-        "memory-zero",
         "memory-above-one",
-        "memory-string",
         "model-tiles",
         "model-version",
     ],

@@ -373,7 +373,8 @@ def test_the_fake_refuses_a_memory_proportion_outside_0_1_at_compile_as_popart_d
 def test_without_the_backends_check_the_fake_still_fails_the_compile(monkeypatch):
     import pytest_ipu.backends.ipu.poptorch as backend_module
 
-    monkeypatch.setattr(backend_module, "_check_memory_proportion", lambda value, ipus, name: None)
+    # The shared check passes 2.0 on as it would a valid proportion.
+    monkeypatch.setattr(backend_module, "memory_proportions", lambda value, ipus, source, label: {0: value})
     with pytest.raises(CompileError) as exc:
         make_backend().compile(mlp(), (batch(),), "fp32", {"available_memory_proportion": 2.0})
     assert str(exc.value) == (
@@ -424,27 +425,17 @@ def test_precisions_other_than_fp32_and_fp16_are_rejected(precision):
         ),
         (
             {"available_memory_proportion": 1.5},
-            "available_memory_proportion['IPU0']=1.5 for Sequential; use a number in (0, 1]",
-        ),
-        (
-            {"available_memory_proportion": 0},
-            "available_memory_proportion['IPU0']=0 for Sequential; use a number in (0, 1]",
-        ),
-        (
-            {"available_memory_proportion": float("nan")},
-            "available_memory_proportion['IPU0']=nan for Sequential; use a number in (0, 1]",
+            "poptorch backend option available_memory_proportion=1.5 for Sequential; use a number in (0, 1]",
         ),
         (
             {"available_memory_proportion": {"IPU0": -0.5}},
-            "available_memory_proportion['IPU0']=-0.5 for Sequential; use a number in (0, 1]",
-        ),
-        (
-            {"available_memory_proportion": {"ipu0": 0.3}},
-            "available_memory_proportion key 'ipu0' for Sequential: keys are 'IPU0' ... 'IPU0'",
+            "available_memory_proportion={'IPU0': -0.5} for Sequential: 'IPU0' maps to -0.5, not a number "
+            "in (0, 1]; use",
         ),
         (
             {"available_memory_proportion": {"IPU1": 0.3}},
-            "available_memory_proportion key 'IPU1' for Sequential",
+            "available_memory_proportion={'IPU1': 0.3} for Sequential: key 'IPU1' names no IPU of the model "
+            "(ipus=1: 'IPU0' ... 'IPU0'); use",
         ),
         ({"partials_type": "half"}, "option partials_type='half' for Sequential; use 'fp32', 'fp16' or None"),
         (

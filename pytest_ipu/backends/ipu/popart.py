@@ -17,10 +17,11 @@ something else imported onnx earlier, ``availability`` says so and how to fix it
 1. a torch model is exported to ONNX; ONNX bytes or a path are used as they are. PopART 3.x imports
    ONNX opsets 6 to 11 only (its op tables stop at opset 11, and ``strictOpVersions``, on by
    default, rejects a newer model), so the default ``opset`` is 11 and a newer file is refused;
-2. every input's batch dimension is fixed to the micro-batch (PopART compiles static shapes; the
-   ResNeXt example rewrote ``dim_value`` the same way); for fp16, a torch model is exported in fp32
-   and, like an fp32 ONNX model, converted with ``popart.GraphTransformer.convertFloatsToHalfs()``
-   (as the ResNeXt example did; torch 2.0.1, PopTorch 3.4's torch, cannot trace fp16 on the CPU);
+2. (in ``popart_onnx``) every input's batch dimension is fixed to the micro-batch (PopART compiles
+   static shapes; the ResNeXt example rewrote ``dim_value`` the same way); for fp16, a torch model
+   is exported in fp32 and, like an fp32 ONNX model, converted with
+   ``popart.GraphTransformer.convertFloatsToHalfs()`` (as the ResNeXt example did; torch 2.0.1,
+   PopTorch 3.4's torch, cannot trace fp16 on the CPU);
 3. ``DataFlow(batches_per_step, {output: AnchorReturnType("ALL")})``, ``SessionOptions``, and a
    device from ``DeviceManager().tryAcquireAvailableDevice(n)`` (SDK >= 2.4, ``None`` when no
    device is free); older SDKs only have ``acquireAvailableDevice``, which returned ``None`` too
@@ -44,9 +45,9 @@ ResNeXt example used one process per IPU because SDKs up to 2.0 held the GIL).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import time
+from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,16 +62,19 @@ from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.ipu import popart_onnx
+from pytest_ipu.backends.ipu.options import MemoryProportions
+from pytest_ipu.backends.ipu.options import memory_proportions
+from pytest_ipu.backends.ipu.options import plain_memory_proportion
+from pytest_ipu.backends.ipu.popart_onnx import MAX_OPSET
+from pytest_ipu.backends.ipu.popart_onnx import MIN_OPSET
+from pytest_ipu.backends.ipu.popart_onnx import Prepared
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.devices import inventory as ipu_inventory
 from pytest_ipu.devices.inventory import IpuInventory
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
 from pytest_ipu.sdk import import_sdk
-
-#: The ONNX (``ai.onnx``) opsets PopART 3.x imports.
-MIN_OPSET = 6
-MAX_OPSET = 11
 
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
 OPTIONS: Mapping[str, object] = {
@@ -90,15 +94,10 @@ OPTIONS: Mapping[str, object] = {
 }
 #: The IPU architectures Poplar's IPU Model simulates (``DeviceInfo.ipuVersion`` values).
 _IPU_MODEL_VERSIONS = ("ipu1", "ipu2", "ipu21")
-#: The ONNX node attribute ``popart.Builder.pipelineStage`` writes (``sPipelineStageAttribute``).
-_PIPELINE_STAGE_ATTRIBUTE = "__pipeline_stage"
 #: ``virtual_graph_mode`` values and the ``popart.VirtualGraphMode`` members they select.
 _VIRTUAL_GRAPH_MODES = {"off": "Off", "manual": "Manual", "auto": "Auto"}
 _ANCHORS = ("all", "final", "sum", "everyn:N")
 _PARTIALS = ("float", "half")
-#: The ONNX node attribute ``popart.Builder.virtualGraph`` writes (``sVirtualGraphAttribute``).
-_VIRTUAL_GRAPH_ATTRIBUTE = "__ipu_number"
-_FLOAT, _FLOAT16 = 1, 10  # onnx.TensorProto.FLOAT and FLOAT16
 
 #: What ``availability`` says when there is no ``popart`` module at all.
 NOT_INSTALLED = (
@@ -128,11 +127,12 @@ class PopArtBackend(NamedBackend):
     ``partials_type`` (``None``, ``"float"`` or ``"half"``: matmul and convolution partials),
     ``enable_engine_caching`` and ``cache_path`` (the compiled executable cache; default
     ``<cache_dir>/popart-engines``), ``opset`` (for exports, 6 to 11),
-    ``available_memory_proportion`` (``None``: PopART's default; a number in (0, 1]: set on every
+    ``available_memory_proportion`` (``None``: PopART's default; a number in (0, 1], or a mapping
+    ``{"IPU0": p, ...}`` checked by ``options.memory_proportions`` as PopTorch's is: set on every
     convolution's output with ``Builder.setAvailableMemoryProportion``, as Graphcore's ResNeXt-101
-    example does with 0.3), and for ``ipu-model`` ``ipu_model_tiles`` (default 1472, a real IPU2's
-    tiles; PopART's own default of 4 tiles holds only toy models) and ``ipu_model_version``
-    (``"ipu2"``; ``"ipu1"`` or ``"ipu21"``).
+    example does with 0.3, each its IPU's value), and for ``ipu-model`` ``ipu_model_tiles``
+    (default 1472, a real IPU2's tiles; PopART's own default of 4 tiles holds only toy models) and
+    ``ipu_model_version`` (``"ipu2"``; ``"ipu1"`` or ``"ipu21"``).
 
     Compile phases: ``export`` (torch models), ``session`` (preparing the ONNX model, acquiring the
     device, creating the session and ``prepareDevice``, which compiles the Poplar graph),
@@ -288,203 +288,327 @@ class PopArtBackend(NamedBackend):
         precision: str,
         options: Mapping[str, object],
     ) -> CompiledModel:
-        """Export or load the ONNX model, fix its batch, acquire IPUs, compile the session, run it once."""
+        """Export or load the ONNX model, fix its batch, acquire IPUs, compile the session, run it once.
+
+        The steps, each a function below: check the options into a plan, read or export the ONNX
+        model, prepare it (``popart_onnx``), acquire the IPUs, open the session, load the weights and
+        run once. Whatever fails after the IPUs are acquired detaches them.
+        """
         # popart first: a compile imports onnx, after which ``import popart`` fails.
         popart = self._require()
         label = _label(model)
-        opts = _check_options(options, label)
-        stages = _stages(opts)
-        if precision not in ("fp32", "fp16"):
-            raise CompileError(
-                f"the popart backend runs fp32 or fp16, not {precision} ({label}); "
-                "pass precision='fp16' (the IPU default) or 'fp32'"
-            )
-        if self._device_error:
-            raise BackendUnavailable(self._device_error)
-        bps, replicas, ipus = (int(str(opts[k])) for k in ("batches_per_step", "replicated_graphs", "ipus"))
-        num_ipus = ipus * replicas
-        if num_ipus & (num_ipus - 1):
-            raise CompileError(
-                f"popart options ipus={ipus} x replicated_graphs={replicas} = {num_ipus} IPUs for {label}; "
-                "PopART acquires a power of two (1, 2, 4, 8, ...): choose ipus and replicated_graphs "
-                "whose product is one"
-            )
-        arrays = [_as_array(v, None) for v in example_inputs]
-        micro = _micro_batch(arrays, bps, replicas, label)
+        plan = _plan(options, precision, example_inputs, label, self._device_error)
+        info = _compile_info(popart, plan, options, self._kind, self.simulator)
         phases: dict[str, float] = {}
-        info: dict[str, Any] = {
-            "popart": _version(popart),
-            "device_type": self._kind,
-            "simulator": self.simulator,
-            "ipus": num_ipus,
-            "micro_batch": micro,
-            "batches_per_step": bps,
-            # Where the value came from: PopART refuses fewer batches per step than pipeline stages.
-            "batches_per_step_from": (
-                "option"
-                if options.get("batches_per_step") is not None
-                else f"default: the {stages} pipeline stages"
-                if stages > 1
-                else "default"
-            ),
-            "replicated_graphs": replicas,
-            "anchors": str(opts["anchors"]),
-            "available_memory_proportion": opts["available_memory_proportion"],
-        }
-        if self.simulator:
-            info.update(ipu_model_tiles=opts["ipu_model_tiles"], ipu_model_version=opts["ipu_model_version"])
-
-        from_torch = hasattr(model, "state_dict") and hasattr(model, "forward")
-        if from_torch:
-            exported = onnx_export.export(
-                model,
-                example_inputs,
-                self._cache_dir,
-                # fp32 whatever the precision: PopART converts it to fp16 below, as the example did.
-                onnx_export.ExportOptions(opset=int(str(opts["opset"])), precision="fp32"),
+        source, from_torch = _onnx_source(model, example_inputs, plan, label, self._cache_dir, phases, info)
+        with _timed(phases, "session"):
+            prepared = popart_onnx.prepare(
+                popart, source, label, plan.arrays, plan.request(precision, from_torch)
             )
-            phases["export"] = exported.export_s
-            info.update(export_cached=exported.cached, onnx_sha256=exported.sha256)
-            if exported.opset > MAX_OPSET:
-                raise CompileError(
-                    f"torch exported {label} at ONNX opset {exported.opset} (converting it down to opset "
-                    f"{opts['opset']} failed), and PopART 3.x imports ONNX opsets {MIN_OPSET} to {MAX_OPSET} "
-                    "only; export the model yourself with torch.onnx.export(model, inputs, 'model.onnx', "
-                    f"opset_version={MAX_OPSET}), with dynamo=False on torch 2.5 and newer, and pass "
-                    "the ONNX file"
-                )
-            source: bytes | str = str(exported.path)
-        elif isinstance(model, (bytes, str, Path)):
-            source = model if isinstance(model, bytes) else str(model)
-        else:
-            raise CompileError(
-                f"the popart backend needs an ONNX model (bytes or path) or a torch.nn.Module, "
-                f"got {type(model).__name__}"
-            )
-
-        start = time.perf_counter_ns()
-        prepared = _prepare_onnx(popart, source, label, arrays, micro, precision, opts, from_torch)
-        info.update(
-            opset=prepared.opset,
-            fp16_conversion=prepared.fp16_conversion,
-            available_memory_convs=prepared.memory_convs,
-        )
-        engine_cache = _engine_cache(opts, self._cache_dir)
-        info["engine_cache"] = engine_cache
-        device = self._acquire(popart, num_ipus, label, opts)
-        runner: _Runner | None = None
-        try:
             info.update(
-                device_id=_plain(getattr(device, "id", None)),
-                # ipuVersion is the architecture; version is the driver version of an attached IPU
-                # (the IPU Model's version repeats its architecture, so it says nothing more).
-                ipu_version=_plain(getattr(device, "ipuVersion", None)),
-                driver_version=None if self.simulator else _plain(getattr(device, "version", None)),
+                opset=prepared.opset,
+                fp16_conversion=prepared.fp16_conversion,
+                available_memory_convs=prepared.memory_convs,
             )
-            session = popart.InferenceSession(
-                fnModel=prepared.proto,
-                dataFlow=_dataflow(popart, prepared.output_ids, bps, str(opts["anchors"])),
-                deviceInfo=device,
-                userOptions=_session_options(popart, opts, replicas, engine_cache),
-            )
-            session.prepareDevice()
-            phases["session"] = (time.perf_counter_ns() - start) * 1e-9
-
-            start = time.perf_counter_ns()
-            session.weightsFromHost()
-            phases["weights"] = (time.perf_counter_ns() - start) * 1e-9
-
-            start = time.perf_counter_ns()
-            anchors = session.initAnchorArrays()
-            layout = _layout(bps, replicas)
-            runner = _Runner(
-                popart, session, device, prepared, anchors, layout, str(opts["anchors"]), bps, replicas
-            )
-            runner.run(*runner.prepare_inputs(example_inputs))
-            phases["first_run"] = (time.perf_counter_ns() - start) * 1e-9
-        except BaseException as exc:
-            # Whatever failed, the IPUs go back: another test (or process) may need them.
-            _detach_quietly(device)
-            if isinstance(exc, (CompileError, BackendUnavailable)) or not isinstance(exc, Exception):
-                raise
-            raise CompileError(_session_error(exc, label)) from exc
-
+            engine_cache = _engine_cache(plan.opts, self._cache_dir)
+            info["engine_cache"] = engine_cache
+            device = _acquire(popart, plan.num_ipus, label, plan.opts, self.simulator, self._index)
+            info.update(_device_info(device, self.simulator))
+            session = _open_session(popart, device, prepared, plan, engine_cache, label)
+        runner = _load_and_run_once(popart, session, device, prepared, plan, example_inputs, label, phases)
         return CompiledModel(
             target=f"{self._name}:{self._device}",
             backend=self._name,
             device=self._device,
-            device_name=_device_name(device, self.simulator, num_ipus),
+            device_name=_device_name(device, self.simulator, plan.num_ipus),
             precision=precision,
             io="host",
             run=runner.run,
             prepare_inputs=runner.prepare_inputs,
             close=runner.close,
-            options=dict(opts),
+            options=dict(plan.opts),
             phases_s=phases,
             info=info,
             simulator=self.simulator,
         )
 
-    def _acquire(self, popart: ModuleType, num_ipus: int, label: str, opts: Mapping[str, object]) -> Any:
-        """An attached device of ``num_ipus`` IPUs, or ``BackendUnavailable`` naming the count."""
-        what = f"{num_ipus} IPU(s) for {label}"
-        try:
-            manager = popart.DeviceManager()
-            if self.simulator:
-                # The SDK turns option values into strings with operator<<: pass strings ("True" != "true").
-                # PopART's own default is 4 tiles (defaultFewTiles), too few for real models: the
-                # tiles and architecture of a real IPU are passed instead, as PopTorch's IPU Model has.
-                return manager.createIpuModelDevice(
-                    {
-                        "numIPUs": str(num_ipus),
-                        "tilesPerIPU": str(opts["ipu_model_tiles"]),
-                        "ipuVersion": str(opts["ipu_model_version"]),
-                    }
-                )
-            if self._index is not None:
-                ids = _device_ids(popart, None, num_ipus)
-                if self._index not in ids:
-                    # tryAcquireDeviceById dereferences a null device for an unknown id (3.4
-                    # devicemanager.cpp), so the id is checked against the list first.
-                    raise CompileError(
-                        f"device ipu:{self._index} is not a {num_ipus}-IPU device (ipus x "
-                        f"replicated_graphs); the {num_ipus}-IPU device ids here are {sorted(ids)}: "
-                        "use one of them or device 'ipu'"
-                    )
-                by_id = getattr(manager, "tryAcquireDeviceById", None)
-                device = by_id(self._index) if by_id else manager.acquireDeviceById(self._index)
-            else:
-                try_acquire = getattr(manager, "tryAcquireAvailableDevice", None)
-                # SDK >= 2.4: try... returns None when no device is free (acquire... raises).
-                # SDK <= 2.3: only acquire..., which returns None.
-                acquire = try_acquire or manager.acquireAvailableDevice
-                device = acquire(numIpus=num_ipus)
-        except CompileError:
-            raise
-        except Exception as exc:
-            raise BackendUnavailable(f"Failed to acquire {what}: {exc}") from exc
-        if device is None:
-            raise BackendUnavailable(
-                f"Failed to acquire {what}{'' if self._index is None else f' (device id {self._index})'}: "
-                "none free (another process holds them, or there are fewer); gc-monitor shows who uses them"
-            )
-        return device
-
 
 @dataclass(frozen=True)
-class _Prepared:
-    """The ONNX model as the session gets it, with what running it needs to know."""
+class _Plan:
+    """One compile's checked options, resolved: how a call's items spread over steps, replicas and IPUs."""
 
-    proto: bytes
-    input_ids: tuple[str, ...]
-    input_dtypes: tuple[Any, ...]
-    #: Each input's shape for one call, as the caller passes it (leading dimension: all items).
-    call_shapes: tuple[tuple[int, ...], ...]
-    output_ids: tuple[str, ...]
-    opset: int
-    fp16_conversion: str | None
-    #: How many convolutions got ``available_memory_proportion``; ``None`` when it was not set.
-    memory_convs: int | None = None
+    #: The options with their defaults, checked, in the form the record shows.
+    opts: dict[str, object]
+    #: The example inputs as numpy arrays.
+    arrays: tuple[np.ndarray, ...]
+    bps: int
+    replicas: int
+    #: IPUs per replica.
+    ipus: int
+    stages: int
+    micro: int
+    #: ``available_memory_proportion`` per IPU of a replica; ``None``: PopART's default.
+    memory: MemoryProportions | None
+
+    @property
+    def num_ipus(self) -> int:
+        """The IPUs acquired: ``ipus x replicated_graphs``."""
+        return self.ipus * self.replicas
+
+    def request(self, precision: str, from_torch: bool) -> popart_onnx.ModelRequest:
+        """What the session needs of the ONNX model."""
+        mode = self.opts["virtual_graph_mode"]
+        return popart_onnx.ModelRequest(
+            micro_batch=self.micro,
+            batches_per_step=self.bps,
+            replicated_graphs=self.replicas,
+            ipus=self.ipus,
+            precision=precision,
+            from_torch=from_torch,
+            virtual_graph_mode=None if mode is None else str(mode),
+            pipelining=bool(self.opts["pipelining"]),
+            memory=self.memory,
+            memory_option=self.opts["available_memory_proportion"],
+        )
+
+
+@contextlib.contextmanager
+def _timed(phases: dict[str, float], name: str) -> Iterator[None]:
+    """Time the block as the compile phase ``name`` (kept only when the block completes)."""
+    start = time.perf_counter_ns()
+    yield
+    phases[name] = (time.perf_counter_ns() - start) * 1e-9
+
+
+@contextlib.contextmanager
+def _released_on_error(device: Any, label: str) -> Iterator[None]:
+    """Whatever fails in the block, the IPUs go back: another test (or process) may need them.
+
+    An SDK error becomes a ``CompileError`` naming the model; ours pass as they are.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        _detach_quietly(device)
+        if isinstance(exc, (CompileError, BackendUnavailable)) or not isinstance(exc, Exception):
+            raise
+        raise CompileError(_session_error(exc, label)) from exc
+
+
+def _open_session(
+    popart: ModuleType, device: Any, prepared: Prepared, plan: _Plan, engine_cache: str | None, label: str
+) -> Any:
+    """``InferenceSession`` on the device and ``prepareDevice()``, which compiles the Poplar graph."""
+    with _released_on_error(device, label):
+        session = popart.InferenceSession(
+            fnModel=prepared.proto,
+            dataFlow=_dataflow(popart, prepared.output_ids, plan.bps, str(plan.opts["anchors"])),
+            deviceInfo=device,
+            userOptions=_session_options(popart, plan.opts, plan.replicas, engine_cache),
+        )
+        session.prepareDevice()
+    return session
+
+
+def _load_and_run_once(
+    popart: ModuleType,
+    session: Any,
+    device: Any,
+    prepared: Prepared,
+    plan: _Plan,
+    example_inputs: Sequence[object],
+    label: str,
+    phases: dict[str, float],
+) -> _Runner:
+    """``weightsFromHost()`` (phase ``weights``), then the anchors and one run (phase ``first_run``)."""
+    with _released_on_error(device, label):
+        with _timed(phases, "weights"):
+            session.weightsFromHost()
+        with _timed(phases, "first_run"):
+            runner = _Runner(
+                popart,
+                session,
+                device,
+                prepared,
+                session.initAnchorArrays(),
+                _layout(plan.bps, plan.replicas),
+                str(plan.opts["anchors"]),
+                plan.bps,
+                plan.replicas,
+            )
+            runner.run(*runner.prepare_inputs(example_inputs))
+    return runner
+
+
+def _plan(
+    options: Mapping[str, object],
+    precision: str,
+    example_inputs: Sequence[object],
+    label: str,
+    device_error: str,
+) -> _Plan:
+    """The options checked with the precision and the device, and the call's layout the examples make."""
+    opts = _check_options(options, label)
+    if precision not in ("fp32", "fp16"):
+        raise CompileError(
+            f"the popart backend runs fp32 or fp16, not {precision} ({label}); "
+            "pass precision='fp16' (the IPU default) or 'fp32'"
+        )
+    if device_error:
+        raise BackendUnavailable(device_error)
+    bps, replicas, ipus = (int(str(opts[k])) for k in ("batches_per_step", "replicated_graphs", "ipus"))
+    num_ipus = ipus * replicas
+    if num_ipus & (num_ipus - 1):
+        raise CompileError(
+            f"popart options ipus={ipus} x replicated_graphs={replicas} = {num_ipus} IPUs for {label}; "
+            "PopART acquires a power of two (1, 2, 4, 8, ...): choose ipus and replicated_graphs "
+            "whose product is one"
+        )
+    arrays = tuple(_as_array(v, None) for v in example_inputs)
+    memory = memory_proportions(opts["available_memory_proportion"], ipus, "popart option", label)
+    opts["available_memory_proportion"] = plain_memory_proportion(opts["available_memory_proportion"])
+    return _Plan(
+        opts=opts,
+        arrays=arrays,
+        bps=bps,
+        replicas=replicas,
+        ipus=ipus,
+        stages=_stages(opts),
+        micro=_micro_batch(arrays, bps, replicas, label),
+        memory=memory,
+    )
+
+
+def _compile_info(
+    popart: ModuleType, plan: _Plan, options: Mapping[str, object], kind: str, simulator: bool
+) -> dict[str, Any]:
+    """What the record's ``info`` says of the compile before it starts."""
+    stages = plan.stages
+    info: dict[str, Any] = {
+        "popart": _version(popart),
+        "device_type": kind,
+        "simulator": simulator,
+        "ipus": plan.num_ipus,
+        "micro_batch": plan.micro,
+        "batches_per_step": plan.bps,
+        # Where the value came from: PopART refuses fewer batches per step than pipeline stages.
+        "batches_per_step_from": (
+            "option"
+            if options.get("batches_per_step") is not None
+            else f"default: the {stages} pipeline stages"
+            if stages > 1
+            else "default"
+        ),
+        "replicated_graphs": plan.replicas,
+        "anchors": str(plan.opts["anchors"]),
+        "available_memory_proportion": plan.opts["available_memory_proportion"],
+    }
+    if simulator:
+        info.update(
+            ipu_model_tiles=plan.opts["ipu_model_tiles"], ipu_model_version=plan.opts["ipu_model_version"]
+        )
+    return info
+
+
+def _onnx_source(
+    model: object,
+    example_inputs: Sequence[object],
+    plan: _Plan,
+    label: str,
+    cache_dir: Path,
+    phases: dict[str, float],
+    info: dict[str, Any],
+) -> tuple[bytes | str, bool]:
+    """The ONNX model (bytes or a path) and whether it was exported from torch (phase ``export``)."""
+    if hasattr(model, "state_dict") and hasattr(model, "forward"):
+        exported = onnx_export.export(
+            model,
+            example_inputs,
+            cache_dir,
+            # fp32 whatever the precision: PopART converts it to fp16 later, as the example did.
+            onnx_export.ExportOptions(opset=int(str(plan.opts["opset"])), precision="fp32"),
+        )
+        phases["export"] = exported.export_s
+        info.update(export_cached=exported.cached, onnx_sha256=exported.sha256)
+        if exported.opset > MAX_OPSET:
+            raise CompileError(
+                f"torch exported {label} at ONNX opset {exported.opset} (converting it down to opset "
+                f"{plan.opts['opset']} failed), and PopART 3.x imports ONNX opsets {MIN_OPSET} to "
+                f"{MAX_OPSET} only; export the model yourself with torch.onnx.export(model, inputs, "
+                f"'model.onnx', opset_version={MAX_OPSET}), with dynamo=False on torch 2.5 and newer, "
+                "and pass the ONNX file"
+            )
+        return str(exported.path), True
+    if isinstance(model, (bytes, str, Path)):
+        return (model if isinstance(model, bytes) else str(model)), False
+    raise CompileError(
+        f"the popart backend needs an ONNX model (bytes or path) or a torch.nn.Module, "
+        f"got {type(model).__name__}"
+    )
+
+
+def _device_info(device: Any, simulator: bool) -> dict[str, Any]:
+    """The acquired device's id, architecture and driver version, for the record's ``info``."""
+    return {
+        "device_id": _plain(getattr(device, "id", None)),
+        # ipuVersion is the architecture; version is the driver version of an attached IPU
+        # (the IPU Model's version repeats its architecture, so it says nothing more).
+        "ipu_version": _plain(getattr(device, "ipuVersion", None)),
+        "driver_version": None if simulator else _plain(getattr(device, "version", None)),
+    }
+
+
+def _acquire(
+    popart: ModuleType,
+    num_ipus: int,
+    label: str,
+    opts: Mapping[str, object],
+    simulator: bool,
+    index: int | None,
+) -> Any:
+    """An attached device of ``num_ipus`` IPUs, or ``BackendUnavailable`` naming the count."""
+    what = f"{num_ipus} IPU(s) for {label}"
+    try:
+        manager = popart.DeviceManager()
+        if simulator:
+            # The SDK turns option values into strings with operator<<: pass strings ("True" != "true").
+            # PopART's own default is 4 tiles (defaultFewTiles), too few for real models: the
+            # tiles and architecture of a real IPU are passed instead, as PopTorch's IPU Model has.
+            return manager.createIpuModelDevice(
+                {
+                    "numIPUs": str(num_ipus),
+                    "tilesPerIPU": str(opts["ipu_model_tiles"]),
+                    "ipuVersion": str(opts["ipu_model_version"]),
+                }
+            )
+        if index is not None:
+            ids = _device_ids(popart, None, num_ipus)
+            if index not in ids:
+                # tryAcquireDeviceById dereferences a null device for an unknown id (3.4
+                # devicemanager.cpp), so the id is checked against the list first.
+                raise CompileError(
+                    f"device ipu:{index} is not a {num_ipus}-IPU device (ipus x "
+                    f"replicated_graphs); the {num_ipus}-IPU device ids here are {sorted(ids)}: "
+                    "use one of them or device 'ipu'"
+                )
+            by_id = getattr(manager, "tryAcquireDeviceById", None)
+            device = by_id(index) if by_id else manager.acquireDeviceById(index)
+        else:
+            try_acquire = getattr(manager, "tryAcquireAvailableDevice", None)
+            # SDK >= 2.4: try... returns None when no device is free (acquire... raises).
+            # SDK <= 2.3: only acquire..., which returns None.
+            acquire = try_acquire or manager.acquireAvailableDevice
+            device = acquire(numIpus=num_ipus)
+    except CompileError:
+        raise
+    except Exception as exc:
+        raise BackendUnavailable(f"Failed to acquire {what}: {exc}") from exc
+    if device is None:
+        raise BackendUnavailable(
+            f"Failed to acquire {what}{'' if index is None else f' (device id {index})'}: "
+            "none free (another process holds them, or there are fewer); gc-monitor shows who uses them"
+        )
+    return device
 
 
 @dataclass(frozen=True)
@@ -512,7 +636,7 @@ class _Runner:
         popart: ModuleType,
         session: Any,
         device: Any,
-        prepared: _Prepared,
+        prepared: Prepared,
         anchors: Mapping[str, np.ndarray],
         layout: _Layout,
         anchor_mode: str,
@@ -597,147 +721,6 @@ def _merge_prefix(array: np.ndarray, prefix: int) -> np.ndarray:
     return array.reshape(lead * own[0], *own[1:]) if own else array.reshape(lead)
 
 
-def _prepare_onnx(
-    popart: ModuleType,
-    source: bytes | str,
-    label: str,
-    arrays: Sequence[np.ndarray],
-    micro: int,
-    precision: str,
-    opts: Mapping[str, object],
-    from_torch: bool,
-) -> _Prepared:
-    """Load the ONNX model, check its opset, fix every input's shape, convert it to fp16 if asked."""
-    import onnx  # after popart (see the module docstring)
-
-    try:
-        proto = onnx.load_from_string(source) if isinstance(source, bytes) else onnx.load(source)
-    except Exception as exc:
-        raise CompileError(f"could not read the ONNX model {label}: {type(exc).__name__}: {exc}") from exc
-    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
-    if not MIN_OPSET <= opset <= MAX_OPSET:
-        raise CompileError(
-            f"the ONNX model {label} uses ONNX opset {opset}, and PopART 3.x imports opsets {MIN_OPSET} to "
-            f"{MAX_OPSET} only; export it at opset {MAX_OPSET} (torch.onnx.export(..., "
-            f"opset_version={MAX_OPSET}), with dynamo=False on torch 2.5 and newer)"
-        )
-    graph = proto.graph
-    initializers = {t.name for t in graph.initializer}
-    inputs = [vi for vi in graph.input if vi.name not in initializers]
-    if len(inputs) != len(arrays):
-        names = ", ".join(vi.name for vi in inputs)
-        raise CompileError(
-            f"the ONNX model {label} takes {len(inputs)} input(s) ({names}), "
-            f"got {len(arrays)} example input(s)"
-        )
-    bps, replicas = int(str(opts["batches_per_step"])), int(str(opts["replicated_graphs"]))
-    symbols: dict[str, int] = {}
-    for vi, array in zip_strict(inputs, arrays):
-        _fix_shape(vi, array, micro, bps, replicas, label, symbols)
-    # Outputs and intermediate values may carry the same batch symbols: make them concrete too.
-    for vi in [*graph.output, *graph.value_info]:
-        for dim in vi.type.tensor_type.shape.dim:
-            if dim.HasField("dim_param") and dim.dim_param in symbols:
-                dim.dim_value = symbols[dim.dim_param]
-
-    if opts["virtual_graph_mode"] == "manual" and not any(
-        a.name == _VIRTUAL_GRAPH_ATTRIBUTE for node in graph.node for a in node.attribute
-    ):
-        raise CompileError(
-            f"popart option virtual_graph_mode='manual' needs ops annotated with "
-            f"popart.Builder.virtualGraph, and the ONNX model {label} has none; use 'auto'"
-        )
-    if opts["pipelining"] and opts["virtual_graph_mode"] == "manual":
-        stages = _annotated_stages(graph)
-        if bps < stages:
-            raise CompileError(
-                f"popart option batches_per_step={bps} for {label} is fewer than the model's {stages} "
-                f"annotated pipeline stages; PopART needs at least one batch per stage to fill the "
-                f"pipeline: pass batches_per_step={stages} or more"
-            )
-
-    memory_convs: int | None = None
-    proportion = opts["available_memory_proportion"]
-    if proportion is not None:
-        # As Graphcore's ResNeXt-101 example does: every Conv output gets the proportion, through the
-        # Builder (which writes the ``__available_memory`` node attribute), before any fp16 conversion.
-        builder = popart.Builder(proto.SerializeToString())
-        conv_outputs = [node.output[0] for node in graph.node if node.op_type == "Conv"]
-        for tid in conv_outputs:
-            builder.setAvailableMemoryProportion(tid, float(str(proportion)))
-        memory_convs = len(conv_outputs)
-        proto = onnx.load_from_string(builder.getModelProto())
-        graph = proto.graph
-        inputs = [vi for vi in graph.input if vi.name not in initializers]
-
-    floats = {vi.type.tensor_type.elem_type for vi in inputs} | {t.data_type for t in graph.initializer}
-    model_precision = "fp32" if _FLOAT in floats else "fp16" if _FLOAT16 in floats else None
-    data = proto.SerializeToString()
-    conversion: str | None = None
-    if not from_torch and model_precision == "fp16" and precision == "fp32":
-        raise CompileError(
-            f"the ONNX model {label} is fp16 but precision fp32 was asked for; pass precision='fp16'"
-        )
-    if model_precision == "fp32" and precision == "fp16":
-        transformer = popart.GraphTransformer(data)
-        transformer.convertFloatsToHalfs()
-        data = transformer.getModelProto()
-        conversion = "GraphTransformer.convertFloatsToHalfs"
-        proto = onnx.load_from_string(data)
-        inputs = [vi for vi in proto.graph.input if vi.name not in initializers]
-
-    # onnx 1.13 added this helper; 1.12 (the floor on Python 3.8, the newest that takes PopART 3.4's
-    # protobuf 3.17.3) has only the table it reads.
-    to_numpy = getattr(onnx.helper, "tensor_dtype_to_np_dtype", None)
-    if to_numpy is None:
-        to_numpy = importlib.import_module("onnx.mapping").TENSOR_TYPE_TO_NP_TYPE.get
-    total = micro * bps * replicas
-    return _Prepared(
-        proto=data,
-        input_ids=tuple(vi.name for vi in inputs),
-        input_dtypes=tuple(np.dtype(to_numpy(vi.type.tensor_type.elem_type)) for vi in inputs),
-        call_shapes=tuple((total, *a.shape[1:]) for a in arrays),
-        output_ids=tuple(o.name for o in proto.graph.output),
-        opset=opset,
-        fp16_conversion=conversion,
-        memory_convs=memory_convs,
-    )
-
-
-def _fix_shape(
-    vi: Any, array: np.ndarray, micro: int, bps: int, replicas: int, label: str, symbols: dict[str, int]
-) -> None:
-    """Set the input's unknown dimensions from the example (batch: the micro-batch); check known ones."""
-    dims = vi.type.tensor_type.shape.dim
-    wanted = (micro, *array.shape[1:])
-    declared = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims)
-    if len(dims) != len(wanted):
-        raise CompileError(
-            f"input {vi.name!r} of the ONNX model {label} has {len(dims)} dimension(s) but the example input "
-            f"has shape {tuple(array.shape)}; pass inputs of the model's rank"
-        )
-    for k, (dim, want) in enumerate(zip_strict(dims, wanted)):
-        if dim.HasField("dim_value") and dim.dim_value > 0:
-            if dim.dim_value == want:
-                continue
-            if k == 0:
-                items = dim.dim_value * bps * replicas
-                raise CompileError(
-                    f"the ONNX model {label} fixes input {vi.name!r} to batch {dim.dim_value}, so a call "
-                    f"takes {dim.dim_value} x batches_per_step={bps} x replicated_graphs={replicas} = "
-                    f"{items} items, but the inputs have {array.shape[0]}; pass inputs with leading "
-                    f"dimension {items}"
-                )
-            raise CompileError(
-                f"input {vi.name!r} of the ONNX model {label} has shape {declared} but the example input has "
-                f"{tuple(array.shape)} (micro-batch {micro}); pass inputs of the model's shape"
-            )
-        if dim.HasField("dim_param"):
-            symbols[dim.dim_param] = want
-        # Setting dim_value clears dim_param (they are one protobuf oneof).
-        dim.dim_value = want
-
-
 def _micro_batch(arrays: Sequence[np.ndarray], bps: int, replicas: int, label: str) -> int:
     """The micro-batch that every input's leading dimension (the items per call) makes."""
     if not arrays or not arrays[0].ndim:
@@ -802,7 +785,18 @@ def _engine_cache(opts: Mapping[str, object], cache_dir: Path) -> str | None:
 
 
 def _check_options(options: Mapping[str, object], label: str) -> dict[str, object]:
+    """The options with their defaults, checked, and resolved: ``virtual_graph_mode`` and ``anchors``
+    lower case, ``batches_per_step`` set, ``cache_path`` a string. ``available_memory_proportion`` is
+    checked with the IPU count (``options.memory_proportions``)."""
     opts = merge_options("popart", OPTIONS, options, label)
+    _check_kinds(opts, label)
+    _resolve_split(opts, label)
+    _resolve_outputs(opts, label)
+    return opts
+
+
+def _check_kinds(opts: dict[str, object], label: str) -> None:
+    """Counts positive integers, the opset one PopART imports, the switches booleans."""
     for key in ("batches_per_step", "replicated_graphs", "ipus", "ipu_model_tiles"):
         value = opts[key]
         if key == "batches_per_step" and value is None:
@@ -818,6 +812,10 @@ def _check_options(options: Mapping[str, object], label: str) -> dict[str, objec
     for key in ("pipelining", "enable_engine_caching"):
         if not isinstance(opts[key], bool):
             raise CompileError(f"popart option {key}={opts[key]!r} for {label}; use True or False")
+
+
+def _resolve_split(opts: dict[str, object], label: str) -> None:
+    """How the model splits over a replica's IPUs: virtual graphs, pipelining, batches per step."""
     mode = opts["virtual_graph_mode"]
     if mode is not None:
         normal = str(mode).lower() if isinstance(mode, str) else None
@@ -849,7 +847,11 @@ def _check_options(options: Mapping[str, object], label: str) -> dict[str, objec
             f"(pipelining over ipus={ipus}); PopART needs at least one batch per stage to fill the "
             f"pipeline: pass batches_per_step={stages} or more, or leave it unset"
         )
-    _check_memory_proportion(opts["available_memory_proportion"], label)
+
+
+def _resolve_outputs(opts: dict[str, object], label: str) -> None:
+    """The IPU Model's architecture, the anchors, the partials type and the engine cache path."""
+    bps = int(str(opts["batches_per_step"]))
     version = opts["ipu_model_version"]
     if version not in _IPU_MODEL_VERSIONS:
         raise CompileError(
@@ -877,33 +879,12 @@ def _check_options(options: Mapping[str, object], label: str) -> dict[str, objec
                 "enable_engine_caching=True; pass both"
             )
         opts["cache_path"] = str(cache_path)
-    return opts
 
 
 def _stages(opts: Mapping[str, object]) -> int:
     """The pipeline stages PopART makes: one per IPU of a replica when pipelining (``auto`` splits
     the model over every IPU; ``manual`` models are counted again from their annotations), else 1."""
     return int(str(opts["ipus"])) if opts["pipelining"] else 1
-
-
-def _annotated_stages(graph: Any) -> int:
-    """Distinct ``__pipeline_stage`` values, or else distinct virtual graphs: PopART uses an op's
-    virtual graph as its stage when no stage is annotated."""
-    for attribute in (_PIPELINE_STAGE_ATTRIBUTE, _VIRTUAL_GRAPH_ATTRIBUTE):
-        values = {a.i for node in graph.node for a in node.attribute if a.name == attribute}
-        if values:
-            return len(values)
-    return 1
-
-
-def _check_memory_proportion(value: object, label: str) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise CompileError(
-            f"popart option available_memory_proportion={value!r} for {label}; use a number in (0, 1] "
-            "(Graphcore's ResNeXt-101 example uses 0.3) or None for PopART's default"
-        )
 
 
 def _valid_anchors(anchors: str, bps: int) -> bool:

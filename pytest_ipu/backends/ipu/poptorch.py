@@ -36,6 +36,8 @@ from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.ipu.options import memory_proportions
+from pytest_ipu.backends.ipu.options import plain_memory_proportion
 from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
 from pytest_ipu.devices import inventory as ipu_inventory
 from pytest_ipu.devices import poprun
@@ -632,7 +634,7 @@ def _check_options(options: Mapping[str, object], name: str, precision: str) -> 
         raise CompileError(
             f"poptorch backend option executable_cache_dir={cache!r} for {name}; use a directory path or None"
         )
-    _check_memory_proportion(opts["available_memory_proportion"], ipus, name)
+    memory_proportions(opts["available_memory_proportion"], ipus, "poptorch backend option", name)
     partials = opts["partials_type"]
     if partials is not None and partials not in _PARTIALS:
         raise CompileError(
@@ -669,33 +671,6 @@ def _check_options(options: Mapping[str, object], name: str, precision: str) -> 
             f"PopTorch needs one micro-batch per stage); pass gradient_accumulation={2 * ipus - 1} or more"
         )
     return opts
-
-
-def _check_memory_proportion(value: object, ipus: int, name: str) -> None:
-    fix = "use a number in (0, 1] or a mapping such as {'IPU0': 0.3}"
-    if value is None:
-        return
-    if isinstance(value, Mapping):
-        items = list(value.items())
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        items = [(f"IPU{i}", value) for i in range(ipus)]
-    else:
-        raise CompileError(f"poptorch backend option available_memory_proportion={value!r} for {name}; {fix}")
-    for key, proportion in items:
-        if not (isinstance(key, str) and re.fullmatch(r"IPU\d+", key) and int(key[3:]) < ipus):
-            raise CompileError(
-                f"poptorch backend option available_memory_proportion key {key!r} for {name}: keys are "
-                f"'IPU0' ... 'IPU{ipus - 1}' (an IPU index within the model); {fix}"
-            )
-        if (
-            isinstance(proportion, bool)
-            or not isinstance(proportion, (int, float))
-            or not 0 < proportion <= 1
-        ):
-            raise CompileError(
-                f"poptorch backend option available_memory_proportion[{key!r}]={proportion!r} for {name}; "
-                f"{fix}"
-            )
 
 
 def _check_ipus(ipus: int, replicas: int, auto_round: bool, name: str) -> None:
@@ -788,9 +763,12 @@ def _poptorch_options(
     cache = opts["executable_cache_dir"]
     if cache is not None:
         popts.enableExecutableCaching(str(Path(str(cache))))
-    proportion = opts["available_memory_proportion"]
-    if proportion is not None:
-        popts.setAvailableMemoryProportion(_memory_mapping(proportion, int(str(opts["ipus"]))))
+    # Checked already (_check_options); PopTorch takes one entry per IPU, keyed "IPU<n>".
+    proportions = memory_proportions(
+        opts["available_memory_proportion"], int(str(opts["ipus"])), "poptorch backend option", "the model"
+    )
+    if proportions is not None:
+        popts.setAvailableMemoryProportion({f"IPU{ipu}": p for ipu, p in proportions.items()})
     partials = opts["partials_type"]
     if partials is not None:
         popts.Precision.setPartialsType(getattr(torch, _PARTIALS[str(partials)]))
@@ -802,20 +780,12 @@ def _poptorch_options(
     return popts
 
 
-def _memory_mapping(value: object, ipus: int) -> dict[str, float]:
-    if isinstance(value, Mapping):
-        return {str(k): float(v) for k, v in value.items()}
-    return {f"IPU{i}": float(str(value)) for i in range(ipus)}
-
-
 def _plain_options(opts: Mapping[str, object]) -> dict[str, object]:
     """The options as plain JSON values (paths as strings)."""
     plain = dict(opts)
     if plain["executable_cache_dir"] is not None:
         plain["executable_cache_dir"] = str(plain["executable_cache_dir"])
-    proportion = plain["available_memory_proportion"]
-    if isinstance(proportion, Mapping):
-        plain["available_memory_proportion"] = {str(k): float(v) for k, v in proportion.items()}
+    plain["available_memory_proportion"] = plain_memory_proportion(plain["available_memory_proportion"])
     return plain
 
 
