@@ -33,7 +33,7 @@ something else imported onnx earlier, ``availability`` says so and how to fix it
 
 **Batches.** One ``run`` executes ``batches_per_step`` batches on each of ``replicated_graphs``
 replicas, so a call takes ``micro_batch x batches_per_step x replicated_graphs`` items: the leading
-dimension of every input. Inputs are handed to ``PyStepIO`` in PopART's layout
+dimension of every input. Inputs are handed (``popart_runner``) to ``PyStepIO`` in PopART's layout
 ``[batches_per_step, replicas, micro_batch, ...]`` (prefix dimensions of 1 dropped), and outputs
 come back with those prefix dimensions merged into the leading one again.
 
@@ -69,7 +69,9 @@ from pytest_ipu.backends.ipu.options import plain_memory_proportion
 from pytest_ipu.backends.ipu.popart_onnx import MAX_OPSET
 from pytest_ipu.backends.ipu.popart_onnx import MIN_OPSET
 from pytest_ipu.backends.ipu.popart_onnx import Prepared
-from pytest_ipu.backports import zip_strict
+from pytest_ipu.backends.ipu.popart_runner import Runner
+from pytest_ipu.backends.ipu.popart_runner import as_array
+from pytest_ipu.backends.ipu.popart_runner import layout
 from pytest_ipu.devices import inventory as ipu_inventory
 from pytest_ipu.devices.inventory import IpuInventory
 from pytest_ipu.errors import BackendUnavailable
@@ -419,19 +421,19 @@ def _load_and_run_once(
     example_inputs: Sequence[object],
     label: str,
     phases: dict[str, float],
-) -> _Runner:
+) -> Runner:
     """``weightsFromHost()`` (phase ``weights``), then the anchors and one run (phase ``first_run``)."""
     with _released_on_error(device, label):
         with _timed(phases, "weights"):
             session.weightsFromHost()
         with _timed(phases, "first_run"):
-            runner = _Runner(
+            runner = Runner(
                 popart,
                 session,
                 device,
                 prepared,
                 session.initAnchorArrays(),
-                _layout(plan.bps, plan.replicas),
+                layout(plan.bps, plan.replicas),
                 str(plan.opts["anchors"]),
                 plan.bps,
                 plan.replicas,
@@ -464,7 +466,7 @@ def _plan(
             "PopART acquires a power of two (1, 2, 4, 8, ...): choose ipus and replicated_graphs "
             "whose product is one"
         )
-    arrays = tuple(_as_array(v, None) for v in example_inputs)
+    arrays = tuple(as_array(v, None) for v in example_inputs)
     memory = memory_proportions(opts["available_memory_proportion"], ipus, "popart option", label)
     opts["available_memory_proportion"] = plain_memory_proportion(opts["available_memory_proportion"])
     return _Plan(
@@ -609,116 +611,6 @@ def _acquire(
             "none free (another process holds them, or there are fewer); gc-monitor shows who uses them"
         )
     return device
-
-
-@dataclass(frozen=True)
-class _Layout:
-    """How one call's items are laid out for PopART: ``[batches_per_step, replicas, micro_batch, ...]``."""
-
-    prefix: tuple[int, ...]  # the prefix dimensions other than 1
-
-    def to_popart(self, array: np.ndarray) -> np.ndarray:
-        """Split the leading dimension into the prefix dimensions and the micro-batch."""
-        if not self.prefix:
-            return array
-        return array.reshape(*self.prefix, -1, *array.shape[1:])
-
-
-def _layout(bps: int, replicas: int) -> _Layout:
-    return _Layout(tuple(d for d in (bps, replicas) if d != 1))
-
-
-class _Runner:
-    """One synchronous ``session.run`` on prepared inputs; outputs are views of the anchor arrays."""
-
-    def __init__(
-        self,
-        popart: ModuleType,
-        session: Any,
-        device: Any,
-        prepared: Prepared,
-        anchors: Mapping[str, np.ndarray],
-        layout: _Layout,
-        anchor_mode: str,
-        bps: int,
-        replicas: int,
-    ) -> None:
-        self._popart, self._session, self._device = popart, session, device
-        self._prepared, self._anchors, self._layout = prepared, dict(anchors), layout
-        self._stepio: Any = None
-        self._stepio_inputs: tuple[object, ...] = ()
-        self._closed = False
-        prefix = _anchor_prefix(anchor_mode, bps, replicas)
-        self._outputs = tuple(_merge_prefix(self._anchors[oid], prefix) for oid in prepared.output_ids)
-
-    def prepare_inputs(self, values: Sequence[object]) -> tuple[object, ...]:
-        """Contiguous arrays of the model's dtypes and compiled shapes, in PopART's layout."""
-        p = self._prepared
-        if len(values) != len(p.input_ids):
-            raise ValueError(
-                f"the ONNX model takes {len(p.input_ids)} input(s) ({', '.join(p.input_ids)}), "
-                f"got {len(values)}"
-            )
-        out = []
-        for name, value, dtype, shape in zip_strict(p.input_ids, values, p.input_dtypes, p.call_shapes):
-            array = _as_array(value, dtype)
-            if array.shape != shape:
-                # PopART checks buffer sizes on the first run only; a wrong size later reads wrong memory.
-                raise ValueError(
-                    f"input {name!r} has shape {tuple(array.shape)} but the PopART session was compiled "
-                    f"for {shape}; compile again for other shapes (a session's batch is fixed)"
-                )
-            out.append(np.ascontiguousarray(self._layout.to_popart(array)))
-        return tuple(out)
-
-    def run(self, *arrays: object) -> tuple[np.ndarray, ...]:
-        """Run one step; the returned arrays are overwritten in place by the next call."""
-        if self._closed:
-            raise RuntimeError("this compiled model was closed (the run that compiled it has ended)")
-        if len(arrays) != len(self._stepio_inputs) or any(
-            a is not b for a, b in zip_strict(arrays, self._stepio_inputs)
-        ):
-            # A PyStepIO holds its arrays and wraps its read offsets after each full step, so one
-            # built for these very arrays serves every later call with them.
-            inputs = dict(zip_strict(self._prepared.input_ids, arrays))
-            self._stepio = self._popart.PyStepIO(inputs, self._anchors)
-            self._stepio_inputs = tuple(arrays)
-        self._session.run(self._stepio)
-        return self._outputs
-
-    def close(self) -> None:
-        """Detach the IPUs and drop the session; idempotent. Later ``run`` calls raise ``RuntimeError``."""
-        if self._closed:
-            return
-        self._closed = True
-        device, self._device = self._device, None
-        self._session = self._stepio = None
-        self._stepio_inputs = ()
-        try:
-            device.detach()
-        except Exception as exc:
-            raise RuntimeError(f"PopART could not detach the device: {exc}") from exc
-
-
-def _anchor_prefix(anchor_mode: str, bps: int, replicas: int) -> int:
-    """How many prefix dimensions an anchor array has: ``[bps, replicas]`` for ALL, ``[bps // N, replicas]``
-    for EVERYN, ``[replicas]`` for FINAL and SUM, dimensions of 1 dropped (PopART's ``initAnchorArrays``)."""
-    if anchor_mode == "all":
-        dims = [bps, replicas]
-    elif anchor_mode in ("final", "sum"):
-        dims = [replicas]
-    else:
-        dims = [bps // int(anchor_mode.partition(":")[2]), replicas]
-    return sum(d != 1 for d in dims)
-
-
-def _merge_prefix(array: np.ndarray, prefix: int) -> np.ndarray:
-    """A view with the first ``prefix`` dimensions merged into the model's own leading dimension."""
-    if prefix == 0:
-        return array
-    own = array.shape[prefix:]
-    lead = int(np.prod(array.shape[:prefix]))
-    return array.reshape(lead * own[0], *own[1:]) if own else array.reshape(lead)
 
 
 def _micro_batch(arrays: Sequence[np.ndarray], bps: int, replicas: int, label: str) -> int:
@@ -898,18 +790,6 @@ def _label(model: object) -> str:
     if isinstance(model, (str, Path)):
         return repr(str(model))
     return type(model).__name__
-
-
-def _as_array(value: object, dtype: Any) -> np.ndarray:
-    if hasattr(value, "detach"):  # torch tensors, possibly on a device or in bf16 (numpy has none)
-        tensor = value.detach().cpu()
-        if str(tensor.dtype) == "torch.bfloat16":
-            tensor = tensor.float()
-        value = tensor.numpy()
-    array = np.asarray(value)
-    if dtype is not None and array.dtype != dtype:
-        array = array.astype(dtype)
-    return array
 
 
 def _version(popart: ModuleType) -> str:
