@@ -61,4 +61,6 @@ def test_a_missing_value_says_why() -> None:
     assert METRICS["energy"].why_missing(record) == "power not measured (the record has no power section)"
     assert "not a compiled model" in METRICS["compile"].why_missing(record)
     assert "not a LoadGen benchmark" in METRICS["loadgen.p99"].why_missing(record)
-    assert METRICS["time_to_train"].why_missing(record) == "the record has no value at time_to_train.olympic_s"
+    assert (
+        METRICS["time_to_train"].why_missing(record) == "the record has no value at time_to_train.olympic_s"
+    )
