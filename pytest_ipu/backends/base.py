@@ -16,6 +16,8 @@ from typing import runtime_checkable
 
 from pytest_ipu.errors import CompileError
 from pytest_ipu.errors import NonFiniteLoss
+from pytest_ipu.results.records import Identity
+from pytest_ipu.results.records import InstanceInfo as InstanceInfo
 
 if TYPE_CHECKING:
     from pytest_ipu.devices.inventory import IpuInventory
@@ -39,35 +41,6 @@ class Availability:
     def no(cls, reason: str) -> Availability:
         """Not available, because of ``reason`` (which should also say what would fix it)."""
         return cls(False, reason)
-
-
-@dataclass(frozen=True)
-class InstanceInfo:
-    """What one instance's compile produced: where it runs, how long compiling took, and its facts.
-
-    ``compile_s`` is ``None`` when nobody timed the compile; ``phases_s`` and ``info`` are the
-    backend's own breakdown and plain-JSON facts (``CompiledModel.phases_s`` and ``.info``).
-    """
-
-    index: int
-    target: str
-    device: str
-    device_name: str
-    compile_s: float | None
-    phases_s: Mapping[str, float] = field(default_factory=dict)
-    info: Mapping[str, object] = field(default_factory=dict)
-
-    def as_json(self) -> dict[str, object]:
-        """Plain JSON values (a fresh dict; mappings copied)."""
-        return {
-            "index": self.index,
-            "target": self.target,
-            "device": self.device,
-            "device_name": self.device_name,
-            "compile_s": self.compile_s,
-            "phases_s": {str(k): float(v) for k, v in self.phases_s.items()},
-            "info": dict(self.info),
-        }
 
 
 class InstanceGroup(Protocol):
@@ -158,21 +131,16 @@ class TrainingInfo:
 
 
 @dataclass(frozen=True)
-class CompiledModel:
+class CompiledModel(Identity):
     """A model prepared by a backend for one target, ready to be called in timed rounds.
 
     ``run(*prepared_inputs)`` is one synchronous call: when it returns, the outputs are available where
     ``io`` says (``"host"``: in host memory). ``prepare_inputs`` converts user inputs once, outside
     any timed window (dtype, memory layout, pinned or device memory). ``compile_s`` and
-    ``compile_cached`` are filled in by the ``ipu_compile`` fixture, which times the compile.
+    ``compile_cached`` are filled in by the ``ipu_compile`` fixture, which times the compile. What
+    it is (target, backend, device, precision, io) is its ``Identity``, which its records copy.
     """
 
-    target: str
-    backend: str
-    device: str
-    device_name: str
-    precision: str
-    io: str
     run: Callable[..., object]
     prepare_inputs: Callable[[Sequence[object]], tuple[object, ...]]
     close: Callable[[], None]

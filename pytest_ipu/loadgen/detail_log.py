@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_ipu.results.loadgen import LoadgenFigures
+
 #: The line prefix of LoadGen's structured log.
 PREFIX = ":::MLLOG "
 #: The percentiles LoadGen reports, as the record names them, and their text in LoadGen's keys.
@@ -56,38 +58,14 @@ def read(path: Path) -> tuple[dict[str, Any], list[str]]:
 
 
 @dataclass(frozen=True)
-class LogResult:
-    """One LoadGen run's verdict and figures."""
+class LogResult(LoadgenFigures):
+    """One LoadGen run's verdict and figures (``LoadgenFigures``), with what the record makes its
+    own fields of: LoadGen's advice when INVALID and the effective settings."""
 
-    #: LoadGen's version (`6.0.17 @ d6147c7eb7`).
-    version: str
-    #: LoadGen's verdict: True (VALID), False (INVALID); `None` in accuracy mode (no verdict).
-    valid: bool | None
-    #: Each condition of the verdict LoadGen logged (`min_duration_met`, `min_queries_met`,
-    #: `perf_constraints_met` (Server), `early_stopping_met`).
-    checks: Mapping[str, bool]
     #: LoadGen's advice when INVALID (`Reduce target QPS...`), or "".
     invalid_reason: str
-    #: LoadGen's early-stopping text.
-    early_stopping: str
-    #: SingleStream / MultiStream: the early-stopping estimate of the target percentile's latency,
-    #: seconds (`None` where LoadGen gave none).
-    early_stopping_latency_s: float | None
-    #: Queries completed (accuracy mode: the queries LoadGen generated, all of which it issues).
-    query_count: int
-    #: Samples per query.
-    samples_per_query: int
-    #: Samples completed per second: Offline's result, Server's completed rate, SingleStream's query
-    #: rate; `None` for MultiStream, whose result is a latency (LoadGen logs no rate for it).
-    samples_per_s: float | None
-    #: Server: the scheduled (offered) rate, queries per second.
-    scheduled_qps: float | None
-    #: Query latency summary, seconds: min, mean, max and `PERCENTILES`.
-    latency_s: Mapping[str, float]
     #: The effective settings, `effective_` stripped (`min_duration_ms`, `target_qps`...).
     effective: Mapping[str, Any]
-    #: Texts LoadGen logged as errors.
-    errors: tuple[str, ...]
 
 
 def _flag(values: Mapping[str, Any], key: str) -> bool | None:

@@ -23,7 +23,9 @@ from pytest_ipu.loadgen.settings import rules
 from pytest_ipu.loadgen.sut import SampleLibrary
 from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.power.meter import not_measured
+from pytest_ipu.results.codec import fields_of
 from pytest_ipu.results.loadgen import BatchingRecord
+from pytest_ipu.results.loadgen import LoadgenFigures
 from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.loadgen import PeakSearch
 from pytest_ipu.results.loadgen import ServerProbe
@@ -171,20 +173,11 @@ def measure(
     )
     stats = outcome.stats
     part = LoadgenRecord(
+        **fields_of(LoadgenFigures, result),
         scenario=run.scenario,
         mode=run.mode,
-        version=result.version,
         settings=dict(result.effective),
-        valid=result.valid,
         invalid_reasons=detail_log.invalid_reasons(result),
-        checks=dict(result.checks),
-        early_stopping=result.early_stopping,
-        early_stopping_latency_s=result.early_stopping_latency_s,
-        query_count=result.query_count,
-        samples_per_query=result.samples_per_query,
-        samples_per_s=result.samples_per_s,
-        scheduled_qps=result.scheduled_qps,
-        latency_s=dict(result.latency_s),
         mlperf_model=run.mlperf_model,
         mlperf_compliant=compliant,
         compliance_reasons=reasons,
@@ -203,7 +196,6 @@ def measure(
         accuracy=score,
         accuracy_name=request.accuracy_name if score is not None else None,
         peak=peak,
-        errors=result.errors,
     )
     return Measured(part, calibration, outcome, power)
 

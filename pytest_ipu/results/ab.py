@@ -51,10 +51,10 @@ from pytest_ipu.results import compare
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.catalog import METRICS
+from pytest_ipu.results.catalog import missing_reason
 from pytest_ipu.results.decide import Verdict
 from pytest_ipu.results.decide import beyond_threshold
 from pytest_ipu.results.decide import format_p_value
-from pytest_ipu.results.decide import missing_reason
 from pytest_ipu.results.decide import relative_change
 from pytest_ipu.results.gates import Gate
 from pytest_ipu.results.records import group_name

@@ -1,50 +1,154 @@
-"""The catalog of reported metrics: each one's name (as gates and ``pytest-ipu compare`` spell it),
-where it sits in the record JSON, and its unit, which also says which way is better.
+"""The registry of reported metrics: the one place a metric is declared.
 
-``IpuRecord.value(name)`` reads a metric from a typed record; ``schema`` re-exports ``METRICS``.
-This module imports only the units registry, so the gate grammar, which ``pytest --help`` loads,
-can name the metrics without the records.
+Each ``Metric`` says everything the rest of pytest-ipu knows of it: its name (as gates and
+``pytest-ipu compare`` spell it), where it sits in a record, its unit (which also says which way is
+better), how its independent measurements are read (each repeat's, or runs the record keeps), and
+why a record may have no value for it. The gate grammar (``gates``), the gate decisions
+(``decide``), ``pytest-ipu compare`` and ``ab`` tables, and ``IpuRecord.value`` and
+``repeat_values`` all read ``METRICS``; docs/ci.md lists every metric, one table row each, and the
+suite checks that the table and ``METRICS`` name the same metrics with the same units. Adding a
+metric is one entry here and its row there.
+
+A metric's ``path`` is both its place in the record JSON and the attributes of the typed record
+(``("power", "energy_j")`` is ``extra_info["ipu"]["power"]["energy_j"]`` and
+``record.power.energy_j``), so the readers here walk it on a typed record. This module imports only
+the units registry, so the gate grammar, which ``pytest --help`` loads, can name the metrics
+without the records; the records are read by their attributes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_ipu.measure import units
 
 
+def _walk(obj: Any, path: tuple[str, ...]) -> Any:
+    """The value at ``path`` below ``obj`` (an attribute of a record part, a key of a mapping such as
+    ``loadgen.latency_s``); ``None`` where a part on the way is ``None`` or a key is absent."""
+    for key in path:
+        if obj is None:
+            return None
+        obj = obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key)
+    return obj
+
+
 @dataclass(frozen=True)
 class Metric:
-    """A reported number: where it sits in the record JSON and its unit (``units.UNITS``), which
-    also says which way is better. ``IpuRecord.value(name)`` reads it from a typed record."""
+    """A reported number, declared once: name, place in the record, unit, how its independent
+    measurements are read, and why it may be missing."""
 
+    #: The name gates and `pytest-ipu compare` use (`latency.p99`).
     name: str
+    #: Its place in the record: the JSON keys under `extra_info["ipu"]`, which are also the typed
+    #: record's attribute names (`("power", "energy_j")`: `record.power.energy_j`).
     path: tuple[str, ...]
+    #: Its unit (`units.UNITS`), which also says which way is better.
     unit: str
+    #: True when every independent repeat measures it: a repeat's value is at `path` in that
+    #: repeat (`RepeatRecord`). False for a figure measured once per benchmark (energy, compile).
+    per_repeat: bool = False
+    #: Where the record keeps independent measurements of the metric itself (a time-to-train
+    #: benchmark's kept runs), which a gate weighs before repeats; `None` for none.
+    runs: tuple[str, ...] | None = None
+    #: Why a record has no value for it, as a gate's message says it (given the typed record);
+    #: returning `None`, or left `None`, gives "the record has no value at <path>".
+    missing: Callable[[Any], str | None] | None = None
 
     @property
     def better(self) -> units.Better:
         """``lower`` or ``higher``: the direction in which the metric improves."""
         return units.UNITS[self.unit].better
 
+    def value(self, record: Any) -> float | None:
+        """The metric's value in a typed record (``IpuRecord``) or repeat (``RepeatRecord``), SI
+        units; ``None`` when the record has none."""
+        value = _walk(record, self.path)
+        return None if value is None else float(value)
 
+    def repeat_values(self, record: Any) -> tuple[float, ...]:
+        """The metric's independent measurements in a typed record: the runs it keeps (``runs``),
+        else each repeat's value (``per_repeat``), else its one value (none when it has none)."""
+        if self.runs is not None:
+            kept = _walk(record, self.runs)
+            if kept is not None:
+                return tuple(float(v) for v in kept)
+        if self.per_repeat and record.repeats:
+            return tuple(float(_walk(r, self.path)) for r in record.repeats)
+        value = self.value(record)
+        return () if value is None else (value,)
+
+    def why_missing(self, record: Any) -> str:
+        """Why a typed record has no value for the metric, as specific as the record allows."""
+        reason = None if self.missing is None else self.missing(record)
+        return reason or f"the record has no value at {'.'.join(self.path)}"
+
+
+def _power_missing(record: Any) -> str | None:
+    if record.power is None:
+        return "power not measured (the record has no power section)"
+    return f"power not measured: {record.power.reason}" if record.power.reason else None
+
+
+def _loadgen_missing(record: Any, name: str) -> str:
+    if record.loadgen is None:
+        return "not a LoadGen benchmark (loadgen metrics come from ipu_loadgen)"
+    scenario = record.loadgen.scenario
+    article = "an" if scenario[0] in "AEIOU" else "a"
+    return f"LoadGen reported no {name} for {article} {scenario} run"
+
+
+def _latency(key: str) -> Metric:
+    return Metric(f"latency.{key}", ("latency_s", key), "s", per_repeat=True)
+
+
+def _power(name: str, key: str, unit: str) -> Metric:
+    return Metric(name, ("power", key), unit, missing=_power_missing)
+
+
+def _loadgen(name: str, path: tuple[str, ...], unit: str) -> Metric:
+    shown = ".".join(path)
+    return Metric(f"loadgen.{name}", ("loadgen", *path), unit, missing=lambda r: _loadgen_missing(r, shown))
+
+
+#: Every metric by name, in the order tables show them.
 METRICS: Mapping[str, Metric] = {
     m.name: m
     for m in (
-        *(Metric(f"latency.{k}", ("latency_s", k), "s") for k in ("min", "p50", "p90", "p99", "max", "mean")),
-        Metric("throughput", ("throughput_items_per_s",), "items/s"),
-        Metric("compile", ("compile_s",), "s"),
+        *(_latency(k) for k in ("min", "p50", "p90", "p99", "max", "mean")),
+        Metric("throughput", ("throughput_items_per_s",), "items/s", per_repeat=True),
+        Metric(
+            "compile",
+            ("compile_s",),
+            "s",
+            missing=lambda r: "no compile time (the benchmarked object was not a compiled model)",
+        ),
         Metric("first_call", ("first_call_s",), "s"),
-        Metric("energy", ("power", "energy_j"), "J"),
-        Metric("power", ("power", "mean_power_w"), "W"),
-        Metric("energy_per_item", ("power", "energy_per_item_j"), "J"),
-        Metric("items_per_j", ("power", "items_per_j"), "items/J"),
-        Metric("time_to_train", ("time_to_train", "olympic_s"), "s"),
+        _power("energy", "energy_j", "J"),
+        _power("power", "mean_power_w", "W"),
+        _power("energy_per_item", "energy_per_item_j", "J"),
+        _power("items_per_j", "items_per_j", "items/J"),
+        # Each kept run of a time-to-train benchmark is an independent measurement of its time.
+        Metric(
+            "time_to_train", ("time_to_train", "olympic_s"), "s", runs=("time_to_train", "olympic_times_s")
+        ),
         # LoadGen benchmarks (``ipu_loadgen``): Server QPS is queries of one sample per second.
-        Metric("loadgen.server_qps", ("loadgen", "server_qps"), "items/s"),
-        Metric("loadgen.samples_per_s", ("loadgen", "samples_per_s"), "items/s"),
-        *(Metric(f"loadgen.{k}", ("loadgen", "latency_s", k), "s") for k in ("p50", "p90", "p99")),
-        Metric("loadgen.early_stopping_latency", ("loadgen", "early_stopping_latency_s"), "s"),
+        Metric(
+            "loadgen.server_qps",
+            ("loadgen", "server_qps"),
+            "items/s",
+            missing=lambda r: _loadgen_missing(r, "") if r.loadgen is None else r.loadgen.why_no_server_qps(),
+        ),
+        _loadgen("samples_per_s", ("samples_per_s",), "items/s"),
+        *(_loadgen(k, ("latency_s", k), "s") for k in ("p50", "p90", "p99")),
+        _loadgen("early_stopping_latency", ("early_stopping_latency_s",), "s"),
     )
 }
+
+
+def missing_reason(record: Any, metric: str) -> str:
+    """Why ``metric`` has no value in the typed ``record`` (``METRICS[metric].why_missing``)."""
+    return METRICS[metric].why_missing(record)

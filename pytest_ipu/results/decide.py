@@ -69,30 +69,6 @@ from pytest_ipu.results.gates import Gate
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import Measured
 
-# --- Values in records ----------------------------------------------------------------------------
-
-
-def missing_reason(record: IpuRecord, metric: str) -> str:
-    """Why ``metric`` has no value in ``record``, as specific as the record allows."""
-    path = METRICS[metric].path
-    if path[0] == "power":
-        if record.power is None:
-            return "power not measured (the record has no power section)"
-        if record.power.reason:
-            return f"power not measured: {record.power.reason}"
-    if metric == "compile":
-        return "no compile time (the benchmarked object was not a compiled model)"
-    if path[0] == "loadgen":
-        if record.loadgen is None:
-            return "not a LoadGen benchmark (loadgen metrics come from ipu_loadgen)"
-        if metric == "loadgen.server_qps":
-            return record.loadgen.why_no_server_qps()
-        scenario = record.loadgen.scenario
-        article = "an" if scenario[0] in "AEIOU" else "a"
-        return f"LoadGen reported no {'.'.join(path[1:])} for {article} {scenario} run"
-    return f"the record has no value at {'.'.join(path)}"
-
-
 #: Significant figures of the values in a verdict's line.
 DIGITS = 4
 
@@ -188,7 +164,7 @@ def check(
     value = current.value(gate.metric)
     if gate.kind == "absolute":
         if value is None:
-            reason = f"no value in the current record: {missing_reason(current, gate.metric)}"
+            reason = f"no value in the current record: {METRICS[gate.metric].why_missing(current)}"
             return Verdict(gate, benchmark, False, None, None, None, None, None, reason)
         passed = value < gate.threshold if gate.op == "<" else value > gate.threshold
         return Verdict(gate, benchmark, passed, None, value, None, None, None, "absolute bound")
@@ -196,10 +172,10 @@ def check(
         raise ValueError(f"relative gate {gate} on {benchmark}: no baseline record to compare with")
     before = baseline.value(gate.metric)
     if value is None:
-        reason = f"no value in the current record: {missing_reason(current, gate.metric)}"
+        reason = f"no value in the current record: {METRICS[gate.metric].why_missing(current)}"
         return Verdict(gate, benchmark, False, before, None, None, None, None, reason)
     if before is None:
-        reason = f"no value in the baseline: {missing_reason(baseline, gate.metric)}"
+        reason = f"no value in the baseline: {METRICS[gate.metric].why_missing(baseline)}"
         return Verdict(gate, benchmark, True, None, value, None, None, None, reason)
     found = evidence(
         value, current.repeat_values(gate.metric), baseline.repeat_values(gate.metric), history or ()
@@ -209,7 +185,7 @@ def check(
     if found is not None:
         return _check_repeats(gate, benchmark, before, value, found, alpha)
     change = relative_change(before, value)
-    if METRICS[gate.metric].path[0] in ("latency_s", "throughput_items_per_s"):
+    if METRICS[gate.metric].per_repeat:
         advice = f"one repeat on each side): use --ipu-repeats or {HISTORY_MIN} or more baseline runs"
     else:
         advice = f"{gate.metric} is measured once per benchmark): use {HISTORY_MIN} or more baseline runs"

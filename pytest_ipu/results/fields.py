@@ -72,7 +72,17 @@ class FieldDoc:
 
 
 def comments(cls: type) -> dict[str, str]:
-    """The ``#:`` comment above each annotated field of ``cls``, joined into one line, by name."""
+    """The ``#:`` comment above each annotated field of ``cls`` and of the dataclasses it extends
+    (``records.Identity``), joined into one line, by name."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(klass):
+            out.update(_own_comments(klass))
+    return out
+
+
+def _own_comments(cls: type) -> dict[str, str]:
+    """The ``#:`` comment above each annotated field declared in ``cls`` itself, by name."""
     lines, _ = inspect.getsourcelines(cls)
     source = textwrap.dedent("".join(lines))
     body = ast.parse(source).body[0]

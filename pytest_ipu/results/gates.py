@@ -7,11 +7,8 @@ the marker::
 
     gate     := metric ":" sign number "%"        relative to the baseline
               | metric ("<" | ">") number unit     absolute bound
-    metric   := a name of ``schema.METRICS``: latency.min, latency.p50, latency.p90, latency.p99,
-                latency.max, latency.mean, throughput, compile, first_call, energy, power,
-                energy_per_item, items_per_j, time_to_train, loadgen.server_qps,
-                loadgen.samples_per_s, loadgen.p50, loadgen.p90, loadgen.p99,
-                loadgen.early_stopping_latency
+    metric   := a name of ``pytest_ipu.results.catalog.METRICS``, the registry of metrics
+                (docs/ci.md lists them with their units)
     sign     := "+" for a metric that is better lower, "-" for one that is better higher
     number   := digits with an optional fraction and exponent (2, 2.5, .5, 2e-3)
 

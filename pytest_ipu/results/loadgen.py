@@ -117,25 +117,14 @@ class PeakSearch:
 
 
 @dataclass(frozen=True)
-class LoadgenRecord:
-    """One LoadGen benchmark: its scenario, LoadGen's verdict and figures, and MLPerf compliance.
+class LoadgenFigures:
+    """LoadGen's verdict and figures for one run, as its detail log gives them, declared once: the
+    log's reading (``loadgen.detail_log.LogResult``) and the record (``LoadgenRecord``) extend it."""
 
-    With a peak search the figures are those of the peak's probe (the highest VALID one), or of the
-    last probe when none was VALID; ``peak`` holds every probe.
-    """
-
-    #: `SingleStream`, `MultiStream`, `Server` or `Offline`.
-    scenario: str
-    #: `performance` or `accuracy`.
-    mode: str
     #: LoadGen's version (`6.0.17 @ d6147c7eb7`).
     version: str
-    #: The effective settings LoadGen logged (`min_duration_ms`, `target_qps`, `target_latency_ns`...).
-    settings: Mapping[str, Any]
     #: LoadGen's verdict: true VALID, false INVALID, `None` in accuracy mode.
     valid: bool | None
-    #: Why INVALID, one line per failed check then LoadGen's advice; empty when VALID.
-    invalid_reasons: tuple[str, ...]
     #: Each condition LoadGen checked (`min_duration_met`, `min_queries_met`, `perf_constraints_met`,
     #: `early_stopping_met`).
     checks: Mapping[str, bool]
@@ -147,12 +136,33 @@ class LoadgenRecord:
     query_count: int
     #: Samples per query.
     samples_per_query: int
-    #: Samples completed per second (Offline's result; Server's completed rate).
+    #: Samples completed per second (Offline's result; Server's completed rate; SingleStream's query
+    #: rate); `None` for MultiStream, whose result is a latency.
     samples_per_s: float | None
     #: Server: the rate LoadGen scheduled, queries per second.
     scheduled_qps: float | None
     #: LoadGen's query latencies, seconds: `min`, `mean`, `max`, `p50`, `p90`, `p95`, `p97`, `p99`, `p99.9`.
     latency_s: Mapping[str, float]
+    #: Texts LoadGen logged as errors.
+    errors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LoadgenRecord(LoadgenFigures):
+    """One LoadGen benchmark: its scenario, LoadGen's verdict and figures, and MLPerf compliance.
+
+    With a peak search the figures are those of the peak's probe (the highest VALID one), or of the
+    last probe when none was VALID; ``peak`` holds every probe.
+    """
+
+    #: `SingleStream`, `MultiStream`, `Server` or `Offline`.
+    scenario: str
+    #: `performance` or `accuracy`.
+    mode: str
+    #: The effective settings LoadGen logged (`min_duration_ms`, `target_qps`, `target_latency_ns`...).
+    settings: Mapping[str, Any]
+    #: Why INVALID, one line per failed check then LoadGen's advice; empty when VALID.
+    invalid_reasons: tuple[str, ...]
     #: The MLPerf benchmark whose rules applied (`resnet50`), or `None` (the general rules).
     mlperf_model: str | None
     #: True only when the settings and the verdict meet MLPerf's rules (still not a submission).
@@ -172,8 +182,6 @@ class LoadgenRecord:
     accuracy_name: str | None = None
     #: The peak Server QPS search, when one ran.
     peak: PeakSearch | None = None
-    #: Texts LoadGen logged as errors.
-    errors: tuple[str, ...] = ()
 
     @property
     def server_qps(self) -> float | None:

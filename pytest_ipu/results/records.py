@@ -12,8 +12,8 @@ JSON or from text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from typing import TYPE_CHECKING
@@ -24,6 +24,9 @@ from typing import NoReturn
 
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.measure.metrics import summarize_latency
+from pytest_ipu.results.catalog import METRICS
+from pytest_ipu.results.codec import fields_of
 from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.training import ScalingRecord
 from pytest_ipu.results.training import TimeToTrainRecord
@@ -56,6 +59,34 @@ def latency_stats(lat: LatencySummary) -> dict[str, float]:
         "max": lat.max,
         "mean": lat.mean,
     }
+
+
+@dataclass(frozen=True)
+class Identity:
+    """The model that ran, declared once: every record (``IpuRecord``, ``NotTimed``) and every
+    compiled model (``backends.base.CompiledModel``) extends it, and its fields open their JSON.
+
+    ``identity(x)`` copies them from one to another.
+    """
+
+    #: The target measured, `backend:device` (`torch:cpu`, `popart:ipu`).
+    target: str
+    #: The backend (`torch`, `torch-compile`, `onnxruntime`, `poptorch`, `popart`, `python`).
+    backend: str
+    #: The device (`cpu`, `cuda:0`, `ipu`).
+    device: str
+    #: The device's own name (CPU model, GPU model, IPU board).
+    device_name: str
+    #: The precision compiled (`fp32`, `fp16`, `bf16`; `n/a` for a plain callable).
+    precision: str
+    #: Where a timed call starts and ends: `host` (inputs in host memory, outputs back there) or `device`.
+    io: str
+
+
+def identity(named: Identity) -> dict[str, Any]:
+    """The identity of ``named`` (a compiled model, a record) as keyword arguments for another
+    ``Identity``: ``IpuRecord(**identity(compiled), batch_size=...)``."""
+    return fields_of(Identity, named)
 
 
 @dataclass(frozen=True)
@@ -246,12 +277,12 @@ class PlacementRecord:
 
 
 @dataclass(frozen=True)
-class InstanceRecord:
-    """One of several concurrently running instances: where it ran, its compile, its own calls.
+class InstanceInfo:
+    """What one instance's compile produced: where it runs, how long compiling took, and its facts
+    (``backends.base.InstanceGroup.compiled_info``); its record (``InstanceRecord``) extends it.
 
-    ``latency_s`` summarises this instance's ``calls`` (the record's own latency pools every
-    instance); ``device_latency`` is the device's latency counters for its last call (plain JSON
-    with ``resolution_s``), or ``None`` where the backend has none.
+    ``compile_s`` is ``None`` when nobody timed the compile; ``phases_s`` and ``info`` are the
+    backend's own breakdown and plain-JSON facts (``CompiledModel.phases_s`` and ``.info``).
     """
 
     #: The instance's position, from 0.
@@ -264,27 +295,56 @@ class InstanceRecord:
     device_name: str
     #: Its compile time, seconds; `None` for a plain callable.
     compile_s: float | None
-    #: Timed calls it made.
-    calls: int
-    #: The latency summary of its own calls.
-    latency_s: LatencySummary
     #: Its compile phases, seconds each.
-    phases_s: Mapping[str, float] = field(default_factory=dict)
+    phases_s: Mapping[str, float]
     #: What its backend reported about it (plain JSON).
-    info: Mapping[str, Any] = field(default_factory=dict)
-    #: The device's latency counters for its last call (with `resolution_s`), or `None`.
-    device_latency: Mapping[str, Any] | None = None
+    info: Mapping[str, Any]
 
     def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, an entry of ``extra_info["ipu"]["instances"]``."""
+        """Plain JSON values (a fresh dict; mappings copied), the opening of its record's JSON."""
         return {
             "index": self.index,
             "target": self.target,
             "device": self.device,
             "device_name": self.device_name,
             "compile_s": self.compile_s,
-            "phases_s": dict(self.phases_s),
+            "phases_s": {str(k): float(v) for k, v in self.phases_s.items()},
             "info": dict(self.info),
+        }
+
+
+@dataclass(frozen=True)
+class InstanceRecord(InstanceInfo):
+    """One of several concurrently running instances: where it ran, its compile, its own calls.
+
+    ``latency_s`` summarises this instance's ``calls`` (the record's own latency pools every
+    instance); ``device_latency`` is the device's latency counters for its last call (plain JSON
+    with ``resolution_s``), or ``None`` where the backend has none.
+    """
+
+    #: Timed calls it made.
+    calls: int
+    #: The latency summary of its own calls.
+    latency_s: LatencySummary
+    #: The device's latency counters for its last call (with `resolution_s`), or `None`.
+    device_latency: Mapping[str, Any] | None = None
+
+    @classmethod
+    def measured(
+        cls, info: InstanceInfo, calls_s: Sequence[float], device_latency: Mapping[str, Any] | None
+    ) -> InstanceRecord:
+        """The record of the instance ``info`` describes, from its timed calls' durations, seconds."""
+        return cls(
+            **fields_of(InstanceInfo, info),
+            calls=len(calls_s),
+            latency_s=summarize_latency(calls_s),
+            device_latency=None if device_latency is None else dict(device_latency),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain-JSON form, an entry of ``extra_info["ipu"]["instances"]``."""
+        return {
+            **super().as_json(),
             "calls": self.calls,
             "latency_s": latency_json(self.latency_s),
             "device_latency": None if self.device_latency is None else dict(self.device_latency),
@@ -322,8 +382,8 @@ class RepeatRecord:
     def value(self, metric: str) -> float | None:
         """This repeat's value of a per-round metric (``latency.*``, ``throughput``); ``None`` for a
         metric measured once per benchmark (energy, compile)."""
-        read = _REPEAT_VALUES.get(metric)
-        return None if read is None else float(read(self))
+        known = METRICS.get(metric)
+        return known.value(self) if known is not None and known.per_repeat else None
 
     def as_json(self) -> dict[str, Any]:
         """Plain-JSON form, an entry of ``extra_info["ipu"]["repeats"]``."""
@@ -336,28 +396,6 @@ class RepeatRecord:
             "ended": self.ended,
             "process": self.process,
         }
-
-
-#: The latency metrics and the ``LatencySummary`` field each reads.
-_LATENCY_FIELDS: Mapping[str, str] = {
-    "latency.min": "min",
-    "latency.p50": "p50",
-    "latency.p90": "p90",
-    "latency.p99": "p99",
-    "latency.max": "max",
-    "latency.mean": "mean",
-}
-
-
-def _latency_value(field: str) -> Callable[[RepeatRecord | IpuRecord], float]:
-    return lambda record: float(getattr(record.latency_s, field))
-
-
-#: How each per-round metric is read from one repeat (``RepeatRecord.value``).
-_REPEAT_VALUES: Mapping[str, Callable[[RepeatRecord], float]] = {
-    **{metric: _latency_value(field) for metric, field in _LATENCY_FIELDS.items()},
-    "throughput": lambda r: r.throughput_items_per_s,
-}
 
 
 @dataclass(frozen=True)
@@ -450,7 +488,7 @@ class StabilityRecord:
 
 
 @dataclass(frozen=True)
-class IpuRecord:
+class IpuRecord(Identity):
     """What one benchmark measured, in SI units.
 
     ``io`` says where a timed call starts and ends: ``"host"`` means inputs start in host memory and
@@ -459,18 +497,6 @@ class IpuRecord:
     when the model was compiled by an earlier test of the same run (``compile_s`` is that compile).
     """
 
-    #: The target measured, `backend:device` (`torch:cpu`, `popart:ipu`).
-    target: str
-    #: The backend (`torch`, `torch-compile`, `onnxruntime`, `poptorch`, `popart`, `python`).
-    backend: str
-    #: The device (`cpu`, `cuda:0`, `ipu`).
-    device: str
-    #: The device's own name (CPU model, GPU model, IPU board).
-    device_name: str
-    #: The precision compiled (`fp32`, `fp16`, `bf16`; `n/a` for a plain callable).
-    precision: str
-    #: Where a timed call starts and ends: `host` (inputs in host memory, outputs back there) or `device`.
-    io: str
     #: Leading dimension of the first input.
     batch_size: int
     #: Items one call completes, per instance (batch x device iterations x replicas, or as the benchmark
@@ -544,20 +570,13 @@ class IpuRecord:
         ``throughput``, ``energy``...) in SI units, or ``None`` when the record has none (power not
         measured, the compile time of a plain callable). Raises ``KeyError`` for a name that is not
         a metric."""
-        value = _METRIC_VALUES[metric](self)
-        return None if value is None else float(value)
+        return METRICS[metric].value(self)
 
     def repeat_values(self, metric: str) -> tuple[float, ...]:
         """The metric's value in each independent repeat: the evidence a gate weighs. A record from
         before repeats counts as one repeat (its own value); a metric measured once per benchmark
         (energy, compile) has one value whatever the repeats."""
-        if metric == "time_to_train" and self.time_to_train is not None:
-            # Each kept run is an independent measurement of the time to train.
-            return self.time_to_train.olympic_times_s
-        if self.repeats and metric in _REPEAT_VALUES:
-            return tuple(float(_REPEAT_VALUES[metric](r)) for r in self.repeats)
-        value = self.value(metric)
-        return () if value is None else (value,)
+        return METRICS[metric].repeat_values(self)
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -579,7 +598,7 @@ class IpuRecord:
 
 
 @dataclass(frozen=True)
-class NotTimed:
+class NotTimed(Identity):
     """What ``ipu_benchmark`` returns when pytest-benchmark is not timing (``--benchmark-disable``,
     or under pytest-xdist, where pytest-benchmark disables itself): the model was called once, as a
     test, and nothing was measured or recorded.
@@ -590,18 +609,6 @@ class NotTimed:
     a zero. Guard figure checks with ``if record.timed:``.
     """
 
-    #: The target that ran.
-    target: str
-    #: Its backend.
-    backend: str
-    #: Its device.
-    device: str
-    #: Its device's own name.
-    device_name: str
-    #: The precision compiled.
-    precision: str
-    #: `host` or `device`, as for `IpuRecord`.
-    io: str
     #: Leading dimension of the first input.
     batch_size: int
     #: Items one call completes.
@@ -619,34 +626,6 @@ class NotTimed:
                 "its figures exist only when record.timed is true"
             )
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-
-
-def _power_value(read: Callable[[PowerRecord], float | None]) -> Callable[[IpuRecord], float | None]:
-    return lambda record: None if record.power is None else read(record.power)
-
-
-#: How each metric of ``catalog.METRICS`` is read from a typed record (``IpuRecord.value``).
-def _loadgen_latency(name: str) -> Callable[[IpuRecord], float | None]:
-    return lambda r: None if r.loadgen is None else r.loadgen.latency(name)
-
-
-_METRIC_VALUES: Mapping[str, Callable[[IpuRecord], float | None]] = {
-    **{metric: _latency_value(field) for metric, field in _LATENCY_FIELDS.items()},
-    "throughput": lambda r: r.throughput_items_per_s,
-    "compile": lambda r: r.compile_s,
-    "first_call": lambda r: r.first_call_s,
-    "energy": _power_value(lambda p: p.energy_j),
-    "power": _power_value(lambda p: p.mean_power_w),
-    "energy_per_item": _power_value(lambda p: p.energy_per_item_j),
-    "items_per_j": _power_value(lambda p: p.items_per_j),
-    "time_to_train": lambda r: None if r.time_to_train is None else r.time_to_train.olympic_s,
-    "loadgen.server_qps": lambda r: None if r.loadgen is None else r.loadgen.server_qps,
-    "loadgen.samples_per_s": lambda r: None if r.loadgen is None else r.loadgen.samples_per_s,
-    **{f"loadgen.{name}": _loadgen_latency(name) for name in ("p50", "p90", "p99")},
-    "loadgen.early_stopping_latency": lambda r: (
-        None if r.loadgen is None else r.loadgen.early_stopping_latency_s
-    ),
-}
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ the others); ``from_json`` reads any record of a version this code knows back in
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -40,6 +41,7 @@ from pytest_ipu.results.loadgen import PeakSearch
 from pytest_ipu.results.loadgen import ServerProbe
 from pytest_ipu.results.records import BudgetRecord
 from pytest_ipu.results.records import DeviceEnergy
+from pytest_ipu.results.records import Identity
 from pytest_ipu.results.records import InstanceRecord
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import ParityRecord
@@ -47,6 +49,7 @@ from pytest_ipu.results.records import PlacementRecord
 from pytest_ipu.results.records import PowerRecord
 from pytest_ipu.results.records import RepeatRecord
 from pytest_ipu.results.records import StabilityRecord
+from pytest_ipu.results.records import identity
 from pytest_ipu.results.records import latency_json as latency_json
 from pytest_ipu.results.records import latency_stats
 from pytest_ipu.results.training import CurvePoint
@@ -72,12 +75,7 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
     lat = record.latency_s
     return {
         "schema": SCHEMA_VERSION,
-        "target": record.target,
-        "backend": record.backend,
-        "device": record.device,
-        "device_name": record.device_name,
-        "precision": record.precision,
-        "io": record.io,
+        **identity(record),
         "batch_size": record.batch_size,
         "items_per_call": record.items_per_call,
         "rounds": record.rounds,
@@ -117,6 +115,11 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
     }
 
 
+def _identity(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's identity fields (``records.Identity``), each a string."""
+    return {f.name: _text(data, f.name) for f in dataclasses.fields(Identity)}
+
+
 def from_json(data: Mapping[str, Any]) -> IpuRecord:
     """Read a record back; raises ``SchemaError`` naming the key (a dotted path such as
     ``power.devices[0].energy_j``), its value and the fix.
@@ -140,12 +143,7 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
     rounds = _count(data, "rounds")
     policy = _choice(data, "rounds_policy", ("auto", "fixed"))
     return IpuRecord(
-        target=_text(data, "target"),
-        backend=_text(data, "backend"),
-        device=_text(data, "device"),
-        device_name=_text(data, "device_name"),
-        precision=_text(data, "precision"),
-        io=_text(data, "io"),
+        **_identity(data),
         batch_size=_count(data, "batch_size"),
         items_per_call=_count(data, "items_per_call"),
         rounds=rounds,

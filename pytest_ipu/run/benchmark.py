@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
 from typing import Protocol
-from typing import TypedDict
 
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import TrainingInfo
@@ -261,18 +260,7 @@ def measure(
         per = group.latencies_s()
         calls = tuple(x for instance_calls in per for x in instance_calls)
         instances = tuple(
-            records.InstanceRecord(
-                index=info.index,
-                target=info.target,
-                device=info.device,
-                device_name=info.device_name,
-                compile_s=info.compile_s,
-                calls=len(instance_calls),
-                latency_s=metrics.summarize_latency(instance_calls),
-                phases_s=dict(info.phases_s),
-                info=dict(info.info),
-                device_latency=None if counters is None else dict(counters),
-            )
+            records.InstanceRecord.measured(info, instance_calls, counters)
             for info, instance_calls, counters in zip_strict(
                 group.compiled_info(), per, group.device_latencies()
             )
@@ -304,7 +292,7 @@ def measure(
         and window_s < (1 - BUDGET_TOLERANCE) * budget_s,
     )
     record = records.IpuRecord(
-        **identity(compiled),
+        **records.identity(compiled),
         batch_size=batch,
         items_per_call=per_instance,
         rounds=window.rounds,
@@ -337,28 +325,19 @@ def time_to_train_record(
     summary: TimeToTrainRecord,
     setups_s: Sequence[float],
     *,
-    target: str,
-    backend: str,
-    device: str,
-    device_name: str,
-    precision: str,
-    io: str,
+    named: records.Identity,
     batch_size: int,
 ) -> records.IpuRecord:
     """The record of a time-to-train benchmark, whose "calls" are whole runs: latency summarises the
     runs' times (each ended by its last evaluation, at the target or at the epoch limit),
     throughput is every run's samples over their total time, and the runs' set-up (untimed, as
-    MLPerf's init) is kept as the compile phase ``setup``."""
+    MLPerf's init) is kept as the compile phase ``setup``. ``named`` is what ran (the training
+    step's identity)."""
     times = [r.curve[-1].elapsed_s for r in summary.runs]
     samples = sum(r.samples for r in summary.runs)
     window = math.fsum(times)
     return records.IpuRecord(
-        target=target,
-        backend=backend,
-        device=device,
-        device_name=device_name,
-        precision=precision,
-        io=io,
+        **records.identity(named),
         batch_size=batch_size,
         # A "call" is a whole run: its items are the samples a run trained on, on average.
         items_per_call=max(1, round(samples / len(summary.runs))),
@@ -491,30 +470,6 @@ def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
     )
 
 
-class Identity(TypedDict):
-    """The fields every record (and ``NotTimed``) opens with: the model that ran."""
-
-    target: str
-    backend: str
-    device: str
-    device_name: str
-    precision: str
-    io: str
-
-
-def identity(compiled: CompiledModel) -> Identity:
-    """What every record (and ``NotTimed``) says of the model that ran: target, backend, device,
-    the device's own name, precision and where a call's inputs and outputs live."""
-    return Identity(
-        target=compiled.target,
-        backend=compiled.backend,
-        device=compiled.device,
-        device_name=compiled.device_name,
-        precision=compiled.precision,
-        io=compiled.io,
-    )
-
-
 def loadgen_record(
     part: LoadgenRecord,
     *,
@@ -559,7 +514,7 @@ def loadgen_record(
         samples, per_call = count * part.samples_per_query, part.samples_per_query
         window = samples / part.samples_per_s if part.samples_per_s else elapsed_s
     return records.IpuRecord(
-        **identity(compiled),
+        **records.identity(compiled),
         batch_size=part.batching.max_batch,
         items_per_call=per_call,
         rounds=summary.rounds,

@@ -16,6 +16,7 @@ from pytest_ipu.cli import main as cli
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import compare
 from pytest_ipu.results import gates
+from pytest_ipu.results import schema
 from pytest_ipu.results.benchmark_json import read_run
 from pytest_ipu.results.records import RepeatRecord
 from tests.unit.run_files import bench
@@ -265,9 +266,14 @@ def test_one_row_per_metric_time_statistics_only_without_a_record(tmp_path: Path
     comparison = compare.compare_runs([read_run(a), read_run(b)])
     rows = _metric_rows(comparison)
     time_rows = ["time.min", "time.median", "time.mean", "time.max"]
-    # The records measured no power: they have no energy figures to show.
+    # One row per registry metric the record has a value for, in the registry's order; the records
+    # measured no power, so they have no energy figures to show.
+    record = read_run(a).benchmarks[0].record
+    assert record is not None
+    record_rows = [name for name in schema.METRICS if record.value(name) is not None]
     latency = [f"latency.{k}" for k in ("min", "p50", "p90", "p99", "max", "mean")]
-    record_rows = [*latency, "throughput", "compile", "first_call"]
+    assert record_rows[: len(latency) + 3] == [*latency, "throughput", "compile", "first_call"]
+    assert "energy" not in record_rows
     # With a record in every run: its figures only, each once; pytest-benchmark's repeat its latency.
     assert rows["test_mlp[torch-cpu-2]"] == record_rows
     # A plain pytest-benchmark benchmark: its time statistics are all it has.

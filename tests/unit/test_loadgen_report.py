@@ -93,6 +93,7 @@ def part(scenario: str = "SingleStream", **changes: Any) -> LoadgenRecord:
         "compliance_reasons": NOT_COMPLIANT,
         "batching": BatchingRecord(8, 0.0, None, 1, 100, 5.0, {"5": 100}, (100,)),
         "log_dir": f"/runs/latest.loadgen/test_{scenario.lower()}",
+        "errors": (),
     }
     fields.update(changes)
     return LoadgenRecord(**fields)

@@ -105,7 +105,9 @@ def record(
 
 def _instance(index: int, target: str) -> InstanceRecord:
     lat = LatencySummary(0.001, 0.002, 0.002, 0.002, 0.003, 0.002, 200)
-    return InstanceRecord(index, target, target.partition(":")[2], "GC200", 1.0, 200, lat)
+    return InstanceRecord(
+        index, target, target.partition(":")[2], "GC200", 1.0, {}, {}, calls=200, latency_s=lat
+    )
 
 
 def bench(

@@ -439,7 +439,9 @@ def test_the_gap_footnote_reconciles_the_two_columns() -> None:
 
 def test_instances_count_in_the_median_rate() -> None:
     # Two instances of batch 1 at p50 2 ms deliver up to 1,000 items/s together: no gap.
-    instance = InstanceRecord(0, "torch:cpu", "cpu", "CPU", None, 200, make_record().latency_s)
+    instance = InstanceRecord(
+        0, "torch:cpu", "cpu", "CPU", None, {}, {}, calls=200, latency_s=make_record().latency_s
+    )
     record = make_record(
         throughput_items_per_s=1000.0, instances=(instance, dataclasses.replace(instance, index=1))
     )

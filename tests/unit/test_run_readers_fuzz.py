@@ -76,7 +76,10 @@ def _full_record() -> dict[str, Any]:
             low_confidence=True,
         ),
         placement=PlacementRecord(2, 1, 1, 1, "threads", True, ("cpu", "cpu"), ipu_ids=((0,), (1,))),
-        instances=tuple(InstanceRecord(i, "torch:cpu", "cpu", "CPU", 0.5, 40, lat) for i in range(2)),
+        instances=tuple(
+            InstanceRecord(i, "torch:cpu", "cpu", "CPU", 0.5, {}, {}, calls=40, latency_s=lat)
+            for i in range(2)
+        ),
         device_latency={"resolution_s": 1e-6},
         repeats=tuple(RepeatRecord(i, 40, 0.3, lat, 2000.0) for i in range(3)),
         budget=BudgetRecord(2.0, 10.0, 1.0, "planned"),

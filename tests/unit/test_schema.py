@@ -475,6 +475,7 @@ LOADGEN = LoadgenRecord(
     compliance_reasons=(),
     batching=BatchingRecord(8, 0.0, None, 1, 50, 8.0, {"8": 50}, (50,)),
     log_dir="",
+    errors=(),
 )
 
 
@@ -628,7 +629,7 @@ def test_placement_and_instances_json_keep_their_keys():
     simulated = PlacementRecord(3, 1, 1, 1, "threads", False, ("ipu-model",) * 3, simulator=True)
     assert simulated.as_json()["simulator"] is True
     lat = LatencySummary(1.0, 2.0, 3.0, 4.0, 5.0, 2.5, 5, ("p90", "p99"))
-    instance = InstanceRecord(0, "torch:cpu", "cpu", "Some CPU", 0.5, 5, lat)
+    instance = InstanceRecord(0, "torch:cpu", "cpu", "Some CPU", 0.5, {}, {}, calls=5, latency_s=lat)
     assert instance.as_json() == {
         "index": 0,
         "target": "torch:cpu",

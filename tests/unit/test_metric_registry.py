@@ -1,0 +1,66 @@
+"""The metric registry (``catalog.METRICS``) is the one declaration of a metric: docs/ci.md lists
+exactly its metrics, with their units and directions, and every reader goes through it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from pytest_ipu.results import gates
+from pytest_ipu.results.catalog import METRICS
+from pytest_ipu.results.records import RepeatRecord
+from tests.unit.test_schema import make_record
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "ci.md"
+
+#: A row of the metric table in docs/ci.md: metric, unit, better, meaning.
+ROW = re.compile(r"^\| `([a-z_.0-9]+)` \| ([^|]+?) \| (lower|higher) \| [^|]+\|$")
+
+
+def documented() -> dict[str, tuple[str, str]]:
+    """The metric table of docs/ci.md: each metric's unit and better direction."""
+    rows = [ROW.match(line) for line in PAGE.read_text(encoding="utf-8").splitlines()]
+    return {m.group(1): (m.group(2), m.group(3)) for m in rows if m is not None}
+
+
+def test_every_registry_metric_is_documented_and_nothing_else() -> None:
+    table = documented()
+    assert sorted(set(METRICS) - set(table)) == [], "add a row to docs/ci.md's metric table"
+    assert sorted(set(table) - set(METRICS)) == [], "docs/ci.md lists a metric the registry lacks"
+    assert list(table) == list(METRICS), "docs/ci.md's metric table is in the registry's order"
+    for name, metric in METRICS.items():
+        assert table[name] == (metric.unit, metric.better), name
+
+
+def test_the_gate_grammar_names_the_registry_rather_than_a_list() -> None:
+    doc = gates.__doc__ or ""
+    assert "catalog.METRICS" in doc
+    # The metric list lives in the registry and docs/ci.md only.
+    assert "loadgen.early_stopping_latency" not in doc
+
+
+@pytest.mark.parametrize("name", list(METRICS))
+def test_every_metric_parses_as_a_gate(name: str) -> None:
+    metric = METRICS[name]
+    sign = "-" if metric.better == "higher" else "+"
+    assert gates.parse(f"{name}:{sign}5%").metric == name
+
+
+def test_a_repeat_has_only_the_per_repeat_metrics() -> None:
+    record = make_record()
+    repeat = RepeatRecord(1, 10, 0.5, record.latency_s, 20.0)
+    for name, metric in METRICS.items():
+        assert (repeat.value(name) is not None) == metric.per_repeat, name
+    assert repeat.value("no.such.metric") is None
+
+
+def test_a_missing_value_says_why() -> None:
+    record = make_record(power=None, compile_s=None)
+    assert METRICS["energy"].why_missing(record) == "power not measured (the record has no power section)"
+    assert "not a compiled model" in METRICS["compile"].why_missing(record)
+    assert "not a LoadGen benchmark" in METRICS["loadgen.p99"].why_missing(record)
+    assert (
+        METRICS["time_to_train"].why_missing(record) == "the record has no value at time_to_train.olympic_s"
+    )
