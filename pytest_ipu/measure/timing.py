@@ -8,11 +8,9 @@ watches the count, and a call that has not finished in time is interrupted by a 
 
 from __future__ import annotations
 
-import gc
 import math
 import signal
 import statistics
-import sys
 import threading
 import time
 import typing
@@ -34,7 +32,7 @@ Clock = typing.Callable[[], int]
 
 class PedanticBenchmark(Protocol):
     """What the timed loop needs of a timer: pytest-benchmark's ``benchmark`` fixture (through
-    ``bench_seam.Timer``, the same on every version) or ``LocalTimer``."""
+    ``bench_seam.Timer``, the same on every version), for every repeat alike."""
 
     def rounds_ended_early(self) -> None:
         """The rounds were ended on purpose by a raise from ``setup``: keep them (pytest-benchmark
@@ -440,95 +438,3 @@ class Watchdog:
             raise CallTimeout(message)
         if callable(self._previous):
             self._previous(signum, frame)
-
-
-class LocalTimer:
-    """The timed loop of ``benchmark.pedantic`` without pytest-benchmark, for the repeats whose
-    rounds pytest-benchmark does not keep (every repeat but the one it records).
-
-    Each round does what pytest-benchmark 5's does, step for step: ``setup()``, a runner made for
-    the round, the tracer and profiler paused, the garbage collector's state read, the call timed
-    with ``time.perf_counter``, the time appended, ``teardown(*args)``. The work between rounds
-    is in the window, so a repeat timed here and one timed there must do the same of it: with
-    calls of a few microseconds, a leaner loop here would give these repeats a higher throughput
-    than pytest-benchmark's, a spread between repeats that is the harness, not the machine.
-    """
-
-    def __init__(self, timer: Callable[[], float] = time.perf_counter) -> None:
-        self.timer = timer
-        self.data: list[float] = []
-        #: Whether a call raised (pytest-benchmark's fixture keeps the same flag).
-        self.failed = False
-
-    def rounds_ended_early(self) -> None:
-        """The rounds were ended on purpose (a raise from ``setup``): not an error."""
-        self.failed = False
-
-    def pedantic(
-        self,
-        target: Callable[..., object],
-        args: Sequence[object] = (),
-        kwargs: dict[str, object] | None = None,
-        setup: Callable[[], object] | None = None,
-        teardown: Callable[..., object] | None = None,
-        rounds: int = 1,
-        warmup_rounds: int = 0,
-        iterations: int = 1,
-    ) -> object:
-        """Run ``rounds`` timed rounds of ``target`` (``warmup_rounds`` and ``iterations`` as
-        pytest-benchmark takes them: only 0 and 1 are used here)."""
-        if warmup_rounds or iterations != 1:
-            raise ValueError("LocalTimer runs warm-up-free single-call rounds only")
-        kwargs = kwargs or {}
-        result = None
-        try:
-            for _ in range(rounds):
-                if setup is not None:
-                    setup()
-                runner = self._runner(target, args, kwargs)
-                with _PausedInstrumentation():
-                    duration, result = runner()
-                self.data.append(duration)
-                if teardown is not None:
-                    teardown(*args, **kwargs)
-        except Exception:
-            self.failed = True
-            raise
-        return result
-
-    def _runner(
-        self, target: Callable[..., object], args: Sequence[object], kwargs: dict[str, object]
-    ) -> Callable[[], tuple[float, object]]:
-        timer = self.timer
-
-        def runner() -> tuple[float, object]:
-            gc_enabled = gc.isenabled()
-            try:
-                start = timer()
-                result = target(*args, **kwargs)
-                end = timer()
-                return end - start, result
-            finally:
-                if gc_enabled:
-                    gc.enable()
-
-        return runner
-
-
-class _PausedInstrumentation:
-    """Tracer and profiler off for one call (a debugger's tracer would time itself), as
-    pytest-benchmark pauses them around each round."""
-
-    def __enter__(self) -> None:
-        self.tracer = sys.gettrace()
-        if self.tracer:
-            sys.settrace(None)
-        self.profiler = sys.getprofile()
-        if self.profiler:
-            sys.setprofile(None)
-
-    def __exit__(self, *_: object) -> None:
-        if self.tracer:
-            sys.settrace(self.tracer)
-        if self.profiler:
-            sys.setprofile(self.profiler)

@@ -16,9 +16,9 @@ need                                   4.0.0 - 5.1               5.2            
 
 The same on every version: the session object (``config._benchmarksession``: ``save``,
 ``autosave``, ``json``, ``disabled``, ``benchmarks``, ``get_machine_info``, ``save_json``,
-``storage.save``, ``save_data``), the fixture's ``has_error`` (a raise inside ``pedantic`` sets it,
-and such a benchmark is left out of the JSON), its ``skipped`` (set, it silences the "fixture was not
-used" warning), and the rounds' times (``stats.stats.data``).
+``handle_saving``, ``storage.save``, ``save_data``), the fixture's ``has_error`` (a raise inside
+``pedantic`` sets it, and such a benchmark is left out of the JSON), its ``skipped`` (set, it
+silences the "fixture was not used" warning), and the rounds' times (``stats.stats.data``).
 
 How the differences are bridged:
 
@@ -175,6 +175,23 @@ def wrap_json_writer(config: pytest.Config, after: Callable[[Callable[[], None]]
     return True
 
 
+def save_alone_when_empty(config: pytest.Config, save: Callable[[], bool]) -> None:
+    """Route pytest-benchmark's saving: when it has no benchmark to save, ``save`` is called in its
+    place and, if it returns true (it saved the run, ``save_without_benchmarks``),
+    pytest-benchmark's own saving is skipped, and with it its warning "Not saving anything, no
+    benchmarks have been run!", which would be false (and under ``-W error`` end the run)."""
+    bench = getattr(config, "_benchmarksession", None)
+    handle_saving = getattr(bench, "handle_saving", None)
+    if not callable(handle_saving):
+        return
+
+    def routed() -> None:
+        if bench.benchmarks or not save():  # type: ignore[union-attr]
+            handle_saving()
+
+    bench.handle_saving = routed  # type: ignore[union-attr]
+
+
 def save_without_benchmarks(config: pytest.Config) -> bool:
     """Save the run's file as pytest-benchmark would, for a run that measured no benchmark (it then
     saves nothing): ``--benchmark-json`` through its writer, ``--benchmark-save``/``-autosave``
@@ -215,6 +232,20 @@ def save_without_benchmarks(config: pytest.Config) -> bool:
 
 
 # -- the fixture ------------------------------------------------------------------------------------
+
+
+def forget(config: pytest.Config, benchmark: Any) -> None:
+    """Leave a timed run of the fixture out of pytest-benchmark's results: an earlier repeat of a
+    benchmark, timed by the same ``pedantic`` as the last one and pooled into its record, but not a
+    benchmark of its own in pytest-benchmark's table and JSON (which keep the last repeat's rounds)."""
+    stats = getattr(benchmark, "stats", None)
+    kept = getattr(getattr(config, "_benchmarksession", None), "benchmarks", None)
+    if stats is None or kept is None:
+        return
+    for i, entry in enumerate(kept):
+        if entry is stats:
+            del kept[i]
+            return
 
 
 def mark_used(benchmark: Any) -> None:

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from pytest_ipu.results.decide import Verdict
     from pytest_ipu.results.records import Measured
 
-GATE_KEY = pytest.StashKey["GateCheck"]()
 #: How the baseline from pytest-benchmark's storage is named in messages.
 COMPARE_SOURCE = "--benchmark-compare"
 
@@ -49,9 +48,10 @@ COMPARE_SOURCE = "--benchmark-compare"
 class GateCheck:
     """Checks the gates on what the session measured at the end of the run, and reports them.
 
-    An ordinary class, not a dataclass: pytest registers it as a plugin, and plugins must be
-    hashable by identity. It reads the session's list of measured benchmarks (``measured``), the
-    one list the tables and the JSON are made from too; the decision is ``decide.GateRunner``'s.
+    It reads the session's list of measured benchmarks (``measured``), the one list the tables and
+    the JSON are made from too; the decision is ``decide.GateRunner``'s. The lifecycle's hooks
+    call it: ``keep_compared`` and ``load`` before the tests, ``check_item`` as each benchmark is
+    published, ``check`` and ``write_summary`` at the end.
     """
 
     def __init__(self, settings: Settings, measured: list[Measured]) -> None:
@@ -78,11 +78,11 @@ class GateCheck:
 
     # -- the baseline -------------------------------------------------------------------------------
 
-    def pytest_benchmark_compare_machine_info(self, compared_benchmark: Mapping[str, Any]) -> None:
+    def keep_compared(self, compared_benchmark: Mapping[str, Any]) -> None:
         """Keep each run pytest-benchmark's ``--benchmark-compare`` loads; the last is the baseline."""
         self._compared.append(compared_benchmark)
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
+    def load(self, session: pytest.Session) -> None:
         """Load the baseline once the tests are known; stop the run when relative gates (the run's or
         a benchmark's own) have none."""
         from pytest_ipu.errors import ConfigError
@@ -198,17 +198,9 @@ class GateCheck:
             or self.nothing_checked
         )
 
-    # -- hooks --------------------------------------------------------------------------------------
+    # -- the report ---------------------------------------------------------------------------------
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        """Check the gates once the benchmarks are done; a failure makes the exit code 1."""
-        self.check()
-        if self.failed and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+    def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """After the tables: one line per failed gate, then the notes; a count of what passed."""
         if not self.verdicts and not self.missing and not self.notes and not self.skipped:
             if self.settings.gates and not self.measured:

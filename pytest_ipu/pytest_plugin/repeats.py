@@ -4,12 +4,13 @@ interleaved schedule, and the worker processes of ``--ipu-repeat-mode=process``.
 ``interleaved`` (the default): the test function of a benchmark runs K times in this process.
 ``RepeatScheduler`` takes each run of consecutive items of one test function (its parametrized
 set) when pytest reaches the first of them, and runs the first K - 1 repeats of all of them
-round-robin (``a[1] b[1] c[1] a[2] b[2] c[2]``) without reporting them; pytest then runs each
-item a last time as usual. Slow drift of the machine (clock, neighbours) thus spreads over every
-parameter instead of landing on one. A repeat that fails is reported at once and the item is not
-run again. ``ipu_benchmark`` keeps each earlier repeat (timed by ``timing.LocalTimer``) and on
-the last run times through pytest-benchmark, pools them all (``measure.run.pool``), publishes the
-record and checks its gates.
+round-robin (``a[1] b[1] c[1] a[2] b[2] c[2]``), each through pytest's own test protocol, their
+passing reports kept out of the terminal's counts; pytest then runs each item a last time as
+usual. Slow drift of the machine (clock, neighbours) thus spreads over every parameter instead of
+landing on one. A repeat that fails is reported at once and the item is not run again.
+``ipu_benchmark`` times every repeat through pytest-benchmark's ``pedantic`` (an earlier repeat's
+statistics are then left out of pytest-benchmark's results), keeps each earlier repeat, and on
+the last run pools them all (``run.benchmark.pool``), publishes the record and checks its gates.
 
 ``process``: on its one run, ``ipu_benchmark`` first measures K - 1 repeats in fresh worker
 processes, one after the other (``python -m pytest NODEID`` with this run's pytest-ipu settings,
@@ -29,7 +30,6 @@ from dataclasses import field
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
-from typing import cast
 
 import pytest
 
@@ -111,7 +111,12 @@ def item_settings(item: pytest.Item, settings: Settings) -> tuple[int, str]:
 class RepeatScheduler:
     """Runs the earlier repeats of interleaved benchmarks round-robin over each parametrized set.
 
-    An ordinary class: pytest registers it as a plugin, and plugins must be hashable by identity.
+    Each earlier repeat is a run of the test through pytest's own ``pytest_runtest_protocol`` hook
+    (setup, call, teardown, and the reports every reporting plugin sees), so nothing here depends
+    on how pytest runs a test. Its reports that did not fail are left out of the terminal's counts
+    and progress (``hides``): the test has one result, its last run's, unless an earlier repeat
+    failed, which is then the test's result (reported at once; the test is not run again). The
+    lifecycle's hooks call these methods.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -120,13 +125,17 @@ class RepeatScheduler:
         self.states: dict[str, RepeatState] = {}
         self._sets: dict[str, list[pytest.Item]] = {}
         self._started: set[str] = set()
-        self._reported: set[str] = set()
+        #: Tests whose earlier repeat failed: reported, not run again.
+        self._failed: set[str] = set()
+        #: The node id of the earlier repeat running now, and the reports it made.
+        self._running: str | None = None
+        self._reports: list[pytest.TestReport] = []
 
     def state(self, nodeid: str) -> RepeatState:
         """The repeat state of a benchmark (a last run with nothing before it, if never scheduled)."""
         return self.states.setdefault(nodeid, RepeatState())
 
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
+    def group(self, session: pytest.Session) -> None:
         """Group the benchmarks into parametrized sets: runs of consecutive items of one function."""
         if untimed_reason(session.config) is not None:
             return  # nothing is measured, so there is nothing to repeat
@@ -147,24 +156,31 @@ class RepeatScheduler:
             current.append(item)
             self._sets[item.nodeid] = current
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-        """Before the first item of a parametrized set, its earlier repeats; skip items whose earlier
-        repeat failed (already reported)."""
-        if item.nodeid in self._reported:
-            return True
+    def before(self, item: pytest.Item) -> bool | None:
+        """Before the first item of a parametrized set, its earlier repeats. ``True`` (the test is
+        done) for an item whose earlier repeat failed; ``None`` to run it as usual, its last repeat."""
+        if self._running is not None:
+            return None  # an earlier repeat itself, run by pytest's protocol
         members = self._sets.get(item.nodeid)
         if members is not None and members[0].nodeid not in self._started:
             self._started.add(members[0].nodeid)
             self._earlier_repeats(members)
-        if item.nodeid in self._reported:
+        if item.nodeid in self._failed:
             return True
         self.state(item.nodeid).final = True
         return None
 
-    def _earlier_repeats(self, members: list[pytest.Item]) -> None:
-        from _pytest.runner import runtestprotocol
+    def made(self, report: pytest.TestReport) -> None:
+        """Keep the reports of the earlier repeat running now (``pytest_runtest_makereport``)."""
+        if self._running == report.nodeid:
+            self._reports.append(report)
 
+    def hides(self, report: pytest.TestReport) -> bool:
+        """Whether ``report`` is of an earlier repeat that did not fail: the terminal counts and
+        shows the test's last run only (``pytest_report_teststatus``)."""
+        return self._running == report.nodeid and not report.failed
+
+    def _earlier_repeats(self, members: list[pytest.Item]) -> None:
         counts = {m.nodeid: item_settings(m, self.settings)[0] for m in members}
         stopped: set[str] = set()
         for index in range(1, max(counts.values())):
@@ -175,25 +191,21 @@ class RepeatScheduler:
                     continue
                 state = self.state(member.nodeid)
                 state.final = False
-                # Teardown keeps what the next item needs. The next run is of this set, maybe of
-                # this very item: naming the parent (every member's) as the next keeps the module,
-                # class and their fixtures, and tears down the item itself, so it is set up anew.
-                following = cast(pytest.Item, member.parent)
-                reports = runtestprotocol(member, nextitem=following, log=False)
-                if any(r.failed for r in reports):
-                    self._report(member, reports)
+                self._running, self._reports = member.nodeid, []
+                try:
+                    # Teardown keeps what the next item needs. The next run is of this set, maybe
+                    # of this very item: naming the parent (every member's) as the next keeps the
+                    # module, class and their fixtures, and tears down the item itself, so it is
+                    # set up anew.
+                    member.ihook.pytest_runtest_protocol(item=member, nextitem=member.parent)
+                finally:
+                    self._running = None
+                if any(r.failed for r in self._reports):
+                    self._failed.add(member.nodeid)
                     stopped.add(member.nodeid)
-                elif any(r.skipped for r in reports) or len(state.done) < index:
+                elif any(r.skipped for r in self._reports) or len(state.done) < index:
                     # Skipped, or a run that measured nothing: its last run says what happens.
                     stopped.add(member.nodeid)
-
-    def _report(self, item: pytest.Item, reports: list[pytest.TestReport]) -> None:
-        """Report a failed earlier repeat as the item's result; it is not run again."""
-        self._reported.add(item.nodeid)
-        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
-        for report in reports:
-            item.ihook.pytest_runtest_logreport(report=report)
-        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
 
 
 # -- process mode -------------------------------------------------------------------------------------

@@ -1,24 +1,20 @@
-"""Per-run state of pytest-ipu: settings, backends, the compile cache and the records measured.
+"""Per-run state of pytest-ipu: settings, backends, power meters, the compile cache, the torchrun
+launch and what was measured.
 
-The session is registered as a plugin, so its methods are the hook implementations that need
-run state (pytest-benchmark's JSON hooks, the header and the terminal summary). It is made at
-every pytest start-up, so what only a benchmark needs (the compile cache, power meters, the JSON
-schema, the tables) is imported on first use.
+No hooks: the fixtures and ``lifecycle`` (the hooks) read and fill it. It is made at every
+pytest start-up, so what only a benchmark needs (the compile cache, power meters, the JSON
+schema) is imported on first use.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import warnings
-from collections.abc import Generator
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
 import pytest
 
-from pytest_ipu import __version__
 from pytest_ipu import backends
 from pytest_ipu import power
 from pytest_ipu.backends.base import Availability
@@ -26,17 +22,12 @@ from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.target import Target
 from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.errors import BackendUnavailable
-from pytest_ipu.errors import ConfigError
-from pytest_ipu.errors import PytestIpuWarning
 from pytest_ipu.placement import poprun
 from pytest_ipu.placement import torchrun
 from pytest_ipu.placement.torchrun import TorchrunRank
 from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.pytest_plugin.gating import GateCheck
-from pytest_ipu.pytest_plugin.marker import marker_gates
-from pytest_ipu.pytest_plugin.marker import marker_overrides
-from pytest_ipu.pytest_plugin.marker import placement_request
 from pytest_ipu.pytest_plugin.options import AUTO
 from pytest_ipu.pytest_plugin.options import Settings
 from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
@@ -63,8 +54,8 @@ _NOTHING_SAVED = r"Not saving anything, no benchmarks have been run!"
 class IpuSession:
     """State shared by every pytest-ipu fixture and hook of one pytest run.
 
-    An ordinary class, not a dataclass: pytest registers it as a plugin, and plugins must be
-    hashable by identity.
+    An ordinary class: it holds open resources (meters, compiled models, a process group) that
+    ``release`` and ``lifecycle`` close, not values to compare.
     """
 
     def __init__(
@@ -86,13 +77,13 @@ class IpuSession:
         self.merged_json = merged_json
         #: The merged records of the launch, by fullname (rank 0, once merged): its terminal table.
         self.launch_records: list[tuple[str, dict[str, Any]]] = []
-        self._ranks: RankGroup | None = None
+        self.ranks: RankGroup | None = None
         #: Why the launch's results could not be merged (a rank missing, say): the run fails.
         self.launch_error: str | None = None
         #: Set when a rank failed or hangs (a ``RankError``): no rank waits for the others again.
         self.ranks_lost = False
         #: This rank's pytest-benchmark document, kept for the merge (``None``: nothing measured).
-        self._launch_document: dict[str, Any] | None = None
+        self.launch_document: dict[str, Any] | None = None
         self._scaling_baseline: dict[str, IpuRecord] | None = None
         #: Every benchmark measured in this run, in order: the one list the terminal tables, the
         #: gates and the JSON are made from.
@@ -102,13 +93,13 @@ class IpuSession:
         #: ``pytest_ipu.power_blocks`` and the terminal's "ipu_power blocks" table.
         self.power_blocks: list[PowerBlock] = []
         self._compiled: CompileCache | None = None
-        self._backends: dict[Target, tuple[Backend | None, Availability]] = {}
-        self._auto: tuple[list[Target], list[tuple[Target, str]]] | None = None
+        self.backends: dict[Target, tuple[Backend | None, Availability]] = {}
+        self.auto: tuple[list[Target], list[tuple[Target, str]]] | None = None
         self._meters: dict[tuple[str, str], tuple[PowerMeter | None, str]] = {}
-        #: The repeats of each benchmark and their interleaved schedule (a plugin of its own).
+        #: The repeats of each benchmark and their interleaved schedule.
         self.repeats = RepeatScheduler(settings)
-        #: The gates, checked as each benchmark is published (a plugin of its own); under torchrun
-        #: with several ranks, on rank 0 against the merged records.
+        #: The gates, checked as each benchmark is published; under torchrun with several ranks, on
+        #: rank 0 against the merged records.
         self.gate_check = GateCheck(settings, self.measured)
         self.gate_check.deferred = torchrun is not None and torchrun.count > 1
 
@@ -125,16 +116,23 @@ class IpuSession:
 
     def backend(self, target: Target) -> tuple[Backend | None, Availability]:
         """The backend for ``target`` (made once per run) and whether it can run here."""
-        if target not in self._backends:
+        if target not in self.backends:
+            # A conftest's implementation first; the built-in registry answers last.
             made = self.config.hook.pytest_ipu_make_backend(config=self.config, target=target)
+            if made is None:
+                made = backends.make_backend(
+                    target,
+                    self.settings.cache_dir,
+                    (self.settings.torch_threads, self.settings.torch_interop_threads),
+                )
             found: Backend | None = made
             availability = (
                 made.availability()
                 if made is not None
                 else Availability.no(backends.unknown_backend_reason(target))
             )
-            self._backends[target] = (found, availability)
-        return self._backends[target]
+            self.backends[target] = (found, availability)
+        return self.backends[target]
 
     def backend_for(self, name: str, device: str | None) -> Backend:
         """The backend for ``name:device``, made once per run; ``BackendUnavailable`` (the test skips)
@@ -147,7 +145,7 @@ class IpuSession:
 
     def auto_targets(self) -> tuple[list[Target], list[tuple[Target, str]]]:
         """``--ipu-backend=auto``: the default targets present here, and those absent with the reason."""
-        if self._auto is None:
+        if self.auto is None:
             present, absent = [], []
             for target in backends.auto_candidates():
                 _, availability = self.backend(target)
@@ -155,8 +153,8 @@ class IpuSession:
                     present.append(target)
                 else:
                     absent.append((target, availability.reason))
-            self._auto = (present, absent)
-        return self._auto
+            self.auto = (present, absent)
+        return self.auto
 
     def targets_for(self, requested: tuple[Target, ...]) -> list[Target]:
         """Targets to parametrize: as requested, or for ``auto`` every default target present.
@@ -210,11 +208,11 @@ class IpuSession:
         """The torchrun launch's process group, opened on first use; ``None`` outside torchrun."""
         if self.torchrun is None:
             return None
-        if self._ranks is None:
+        if self.ranks is None:
             from pytest_ipu.placement.torchrun import RankGroup
 
-            self._ranks = RankGroup(self.torchrun, self.settings.rank_timeout_s)
-        return self._ranks
+            self.ranks = RankGroup(self.torchrun, self.settings.rank_timeout_s)
+        return self.ranks
 
     def lockstep(self, where: str) -> ScopedRanks | None:
         """The group to time the benchmarks of ``where`` (a test) in step with: the launch's, when it
@@ -298,307 +296,16 @@ class IpuSession:
         self.power_blocks.append(block)
         return block
 
-    def _save_power_blocks_alone(self) -> bool:
-        """Write the run's file when it measured ``ipu_power`` blocks and no benchmark: pytest-benchmark
-        then saves nothing ("Not saving anything, no benchmarks have been run!") and the blocks would
-        be lost. Returns whether it wrote anything.
+    # -- release ----------------------------------------------------------------------------------
 
-        ``bench_seam.save_without_benchmarks`` writes it as pytest-benchmark would, through its
-        hooks (``pytest_benchmark_update_json`` adds the ``pytest_ipu`` section and its blocks) and
-        its own writers (``--benchmark-json`` moved into place whole like any run's).
-        """
-        from pytest_ipu.pytest_plugin import bench_seam
+    def release_unreachable(self, nodeid: str) -> list[str]:
+        """Release the compiled models no test can ask for again (their model is gone) once
+        ``nodeid``'s fixtures are torn down; what could not be released, one line each."""
+        return [] if self._compiled is None else self._compiled.release_unreachable(nodeid)
 
-        return bool(self.power_blocks) and bench_seam.save_without_benchmarks(self.config)
-
-    # -- hooks ------------------------------------------------------------------------------------
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_ipu_make_backend(self, config: pytest.Config, target: Target) -> Backend | None:
-        """The built-in registry, consulted after any conftest implementation."""
-        return backends.make_backend(
-            target,
-            self.settings.cache_dir,
-            (self.settings.torch_threads, self.settings.torch_interop_threads),
-        )
-
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        """Check every ``ipu`` marker up front, so a typo stops the run before anything is measured."""
-        for item in items:
-            try:
-                marker_overrides(item)
-                placement_request(item)
-                marker_gates(item)
-            except ConfigError as exc:
-                raise pytest.UsageError(f"pytest-ipu: {exc}") from None
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
-        """Once the test's fixtures are torn down, release the compiled models no test can ask for
-        again (their model is gone): a sweep that builds a model per parameter must not keep them all.
-
-        Here rather than at ``pytest_runtest_logfinish``: the earlier repeats of a benchmark run the
-        test's protocol without logging it, and their models are just as gone.
-        """
-        try:
-            yield
-        finally:
-            if self._compiled is not None:
-                errors = self._compiled.release_unreachable(item.nodeid)
-                if errors:
-                    warnings.warn(
-                        PytestIpuWarning(
-                            f"pytest-ipu could not release a compiled model: {'; '.join(errors)}"
-                        ),
-                        stacklevel=1,
-                    )
-
-    def pytest_report_header(self) -> list[str]:
-        """One line with the settings pytest-ipu runs with."""
-        s = self.settings
-        rounds = "auto" if s.rounds is None else s.rounds
-        lines = [
-            f"pytest-ipu {__version__}: targets={','.join(map(str, s.targets)) or 'auto'} "
-            f"precision={s.precision} rounds={rounds} warmup={s.warmup_rounds} "
-            f"max-time={s.max_time_s:g}s missing-sdk={s.missing_sdk}"
-        ]
-        return lines
-
-    def _tables(self) -> list[str]:
-        if not self.measured:
-            return []  # a run without benchmarks never loads the tables (nor numpy)
-        from pytest_ipu.report import terminal as report
-        from pytest_ipu.report import training
-
-        lines = report.tables([report.Row(m.group, m.name, m.record) for m in self.measured])
-        if self.launch_records and self.torchrun is not None:
-            lines += training.launch_lines(
-                self.torchrun.count, self.torchrun.nodes, str(self.merged_json), self.launch_records
-            )
-        return lines
-
-    def _target_lines(self) -> list[str]:
-        if self._auto is None:
-            return []
-        present, absent = self._auto
-        lines = [f"targets present (auto): {', '.join(map(str, present)) or 'none'}"]
-        lines.extend(f"target absent: {t}: {why}" for t, why in absent)
-        return lines
-
-    def pytest_benchmark_update_machine_info(
-        self, config: pytest.Config, machine_info: dict[str, Any]
-    ) -> None:
-        """``machine_info["ipu"]``: the plugin version, each backend used as it describes itself, and
-        (under ``auto``) the default targets absent here with the reason."""
-        from pytest_ipu.results import benchmark_json
-        from pytest_ipu.results import schema
-
-        # Keyed like the records' "target" (backend:device), whatever spelling the user asked for.
-        used = {
-            f"{b.name}:{b.device}": b.describe()
-            for _, (b, a) in sorted(self._backends.items(), key=lambda kv: str(kv[0]))
-            if b is not None and a.ok
-        }
-        device_info: dict[str, Any] = {
-            "schema": schema.SCHEMA_VERSION,
-            "pytest_ipu": __version__,
-            "backends": used,
-        }
-        if self._auto is not None:
-            device_info["absent"] = {str(t): why for t, why in self._auto[1]}
-        if self.poprun is not None:
-            device_info[poprun.KEY] = self.poprun.as_json()
-        if self.torchrun is not None:
-            device_info[torchrun.KEY] = self.torchrun.as_json()
-        config.hook.pytest_ipu_update_device_info(config=config, device_info=device_info)
-        benchmark_json.update_machine_info(machine_info, device_info)
-
-    def pytest_benchmark_update_json(self, config: pytest.Config, output_json: dict[str, Any]) -> None:
-        """The top-level ``pytest_ipu`` section: schema version, plugin version, settings and, when the
-        run measured any, the energy of every ``ipu_power`` block (``power_blocks``)."""
-        from pytest_ipu.results import benchmark_json
-        from pytest_ipu.results import schema
-
-        run_info: dict[str, Any] = {
-            "schema": schema.SCHEMA_VERSION,
-            "version": __version__,
-            "settings": self.settings.as_json(),
-        }
-        if self.power_blocks:
-            # Absent rather than empty: a run without blocks writes the section it always wrote.
-            from pytest_ipu.results import power_blocks
-
-            run_info[power_blocks.KEY] = [b.as_json() for b in self.power_blocks]
-        benchmark_json.update_json(output_json, run_info)
-        if self.torchrun is not None:
-            import json
-
-            # Kept for the merge at the end of the session (``_finish_launch``), as pytest-benchmark
-            # writes it (parameters such as a Target become their str()).
-            self._launch_document = json.loads(json.dumps(output_json, default=str))
-
-    def _finish_launch(self) -> None:
-        """Merge the launch's results on rank 0; a failure is one red line and a failed run."""
-        from pytest_ipu.errors import RankError
-
-        try:
-            self._merge_launch(self._launch_document)
-        except (RankError, poprun.MergeError, OSError) as exc:
-            # Never a merged file from part of the launch.
-            self.launch_error = str(exc) if str(exc).startswith("pytest-ipu:") else f"pytest-ipu: {exc}"
-            self.ranks_lost = self.ranks_lost or isinstance(exc, RankError)
-            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-            if reporter is not None:
-                reporter.write_line(self.launch_error, red=True)
-
-    def _merge_launch(self, document: dict[str, Any] | None) -> None:
-        """Gather every rank's document on rank 0, which merges them and writes the launch's file.
-
-        Every rank reaches this at the end of its session, also one that measured nothing (its
-        document is ``None``: pytest-benchmark wrote no file); a rank that does not within the rank
-        timeout is named (``RankError``) and the run fails: no merged file from part of a launch.
-        """
-        import json
-
-        from pytest_ipu.results import atomic
-
-        rank = self.torchrun
-        if self.ranks_lost or self.merged_json is None:
-            return  # a rank failed or hangs (each keeps its own file), or there is nowhere to merge to
-        group = self.rank_group()
-        assert rank is not None
-        assert group is not None
-        group.barrier("the end of the run (writing the merged results)")
-        documents = group.gather(document)
-        if documents is None or all(d is None for d in documents):
-            return  # not rank 0, or no rank measured anything
-        lacking = [str(i) for i, d in enumerate(documents) if not isinstance(d, dict)]
-        if lacking:
-            raise poprun.MergeError(
-                f"torchrun rank(s) {', '.join(lacking)} of {rank.count} measured no benchmark, so there is "
-                f"no merged {self.merged_json}: every rank must run the same benchmarks"
-            )
-        named = [
-            (torchrun.rank_json_path(self.merged_json, dataclasses.replace(rank, index=i)), d)
-            for i, d in enumerate(documents)
-            if isinstance(d, dict)
-        ]
-        merged = poprun.merge_documents(named)
-        if self.settings.scaling_baseline is not None:
-            from pytest_ipu.results import scaling_baseline
-
-            scaling_baseline.apply(merged, self.scaling_baseline(), str(self.settings.scaling_baseline))
-        atomic.write_text(self.merged_json, json.dumps(merged, indent=4) + "\n")
-        self._gate_launch(merged)
-        self.launch_records = [
-            (b["fullname"], b["extra_info"]["ipu"])
-            for b in merged["benchmarks"]
-            if isinstance(b.get("extra_info", {}).get("ipu"), dict)
-        ]
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(
-                f"pytest-ipu: merged {rank.count} torchrun rank(s), {len(merged['benchmarks'])} "
-                f"benchmark(s), into {self.merged_json}"
-            )
-
-    def _gate_launch(self, merged: dict[str, Any]) -> None:
-        """The gates, on the launch's merged records: every rank's samples, the slowest rank's latency."""
-        from pytest_ipu.results import schema
-        from pytest_ipu.results.records import Measured
-        from pytest_ipu.results.records import group_name
-
-        own = {m.fullname: m for m in self.measured}
-        launch = [
-            Measured(
-                b["fullname"],
-                b["name"],
-                group_name(b.get("group"), b["name"]),
-                schema.from_json(b["extra_info"][schema.NAMESPACE]),
-                own[b["fullname"]].samples_s if b["fullname"] in own else (),
-                own[b["fullname"]].gates if b["fullname"] in own else (),
-            )
-            for b in merged["benchmarks"]
-            if isinstance(b.get("extra_info", {}).get(schema.NAMESPACE), dict)
-        ]
-        self.gate_check.check_launch(launch)
-
-    def _power_block_lines(self) -> list[str]:
-        if not self.power_blocks:
-            return []
-        from pytest_ipu.report import power_blocks as report
-
-        return report.lines(self.power_blocks)
-
-    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """The pytest-ipu tables, the ``ipu_power`` blocks, and under ``auto`` which targets were found
-        and which were not."""
-        tables, blocks = self._tables(), self._power_block_lines()
-        # A blank line after each table that other lines follow.
-        lines = tables + ([""] if tables and blocks and tables[-1] else []) + blocks
-        lines += ([""] if blocks and self._auto is not None else []) + self._target_lines()
-        if lines:
-            terminalreporter.section("pytest-ipu")
-            for line in lines:
-                terminalreporter.write_line(line)
-
-    @pytest.hookimpl(wrapper=True, specname="pytest_sessionfinish")
-    def pytest_sessionfinish_saves_power_blocks(self, session: pytest.Session) -> Generator[None, None, None]:
-        """Save the ``ipu_power`` blocks of a run without benchmarks (``_save_power_blocks_alone``)
-        before pytest-benchmark's own ``pytest_sessionfinish`` finds nothing to save.
-
-        A wrapper: inside the plugin's (``tryfirst``), which moves ``--benchmark-json`` into place,
-        and around pytest-benchmark's, which was registered before this session. A file that cannot
-        be written is one line and a failed run, never a reason to skip the rest of the session's end
-        (the sources' release among it).
-        """
-        try:
-            saved = self._save_power_blocks_alone()
-        except OSError as exc:
-            saved = True  # as far as it could: the line below says what is missing
-            line = f"pytest-ipu: cannot save the ipu_power blocks: {exc}; free space or pass a writable path"
-            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-            if reporter is not None:
-                reporter.write_line(line, red=True)
-            if session.exitstatus == pytest.ExitCode.OK:
-                session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        with warnings.catch_warnings():
-            if saved:
-                # pytest-benchmark's warning would be false: the blocks were saved. Under -W error
-                # it would also end the run with a traceback.
-                warnings.filterwarnings("ignore", message=_NOTHING_SAVED)
-            result = yield
-        if self.torchrun is not None:
-            # After pytest-benchmark saved this rank's file, on every rank: also on one that
-            # measured nothing, which pytest-benchmark never asks for its document.
-            self._finish_launch()
-        failed = self.launch_error is not None or (self.gate_check.deferred and self.gate_check.failed)
-        if failed and session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        return result
-
-    def pytest_unconfigure(self) -> None:
-        """Leave a torchrun launch's process group, after every hook that could use it.
-
-        Every rank first waits for the others to finish: torchrun stops the whole launch as soon as
-        one rank exits with a failure, and rank 0 may still be writing the merged file then.
-        """
-        if self._ranks is None:
-            return
-        from pytest_ipu.errors import RankError
-
-        try:
-            if not self.ranks_lost:
-                self._ranks.barrier("the end of every rank's run")
-        except RankError as exc:
-            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-            if reporter is not None:
-                reporter.write_line(str(exc), red=True)
-        finally:
-            self._ranks.close()
-
-    def pytest_sessionfinish(self) -> None:
-        """Release every compiled model and power source, whatever happened."""
+    def release(self) -> list[str]:
+        """Close every power meter and compiled model (once; later calls find nothing open); what
+        could not be closed, one line each."""
         meters, self._meters = [m for m, _ in self._meters.values() if m is not None], {}
         errors = []
         for meter in meters:
@@ -606,12 +313,7 @@ class IpuSession:
                 meter.close()
             except Exception as exc:
                 errors.append(f"power source {meter.source.name}: {exc}")
-        if self._compiled is not None:
-            errors.extend(self._compiled.close())
-        if errors:
-            warnings.warn(
-                PytestIpuWarning(
-                    f"pytest-ipu could not release compiled models or power sources: {'; '.join(errors)}"
-                ),
-                stacklevel=1,
-            )
+        compiled, self._compiled = self._compiled, None
+        if compiled is not None:
+            errors.extend(compiled.close())
+        return errors

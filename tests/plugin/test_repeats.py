@@ -40,10 +40,14 @@ def test_repeats_run_round_robin_over_the_parametrized_set_and_pool(
 ) -> None:
     monkeypatch.setenv("PYTEST_IPU_REPEATS", "3")
     pytester.makepyfile(test_ordered=ORDERED)
-    result = pytester.runpytest("--benchmark-json=out.json")
+    result = pytester.runpytest("--benchmark-json=out.json", "--junitxml=runs.xml")
     result.assert_outcomes(passed=3)  # one result per test, whatever the repeats
     order = [line.split()[0] for line in (pytester.path / "order.txt").read_text().splitlines()]
     assert order == ["a", "b", "c"] * 3
+    # Each repeat is a run of the test through pytest's own protocol, which reporters see...
+    assert (pytester.path / "runs.xml").read_text().count("<testcase ") == 9
+    # ...and one benchmark per test in pytest-benchmark's results: the last repeat's rounds.
+    assert len(json.loads((pytester.path / "out.json").read_text())["benchmarks"]) == 3
     records = _records(pytester.path / "out.json")
     assert sorted(records) == ["test_step[a]", "test_step[b]", "test_step[c]"]
     for record in records.values():

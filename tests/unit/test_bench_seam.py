@@ -24,7 +24,7 @@ PACKAGE = Path(pytest_ipu.__file__).parent
 #: private state, and the argparse type of ``--benchmark-json`` before 5.3.
 INTERNALS = re.compile(
     r"_benchmarksession|\.stats\.stats\b|\bhas_error\b|\bsave_json\b|\bFileType\b|\bget_machine_info\b"
-    r"|\bstorage\.save\b|\.save_data\b|\.skipped\s*=(?!=)"
+    r"|\bstorage\.save\b|\.save_data\b|\.skipped\s*=(?!=)|\bhandle_saving\b"
 )
 
 
@@ -35,6 +35,18 @@ def test_only_the_seam_names_pytest_benchmark_internals() -> None:
         if path.name != "bench_seam.py"
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if INTERNALS.search(line)
+    ]
+    assert found == []
+
+
+def test_no_module_uses_pytests_private_modules() -> None:
+    # pytest's public API (hooks, pytest.*) is all the glue needs: a private module changes without
+    # notice between pytest releases.
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"\b(from|import)\s+_pytest\b", line)
     ]
     assert found == []
 

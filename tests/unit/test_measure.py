@@ -348,37 +348,6 @@ def test_calibration_stops_at_the_most_calls() -> None:
     assert (found.calls, found.batch_s) == (8, 0.0)
 
 
-# -- the local timer -------------------------------------------------------------------------------
-
-
-def test_local_timer_runs_rounds_as_pedantic_does_and_keeps_their_times() -> None:
-    events: list[str] = []
-    ticks = iter(range(0, 100, 1))
-    timer = measure.LocalTimer(timer=lambda: float(next(ticks)))
-    timer.pedantic(
-        lambda x: events.append(f"call {x}"),
-        args=("a",),
-        setup=lambda: events.append("setup"),
-        teardown=lambda x: events.append(f"teardown {x}"),
-        rounds=3,
-    )
-    assert events == ["setup", "call a", "teardown a"] * 3
-    assert timer.data == [1.0, 1.0, 1.0]
-
-
-def test_local_timer_marks_an_error_and_refuses_what_it_does_not_do() -> None:
-    timer = measure.LocalTimer()
-
-    def boom() -> None:
-        raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError, match="boom"):
-        timer.pedantic(boom, rounds=2)
-    assert timer.failed
-    with pytest.raises(ValueError, match="warm-up-free single-call rounds only"):
-        measure.LocalTimer().pedantic(lambda: None, warmup_rounds=1)
-
-
 # -- bounded warm-up and calibration ---------------------------------------------------------------
 
 

@@ -1,0 +1,561 @@
+"""Every hook pytest-ipu implements after start-up, in the order pytest calls them, and the end of
+the session as one ordered sequence.
+
+``plugin.pytest_configure`` registers one ``Lifecycle`` per run. Its hooks are thin: the state
+is ``session.IpuSession``'s, the decisions are the gates' (``gating``), the repeats' (``repeats``)
+and the records' (``pytest_ipu.results``).
+
+The end of a session is ``end_session``, one function calling its steps in order:
+
+1. save: pytest-benchmark writes ``--benchmark-json`` (and ``--benchmark-save``) in its own
+   ``pytest_sessionfinish`` wrapper, before any plain implementation runs. ``pytest_sessionstart``
+   routed that writer, so the file lands at a temporary path and is moved into place whole as
+   soon as it is written, and a run that measured only ``ipu_power`` blocks (where
+   pytest-benchmark would save nothing) is saved through the same writers;
+2. merge: under torchrun, every rank's document gathered on rank 0 and merged into one file,
+   gated there;
+3. gates: every gate not checked yet, and the exit code of a failed gate, merge or save;
+4. release: the power meters and compiled models.
+
+Then pytest's terminal reporter calls ``pytest_terminal_summary`` (the tables, the ``ipu_power``
+blocks, the targets; after pytest-benchmark's table, the gates), and ``pytest_unconfigure``
+leaves the torchrun launch once every rank is done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable
+from collections.abc import Generator
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+from typing import Any
+
+import pytest
+
+from pytest_ipu import __version__
+from pytest_ipu import backends
+from pytest_ipu.backends.target import Target
+from pytest_ipu.backends.target import parse_target
+from pytest_ipu.errors import ConfigError
+from pytest_ipu.errors import PytestIpuWarning
+from pytest_ipu.placement import poprun
+from pytest_ipu.placement import torchrun
+from pytest_ipu.pytest_plugin import bench_seam
+from pytest_ipu.pytest_plugin import options
+from pytest_ipu.pytest_plugin.fixtures.common import FAILED_KEY
+from pytest_ipu.pytest_plugin.marker import marker_gates
+from pytest_ipu.pytest_plugin.marker import marker_overrides
+from pytest_ipu.pytest_plugin.marker import placement_request
+from pytest_ipu.pytest_plugin.session import IpuSession
+
+if TYPE_CHECKING:
+    from pytest_ipu.results.atomic import PendingFile
+
+
+class Lifecycle:
+    """The hooks of one pytest run, registered as one plugin (an ordinary class: plugins must be
+    hashable by identity)."""
+
+    def __init__(self, session: IpuSession, pending_json: PendingFile | None) -> None:
+        self.session = session
+        #: The ``--benchmark-json`` file pytest-benchmark writes at a temporary path, moved into
+        #: place whole (``None`` without the option, and in a pytest-xdist worker).
+        self.pending_json = pending_json
+        #: Whether pytest-benchmark's writer was routed (``pytest_sessionstart``): the file then
+        #: moves into place as soon as it is written.
+        self._json_routed = False
+        #: What could not be saved (the results file, the ``ipu_power`` blocks): the run fails.
+        self._save_failed = False
+
+    # -- collection -------------------------------------------------------------------------------
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """Parametrize tests that use ``ipu_backend`` over their targets (unless they do it themselves)."""
+        if "ipu_backend" not in metafunc.fixturenames or _parametrizes(metafunc, "ipu_backend"):
+            return
+        requested = self.session.settings.targets
+        for mark in metafunc.definition.iter_markers("ipu"):
+            if "backend" in mark.kwargs:
+                try:
+                    requested = options.parser_for("targets")(mark.kwargs["backend"])
+                except ValueError:
+                    return  # reported with the node id at collection (pytest_collection_modifyitems)
+                break
+        targets = self.session.targets_for(requested)
+        metafunc.parametrize("ipu_backend", targets, indirect=True, ids=[t.id for t in targets])
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """Check every ``ipu`` marker, then refuse a target whose backend or device nobody provides,
+        so a typo stops the run before anything is measured.
+
+        ``trylast``: after pytest's own ``-k``/``-m`` selection and any plugin's reordering. Here,
+        not at configure time: a conftest below the rootdir (loaded during collection) may add a
+        backend through ``pytest_ipu_make_backend``. Not in ``pytest_generate_tests`` either:
+        pytest turns an error there into a collection error, not a one-line usage error.
+        """
+        for item in items:
+            try:
+                marker_overrides(item)
+                placement_request(item)
+                marker_gates(item)
+            except ConfigError as exc:
+                raise pytest.UsageError(f"pytest-ipu: {exc}") from None
+        provided: dict[Target, bool] = {}
+        for item in items:
+            target = _target_param(item)
+            if target is None:
+                continue
+            reason = backends.unknown_target_reason(target)
+            if reason is None:
+                continue
+            if target not in provided:
+                # Only a conftest's implementation can make a target the registry does not know.
+                provided[target] = (
+                    config.hook.pytest_ipu_make_backend(config=config, target=target) is not None
+                )
+            if not provided[target]:
+                raise pytest.UsageError(f"pytest-ipu: {_target_origin(config, item)}: {reason}")
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The tests are known: load the gates' baseline (a relative gate without one stops the run)
+        and group the interleaved repeats into parametrized sets."""
+        self.session.gate_check.load(session)
+        self.session.repeats.group(session)
+
+    def pytest_benchmark_compare_machine_info(self, compared_benchmark: Mapping[str, Any]) -> None:
+        """Keep each run pytest-benchmark's ``--benchmark-compare`` loads; the last is the gates'
+        baseline."""
+        self.session.gate_check.keep_compared(compared_benchmark)
+
+    # -- each test --------------------------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item) -> bool | None:
+        """Before the first item of a parametrized set, its earlier interleaved repeats; ``True``
+        (done) for an item whose earlier repeat failed. ``tryfirst``: before pytest runs the item."""
+        return self.session.repeats.before(item)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """Mark an item whose setup or call failed, for ``ipu_benchmark``'s teardown: such a test
+        never reached its benchmark, and pytest-benchmark's "fixture was not used" warning would be
+        wrong. Keep the reports of an earlier repeat, which decide whether the test runs again."""
+        report = yield
+        if report.when in ("setup", "call") and report.failed:
+            item.stash[FAILED_KEY] = True
+        self.session.repeats.made(report)
+        return report
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
+        """An earlier repeat that did not fail is neither counted nor shown: the test's result is its
+        last run's. ``tryfirst``: before pytest's own answer ("passed")."""
+        return ("", "", "") if self.session.repeats.hides(report) else None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
+        """Once the test's fixtures are torn down, release the compiled models no test can ask for
+        again (their model is gone): a sweep that builds a model per parameter must not keep them all.
+        An earlier repeat's teardown goes through here too."""
+        try:
+            yield
+        finally:
+            errors = self.session.release_unreachable(item.nodeid)
+            if errors:
+                warnings.warn(
+                    PytestIpuWarning(f"pytest-ipu could not release a compiled model: {'; '.join(errors)}"),
+                    stacklevel=1,
+                )
+
+    # -- pytest-benchmark's document --------------------------------------------------------------
+
+    def pytest_benchmark_update_machine_info(
+        self, config: pytest.Config, machine_info: dict[str, Any]
+    ) -> None:
+        """``machine_info["ipu"]``: the plugin version, each backend used as it describes itself, and
+        (under ``auto``) the default targets absent here with the reason."""
+        from pytest_ipu.results import benchmark_json
+        from pytest_ipu.results import schema
+
+        session = self.session
+        # Keyed like the records' "target" (backend:device), whatever spelling the user asked for.
+        used = {
+            f"{b.name}:{b.device}": b.describe()
+            for _, (b, a) in sorted(session.backends.items(), key=lambda kv: str(kv[0]))
+            if b is not None and a.ok
+        }
+        device_info: dict[str, Any] = {
+            "schema": schema.SCHEMA_VERSION,
+            "pytest_ipu": __version__,
+            "backends": used,
+        }
+        if session.auto is not None:
+            device_info["absent"] = {str(t): why for t, why in session.auto[1]}
+        if session.poprun is not None:
+            device_info[poprun.KEY] = session.poprun.as_json()
+        if session.torchrun is not None:
+            device_info[torchrun.KEY] = session.torchrun.as_json()
+        config.hook.pytest_ipu_update_device_info(config=config, device_info=device_info)
+        benchmark_json.update_machine_info(machine_info, device_info)
+
+    def pytest_benchmark_update_json(self, output_json: dict[str, Any]) -> None:
+        """The top-level ``pytest_ipu`` section: schema version, plugin version, settings and, when the
+        run measured any, the energy of every ``ipu_power`` block (``power_blocks``)."""
+        from pytest_ipu.results import benchmark_json
+        from pytest_ipu.results import schema
+
+        session = self.session
+        run_info: dict[str, Any] = {
+            "schema": schema.SCHEMA_VERSION,
+            "version": __version__,
+            "settings": session.settings.as_json(),
+        }
+        if session.power_blocks:
+            # Absent rather than empty: a run without blocks writes the section it always wrote.
+            from pytest_ipu.results import power_blocks
+
+            run_info[power_blocks.KEY] = [b.as_json() for b in session.power_blocks]
+        benchmark_json.update_json(output_json, run_info)
+        if session.torchrun is not None:
+            import json
+
+            # Kept for the merge at the end of the session, as pytest-benchmark writes it
+            # (parameters such as a Target become their str()).
+            session.launch_document = json.loads(json.dumps(output_json, default=str))
+
+    # -- the session's end ------------------------------------------------------------------------
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Route pytest-benchmark's saving (step 1 of ``end_session``): its session exists from here
+        (its ``pytest_configure`` runs last), and it saves in its own ``pytest_sessionfinish`` wrapper,
+        before ``end_session`` could."""
+        config = session.config
+        if self.pending_json is not None:
+            self._json_routed = bench_seam.wrap_json_writer(config, self._save_and_move)
+        bench_seam.save_alone_when_empty(config, self._save_power_blocks_alone)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """The session's end (``end_session``). A plain implementation, no ordering markers: pluggy
+        runs every plain implementation after each wrapper's first half (pytest-benchmark's, which
+        saves the results) and before their second halves (the terminal reporter's, which prints
+        the summary)."""
+        self.end_session(session)
+
+    def end_session(self, session: pytest.Session) -> None:
+        """Save, merge, gate and release, in this order; a failure of any of them fails the run
+        (exit code 1), never skips the steps after it."""
+        state = self.session
+        try:
+            self._finish_save()
+            if state.torchrun is not None:
+                # After pytest-benchmark saved this rank's file, on every rank: also on one that
+                # measured nothing, which pytest-benchmark never asks for its document.
+                self._finish_launch()
+            state.gate_check.check()
+            failed = self._save_failed or state.launch_error is not None or state.gate_check.failed
+            if failed and session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        finally:
+            self._release()
+
+    def _save_and_move(self, save: Callable[[], None]) -> None:
+        """pytest-benchmark's ``--benchmark-json`` writer, routed: write the temporary file, move it
+        into place whole, or report one line and leave the destination as it was."""
+        pending = self.pending_json
+        assert pending is not None
+        reporter = self._reporter()
+        try:
+            save()
+            moved = pending.commit()
+        except OSError as exc:
+            self._json_failed(exc)
+            return
+        if moved and reporter is not None:
+            # pytest-benchmark named the temporary file it wrote ("Wrote benchmark data in").
+            reporter.write_line(f"pytest-ipu: results moved whole into {pending.target}")
+
+    def _finish_save(self) -> None:
+        """Where pytest-benchmark's writer could not be routed, move what it wrote into place now."""
+        pending = self.pending_json
+        if pending is None or self._json_routed:
+            return
+        try:
+            pending.commit()
+        except OSError as exc:
+            self._json_failed(exc)
+
+    def _json_failed(self, error: OSError) -> None:
+        """Remove the half-written file and say, in one line, that the results were not written."""
+        pending = self.pending_json
+        assert pending is not None
+        pending.discard()
+        self._save_failed = True
+        self._say(
+            f"pytest-ipu: --benchmark-json={pending.target}: cannot write the results: "
+            f"{error.strerror or error}; the file was left as it was (free space or pass a writable path)"
+        )
+
+    def _save_power_blocks_alone(self) -> bool:
+        """Save the run's file when it measured ``ipu_power`` blocks and no benchmark (pytest-benchmark
+        would save nothing, "Not saving anything, no benchmarks have been run!", and the blocks would
+        be lost): through pytest-benchmark's hooks and writers (``bench_seam``), the JSON moved into
+        place whole like any run's. Returns whether it saved (or tried to) in pytest-benchmark's place.
+        A file that cannot be written is one line and a failed run."""
+        if not self.session.power_blocks:
+            return False
+        try:
+            return bench_seam.save_without_benchmarks(self.session.config)
+        except OSError as exc:
+            self._save_failed = True
+            self._say(
+                f"pytest-ipu: cannot save the ipu_power blocks: {exc}; free space or pass a writable path"
+            )
+            return True  # as far as it could: the line says what is missing
+
+    def _finish_launch(self) -> None:
+        """Merge the launch's results on rank 0; a failure is one red line and a failed run."""
+        from pytest_ipu.errors import RankError
+
+        state = self.session
+        try:
+            _merge_launch(state, self._reporter())
+        except (RankError, poprun.MergeError, OSError) as exc:
+            # Never a merged file from part of the launch.
+            state.launch_error = str(exc) if str(exc).startswith("pytest-ipu:") else f"pytest-ipu: {exc}"
+            state.ranks_lost = state.ranks_lost or isinstance(exc, RankError)
+            self._say(state.launch_error)
+
+    def _release(self) -> None:
+        """Release every compiled model and power source, whatever happened (a warning says what
+        could not be)."""
+        errors = self.session.release()
+        if errors:
+            warnings.warn(
+                PytestIpuWarning(
+                    f"pytest-ipu could not release compiled models or power sources: {'; '.join(errors)}"
+                ),
+                stacklevel=1,
+            )
+
+    # -- the terminal -----------------------------------------------------------------------------
+
+    def pytest_report_header(self) -> list[str]:
+        """One line with the settings pytest-ipu runs with."""
+        s = self.session.settings
+        rounds = "auto" if s.rounds is None else s.rounds
+        return [
+            f"pytest-ipu {__version__}: targets={','.join(map(str, s.targets)) or 'auto'} "
+            f"precision={s.precision} rounds={rounds} warmup={s.warmup_rounds} "
+            f"max-time={s.max_time_s:g}s missing-sdk={s.missing_sdk}"
+        ]
+
+    @pytest.hookimpl(wrapper=True, trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> Iterator[None]:
+        """The pytest-ipu tables, the ``ipu_power`` blocks and (under ``auto``) which targets were
+        found; after pytest-benchmark's table, the gates.
+
+        A wrapper around the other summaries (pytest-benchmark's table among them), ``trylast`` so
+        that it is the innermost wrapper: inside pytest's own, whose first half prints the failures
+        and whose second half the short test summary.
+        """
+        lines = _summary_lines(self.session)
+        if lines:
+            terminalreporter.section("pytest-ipu")
+            for line in lines:
+                terminalreporter.write_line(line)
+        try:
+            return (yield)
+        finally:
+            self.session.gate_check.write_summary(terminalreporter)
+
+    def pytest_unconfigure(self) -> None:
+        """Leave a torchrun launch's process group, after the terminal summary (every rank first
+        waits for the others: torchrun stops the whole launch as soon as one rank exits with a
+        failure, and rank 0 may still be writing the merged file or its tables then). Also what a
+        session that ended early left: a temporary results file, open meters and models."""
+        state = self.session
+        if self.pending_json is not None:
+            # Left only when pytest-benchmark's save raised: maybe half-written, the destination is kept.
+            self.pending_json.discard()
+        state.release()
+        ranks = state.ranks
+        if ranks is None:
+            return
+        from pytest_ipu.errors import RankError
+
+        try:
+            if not state.ranks_lost:
+                ranks.barrier("the end of every rank's run")
+        except RankError as exc:
+            self._say(str(exc))
+        finally:
+            ranks.close()
+
+    def _reporter(self) -> Any:
+        return self.session.config.pluginmanager.get_plugin("terminalreporter")
+
+    def _say(self, line: str) -> None:
+        """One red line on the terminal (printed when there is no terminal reporter)."""
+        reporter = self._reporter()
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+        else:
+            print(line)
+
+
+# -- torchrun -----------------------------------------------------------------------------------------
+
+
+def _merge_launch(state: IpuSession, reporter: Any) -> None:
+    """Gather every rank's document on rank 0, which merges them, writes the launch's file and gates
+    the merged records.
+
+    Every rank reaches this at the end of its session, also one that measured nothing (its
+    document is ``None``: pytest-benchmark wrote no file); a rank that does not within the rank
+    timeout is named (``RankError``) and the run fails: no merged file from part of a launch.
+    """
+    import json
+
+    from pytest_ipu.results import atomic
+
+    rank = state.torchrun
+    merged_json = state.merged_json
+    if state.ranks_lost or merged_json is None:
+        return  # a rank failed or hangs (each keeps its own file), or there is nowhere to merge to
+    group = state.rank_group()
+    assert rank is not None
+    assert group is not None
+    group.barrier("the end of the run (writing the merged results)")
+    documents = group.gather(state.launch_document)
+    if documents is None or all(d is None for d in documents):
+        return  # not rank 0, or no rank measured anything
+    lacking = [str(i) for i, d in enumerate(documents) if not isinstance(d, dict)]
+    if lacking:
+        raise poprun.MergeError(
+            f"torchrun rank(s) {', '.join(lacking)} of {rank.count} measured no benchmark, so there is "
+            f"no merged {merged_json}: every rank must run the same benchmarks"
+        )
+    named = [
+        (torchrun.rank_json_path(merged_json, dataclasses.replace(rank, index=i)), d)
+        for i, d in enumerate(documents)
+        if isinstance(d, dict)
+    ]
+    merged = poprun.merge_documents(named)
+    if state.settings.scaling_baseline is not None:
+        from pytest_ipu.results import scaling_baseline
+
+        scaling_baseline.apply(merged, state.scaling_baseline(), str(state.settings.scaling_baseline))
+    atomic.write_text(merged_json, json.dumps(merged, indent=4) + "\n")
+    _gate_launch(state, merged)
+    state.launch_records = [
+        (b["fullname"], b["extra_info"]["ipu"])
+        for b in merged["benchmarks"]
+        if isinstance(b.get("extra_info", {}).get("ipu"), dict)
+    ]
+    if reporter is not None:
+        reporter.write_line(
+            f"pytest-ipu: merged {rank.count} torchrun rank(s), {len(merged['benchmarks'])} "
+            f"benchmark(s), into {merged_json}"
+        )
+
+
+def _gate_launch(state: IpuSession, merged: dict[str, Any]) -> None:
+    """The gates, on the launch's merged records: every rank's samples, the slowest rank's latency."""
+    from pytest_ipu.results import schema
+    from pytest_ipu.results.records import Measured
+    from pytest_ipu.results.records import group_name
+
+    own = {m.fullname: m for m in state.measured}
+    launch = [
+        Measured(
+            b["fullname"],
+            b["name"],
+            group_name(b.get("group"), b["name"]),
+            schema.from_json(b["extra_info"][schema.NAMESPACE]),
+            own[b["fullname"]].samples_s if b["fullname"] in own else (),
+            own[b["fullname"]].gates if b["fullname"] in own else (),
+        )
+        for b in merged["benchmarks"]
+        if isinstance(b.get("extra_info", {}).get(schema.NAMESPACE), dict)
+    ]
+    state.gate_check.check_launch(launch)
+
+
+# -- the summary --------------------------------------------------------------------------------------
+
+
+def _summary_lines(state: IpuSession) -> list[str]:
+    """The pytest-ipu section: the tables (and a torchrun launch's), the ``ipu_power`` blocks, and
+    under ``auto`` which targets were found and which were not."""
+    tables: list[str] = []
+    if state.measured:  # a run without benchmarks never loads the tables (nor numpy)
+        from pytest_ipu.report import terminal as report
+        from pytest_ipu.report import training
+
+        tables = report.tables([report.Row(m.group, m.name, m.record) for m in state.measured])
+        if state.launch_records and state.torchrun is not None:
+            tables += training.launch_lines(
+                state.torchrun.count, state.torchrun.nodes, str(state.merged_json), state.launch_records
+            )
+    blocks: list[str] = []
+    if state.power_blocks:
+        from pytest_ipu.report import power_blocks as report_blocks
+
+        blocks = report_blocks.lines(state.power_blocks)
+    targets: list[str] = []
+    if state.auto is not None:
+        present, absent = state.auto
+        targets = [f"targets present (auto): {', '.join(map(str, present)) or 'none'}"]
+        targets.extend(f"target absent: {t}: {why}" for t, why in absent)
+    # A blank line after each table that other lines follow.
+    lines = tables + ([""] if tables and blocks and tables[-1] else []) + blocks
+    return lines + ([""] if blocks and state.auto is not None else []) + targets
+
+
+# -- targets ------------------------------------------------------------------------------------------
+
+
+def _target_param(item: pytest.Item) -> Target | None:
+    """The ``ipu_backend`` parameter of ``item`` as a target; ``None`` when it has none or it is
+    malformed (the fixture reports that, naming the test)."""
+    callspec = getattr(item, "callspec", None)
+    param = callspec.params.get("ipu_backend") if callspec is not None else None
+    if isinstance(param, Target):
+        return param
+    if isinstance(param, str):
+        try:
+            return parse_target(param)
+        except ValueError:
+            return None
+    return None
+
+
+def _target_origin(config: pytest.Config, item: pytest.Item) -> str:
+    """Where ``item``'s target came from, as the start of a message: its own parametrize, its
+    marker, or the ``--ipu-backend`` option (with the option's source)."""
+    if _parametrizes(item, "ipu_backend"):
+        param = item.callspec.params["ipu_backend"]  # type: ignore[attr-defined]
+        return f"{item.nodeid}: invalid value {str(param)!r} for the ipu_backend parameter"
+    for mark in item.iter_markers("ipu"):
+        if "backend" in mark.kwargs:
+            value = mark.kwargs["backend"]
+            return f"{item.nodeid}: invalid value {value!r} for @pytest.mark.ipu(backend=...)"
+    value, source = options.value_and_source(config, "targets")
+    return f"invalid value {value!r} for --ipu-backend from {source}"
+
+
+def _parametrizes(node: pytest.Item | pytest.Metafunc, name: str) -> bool:
+    """Whether ``node`` (a test, or the test being generated) parametrizes ``name`` itself."""
+    markers = node.definition.iter_markers if isinstance(node, pytest.Metafunc) else node.iter_markers
+    for mark in markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        listed = names if isinstance(names, (list, tuple)) else [n.strip() for n in str(names).split(",")]
+        if name in listed:
+            return True
+    return False
