@@ -11,6 +11,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Literal
+from typing import NoReturn
 from typing import Protocol
 from typing import runtime_checkable
 
@@ -75,7 +76,7 @@ class InstanceGroup(Protocol):
 
     def device_latencies(self) -> list[Mapping[str, object] | None]:
         """Per instance, the device's own latency counters for its last call
-        (``CompiledModel.device_latency``), or ``None`` where the backend has none."""
+        (``HasDeviceLatency``), or ``None`` where the model has none."""
 
     def close(self) -> None:
         """Release everything (idempotent); close errors are raised once, after all is released."""
@@ -139,6 +140,12 @@ class CompiledModel(Identity):
     any timed window (dtype, memory layout, pinned or device memory). ``compile_s`` and
     ``compile_cached`` are filled in by the ``ipu_compile`` fixture, which times the compile. What
     it is (target, backend, device, precision, io) is its ``Identity``, which its records copy.
+
+    This is the core every compiled model has. What only some have is a capability, a protocol
+    checked with ``isinstance``: ``HasDeviceLatency`` (the device's own latency counters),
+    ``Grouped`` (several instances behind ``run``), ``Trainable`` (a training step). ``parity`` and
+    ``placement`` are not abilities of the backend but facts the compile step attaches
+    (``run.compiling``, ``placement.plan``), copied into the record as they are.
     """
 
     run: Callable[..., object]
@@ -153,27 +160,89 @@ class CompiledModel(Identity):
     compile_cached: bool = False
     #: The output comparison against the reference, when ``ipu_compile(..., parity=True)`` asked.
     parity: ParityRecord | None = None
-    #: The device's own latency counters for the last call (plain JSON with ``resolution_s``), for
-    #: backends that have them (PopTorch's ``getLatency``); ``None`` when the backend has none.
-    device_latency: Callable[[], Mapping[str, object] | None] | None = None
     #: Where the model was placed (plain JSON: instances, their IPU ids, replicas, stages, runner),
     #: when the test's marker asked for a placement.
     placement: PlacementRecord | None = None
-    #: The concurrently running instances behind ``run`` when the placement has more than one:
-    #: each ``run`` is one round in which every instance makes one call.
-    group: InstanceGroup | None = None
     #: Whether the device is a simulator (the IPU Model): its timings are not hardware timings.
     simulator: bool = False
-    #: Set on a training step (``ipu_train``): its global batch and losses. ``run`` then makes one
-    #: optimizer step (``device_iterations`` on an IPU) and returns the loss as a float.
-    training: TrainingInfo | None = None
-    #: A training step's trained model in evaluation mode: ``evaluate(*inputs)`` returns its
-    #: outputs on the host, without gradients; ``None`` for inference models.
-    evaluate: Callable[..., object] | None = None
 
     def __call__(self, *inputs: object) -> object:
         """Prepare ``inputs`` and make one call (untimed convenience; benchmarks use ``run``)."""
         return self.run(*self.prepare_inputs(inputs))
+
+
+@runtime_checkable
+class HasDeviceLatency(Protocol):
+    """A compiled model whose device keeps its own latency counters (PopTorch's ``getLatency``)."""
+
+    def device_latency(self) -> Mapping[str, object] | None:
+        """The counters for the last call (plain JSON with ``resolution_s``); ``None`` before a
+        call or once closed."""
+
+
+@runtime_checkable
+class Grouped(Protocol):
+    """A compiled model whose ``run`` is one round of several concurrently running instances: each
+    ``run`` is one round in which every instance makes one call."""
+
+    @property
+    def group(self) -> InstanceGroup:
+        """The instances."""
+
+
+@runtime_checkable
+class Trainable(Protocol):
+    """A training step (``ipu_train``): ``run`` makes one optimizer step (``device_iterations`` on an
+    IPU) and returns the loss as a float."""
+
+    @property
+    def training(self) -> TrainingInfo:
+        """Its global batch and losses."""
+
+    def evaluate(self, *inputs: object) -> object:
+        """The trained model in evaluation mode: its outputs on the host, without gradients."""
+
+
+def _required(name: str) -> Callable[[], Any]:
+    """The default factory of a dataclass field that must be given although it follows fields with
+    defaults (Python 3.8 has no ``kw_only``): leaving it out raises ``TypeError`` naming it, as a
+    missing argument does."""
+
+    def missing() -> NoReturn:
+        raise TypeError(f"missing required argument: {name!r}")
+
+    return missing
+
+
+@dataclass(frozen=True)
+class CountedModel(CompiledModel):
+    """A compiled model with device latency counters (``HasDeviceLatency``)."""
+
+    #: The counters for the last call, as ``HasDeviceLatency.device_latency`` returns them.
+    device_latency: Callable[[], Mapping[str, object] | None] = field(
+        default_factory=_required("device_latency")
+    )
+
+
+@dataclass(frozen=True)
+class GroupedModel(CompiledModel):
+    """A compiled model that is a group of instances (``Grouped``), made by ``placement.plan``."""
+
+    group: InstanceGroup = field(default_factory=_required("group"))
+
+
+@dataclass(frozen=True)
+class TrainingStep(CompiledModel):
+    """A compiled training step (``Trainable``), made by ``TrainingBackend.compile_training``."""
+
+    training: TrainingInfo = field(default_factory=_required("training"))
+    #: ``Trainable.evaluate``: the trained model's outputs on the host, in evaluation mode.
+    evaluate: Callable[..., object] = field(default_factory=_required("evaluate"))
+
+
+@dataclass(frozen=True)
+class CountedTrainingStep(TrainingStep, CountedModel):
+    """A training step with device latency counters (PopTorch's)."""
 
 
 class NamedBackend:
@@ -305,7 +374,6 @@ class TrainingBackend(Backend, Protocol):
         precision: str,
         options: Mapping[str, object],
         request: TrainingRequest,
-    ) -> CompiledModel:
-        """A ``CompiledModel`` whose ``run`` makes one optimizer step on a prepared batch and returns
-        the loss as a float, with ``training`` and ``evaluate`` set; raise ``CompileError`` naming the
-        model and the reason."""
+    ) -> TrainingStep:
+        """A training step whose ``run`` makes one optimizer step on a prepared batch and returns the
+        loss as a float (``Trainable``); raise ``CompileError`` naming the model and the reason."""

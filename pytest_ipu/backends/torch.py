@@ -21,6 +21,7 @@ from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import TrainingRequest
+from pytest_ipu.backends.base import TrainingStep
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.backends.host import cpu_name
 from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
@@ -289,7 +290,7 @@ class TorchBackend(NamedBackend):
         precision: str,
         options: Mapping[str, object],
         request: TrainingRequest,
-    ) -> CompiledModel:
+    ) -> TrainingStep:
         """A training step of a copy of ``model`` (``backends.torch_training``): eager or compiled as
         this backend's mode, fp32 or automatic mixed precision (fp16 on CUDA, bf16), data parallel
         over ``request.process_group`` when there is one."""

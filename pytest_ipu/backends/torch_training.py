@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import TrainingInfo
 from pytest_ipu.backends.base import TrainingRequest
+from pytest_ipu.backends.base import TrainingStep
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
 from pytest_ipu.errors import CompileError
@@ -55,7 +55,7 @@ def compile_training(
     precision: str,
     options: Mapping[str, object],
     request: TrainingRequest,
-) -> CompiledModel:
+) -> TrainingStep:
     """The compiled training step of ``model`` (copied: the caller's model is never trained)."""
     label = type(model).__name__
     opts = merge_options(name, OPTIONS, options, label)
@@ -154,7 +154,7 @@ def compile_training(
         if on_cuda:
             torch.cuda.empty_cache()
 
-    return CompiledModel(
+    return TrainingStep(
         target=target,
         backend=name,
         device=device,

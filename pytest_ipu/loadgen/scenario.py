@@ -75,7 +75,7 @@ def _probe_of(outcome: runner.Outcome, qps: float) -> ServerProbe:
     )
 
 
-def measure(
+def run_scenario(
     lg: Any,
     request: LoadgenRequest,
     library: SampleLibrary,

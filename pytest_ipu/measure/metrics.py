@@ -59,7 +59,7 @@ def summarize_latency(samples_s: Sequence[float]) -> LatencySummary:
     )
 
 
-def throughput(items: int, window_s: float) -> float:
+def throughput(items: float, window_s: float) -> float:
     """Items completed per second of wall time over a timed window."""
     if items < 0:
         raise ValueError(f"items must be >= 0, got {items}")

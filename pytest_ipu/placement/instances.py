@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pytest_ipu.backends.base import Backend
     from pytest_ipu.backends.base import CompiledModel
 
+from pytest_ipu.backends.base import HasDeviceLatency
 from pytest_ipu.backends.base import InstanceGroup
 from pytest_ipu.backends.base import InstanceInfo
 
@@ -270,7 +271,7 @@ class ThreadInstances(_Usable):
         """Each compiled model's own latency counters for its last call, where it has them."""
         self._check_usable("read device latencies")
         return [
-            None if slot.compiled.device_latency is None else slot.compiled.device_latency()
+            slot.compiled.device_latency() if isinstance(slot.compiled, HasDeviceLatency) else None
             for slot in self._slots
         ]
 
@@ -463,7 +464,7 @@ def _serve(conn: Connection, compiled: CompiledModel) -> CompiledModel | None:
             elif command == _CALL:
                 reply = (_OK, to_host(compiled.run(*compiled.prepare_inputs(tuple(request[1])))))
             elif command == _DEVICE_LATENCY:
-                measured = compiled.device_latency() if compiled.device_latency is not None else None
+                measured = compiled.device_latency() if isinstance(compiled, HasDeviceLatency) else None
                 reply = (_OK, None if measured is None else dict(measured))
             elif command == _CLOSE:
                 try:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import GroupedModel
 from pytest_ipu.backends.base import InstanceGroup
 from pytest_ipu.backends.base import PlacedBackend
 from pytest_ipu.backends.base import WorkerBackend
@@ -216,7 +217,7 @@ def compile_plan(
         group.round()
         return None
 
-    return CompiledModel(
+    return GroupedModel(
         target=f"{first.backend.name}:{_base_device(first.device)}",
         backend=first.backend.name,
         device=_base_device(first.device),

@@ -1,12 +1,14 @@
-"""One benchmark, from a compiled model to its typed record: the one place a record is built.
+"""One benchmark, from a compiled model to its typed record.
 
 ``measure`` times one repeat: it converts the inputs once, makes the first call and the warm-up
 rounds (untimed), calibrates the round time over a measurable stretch, runs the timed rounds
 inside the energy window of a power meter when there is one and inside a time box (the budget,
 and the hard cap), and computes latency and throughput (docs/numbers.md defines both). ``pool``
 joins the repeats of one benchmark into its record: pooled figures, each repeat's summary, the
-spread between them. Nothing here knows pytest: the ``ipu_benchmark`` fixture gathers the
-arguments and publishes what these return.
+spread between them. What only some compiled models have (instances, device counters, a training
+step) is each asked for with ``isinstance`` in one small function. Nothing here knows pytest: the
+``ipu_benchmark`` fixture gathers the arguments and publishes what these return. The other records
+(LoadGen, time to train, untimed) are built in ``run.records``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from dataclasses import replace
 from typing import Protocol
 
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import Grouped
+from pytest_ipu.backends.base import HasDeviceLatency
+from pytest_ipu.backends.base import Trainable
 from pytest_ipu.backends.base import TrainingInfo
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import BenchmarkArgumentError
@@ -33,8 +38,6 @@ from pytest_ipu.measure.contention import merge as merge_contention
 from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import records
-from pytest_ipu.results.loadgen import LoadgenRecord
-from pytest_ipu.results.training import TimeToTrainRecord
 from pytest_ipu.results.training import TrainingRecord
 from pytest_ipu.run.plan import RoundsPolicy
 
@@ -176,9 +179,8 @@ def measure(
             f"pytest-ipu: ipu_benchmark: items_per_call defaults to the batch size (the leading dimension "
             f"of the first input), here {per_instance}; pass items_per_call=N with N >= 1"
         )
-    group = compiled.group
     # One round is one call of every instance, so it completes items_per_call x instances items.
-    items = per_instance * (group.count if group is not None else 1)
+    items = per_instance * instance_count(compiled)
     auto = policy.rounds is None
     # A later repeat's first call is not a first call of the model any more: it counts as one of
     # the warm-up calls that warm the repeat anew.
@@ -215,8 +217,7 @@ def measure(
             if auto and lockstep is None
             else timing.TimeBox()
         )
-        if group is not None:
-            group.reset_latencies()  # the warm-up calls are not part of the statistics
+        forget_calls(compiled)  # the warm-up calls are not part of the statistics
 
         def opened() -> None:
             if lockstep is not None:
@@ -251,23 +252,9 @@ def measure(
             )
     samples = tuple(round_times_s())
     window_s = window.seconds
-    instances: tuple[records.InstanceRecord, ...] | None = None
-    if group is None:
-        calls = samples
-    else:
-        # Latency is one call of one instance (docs/numbers.md); the timer's samples keep the round
-        # times (every instance's call, the slowest last).
-        per = group.latencies_s()
-        calls = tuple(x for instance_calls in per for x in instance_calls)
-        instances = tuple(
-            records.InstanceRecord.measured(info, instance_calls, counters)
-            for info, instance_calls, counters in zip_strict(
-                group.compiled_info(), per, group.device_latencies()
-            )
-        )
+    calls, instances = instance_calls(compiled, samples)
     latency = metrics.summarize_latency(calls)
     throughput = metrics.throughput(items * window.rounds, window_s)
-    device_latency = compiled.device_latency() if compiled.device_latency is not None else None
     repeat = records.RepeatRecord(
         index=index,
         rounds=window.rounds,
@@ -311,49 +298,51 @@ def measure(
         simulator=compiled.simulator,
         placement=compiled.placement,
         instances=instances,
-        device_latency=None if device_latency is None else dict(device_latency),
+        device_latency=device_latency(compiled),
         repeats=(repeat,),
         budget=budget,
         stability=stability([repeat], samples, unstable_threshold, "single"),
         contention=contention[0] if contention else None,
-        training=None if compiled.training is None else training_record(compiled.training),
+        training=training_record(compiled.training) if isinstance(compiled, Trainable) else None,
     )
     return Measurement(record, samples, calls)
 
 
-def time_to_train_record(
-    summary: TimeToTrainRecord,
-    setups_s: Sequence[float],
-    *,
-    named: records.Identity,
-    batch_size: int,
-) -> records.IpuRecord:
-    """The record of a time-to-train benchmark, whose "calls" are whole runs: latency summarises the
-    runs' times (each ended by its last evaluation, at the target or at the epoch limit),
-    throughput is every run's samples over their total time, and the runs' set-up (untimed, as
-    MLPerf's init) is kept as the compile phase ``setup``. ``named`` is what ran (the training
-    step's identity)."""
-    times = [r.curve[-1].elapsed_s for r in summary.runs]
-    samples = sum(r.samples for r in summary.runs)
-    window = math.fsum(times)
-    return records.IpuRecord(
-        **records.identity(named),
-        batch_size=batch_size,
-        # A "call" is a whole run: its items are the samples a run trained on, on average.
-        items_per_call=max(1, round(samples / len(summary.runs))),
-        rounds=len(summary.runs),
-        rounds_policy="fixed",
-        warmup_rounds=0,
-        latency_s=metrics.summarize_latency(times),
-        window_s=window,
-        throughput_items_per_s=metrics.throughput(samples, window),
-        compile_s=None,
-        compile_cached=False,
-        first_call_s=times[0],
-        compile_phases_s={"setup": math.fsum(setups_s)},
-        power=not_measured("none", "time to train has no energy window"),
-        time_to_train=summary,
+def instance_count(compiled: CompiledModel) -> int:
+    """How many instances one round calls (``Grouped``): 1 for a single model."""
+    return compiled.group.count if isinstance(compiled, Grouped) else 1
+
+
+def forget_calls(compiled: CompiledModel) -> None:
+    """Forget the calls a group's instances timed so far (``Grouped``); a single model times none."""
+    if isinstance(compiled, Grouped):
+        compiled.group.reset_latencies()
+
+
+def instance_calls(
+    compiled: CompiledModel, samples_s: tuple[float, ...]
+) -> tuple[tuple[float, ...], tuple[records.InstanceRecord, ...] | None]:
+    """The per-call latencies the record summarises, and each instance's part of the record.
+
+    Latency is one call of one instance (docs/numbers.md): for a single model the timer's round
+    times ``samples_s``; for a group (``Grouped``) every instance's calls, the round times keeping
+    every instance's call, the slowest last."""
+    if not isinstance(compiled, Grouped):
+        return samples_s, None
+    group = compiled.group
+    per = group.latencies_s()
+    calls = tuple(x for mine in per for x in mine)
+    instances = tuple(
+        records.InstanceRecord.measured(info, mine, counters)
+        for info, mine, counters in zip_strict(group.compiled_info(), per, group.device_latencies())
     )
+    return calls, instances
+
+
+def device_latency(compiled: CompiledModel) -> dict[str, object] | None:
+    """The device's own latency counters for the last call (``HasDeviceLatency``), as plain JSON."""
+    counters = compiled.device_latency() if isinstance(compiled, HasDeviceLatency) else None
+    return None if counters is None else dict(counters)
 
 
 def training_record(info: TrainingInfo) -> TrainingRecord:
@@ -426,6 +415,7 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
     samples = tuple(x for p in parts for x in p.samples_s)
     calls = tuple(x for p in parts for x in p.calls_s)
     window_s = math.fsum(r.window_s for r in repeats)
+    # The repeats' items, recovered from each repeat's throughput and window.
     items = math.fsum(r.throughput_items_per_s * r.window_s for r in repeats)
     budgets = [p.record.budget for p in parts if p.record.budget is not None]
     endings = {b.ended for b in budgets}
@@ -450,7 +440,7 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
         warmup_rounds=parts[0].record.warmup_rounds,
         latency_s=metrics.summarize_latency(calls) if calls else last.latency_s,
         window_s=window_s,
-        throughput_items_per_s=items / window_s,
+        throughput_items_per_s=metrics.throughput(items, window_s),
         first_call_s=parts[0].record.first_call_s,
         repeats=repeats,
         budget=budget,
@@ -467,69 +457,4 @@ def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
         window_s=record.window_s,
         latency_s=record.latency_s,
         throughput_items_per_s=record.throughput_items_per_s,
-    )
-
-
-def loadgen_record(
-    part: LoadgenRecord,
-    *,
-    compiled: CompiledModel,
-    first_call_s: float,
-    elapsed_s: float,
-    answered_s: Sequence[float] = (),
-    answered_window_s: float | None = None,
-    power: records.PowerRecord,
-) -> records.IpuRecord:
-    """The record of a LoadGen benchmark, whose "calls" are LoadGen's queries (``part`` is the
-    record's ``loadgen`` part; docs/numbers.md, "LoadGen benchmarks").
-
-    In performance mode latency is LoadGen's query latency (from a query's scheduled issue to its
-    last sample's answer), throughput LoadGen's samples per second, and the window the time those
-    samples took at that rate; MultiStream, for which LoadGen reports no rate, has the LoadGen run's
-    wall time ``elapsed_s`` as its window. An accuracy run, which LoadGen does not time, has the
-    system under test's own figures: each sample's time from LoadGen's issue callback to its answer
-    (``answered_s``) and the samples over the time from the first issue to the last answer
-    (``answered_window_s``); a "call" is then one sample.
-    """
-    from pytest_ipu.measure import stats
-
-    if part.mode == "accuracy":
-        if not answered_s or not answered_window_s:
-            raise ValueError("an accuracy run's record needs the system under test's answer times")
-        summary = metrics.summarize_latency(answered_s)
-        samples, window, per_call = len(answered_s), answered_window_s, 1
-    else:
-        lat = part.latency_s
-        count = part.query_count
-        summary = metrics.LatencySummary(
-            min=lat["min"],
-            p50=lat["p50"],
-            p90=lat["p90"],
-            p99=lat["p99"],
-            max=lat["max"],
-            mean=lat["mean"],
-            rounds=count,
-            unsupported=tuple(f"p{q}" for q in stats.PERCENTILES if not stats.is_supported(q, count)),
-        )
-        samples, per_call = count * part.samples_per_query, part.samples_per_query
-        window = samples / part.samples_per_s if part.samples_per_s else elapsed_s
-    return records.IpuRecord(
-        **records.identity(compiled),
-        batch_size=part.batching.max_batch,
-        items_per_call=per_call,
-        rounds=summary.rounds,
-        rounds_policy="fixed",
-        warmup_rounds=0,
-        latency_s=summary,
-        window_s=window,
-        throughput_items_per_s=metrics.throughput(samples, window),
-        compile_s=compiled.compile_s,
-        compile_cached=compiled.compile_cached,
-        first_call_s=first_call_s,
-        compile_phases_s=dict(compiled.phases_s),
-        compile_info=dict(compiled.info),
-        power=power,
-        simulator=compiled.simulator,
-        placement=compiled.placement,
-        loadgen=part,
     )

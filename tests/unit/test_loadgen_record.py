@@ -1,4 +1,4 @@
-"""The record's ``loadgen`` part (pytest_ipu.results.loadgen): built by ``measure.run.loadgen_record``,
+"""The record's ``loadgen`` part (pytest_ipu.results.loadgen): built by ``run.records.loadgen_record``,
 written and read back by the schema, read by the catalog's ``loadgen.*`` metrics and explained when
 a metric has no value."""
 
@@ -20,7 +20,7 @@ from pytest_ipu.results.loadgen import PeakSearch
 from pytest_ipu.results.loadgen import ServerProbe
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.schema import SchemaError
-from pytest_ipu.run.benchmark import loadgen_record
+from pytest_ipu.run.records import loadgen_record
 from tests.unit.test_schema import make_record
 
 LATENCY = {

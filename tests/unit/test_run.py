@@ -7,10 +7,10 @@ import threading
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
 
+from pytest_ipu.backends.base import GroupedModel
 from pytest_ipu.backends.host import wrap_callable
 from pytest_ipu.errors import CallTimeout
 from pytest_ipu.measure import stats
@@ -18,6 +18,7 @@ from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import summarize_latency
 from pytest_ipu.placement.instances import ThreadInstances
 from pytest_ipu.results.records import RepeatRecord
+from pytest_ipu.results.records import identity
 from pytest_ipu.run.benchmark import Measurement
 from pytest_ipu.run.benchmark import batch_size
 from pytest_ipu.run.benchmark import check_arguments
@@ -304,10 +305,11 @@ def test_a_hang_in_one_of_several_thread_instances_still_ends_the_benchmark() ->
     release = threading.Event()
     models = [wrap_callable(lambda *_: None), wrap_callable(_blocking_on_call(4, release))]
     group = ThreadInstances(models)
-    compiled = replace(
-        models[0],
+    compiled = GroupedModel(
+        **identity(models[0]),
         run=lambda *_: group.round(),
         prepare_inputs=lambda inputs: (group.prepare(inputs), ())[1],
+        close=group.close,
         group=group,
     )
     try:

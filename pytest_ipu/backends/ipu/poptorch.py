@@ -34,6 +34,7 @@ from typing import Any
 
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import CountedModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
 from pytest_ipu.backends.ipu.options import memory_proportions
@@ -407,7 +408,7 @@ class PopTorchBackend(NamedBackend):
         used = handle.executor.options
         info = _info(poptorch, used, opts, ipu_id, _version(poptorch))
         phases = _compile_phases(handle.executor)
-        return CompiledModel(
+        return CountedModel(
             target=target,
             backend=self._name,
             device=self._device,

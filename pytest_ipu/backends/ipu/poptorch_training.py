@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import CountedTrainingStep
 from pytest_ipu.backends.base import TrainingInfo
 from pytest_ipu.backends.base import TrainingRequest
 from pytest_ipu.backends.base import merge_options
@@ -90,7 +90,7 @@ def compile_training(
     precision: str,
     options: Mapping[str, object],
     request: TrainingRequest,
-) -> CompiledModel:
+) -> CountedTrainingStep:
     """The compiled training step of a copy of ``model`` (the caller's model is never trained).
 
     ``ipu_id`` is the device id of ``ipu:N`` (``None``: PopTorch or PopDist chooses); ``instance``
@@ -225,7 +225,7 @@ def compile_training(
     if instance is not None:
         facts["poprun"] = instance.as_json()
     phases = _compile_phases(handle.executor)
-    return CompiledModel(
+    return CountedTrainingStep(
         target=target,
         backend=name,
         device=device,
@@ -384,7 +384,7 @@ class PopTorchTrainingBackend(PopTorchBackend):
         precision: str,
         options: Mapping[str, object],
         request: TrainingRequest,
-    ) -> CompiledModel:
+    ) -> CountedTrainingStep:
         """A training step of a copy of ``model`` through ``poptorch.trainingModel``
         (``backends.ipu.poptorch_training``); under PopRun, one replica group of the launch's data-parallel
         training, configured by ``popdist.poptorch.Options``."""
