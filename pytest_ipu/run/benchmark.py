@@ -160,7 +160,7 @@ def measure(
     it is per instance, and a round completes it once per instance. ``meter`` measures the energy
     of the timed rounds; without one, the record's power section says it was not measured, with
     the source and reason of ``unmeasured``. ``timer`` runs the timed rounds (pytest-benchmark's
-    fixture, or ``timing.LocalTimer``) and ``round_times_s`` then gives the time of each, seconds.
+    ``pedantic``, through the seam) and ``round_times_s`` then gives the time of each, seconds.
     ``probe`` measures the other processes' share of the CPU over the window. The record has one
     repeat (numbered ``index``); ``pool`` joins several.
 
