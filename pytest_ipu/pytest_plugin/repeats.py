@@ -59,6 +59,38 @@ class RepeatState:
     final: bool = True
 
 
+@dataclass(frozen=True)
+class Slot:
+    """Which repeat of a benchmark this run of its test measures.
+
+    ``state`` holds the repeats measured before it; ``index`` numbers this one from 1; ``share`` is
+    into how many repeats the budget is split (``run.plan``); ``mode`` is the repeat mode."""
+
+    state: RepeatState
+    mode: str
+    share: int
+    index: int
+
+
+def slot(scheduler: RepeatScheduler, item: pytest.Item, settings: Settings, *, under_torchrun: bool) -> Slot:
+    """This run's repeat of ``item``'s benchmark; in process mode its last run first runs the
+    workers that measure the earlier repeats. ``RepeatError`` when they cannot run or failed."""
+    count, mode = plan(settings)
+    state = scheduler.state(item.nodeid)
+    # Into how many repeats the budget is split: a worker is told by its parent; a benchmark
+    # whose earlier repeats did not run (skipped, say) is measured once, on the whole budget.
+    share = worker_share() or (count if mode == "process" or not state.final or state.done else 1)
+    if mode == "process" and count > 1:
+        if under_torchrun:
+            raise RepeatError(
+                "--ipu-repeat-mode=process cannot run under torchrun: its worker processes are not ranks "
+                "of the launch; use --ipu-repeat-mode=interleaved (the default)"
+            )
+        if state.final:
+            state.done = run_workers(item, count - 1, settings)
+    return Slot(state, mode, share, len(state.done) + 1)
+
+
 def in_worker() -> bool:
     """Whether this pytest process is a repeat worker of another one."""
     return bool(os.environ.get(WORKER_ENV))
