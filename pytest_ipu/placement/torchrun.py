@@ -234,7 +234,7 @@ class RankGroup:
             )
 
     def at(self, where: str) -> ScopedRanks:
-        """This group, its waits named as being in ``where`` (a test), for ``measure.run.Lockstep``."""
+        """This group, its waits named as being in ``where`` (a test), for ``run.benchmark.Lockstep``."""
         return ScopedRanks(self, where)
 
     def agree_max(self, value: float) -> float:

@@ -15,11 +15,11 @@ from pytest_ipu.backends.base import Trainable
 from pytest_ipu.backends.base import TrainingInfo
 from pytest_ipu.backends.base import TrainingStep
 from pytest_ipu.backends.host import wrap_callable
-from pytest_ipu.measure.timing import LocalTimer
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import identity
 from pytest_ipu.run.benchmark import measure
 from pytest_ipu.run.plan import RoundsPolicy
+from tests.fakes.fake_pedantic import RecordingBenchmark
 
 PLAIN = wrap_callable(lambda: None)
 CORE = {**identity(PLAIN), "run": PLAIN.run, "prepare_inputs": PLAIN.prepare_inputs, "close": PLAIN.close}
@@ -45,7 +45,7 @@ def _measure(compiled: CompiledModel) -> IpuRecord:
         (),
         items_per_call=1,
         policy=RoundsPolicy(warmup_rounds=0, rounds=3, max_time_s=1.0, min_rounds=1),
-        timer=LocalTimer(),
+        timer=RecordingBenchmark(),
         # The record's figures are not under test here: three fixed round times stand for the timer's.
         round_times_s=lambda: [0.001, 0.001, 0.001],
         meter=None,

@@ -168,3 +168,15 @@ def test_every_hook_the_docs_name_exists() -> None:
     specs = {name for name in dir(hookspec) if name.startswith("pytest_ipu_")}
     assert named, "no hook is documented at all"
     assert named <= specs, f"documented but not hook specs: {sorted(named - specs)}"
+
+
+def test_the_architecture_page_names_every_module_and_only_those() -> None:
+    """docs/architecture.md's tree lists every module of the package, and no module that is gone."""
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    start = page.index("```\npytest_ipu/")
+    tree = page[start : page.index("```\n", start + 4)]
+    named = set(re.findall(r"\b([a-z_0-9]+\.py)\b", tree))
+    present = {p.name for p in PACKAGE.rglob("*.py")} - {"__init__.py", "__main__.py"}
+    named -= {"__init__.py", "__main__.py"}
+    assert sorted(present - named) == [], "modules missing from docs/architecture.md's tree"
+    assert sorted(named - present) == [], "docs/architecture.md's tree names modules that do not exist"

@@ -6,7 +6,6 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
-from collections.abc import Sequence
 
 import pytest
 
@@ -27,37 +26,7 @@ from pytest_ipu.run.benchmark import pool
 from pytest_ipu.run.benchmark import round_spread
 from pytest_ipu.run.benchmark import stability
 from pytest_ipu.run.plan import RoundsPolicy
-
-
-class RecordingBenchmark:
-    """pytest-benchmark's ``pedantic`` control flow, keeping each round's time as it does."""
-
-    def __init__(self) -> None:
-        self.times_s: list[float] = []
-
-    def rounds_ended_early(self) -> None:
-        """The rounds were ended on purpose (a raise from ``setup``): nothing to undo here."""
-
-    def pedantic(
-        self,
-        target: Callable[..., object],
-        args: Sequence[object] = (),
-        kwargs: dict[str, object] | None = None,
-        setup: Callable[[], object] | None = None,
-        teardown: Callable[..., object] | None = None,
-        rounds: int = 1,
-        warmup_rounds: int = 0,
-        iterations: int = 1,
-    ) -> object:
-        for _ in range(rounds):
-            if setup is not None:
-                assert setup() is None
-            start = time.perf_counter_ns()
-            target(*args)
-            self.times_s.append((time.perf_counter_ns() - start) * 1e-9)
-            if teardown is not None:
-                teardown(*args)
-        return None
+from tests.fakes.fake_pedantic import RecordingBenchmark
 
 
 def test_a_record_is_built_from_the_rounds_that_were_timed() -> None:
