@@ -21,9 +21,6 @@ import pytest
 from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import XDIST_VARIABLES
 
-#: One worker runs this module (--dist=loadgroup): its shared inner runs are made once.
-pytestmark = pytest.mark.xdist_group("bad_inputs_benchmark")
-
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 

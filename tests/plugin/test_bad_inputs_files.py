@@ -30,9 +30,6 @@ from tests.plugin.inner import XDIST_VARIABLES
 from tests.unit.test_poprun import _two_instances
 from tests.unit.torch_versions import onnx_export_modules
 
-#: One worker runs this module (--dist=loadgroup): its shared inner runs are made once.
-pytestmark = pytest.mark.xdist_group("bad_inputs_files")
-
 CACHE, MERGE, BASELINE = "cache", "merge", "baseline"
 
 TEST_EXPORT = """

@@ -33,9 +33,6 @@ if (torch_version() or (0, 0)) < (2, 1):
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: One worker runs this module (--dist=loadgroup): its shared inner run is made once.
-pytestmark = pytest.mark.xdist_group("c2_study")
-
 CONFTEST = """
 from pathlib import Path
 

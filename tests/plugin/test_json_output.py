@@ -23,9 +23,6 @@ import pytest
 import pytest_ipu
 from pytest_ipu.results import schema
 
-#: One worker runs this module (--dist=loadgroup): its shared inner runs are made once.
-pytestmark = pytest.mark.xdist_group("json_output")
-
 VENV_BIN = Path(sys.executable).parent
 INNER_ADDOPTS = "-p no:hypothesispytest -p no:cacheprovider"
 ROUNDS = 20

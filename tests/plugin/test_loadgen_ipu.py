@@ -27,8 +27,6 @@ from tests.plugin.inner import XDIST_VARIABLES
 pytest.importorskip("mlperf_loadgen")
 pytest.importorskip("torch")
 
-#: One worker runs this module (--dist=loadgroup): its shared inner run is made once.
-pytestmark = pytest.mark.xdist_group("loadgen_ipu")
 
 ROOT = Path(__file__).resolve().parents[2]
 

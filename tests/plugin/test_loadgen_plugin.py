@@ -9,7 +9,7 @@ wide (ten times that capacity, or a tenth of it); never on a measured time, whic
 moves (benchmarks/test_loadgen_overhead.py is where the times are compared): the suite passes beside
 two CPU-burning processes. Each inner run is a subprocess with a timeout, so
 a LoadGen run that waited for a lost query would fail the test instead of hanging the suite. Three
-runs are shared by the tests that read them (module-scoped, one xdist group): the benchmarks that
+runs are shared by the tests that read them (module-scoped): the benchmarks that
 succeed (and one whose score raises) with a steady fake power source, the Server runs under a gate,
 and the benchmarks that fail.
 """
@@ -31,8 +31,6 @@ from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import XDIST_VARIABLES
 
 pytest.importorskip("mlperf_loadgen")
-
-pytestmark = pytest.mark.xdist_group("loadgen_plugin")
 
 #: Seconds the fake model takes per call.
 LATENCY_S = 0.005

@@ -37,9 +37,6 @@ from pytest_ipu.results import schema
 from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import XDIST_VARIABLES
 
-#: One worker runs this module (--dist=loadgroup): its shared inner runs are made once.
-pytestmark = pytest.mark.xdist_group("torchrun_plugin")
-
 if importlib.util.find_spec("torch") is None:
     pytest.skip("torch is not installed (torchrun is torch's)", allow_module_level=True)
 

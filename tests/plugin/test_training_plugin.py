@@ -32,9 +32,6 @@ from tests.plugin.inner import SENTINEL_TEST
 from tests.plugin.inner import XDIST_VARIABLES
 from tests.plugin.inner import assert_usage_error
 
-#: One worker runs this module (--dist=loadgroup): its shared inner runs are made once.
-pytestmark = pytest.mark.xdist_group("training_plugin")
-
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_ONNXRUNTIME = importlib.util.find_spec("onnxruntime") is not None
 

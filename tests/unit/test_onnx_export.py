@@ -28,9 +28,6 @@ from tests.unit.torch_versions import cpu_runs_fp16
 from tests.unit.torch_versions import has_dynamo_exporter
 from tests.unit.torch_versions import torch_version
 
-#: One worker runs this module (--dist=loadgroup): its module-scoped exports are made once.
-pytestmark = pytest.mark.xdist_group("onnx_export")
-
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")

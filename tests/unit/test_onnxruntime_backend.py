@@ -23,9 +23,6 @@ from tests.unit.small_net import small_net
 from tests.unit.torch_versions import has_dynamo_exporter
 from tests.unit.torch_versions import onnx_export_modules
 
-#: One worker runs this module (--dist=loadgroup): its module-scoped compile is made once.
-pytestmark = pytest.mark.xdist_group("onnxruntime_backend")
-
 torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
