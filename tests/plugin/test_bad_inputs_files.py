@@ -1,8 +1,8 @@
 """Bad input files, one table: each row sets up a fault and says which line and exit code it must give.
 
-The export-cache rows run an in-process pytest run compiling a small torch model for ONNX Runtime
-with a faulty ``--ipu-cache-dir`` (the export itself is replaced by a prepared file, so no row pays
-for torch's exporter); the merge rows run ``pytest-ipu merge``; the baseline rows run a gated
+The export-cache rows run a pytest run compiling a small torch model for ONNX Runtime with a faulty
+``--ipu-cache-dir`` (the export itself is replaced by a prepared file, so no row pays for torch's
+exporter); the merge rows run ``pytest-ipu merge``; the baseline rows run a gated
 benchmark with a bad ``--ipu-baseline``, which must stop the run as a usage error (exit 4).
 Faults this suite cannot make for real when run as root (a read-only directory) or without a tiny
 file system (a full disk) are injected as the ``OSError`` the kernel would give.
@@ -25,6 +25,8 @@ import pytest
 
 from pytest_ipu.cli import main as cli
 from pytest_ipu.results import benchmark_json
+from tests.plugin.inner import INNER_ADDOPTS
+from tests.plugin.inner import XDIST_VARIABLES
 from tests.unit.test_poprun import _two_instances
 from tests.unit.torch_versions import onnx_export_modules
 
@@ -39,9 +41,11 @@ def test_export(ipu_compile):
     ipu_compile(model, (torch.randn(2, 4),))
 """
 
-#: The cache rows' inner runs are subprocesses (torch and ONNX Runtime do not survive being
-#: re-imported in one process): this conftest replaces the export with the prepared file and makes
-#: the injected fault, if the row asked for one.
+#: The cache rows' inner runs are pytest sessions of one child process, one after the other
+#: (``CACHE_DRIVER``): torch and ONNX Runtime do not survive being re-imported in one process, so
+#: they cannot run in this one beside the in-process pytester runs, and a process each would import
+#: them once per row. This conftest replaces the export with the prepared file and makes the
+#: injected fault, if the row asked for one, for its own session only.
 CACHE_CONFTEST = """
 import os
 import tempfile
@@ -49,17 +53,18 @@ from pathlib import Path
 
 from pytest_ipu.backends import onnx_export
 
-onnx_export._export = lambda *args: Path("exported.onnx").read_bytes()
-if Path("inject_errno.txt").exists():
-    number = int(Path("inject_errno.txt").read_text())
-
-    def fail(*args, **kwargs):
-        raise OSError(number, os.strerror(number))
-
-    tempfile.mkstemp = fail
+_SAVED = (onnx_export._export, tempfile.mkstemp)
 
 
 def pytest_configure(config):
+    onnx_export._export = lambda *args: Path("exported.onnx").read_bytes()
+    if Path("inject_errno.txt").exists():
+        number = int(Path("inject_errno.txt").read_text())
+
+        def fail(*args, **kwargs):
+            raise OSError(number, os.strerror(number))
+
+        tempfile.mkstemp = fail
     # A cache entry that is a directory where the export's file must go.
     if Path("entry_dir_suffix.txt").exists():
         import torch
@@ -69,7 +74,42 @@ def pytest_configure(config):
         key = onnx_export.cache_key(model, (torch.randn(2, 4),), onnx_export.ExportOptions())
         suffix = Path("entry_dir_suffix.txt").read_text()
         (Path(config.getoption("ipu_cache_dir")) / f"{key}{suffix}").mkdir(parents=True)
+
+
+def pytest_unconfigure(config):
+    onnx_export._export, tempfile.mkstemp = _SAVED
 """
+
+#: Runs pytest in each directory given, one session after another in this one process, and writes
+#: each session's exit code and terminal output beside it. torch and ONNX Runtime are imported
+#: first, once; each directory's own modules (its conftest and test file) are dropped after its
+#: session, as pytest's own in-process runs do, so that the next directory's are imported afresh.
+CACHE_DRIVER = """
+import contextlib
+import io
+import os
+import sys
+from pathlib import Path
+
+import onnxruntime  # noqa: F401
+import pytest
+import torch  # noqa: F401
+
+for directory in sys.argv[1:]:
+    os.chdir(directory)
+    args = Path("args.txt").read_text().splitlines()
+    modules, path = set(sys.modules), list(sys.path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = pytest.main(args)
+    for name in set(sys.modules) - modules:
+        if name in ("conftest", "test_bad"):
+            del sys.modules[name]
+    sys.path[:] = path
+    Path("output.txt").write_text(out.getvalue())
+    Path("exit_code.txt").write_text(str(int(code)))
+"""
+
 
 TEST_GATED = """
 def test_sum(ipu_benchmark):
@@ -240,10 +280,13 @@ ROWS: dict[str, Row] = {
 
 
 @pytest.fixture(scope="module")
-def exported_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    """One real export of the inner test's model, which the cache rows reuse instead of exporting.
+def cache_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, int, list[str]]]:
+    """Every cache row's inner run, by row name: the path it gave as ``--ipu-cache-dir``, the run's
+    exit code and its terminal output's lines.
 
-    Made in a child process: torch loaded into this one, beside the pytester runs, crashed it.
+    One child process makes a real export of the inner test's model, which the rows reuse instead of
+    exporting, then runs every row's session (``CACHE_DRIVER``): torch loaded into this process,
+    beside the pytester runs, crashed it.
     """
     for name in onnx_export_modules():
         if importlib.util.find_spec(name) is None:
@@ -261,7 +304,31 @@ def exported_bytes(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     done = subprocess.run(
         [sys.executable, "-c", script, str(directory)], capture_output=True, text=True, check=True
     )
-    return Path(done.stdout.strip().splitlines()[-1]).read_bytes()
+    exported = Path(done.stdout.strip().splitlines()[-1]).read_bytes()
+    env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
+    env.update(PYTEST_ADDOPTS=INNER_ADDOPTS, PYTEST_IPU_REPEATS="1")
+    rows = {name: row for name, row in ROWS.items() if row.kind == CACHE}
+    directories = {}
+    with pytest.MonkeyPatch.context() as mp:
+        for name, row in rows.items():
+            d = tmp_path_factory.mktemp("cache_row")
+            (d / "exported.onnx").write_bytes(exported)
+            path = row.setup(d, mp)
+            (d / "conftest.py").write_text(CACHE_CONFTEST)
+            (d / "test_bad.py").write_text(TEST_EXPORT)
+            args = ("--ipu-backend=onnxruntime:cpu", f"--ipu-cache-dir={path}", "-rf", f"--basetemp={d}/tmp")
+            (d / "args.txt").write_text("\n".join(args))
+            directories[name] = (d, path)
+    subprocess.run(
+        [sys.executable, "-c", CACHE_DRIVER, *(str(d) for d, _ in directories.values())],
+        env=env,
+        check=True,
+        timeout=600,
+    )
+    return {
+        name: (path, int((d / "exit_code.txt").read_text()), (d / "output.txt").read_text().splitlines())
+        for name, (d, path) in directories.items()
+    }
 
 
 @pytest.mark.parametrize("row", list(ROWS.values()), ids=list(ROWS))
@@ -273,20 +340,11 @@ def test_bad_input_gives_one_line_and_its_exit_code(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     if row.kind == CACHE:
-        (pytester.path / "exported.onnx").write_bytes(request.getfixturevalue("exported_bytes"))
-        path = row.setup(pytester.path, monkeypatch)
-        pytester.makeconftest(CACHE_CONFTEST)
-        pytester.makepyfile(test_bad=TEST_EXPORT)
-        result = pytester.runpytest_subprocess(
-            "--ipu-backend=onnxruntime:cpu", f"--ipu-cache-dir={path}", "-rf", timeout=300
-        )
+        path, code, outlines = request.getfixturevalue("cache_runs")[request.node.callspec.id]
         # The error's own line, not pytest's short summary of it (cut to the terminal's width, or
         # whole where pytest detects CI).
-        code = result.ret
-        lines = [
-            line for line in result.outlines if "--ipu-cache-dir=" in line and not line.startswith("FAILED ")
-        ]
-        assert lines, result.outlines
+        lines = [line for line in outlines if "--ipu-cache-dir=" in line and not line.startswith("FAILED ")]
+        assert lines, outlines
         line = lines[-1]
         assert f"--ipu-cache-dir={path}" in line
     elif row.kind == MERGE:

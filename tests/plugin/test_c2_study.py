@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.plugin.inner import INNER_ADDOPTS
+from tests.plugin.inner import XDIST_VARIABLES
 from tests.unit.torch_versions import NO_CPU_FP16
 from tests.unit.torch_versions import onnx_export_modules
 from tests.unit.torch_versions import torch_version
@@ -95,37 +99,74 @@ def pytest_sessionfinish(session):
 STUDY = "from benchmarks.test_resnext101_c2 import *  # noqa: F403 (the study, unchanged)\n"
 
 
-def _study(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict]:
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_c2=STUDY)
-    result = pytester.runpytest_subprocess(
-        *INNER_ADDOPTS.split(),
-        "-p",
-        "no:randomly",
-        "--ipu-rounds=4",
-        "--ipu-warmup-rounds=1",
-        "--ipu-idle=0",
-        "--benchmark-json=c2.json",
-        *args,
+def _study(path: Path, *args: str, failures: bool = False) -> tuple[pytest.RunResult, dict]:
+    """The study (and, with ``failures``, the ``FAILURES`` module beside it) run in a subprocess in
+    ``path``: the run's result (``-rA``: each test's outcome, and each skip's reason, is in the short
+    summary) and its JSON."""
+    (path / "conftest.py").write_text(CONFTEST)
+    (path / "test_c2.py").write_text(STUDY)
+    if failures:
+        (path / "test_failures.py").write_text(FAILURES.lstrip("\n"))  # as pytester writes it
+    env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
+    env.update(
+        PYTEST_ADDOPTS=INNER_ADDOPTS,
+        PYTEST_IPU_REPEATS="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
-    data = json.loads((pytester.path / "c2.json").read_text()) if (pytester.path / "c2.json").exists() else {}
+    options = ("--ipu-rounds=4", "--ipu-warmup-rounds=1", "--ipu-idle=0", "--benchmark-json=c2.json")
+    start = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "-rA",
+            *options,
+            *args,
+        ],
+        cwd=path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    result = pytest.RunResult(
+        done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), time.monotonic() - start
+    )
+    data = json.loads((path / "c2.json").read_text()) if (path / "c2.json").exists() else {}
     return result, data
 
 
-@pytest.fixture
-def c2_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> tuple[pytest.RunResult, dict]:
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    # One batch per call: the parity check runs (at the example's 200 it is left out).
-    return _study(pytester, "--c2-batches-per-step=1", "-k", "2] or 12]")
+def _outcomes(result: pytest.RunResult, module: str) -> dict[str, int]:
+    """How many of ``module``'s tests had each outcome, from ``-rA``'s short summary."""
+    counts: dict[str, int] = {}
+    for line in result.outlines:
+        word, _, rest = line.partition(" ")
+        if word == "SKIPPED" and rest.startswith("[") and f"] {module}:" in rest:
+            counts["skipped"] = counts.get("skipped", 0) + int(rest[1 : rest.index("]")])
+        elif word in ("PASSED", "FAILED", "ERROR") and rest.startswith(f"{module}::"):
+            counts[word.lower()] = counts.get(word.lower(), 0) + 1
+    return counts
 
 
-def test_the_c2_study_runs_the_examples_configuration(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture(scope="module")
+def c2_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pytest.RunResult, dict]:
+    """The study at one batch per call (the parity check runs: at the example's 200 it is left
+    out), and beside it the failures (``FAILURES``), in one run: its directory, result and JSON."""
+    path = tmp_path_factory.mktemp("c2")
+    result, data = _study(path, "--c2-batches-per-step=1", "-k", "2] or 12] or test_failures", failures=True)
+    return path, result, data
+
+
+def test_the_c2_study_runs_the_examples_configuration(tmp_path: Path) -> None:
     """Several batches per call and the example's memory proportion reach both backends' compiles."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    result, data = _study(pytester, "--c2-batches-per-step=3", "-k=ipu-2]")
-    result.assert_outcomes(passed=2)
+    result, data = _study(tmp_path, "--c2-batches-per-step=3", "-k=ipu-2]")
+    assert _outcomes(result, "test_c2.py") == {"passed": 2}, result.outlines[-40:]
     records = {b["name"]: b["extra_info"]["ipu"] for b in data["benchmarks"]}
     popart = records["test_resnext101_c2_popart[popart-ipu-2]"]
     poptorch = records["test_resnext101_c2_poptorch[poptorch-ipu-2]"]
@@ -158,12 +199,14 @@ def test_the_memory_proportion_follows_the_example() -> None:
     }
 
 
-def test_the_c2_study_runs_end_to_end_against_the_fakes(
-    c2_run: tuple[pytest.RunResult, dict], pytester: pytest.Pytester
-) -> None:
-    result, data = c2_run
-    result.assert_outcomes(passed=4)
-    records = {b["name"]: b["extra_info"]["ipu"] for b in data["benchmarks"]}
+def test_the_c2_study_runs_end_to_end_against_the_fakes(c2_run: tuple[Path, pytest.RunResult, dict]) -> None:
+    path, result, data = c2_run
+    assert _outcomes(result, "test_c2.py") == {"passed": 4}, result.outlines[-40:]
+    records = {
+        b["name"]: b["extra_info"]["ipu"]
+        for b in data["benchmarks"]
+        if b["name"].startswith("test_resnext101")
+    }
     assert sorted(records) == [
         "test_resnext101_c2_popart[popart-ipu-12]",
         "test_resnext101_c2_popart[popart-ipu-2]",
@@ -206,7 +249,7 @@ def test_the_c2_study_runs_end_to_end_against_the_fakes(
     assert [i["device_latency"] for i in popart["instances"]] == [None, None]
     inventory = data["machine_info"]["ipu"]["backends"]["popart:ipu"]["inventory"]
     assert inventory["count"] == 2
-    after = json.loads((pytester.path / "after.json").read_text())
+    after = json.loads((path / "after.json").read_text())
     assert after == {"attached": 0, "children": 0}
     summary = "\n".join(result.outlines)
     assert "popart:ipu x2" in summary
@@ -277,13 +320,10 @@ def test_a_worker_fails_to_compile(ipu_compile, resnext101):
 
 
 def test_failures_skip_or_fail_with_the_reason_and_release_every_ipu_and_worker(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    c2_run: tuple[Path, pytest.RunResult, dict],
 ) -> None:
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_failures=FAILURES)
-    result = pytester.runpytest_subprocess(*INNER_ADDOPTS.split(), "-p", "no:randomly", "-rs")
-    result.assert_outcomes(passed=5, skipped=2)
+    path, result, _ = c2_run
+    assert _outcomes(result, "test_failures.py") == {"passed": 5, "skipped": 2}, result.outlines[-40:]
     result.stdout.fnmatch_lines(
         [
             "SKIPPED [[]1[]] test_failures.py:12: pytest-ipu: placement on popart:ipu: cannot place 4 "
@@ -294,6 +334,6 @@ def test_failures_skip_or_fail_with_the_reason_and_release_every_ipu_and_worker(
         ],
         consecutive=False,
     )
-    after = json.loads((pytester.path / "after.json").read_text())
+    after = json.loads((path / "after.json").read_text())
     assert after == {"attached": 0, "children": 0}
     result.stdout.fnmatch_lines(["*popart:ipu-model [[]sim[]]*", "[[]sim[]] = a simulator (the IPU Model)*"])

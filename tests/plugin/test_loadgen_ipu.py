@@ -5,22 +5,28 @@ The model is compiled in fp32: the fake PopTorch runs it with torch on the CPU, 
 (the SDK's) has no fp16 matrix product. PopTorch runs only the input shapes it compiled (the fake
 refuses others as PopTorch does), so a batch of Server queries shorter than the compiled batch must
 be padded (``pad_to``); without it the run fails with PopTorch's message, and LoadGen still returns.
-A subprocess run: the instances spawn worker processes, and the inner run imports torch.
+One subprocess run, shared by the tests (module-scoped): the instances spawn worker processes, and
+the inner run imports torch.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from pytest_ipu.results import schema
 from tests.plugin.inner import INNER_ADDOPTS
+from tests.plugin.inner import XDIST_VARIABLES
 
 pytest.importorskip("mlperf_loadgen")
 pytest.importorskip("torch")
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -89,27 +95,49 @@ def test_server_unpadded(ipu_compile, ipu_loadgen):
 """
 
 
-def _run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str) -> pytest.RunResult:
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    pytester.makeconftest(CONFTEST)
-    pytester.makepyfile(test_lg_ipu=INNER)
-    return pytester.runpytest_subprocess(
-        *INNER_ADDOPTS.split(),
-        "-p",
-        "no:randomly",
-        "--ipu-idle=0",
-        "--benchmark-json=run.json",
-        *args,
-        timeout=300,
+@pytest.fixture(scope="module")
+def inner_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pytest.RunResult]:
+    """The inner tests, run once in a subprocess: its directory and result (``-rA``: each test's
+    outcome is in the short summary)."""
+    path = tmp_path_factory.mktemp("loadgen_ipu")
+    (path / "conftest.py").write_text(CONFTEST, encoding="utf-8")
+    (path / "test_lg_ipu.py").write_text(INNER, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
+    env.update(
+        PYTEST_ADDOPTS=INNER_ADDOPTS,
+        PYTEST_IPU_REPEATS="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
+    args = ("-p", "no:cacheprovider", "-p", "no:randomly", "-rA", "--ipu-idle=0", "--benchmark-json=run.json")
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *args],
+        cwd=path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    result = pytest.RunResult(
+        done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), time.monotonic() - start
+    )
+    return path, result
+
+
+def _outcome(result: pytest.RunResult, test: str) -> str:
+    """``test``'s outcome as ``-rA``'s short summary gives it: ``PASSED``, ``FAILED``..."""
+    (line,) = (line for line in result.outlines if f"test_lg_ipu.py::{test}[" in line and " " in line)
+    return line.split(" ")[0]
 
 
 def test_two_ipus_serve_padded_batches_and_their_energy_is_measured(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    inner_run: tuple[Path, pytest.RunResult],
 ) -> None:
-    result = _run(pytester, monkeypatch, "-k", "two_instances or server_padded")
-    result.assert_outcomes(passed=2)
-    data = json.loads((pytester.path / "run.json").read_text(encoding="utf-8"))
+    path, result = inner_run
+    assert _outcome(result, "test_offline_two_instances") == "PASSED", result.outlines[-40:]
+    assert _outcome(result, "test_server_padded") == "PASSED", result.outlines[-40:]
+    data = json.loads((path / "run.json").read_text(encoding="utf-8"))
     records = {b["name"].split("[")[0]: schema.from_json(b["extra_info"]["ipu"]) for b in data["benchmarks"]}
     offline = records["test_offline_two_instances"]
     part = offline.loadgen
@@ -131,14 +159,12 @@ def test_two_ipus_serve_padded_batches_and_their_energy_is_measured(
     assert server.batching.pad_to == 4
     assert server.query_count > 0
     # No instance or worker process outlives the run.
-    assert json.loads((pytester.path / "after.json").read_text()) == {"children": 0}
+    assert json.loads((path / "after.json").read_text()) == {"children": 0}
 
 
-def test_an_unpadded_batch_fails_in_one_line_naming_pad_to(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    result = _run(pytester, monkeypatch, "-k", "server_unpadded")
-    result.assert_outcomes(failed=1)
+def test_an_unpadded_batch_fails_in_one_line_naming_pad_to(inner_run: tuple[Path, pytest.RunResult]) -> None:
+    path, result = inner_run
+    assert _outcome(result, "test_server_unpadded") == "FAILED"
     # The calibration's call on one sample is the first to meet the compiled shape.
     result.stdout.fnmatch_lines(
         [
@@ -146,4 +172,4 @@ def test_an_unpadded_batch_fails_in_one_line_naming_pad_to(
             "a model compiled for one batch size (PopTorch, PopART) needs ipu_loadgen(pad_to=<that size>)"
         ]
     )
-    assert json.loads((pytester.path / "after.json").read_text()) == {"children": 0}
+    assert json.loads((path / "after.json").read_text()) == {"children": 0}

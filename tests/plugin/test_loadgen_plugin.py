@@ -8,20 +8,27 @@ LoadGen itself logged, on how the samples were batched, and on LoadGen's verdict
 wide (ten times that capacity, or a tenth of it); never on a measured time, which a loaded machine
 moves (benchmarks/test_loadgen_overhead.py is where the times are compared): the suite passes beside
 two CPU-burning processes. Each inner run is a subprocess with a timeout, so
-a LoadGen run that waited for a lost query would fail the test instead of hanging the suite.
+a LoadGen run that waited for a lost query would fail the test instead of hanging the suite. Three
+runs are shared by the tests that read them (module-scoped): the benchmarks that
+succeed (and one whose score raises) with a steady fake power source, the Server runs under a gate,
+and the benchmarks that fail.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_ipu.results import schema
+from tests.plugin.inner import INNER_ADDOPTS
+from tests.plugin.inner import XDIST_VARIABLES
 
 pytest.importorskip("mlperf_loadgen")
 
@@ -134,6 +141,94 @@ def _run(pytester: pytest.Pytester, *args: str, timeout: float = 240) -> pytest.
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", *args, timeout=timeout)
 
 
+POWER_CONFTEST = """
+from pw_fake_source import FakePowerSource
+
+
+def pytest_ipu_make_power_source(config, name, device):
+    if name != "rapl":
+        return None
+    return FakePowerSource("instant_power", 50.0, name="rapl", update_period_s=0.01)
+"""
+
+
+def _shared_run(path: Path, *args: str, conftest: str | None = None) -> pytest.RunResult:
+    """A subprocess run of ``INNER`` in ``path``, as ``_run`` makes one, for a module-scoped fixture
+    (pytester's runs are the test's own): ``-rA`` lists each test's outcome (``_outcomes``)."""
+    (path / "test_inner.py").write_text(INNER, encoding="utf-8")
+    if conftest is not None:
+        from tests.fakes import fake_power
+
+        (path / "pw_fake_source.py").write_text(Path(fake_power.__file__).read_text(encoding="utf-8"))
+        (path / "conftest.py").write_text(conftest, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
+    env.update(PYTEST_ADDOPTS=INNER_ADDOPTS, PYTEST_IPU_REPEATS="1")
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-rA", *args],
+        cwd=path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return pytest.RunResult(
+        done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), time.monotonic() - start
+    )
+
+
+def _outcomes(result: pytest.RunResult) -> dict[str, str]:
+    """Each inner test's outcome, from ``-rA``'s short summary: ``{"test_single": "PASSED", ...}``."""
+    outcomes = {}
+    for line in result.outlines:
+        word, _, rest = line.partition(" ")
+        if word in ("PASSED", "FAILED", "ERROR", "SKIPPED") and rest.startswith("test_inner.py::"):
+            outcomes[rest.split("::")[1].split(" ")[0]] = word
+    return outcomes
+
+
+#: The tests of ``main_run``: every scenario, accuracy mode (scored, and a score that raises), the
+#: peak search.
+MAIN = ("test_single", "test_offline", "test_multistream", "test_server_overloaded", "test_server_light")
+
+
+@pytest.fixture(scope="module")
+def main_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pytest.RunResult]:
+    """The benchmarks that succeed, and one whose score raises, measured by a steady 50 W fake power
+    source (no idle measurement: nothing here reads it), into ``run.json``: the run's directory and
+    its result."""
+    path = tmp_path_factory.mktemp("loadgen_main")
+    selected = " or ".join((*MAIN, "test_accuracy", "test_search"))
+    result = _shared_run(
+        path, "-k", selected, "--ipu-idle=0", f"--benchmark-json={path / 'run.json'}", conftest=POWER_CONFTEST
+    )
+    return path, result
+
+
+@pytest.fixture(scope="module")
+def gated_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pytest.RunResult]:
+    """The two Server runs (one VALID, one overloaded) under a gate on the Server QPS, into
+    ``run.json``."""
+    path = tmp_path_factory.mktemp("loadgen_gated")
+    result = _shared_run(
+        path,
+        "-k",
+        "test_server_",
+        "--ipu-gate=loadgen.server_qps>100",
+        f"--benchmark-json={path / 'run.json'}",
+    )
+    return path, result
+
+
+@pytest.fixture(scope="module")
+def failing_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pytest.RunResult]:
+    """The models that fail midway and the bad arguments, into ``run.json``."""
+    path = tmp_path_factory.mktemp("loadgen_failing")
+    result = _shared_run(path, "-k", "fails_midway or bad_", f"--benchmark-json={path / 'run.json'}")
+    return path, result
+
+
 def _logged(log_dir: str) -> dict[str, Any]:
     """Every key's value in the LoadGen detail log of ``log_dir``, read here independently."""
     values: dict[str, Any] = {}
@@ -150,17 +245,11 @@ def _records(path: Path) -> dict[str, Any]:
     return {b["name"]: schema.from_json(b["extra_info"]["ipu"]) for b in data["benchmarks"]}
 
 
-def test_scenarios_record_what_loadgen_logged(pytester: pytest.Pytester) -> None:
-    out = pytester.path / "run.json"
-    result = _run(
-        pytester,
-        "-k",
-        "test_single or test_offline or test_multistream or test_server_",
-        f"--benchmark-json={out}",
-    )
-    result.assert_outcomes(passed=5)
-    records = _records(out)
-
+def test_scenarios_record_what_loadgen_logged(main_run: tuple[Path, pytest.RunResult]) -> None:
+    path, result = main_run
+    outcomes = _outcomes(result)
+    assert {name: outcomes.get(name) for name in MAIN} == dict.fromkeys(MAIN, "PASSED"), result.outlines[-40:]
+    records = _records(path / "run.json")
     single = records["test_single"].loadgen
     assert single is not None
     assert single.scenario == "SingleStream"
@@ -209,24 +298,24 @@ def test_scenarios_record_what_loadgen_logged(pytester: pytest.Pytester) -> None
     assert light.server_qps == light.scheduled_qps
     assert light.query_count >= 600
 
-    for record in records.values():
-        part = record.loadgen
+    for name in MAIN:
+        part = records[name].loadgen
         assert part.mlperf_compliant is False
         assert "no MLPerf benchmark named (mlperf_model=...): judged by MLPerf's general rules" in (
             part.compliance_reasons
         )
         assert any(r.startswith("minimum duration ") for r in part.compliance_reasons)
         # LoadGen's own logs are kept beside the JSON, one directory per benchmark.
-        assert Path(part.log_dir).parent == pytester.path / "run.loadgen"
+        assert Path(part.log_dir).parent == path / "run.loadgen"
         assert (Path(part.log_dir) / "mlperf_log_detail.txt").is_file()
         assert (Path(part.log_dir) / "mlperf_log_summary.txt").is_file()
         assert part.version.split()[0].count(".") == 2
 
 
-def test_accuracy_mode_scores_every_sample(pytester: pytest.Pytester) -> None:
-    out = pytester.path / "run.json"
-    _run(pytester, "-k", "test_accuracy and not raises", f"--benchmark-json={out}").assert_outcomes(passed=1)
-    record = _records(out)["test_accuracy"]
+def test_accuracy_mode_scores_every_sample(main_run: tuple[Path, pytest.RunResult]) -> None:
+    path, result = main_run
+    assert _outcomes(result)["test_accuracy"] == "PASSED"
+    record = _records(path / "run.json")["test_accuracy"]
     part = record.loadgen
     assert part is not None
     assert part.mode == "accuracy"
@@ -251,27 +340,30 @@ def test_accuracy_mode_scores_every_sample(pytester: pytest.Pytester) -> None:
 
 
 @pytest.mark.parametrize("test", ["test_fails_midway", "test_fails_midway_server"])
-def test_an_exception_in_the_model_ends_the_run_with_one_line(pytester: pytest.Pytester, test: str) -> None:
-    chosen = f"{test} and not server" if test == "test_fails_midway" else test
-    result = _run(pytester, "-k", chosen, f"--benchmark-json={pytester.path / 'run.json'}")
-    result.assert_outcomes(failed=1)
+def test_an_exception_in_the_model_ends_the_run_with_one_line(
+    failing_run: tuple[Path, pytest.RunResult], test: str
+) -> None:
+    path, result = failing_run
+    assert _outcomes(result)[test] == "FAILED"
     scenario = "Server" if "server" in test else "SingleStream"
     result.stdout.fnmatch_lines(
         [
             f"*pytest-ipu: LoadGen's {scenario} run failed: instance 0 failed on a batch of 1 sample(s) "
-            "(indices *): RuntimeError: device lost. The run was ended by answering its remaining * "
-            "sample(s) unrun; LoadGen's logs are in * (the traceback: sut_error.txt)",
+            f"(indices *): RuntimeError: device lost. The run was ended by answering its remaining * "
+            f"sample(s) unrun; LoadGen's logs are in *{test}* (the traceback: sut_error.txt)",
         ]
     )
     assert "Traceback" not in result.stdout.str()
-    kept = next(pytester.path.rglob("sut_error.txt")).read_text(encoding="utf-8")
-    assert kept.startswith("Traceback")
-    assert "RuntimeError: device lost" in kept
+    (kept,) = (p for p in path.rglob("sut_error.txt") if p.relative_to(path / "run.loadgen").parts[0] == test)
+    text = kept.read_text(encoding="utf-8")
+    assert text.startswith("Traceback")
+    assert "RuntimeError: device lost" in text
 
 
-def test_a_bad_argument_fails_with_one_line(pytester: pytest.Pytester) -> None:
-    result = _run(pytester, "-k", "bad_argument or bad_keyword")
-    result.assert_outcomes(failed=2)
+def test_a_bad_argument_fails_with_one_line(failing_run: tuple[Path, pytest.RunResult]) -> None:
+    _, result = failing_run
+    outcomes = _outcomes(result)
+    assert (outcomes["test_bad_argument"], outcomes["test_bad_keyword_argument"]) == ("FAILED", "FAILED")
     result.stdout.fnmatch_lines(
         [
             "*pytest-ipu: ipu_loadgen(scenario='Sever'): 'Sever' is not a LoadGen scenario; choose one of "
@@ -282,20 +374,20 @@ def test_a_bad_argument_fails_with_one_line(pytester: pytest.Pytester) -> None:
     )
 
 
-def test_gates_read_the_server_qps(pytester: pytest.Pytester) -> None:
-    passing = _run(pytester, "-k", "server_light", "--ipu-gate=loadgen.server_qps>100")
-    passing.assert_outcomes(passed=1)
-    failing = _run(pytester, "-k", "test_server_", "--ipu-gate=loadgen.server_qps>100")
-    failing.assert_outcomes(passed=1, failed=1)
-    failing.stdout.fnmatch_lines(
+def test_gates_read_the_server_qps(gated_run: tuple[Path, pytest.RunResult]) -> None:
+    _, result = gated_run
+    outcomes = _outcomes(result)
+    # The VALID run's Server QPS passes the gate; the overloaded one has none, and says why.
+    assert (outcomes["test_server_light"], outcomes["test_server_overloaded"]) == ("PASSED", "FAILED")
+    result.stdout.fnmatch_lines(
         ["*pytest-ipu gate FAILED: *loadgen.server_qps*LoadGen called the Server run INVALID*"]
     )
 
 
-def test_two_saved_runs_compare(pytester: pytest.Pytester) -> None:
-    first, second = pytester.path / "a.json", pytester.path / "b.json"
-    _run(pytester, "-k", "test_single", f"--benchmark-json={first}").assert_outcomes(passed=1)
-    _run(pytester, "-k", "test_single", f"--benchmark-json={second}").assert_outcomes(passed=1)
+def test_two_saved_runs_compare(
+    main_run: tuple[Path, pytest.RunResult], gated_run: tuple[Path, pytest.RunResult]
+) -> None:
+    first, second = main_run[0] / "run.json", gated_run[0] / "run.json"
     compared = subprocess.run(
         [sys.executable, "-m", "pytest_ipu.cli", "compare", str(first), str(second)],
         capture_output=True,
@@ -324,27 +416,9 @@ def test_without_loadgen_the_test_is_skipped(pytester: pytest.Pytester) -> None:
     )
 
 
-POWER_CONFTEST = """
-from pw_fake_source import FakePowerSource
-
-
-def pytest_ipu_make_power_source(config, name, device):
-    if name != "rapl":
-        return None
-    return FakePowerSource("instant_power", 50.0, name="rapl", update_period_s=0.01)
-"""
-
-
-def test_a_loadgen_run_is_an_energy_window(pytester: pytest.Pytester) -> None:
-    from tests.fakes import fake_power
-
-    pytester.makepyfile(pw_fake_source=Path(fake_power.__file__).read_text(encoding="utf-8"))
-    pytester.makeconftest(POWER_CONFTEST)
-    out = pytester.path / "run.json"
-    _run(pytester, "-k", "test_single or test_server_light", f"--benchmark-json={out}").assert_outcomes(
-        passed=2
-    )
-    records = _records(out)
+def test_a_loadgen_run_is_an_energy_window(main_run: tuple[Path, pytest.RunResult]) -> None:
+    path, _ = main_run
+    records = _records(path / "run.json")
     single = records["test_single"]
     assert single.power.measured, single.power.reason
     # The window's items are the samples LoadGen counted; a steady 50 W gives 50 W whatever the length.
@@ -356,10 +430,10 @@ def test_a_loadgen_run_is_an_energy_window(pytester: pytest.Pytester) -> None:
     assert server.power.items == server.loadgen.query_count
 
 
-def test_the_peak_search_keeps_every_probe(pytester: pytest.Pytester) -> None:
-    out = pytester.path / "run.json"
-    _run(pytester, "-k", "test_search", f"--benchmark-json={out}").assert_outcomes(passed=1)
-    record = _records(out)["test_search"]
+def test_the_peak_search_keeps_every_probe(main_run: tuple[Path, pytest.RunResult]) -> None:
+    path, result = main_run
+    assert _outcomes(result)["test_search"] == "PASSED"
+    record = _records(path / "run.json")["test_search"]
     part = record.loadgen
     peak = part.peak
     assert peak is not None
@@ -380,12 +454,18 @@ def test_the_peak_search_keeps_every_probe(pytester: pytest.Pytester) -> None:
     # One log directory per probe, in the order run.
     names = sorted(p.name for p in Path(part.log_dir).iterdir())
     assert [n[: len("probe-01")] for n in names] == [f"probe-{i:02d}" for i in range(1, len(peak.probes) + 1)]
+    # A power source was there (main_run's): a search is many runs, never one energy window.
     assert record.power.measured is False
+    assert "peak QPS search is many runs" in record.power.reason
 
 
-def test_a_score_that_raises_fails_its_test_and_the_json_is_still_written(pytester: pytest.Pytester) -> None:
-    out = pytester.path / "run.json"
-    result = _run(pytester, "-k", "test_accuracy_score_raises or test_single", f"--benchmark-json={out}")
-    result.assert_outcomes(passed=1, failed=1)
+def test_a_score_that_raises_fails_its_test_and_the_json_is_still_written(
+    main_run: tuple[Path, pytest.RunResult],
+) -> None:
+    path, result = main_run
+    outcomes = _outcomes(result)
+    assert (outcomes["test_accuracy_score_raises"], outcomes["test_single"]) == ("FAILED", "PASSED")
     result.stdout.fnmatch_lines(["*KeyError: 'no labels'*"])
-    assert list(_records(out)) == ["test_single"]
+    records = _records(path / "run.json")
+    assert "test_single" in records
+    assert "test_accuracy_score_raises" not in records

@@ -161,10 +161,11 @@ def test_a_probe_that_never_finishes_is_killed_and_failed(sdk_machine):
         fake_poptorch.inferenceModel = _hangs
         """
     )
-    report = doctor.diagnose(machine, timeout_s=5, only=["poptorch:ipu-model"])
+    # Killed at the timeout wherever the probe is then (importing torch, or in the hanging call).
+    report = doctor.diagnose(machine, timeout_s=2, only=["poptorch:ipu-model"])
     check = _check(report, "poptorch:ipu-model")
     assert check.status == "FAILED"
-    assert check.detail.startswith("did not finish within 5 s and was killed")
+    assert check.detail.startswith("did not finish within 2 s and was killed")
 
 
 # -- findings from facts -----------------------------------------------------------------------------
