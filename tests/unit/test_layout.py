@@ -180,3 +180,15 @@ def test_the_architecture_page_names_every_module_and_only_those() -> None:
     named -= {"__init__.py", "__main__.py"}
     assert sorted(present - named) == [], "modules missing from docs/architecture.md's tree"
     assert sorted(named - present) == [], "docs/architecture.md's tree names modules that do not exist"
+
+
+def test_the_repositorys_pytest_options_leave_pytest_benchmark_timing() -> None:
+    """pyproject's addopts apply to the benchmarks too (make bench, a user's pytest in this checkout):
+    pytest-benchmark stops timing under any --dist or -n, so those belong to the Makefile's suite run."""
+    from pytest_ipu.backports import toml
+
+    addopts = toml.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"][
+        "ini_options"
+    ]["addopts"]
+    xdist = [opt for opt in addopts if opt.startswith(("--dist", "-n", "--numprocesses"))]
+    assert xdist == [], f"pyproject's addopts would stop pytest-benchmark timing the benchmarks: {xdist}"
