@@ -18,7 +18,7 @@ from typing import runtime_checkable
 from pytest_ipu.errors import CompileError
 from pytest_ipu.errors import NonFiniteLoss
 from pytest_ipu.results.records import Identity
-from pytest_ipu.results.records import InstanceInfo as InstanceInfo
+from pytest_ipu.results.records import InstanceInfo
 
 if TYPE_CHECKING:
     from pytest_ipu.devices.inventory import IpuInventory

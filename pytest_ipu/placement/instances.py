@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 from pytest_ipu.backends.base import HasDeviceLatency
 from pytest_ipu.backends.base import InstanceGroup
-from pytest_ipu.backends.base import InstanceInfo
+from pytest_ipu.results.records import InstanceInfo
 
 __all__ = [
     "InstanceError",

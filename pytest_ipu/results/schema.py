@@ -205,7 +205,9 @@ def _show(value: Any) -> str:
 
 
 def _bad(name: str, value: Any, want: str) -> SchemaError:
-    return SchemaError(f"malformed pytest-ipu record: '{name}' is {_show(value)}: {want}; {_FIX}")
+    # repr: a name holds the file's own keys (``compile_phases_s.<key>``), and a key may hold a
+    # newline; the message stays on one line.
+    return SchemaError(f"malformed pytest-ipu record: {name!r} is {_show(value)}: {want}; {_FIX}")
 
 
 def _get(data: Mapping[str, Any], key: str, default: Any) -> Any:

@@ -43,17 +43,13 @@ class TimeCap:
 class RoundsPolicy:
     """How one repeat is timed: warm-up rounds, then ``rounds`` timed rounds, or (``None``: auto)
     as many as fill ``max_time_s`` (this repeat's budget), at least ``min_rounds``, ended at
-    ``cap_s`` whatever was done (auto rounds only; ``None``: no cap).
-
-    ``lengthened_from_s`` is the budget before it was lengthened to the power sensor's shortest
-    window (``None`` when it was not)."""
+    ``cap_s`` whatever was done (auto rounds only; ``None``: no cap)."""
 
     warmup_rounds: int
     rounds: int | None
     max_time_s: float
     min_rounds: int
     cap_s: float | None = None
-    lengthened_from_s: float | None = None
 
 
 def check_cap(budget_s: float, cap: TimeCap, *, where: str = "") -> float:
@@ -103,17 +99,12 @@ def rounds_policy(
         where = f" (--ipu-max-time={max_time_s:g}s over {share} repeats)"
     if lengthened_from is not None:
         where = f" (lengthened from {lengthened_from:g}s to the power sensor's shortest window)"
-    if rounds is not None:
-        # A count of rounds, not a time: the time box does not apply, but a bad cap is still bad.
-        check_cap(budget_s, per_repeat_cap, where=where)
-        cap_s: float | None = None
-    else:
-        cap_s = check_cap(budget_s, per_repeat_cap, where=where)
+    cap_s = check_cap(budget_s, per_repeat_cap, where=where)
     return RoundsPolicy(
         warmup_rounds=warmup_rounds,
         rounds=rounds,
         max_time_s=budget_s,
         min_rounds=math.ceil(min_rounds / share),
-        cap_s=cap_s,
-        lengthened_from_s=lengthened_from,
+        # Fixed rounds are a count, not a time: no time box (a bad cap is still refused above).
+        cap_s=cap_s if rounds is None else None,
     )

@@ -36,12 +36,7 @@ def _policy(
 
 def test_a_factor_cap_is_that_multiple_of_the_budget() -> None:
     policy = _policy(cap=TimeCap(factor=2.5))
-    assert (policy.max_time_s, policy.cap_s, policy.min_rounds, policy.lengthened_from_s) == (
-        2.0,
-        5.0,
-        5,
-        None,
-    )
+    assert (policy.max_time_s, policy.cap_s, policy.min_rounds) == (2.0, 5.0, 5)
 
 
 def test_repeats_share_the_budget_the_fixed_cap_and_the_minimum_rounds() -> None:
@@ -53,16 +48,16 @@ def test_repeats_share_the_budget_the_fixed_cap_and_the_minimum_rounds() -> None
 
 def test_a_power_window_lengthens_the_budget_and_a_factor_cap_with_it() -> None:
     policy = _policy(max_time_s=0.1, min_window_s=1.0, cap=TimeCap(factor=3.0))
-    assert (policy.max_time_s, policy.cap_s, policy.lengthened_from_s) == (1.0, 3.0, 0.1)
+    assert (policy.max_time_s, policy.cap_s) == (1.0, 3.0)  # lengthened from 0.1 s
 
 
 def test_a_budget_already_long_enough_is_not_lengthened() -> None:
-    assert _policy(min_window_s=1.0).lengthened_from_s is None
+    assert _policy(min_window_s=1.0).max_time_s == 2.0
 
 
 def test_fixed_rounds_have_no_cap_and_are_not_lengthened() -> None:
     policy = _policy(rounds=10, max_time_s=0.1, min_window_s=1.0)
-    assert (policy.rounds, policy.cap_s, policy.max_time_s, policy.lengthened_from_s) == (10, None, 0.1, None)
+    assert (policy.rounds, policy.cap_s, policy.max_time_s) == (10, None, 0.1)
 
 
 def test_a_fixed_cap_below_the_budget_is_an_error_naming_both() -> None:

@@ -369,6 +369,15 @@ def test_malformed_additive_keys_are_schema_errors(key, value):
         schema.from_json(data)
 
 
+def test_a_key_of_the_files_own_is_named_on_one_line():
+    data = schema.to_json(make_record())
+    data["compile_phases_s"] = {"load\nrun": None}
+    with pytest.raises(SchemaError) as caught:
+        schema.from_json(data)
+    assert "\n" not in str(caught.value)
+    assert "'compile_phases_s.load\\nrun' is None: it must be a number >= 0" in str(caught.value)
+
+
 @pytest.mark.parametrize("value", [None, [1.0, 2.0], "fast"])
 def test_compile_phases_that_are_no_mapping_are_schema_errors(value):
     data = schema.to_json(make_record())
