@@ -27,6 +27,7 @@ Nothing here prints: progress lines go to a callback (the command writes them to
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shlex
 import shutil
@@ -34,6 +35,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import typing
 from collections.abc import Iterator
 from collections.abc import Sequence
@@ -161,21 +163,30 @@ def abba_order(pairs: int) -> list[tuple[int, Role]]:
 
 @dataclass(frozen=True)
 class Plan:
-    """What to run: both sides, how many pairs, the pytest arguments, where files go."""
+    """What to run: both sides, the pair counts after which to look at the verdicts (``looks``, the
+    last is the most pairs; one count: a fixed number), the time after which no new pair starts
+    (``max_time_s``), the pytest arguments, where files go."""
 
     baseline: Side
     candidate: Side
-    pairs: int = 5
+    looks: tuple[int, ...] = (5,)
     pytest_args: tuple[str, ...] = ()
     keep: Path | None = None
     cwd: Path = field(default_factory=Path.cwd)
+    max_time_s: float = math.inf
 
     def __post_init__(self) -> None:
-        if not MIN_PAIRS <= self.pairs <= MAX_PAIRS:
-            raise SideError(
-                f"--pairs {self.pairs}: out of range; give from {MIN_PAIRS} to {MAX_PAIRS} pairs "
-                "(5 is the default)"
-            )
+        for pairs in (self.looks[0], self.looks[-1]):
+            if not MIN_PAIRS <= pairs <= MAX_PAIRS:
+                raise SideError(
+                    f"--pairs {pairs}: out of range; give from {MIN_PAIRS} to {MAX_PAIRS} pairs "
+                    "(5 is the default)"
+                )
+
+    @property
+    def pairs(self) -> int:
+        """The most pairs this plan runs."""
+        return self.looks[-1]
 
 
 @dataclass(frozen=True)
@@ -185,6 +196,8 @@ class Outcome:
     baseline: tuple[StoredRun, ...]
     candidate: tuple[StoredRun, ...]
     directory: Path | None
+    #: Why the runs stopped where they did (empty for a fixed number of pairs run to the end).
+    stopped: str = ""
 
 
 @dataclass(frozen=True)
@@ -313,8 +326,14 @@ def _run_one(
     return out, log, done.returncode, command
 
 
-def run(plan: Plan, progress: Progress) -> Outcome:
-    """Run both sides ``plan.pairs`` times in ABBA order and read their JSON back.
+#: Asked at each look with the runs so far (baseline, candidate): whether every verdict is decided.
+Decided = typing.Callable[[Sequence[StoredRun], Sequence[StoredRun]], bool]
+
+
+def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outcome:
+    """Run both sides in ABBA order, pair after pair, and read their JSON back: up to the first of
+    ``plan.looks`` where ``decided`` says every verdict is decided (without it, all the pairs),
+    starting no pair once ``plan.max_time_s`` has passed.
 
     Raises ``SideError`` for a side that cannot be set up, ``RunFailed`` for a run that exits with
     a code other than 0 and 1 or writes no JSON. Worktrees and the temporary directory (everything
@@ -344,9 +363,27 @@ def run(plan: Plan, progress: Progress) -> Outcome:
                 prepared[side.role] = _Prepared(side, side.prefix, plan.cwd)
         runs: dict[Role, list[StoredRun]] = {"baseline": [], "candidate": []}
         order = abba_order(plan.pairs)
+        started = time.monotonic()
+        stopped = ""
         for count, (pair, role) in enumerate(order, start=1):
             side = prepared[role].side
-            progress(f"pytest-ipu ab: run {count}/{len(order)}: pair {pair} {role}: {side.label}")
+            if count % 2 == 1 and pair > 1:
+                # The first run of a pair: first, did the last look decide, or has time run out?
+                done = pair - 1
+                if (
+                    done in plan.looks
+                    and decided is not None
+                    and decided(runs["baseline"], runs["candidate"])
+                ):
+                    stopped = f"every gate decided after {done} pair(s) (looks at {_counts(plan.looks)})"
+                    break
+                if time.monotonic() - started > plan.max_time_s:
+                    stopped = (
+                        f"--max-time {plan.max_time_s:g}s reached after {done} pair(s): no new pair started"
+                    )
+                    break
+            of = f"/{len(order)}" if len(plan.looks) == 1 else f" (of at most {len(order)})"
+            progress(f"pytest-ipu ab: run {count}{of}: pair {pair} {role}: {side.label}")
             out, log, code, command = _run_one(prepared[role], pair, directory, pytest_args)
             if code not in (0, 1) or not out.exists():
                 why = f"exit {code}" + (f", {_EXIT_HINTS[code]}" if code in _EXIT_HINTS else "")
@@ -364,4 +401,12 @@ def run(plan: Plan, progress: Progress) -> Outcome:
                 runs[role].append(benchmark_json.read_run(out))
             except benchmark_json.RunFileError as exc:
                 raise RunFailed(f"the {role} side ({side.label}) in pair {pair}: {exc}") from None
-        return Outcome(tuple(runs["baseline"]), tuple(runs["candidate"]), directory if plan.keep else None)
+        if not stopped and len(plan.looks) > 1:
+            stopped = f"the most pairs ({plan.pairs}, --max-pairs) run"
+        return Outcome(
+            tuple(runs["baseline"]), tuple(runs["candidate"]), directory if plan.keep else None, stopped
+        )
+
+
+def _counts(looks: Sequence[int]) -> str:
+    return ", ".join(map(str, looks))

@@ -7,8 +7,9 @@ tiny model on each present target and reads each power source once (``pytest_ipu
 ``summary``, ``compare`` and ``report`` take run files the way ``pytest-benchmark compare`` does:
 paths, saved-run ids (``0001``) or globs, looked up in ``--storage`` (``results.storage``).
 
-The only module that prints to stdout directly and calls ``sys.exit``. Exit codes: 0 success,
-1 a gate failed (``compare``, ``ab``), 2 bad input (an unreadable or foreign file says which file and
+The only module that prints to stdout directly and calls ``sys.exit``. Exit codes: 0 success
+(every gate PASS), 1 a gate FAILed (``compare``, ``ab``), 3 a gate was INCONCLUSIVE and none
+FAILed (``decide.exit_code``), 2 bad input (an unreadable or foreign file says which file and
 why, an id that names no run says where it looked) or, for ``ab``, a side that failed to run; 141
 (128 + SIGPIPE, what a shell reports for a command killed by a closed pipe) when the reader of the
 output went away (``pytest-ipu compare 0001 0002 | head -1``): the command stops there, quietly.
@@ -26,6 +27,7 @@ from pytest_ipu import __version__
 from pytest_ipu import backends
 from pytest_ipu import power
 from pytest_ipu.backends.base import Availability
+from pytest_ipu.measure import units
 from pytest_ipu.placement import poprun
 from pytest_ipu.placement import torchrun
 from pytest_ipu.report import power_blocks as block_report
@@ -104,7 +106,9 @@ def _merge(out: Path, paths: Sequence[Path]) -> int:
     return 0
 
 
-def _compare(paths: Sequence[Path], gate_texts: Sequence[str], fmt: str, strict: bool) -> int:
+def _compare(
+    paths: Sequence[Path], gate_texts: Sequence[str], fmt: str, strict: bool, drift_text: str
+) -> int:
     if len(paths) < 2:
         got = f"{len(paths)} ({paths[0]})" if paths else "0"
         print(
@@ -119,13 +123,18 @@ def _compare(paths: Sequence[Path], gate_texts: Sequence[str], fmt: str, strict:
         print(f"pytest-ipu: --gate: {exc}", file=sys.stderr)
         return 2
     try:
+        drift = units.parse_share(drift_text)
+    except ValueError as exc:
+        print(f"pytest-ipu: --drift {drift_text!r}: {exc}", file=sys.stderr)
+        return 2
+    try:
         runs = [benchmark_json.read_run(path) for path in paths]
     except benchmark_json.RunFileError as exc:
         print(f"pytest-ipu: {exc}", file=sys.stderr)
         return 2
     comparison = compare.compare_runs(runs)
     print(compare.RENDERERS[fmt](comparison))
-    verdicts = compare.check_gates(comparison, gate_list)
+    verdicts = compare.check_gates(comparison, gate_list, drift=drift)
     lines = compare.gate_lines(gate_list, verdicts)
     if lines:
         print("\n".join(("", *(f"- {line}" if fmt == "markdown" else line for line in lines))))
@@ -141,23 +150,42 @@ def _ab(args: argparse.Namespace) -> int:
     # Imported here: the runner and the decision are needed only by this command.
     from pytest_ipu.cli import ab as ab_runner
     from pytest_ipu.results import ab
+    from pytest_ipu.results import decide
+    from pytest_ipu.results.benchmark_json import StoredRun
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    if not ab_runner.MIN_PAIRS <= args.pairs <= ab_runner.MAX_PAIRS:
+    for flag, value in (("--pairs", args.pairs), ("--max-pairs", args.max_pairs)):
+        if value is not None and not ab_runner.MIN_PAIRS <= value <= ab_runner.MAX_PAIRS:
+            print(
+                f"pytest-ipu: {flag} {value}: out of range; give from {ab_runner.MIN_PAIRS} to "
+                f"{ab_runner.MAX_PAIRS} pairs (defaults: --pairs 5, --max-pairs 20)",
+                file=sys.stderr,
+            )
+            return 2
+    # --max-pairs defaults to 4 times --pairs (20 for the default 5), never below --pairs.
+    most = args.max_pairs if args.max_pairs is not None else min(ab_runner.MAX_PAIRS, 4 * args.pairs)
+    if most < args.pairs:
         print(
-            f"pytest-ipu: --pairs {args.pairs}: out of range; give from {ab_runner.MIN_PAIRS} to "
-            f"{ab_runner.MAX_PAIRS} pairs (5 is the default)",
+            f"pytest-ipu: --max-pairs {most} is below --pairs {args.pairs}: give --max-pairs >= --pairs "
+            "(equal: a fixed number of pairs, no sequential looks)",
             file=sys.stderr,
         )
         return 2
-    if not 0.0 < args.alpha < 1.0:
+    if not 0.0 < args.alpha < 0.5:
         print(
-            f"pytest-ipu: --alpha {args.alpha:g}: out of range; give a level within (0, 1), e.g. 0.01",
+            f"pytest-ipu: --alpha {args.alpha:g}: out of range; give a level within (0, 0.5), e.g. 0.05",
             file=sys.stderr,
         )
         return 2
+    if not args.max_time > 0.0:
+        print(
+            f"pytest-ipu: --max-time {args.max_time:g}: give a positive number of seconds (default 1800)",
+            file=sys.stderr,
+        )
+        return 2
+    schedule = ab.Sequential(args.pairs, most, args.alpha)
     try:
         gate_list = [gates.parse(text) for text in args.gate]
     except gates.GateError as exc:
@@ -169,12 +197,19 @@ def _ab(args: argparse.Namespace) -> int:
         plan = ab_runner.Plan(
             ab_runner.resolve_side("baseline", args.baseline, cwd),
             ab_runner.resolve_side("candidate", args.candidate, cwd),
-            args.pairs,
+            schedule.looks,
             tuple(pytest_args),
             args.keep,
             cwd,
+            args.max_time,
         )
-        outcome = ab_runner.run(plan, progress)
+
+        def decided(baseline: Sequence[StoredRun], candidate: Sequence[StoredRun]) -> bool:
+            looked = ab.analyse(baseline, candidate, gate_list, alpha=schedule.alpha_per_look)
+            progress(f"pytest-ipu ab: after {len(baseline)} pair(s): {decide.summary(looked.verdicts)}")
+            return looked.decided
+
+        outcome = ab_runner.run(plan, progress, decided if gate_list else None)
     except (ab_runner.SideError, ab_runner.RunFailed) as exc:
         print(f"pytest-ipu: {exc}", file=sys.stderr)
         return 2
@@ -184,12 +219,14 @@ def _ab(args: argparse.Namespace) -> int:
     except ab_runner.Terminated:
         print("pytest-ipu: ab terminated; worktrees and temporary files removed", file=sys.stderr)
         return 143
+    stopped = f"; stopped: {outcome.stopped}" if outcome.stopped else ""
     result = ab.analyse(
         outcome.baseline,
         outcome.candidate,
         gate_list,
-        alpha=args.alpha,
+        alpha=schedule.alpha_per_look,
         labels=(plan.baseline.label, plan.candidate.label),
+        plan=schedule.describe() + stopped,
     )
     print(ab.RENDERERS[args.format](result))
     lines = ab.gate_lines(result)
@@ -290,7 +327,8 @@ def _main(argv: Sequence[str] | None) -> int:
     comparing = sub.add_parser(
         "compare",
         help="saved runs side by side, one row per metric with each later run's change against the first "
-        "and its verdict; exits 1 when a gate fails, 2 on bad input",
+        "and its verdict; exits 1 when a gate FAILs, 3 when one is INCONCLUSIVE (and none FAILs), 2 on "
+        "bad input",
         description="Saved runs side by side: one row per metric, each later run's change against the first "
         "and its verdict: 'same' (under 1%), 'better' or 'worse' (a t test of no change gives p < 0.01 on "
         "the spread of the repeats, or of 3 or more runs before it), 'within noise' (it does not), "
@@ -310,6 +348,13 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     comparing.add_argument("--format", choices=compare.FORMATS, default="table", help="output format")
     comparing.add_argument(
+        "--drift",
+        default="5%",
+        metavar="SHARE",
+        help="run-to-run drift allowed for when repeats are a gate's only noise estimate (fewer than 3 "
+        "runs before it), as --ipu-drift (default 5%%)",
+    )
+    comparing.add_argument(
         "--strict", action="store_true", help="a benchmark missing from any run makes the exit code 1"
     )
     reporting = sub.add_parser("report", help="plots (PNG, SVG) and a self-contained HTML page of saved runs")
@@ -328,7 +373,8 @@ def _main(argv: Sequence[str] | None) -> int:
     ab_parser = sub.add_parser(
         "ab",
         help="interleaved A/B benchmarking: run a baseline and a candidate alternately (ABBA) on this "
-        "machine and gate on paired ratios; exits 1 when a gate fails, 2 on bad input or a failed run",
+        "machine and gate on paired ratios; exits 1 when a gate FAILs, 3 when one is INCONCLUSIVE (and none "
+        "FAILs), 2 on bad input or a failed run",
         description="Run two sides, each a command prefix that runs pytest or a git revision (git:REV), "
         "alternately in ABBA order, and decide on the paired ratios candidate/baseline (docs/ci.md). "
         "Arguments after '--' go to pytest.",
@@ -342,7 +388,25 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     ab_parser.add_argument("--candidate", required=True, metavar="SIDE", help="as --baseline")
     ab_parser.add_argument(
-        "--pairs", type=int, default=5, metavar="N", help="pairs of runs, from 1 to 1000 (default 5)"
+        "--pairs",
+        type=int,
+        default=5,
+        metavar="N",
+        help="pairs of runs before the first look at the verdicts, from 1 to 1000 (default 5)",
+    )
+    ab_parser.add_argument(
+        "--max-pairs",
+        type=int,
+        metavar="M",
+        help="while a gate is INCONCLUSIVE, add pairs up to M, looking again at about 1.5 times the pairs "
+        "each time, each look at alpha / looks (default 4 x --pairs; equal to --pairs: a fixed number)",
+    )
+    ab_parser.add_argument(
+        "--max-time",
+        type=float,
+        default=1800.0,
+        metavar="S",
+        help="start no new pair after S seconds (default 1800)",
     )
     ab_parser.add_argument(
         "--gate",
@@ -358,9 +422,9 @@ def _main(argv: Sequence[str] | None) -> int:
     ab_parser.add_argument(
         "--alpha",
         type=float,
-        default=0.01,
+        default=0.05,
         metavar="A",
-        help="significance level of the tests (default 0.01)",
+        help="the chance of a wrong PASS, and of a wrong FAIL, over all looks together (default 0.05)",
     )
     ab_parser.add_argument(
         "--keep", type=Path, metavar="DIR", help="keep every run's JSON and log in DIR (default: removed)"
@@ -402,7 +466,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "summary":
             return _summary(files)
         if args.command == "compare":
-            return _compare(files, args.gate, args.format, args.strict)
+            return _compare(files, args.gate, args.format, args.strict, args.drift)
         from pytest_ipu.report import html as html_report  # matplotlib only when a report is asked for
 
         return html_report.main(files, args.output, args.references)

@@ -14,6 +14,7 @@ Records hold SI values (seconds, items per second, joules, watts, items per joul
 - ``exact_text(0.002, "s")`` is ``("2", "ms")``: the shortest decimal that reads back as the same
   float, for gate expressions and bounds, which must not be rounded;
 - ``axis_scale`` picks one display unit for a whole axis of values;
+- ``parse_share("5%")`` is ``0.05``: a share (of a time, a CPU, a change) within (0, 1];
 - ``UNITS[unit].better`` says whether less (time, energy, power) or more (throughput, items per
   joule) is better.
 
@@ -277,3 +278,15 @@ def axis_scale(values: Iterable[float], unit: str) -> tuple[float, str]:
         if middle >= _ten(candidate):
             name, power = text, candidate
     return _ten(power), name
+
+
+def parse_share(value: object) -> float:
+    """A share such as ``5%`` or ``0.05``, within (0, 1]."""
+    text = str(value).strip()
+    try:
+        share = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        share = -1.0
+    if not 0.0 < share <= 1.0:
+        raise ValueError("expected a share such as '5%' or '0.05', above 0 and at most 100%")
+    return share

@@ -10,9 +10,11 @@ them together measure how much whole runs drift on this machine; from three on, 
 tested against that drift.
 
 As each benchmark is measured, its gates are checked by ``decide.GateRunner``, the runner
-``pytest-ipu compare`` uses too (``decide.check``: beyond the threshold and significantly so on
-the spread between independent repeats or runs). A failing gate fails the benchmark's own test,
-with the gate's line in its report, and gets one line in the summary. A gated benchmark missing
+``pytest-ipu compare`` uses too (``decide.check``: PASS, FAIL or INCONCLUSIVE by where the
+interval of the change lies against the threshold). A FAIL fails the benchmark's own test, with
+the gate's line in its report, and gets one line in the summary; so does an INCONCLUSIVE verdict
+under ``--ipu-inconclusive=fail`` (the default), while ``warn`` lists it in the summary without
+failing and ``pass`` counts it as passed (still listed). A gated benchmark missing
 from the baseline is reported, never skipped silently (and fails the run under
 ``--ipu-baseline-missing=fail``); so is a baseline that ran on different hardware.
 
@@ -145,9 +147,22 @@ class GateCheck:
 
     def check_item(self, measured: Measured) -> list[str]:
         """Check the gates of one benchmark as soon as it is measured, so that a failing gate fails
-        its own test; the lines of the failed verdicts (empty when all passed)."""
+        its own test; the lines of the verdicts that fail it (FAIL, and INCONCLUSIVE under
+        ``--ipu-inconclusive=fail``), each with its verdict first; empty when none does."""
         self._checked.add(measured.fullname)
-        return [v.line() for v in self._check([measured]) if not v.passed]
+        return [self._failure_line(v) for v in self._check([measured]) if self._fails(v)]
+
+    def _fails(self, verdict: Verdict) -> bool:
+        """Whether ``verdict`` fails its test and the run: a FAIL always, an INCONCLUSIVE one by policy."""
+        return verdict.failed or (verdict.inconclusive and self.settings.inconclusive == "fail")
+
+    def _failure_line(self, verdict: Verdict) -> str:
+        if verdict.failed:
+            return f"pytest-ipu gate FAILED: {verdict.line()}"
+        return (
+            f"pytest-ipu gate INCONCLUSIVE (fails under --ipu-inconclusive=fail; 'warn' or 'pass' "
+            f"accepts it): {verdict.line()}"
+        )
 
     def check(self) -> None:
         """Check every gate on every measured benchmark not checked yet; fill ``verdicts``,
@@ -174,7 +189,12 @@ class GateCheck:
     def _runner(self) -> GateRunner:
         from pytest_ipu.results.decide import GateRunner
 
-        return GateRunner(history=self.history, run_gates=self.settings.gates, baseline=self.baseline)
+        return GateRunner(
+            history=self.history,
+            run_gates=self.settings.gates,
+            baseline=self.baseline,
+            drift=self.settings.drift,
+        )
 
     def _baseline_name(self) -> str:
         return self._runner().baseline_name()
@@ -190,10 +210,10 @@ class GateCheck:
 
     @property
     def failed(self) -> bool:
-        """Whether a gate failed, a benchmark is missing from the baseline under ``fail``, or the gates
-        checked nothing."""
+        """Whether a gate failed (or was inconclusive under ``--ipu-inconclusive=fail``), a benchmark
+        is missing from the baseline under ``fail``, or the gates checked nothing."""
         return (
-            any(not v.passed for v in self.verdicts)
+            any(self._fails(v) for v in self.verdicts)
             or (self.settings.baseline_missing == "fail" and bool(self.missing))
             or self.nothing_checked
         )
@@ -213,15 +233,25 @@ class GateCheck:
                 )
             return
         terminalreporter.section("pytest-ipu gates")
-        failed = [v for v in self.verdicts if not v.passed]
+        from pytest_ipu.results import decide
+
         against = f" against {self._baseline_name()}" if self.baseline is not None else ""
         benchmarks = len({v.benchmark for v in self.verdicts})
+        counts = ", ".join(f"{sum(v.outcome == o for v in self.verdicts)} {o}" for o in decide.OUTCOMES)
         terminalreporter.write_line(
-            f"{len(self.verdicts)} gate check(s) on {benchmarks} benchmark(s){against}: "
-            f"{len(self.verdicts) - len(failed)} passed, {len(failed)} failed"
+            f"{len(self.verdicts)} gate check(s) on {benchmarks} benchmark(s){against}: {counts}"
         )
-        for verdict in failed:
-            terminalreporter.write_line(f"FAILED {verdict.line()}", red=True)
+        policy = self.settings.inconclusive
+        for verdict in self.verdicts:
+            if verdict.failed:
+                terminalreporter.write_line(f"FAILED {verdict.line()}", red=True)
+            elif verdict.inconclusive and policy == "fail":
+                terminalreporter.write_line(f"INCONCLUSIVE (fails the run) {verdict.line()}", red=True)
+            elif verdict.inconclusive:
+                accepted = "a warning" if policy == "warn" else "accepted as a pass"
+                terminalreporter.write_line(
+                    f"INCONCLUSIVE ({accepted}: --ipu-inconclusive={policy}) {verdict.line()}", yellow=True
+                )
         if self.nothing_checked:
             why = (
                 "every gated benchmark is missing from the baseline"

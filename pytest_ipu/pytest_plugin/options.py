@@ -24,6 +24,7 @@ from pytest_ipu.backends.target import parse_target
 from pytest_ipu.backports import remove_suffix
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
+from pytest_ipu.measure.units import parse_share
 from pytest_ipu.results import gates
 from pytest_ipu.results.gates import Gate
 from pytest_ipu.run.plan import TimeCap
@@ -73,6 +74,8 @@ class Settings:
     gates: tuple[Gate, ...] = ()
     baselines: tuple[Path, ...] = ()
     baseline_missing: str = "warn"
+    inconclusive: str = "fail"
+    drift: float = 0.05
     repeats: int = 3
     repeat_mode: str = "interleaved"
     time_cap: TimeCap = field(default_factory=TimeCap)
@@ -125,18 +128,6 @@ def parse_threads(value: object) -> int | None:
         return _int_at_least(1, MAX_THREADS)(value)
     except ValueError:
         raise ValueError(f"expected 'auto' or an integer from 1 to {MAX_THREADS}") from None
-
-
-def parse_share(value: object) -> float:
-    """A share such as ``5%`` or ``0.05``, within (0, 1]."""
-    text = str(value).strip()
-    try:
-        share = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
-    except ValueError:
-        share = -1.0
-    if not 0.0 < share <= 1.0:
-        raise ValueError("expected a share such as '5%' or '0.05', above 0 and at most 100%")
-    return share
 
 
 def parse_time_cap(value: object) -> TimeCap:
@@ -546,6 +537,24 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "warn",
         _choice(("warn", "fail")),
         "a benchmark with gates but no counterpart in the baseline: warn, or fail the run",
+    ),
+    OptionSpec(
+        "inconclusive",
+        "--ipu-inconclusive",
+        "POLICY",
+        "fail",
+        _choice(("fail", "warn", "pass")),
+        "a gate whose evidence cannot tell (INCONCLUSIVE): 'fail' its benchmark's test and the run, "
+        "'warn' (a line in the summary, the run passes) or 'pass' (counted as passed, still listed)",
+    ),
+    OptionSpec(
+        "drift",
+        "--ipu-drift",
+        "SHARE",
+        "5%",
+        parse_share,
+        "run-to-run drift allowed for when a gate's only noise estimate is the spread between one "
+        "run's repeats (fewer than 3 baseline runs): the verdict's interval is widened by it",
     ),
 )
 

@@ -11,27 +11,29 @@ For each benchmark present in every run of both sides, and each metric, the pair
 share the machine's state (clock, neighbours, thermal), so whatever drifts between pairs cancels
 within each ``r_i``, and the alternating order (A,B then B,A) cancels a linear drift across pairs.
 
-A relative gate (``throughput:-5%``, ``latency.p99:+10%``) fails when both hold:
+A gate's verdict is ``decide.judge``'s three-way rule on the mean of the log-ratios, its standard
+error and N - 1 degrees of freedom: FAIL when the whole one-sided interval of the change is beyond
+the threshold, PASS when it is all within, INCONCLUSIVE when it straddles it. With one pair there is
+no variance estimate (INCONCLUSIVE: "use more pairs"). An absolute gate (``latency.p99<2ms``)
+judges the interval of the candidate's geometric mean over the pairs against the bound.
 
-1. the geometric-mean ratio ``exp(mean(r_i))`` is beyond the threshold in the metric's worse
-   direction (above ``1 + t`` for a lower-is-better metric, below ``1 - t`` for throughput); and
-2. a one-sided t test of the N log-ratios (df N - 1) against the threshold's log (``log(1 + t)``,
-   or ``log(1 - t)`` for a higher-is-better metric) gives p < alpha (0.01 by default).
-
-With one pair there is no variance estimate: the threshold alone decides and the verdict says
-"no variance estimate: use more --pairs"; it never shows a p. A verdict reports the geometric
-means of both sides (their ratio is exactly the geometric-mean ratio), the change, p and the
-(1 - alpha) t confidence interval of the ratio candidate / baseline.
-
-An absolute gate (``latency.p99<2ms``) applies to the candidate's median over the pairs.
+Sequential sampling
+-------------------
+``Sequential`` is the command's plan: the verdicts are looked at after ``first`` pairs and then at
+a few more counts (each about 1.5 times the last) up to ``most`` pairs; the runs stop at the
+first look where no gate is INCONCLUSIVE. Each of the L looks tests at ``alpha / L``, so by the
+union bound the chance of any wrong verdict over all the looks together stays at most ``alpha``
+(Bonferroni's spending of alpha over a group-sequential design: more conservative than Pocock's
+or O'Brien-Fleming's boundaries, but valid without their normal-increments model, and a look
+skipped because time ran out only makes it more so). Peeking after every pair with the
+fixed-sample test would not keep the error rates.
 
 A value missing from a candidate run fails the gate (with the record's reason); one missing from a
-baseline run leaves the gate "not compared". A value of 0 leaves no log-ratio: the gate then
-decides on the ratio of the medians against the threshold alone, and says so.
+baseline run, or a value of 0 (no log-ratio), leaves it INCONCLUSIVE.
 
 The tables show, per benchmark and metric, the median over the pairs of each side, the
-geometric-mean ratio with its (1 - alpha) t interval, and p of a two-sided paired t test of "no
-change" (the gate lines carry the p of the test against the gate's threshold).
+geometric-mean ratio with its two-sided (1 - alpha) t interval, and p of a two-sided paired t test
+of "no change"; the gate lines carry the interval the verdict was read from.
 """
 
 from __future__ import annotations
@@ -48,21 +50,22 @@ from dataclasses import dataclass
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import stats
 from pytest_ipu.results import compare
+from pytest_ipu.results import decide
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.catalog import missing_reason
 from pytest_ipu.results.decide import Verdict
-from pytest_ipu.results.decide import beyond_threshold
 from pytest_ipu.results.decide import format_p_value
-from pytest_ipu.results.decide import relative_change
 from pytest_ipu.results.gates import Gate
 from pytest_ipu.results.records import group_name
 
 #: Metrics every table shows (with every gated metric added), in the catalog's order.
 SHOWN = ("throughput", "latency.p50", "latency.p99")
-#: What a verdict with a single pair says instead of a p.
+#: What a verdict with a single pair says instead of an interval.
 NO_VARIANCE = "no variance estimate: use more --pairs"
+#: What gives a paired verdict more evidence, in its advice.
+MORE = "pairs (--max-pairs)"
 
 BASELINE = "baseline"
 CANDIDATE = "candidate"
@@ -119,10 +122,10 @@ def _median(values: Sequence[float | None]) -> float | None:
 
 
 def summarise(
-    baseline: Sequence[float | None], candidate: Sequence[float | None], alpha: float = 0.01
+    baseline: Sequence[float | None], candidate: Sequence[float | None], alpha: float = decide.ALPHA
 ) -> RatioSummary:
     """The ratio candidate / baseline of N paired values, with its interval and p (see the class)."""
-    _check_alpha(alpha)
+    decide.check_alpha(alpha)
     logs = log_ratios(baseline, candidate)
     if logs is None or not logs:
         before, after = _median(baseline), _median(candidate)
@@ -140,11 +143,6 @@ def summarise(
     return RatioSummary(len(logs), ratio, _interval(logs, alpha), p)
 
 
-def _check_alpha(alpha: float) -> None:
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be within (0, 1), got {alpha}")
-
-
 # --- Verdicts ---------------------------------------------------------------------------------------
 
 
@@ -158,60 +156,107 @@ def check_paired(
     baseline: Sequence[float | None],
     candidate: Sequence[float | None],
     *,
-    alpha: float = 0.01,
+    alpha: float = decide.ALPHA,
     baseline_gap: str | None = None,
     candidate_gap: str | None = None,
 ) -> Verdict:
     """Decide one gate for one benchmark on N paired values (SI units, pair order) by the module
     docstring's rule. ``baseline_gap`` and ``candidate_gap`` say why a side lacks a value where it
     does (the record's reason). Raises ``ValueError`` for unpaired values, no pairs, or ``alpha``
-    outside (0, 1)."""
-    _check_alpha(alpha)
+    outside (0, 0.5)."""
+    decide.check_alpha(alpha)
     if len(baseline) != len(candidate) or not baseline:
         raise ValueError(f"need N >= 1 pairs, got {len(baseline)} baseline and {len(candidate)} candidate")
     n = len(candidate)
     if any(v is None for v in candidate):
         reason = f"no value in the candidate: {candidate_gap or 'missing from a run'}"
-        return Verdict(gate, benchmark, False, None, None, None, None, None, reason)
+        return Verdict(gate, benchmark, decide.FAIL, None, None, None, None, reason)
     present = [v for v in candidate if v is not None]
     if gate.kind == "absolute":
         value = statistics.median(present)
-        passed = value < gate.threshold if gate.op == "<" else value > gate.threshold
-        method = f"absolute bound on the candidate's median over {n} pair(s)"
-        return Verdict(gate, benchmark, passed, None, value, None, None, None, method)
+        positive = [v for v in present if 0.0 < v < math.inf]
+        if n < 2 or len(positive) < n:
+            method = f"absolute bound on the candidate over {n} pair(s)"
+            why = NO_VARIANCE if n < 2 else "a value of 0 leaves no log to bound"
+            return Verdict(gate, benchmark, decide.INCONCLUSIVE, None, value, None, None, method, why)
+        judged = decide.judge_bound(gate, [math.log(v) for v in positive], alpha)
+        method = (
+            f"absolute bound on the candidate's geometric mean over {n} pairs (df {n - 1}, alpha {alpha:g})"
+        )
+        return Verdict(
+            gate, benchmark, judged.outcome, None, value, None, judged.interval, method, judged.advice
+        )
     if any(v is None for v in baseline):
         reason = f"no value in the baseline: {baseline_gap or 'missing from a run'}"
-        return Verdict(gate, benchmark, True, None, statistics.median(present), None, None, None, reason)
+        return Verdict(
+            gate, benchmark, decide.INCONCLUSIVE, None, statistics.median(present), None, None, reason
+        )
     logs = log_ratios(baseline, candidate)
     if logs is None:
-        # A 0 (or an infinity) has no log: the medians against the threshold are all that is left.
         before = statistics.median(v for v in baseline if v is not None)
         after = statistics.median(present)
-        change = relative_change(before, after)
-        method = "threshold only on the medians: a value of 0 leaves no log-ratio to test"
-        return Verdict(
-            gate, benchmark, not beyond_threshold(gate, change), before, after, change, None, None, method
-        )
+        method = "a value of 0 leaves no log-ratio to test"
+        change = decide.relative_change(before, after)
+        return Verdict(gate, benchmark, decide.INCONCLUSIVE, before, after, change, None, method)
     before = _geometric_mean([v for v in baseline if v is not None])
     after = _geometric_mean(present)
     change = math.exp(statistics.fmean(logs)) - 1.0
-    beyond = beyond_threshold(gate, change)
     if n < 2:
-        method = f"threshold only on 1 pair: {NO_VARIANCE}"
-        return Verdict(gate, benchmark, not beyond, before, after, change, None, None, method)
+        return Verdict(
+            gate, benchmark, decide.INCONCLUSIVE, before, after, change, None, "1 pair", NO_VARIANCE
+        )
     centre, se = _mean_se(logs)
-    if METRICS[gate.metric].better == "higher":
-        excess = math.log(1.0 - gate.threshold) - centre
-    else:
-        excess = centre - math.log1p(gate.threshold)
-    # Identical ratios in every pair leave no spread: then only the sign of the excess can decide.
-    p = (0.0 if excess > 0 else 1.0) if se == 0.0 else stats.t_sf(excess / se, n - 1)
-    method = (
-        f"paired: one-sided t test of {n} ABBA pairs' log-ratios against the threshold (df {n - 1}, "
-        f"alpha {alpha:g}); geometric means, {(1.0 - alpha) * 100:g}% t CI of the ratio"
+    judged = decide.judge(gate, centre, se, n - 1, alpha, more=MORE, n=n)
+    method = f"paired: {n} ABBA pairs' log-ratios (df {n - 1}, alpha {alpha:g})"
+    return Verdict(
+        gate, benchmark, judged.outcome, before, after, change, judged.interval, method, judged.advice
     )
-    interval = _interval(logs, alpha)
-    return Verdict(gate, benchmark, not (beyond and p < alpha), before, after, change, p, interval, method)
+
+
+# --- The sequential plan ------------------------------------------------------------------------------
+
+
+#: Each look after the first comes at about this many times the pairs of the one before.
+GROWTH = 1.5
+
+
+@dataclass(frozen=True)
+class Sequential:
+    """The command's group-sequential plan (the module docstring): look after ``first`` pairs, then
+    at about ``GROWTH`` times as many each time up to ``most``, each look at ``alpha / looks``."""
+
+    first: int = 5
+    most: int = 20
+    alpha: float = decide.ALPHA
+
+    def __post_init__(self) -> None:
+        decide.check_alpha(self.alpha)
+        if not 1 <= self.first <= self.most:
+            raise ValueError(f"need 1 <= first ({self.first}) <= most ({self.most}) pairs")
+
+    @property
+    def looks(self) -> tuple[int, ...]:
+        """The pair counts after which the verdicts are read."""
+        out = [self.first]
+        while out[-1] < self.most:
+            out.append(min(self.most, max(out[-1] + 1, math.ceil(out[-1] * GROWTH))))
+        return tuple(out)
+
+    @property
+    def alpha_per_look(self) -> float:
+        """The level each look tests at: ``alpha`` spent evenly over the looks."""
+        return self.alpha / len(self.looks)
+
+    def describe(self) -> str:
+        """One line for the legend: the looks and the levels."""
+        looks = self.looks
+        if len(looks) == 1:
+            return f"{looks[0]} pair(s), alpha {self.alpha:g}"
+        return (
+            f"sequential: {looks[0]} to {looks[-1]} pairs, verdicts read after "
+            f"{', '.join(map(str, looks))} pairs, each look at alpha {self.alpha_per_look:.3g} "
+            f"({self.alpha:g} over the {len(looks)} looks)"
+        )
 
 
 # --- Pairing the runs -------------------------------------------------------------------------------
@@ -248,11 +293,23 @@ class ABResult:
     verdicts: tuple[Verdict, ...]
     missing: tuple[str, ...]
     gates: tuple[Gate, ...] = ()
+    #: How the pairs were planned and why they stopped, for the legend (empty: a fixed count).
+    plan: str = ""
 
     @property
     def failed(self) -> tuple[Verdict, ...]:
         """The verdicts that failed."""
-        return tuple(v for v in self.verdicts if not v.passed)
+        return tuple(v for v in self.verdicts if v.failed)
+
+    @property
+    def inconclusive(self) -> tuple[Verdict, ...]:
+        """The verdicts that could not tell."""
+        return tuple(v for v in self.verdicts if v.inconclusive)
+
+    @property
+    def decided(self) -> bool:
+        """Whether no verdict is INCONCLUSIVE (the sequential plan stops then)."""
+        return not self.inconclusive
 
 
 def _gap(runs: Sequence[StoredRun], fullname: str, metric: str, side: str) -> str | None:
@@ -273,14 +330,15 @@ def analyse(
     candidate_runs: Sequence[StoredRun],
     gate_list: Sequence[Gate] = (),
     *,
-    alpha: float = 0.01,
+    alpha: float = decide.ALPHA,
     labels: tuple[str, str] = (BASELINE, CANDIDATE),
+    plan: str = "",
 ) -> ABResult:
     """Pair the runs (run ``i`` of each side is pair ``i``), then check every gate on every benchmark
     that every run measured with a pytest-ipu record. Benchmarks missing from some run, or without
-    a record, are listed in ``missing``. Raises ``ValueError`` for unequal or no runs and for
-    ``alpha`` outside (0, 1)."""
-    _check_alpha(alpha)
+    a record, are listed in ``missing``. ``plan`` describes the pairs for the legend. Raises
+    ``ValueError`` for unequal or no runs and for ``alpha`` outside (0, 0.5)."""
+    decide.check_alpha(alpha)
     if len(baseline_runs) != len(candidate_runs) or not baseline_runs:
         raise ValueError(
             f"need N >= 1 pairs of runs, got {len(baseline_runs)} baseline and "
@@ -356,7 +414,14 @@ def analyse(
                     )
                 )
     return ABResult(
-        labels, len(baseline_runs), alpha, tuple(lines), tuple(verdicts), tuple(missing), tuple(gate_list)
+        labels,
+        len(baseline_runs),
+        alpha,
+        tuple(lines),
+        tuple(verdicts),
+        tuple(missing),
+        tuple(gate_list),
+        plan,
     )
 
 
@@ -395,9 +460,11 @@ def _confidence(result: ABResult) -> str:
 
 def _legend(result: ABResult) -> list[str]:
     base, cand = result.labels
+    plan = [result.plan] if result.plan else []
     return [
         f"baseline: {base}",
         f"candidate: {cand}",
+        *plan,
         f"{result.pairs} pair(s) in ABBA order; values are medians over the pairs; ratio = geometric mean "
         f"of candidate/baseline per pair, with its {_confidence(result)} (t); p = paired t test of no change",
     ]
@@ -534,18 +601,16 @@ FORMATS = tuple(RENDERERS)
 def gate_lines(result: ABResult) -> list[str]:
     """The gates' summary line, then every verdict's line (as ``pytest-ipu compare`` writes them);
     empty when no gate was given. Every verdict is listed, passes included: an A/B run is costly, and
-    the p of a pass shows how close it came."""
+    the interval of a pass shows how close it came."""
     if not result.gates:
         return []
     if not result.verdicts:
         return ["gates: nothing was checked: no benchmark was measured with a pytest-ipu record in every run"]
-    head = f"gates: {len(result.verdicts)} checked, {len(result.failed)} failed"
-    return [head, *(v.line() for v in result.verdicts)]
+    return [decide.summary(result.verdicts), *(v.line() for v in result.verdicts)]
 
 
 def exit_code(result: ABResult, strict: bool = False) -> int:
-    """0 when every gate passed; 1 when one failed, when gates were given but none was checked, or
-    (``strict``) when a benchmark is missing from a run."""
-    if result.failed or (result.gates and not result.verdicts):
-        return 1
-    return 1 if strict and result.missing else 0
+    """``decide.exit_code`` of the verdicts: 0 every gate PASS, 1 one FAIL (or gates given but none
+    checked), 3 one INCONCLUSIVE and none FAIL; with ``strict``, a benchmark missing from a run is 1."""
+    code = decide.exit_code(result.verdicts, bool(result.gates))
+    return 1 if code == 0 and strict and result.missing else code

@@ -29,7 +29,7 @@ included) is its history. So with four or more files, a later run has ``decide.H
 or more runs before it, and its gates are decided by the run-to-run test against their drift
 (docs/ci.md). With two or three files there is too little history: the spread between each
 record's repeats decides, or with one repeat a side the threshold alone.
-A failing gate makes the exit code 1, bad input 2.
+A FAIL makes the exit code 1, an INCONCLUSIVE verdict (and no FAIL) 3, bad input 2.
 """
 
 from __future__ import annotations
@@ -257,9 +257,12 @@ def hardware_differences(runs: Sequence[StoredRun]) -> list[str]:
     return notes
 
 
-def check_gates(comparison: Comparison, gate_list: Sequence[gates.Gate]) -> list[decide.Verdict]:
+def check_gates(
+    comparison: Comparison, gate_list: Sequence[gates.Gate], drift: float = decide.DRIFT
+) -> list[decide.Verdict]:
     """Every gate on every benchmark with a record, each later run against the first run, with the
-    runs before it as its history (the module docstring has the rule); ``decide.GateRunner`` decides.
+    runs before it as its history (the module docstring has the rule); ``decide.GateRunner`` decides,
+    with the run-to-run drift allowance ``drift``.
 
     Benchmarks missing from the first run and runs on other hardware are in the comparison's
     ``missing`` and ``hardware`` notes.
@@ -267,7 +270,7 @@ def check_gates(comparison: Comparison, gate_list: Sequence[gates.Gate]) -> list
     runs = comparison.runs
     verdicts: list[decide.Verdict] = []
     for index, run in enumerate(runs[1:], start=1):
-        runner = decide.GateRunner(history=runs[:index], run_gates=gate_list, baseline=runs[0])
+        runner = decide.GateRunner(history=runs[:index], run_gates=gate_list, baseline=runs[0], drift=drift)
         measured = [
             Measured(
                 bench.fullname,
@@ -292,23 +295,22 @@ NOTHING_CHECKED = (
 
 
 def gate_lines(gate_list: Sequence[gates.Gate], verdicts: Sequence[decide.Verdict]) -> list[str]:
-    """The gates' summary line, then each failed verdict's line; empty when no gate was given."""
+    """The gates' summary line, then the line of each verdict that is not a PASS; empty when no gate
+    was given."""
     if not gate_list:
         return []
     if not verdicts:
         return [NOTHING_CHECKED]
-    failed = [v for v in verdicts if not v.passed]
-    return [f"gates: {len(verdicts)} checked, {len(failed)} failed", *(v.line() for v in failed)]
+    return [decide.summary(verdicts), *(v.line() for v in verdicts if not v.passed)]
 
 
 def exit_code(
     comparison: Comparison, gate_list: Sequence[gates.Gate], verdicts: Sequence[decide.Verdict], strict: bool
 ) -> int:
-    """0 when every gate passed; 1 when one failed, when gates were given but none was checked, or
-    (``strict``) when a benchmark is missing from a run."""
-    if any(not v.passed for v in verdicts) or (gate_list and not verdicts):
-        return 1
-    return 1 if strict and comparison.missing else 0
+    """``decide.exit_code``: 0 every gate PASS, 1 one FAIL (or gates given but none checked), 3 one
+    INCONCLUSIVE and none FAIL; with ``strict``, a benchmark missing from a run makes 0 a 1."""
+    code = decide.exit_code(verdicts, bool(gate_list))
+    return 1 if code == 0 and strict and comparison.missing else code
 
 
 # -- rendering ------------------------------------------------------------------------------------

@@ -1,45 +1,54 @@
 """Deciding a performance gate: one gate on one benchmark (``check``), and every gate of a run
-against its baseline (``GateRunner``); used alike by the pytest plugin and ``pytest-ipu compare``.
+against its baseline (``GateRunner``); used alike by the pytest plugin and ``pytest-ipu compare``
+(``pytest-ipu ab`` decides its paired runs by the same ``judge``).
 
-Decision rule
--------------
-A relative gate (``latency.p99:+10%``, ``throughput:-5%``) fails only when both hold:
+Three verdicts
+--------------
+Every gate ends in one of three verdicts, and only evidence makes a PASS:
 
-1. the observed change of the gated metric, ``current / baseline - 1`` from the two records (the
-   figures pooled over each side's repeats), is beyond the threshold in the metric's worse
-   direction: a rise of more than 10% for ``latency.p99:+10%``, a drop of more than 5% for
-   ``throughput:-5%``; and
-2. the change is significantly *beyond the threshold*, judged by how much independent
-   measurements of the same code differ. The unit of evidence is the repeat (``--ipu-repeats``)
-   or the whole run, never the round: rounds of one run share its machine state (clock,
-   neighbours, caches), so two runs of the same code differ by a few percent as a whole, and a
-   test on rounds finds that difference significant however small it is.
+- **PASS**: the evidence shows, at confidence ``1 - alpha``, that the change is *not worse* than the
+  threshold (non-inferiority): the whole one-sided interval of the change lies on the good side of
+  the threshold;
+- **FAIL**: it shows the change *is* worse than the threshold: the whole interval lies beyond it;
+- **INCONCLUSIVE**: the interval straddles the threshold, or there is no variance estimate at all.
+  The verdict then says which changes this evidence could have decided and what would decide it.
 
-Which evidence decides, in order:
+This is the confidence-interval form of two one-sided tests (Schuirmann's TOST, as used for
+equivalence and non-inferiority): with ``w`` the estimated change in the worse direction (log
+scale, ``log(current / baseline)`` for a lower-is-better metric, its negative for throughput),
+``s`` its standard error, ``q = t_{1-alpha, df}`` and ``m`` the threshold's log (``log(1 + t)``, or
+``-log(1 - t)`` for a higher-is-better metric), the verdict is FAIL when ``w - q s > m``, PASS when
+``w + q s < m``, INCONCLUSIVE otherwise. A wrong FAIL (the true change within the threshold) and a
+wrong PASS (the true change beyond it) each have probability at most ``alpha`` (``ALPHA`` = 5 %),
+whatever the noise: more noise makes more INCONCLUSIVE verdicts, never more passes.
 
-- **Baseline runs** (three or more, ``history``): a one-sided t test of this run's value (log
-  scale) against the baseline runs' mean moved by the threshold, their spread between runs as the
-  noise, ``k - 1`` degrees of freedom. Whole runs carry every source of drift.
-- **Repeats** (two or more on either side): a one-sided two-sample t test on the logs of each
-  repeat's value (its throughput, its latency percentile), the difference of the means against the
-  log of the allowed change, the spread between repeats pooled over both sides. The verdict
-  reports the (1 - alpha) confidence interval of the ratio of the sides' geometric means.
-- **Neither**: the threshold alone, and the verdict says so ("no variance estimate: use
-  --ipu-repeats or more baseline runs"); it never prints a p-value it does not have.
+The evidence, in order:
 
-The test is against the threshold, not against "no change": a drift has to exceed the allowed
-change clearly before the gate fails. ``benchmarks/test_gate_accuracy.py`` measures the false
-alarms and detections this gives on a loaded machine, side by side with pytest-benchmark's and
-pyperf's checks; docs/ci.md has the figures and their limits.
+- **Baseline runs** (``HISTORY_MIN`` = 3 or more, ``history``): this run's value (log scale)
+  against the baseline runs' mean, their spread between whole runs as the noise
+  (``s = sd * sqrt(1 + 1/k)``, ``k - 1`` degrees of freedom). Whole runs carry every source of
+  drift between runs, so nothing is added.
+- **Repeats** (two or more on either side, ``--ipu-repeats``): the difference of the sides' mean
+  log repeat values, the spread between repeats pooled over both sides. Repeats of one run share
+  its machine state, so their spread underestimates how much two whole runs differ: the interval
+  is widened on both sides by the run-to-run drift allowance ``drift`` (``--ipu-drift``, 5 % by
+  default), and the verdict says its noise estimate is within-run. A change within the allowance
+  of the threshold is INCONCLUSIVE however many repeats there are: give three or more baseline
+  runs for their measured drift instead.
+- **Neither**: INCONCLUSIVE ("no variance estimate").
+
+An absolute gate (``latency.p99<2ms``, ``throughput>2500/s``) follows the same rule on the interval
+of the value itself: the ``1 - alpha`` one-sided bounds of the geometric mean of the current
+run's repeats (``df = n - 1``) against the bound. With one repeat, or a metric measured once per
+benchmark (energy, compile time), there is no interval: INCONCLUSIVE.
+
+A value the current record lacks FAILs any gate, with the record's reason (for power, why it was
+not measured): what the gate asks for was not delivered. A value the baseline lacks makes the
+gate INCONCLUSIVE: there is nothing to compare with.
 
 Energy, power, compile and first-call times are measured once per benchmark, not per repeat:
-they have no repeat spread, so baseline runs or the threshold alone decide them. When the
-baseline record lacks the metric (the baseline measured no power, say), the gate cannot compare
-and passes, saying so.
-
-An absolute gate (``latency.p99<2ms``, ``throughput>2500/s``) fails when the current value is not
-strictly within the bound. A value the current record lacks fails any gate, with the reason the
-record gives (for power, the reason it was not measured).
+only baseline runs can give them a spread. ``benchmarks/test_gate_accuracy.py`` measures the
+rates this rule gives on a loaded machine; docs/ci.md has the rule, a worked example and the figures.
 
 Every gate of a run
 -------------------
@@ -57,6 +66,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 from typing import Literal
 
 import numpy as np
@@ -71,6 +81,118 @@ from pytest_ipu.results.records import Measured
 
 #: Significant figures of the values in a verdict's line.
 DIGITS = 4
+#: The default confidence of a verdict: a wrong PASS, and a wrong FAIL, each at most this likely.
+ALPHA = 0.05
+#: The default run-to-run drift allowance (relative) when repeats of one run are the only noise
+#: estimate: CodSpeed measures a 2.7 % coefficient of variation between runs on hosted CI runners,
+#: and two runs then differ by more than 5 % about one time in twenty-five.
+DRIFT = 0.05
+#: Fewest baseline runs from which the run-to-run spread is estimated.
+HISTORY_MIN = 3
+
+PASS: Final = "PASS"
+FAIL: Final = "FAIL"
+INCONCLUSIVE: Final = "INCONCLUSIVE"
+Outcome = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+OUTCOMES: tuple[Outcome, ...] = (PASS, FAIL, INCONCLUSIVE)
+
+
+# --- The rule ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The rule applied to one estimate: its outcome, the interval of the change (as a ratio
+    current / baseline, or of the value for an absolute gate) and, when not decided, what was
+    decidable and what would decide it."""
+
+    outcome: Outcome
+    interval: tuple[float, float]
+    #: For INCONCLUSIVE: the changes this evidence could have decided, and what would decide it.
+    advice: str = ""
+
+
+def orient(gate: Gate) -> float:
+    """+1 when a rise of the gated metric is worse (latency), -1 when a drop is (throughput)."""
+    return 1.0 if METRICS[gate.metric].better == "lower" else -1.0
+
+
+def margin(gate: Gate) -> float:
+    """The relative gate's threshold on the oriented log scale (worse is positive)."""
+    if METRICS[gate.metric].better == "higher":
+        return -math.log(1.0 - gate.threshold) if gate.threshold < 1.0 else math.inf
+    return math.log1p(gate.threshold)
+
+
+def judge(
+    gate: Gate,
+    shift: float,
+    scale: float,
+    df: int,
+    alpha: float,
+    *,
+    allowance: float = 0.0,
+    more: str = "",
+    n: int = 0,
+) -> Judgement:
+    """The module docstring's rule for a relative gate: ``shift`` is the estimated
+    ``log(current / baseline)``, ``scale`` its standard error with ``df`` degrees of freedom,
+    ``allowance`` a log drift added to both sides of the interval. ``more`` names what gives more
+    evidence (``--ipu-repeats``, ``--max-pairs``), ``n`` how many of it there were."""
+    sign, m = orient(gate), margin(gate)
+    worse = sign * shift
+    reach = stats.t_isf(alpha, df) * scale + allowance
+    low, high = worse - reach, worse + reach
+    ratio = (_exp(sign * low), _exp(sign * high))
+    interval = (min(ratio), max(ratio))
+    if low > m:
+        return Judgement(FAIL, interval)
+    if high < m:
+        return Judgement(PASS, interval)
+    return Judgement(INCONCLUSIVE, interval, _advice(gate, worse, reach, allowance, more, n))
+
+
+def _advice(gate: Gate, worse: float, reach: float, allowance: float, more: str, n: int) -> str:
+    """What an inconclusive relative verdict could have told, and what would decide it."""
+    m, sign = margin(gate), orient(gate)
+    caught = _percent(_exp(sign * (m + reach)) - 1.0)
+    cleared = _percent(_exp(sign * (m - reach)) - 1.0)
+    text = f"this evidence fails only changes past {caught} and passes only changes within {cleared}"
+    gap = abs(worse - m) - allowance
+    statistical = reach - allowance
+    if allowance > 0.0 and gap <= 0.0:
+        return (
+            f"{text}; the change is within the run-to-run drift allowance ({_percent(math.expm1(allowance))})"
+            f" of the threshold: give {HISTORY_MIN} or more baseline runs, whose drift is measured"
+        )
+    if not more or n < 1 or gap <= 0.0 or statistical <= 0.0:
+        return f"{text}; a quieter runner or fewer threads would narrow it"
+    needed = math.ceil(n * (statistical / gap) ** 2)
+    return f"{text}; about {needed} {more} (now {n}), fewer threads or a quieter runner would decide it"
+
+
+def judge_bound(gate: Gate, logs: Sequence[float], alpha: float) -> Judgement:
+    """The rule for an absolute gate on the current run's repeats (their log values, two or more):
+    the one-sided bounds of their geometric mean against the bound."""
+    n = len(logs)
+    centre = math.fsum(logs) / n
+    spread = math.sqrt(math.fsum((x - centre) ** 2 for x in logs) / (n - 1))
+    reach = stats.t_isf(alpha, n - 1) * spread / math.sqrt(n)
+    low, high = _exp(centre - reach), _exp(centre + reach)
+    bound = gate.threshold
+    below = gate.op == "<"
+    if (high < bound) if below else (low > bound):
+        return Judgement(PASS, (low, high))
+    if (low >= bound) if below else (high <= bound):
+        return Judgement(FAIL, (low, high))
+    unit = METRICS[gate.metric].unit
+    shown = f"[{units.format_value(low, unit, 3)}, {units.format_value(high, unit, 3)}]"
+    return Judgement(
+        INCONCLUSIVE,
+        (low, high),
+        f"the repeats' interval {shown} contains the bound: more repeats (--ipu-repeats, now {n}), "
+        "fewer threads or a quieter runner would decide it",
+    )
 
 
 # --- Verdicts -------------------------------------------------------------------------------------
@@ -80,58 +202,86 @@ DIGITS = 4
 class Verdict:
     """The outcome of one gate on one benchmark, with the numbers it was decided on.
 
-    ``baseline`` is ``None`` for an absolute gate; ``current`` is ``None`` when the current record
-    lacks the metric (the gate then fails and ``method`` says why). ``change`` is ``current /
-    baseline - 1`` for a relative gate. ``p_value`` (the one-sided t test's) is set when repeats or
-    baseline runs gave a variance estimate, ``interval`` (confidence interval of the ratio of the
-    repeats' geometric means) when repeats did. ``method`` says how the verdict was reached,
-    including when it rests on the threshold alone.
+    ``outcome`` is PASS, FAIL or INCONCLUSIVE (the module docstring's rule). ``baseline`` is
+    ``None`` for an absolute gate or when the baseline lacks the metric; ``current`` is ``None``
+    when the current record lacks it. ``change`` is ``current / baseline - 1`` for a relative gate.
+    ``interval`` is the ``1 - 2 alpha`` interval the verdict was read from (of the ratio current /
+    baseline, or of the value for an absolute gate), drift allowance included; ``None`` without a
+    variance estimate. ``method`` says how the verdict was reached; ``advice``, for an
+    INCONCLUSIVE one, what could have been decided and what would decide it.
     """
 
     gate: Gate
     benchmark: str
-    passed: bool
+    outcome: Outcome
     baseline: float | None
     current: float | None
     change: float | None
-    p_value: float | None
     interval: tuple[float, float] | None
     method: str
+    advice: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """Whether the evidence showed the change within the gate."""
+        return self.outcome == PASS
+
+    @property
+    def failed(self) -> bool:
+        """Whether the evidence showed the change beyond the gate (or the current record lacks the value)."""
+        return self.outcome == FAIL
+
+    @property
+    def inconclusive(self) -> bool:
+        """Whether the evidence could not tell."""
+        return self.outcome == INCONCLUSIVE
 
     def line(self) -> str:
-        """One line for a list of results: benchmark, metric, values, change, threshold, evidence, verdict."""
+        """One line: benchmark, metric, values, change, threshold, interval, verdict, how, and (when
+        inconclusive) what would decide it."""
         unit = METRICS[self.gate.metric].unit
         current = "no value" if self.current is None else units.format_value(self.current, unit, DIGITS)
         head = f"{self.benchmark} {self.gate.metric}: "
         if self.gate.kind == "absolute":
             # The bound exactly as the gate has it: rounding it could show '2 ms, bound < 2 ms: FAIL'.
             number, shown = units.exact_text(self.gate.threshold, unit, short=False)
-            bound = f"bound {self.gate.op} {number} {shown}"
-            return f"{head}{current}, {bound}: {self._outcome()} ({self.method})"
-        baseline = "no value" if self.baseline is None else units.format_value(self.baseline, unit, DIGITS)
-        sign = "-" if METRICS[self.gate.metric].better == "higher" else "+"
-        percent = units.decimal_text(units.float_decimal(self.gate.threshold).scaleb(2))
-        limit = f"threshold {sign}{percent}%"
-        change = "" if self.change is None else f"{_percent(self.change)}, "
-        parts = [f"{head}{baseline} -> {current} ({change}{limit})"]
-        if self.p_value is not None:
-            parts.append(format_p(self.p_value))
-        if self.interval is not None:
-            parts.append(f"ratio CI [{self.interval[0]:.3f}, {self.interval[1]:.3f}]")
-        return f"{', '.join(parts)}: {self._outcome()} ({self.method})"
+            parts = [f"{head}{current}, bound {self.gate.op} {number} {shown}"]
+            if self.interval is not None:
+                low, high = (units.format_value(v, unit, 3) for v in self.interval)
+                parts.append(f"interval [{low}, {high}]")
+        else:
+            baseline = (
+                "no value" if self.baseline is None else units.format_value(self.baseline, unit, DIGITS)
+            )
+            sign = "-" if METRICS[self.gate.metric].better == "higher" else "+"
+            percent = units.decimal_text(units.float_decimal(self.gate.threshold).scaleb(2))
+            change = "" if self.change is None else f"{_percent(self.change)}, "
+            parts = [f"{head}{baseline} -> {current} ({change}threshold {sign}{percent}%)"]
+            if self.interval is not None:
+                parts.append(f"ratio interval [{self.interval[0]:.3f}, {self.interval[1]:.3f}]")
+        text = f"{', '.join(parts)}: {self.outcome} ({self.method})"
+        return f"{text}; {self.advice}" if self.advice else text
 
-    def _outcome(self) -> str:
-        if not self.passed:
-            return "FAIL"
-        if self.gate.kind == "relative" and self.baseline is None:
-            return "not compared"
-        if self.change is not None and beyond_threshold(self.gate, self.change):
-            return "pass, not significant"
-        return "pass"
+    def as_json(self) -> dict[str, object]:
+        """Plain-JSON form, for the run's file and the report."""
+        return {
+            "benchmark": self.benchmark,
+            "gate": str(self.gate),
+            "metric": self.gate.metric,
+            "outcome": self.outcome,
+            "baseline": self.baseline,
+            "current": self.current,
+            "change": self.change,
+            "interval": None if self.interval is None else list(self.interval),
+            "method": self.method,
+            "advice": self.advice,
+        }
 
 
 def _percent(change: float) -> str:
     """``0.1667`` -> ``+16.7%``."""
+    if math.isinf(change):
+        return "+inf%" if change > 0 else "-inf%"
     return f"{change * 100:+.1f}%"
 
 
@@ -142,137 +292,124 @@ def beyond_threshold(gate: Gate, change: float) -> bool:
     return change > gate.threshold
 
 
+def check_alpha(alpha: float) -> None:
+    """``ValueError`` for a confidence level outside (0, 0.5): the rule's two one-sided tests
+    need ``alpha`` below one half."""
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must be within (0, 0.5), got {alpha}")
+
+
 def check(
     gate: Gate,
     benchmark: str,
     current: IpuRecord,
     baseline: IpuRecord | None = None,
     *,
-    alpha: float = 0.01,
+    alpha: float = ALPHA,
     history: Sequence[float] | None = None,
+    drift: float = DRIFT,
 ) -> Verdict:
     """Decide one gate for one benchmark by the rule of the module docstring.
 
     ``current`` and ``baseline`` are the two typed records (their repeats are the evidence);
     ``history`` holds the gated metric's value in every baseline run (the baseline's own included);
-    with ``HISTORY_MIN`` or more of them their spread decides. Raises ``ValueError`` for a relative
-    gate without a baseline record (callers decide what a missing baseline means) and for
-    ``alpha`` outside (0, 1).
+    with ``HISTORY_MIN`` or more of them their spread decides. ``drift`` is the run-to-run drift
+    allowance of the repeat test. Raises ``ValueError`` for a relative gate without a baseline
+    record (callers decide what a missing baseline means) and for ``alpha`` outside (0, 0.5).
     """
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be within (0, 1), got {alpha}")
+    check_alpha(alpha)
     value = current.value(gate.metric)
+    if value is None:
+        reason = f"no value in the current record: {METRICS[gate.metric].why_missing(current)}"
+        before = None if baseline is None else baseline.value(gate.metric)
+        return Verdict(gate, benchmark, FAIL, before, None, None, None, reason)
     if gate.kind == "absolute":
-        if value is None:
-            reason = f"no value in the current record: {METRICS[gate.metric].why_missing(current)}"
-            return Verdict(gate, benchmark, False, None, None, None, None, None, reason)
-        passed = value < gate.threshold if gate.op == "<" else value > gate.threshold
-        return Verdict(gate, benchmark, passed, None, value, None, None, None, "absolute bound")
+        return _check_bound(gate, benchmark, current, value, alpha)
     if baseline is None:
         raise ValueError(f"relative gate {gate} on {benchmark}: no baseline record to compare with")
     before = baseline.value(gate.metric)
-    if value is None:
-        reason = f"no value in the current record: {METRICS[gate.metric].why_missing(current)}"
-        return Verdict(gate, benchmark, False, before, None, None, None, None, reason)
     if before is None:
         reason = f"no value in the baseline: {METRICS[gate.metric].why_missing(baseline)}"
-        return Verdict(gate, benchmark, True, None, value, None, None, None, reason)
+        return Verdict(gate, benchmark, INCONCLUSIVE, None, value, None, None, reason)
     found = evidence(
         value, current.repeat_values(gate.metric), baseline.repeat_values(gate.metric), history or ()
     )
-    if found is not None and found.source == "run-to-run":
-        return _check_history(gate, benchmark, value, _usable(history or ()), alpha)
-    if found is not None:
-        return _check_repeats(gate, benchmark, before, value, found, alpha)
     change = relative_change(before, value)
-    if METRICS[gate.metric].per_repeat:
-        advice = f"one repeat on each side): use --ipu-repeats or {HISTORY_MIN} or more baseline runs"
-    else:
-        advice = f"{gate.metric} is measured once per benchmark): use {HISTORY_MIN} or more baseline runs"
-    method = f"threshold only: no variance estimate ({advice}"
-    return Verdict(
-        gate, benchmark, not beyond_threshold(gate, change), before, value, change, None, None, method
-    )
-
-
-def _check_repeats(
-    gate: Gate, benchmark: str, before: float, value: float, found: Evidence, alpha: float
-) -> Verdict:
-    """The repeat test: a one-sided two-sample t test (pooled variance) on the logs of each repeat's
-    value (``found``, from ``evidence``), of the hypothesis that the current side is worse than the
-    baseline by more than the threshold allows."""
-    shift, scale, df = found.shift, found.scale, found.df
-    if METRICS[gate.metric].better == "higher":
-        excess = math.log(1.0 - gate.threshold) - shift
-    else:
-        excess = shift - math.log1p(gate.threshold)
-    # Repeats that agree exactly leave no spread: then only the sign of the excess can decide.
-    p = (0.0 if excess > 0 else 1.0) if scale == 0.0 else stats.t_sf(excess / scale, df)
-    reach = stats.t_isf(alpha / 2.0, df) * scale
-    interval = (_exp(shift - reach), _exp(shift + reach))
-    change = relative_change(before, value)
+    if found is None:
+        if METRICS[gate.metric].per_repeat:
+            advice = f"one repeat on each side: use --ipu-repeats=3 or {HISTORY_MIN} or more baseline runs"
+        else:
+            advice = f"{gate.metric} is measured once per benchmark: give {HISTORY_MIN} or more baseline runs"
+        return Verdict(
+            gate, benchmark, INCONCLUSIVE, before, value, change, None, "no variance estimate", advice
+        )
+    if found.source == "run-to-run":
+        baseline_value = math.exp(math.log(value) - found.shift)
+        method = (
+            f"run-to-run: {found.baseline} baseline runs (geometric mean; spread {found.spread * 100:.1f}% "
+            f"sd between runs, df {found.df}, alpha {alpha:g})"
+        )
+        judged = judge(
+            gate, found.shift, found.scale, found.df, alpha, more="baseline runs", n=found.baseline
+        )
+        change = value / baseline_value - 1.0
+        return Verdict(
+            gate,
+            benchmark,
+            judged.outcome,
+            baseline_value,
+            value,
+            change,
+            judged.interval,
+            method,
+            judged.advice,
+        )
+    allowance = math.log1p(drift)
     method = (
-        f"repeats: one-sided t test on {found.current} current vs {found.baseline} baseline repeats "
-        f"(log scale, spread {found.spread * 100:.1f}% sd between repeats, df {df}, alpha {alpha:g}), "
-        f"{(1.0 - alpha) * 100:g}% CI of the ratio of geometric means"
+        f"repeats: {found.current} current vs {found.baseline} baseline repeats (log scale, spread "
+        f"{found.spread * 100:.1f}% sd between repeats, df {found.df}, alpha {alpha:g}); within-run noise, "
+        f"widened by the {drift * 100:g}% run-to-run drift allowance (--ipu-drift)"
     )
-    passed = not (beyond_threshold(gate, change) and p < alpha)
-    return Verdict(gate, benchmark, passed, before, value, change, p, interval, method)
+    judged = judge(
+        gate,
+        found.shift,
+        found.scale,
+        found.df,
+        alpha,
+        allowance=allowance,
+        more="repeats (--ipu-repeats)",
+        n=max(found.current, found.baseline),
+    )
+    return Verdict(
+        gate, benchmark, judged.outcome, before, value, change, judged.interval, method, judged.advice
+    )
+
+
+def _check_bound(gate: Gate, benchmark: str, current: IpuRecord, value: float, alpha: float) -> Verdict:
+    logs = [math.log(v) for v in _usable(current.repeat_values(gate.metric))]
+    if len(logs) < 2:
+        if METRICS[gate.metric].per_repeat:
+            advice = "one repeat: no spread to bound the value by; use --ipu-repeats=3"
+        else:
+            advice = f"{gate.metric} is measured once per benchmark: no spread to bound the value by"
+        return Verdict(gate, benchmark, INCONCLUSIVE, None, value, None, None, "no variance estimate", advice)
+    judged = judge_bound(gate, logs, alpha)
+    method = (
+        f"absolute bound on the interval of {len(logs)} repeats' geometric mean "
+        f"(df {len(logs) - 1}, alpha {alpha:g})"
+    )
+    return Verdict(gate, benchmark, judged.outcome, None, value, None, judged.interval, method, judged.advice)
 
 
 def _exp(x: float) -> float:
     """``exp(x)``, infinite past what a float holds: repeats far apart give an unbounded interval."""
-    return math.inf if x > 709.0 else math.exp(x)
+    if x > 709.0:
+        return math.inf
+    return 0.0 if x < -745.0 else math.exp(x)
 
 
 def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values)
-
-
-#: Fewest baseline runs from which the run-to-run spread is estimated.
-HISTORY_MIN = 3
-
-
-def _spread(gate: Gate, history: Sequence[float], alpha: float) -> tuple[float, float, float, float]:
-    """Of the baseline runs' log values: mean, sd, the scale of a new run's deviation, and the
-    smallest change (as a ratio) the run-to-run test could call beyond the threshold."""
-    centre, spread, scale = _history_noise(history)
-    critical = stats.t_isf(alpha, len(history) - 1) * scale
-    if METRICS[gate.metric].better == "higher":
-        detectable = math.exp(-(math.log(1.0 - gate.threshold) - critical))
-    else:
-        detectable = math.exp(math.log1p(gate.threshold) + critical)
-    return centre, spread, scale, detectable
-
-
-def _check_history(
-    gate: Gate, benchmark: str, value: float, history: Sequence[float], alpha: float
-) -> Verdict:
-    """The run-to-run test: is this run's value beyond the threshold, judged by how much the
-    baseline runs themselves spread?
-
-    On log values (ratios become differences): the one-sided t statistic of this run, as a new
-    observation, against the baseline runs' mean moved by the threshold,
-    ``(log(value) - mean - log(1 + t)) / (sd * sqrt(1 + 1/k))`` with ``k - 1`` degrees of freedom
-    (mirrored for better-higher metrics). ``method`` states the spread and the smallest change it
-    lets the gate detect.
-    """
-    centre, spread, scale, detectable = _spread(gate, history, alpha)
-    baseline = math.exp(centre)
-    change = value / baseline - 1.0
-    beyond = beyond_threshold(gate, change)
-    if METRICS[gate.metric].better == "higher":
-        excess = centre + math.log(1.0 - gate.threshold) - math.log(value)
-    else:
-        excess = math.log(value) - centre - math.log1p(gate.threshold)
-    # Identical baseline runs leave no spread: then only the sign of the excess can decide.
-    p = (0.0 if excess > 0 else 1.0) if scale == 0.0 else stats.t_sf(excess / scale, len(history) - 1)
-    method = (
-        f"run-to-run: one-sided t test against {len(history)} baseline runs (geometric mean; spread "
-        f"{spread * 100:.1f}% sd between runs, alpha {alpha:g}); changes under {_percent(detectable - 1.0)} "
-        "cannot fail here"
-    )
-    return Verdict(gate, benchmark, not (beyond and p < alpha), baseline, value, change, p, None, method)
 
 
 def relative_change(before: float, after: float) -> float:
@@ -372,6 +509,29 @@ def format_p(p: float) -> str:
     return f"p{text}" if text.startswith("<") else f"p={text}"
 
 
+# --- Summaries and exit codes ----------------------------------------------------------------------
+
+#: The exit codes of ``pytest-ipu compare`` and ``ab`` for their gates (2 is bad input, the CLI's).
+EXIT_PASS = 0
+EXIT_FAIL = 1
+EXIT_INCONCLUSIVE = 3
+
+
+def summary(verdicts: Sequence[Verdict]) -> str:
+    """``gates: 6 checked: 4 PASS, 1 FAIL, 1 INCONCLUSIVE``."""
+    counts = ", ".join(f"{sum(v.outcome == o for v in verdicts)} {o}" for o in OUTCOMES)
+    return f"gates: {len(verdicts)} checked: {counts}"
+
+
+def exit_code(verdicts: Sequence[Verdict], gates_given: bool) -> int:
+    """``EXIT_FAIL`` when a verdict failed or gates were given but none was checked (a gate that
+    checked nothing guards nothing), else ``EXIT_INCONCLUSIVE`` when one could not tell, else
+    ``EXIT_PASS``."""
+    if any(v.failed for v in verdicts) or (gates_given and not verdicts):
+        return EXIT_FAIL
+    return EXIT_INCONCLUSIVE if any(v.inconclusive for v in verdicts) else EXIT_PASS
+
+
 # --- Every gate of a run ---------------------------------------------------------------------------
 
 
@@ -393,7 +553,12 @@ class GateOutcome:
     @property
     def failed(self) -> tuple[Verdict, ...]:
         """The verdicts that failed."""
-        return tuple(v for v in self.verdicts if not v.passed)
+        return tuple(v for v in self.verdicts if v.failed)
+
+    @property
+    def inconclusive(self) -> tuple[Verdict, ...]:
+        """The verdicts that could not tell."""
+        return tuple(v for v in self.verdicts if v.inconclusive)
 
 
 @dataclass(frozen=True)
@@ -402,13 +567,15 @@ class GateRunner:
 
     ``history`` holds every baseline run, oldest first; the baseline is ``baseline`` when given,
     else the last of them. ``run_gates`` apply to every benchmark (``--ipu-gate``, ``--gate``),
-    except where a benchmark's own gates name the same metric.
+    except where a benchmark's own gates name the same metric. ``alpha`` and ``drift`` are
+    ``check``'s.
     """
 
     history: Sequence[StoredRun] = ()
     run_gates: Sequence[Gate] = ()
-    alpha: float = 0.01
+    alpha: float = ALPHA
     baseline: StoredRun | None = None
+    drift: float = DRIFT
 
     @property
     def base(self) -> StoredRun | None:
@@ -460,9 +627,8 @@ class GateRunner:
         )
 
     def _relative(self, gate: Gate, m: Measured, before: IpuRecord) -> Verdict:
-        return check(
-            gate, m.name, m.record, before, alpha=self.alpha, history=self.history_of(m.fullname, gate.metric)
-        )
+        history = self.history_of(m.fullname, gate.metric)
+        return check(gate, m.name, m.record, before, alpha=self.alpha, history=history, drift=self.drift)
 
     def history_of(self, fullname: str, metric: str) -> list[float]:
         """The metric's value for ``fullname`` in every baseline run that has it, oldest first."""
