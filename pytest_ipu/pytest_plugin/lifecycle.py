@@ -206,7 +206,8 @@ class Lifecycle:
 
     def pytest_benchmark_update_json(self, output_json: dict[str, Any]) -> None:
         """The top-level ``pytest_ipu`` section: schema version, plugin version, settings and, when the
-        run measured any, the energy of every ``ipu_power`` block (``power_blocks``)."""
+        run measured any, the energy of every ``ipu_power`` block (``power_blocks``) and, when it had
+        gates, every gate's verdict (``gates``)."""
         from pytest_ipu.results import benchmark_json
         from pytest_ipu.results import schema
 
@@ -221,6 +222,13 @@ class Lifecycle:
             from pytest_ipu.results import power_blocks
 
             run_info[power_blocks.KEY] = [b.as_json() for b in session.power_blocks]
+        # Every benchmark's gates, not only those checked as each was measured (end_session checks
+        # the rest again: a no-op then).
+        session.gate_check.check()
+        if session.gate_check.verdicts:
+            run_info[benchmark_json.GATES_KEY] = [
+                {**v.as_json(), "line": v.line()} for v in session.gate_check.verdicts
+            ]
         benchmark_json.update_json(output_json, run_info)
         if session.torchrun is not None:
             import json

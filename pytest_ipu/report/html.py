@@ -86,6 +86,9 @@ details { margin: 6px 0; color: #555; font-size: 13px; }
 ul.contents { margin: 4px 0 8px; padding-left: 18px; }
 a { color: #0a5fa8; text-decoration: none; }
 footer { color: #888; font-size: 12px; margin-top: 40px; }
+td.pass { color: #1a7f37; font-weight: 600; }
+td.fail { color: #c62828; font-weight: 600; }
+td.unsure { color: #9a6700; font-weight: 600; }
 """
 
 
@@ -487,6 +490,30 @@ def _loadgen_section(
     return "".join(parts)
 
 
+#: How each gate verdict is marked in the report: never a PASS colour for what could not be told.
+_OUTCOME_CLASS = {"PASS": "pass", "FAIL": "fail", "INCONCLUSIVE": "unsure"}
+
+
+def _gates_section(runs: Sequence[StoredRun], labels: Sequence[str]) -> str:
+    """The verdicts of the gates each run recorded, with their counts; empty when no run had gates."""
+    parts = []
+    for run, label in zip_strict(runs, labels):
+        if not run.gates:
+            continue
+        counts = ", ".join(f"{sum(v.outcome == o for v in run.gates)} {o}" for o in _OUTCOME_CLASS)
+        head = f"run {label}: " if len(runs) > 1 else ""
+        rows = "".join(
+            f'<tr><td class="{_OUTCOME_CLASS[v.outcome]}">{_e(v.outcome)}</td><td>{_e(v.benchmark)}</td>'
+            f"<td><code>{_e(v.gate)}</code></td><td>{_e(v.line)}</td></tr>"
+            for v in run.gates
+        )
+        parts.append(
+            f'<p class="sub">{_e(head)}{len(run.gates)} gate check(s): {_e(counts)}</p>'
+            f"<table><tr><th>verdict</th><th>benchmark</th><th>gate</th><th>evidence</th></tr>{rows}</table>"
+        )
+    return "".join(parts)
+
+
 def _page(
     runs: Sequence[StoredRun],
     figures: Sequence[_Figure],
@@ -528,6 +555,10 @@ def _page(
         body = _loadgen_section(queried, charts, drawn=scaling_drawn)
         sections.append(f'<section id="loadgen"><h2>LoadGen</h2>{body}</section>')
         contents.append('<li><a href="#loadgen">LoadGen</a></li>')
+    gated = _gates_section(runs, labels)
+    if gated:
+        sections.append(f'<section id="gates"><h2>Gates</h2>{gated}</section>')
+        contents.append('<li><a href="#gates">gates</a></li>')
     for index, group in enumerate(groups):
         anchor = f"group-{index + 1}-{_slug(group)}"
         mine = [f for f in figures if f.group == group and f.view in plots.VIEWS]

@@ -46,9 +46,27 @@ class StoredBenchmark:
 
 
 @dataclass(frozen=True)
+class StoredVerdict:
+    """One gate verdict the run recorded (the top-level section's ``gates``): the benchmark, the
+    gate as written, PASS, FAIL or INCONCLUSIVE, and the verdict's line with its evidence."""
+
+    benchmark: str
+    gate: str
+    outcome: str
+    line: str
+
+
+#: The verdicts a recorded gate may have (``decide.OUTCOMES``; not imported: the decision loads numpy).
+OUTCOMES = ("PASS", "FAIL", "INCONCLUSIVE")
+#: The top-level section's key of the gate verdicts.
+GATES_KEY = "gates"
+
+
+@dataclass(frozen=True)
 class StoredRun:
-    """A whole saved run: where it came from, the machine it ran on, its benchmarks and the energy
-    of its ``ipu_power`` blocks (none in files written before they were kept)."""
+    """A whole saved run: where it came from, the machine it ran on, its benchmarks, the energy
+    of its ``ipu_power`` blocks (none in files written before they were kept) and the verdicts of
+    its gates (none when it had no gates)."""
 
     path: Path
     machine_info: Mapping[str, Any]
@@ -56,6 +74,7 @@ class StoredRun:
     datetime: str | None
     benchmarks: tuple[StoredBenchmark, ...]
     power_blocks: tuple[PowerBlock, ...] = ()
+    gates: tuple[StoredVerdict, ...] = ()
 
 
 def attach(extra_info: dict[str, Any], record: Mapping[str, Any]) -> None:
@@ -128,7 +147,32 @@ def parse_run(data: object, path: Path) -> StoredRun:
         str(data["datetime"]) if isinstance(data.get("datetime"), str) else None,
         tuple(out),
         _power_blocks(data, path),
+        _verdicts(data, path),
     )
+
+
+def _verdicts(data: Mapping[str, Any], path: Path) -> tuple[StoredVerdict, ...]:
+    """The gate verdicts of the top-level section; none when it has no ``gates`` list."""
+    section = data.get(TOP_LEVEL_KEY)
+    entries = section.get(GATES_KEY) if isinstance(section, dict) else None
+    if entries is None:
+        return ()
+    where = f"{path}: '{TOP_LEVEL_KEY}.{GATES_KEY}'"
+    if not isinstance(entries, list):
+        raise RunFileError(f"{where} is {_show(entries)}: it must be a list; {_FIX}")
+    out = []
+    for index, entry in enumerate(entries):
+        fields = [
+            entry.get(k) if isinstance(entry, dict) else None
+            for k in ("benchmark", "gate", "outcome", "line")
+        ]
+        if not all(isinstance(f, str) for f in fields) or fields[2] not in OUTCOMES:
+            raise RunFileError(
+                f"{where}[{index}] is not a gate verdict (strings 'benchmark', 'gate', 'line' and an "
+                f"'outcome' of {', '.join(OUTCOMES)}); {_FIX}"
+            )
+        out.append(StoredVerdict(*(str(f) for f in fields)))
+    return tuple(out)
 
 
 def _power_blocks(data: Mapping[str, Any], path: Path) -> tuple[PowerBlock, ...]:

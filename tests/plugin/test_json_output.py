@@ -315,6 +315,8 @@ def test_top_level_section_has_schema_version_and_settings(torch_run: TorchRun) 
             "gates": [],
             "baselines": [],
             "baseline_missing": "warn",
+            "inconclusive": "fail",
+            "drift": 0.05,
             "repeats": 1,
             "repeat_mode": "interleaved",
             "time_cap": "3x",
