@@ -330,8 +330,8 @@ def test_a_marker_gate_replaces_the_runs_gate_on_its_metric(
 ) -> None:
     _baseline(pytester, monkeypatch, REPEATS)
     monkeypatch.setenv("SLOW", REGRESSED)
-    # test_changing's latency may rise 999 % (it rises 900 %, 950 % with the drift allowance, far beyond the run's 50 %); the others
-    # keep the run's gate.
+    # test_changing's latency may rise 999 % (it rises 900 %, 950 % with the drift allowance: far
+    # beyond the run's 50 %); the others keep the run's gate.
     pytester.makepyfile(
         test_work=BENCH.replace(
             "def test_changing", '@pytest.mark.ipu(gate="latency.p50:+999%")\ndef test_changing'
