@@ -390,12 +390,15 @@ def _check_bound(gate: Gate, benchmark: str, current: IpuRecord, value: float, a
     if len(logs) < 2:
         if METRICS[gate.metric].per_repeat:
             advice = "one repeat: no spread to bound the value by; use --ipu-repeats=3"
+        elif METRICS[gate.metric].runs is not None:
+            advice = f"{gate.metric} has one value (one run kept): no spread to bound the value by"
         else:
             advice = f"{gate.metric} is measured once per benchmark: no spread to bound the value by"
         return Verdict(gate, benchmark, INCONCLUSIVE, None, value, None, None, "no variance estimate", advice)
     judged = judge_bound(gate, logs, alpha)
+    what = "runs" if METRICS[gate.metric].runs is not None else "repeats"
     method = (
-        f"absolute bound on the interval of {len(logs)} repeats' geometric mean "
+        f"absolute bound on the interval of {len(logs)} {what}' geometric mean "
         f"(df {len(logs) - 1}, alpha {alpha:g})"
     )
     return Verdict(gate, benchmark, judged.outcome, None, value, None, judged.interval, method, judged.advice)

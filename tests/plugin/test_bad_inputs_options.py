@@ -118,10 +118,14 @@ ROWS = [
     env("PYTEST_IPU_MISSING_SDK=warn", "warn", "expected one of skip, fail"),
     cli("--ipu-power=ina219", "ina219", "expected one of auto, off, nvml, rapl, gcipuinfo"),
     cli("--ipu-baseline-missing=skip", "skip", "expected one of warn, fail"),
+    cli("--ipu-inconclusive=ignore", "ignore", "expected one of fail, warn, pass"),
+    env("PYTEST_IPU_INCONCLUSIVE=yes", "yes", "expected one of fail, warn, pass"),
     # -- shares ----------------------------------------------------------------------------------------
     cli("--ipu-unstable=0", "0", "expected a share such as '5%' or '0.05'"),
     cli("--ipu-unstable=150%", "150%", "expected a share such as '5%' or '0.05'"),
     cli("--ipu-contended=-5%", "-5%", "expected a share such as '5%' or '0.05'"),
+    cli("--ipu-drift=0", "0", "expected a share such as '5%' or '0.05'"),
+    ini("ipu_drift = small", "small", "from ini key ipu_drift"),
     ini("ipu_contended = lots", "lots", "from ini key ipu_contended"),
     # -- power sampling rate ---------------------------------------------------------------------------
     cli("--ipu-power-hz=0", "0", "expected 'auto' or a rate in Hz from 0.1 to 10000"),

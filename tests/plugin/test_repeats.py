@@ -144,7 +144,7 @@ def test_process_mode_measures_earlier_repeats_in_fresh_workers(
     assert record["rounds"] == 12
     assert record["stability"]["mode"] == "process"
     # Only this process gates: one check, not one per worker.
-    result.stdout.fnmatch_lines(["*1 gate check(s) on 1 benchmark(s)*: 1 passed, 0 failed*"])
+    result.stdout.fnmatch_lines(["*1 gate check(s) on 1 benchmark(s)*: 1 PASS, 0 FAIL, 0 INCONCLUSIVE*"])
 
 
 def test_a_failing_worker_fails_the_test_naming_it(
