@@ -185,12 +185,13 @@ def _ab(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    schedule = ab.Sequential(args.pairs, most, args.alpha)
     try:
         gate_list = [gates.parse(text) for text in args.gate]
     except gates.GateError as exc:
         print(f"pytest-ipu: --gate: {exc}", file=sys.stderr)
         return 2
+    # Pairs are added only while a gate is INCONCLUSIVE: without gates, --pairs is the number.
+    schedule = ab.Sequential(args.pairs, most if gate_list else args.pairs, args.alpha)
     pytest_args = [*(["-k", args.k] if args.k is not None else []), *args.pytest_args]
     try:
         cwd = Path.cwd()

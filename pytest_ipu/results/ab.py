@@ -179,7 +179,9 @@ def check_paired(
             method = f"absolute bound on the candidate over {n} pair(s)"
             why = NO_VARIANCE if n < 2 else "a value of 0 leaves no log to bound"
             return Verdict(gate, benchmark, decide.INCONCLUSIVE, None, value, None, None, method, why)
-        judged = decide.judge_bound(gate, [math.log(v) for v in positive], alpha)
+        judged = decide.judge_bound(
+            gate, [math.log(v) for v in positive], alpha, more="pairs", option="--max-pairs"
+        )
         method = (
             f"absolute bound on the candidate's geometric mean over {n} pairs (df {n - 1}, alpha {alpha:g})"
         )
@@ -611,6 +613,8 @@ def gate_lines(result: ABResult) -> list[str]:
 
 def exit_code(result: ABResult, strict: bool = False) -> int:
     """``decide.exit_code`` of the verdicts: 0 every gate PASS, 1 one FAIL (or gates given but none
-    checked), 3 one INCONCLUSIVE and none FAIL; with ``strict``, a benchmark missing from a run is 1."""
-    code = decide.exit_code(result.verdicts, bool(result.gates))
-    return 1 if code == 0 and strict and result.missing else code
+    checked), 3 one INCONCLUSIVE and none FAIL; with ``strict``, a benchmark missing from a run is 1
+    (a failure, whatever the verdicts)."""
+    if strict and result.missing:
+        return decide.EXIT_FAIL
+    return decide.exit_code(result.verdicts, bool(result.gates))

@@ -308,9 +308,11 @@ def exit_code(
     comparison: Comparison, gate_list: Sequence[gates.Gate], verdicts: Sequence[decide.Verdict], strict: bool
 ) -> int:
     """``decide.exit_code``: 0 every gate PASS, 1 one FAIL (or gates given but none checked), 3 one
-    INCONCLUSIVE and none FAIL; with ``strict``, a benchmark missing from a run makes 0 a 1."""
-    code = decide.exit_code(verdicts, bool(gate_list))
-    return 1 if code == 0 and strict and comparison.missing else code
+    INCONCLUSIVE and none FAIL; with ``strict``, a benchmark missing from a run is 1 (a failure,
+    whatever the verdicts)."""
+    if strict and comparison.missing:
+        return decide.EXIT_FAIL
+    return decide.exit_code(verdicts, bool(gate_list))
 
 
 # -- rendering ------------------------------------------------------------------------------------

@@ -171,9 +171,12 @@ def _advice(gate: Gate, worse: float, reach: float, allowance: float, more: str,
     return f"{text}; about {needed} {more} (now {n}), fewer threads or a quieter runner would decide it"
 
 
-def judge_bound(gate: Gate, logs: Sequence[float], alpha: float) -> Judgement:
+def judge_bound(
+    gate: Gate, logs: Sequence[float], alpha: float, *, more: str = "repeats", option: str = "--ipu-repeats"
+) -> Judgement:
     """The rule for an absolute gate on the current run's repeats (their log values, two or more):
-    the one-sided bounds of their geometric mean against the bound."""
+    the one-sided bounds of their geometric mean against the bound. ``more`` names the values
+    (``pairs`` for ``pytest-ipu ab``) and ``option`` what gives more of them, in the advice."""
     n = len(logs)
     centre = math.fsum(logs) / n
     spread = math.sqrt(math.fsum((x - centre) ** 2 for x in logs) / (n - 1))
@@ -190,7 +193,7 @@ def judge_bound(gate: Gate, logs: Sequence[float], alpha: float) -> Judgement:
     return Judgement(
         INCONCLUSIVE,
         (low, high),
-        f"the repeats' interval {shown} contains the bound: more repeats (--ipu-repeats, now {n}), "
+        f"the {more}' interval {shown} contains the bound: more {more} ({option}, now {n}), "
         "fewer threads or a quieter runner would decide it",
     )
 

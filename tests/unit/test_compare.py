@@ -15,6 +15,7 @@ import pytest
 from pytest_ipu.cli import main as cli
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import compare
+from pytest_ipu.results import decide
 from pytest_ipu.results import gates
 from pytest_ipu.results import schema
 from pytest_ipu.results.benchmark_json import read_run
@@ -120,13 +121,30 @@ def test_long_file_names_become_numbered_columns_with_a_legend(tmp_path: Path) -
 def test_cli_exit_codes(runs: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = map(str, runs)
     assert cli.main(["compare", a, b]) == 0
+    # +50 %: the 30 % slower benchmark and the unchanged ones all clearly within: 0, one summary line.
     assert cli.main(["compare", a, b, "--gate", "latency.p50:+50%"]) == 0
     out = capsys.readouterr().out
-    assert out.rstrip().endswith("gates: 3 checked, 0 failed")
+    assert out.rstrip().endswith("\ngates: 3 checked: 3 PASS, 0 FAIL, 0 INCONCLUSIVE")
+    # +10 %: the 30 % slower one FAILs (1), and is the one line listed under the summary.
     assert cli.main(["compare", a, b, "--gate", "latency.p50:+10%", "--format", "markdown"]) == 1
     out = capsys.readouterr().out
-    assert "- gates: 3 checked, 1 failed" in out
-    assert "- test_mlp[torch-cpu-10] latency.p50" in out
+    tail = out.rstrip().splitlines()[-2:]
+    assert tail[0] == "- gates: 3 checked: 2 PASS, 1 FAIL, 0 INCONCLUSIVE"
+    assert tail[1].startswith(
+        "- test_mlp[torch-cpu-10] latency.p50: 10 ms -> 13 ms (+30.0%, threshold +10%), "
+    )
+    assert ": FAIL (repeats: 3 current vs 3 baseline repeats" in tail[1]
+    assert ": PASS (" not in out  # the passes are counted, not listed
+    # +25 %: the 30 % is within the 5 % drift allowance of it: INCONCLUSIVE (3), with what to do.
+    assert cli.main(["compare", a, b, "--gate", "latency.p50:+25%"]) == 3
+    out = capsys.readouterr().out
+    tail = out.rstrip().splitlines()[-2:]
+    assert tail[0] == "gates: 3 checked: 2 PASS, 0 FAIL, 1 INCONCLUSIVE"
+    assert tail[1].startswith("test_mlp[torch-cpu-10] latency.p50: 10 ms -> 13 ms (+30.0%, threshold +25%)")
+    assert tail[1].endswith("give 3 or more baseline runs, whose drift is measured")
+    # --drift narrows the allowance: at 1 % the repeats show the 30 % beyond +25 %.
+    assert cli.main(["compare", a, b, "--gate", "latency.p50:+25%", "--drift", "1%"]) == 1
+    assert "widened by the 1% run-to-run drift allowance" in capsys.readouterr().out
     assert cli.main(["compare", a, b, "--gate", "latency.p50<11ms"]) == 1  # b's 13 ms breaks the bound
     capsys.readouterr()
 
@@ -141,6 +159,10 @@ def test_cli_exit_codes(runs: tuple[Path, Path], tmp_path: Path, capsys: pytest.
             "pytest-ipu: FOREIGN: not a pytest-benchmark run (no 'benchmarks' list)",
         ),
         (["compare", "A", "A", "--gate", "speed:-5%"], "pytest-ipu: --gate: bad gate 'speed:-5%'"),
+        (
+            ["compare", "A", "A", "--drift", "0"],
+            "pytest-ipu: --drift '0': expected a share such as '5%' or '0.05', above 0 and at most 100%",
+        ),
     ],
 )
 def test_cli_bad_input_exits_2_naming_the_file(
@@ -167,6 +189,10 @@ def test_strict_makes_a_missing_benchmark_fail(tmp_path: Path, capsys: pytest.Ca
     assert cli.main(["compare", str(a), str(b)]) == 0
     assert cli.main(["compare", str(a), str(b), "--strict"]) == 1
     assert "1 benchmark(s) missing from a run (--strict)" in capsys.readouterr().err
+    # One repeat a side: the gate is INCONCLUSIVE (3), and --strict still fails the missing benchmark.
+    gate = ["--gate", "latency.p50:+5%"]
+    assert cli.main(["compare", str(a), str(b), *gate]) == 3
+    assert cli.main(["compare", str(a), str(b), *gate, "--strict"]) == 1
 
 
 @pytest.mark.parametrize(
@@ -198,30 +224,30 @@ def test_four_runs_give_the_last_one_the_drift_of_the_runs_before_it(tmp_path: P
     name = "test_mlp[torch-cpu-2]"
     assert set(by) == {(f"{name} (r{i}.json)", m) for i in (1, 2, 3) for m in ("first_call", "latency.p50")}
     # r1 and r2 have one and two runs before them: too few to measure drift, and records of one
-    # repeat give no spread either: the threshold alone decides, and says why.
+    # repeat give no spread either: INCONCLUSIVE, saying what would decide.
     for i in (1, 2):
-        assert by[(f"{name} (r{i}.json)", "first_call")].method == (
-            "threshold only: no variance estimate (first_call is measured once per benchmark): use "
-            "3 or more baseline runs"
-        )
+        first_call = by[(f"{name} (r{i}.json)", "first_call")]
+        assert first_call.outcome == decide.INCONCLUSIVE
+        assert first_call.method == "no variance estimate"
+        assert first_call.advice == "first_call is measured once per benchmark: give 3 or more baseline runs"
         latency = by[(f"{name} (r{i}.json)", "latency.p50")]
-        assert latency.method == (
-            "threshold only: no variance estimate (one repeat on each side): use --ipu-repeats or 3 or "
-            "more baseline runs"
-        )
-        assert latency.p_value is None
+        assert latency.outcome == decide.INCONCLUSIVE
+        assert latency.advice == "one repeat on each side: use --ipu-repeats=3 or 3 or more baseline runs"
+        assert latency.interval is None
         assert latency.baseline == pytest.approx(0.002)  # the first run
     # r3 has r0, r1 and r2: every metric is judged by their spread, against their geometric mean.
     for metric in ("first_call", "latency.p50"):
         verdict = by[(f"{name} (r3.json)", metric)]
-        assert verdict.method.startswith(
-            "run-to-run: one-sided t test against 3 baseline runs (geometric mean; "
-        )
-        assert verdict.p_value is not None
+        assert verdict.method.startswith("run-to-run: 3 baseline runs (geometric mean; ")
+        assert verdict.interval is not None
+        assert verdict.outcome == decide.PASS
     per_run = by[(f"{name} (r3.json)", "latency.p50")]
     assert "spread 1.0% sd between runs" in per_run.method
     assert per_run.baseline == pytest.approx(0.002 * (1.0 * 1.01 * 0.99) ** (1 / 3))
-    assert all(v.passed for v in verdicts)
+    assert compare.gate_lines([gates.parse("latency.p50:+5%")], verdicts)[0] == (
+        "gates: 6 checked: 2 PASS, 0 FAIL, 4 INCONCLUSIVE"
+    )
+    assert compare.exit_code(comparison, [gates.parse("latency.p50:+5%")], verdicts, strict=False) == 3
 
 
 def test_gates_that_check_nothing_fail_with_the_reason(tmp_path: Path) -> None:

@@ -1,0 +1,263 @@
+"""``pytest-ipu ab``'s runner (``pytest_ipu.cli.ab.run``) and the command around it, on fake sides: a
+small script stands in for pytest, copying a prepared run file per side and pair and noting the order
+it ran in. The sequential plan's stops: at a look that decides, at the most pairs, at ``--max-time``
+(on a fake clock)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import tempfile
+import types
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from pytest_ipu.cli import ab as ab_runner
+from pytest_ipu.cli import main as cli
+from pytest_ipu.results.benchmark_json import StoredRun
+from tests.unit.run_files import bench
+from tests.unit.run_files import write
+
+MS = 1e-3
+
+#: Stands in for pytest: copies ``<label>-<pair>.json`` from its own folder to the run's
+#: ``--benchmark-json`` file and notes ``<label> <pair>`` in ``order.txt`` there.
+FAKE_PYTEST = """
+import shutil
+import sys
+from pathlib import Path
+
+label = sys.argv[1]
+out = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--benchmark-json=")))
+pair = out.name.split("-")[0][len("pair"):]
+here = Path(sys.argv[0]).parent
+with open(here / "order.txt", "a") as order:
+    order.write(f"{label} {pair}\\n")
+shutil.copyfile(here / f"{label}-{pair}.json", out)
+"""
+
+
+class Sides:
+    """Two fake sides, A (baseline) and B (candidate), in a folder of their own."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir()
+        self.script = folder / "fake_pytest.py"
+        self.script.write_text(FAKE_PYTEST)
+
+    def prefix(self, label: str) -> tuple[str, ...]:
+        """The command prefix of side ``label``: this interpreter, isolated, running the script."""
+        return (sys.executable, "-I", str(self.script), label)
+
+    def spec(self, label: str) -> str:
+        """The side as ``--baseline`` or ``--candidate`` takes it."""
+        return shlex.join(self.prefix(label))
+
+    def side(self, role: ab_runner.Role, label: str) -> ab_runner.Side:
+        """The side as ``resolve_side`` makes it."""
+        return ab_runner.Side(role, self.spec(label), "command", prefix=self.prefix(label))
+
+    def write(self, label: str, p50s: Sequence[float]) -> None:
+        """The run files of side ``label``: pair ``i`` measures a median latency of ``p50s[i - 1]``."""
+        for pair, p50 in enumerate(p50s, start=1):
+            write(self.folder / f"{label}-{pair}.json", bench(4, p50, 4 / p50))
+
+    def order(self) -> list[str]:
+        """``<label> <pair>`` of every run, in the order they ran."""
+        path = self.folder / "order.txt"
+        return path.read_text().splitlines() if path.exists() else []
+
+    def plan(self, looks: tuple[int, ...], max_time_s: float = float("inf")) -> ab_runner.Plan:
+        """A plan of A against B with ``looks``."""
+        return ab_runner.Plan(
+            self.side("baseline", "A"),
+            self.side("candidate", "B"),
+            looks,
+            cwd=self.folder,
+            max_time_s=max_time_s,
+        )
+
+
+@pytest.fixture
+def sides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Sides:
+    """Fake sides with ten pairs of run files each (A at 1 ms a pair, B at 1.01 ms); the runner's
+    temporary directories go under this test's own."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    made = Sides(tmp_path / "sides")
+    made.write("A", [MS * (1 + pair / 1000) for pair in range(1, 11)])
+    made.write("B", [1.01 * MS * (1 + pair / 1000) for pair in range(1, 11)])
+    return made
+
+
+def _abba(pairs: int) -> list[str]:
+    """The order file of ``pairs`` pairs of A (baseline) and B (candidate) in ABBA order."""
+    label = {"baseline": "A", "candidate": "B"}
+    return [f"{label[role]} {pair}" for pair, role in ab_runner.abba_order(pairs)]
+
+
+class Looks:
+    """A fake ``decided``: notes how many pairs of each side it was shown, and decides once it has
+    seen ``at`` pairs (never, without)."""
+
+    def __init__(self, at: int | None = None) -> None:
+        self.at = at
+        self.seen: list[tuple[int, int]] = []
+
+    def __call__(self, baseline: Sequence[StoredRun], candidate: Sequence[StoredRun]) -> bool:
+        self.seen.append((len(baseline), len(candidate)))
+        return self.at is not None and len(baseline) >= self.at
+
+
+def _p50s(runs: Sequence[StoredRun]) -> list[float]:
+    values = []
+    for run in runs:
+        (benchmark,) = run.benchmarks
+        assert benchmark.record is not None
+        values.append(benchmark.record.latency_s.p50)
+    return values
+
+
+def test_abba_order_alternates_which_side_runs_first() -> None:
+    assert ab_runner.abba_order(3) == [
+        (1, "baseline"),
+        (1, "candidate"),
+        (2, "candidate"),
+        (2, "baseline"),
+        (3, "baseline"),
+        (3, "candidate"),
+    ]
+
+
+def test_run_stops_at_the_first_look_that_decides(sides: Sides) -> None:
+    looks = Looks(at=3)
+    progress: list[str] = []
+    outcome = ab_runner.run(sides.plan((2, 3, 5)), progress.append, looks)
+    # Asked at each look, with every pair so far; decided at the second look, so no fourth pair.
+    assert looks.seen == [(2, 2), (3, 3)]
+    assert sides.order() == _abba(3)
+    assert outcome.stopped == "every gate decided after 3 pair(s) (looks at 2, 3, 5)"
+    # The runs read back in pair order, each side its own.
+    assert _p50s(outcome.baseline) == pytest.approx([MS * (1 + p / 1000) for p in (1, 2, 3)])
+    assert _p50s(outcome.candidate) == pytest.approx([1.01 * MS * (1 + p / 1000) for p in (1, 2, 3)])
+    assert outcome.directory is None  # without keep, removed
+    assert progress[0] == f"pytest-ipu ab: run 1 (of at most 10): pair 1 baseline: {sides.spec('A')}"
+    assert list(Path(tempfile.gettempdir()).iterdir()) == []
+
+
+def test_run_goes_to_the_most_pairs_while_undecided(sides: Sides) -> None:
+    looks = Looks()
+    outcome = ab_runner.run(sides.plan((2, 3, 5)), [].append, looks)
+    # Asked at the looks only: not after pair 4, and not after the last pair, when nothing is left.
+    assert looks.seen == [(2, 2), (3, 3)]
+    assert sides.order() == _abba(5)
+    assert len(outcome.baseline) == len(outcome.candidate) == 5
+    assert outcome.stopped == "the most pairs (5, --max-pairs) run"
+
+
+def test_run_without_a_decision_runs_every_pair_and_a_fixed_plan_says_nothing(sides: Sides) -> None:
+    outcome = ab_runner.run(sides.plan((2, 4)), [].append)
+    assert sides.order() == _abba(4)
+    assert outcome.stopped == "the most pairs (4, --max-pairs) run"
+    (sides.folder / "order.txt").unlink()
+    progress: list[str] = []
+    fixed = ab_runner.run(sides.plan((3,)), progress.append, Looks(at=1))
+    assert sides.order() == _abba(3)
+    assert fixed.stopped == ""
+    assert progress[-1].startswith("pytest-ipu ab: run 6/6: pair 3 candidate: ")
+
+
+class Clock:
+    """A fake ``time.monotonic`` for the runner: ``seconds_a_run`` seconds pass with each run it
+    announces (the progress callback), none otherwise."""
+
+    def __init__(self, seconds_a_run: float) -> None:
+        self.seconds_a_run = seconds_a_run
+        self.runs = 0
+
+    def progress(self, line: str) -> None:
+        if line.startswith("pytest-ipu ab: run "):
+            self.runs += 1
+
+    def monotonic(self) -> float:
+        return self.runs * self.seconds_a_run
+
+
+@pytest.mark.parametrize("looks", [(2, 3, 5), (5,)])
+def test_run_starts_no_pair_once_the_time_is_up(
+    sides: Sides, monkeypatch: pytest.MonkeyPatch, looks: tuple[int, ...]
+) -> None:
+    clock = Clock(seconds_a_run=10.0)
+    # The runner's own clock, not the time module's: nothing else in the process sees the fake.
+    monkeypatch.setattr(ab_runner, "time", types.SimpleNamespace(monotonic=clock.monotonic))
+    outcome = ab_runner.run(sides.plan(looks, max_time_s=35.0), clock.progress, Looks())
+    # 20 s after pair 1 (not past 35 s): pair 2 starts; 40 s after pair 2: no pair 3. Pairs whole.
+    assert sides.order() == _abba(2)
+    assert len(outcome.baseline) == len(outcome.candidate) == 2
+    assert outcome.stopped == "--max-time 35s reached after 2 pair(s): no new pair started"
+
+
+def test_a_look_that_decides_stops_before_the_time_is_checked(
+    sides: Sides, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock(seconds_a_run=100.0)
+    monkeypatch.setattr(ab_runner, "time", types.SimpleNamespace(monotonic=clock.monotonic))
+    # Past the time at the look after pair 2 (400 s of 350 s), but that look decided: it says so.
+    outcome = ab_runner.run(sides.plan((2, 3, 5), max_time_s=350.0), clock.progress, Looks(at=2))
+    assert sides.order() == _abba(2)
+    assert outcome.stopped == "every gate decided after 2 pair(s) (looks at 2, 3, 5)"
+
+
+# --- The command ------------------------------------------------------------------------------------
+
+
+def _ab(sides: Sides, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(["ab", "--baseline", sides.spec("A"), "--candidate", sides.spec("B"), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_command_stops_at_the_first_look_when_every_gate_passes(
+    sides: Sides, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # B is 1 % slower in every pair: the paired ratios agree exactly, all within +5 %.
+    code, out, err = _ab(sides, capsys, "--pairs", "2", "--max-pairs", "4", "--gate", "latency.p50:+5%")
+    assert code == 0, out + err
+    assert sides.order() == _abba(2)
+    assert "pytest-ipu ab: after 2 pair(s): gates: 1 checked: 1 PASS, 0 FAIL, 0 INCONCLUSIVE" in err
+    assert (
+        "sequential: 2 to 4 pairs, verdicts read after 2, 3, 4 pairs, each look at alpha 0.0167 (0.05 over "
+        "the 3 looks); stopped: every gate decided after 2 pair(s) (looks at 2, 3, 4)"
+    ) in out
+    assert ": PASS (paired: 2 ABBA pairs' log-ratios (df 1, alpha 0.0166667))" in out
+
+
+def test_the_command_adds_pairs_while_a_gate_is_inconclusive_and_exits_3(
+    sides: Sides, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # B about 5 % slower, give or take 10 % a pair: never clearly within or beyond +5 %.
+    sides.write("B", [MS * f for f in (1.15, 0.95, 1.12, 0.98)])
+    code, out, err = _ab(sides, capsys, "--pairs", "2", "--max-pairs", "4", "--gate", "latency.p50:+5%")
+    assert code == 3, out + err
+    assert sides.order() == _abba(4)
+    assert [line for line in err.splitlines() if "pair(s): gates:" in line] == [
+        f"pytest-ipu ab: after {n} pair(s): gates: 1 checked: 0 PASS, 0 FAIL, 1 INCONCLUSIVE" for n in (2, 3)
+    ]
+    assert "stopped: the most pairs (4, --max-pairs) run" in out
+    assert "gates: 1 checked: 0 PASS, 0 FAIL, 1 INCONCLUSIVE" in out
+    assert "pairs (--max-pairs) (now 4)" in out
+
+
+def test_the_command_without_gates_runs_the_pairs_asked_for(
+    sides: Sides, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # No gate can be INCONCLUSIVE: no pair beyond --pairs, and the whole alpha for the tables.
+    code, out, err = _ab(sides, capsys, "--pairs", "2")
+    assert code == 0, out + err
+    assert sides.order() == _abba(2)
+    assert "2 pair(s), alpha 0.05" in out.splitlines()
+    assert "95% CI" in out
