@@ -64,8 +64,6 @@ from pytest_ipu.results.records import group_name
 SHOWN = ("throughput", "latency.p50", "latency.p99")
 #: What a verdict with a single pair says instead of an interval.
 NO_VARIANCE = "no variance estimate: use more --pairs"
-#: What gives a paired verdict more evidence, in its advice.
-MORE = "pairs (--max-pairs)"
 
 BASELINE = "baseline"
 CANDIDATE = "candidate"
@@ -183,7 +181,7 @@ def check_paired(
             gate, [math.log(v) for v in positive], alpha, more="pairs", option="--max-pairs"
         )
         method = (
-            f"absolute bound on the candidate's geometric mean over {n} pairs (df {n - 1}, alpha {alpha:g})"
+            f"absolute bound on the candidate's geometric mean over {n} pairs (df {n - 1}, alpha {alpha:.3g})"
         )
         return Verdict(
             gate, benchmark, judged.outcome, None, value, None, judged.interval, method, judged.advice
@@ -208,8 +206,8 @@ def check_paired(
             gate, benchmark, decide.INCONCLUSIVE, before, after, change, None, "1 pair", NO_VARIANCE
         )
     centre, se = _mean_se(logs)
-    judged = decide.judge(gate, centre, se, n - 1, alpha, more=MORE, n=n)
-    method = f"paired: {n} ABBA pairs' log-ratios (df {n - 1}, alpha {alpha:g})"
+    judged = decide.judge(gate, centre, se, n - 1, alpha, more="pairs", option="--max-pairs", n=n)
+    method = f"paired: {n} ABBA pairs' log-ratios (df {n - 1}, alpha {alpha:.3g})"
     return Verdict(
         gate, benchmark, judged.outcome, before, after, change, judged.interval, method, judged.advice
     )

@@ -84,8 +84,10 @@ DIGITS = 4
 #: The default confidence of a verdict: a wrong PASS, and a wrong FAIL, each at most this likely.
 ALPHA = 0.05
 #: The default run-to-run drift allowance (relative) when repeats of one run are the only noise
-#: estimate: CodSpeed measures a 2.7 % coefficient of variation between runs on hosted CI runners,
-#: and two runs then differ by more than 5 % about one time in twenty-five.
+#: estimate. CodSpeed measures a 2.7 % coefficient of variation between runs on hosted CI runners;
+#: the difference of two such runs then has a 3.8 % sd, and this allowance covers 1.3 of them: a
+#: machine that drifts more needs a larger one (--ipu-drift) or, better, measured drift (three or
+#: more baseline runs), since drift beyond the allowance makes wrong verdicts likelier than alpha.
 DRIFT = 0.05
 #: Fewest baseline runs from which the run-to-run spread is estimated.
 HISTORY_MIN = 3
@@ -133,12 +135,14 @@ def judge(
     *,
     allowance: float = 0.0,
     more: str = "",
+    option: str = "",
     n: int = 0,
 ) -> Judgement:
     """The module docstring's rule for a relative gate: ``shift`` is the estimated
     ``log(current / baseline)``, ``scale`` its standard error with ``df`` degrees of freedom,
-    ``allowance`` a log drift added to both sides of the interval. ``more`` names what gives more
-    evidence (``--ipu-repeats``, ``--max-pairs``), ``n`` how many of it there were."""
+    ``allowance`` a log drift added to both sides of the interval. ``more`` names the evidence
+    (``repeats``, ``pairs``), ``option`` what gives more of it (``--ipu-repeats``), ``n`` how many of
+    it there were: the advice of an INCONCLUSIVE verdict."""
     sign, m = orient(gate), margin(gate)
     worse = sign * shift
     reach = stats.t_isf(alpha, df) * scale + allowance
@@ -149,10 +153,10 @@ def judge(
         return Judgement(FAIL, interval)
     if high < m:
         return Judgement(PASS, interval)
-    return Judgement(INCONCLUSIVE, interval, _advice(gate, worse, reach, allowance, more, n))
+    return Judgement(INCONCLUSIVE, interval, _advice(gate, worse, reach, allowance, more, option, n))
 
 
-def _advice(gate: Gate, worse: float, reach: float, allowance: float, more: str, n: int) -> str:
+def _advice(gate: Gate, worse: float, reach: float, allowance: float, more: str, option: str, n: int) -> str:
     """What an inconclusive relative verdict could have told, and what would decide it."""
     m, sign = margin(gate), orient(gate)
     caught = _percent(_exp(sign * (m + reach)) - 1.0)
@@ -168,7 +172,8 @@ def _advice(gate: Gate, worse: float, reach: float, allowance: float, more: str,
     if not more or n < 1 or gap <= 0.0 or statistical <= 0.0:
         return f"{text}; a quieter runner or fewer threads would narrow it"
     needed = math.ceil(n * (statistical / gap) ** 2)
-    return f"{text}; about {needed} {more} (now {n}), fewer threads or a quieter runner would decide it"
+    given = f"now {n}; {option}" if option else f"now {n}"
+    return f"{text}; about {needed} {more} ({given}), fewer threads or a quieter runner would decide it"
 
 
 def judge_bound(
@@ -193,7 +198,7 @@ def judge_bound(
     return Judgement(
         INCONCLUSIVE,
         (low, high),
-        f"the {more}' interval {shown} contains the bound: more {more} ({option}, now {n}), "
+        f"the {more}' interval {shown} contains the bound: more {more} (now {n}; {option}), "
         "fewer threads or a quieter runner would decide it",
     )
 
@@ -350,10 +355,17 @@ def check(
         baseline_value = math.exp(math.log(value) - found.shift)
         method = (
             f"run-to-run: {found.baseline} baseline runs (geometric mean; spread {found.spread * 100:.1f}% "
-            f"sd between runs, df {found.df}, alpha {alpha:g})"
+            f"sd between runs, df {found.df}, alpha {alpha:.3g})"
         )
         judged = judge(
-            gate, found.shift, found.scale, found.df, alpha, more="baseline runs", n=found.baseline
+            gate,
+            found.shift,
+            found.scale,
+            found.df,
+            alpha,
+            more="baseline runs",
+            option="--ipu-baseline",
+            n=found.baseline,
         )
         change = value / baseline_value - 1.0
         return Verdict(
@@ -370,7 +382,7 @@ def check(
     allowance = math.log1p(drift)
     method = (
         f"repeats: {found.current} current vs {found.baseline} baseline repeats (log scale, spread "
-        f"{found.spread * 100:.1f}% sd between repeats, df {found.df}, alpha {alpha:g}); within-run noise, "
+        f"{found.spread * 100:.1f}% sd between repeats, df {found.df}, alpha {alpha:.3g}); within-run noise, "
         f"widened by the {drift * 100:g}% run-to-run drift allowance (--ipu-drift)"
     )
     judged = judge(
@@ -380,7 +392,8 @@ def check(
         found.df,
         alpha,
         allowance=allowance,
-        more="repeats (--ipu-repeats)",
+        more="repeats",
+        option="--ipu-repeats",
         n=max(found.current, found.baseline),
     )
     return Verdict(
@@ -402,7 +415,7 @@ def _check_bound(gate: Gate, benchmark: str, current: IpuRecord, value: float, a
     what = "runs" if METRICS[gate.metric].runs is not None else "repeats"
     method = (
         f"absolute bound on the interval of {len(logs)} {what}' geometric mean "
-        f"(df {len(logs) - 1}, alpha {alpha:g})"
+        f"(df {len(logs) - 1}, alpha {alpha:.3g})"
     )
     return Verdict(gate, benchmark, judged.outcome, None, value, None, judged.interval, method, judged.advice)
 

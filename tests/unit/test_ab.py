@@ -139,7 +139,7 @@ def test_noise_within_pairs_is_inconclusive_and_says_how_many_pairs_would_decide
     assert needed == 72
     assert verdict.advice == (
         f"this evidence fails only changes past {math.expm1(m + reach) * 100:+.1f}% and passes only changes "
-        f"within {math.expm1(m - reach) * 100:+.1f}%; about 72 pairs (--max-pairs) (now 4), fewer threads "
+        f"within {math.expm1(m - reach) * 100:+.1f}%; about 72 pairs (now 4; --max-pairs), fewer threads "
         "or a quieter runner would decide it"
     )
     assert verdict.line().endswith(f": INCONCLUSIVE ({verdict.method}); {verdict.advice}")
@@ -169,7 +169,7 @@ def test_an_absolute_gate_judges_the_candidates_geometric_mean_over_the_pairs() 
     assert straddled.method == method
     # The pairs are what gives more values here, not --ipu-repeats.
     assert straddled.advice == (
-        "the pairs' interval [1.82 ms, 2.16 ms] contains the bound: more pairs (--max-pairs, now 3), "
+        "the pairs' interval [1.82 ms, 2.16 ms] contains the bound: more pairs (now 3; --max-pairs), "
         "fewer threads or a quieter runner would decide it"
     )
     passing = ab.check_paired(_gate("latency.p99<2.5ms"), "b", base, cand)

@@ -233,7 +233,7 @@ def test_the_command_stops_at_the_first_look_when_every_gate_passes(
         "sequential: 2 to 4 pairs, verdicts read after 2, 3, 4 pairs, each look at alpha 0.0167 (0.05 over "
         "the 3 looks); stopped: every gate decided after 2 pair(s) (looks at 2, 3, 4)"
     ) in out
-    assert ": PASS (paired: 2 ABBA pairs' log-ratios (df 1, alpha 0.0166667))" in out
+    assert ": PASS (paired: 2 ABBA pairs' log-ratios (df 1, alpha 0.0167))" in out
 
 
 def test_the_command_adds_pairs_while_a_gate_is_inconclusive_and_exits_3(
@@ -249,7 +249,7 @@ def test_the_command_adds_pairs_while_a_gate_is_inconclusive_and_exits_3(
     ]
     assert "stopped: the most pairs (4, --max-pairs) run" in out
     assert "gates: 1 checked: 0 PASS, 0 FAIL, 1 INCONCLUSIVE" in out
-    assert "pairs (--max-pairs) (now 4)" in out
+    assert "pairs (now 4; --max-pairs)" in out
 
 
 def test_the_command_without_gates_runs_the_pairs_asked_for(

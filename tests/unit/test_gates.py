@@ -460,7 +460,7 @@ def test_an_absolute_gate_judges_the_interval_of_the_repeats_geometric_mean():
     assert straddled.outcome == decide.INCONCLUSIVE
     assert straddled.inconclusive
     assert straddled.advice == (
-        "the repeats' interval [1.84 ms, 2.17 ms] contains the bound: more repeats (--ipu-repeats, now 3), "
+        "the repeats' interval [1.84 ms, 2.17 ms] contains the bound: more repeats (now 3; --ipu-repeats), "
         "fewer threads or a quieter runner would decide it"
     )
     # A lower bound (throughput) the other way round.
@@ -668,7 +668,7 @@ def test_noisy_repeats_are_inconclusive_and_say_what_they_could_decide_and_how_m
     assert needed == 49
     assert verdict.advice == (
         f"this evidence fails only changes past {caught * 100:+.1f}% and passes only changes within "
-        f"{cleared * 100:+.1f}%; about {needed} repeats (--ipu-repeats) (now 3), fewer threads or a "
+        f"{cleared * 100:+.1f}%; about {needed} repeats (now 3; --ipu-repeats), fewer threads or a "
         "quieter runner would decide it"
     )
     assert "fails only changes past +108.6% and passes only changes within -47.2%" in verdict.advice
@@ -1110,7 +1110,7 @@ def test_several_baseline_runs_judge_a_change_by_their_drift():
     assert "spread 4.0% sd between runs" in verdict.method
     assert verdict.advice == (
         "this evidence fails only changes past +15.3% and passes only changes within -4.4%; about 24 "
-        "baseline runs (now 5), fewer threads or a quieter runner would decide it"
+        "baseline runs (now 5; --ipu-baseline), fewer threads or a quieter runner would decide it"
     )
 
 
@@ -1134,7 +1134,7 @@ def test_three_baseline_runs_decide_before_the_repeats():
     assert verdict.method.startswith("run-to-run: 5 baseline runs")
     assert verdict.interval == pytest.approx(_run_to_run(_geometric_mean(current), history), rel=1e-9)
     assert verdict.outcome == decide.INCONCLUSIVE  # the runs' drift hides +15 % from a +5 % gate
-    assert "baseline runs (now 5)" in verdict.advice
+    assert "baseline runs (now 5; --ipu-baseline)" in verdict.advice
     # Values a run cannot have (zero, not finite) are not history; with too few left, repeats decide.
     verdict = decide.check(
         gate, "t", _repeated(current), _repeated(baseline), history=[MS, 0.0, math.inf, math.nan, MS]
