@@ -1,6 +1,7 @@
 """The parts of ``test_gate_accuracy.py`` that are not the experiment's design: the workload, one
-run of it as ``ipu_benchmark`` measures one (K repeats, pooled), the CPU hog beside it, and the four
-rules that decide on runs (pytest-benchmark's, pyperf's, pytest-ipu's gate, ``pytest-ipu ab``).
+run of it as ``ipu_benchmark`` measures one (K repeats, pooled), the CPU hog beside it, and the
+rules that decide on runs (pytest-benchmark's, pyperf's, pytest-ipu's in-run gate, ``pytest-ipu
+ab``).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ REPEATS = 3
 ROUNDS = 150
 #: Untimed warm-up calls at the start of every repeat.
 WARMUP = 10
-#: The real regression the slowed runs carry.
+#: The real regressions the slowed runs carry.
 SLOWDOWN = 0.10
+LARGE_SLOWDOWN = 0.30
 #: pytest-ipu's gates, one rule: a run fails when either fails (as a CI job with both gates does).
 OURS = (gates.parse("latency.p50:+5%"), gates.parse("throughput:-5%"))
 #: pytest-benchmark's ``--benchmark-compare-fail`` expression.
@@ -52,21 +54,22 @@ def sort() -> None:
     np.sort(_NUMBERS)
 
 
-def _slowed(fn: Callable[[], None]) -> Callable[[], None]:
-    """``fn``, with every call stretched to exactly 1.1 times its own duration."""
+def _slowed(fn: Callable[[], None], slowdown: float) -> Callable[[], None]:
+    """``fn``, with every call stretched to exactly ``1 + slowdown`` times its own duration."""
     clock = time.perf_counter_ns
 
     def call() -> None:
         start = clock()
         fn()
-        end = start + int((clock() - start) * (1 + SLOWDOWN))
+        end = start + int((clock() - start) * (1 + slowdown))
         while clock() < end:
             pass
 
     return call
 
 
-slowed_sort = _slowed(sort)
+slowed_sort = _slowed(sort, SLOWDOWN)
+much_slowed_sort = _slowed(sort, LARGE_SLOWDOWN)
 
 
 # --- One run: K repeats, pooled -------------------------------------------------------------------
@@ -232,21 +235,46 @@ def pyperf_fails(base: Run, current: Run) -> bool:
     return bool(result.significant) and float(result.norm_mean) > 1.0
 
 
-def gate_failures(base: Run, current: Run) -> tuple[bool, ...]:
-    """For each of pytest-ipu's gates, whether it fails ``current`` against ``base`` (``decide.check``:
-    the repeats are the evidence)."""
-    return tuple(not decide.check(gate, BENCHMARK, current.record, base.record).passed for gate in OURS)
+def combined(outcomes: Sequence[str]) -> str:
+    """One rule of several gates, as a CI job with all of them: FAIL when one fails, else
+    INCONCLUSIVE when one could not tell, else PASS."""
+    for outcome in (decide.FAIL, decide.INCONCLUSIVE):
+        if outcome in outcomes:
+            return outcome
+    return decide.PASS
 
 
-def ab_failures(baseline: Sequence[Run], candidate: Sequence[Run]) -> tuple[bool, ...]:
-    """For each of pytest-ipu's gates, whether ``pytest-ipu ab`` fails it on these N pairs of runs
-    (run i of each side is pair i): ``ab.check_paired``, its paired test on the runs' values."""
-    return tuple(
-        not ab.check_paired(
-            gate,
-            BENCHMARK,
-            [run.record.value(gate.metric) for run in baseline],
-            [run.record.value(gate.metric) for run in candidate],
-        ).passed
-        for gate in OURS
+def gate_outcome(history: Sequence[Run], current: Run) -> str:
+    """pytest-ipu's in-run gates on ``current`` against earlier plain runs, as the CI recipe runs
+    them (``--ipu-baseline`` on the last ``len(history)`` runs of the main branch): the last is
+    the baseline, all of them the history whose spread decides (``decide.check``)."""
+    base = history[-1]
+    return combined(
+        [
+            decide.check(
+                gate,
+                BENCHMARK,
+                current.record,
+                base.record,
+                history=[v for v in (run.record.value(gate.metric) for run in history) if v is not None],
+            ).outcome
+            for gate in OURS
+        ]
+    )
+
+
+def ab_outcome(baseline: Sequence[Run], candidate: Sequence[Run], alpha: float) -> str:
+    """``pytest-ipu ab``'s verdict on these pairs of runs (run i of each side is pair i), each gate by
+    ``ab.check_paired`` at ``alpha`` (a look's share of the sequential plan's alpha)."""
+    return combined(
+        [
+            ab.check_paired(
+                gate,
+                BENCHMARK,
+                [run.record.value(gate.metric) for run in baseline],
+                [run.record.value(gate.metric) for run in candidate],
+                alpha=alpha,
+            ).outcome
+            for gate in OURS
+        ]
     )

@@ -137,12 +137,14 @@ def judge(
     more: str = "",
     option: str = "",
     n: int = 0,
+    one_run: bool = False,
 ) -> Judgement:
     """The module docstring's rule for a relative gate: ``shift`` is the estimated
     ``log(current / baseline)``, ``scale`` its standard error with ``df`` degrees of freedom,
     ``allowance`` a log drift added to both sides of the interval. ``more`` names the evidence
     (``repeats``, ``pairs``), ``option`` what gives more of it (``--ipu-repeats``), ``n`` how many of
-    it there were: the advice of an INCONCLUSIVE verdict."""
+    it there were: the advice of an INCONCLUSIVE verdict. ``one_run``: the estimate is one run
+    against ``n`` baseline runs, whose spread more runs cannot shrink below their own drift."""
     sign, m = orient(gate), margin(gate)
     worse = sign * shift
     reach = stats.t_isf(alpha, df) * scale + allowance
@@ -153,10 +155,45 @@ def judge(
         return Judgement(FAIL, interval)
     if high < m:
         return Judgement(PASS, interval)
-    return Judgement(INCONCLUSIVE, interval, _advice(gate, worse, reach, allowance, more, option, n))
+    evidence = _Evidence(scale, df, alpha, n, one_run)
+    return Judgement(INCONCLUSIVE, interval, _advice(gate, worse, reach, allowance, more, option, evidence))
 
 
-def _advice(gate: Gate, worse: float, reach: float, allowance: float, more: str, option: str, n: int) -> str:
+#: The most repeats, pairs or baseline runs an INCONCLUSIVE verdict's advice counts up to.
+ADVICE_MAX = 1000
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What an estimate rests on, for the advice: its standard error, degrees of freedom, level,
+    how many measurements, and whether it is one run against ``n`` baseline runs."""
+
+    scale: float
+    df: int
+    alpha: float
+    n: int
+    one_run: bool
+
+    def needed(self, gap: float) -> int | None:
+        """About how many measurements would bring the interval's statistical half-width under
+        ``gap``; ``None`` when no count up to ``ADVICE_MAX`` would."""
+        if self.n < 1 or self.scale <= 0.0:
+            return None
+        for k in range(self.n + 1, ADVICE_MAX + 1):
+            if self.one_run:
+                # One new run against k baseline runs: s = sd * sqrt(1 + 1/k), never below sd.
+                sd = self.scale / math.sqrt(1.0 + 1.0 / self.n)
+                reach = stats.t_isf(self.alpha, k - 1) * sd * math.sqrt(1.0 + 1.0 / k)
+            else:
+                reach = stats.t_isf(self.alpha, self.df + k - self.n) * self.scale * math.sqrt(self.n / k)
+            if reach < gap:
+                return k
+        return None
+
+
+def _advice(
+    gate: Gate, worse: float, reach: float, allowance: float, more: str, option: str, evidence: _Evidence
+) -> str:
     """What an inconclusive relative verdict could have told, and what would decide it."""
     m, sign = margin(gate), orient(gate)
     caught = _percent(_exp(sign * (m + reach)) - 1.0)
@@ -169,10 +206,13 @@ def _advice(gate: Gate, worse: float, reach: float, allowance: float, more: str,
             f"{text}; the change is within the run-to-run drift allowance ({_percent(math.expm1(allowance))})"
             f" of the threshold: give {HISTORY_MIN} or more baseline runs, whose drift is measured"
         )
-    if not more or n < 1 or gap <= 0.0 or statistical <= 0.0:
-        return f"{text}; a quieter runner or fewer threads would narrow it"
-    needed = math.ceil(n * (statistical / gap) ** 2)
-    given = f"now {n}; {option}" if option else f"now {n}"
+    needed = evidence.needed(gap) if more and gap > 0.0 and statistical > 0.0 else None
+    if needed is None:
+        return (
+            f"{text}; the change is too close to the threshold for more {more or 'measurements'} to "
+            "decide it: fewer threads or a quieter runner would narrow the interval"
+        )
+    given = f"now {evidence.n}; {option}" if option else f"now {evidence.n}"
     return f"{text}; about {needed} {more} ({given}), fewer threads or a quieter runner would decide it"
 
 
@@ -366,6 +406,7 @@ def check(
             more="baseline runs",
             option="--ipu-baseline",
             n=found.baseline,
+            one_run=True,
         )
         change = value / baseline_value - 1.0
         return Verdict(
