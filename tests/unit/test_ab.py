@@ -131,16 +131,18 @@ def test_noise_within_pairs_is_inconclusive_and_says_how_many_pairs_would_decide
     assert verdict.outcome == decide.INCONCLUSIVE
     logs = _logs(base, cand)
     assert verdict.interval == pytest.approx(_interval(logs), rel=1e-12)
-    # No drift allowance: the pairs carry the drift. The pairs that would narrow the interval to
-    # the distance of the estimate from the threshold: N (reach / distance)^2.
-    reach = stats.t_isf(decide.ALPHA, 3) * statistics.stdev(logs) / 2
+    # No drift allowance: the pairs carry the drift. The fewest pairs k at which the interval's
+    # half-width, t(0.95, k - 1) x se x sqrt(4 / k), falls below the estimate's distance from the threshold.
+    se = statistics.stdev(logs) / 2
+    reach = stats.t_isf(decide.ALPHA, 3) * se
     m = math.log(1.05)
-    needed = math.ceil(4 * (reach / abs(statistics.fmean(logs) - m)) ** 2)
-    assert needed == 72
+    gap = abs(statistics.fmean(logs) - m)
+    needed = next(k for k in range(5, 1000) if stats.t_isf(decide.ALPHA, k - 1) * se * math.sqrt(4 / k) < gap)
+    assert needed == 37
     assert verdict.advice == (
-        f"this evidence fails only changes past {math.expm1(m + reach) * 100:+.1f}% and passes only changes "
-        f"within {math.expm1(m - reach) * 100:+.1f}%; about 72 pairs (now 4; --max-pairs), fewer threads "
-        "or a quieter runner would decide it"
+        f"this evidence fails only changes past {math.expm1(m + reach) * 100:+.1f}% and passes only "
+        f"changes within {math.expm1(m - reach) * 100:+.1f}%; about {needed} pairs (now 4; --max-pairs), "
+        "fewer threads or a quieter runner would decide it"
     )
     assert verdict.line().endswith(f": INCONCLUSIVE ({verdict.method}); {verdict.advice}")
 
