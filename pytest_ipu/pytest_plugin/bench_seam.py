@@ -15,10 +15,11 @@ need                                   4.0.0 - 5.1               5.2            
 =====================================  ========================  ===================  ==============
 
 The same on every version: the session object (``config._benchmarksession``: ``save``,
-``autosave``, ``json``, ``disabled``, ``benchmarks``, ``get_machine_info``, ``save_json``,
-``handle_saving``, ``storage.save``, ``save_data``), the fixture's ``has_error`` (a raise inside
-``pedantic`` sets it, and such a benchmark is left out of the JSON), its ``skipped`` (set, it
-silences the "fixture was not used" warning), and the rounds' times (``stats.stats.data``).
+``autosave``, ``json``, ``disabled``, ``benchmarks``, ``compare``, ``get_machine_info``,
+``save_json``, ``handle_saving``, ``storage.save``, ``storage.query``, ``save_data``), the
+fixture's ``has_error`` (a raise inside ``pedantic`` sets it, and such a benchmark is left out of
+the JSON), its ``skipped`` (set, it silences the "fixture was not used" warning), and the rounds'
+times (``stats.stats.data``).
 
 How the differences are bridged:
 
@@ -175,21 +176,35 @@ def wrap_json_writer(config: pytest.Config, after: Callable[[Callable[[], None]]
     return True
 
 
-def save_alone_when_empty(config: pytest.Config, save: Callable[[], bool]) -> None:
-    """Route pytest-benchmark's saving: when it has no benchmark to save, ``save`` is called in its
-    place and, if it returns true (it saved the run, ``save_without_benchmarks``),
-    pytest-benchmark's own saving is skipped, and with it its warning "Not saving anything, no
-    benchmarks have been run!", which would be false (and under ``-W error`` end the run)."""
+def route_saving(config: pytest.Config, instead: Callable[[bool], bool]) -> None:
+    """Route pytest-benchmark's saving (``--benchmark-json``, ``--benchmark-save``/``-autosave``):
+    ``instead`` is called in its place with whether pytest-benchmark has benchmarks to save and, if
+    it returns true (it saved the run itself, or the run must not be saved), pytest-benchmark's own
+    saving is skipped, and with it its warning "Not saving anything, no benchmarks have been run!",
+    which would then be false (and under ``-W error`` end the run)."""
     bench = getattr(config, "_benchmarksession", None)
     handle_saving = getattr(bench, "handle_saving", None)
     if not callable(handle_saving):
         return
 
     def routed() -> None:
-        if bench.benchmarks or not save():  # type: ignore[union-attr]
+        if not instead(bool(bench.benchmarks)):  # type: ignore[union-attr]
             handle_saving()
 
     bench.handle_saving = routed  # type: ignore[union-attr]
+
+
+def saved_runs_compared(config: pytest.Config) -> list[Path]:
+    """The saved runs ``--benchmark-compare`` chose from, oldest first, when it was given without a
+    run (pytest-benchmark then compares against the newest, the last of them); empty when it named
+    a run, was not given, or the storage is not a folder (elasticsearch). The same query as
+    pytest-benchmark's ``storage.load()``: this machine's folder, ``NNNN_*.json``, sorted by name."""
+    bench = getattr(config, "_benchmarksession", None)
+    storage = getattr(bench, "storage", None)
+    # Only the file storage is a folder of runs (elasticsearch's ``query`` takes no glob).
+    if getattr(bench, "compare", None) is not True or type(storage).__name__ != "FileStorage":
+        return []
+    return [Path(p) for p in storage.query("[0-9][0-9][0-9][0-9]_")]  # type: ignore[union-attr]
 
 
 def save_without_benchmarks(config: pytest.Config) -> bool:

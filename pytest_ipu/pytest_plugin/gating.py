@@ -18,12 +18,22 @@ failing and ``pass`` counts it as passed (still listed). A gated benchmark missi
 from the baseline is reported, never skipped silently (and fails the run under
 ``--ipu-baseline-missing=fail``); so is a baseline that ran on different hardware.
 
-Gates that checked nothing do not pass: when gates were asked for and benchmarks measured but not
-one gate check was made (every gated benchmark missing from the baseline, say), the run fails
-with the reason. A baseline run that pytest-ipu did not write whole (no top-level ``pytest_ipu``
-section: another tool's file; or no pytest-ipu record in any benchmark: an interrupted run's
-partial entry that pytest-benchmark saved) is skipped with a line saying so; when every baseline
-run is skipped, relative gates have no baseline and the run stops as without one.
+Gates that checked nothing do not pass: when gates were asked for (the run's, or a selected
+benchmark's marker) and not one gate check was made, the run fails with one line naming the
+reason: every gated benchmark missing from the baseline, skipped, or deselected. A run where
+pytest-benchmark times nothing (``--benchmark-disable``, ``--benchmark-skip``, pytest-xdist's
+``-n``/``--dist``: ``repeats.untimed``) is refused before any test when that is known: at
+configure time for the run's gates, once collected for a marker's (a usage error naming the option,
+where it was given and the fix). Under pytest-xdist the controller does not collect: its workers
+name their markers' gated benchmarks (``workeroutput``) and the controller fails the run at its
+end. An interrupted run (``interrupted``) is not judged on what it did not reach.
+
+A baseline run that pytest-ipu did not write whole (no top-level ``pytest_ipu`` section: another
+tool's file; or no pytest-ipu record in any benchmark: an interrupted run's partial entry that
+pytest-benchmark saved) is skipped with a line saying so. ``--benchmark-compare`` given without a
+run compares against the newest saved run; when that one is skipped so, the newest complete saved
+run before it is the baseline, with a note. When every baseline run is skipped, relative gates
+have no baseline and the run stops as without one.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import pytest
 from pytest_ipu.pytest_plugin.options import Settings
 
 if TYPE_CHECKING:
+    from pytest_ipu.pytest_plugin.repeats import Untimed
     from pytest_ipu.results.benchmark_json import StoredRun
     from pytest_ipu.results.decide import GateRunner
     from pytest_ipu.results.decide import Verdict
@@ -45,6 +56,9 @@ if TYPE_CHECKING:
 
 #: How the baseline from pytest-benchmark's storage is named in messages.
 COMPARE_SOURCE = "--benchmark-compare"
+#: The key of a pytest-xdist worker's ``workeroutput`` that names its markers' gated benchmarks,
+#: which it ran untimed; the controller fails the run with them.
+UNTIMED_GATED_KEY = "pytest-ipu untimed gated benchmarks"
 
 
 class GateCheck:
@@ -77,6 +91,76 @@ class GateCheck:
         #: Under torchrun with several ranks: a rank's record is its share of the launch, so gates
         #: are decided only on rank 0, on the merged records (``check_launch``).
         self.deferred = False
+        #: Why pytest-benchmark times nothing in this run (``None``: it times), from ``configure``.
+        self.untimed: Untimed | None = None
+        #: The selected benchmarks that gates apply to (the run's gates, or their marker's), by
+        #: node id, each with how it ended ("" until a report says).
+        self._gated: dict[str, str] = {}
+        #: How many benchmarks were deselected (``-k``, ``-m``, ...).
+        self._deselected = 0
+        #: On a pytest-xdist controller: the gated benchmarks its workers ran untimed.
+        self._untimed_gated: set[str] = set()
+        #: Set when the run was interrupted (Ctrl-C, ``pytest.exit``): what it did not reach is not a
+        #: reason to fail its gates.
+        self.interrupted = False
+        #: Whether this run runs tests (``False`` under ``--collect-only``: no gate is asked to check).
+        self._runs_tests = True
+
+    # -- benchmarks that are not timed ----------------------------------------------------------------
+
+    def configure(self, config: pytest.Config) -> None:
+        """At configure time: when pytest-benchmark will time nothing, refuse the run's gates, which
+        could check nothing, before any test runs (a usage error naming the option and the fix)."""
+        from pytest_ipu.pytest_plugin import options
+        from pytest_ipu.pytest_plugin.repeats import in_worker
+        from pytest_ipu.pytest_plugin.repeats import untimed
+
+        self.untimed = untimed(config)
+        self._runs_tests = not config.getoption("collectonly", False)
+        if self.untimed is None or not self.settings.gates or not self._runs_tests:
+            return
+        if in_worker() or hasattr(config, "workerinput"):
+            return  # the process that started this one decides (a pytest-xdist controller refused)
+        value, source = options.value_and_source(config, "gates")
+        raise pytest.UsageError(
+            _untimed_message(f"--ipu-gate {value!r} from {source}", self.untimed)
+            + ", or pass --ipu-gate=none to run them untimed, without gates"
+        )
+
+    def deselected(self, items: list[pytest.Item]) -> None:
+        """Count the benchmarks among ``items``, deselected: a reason why no gate was checked."""
+        self._deselected += sum(1 for item in items if _is_benchmark(item))
+
+    def ran(self, report: pytest.TestReport) -> None:
+        """Keep how a gated benchmark ended (a failure over a skip over a pass)."""
+        if report.nodeid not in self._gated:
+            return
+        # Another plugin's outcome (pytest-rerunfailures' "rerun") ranks below a pass.
+        rank = {"passed": 1, "skipped": 2, "failed": 3}
+        if rank.get(report.outcome, 0) > rank.get(self._gated[report.nodeid], 0):
+            self._gated[report.nodeid] = report.outcome
+
+    def worker_finished(self, workeroutput: Mapping[str, Any] | None) -> None:
+        """A pytest-xdist worker is done (on the controller): keep the gated benchmarks it ran untimed."""
+        self._untimed_gated.update((workeroutput or {}).get(UNTIMED_GATED_KEY, ()))
+
+    def _refuse_untimed_markers(self, config: pytest.Config, marked: list[str]) -> None:
+        """Benchmarks with gates of their marker, in a run that times nothing: a usage error before
+        any test; in a pytest-xdist worker, named to the controller, which fails the run at its end
+        (a worker cannot stop the run with one message)."""
+        from pytest_ipu.pytest_plugin.repeats import in_worker
+
+        if not marked or self.untimed is None or in_worker() or not self._runs_tests:
+            return
+        workeroutput = getattr(config, "workeroutput", None)
+        if isinstance(workeroutput, dict):
+            workeroutput[UNTIMED_GATED_KEY] = marked
+            return
+        more = f" (and {len(marked) - 1} more gated benchmark(s))" if len(marked) > 1 else ""
+        raise pytest.UsageError(
+            _untimed_message(f"{marked[0]}: @pytest.mark.ipu(gate=...){more}", self.untimed)
+            + ", or deselect the gated benchmarks (-k) to run the others untimed"
+        )
 
     # -- the baseline -------------------------------------------------------------------------------
 
@@ -85,22 +169,30 @@ class GateCheck:
         self._compared.append(compared_benchmark)
 
     def load(self, session: pytest.Session) -> None:
-        """Load the baseline once the tests are known; stop the run when relative gates (the run's or
-        a benchmark's own) have none."""
+        """Once the tests are known: note which are gated benchmarks; refuse their markers' gates in
+        a run that times nothing; load the baseline, and stop the run when relative gates (the
+        run's or a benchmark's own) have none."""
         from pytest_ipu.errors import ConfigError
         from pytest_ipu.pytest_plugin.marker import marker_gates
 
         try:
-            self._marker_relative = any(
-                g.kind == "relative" for item in session.items for g in marker_gates(item)
-            )
+            marked = {item.nodeid: marker_gates(item) for item in session.items}
         except ConfigError:
             # pytest calls this even when collection failed: the bad marker is already reported
             # (pytest_collection_modifyitems raised a usage error naming it).
             return
-        self._load_baseline()
+        self._marker_relative = any(g.kind == "relative" for gates in marked.values() for g in gates)
+        self._gated = {
+            item.nodeid: ""
+            for item in session.items
+            if _is_benchmark(item) and (self.settings.gates or marked[item.nodeid])
+        }
+        if self.untimed is not None:
+            self._refuse_untimed_markers(session.config, [n for n in self._gated if marked[n]])
+            return  # nothing will be measured: no baseline is needed
+        self._load_baseline(session.config)
 
-    def _load_baseline(self) -> None:
+    def _load_baseline(self, config: pytest.Config) -> None:
         from pytest_ipu.pytest_plugin.repeats import in_worker
 
         if in_worker():
@@ -133,6 +225,8 @@ class GateCheck:
                 self.history.append(run)
             else:
                 self.skipped.append(f"baseline {run.path} skipped: {reason}")
+        if self._compared and not self.settings.baselines and not self.history:
+            self._newest_complete_saved(config)
         if self.history:
             self.baseline = self.history[-1]
         if needs and self.baseline is None:
@@ -142,6 +236,29 @@ class GateCheck:
                 f"none{skipped}: pass --ipu-baseline=PATH (a pytest-benchmark JSON file) or "
                 "--benchmark-compare with a saved run (--benchmark-save or --benchmark-autosave makes one)"
             )
+
+    def _newest_complete_saved(self, config: pytest.Config) -> None:
+        """``--benchmark-compare`` without a run loaded the newest saved run, which cannot be a
+        baseline (a partial run): take the newest saved run before it that can, with a note."""
+        from pytest_ipu.pytest_plugin import bench_seam
+        from pytest_ipu.results import benchmark_json
+
+        saved = bench_seam.saved_runs_compared(config)
+        for path in reversed(saved[:-1]):
+            try:
+                document = benchmark_json.read_document(path)
+                run = benchmark_json.parse_run(document, path)
+            except benchmark_json.RunFileError as exc:
+                self.skipped.append(f"baseline {path} skipped: {exc}")
+                continue
+            if _not_a_baseline(document, run) is None:
+                self.history.append(run)
+                self.notes.append(
+                    f"{COMPARE_SOURCE}: the newest saved run, {saved[-1]}, is partial; the gates compare "
+                    f"against {path}, the newest complete one (pytest-benchmark's table shows the "
+                    "partial one)"
+                )
+                return
 
     # -- the check ----------------------------------------------------------------------------------
 
@@ -201,12 +318,54 @@ class GateCheck:
 
     @property
     def nothing_checked(self) -> bool:
-        """Whether gates were asked for and benchmarks measured, yet not one gate check was made."""
+        """Whether gates were asked for, yet not one gate check was made (the run fails)."""
+        return self._unchecked() is not None
+
+    def _unchecked(self) -> str | None:
+        """Why gates were asked for (the run's, or a selected benchmark's marker) and not one gate
+        check was made, as the summary's line; ``None`` when a gate was checked or none was asked."""
         from pytest_ipu.pytest_plugin.repeats import in_worker
 
-        if in_worker() or self.verdicts or not self.measured or self.deferred:
-            return False
-        return bool(self.settings.gates) or any(m.gates for m in self.measured)
+        if in_worker() or self.verdicts or self.deferred or self.interrupted or not self._runs_tests:
+            return None
+        if any(self.settings.gates or m.gates for m in self.measured):
+            why = (
+                "every gated benchmark is missing from the baseline"
+                if self.missing
+                else "no gate applied to what was measured"
+            )
+            return (
+                f"no gate was checked ({why}): gates that check nothing do not pass; give a baseline "
+                "that holds these benchmarks (--ipu-baseline or --benchmark-compare)"
+            )
+        untimed = self.untimed
+        if self._untimed_gated and untimed is not None:
+            return (
+                f"no gate was checked: {len(self._untimed_gated)} benchmark(s) with gates "
+                f"(@pytest.mark.ipu(gate=...)) ran untimed: {untimed.option} (from {untimed.source}) "
+                f"{untimed.effect}; {untimed.fix}"
+            )
+        if self._gated:
+            ended = list(self._gated.values())
+            if all(o == "skipped" for o in ended):
+                return (
+                    f"no gate was checked: every gated benchmark was skipped ({len(ended)}); run them "
+                    "where they are not skipped (-rs says why), or remove their gates"
+                )
+            words = {"failed": "failed", "skipped": "skipped", "passed": "passed unmeasured", "": "not run"}
+            counts = ", ".join(f"{ended.count(o)} {word}" for o, word in words.items() if o in ended)
+            return (
+                f"no gate was checked: no gated benchmark was measured ({counts}); gates that check "
+                "nothing do not pass"
+            )
+        if self.settings.gates:
+            where = f"{self._deselected} deselected" if self._deselected else "none collected"
+            gates = "; ".join(map(str, self.settings.gates))
+            return (
+                f"no gate was checked: gates given ({gates}) but no benchmark was selected ({where}); "
+                "select the gated benchmarks, or pass --ipu-gate=none to run without gates"
+            )
+        return None
 
     @property
     def failed(self) -> bool:
@@ -221,26 +380,21 @@ class GateCheck:
     # -- the report ---------------------------------------------------------------------------------
 
     def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """After the tables: one line per failed gate, then the notes; a count of what passed."""
-        if not self.verdicts and not self.missing and not self.notes and not self.skipped:
-            if self.settings.gates and not self.measured:
-                # Gates were asked for but had nothing to judge: say so rather than pass in silence.
-                terminalreporter.section("pytest-ipu gates")
-                terminalreporter.write_line(
-                    f"{len(self.settings.gates)} gate(s) given, but no benchmark was measured (benchmarks "
-                    "disabled with --benchmark-disable or under xdist, or none selected): nothing checked",
-                    yellow=True,
-                )
+        """After the tables: one line per failed gate, then the notes; a count of what passed. Gates
+        that checked nothing are one red line saying why."""
+        unchecked = self._unchecked()
+        if not self.verdicts and not self.missing and not self.notes and not self.skipped and not unchecked:
             return
         terminalreporter.section("pytest-ipu gates")
         from pytest_ipu.results import decide
 
-        against = f" against {self._baseline_name()}" if self.baseline is not None else ""
-        benchmarks = len({v.benchmark for v in self.verdicts})
-        counts = ", ".join(f"{sum(v.outcome == o for v in self.verdicts)} {o}" for o in decide.OUTCOMES)
-        terminalreporter.write_line(
-            f"{len(self.verdicts)} gate check(s) on {benchmarks} benchmark(s){against}: {counts}"
-        )
+        if self.verdicts or self.measured:
+            against = f" against {self._baseline_name()}" if self.baseline is not None else ""
+            benchmarks = len({v.benchmark for v in self.verdicts})
+            counts = ", ".join(f"{sum(v.outcome == o for v in self.verdicts)} {o}" for o in decide.OUTCOMES)
+            terminalreporter.write_line(
+                f"{len(self.verdicts)} gate check(s) on {benchmarks} benchmark(s){against}: {counts}"
+            )
         policy = self.settings.inconclusive
         for verdict in self.verdicts:
             if verdict.failed:
@@ -252,17 +406,8 @@ class GateCheck:
                 terminalreporter.write_line(
                     f"INCONCLUSIVE ({accepted}: --ipu-inconclusive={policy}) {verdict.line()}", yellow=True
                 )
-        if self.nothing_checked:
-            why = (
-                "every gated benchmark is missing from the baseline"
-                if self.missing
-                else "no gate applied to what was measured"
-            )
-            terminalreporter.write_line(
-                f"FAILED no gate was checked ({why}): gates that check nothing do not pass; give a "
-                "baseline that holds these benchmarks (--ipu-baseline or --benchmark-compare)",
-                red=True,
-            )
+        if unchecked:
+            terminalreporter.write_line(f"FAILED {unchecked}", red=True)
         policy = "fails the run" if self.settings.baseline_missing == "fail" else "a warning"
         for line in self.missing:
             terminalreporter.write_line(f"MISSING ({policy}) {line}", yellow=True)
@@ -270,6 +415,19 @@ class GateCheck:
             terminalreporter.write_line(f"NOTE {note}", yellow=True)
         for line in self.skipped:
             terminalreporter.write_line(f"SKIPPED {line}", yellow=True)
+
+
+def _is_benchmark(item: pytest.Item) -> bool:
+    """Whether ``item`` is a benchmark: it uses pytest-benchmark's ``benchmark`` fixture, as every
+    pytest-ipu benchmark fixture does (pytest-benchmark's own rule for what to skip and disable)."""
+    return "benchmark" in getattr(item, "fixturenames", ())
+
+
+def _untimed_message(gates: str, untimed: Untimed) -> str:
+    """``gates`` (what they are and where they come from) would check nothing: the option that stops
+    pytest-benchmark's timing, where it was given, and the fix."""
+    option = f"{untimed.option} (from {untimed.source})"
+    return f"pytest-ipu: {gates} would check nothing: {option} {untimed.effect}; {untimed.fix}"
 
 
 def _not_a_baseline(document: Mapping[str, Any], run: StoredRun) -> str | None:

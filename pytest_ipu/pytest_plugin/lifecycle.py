@@ -11,7 +11,9 @@ The end of a session is ``end_session``, one function calling its steps in order
    ``pytest_sessionfinish`` wrapper, before any plain implementation runs. ``pytest_sessionstart``
    routed that writer, so the file lands at a temporary path and is moved into place whole as
    soon as it is written, and a run that measured only ``ipu_power`` blocks (where
-   pytest-benchmark would save nothing) is saved through the same writers;
+   pytest-benchmark would save nothing) is saved through the same writers. An interrupted run
+   (``pytest_keyboard_interrupt``: Ctrl-C, ``pytest.exit``) saves nothing: the files keep the last
+   complete run, which a later ``--benchmark-compare`` picks;
 2. merge: under torchrun, every rank's document gathered on rank 0 and merged into one file,
    gated there;
 3. gates: every gate not checked yet, and the exit code of a failed gate, merge or save;
@@ -69,6 +71,8 @@ class Lifecycle:
         self._json_routed = False
         #: What could not be saved (the results file, the ``ipu_power`` blocks): the run fails.
         self._save_failed = False
+        #: Whether the run was interrupted (``pytest_keyboard_interrupt``): nothing is saved.
+        self._interrupted = False
 
     # -- collection -------------------------------------------------------------------------------
 
@@ -120,6 +124,10 @@ class Lifecycle:
             if not provided[target]:
                 raise pytest.UsageError(f"pytest-ipu: {_target_origin(config, item)}: {reason}")
 
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """Count the deselected benchmarks, a reason the gates may name for checking nothing."""
+        self.session.gate_check.deselected(items)
+
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The tests are known: load the gates' baseline (a relative gate without one stops the run)
         and group the interleaved repeats into parametrized sets."""
@@ -130,6 +138,12 @@ class Lifecycle:
         """Keep each run pytest-benchmark's ``--benchmark-compare`` loads; the last is the gates'
         baseline."""
         self.session.gate_check.keep_compared(compared_benchmark)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        """A pytest-xdist worker is done (on the controller): its gated benchmarks, run untimed, fail
+        the run at its end (``gating``). pytest-xdist's hook, optional: it may not be installed."""
+        self.session.gate_check.worker_finished(getattr(node, "workeroutput", None))
 
     # -- each test --------------------------------------------------------------------------------
 
@@ -150,7 +164,19 @@ class Lifecycle:
         if report.when in ("setup", "call") and report.failed:
             item.stash[FAILED_KEY] = True
         self.session.repeats.made(report)
+        self.session.gate_check.ran(report)
         return report
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        """Mark an item whose call was interrupted (Ctrl-C, ``pytest.exit``) as failed, like one whose
+        call raised: its benchmark never finished, and pytest-benchmark's "fixture was not used"
+        warning, raised as the session ends, would be wrong (and an error under ``-W error``)."""
+        try:
+            return (yield)
+        except (KeyboardInterrupt, pytest.exit.Exception):
+            item.stash[FAILED_KEY] = True
+            raise
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
@@ -246,7 +272,22 @@ class Lifecycle:
         config = session.config
         if self.pending_json is not None:
             self._json_routed = bench_seam.wrap_json_writer(config, self._save_and_move)
-        bench_seam.save_alone_when_empty(config, self._save_power_blocks_alone)
+        bench_seam.route_saving(config, self._save_instead)
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        """The run was interrupted (Ctrl-C, or ``pytest.exit``), wherever it was, maybe inside a
+        benchmark; pytest calls this before the session's end. Its results are not saved
+        (``_save_instead``) and its gates are not failed for what it did not reach.
+
+        A stop the run asks for itself after a failure is not an interrupt: ``-x``, ``--stepwise``, a
+        lost torchrun rank (``session.shouldstop``, which pytest raises as ``Session.Interrupted``,
+        reported here too). Such a run ends as failed where it failed, every benchmark it ran was
+        measured whole, and it is saved like any run with a failing test (the gates name what the
+        baseline then lacks)."""
+        if isinstance(excinfo.value, pytest.Session.Interrupted):
+            return
+        self._interrupted = True
+        self.session.gate_check.interrupted = True
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """The session's end (``end_session``). A plain implementation, no ordering markers: pluggy
@@ -289,9 +330,13 @@ class Lifecycle:
             reporter.write_line(f"pytest-ipu: results moved whole into {pending.target}")
 
     def _finish_save(self) -> None:
-        """Where pytest-benchmark's writer could not be routed, move what it wrote into place now."""
+        """Where pytest-benchmark's writer could not be routed, move what it wrote into place now
+        (an interrupted run's file is removed: it is never a complete run)."""
         pending = self.pending_json
         if pending is None or self._json_routed:
+            return
+        if self._interrupted:
+            pending.discard()
             return
         try:
             pending.commit()
@@ -308,6 +353,33 @@ class Lifecycle:
             f"pytest-ipu: --benchmark-json={pending.target}: cannot write the results: "
             f"{error.strerror or error}; the file was left as it was (free space or pass a writable path)"
         )
+
+    def _save_instead(self, has_benchmarks: bool) -> bool:
+        """In place of pytest-benchmark's saving (``bench_seam.route_saving``): whether it must not
+        save. An interrupted run saves nothing, so that neither ``--benchmark-json`` nor the storage
+        of ``--benchmark-save``/``--benchmark-autosave`` gets a partial run (one line says so); a
+        run that measured only ``ipu_power`` blocks is saved here."""
+        if self._interrupted:
+            self._say_not_saved()
+            return True
+        return not has_benchmarks and self._save_power_blocks_alone()
+
+    def _say_not_saved(self) -> None:
+        """One line: an interrupted run's results were not saved, and what keeps the last complete run."""
+        option = self.session.config.option
+        kept = []
+        if self.pending_json is not None:
+            target = self.pending_json.target
+            state = "keeps the previous complete run" if target.exists() else "was not written"
+            kept.append(f"{target} {state}")
+        if getattr(option, "benchmark_save", None) or getattr(option, "benchmark_autosave", False):
+            storage = getattr(option, "benchmark_storage", None) or "the benchmark storage"
+            kept.append(f"no run was saved into {storage}")
+        reporter = self._reporter()
+        if kept and reporter is not None:
+            # A line of its own: an interrupt leaves the progress line (-q's dots) unfinished.
+            reporter.write_line("")
+            reporter.write_line(f"pytest-ipu: interrupted: results not saved, {'; '.join(kept)}", yellow=True)
 
     def _save_power_blocks_alone(self) -> bool:
         """Save the run's file when it measured ``ipu_power`` blocks and no benchmark (pytest-benchmark

@@ -96,6 +96,8 @@ def pytest_configure(config: pytest.Config) -> None:
     options.warn_unknown_variables(config)
     # A bad --ipu-scaling-baseline stops the run before anything is measured (a usage error).
     session.scaling_baseline()
+    # So do gates in a run where pytest-benchmark times nothing (pytest-xdist, --benchmark-disable).
+    session.gate_check.configure(config)
     config.stash[SESSION_KEY] = session
     # Each pytest run (pytester runs many in one process) has its own plugin manager, so the hooks
     # go with the run.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -103,24 +104,94 @@ def worker_share() -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
-def untimed_reason(config: pytest.Config) -> str | None:
+@dataclass(frozen=True)
+class Untimed:
+    """Why pytest-benchmark times nothing in a run, as its option was given."""
+
+    #: The option as given (``--benchmark-disable``, ``-n 2``, ``--dist=loadfile``).
+    option: str
+    #: Where it was given: ``the command line``, ``PYTEST_ADDOPTS``, ``addopts in pytest.ini``.
+    source: str
+    #: What it does, after the option in a message ("turns pytest-benchmark's timing off").
+    effect: str
+    #: Why nothing is timed, for a ``NotTimed`` record.
+    reason: str
+    #: What to do to measure (and so to check gates).
+    fix: str
+
+
+def untimed(config: pytest.Config) -> Untimed | None:
     """Why pytest-benchmark times nothing in this run, or ``None`` when it times: its own rules
-    (``--benchmark-skip``; ``--benchmark-disable`` unless ``--benchmark-enable``; pytest-xdist, seen
-    on the controller by ``-n``/``--dist`` and in a worker by its ``workerinput`` and variable).
-    ``ipu_benchmark`` gives the reason to its ``NotTimed`` record; repeats are not scheduled."""
+    (``--benchmark-skip`` unless ``--benchmark-only``; ``--benchmark-disable`` unless
+    ``--benchmark-enable``; pytest-xdist, seen on the controller by ``-n``/``--dist`` and in a
+    worker by its ``workerinput`` and variable). Read from the options, so it is known at
+    configure time, before pytest-benchmark's session exists."""
     option = config.option
-    if getattr(option, "benchmark_skip", False):
-        return "benchmarks are skipped (--benchmark-skip)"
+    if getattr(option, "benchmark_skip", False) and not getattr(option, "benchmark_only", False):
+        return Untimed(
+            "--benchmark-skip",
+            _where_given(config, "--benchmark-skip"),
+            "skips every benchmark",
+            "benchmarks are skipped (--benchmark-skip)",
+            "run without --benchmark-skip",
+        )
     if getattr(option, "benchmark_disable", False) and not getattr(option, "benchmark_enable", False):
-        return "benchmarking is disabled (--benchmark-disable); run without it to measure"
-    if (
-        getattr(option, "dist", "no") != "no"
-        or getattr(option, "numprocesses", None)
-        or hasattr(config, "workerinput")
-        or os.environ.get("PYTEST_XDIST_WORKER")
-    ):
-        return "pytest-benchmark does not time under pytest-xdist (-n); run without -n to measure"
+        return Untimed(
+            "--benchmark-disable",
+            _where_given(config, "--benchmark-disable"),
+            "turns pytest-benchmark's timing off",
+            "benchmarking is disabled (--benchmark-disable); run without it to measure",
+            "run without --benchmark-disable (or add --benchmark-enable)",
+        )
+    workers = getattr(option, "numprocesses", None)
+    dist = getattr(option, "dist", "no")
+    if workers or dist != "no":
+        # -n sets --dist=load; --dist alone runs no worker, yet pytest-benchmark stops timing.
+        return Untimed(
+            f"-n {workers}" if workers else f"--dist={dist}",
+            _where_given(config, "-n", "--numprocesses") if workers else _where_given(config, "--dist"),
+            "runs the tests in pytest-xdist workers, where pytest-benchmark times nothing"
+            if workers
+            else "makes pytest-benchmark time nothing (it stops timing whenever --dist is set, even "
+            "without -n)",
+            "pytest-benchmark does not time under pytest-xdist (-n); run without -n to measure",
+            "run the gated benchmarks without -n" if workers else "run the gated benchmarks without --dist",
+        )
+    if hasattr(config, "workerinput") or os.environ.get("PYTEST_XDIST_WORKER"):
+        return Untimed(
+            "PYTEST_XDIST_WORKER",
+            "the environment",
+            "marks a pytest-xdist worker, where pytest-benchmark times nothing",
+            "pytest-benchmark does not time under pytest-xdist (-n); run without -n to measure",
+            "run the gated benchmarks without -n",
+        )
     return None
+
+
+def untimed_reason(config: pytest.Config) -> str | None:
+    """``untimed``'s reason, for a ``NotTimed`` record; ``None`` when pytest-benchmark times.
+    ``ipu_benchmark`` gives it to its record; repeats are not scheduled."""
+    found = untimed(config)
+    return None if found is None else found.reason
+
+
+def _where_given(config: pytest.Config, *flags: str) -> str:
+    """Where a pytest option among ``flags`` was given, for a message: the command line,
+    ``PYTEST_ADDOPTS`` or the ini file's ``addopts`` (``-n2`` and ``--dist=load`` forms included)."""
+
+    def among(args: list[str]) -> bool:
+        return any(
+            a == f or a.startswith(f"{f}=") or (len(f) == 2 and a.startswith(f)) for a in args for f in flags
+        )
+
+    if among([str(a) for a in config.invocation_params.args]):
+        return "the command line"
+    if among(shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))):
+        return "PYTEST_ADDOPTS"
+    addopts = config.getini("addopts")
+    if among(addopts if isinstance(addopts, list) else shlex.split(str(addopts))):
+        return f"addopts in {config.inipath.name}" if config.inipath is not None else "addopts"
+    return "a plugin or conftest"
 
 
 def plan(settings: Settings) -> tuple[int, str]:

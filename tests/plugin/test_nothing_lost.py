@@ -1,13 +1,20 @@
-"""Nothing lost: ``--benchmark-json`` reaches disk whole or not at all, and gates that checked
-nothing do not pass. Failures are injected (a writer that stops half-way with a full disk); nothing
-here depends on timing."""
+"""Nothing lost: ``--benchmark-json`` reaches disk whole or not at all, an interrupted run never
+replaces a complete one, and gates that checked nothing do not pass (nor does anything switch them
+off in silence). Failures are injected (a writer that stops half-way with a full disk, a Ctrl-C
+raised inside a benchmark); nothing here depends on timing."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
+
+from tests.plugin.inner import INNER_ADDOPTS
+from tests.plugin.inner import SENTINEL_TEST
+from tests.plugin.inner import assert_usage_error
 
 BENCH = """
 def test_sum(ipu_benchmark):
@@ -88,3 +95,257 @@ def test_gates_that_checked_nothing_fail_the_run(pytester: pytest.Pytester) -> N
     result = pytester.runpytest("--ipu-baseline=base.json", "--ipu-gate=throughput:-50%")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*FAILED no gate was checked*"])
+
+
+# -- gates that nothing measures --------------------------------------------------------------------
+
+MARKED = """
+import pytest
+
+
+@pytest.mark.ipu(gate="latency.p50<1s")
+def test_gated(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=3, warmup_rounds=0)
+
+
+def test_plain(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=3, warmup_rounds=0)
+"""
+
+#: The end of each refusal: what would switch the gates off, where it was given, and the fix.
+UNTIMED = {
+    "-n": "-n 2 (from the command line) runs the tests in pytest-xdist workers, where pytest-benchmark "
+    "times nothing; run the gated benchmarks without -n",
+    "--benchmark-disable": "--benchmark-disable (from the command line) turns pytest-benchmark's timing "
+    "off; run without --benchmark-disable (or add --benchmark-enable)",
+    "--benchmark-skip": "--benchmark-skip (from the command line) skips every benchmark; run without "
+    "--benchmark-skip",
+}
+
+
+@pytest.mark.parametrize(
+    "option", [("-n", "2"), ("--benchmark-disable",), ("--benchmark-skip",)], ids=lambda o: o[0]
+)
+def test_the_runs_gates_are_refused_when_nothing_is_timed(
+    pytester: pytest.Pytester, option: tuple[str, ...]
+) -> None:
+    if option[0] == "-n" and importlib.util.find_spec("xdist") is None:
+        pytest.skip("needs pytest-xdist")
+    pytester.makepyfile(test_bench=BENCH, test_sentinel=SENTINEL_TEST)
+    # Refused at configure time: under -n, before any worker starts.
+    result = pytester.runpytest(*option, "--ipu-gate=latency.p50<1s")
+    assert_usage_error(
+        pytester,
+        result,
+        f"--ipu-gate 'latency.p50<1s' from the command line would check nothing: {UNTIMED[option[0]]}, "
+        "or pass --ipu-gate=none to run them untimed, without gates",
+    )
+
+
+def test_dist_from_addopts_is_named_with_its_source(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if importlib.util.find_spec("xdist") is None:
+        pytest.skip("needs pytest-xdist")
+    # --dist without -n starts no worker, yet pytest-benchmark stops timing.
+    monkeypatch.setenv("PYTEST_ADDOPTS", f"{INNER_ADDOPTS} --dist=loadfile")
+    pytester.makepyfile(test_bench=BENCH, test_sentinel=SENTINEL_TEST)
+    result = pytester.runpytest("--ipu-gate=latency.p50<1s")
+    assert_usage_error(
+        pytester,
+        result,
+        "--ipu-gate 'latency.p50<1s' from the command line would check nothing: --dist=loadfile (from "
+        "PYTEST_ADDOPTS) makes pytest-benchmark time nothing (it stops timing whenever --dist is set, even "
+        "without -n); run the gated benchmarks without --dist, or pass --ipu-gate=none to run them "
+        "untimed, without gates",
+    )
+
+
+def test_ini_gates_are_refused_and_none_lifts_them(pytester: pytest.Pytester) -> None:
+    ini = pytester.makeini("[pytest]\nipu_gate = latency.p50<1s\n")
+    pytester.makepyfile(test_bench=BENCH, test_sentinel=SENTINEL_TEST)
+    result = pytester.runpytest("--benchmark-disable")
+    assert_usage_error(
+        pytester,
+        result,
+        f"--ipu-gate 'latency.p50<1s' from ini key ipu_gate in {ini} would check nothing: "
+        f"{UNTIMED['--benchmark-disable']}, or pass --ipu-gate=none to run them untimed, without gates",
+    )
+    # Asked for on the command line: the benchmarks run as plain tests, without gates.
+    result = pytester.runpytest("--benchmark-disable", "--ipu-gate=none")
+    result.assert_outcomes(passed=2)
+
+
+def test_a_markers_gates_are_refused_when_nothing_is_timed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=MARKED, test_sentinel=SENTINEL_TEST)
+    # Refused once the tests are collected, before any runs.
+    result = pytester.runpytest("--benchmark-disable")
+    assert_usage_error(
+        pytester,
+        result,
+        "test_bench.py::test_gated: @pytest.mark.ipu(gate=...) would check nothing: "
+        f"{UNTIMED['--benchmark-disable']}, or deselect the gated benchmarks (-k) to run the others untimed",
+    )
+    # Without the gated benchmark, the others run untimed.
+    pytester.runpytest("--benchmark-disable", "-k", "not gated").assert_outcomes(passed=2)
+
+
+def test_under_xdist_a_markers_gates_fail_the_run_once(pytester: pytest.Pytester) -> None:
+    if importlib.util.find_spec("xdist") is None:
+        pytest.skip("needs pytest-xdist")
+    pytester.makepyfile(test_bench=MARKED)
+    # The controller collects nothing: its workers name the gated benchmarks, the controller fails
+    # the run at its end, with one line (each worker collected the gated benchmark).
+    result = pytester.runpytest_subprocess("-n", "2", timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=2)
+    lines = [line for line in result.outlines if "no gate was checked" in line]
+    assert lines == [
+        "FAILED no gate was checked: 1 benchmark(s) with gates (@pytest.mark.ipu(gate=...)) ran untimed: "
+        f"{UNTIMED['-n']}"
+    ]
+
+
+def test_gates_with_every_benchmark_deselected_fail_the_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCH, test_sentinel=SENTINEL_TEST)
+    result = pytester.runpytest("--ipu-gate=latency.p50<1s", "-k", "ran")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        [
+            "FAILED no gate was checked: gates given (latency.p50<1s) but no benchmark was selected "
+            "(1 deselected); select the gated benchmarks, or pass --ipu-gate=none to run without gates"
+        ]
+    )
+
+
+def test_gates_with_every_gated_benchmark_skipped_fail_the_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=MARKED.replace("def test_gated", "@pytest.mark.skip\ndef test_gated"))
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(
+        [
+            "FAILED no gate was checked: every gated benchmark was skipped (1); run them where they are "
+            "not skipped (-rs says why), or remove their gates"
+        ]
+    )
+
+
+# -- interrupted runs ---------------------------------------------------------------------------------
+
+#: The second benchmark stops the run as asked by STOP: Ctrl-C (a KeyboardInterrupt) inside its
+#: measured call, as a user's Ctrl-C lands; ``pytest.exit``; or a failure (``-x`` then stops).
+STOPPING = """
+import os
+
+import pytest
+
+
+def test_first(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=3, warmup_rounds=0)
+
+
+def stop():
+    how = os.environ.get("STOP")
+    if how == "ctrl-c":
+        raise KeyboardInterrupt
+    if how == "exit":
+        pytest.exit("stopped by the test")
+    if how == "fail":
+        raise AssertionError("failed")
+
+
+def test_second(ipu_benchmark):
+    ipu_benchmark(stop, rounds=3, warmup_rounds=0)
+
+
+def test_third(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=3, warmup_rounds=0)
+"""
+
+SAVING = ("--benchmark-json=out.json", "--benchmark-autosave")
+
+
+def _saved(directory: Path) -> list[str]:
+    return sorted(p.name[:4] for p in (directory / ".benchmarks").rglob("*.json"))
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "exit"])
+def test_an_interrupted_run_saves_nothing_and_says_so(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    pytester.makepyfile(test_bench=STOPPING)
+    pytester.runpytest(*SAVING).assert_outcomes(passed=3)
+    complete = (pytester.path / "out.json").read_bytes()
+    monkeypatch.setenv("STOP", how)
+    result = pytester.runpytest(*SAVING, no_reraise_ctrlc=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    lines = [line for line in result.outlines if line.startswith("pytest-ipu: interrupted")]
+    assert lines == [
+        "pytest-ipu: interrupted: results not saved, out.json keeps the previous complete run; "
+        "no run was saved into file://./.benchmarks"
+    ]
+    assert (pytester.path / "out.json").read_bytes() == complete
+    assert _saved(pytester.path) == ["0001"]
+    assert _leftovers(pytester.path) == []
+    # The next comparison gates against the complete run, the one saved.
+    monkeypatch.delenv("STOP")
+    result = pytester.runpytest("--benchmark-compare", "--ipu-gate=throughput:-99%")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(
+        ["3 gate check(s) on 3 benchmark(s) against --benchmark-compare: 3 passed, 0 failed"]
+    )
+
+
+def test_an_interrupted_first_run_writes_no_file(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_bench=STOPPING)
+    monkeypatch.setenv("STOP", "ctrl-c")
+    result = pytester.runpytest("--benchmark-json=out.json", no_reraise_ctrlc=True)
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines(["pytest-ipu: interrupted: results not saved, out.json was not written"])
+    assert not (pytester.path / "out.json").exists()
+    assert _leftovers(pytester.path) == []
+
+
+@pytest.mark.parametrize(
+    ("stop", "status"), [("-x", pytest.ExitCode.TESTS_FAILED), ("--stepwise", pytest.ExitCode.INTERRUPTED)]
+)
+def test_a_run_stopped_at_a_failure_is_saved_as_far_as_it_ran(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, stop: str, status: pytest.ExitCode
+) -> None:
+    # Not an interrupt: the run ends where a test failed (-x: as failed; --stepwise: through
+    # session.shouldstop, as interrupted), and each benchmark it ran is whole.
+    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS.replace("-p no:cacheprovider", ""))  # --stepwise's
+    pytester.makepyfile(test_bench=STOPPING)
+    monkeypatch.setenv("STOP", "fail")
+    result = pytester.runpytest(stop, *SAVING)
+    assert result.ret == status
+    result.assert_outcomes(passed=1, failed=1)
+    assert "pytest-ipu: interrupted" not in result.stdout.str()
+    data = json.loads((pytester.path / "out.json").read_text())
+    assert [b["name"] for b in data["benchmarks"]] == ["test_first"]
+    assert _saved(pytester.path) == ["0001"]
+
+
+def test_compare_skips_a_partial_newest_run_to_the_newest_complete_one(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    pytester.runpytest("--benchmark-autosave").assert_outcomes(passed=1)
+    # A partial run saved by an earlier version: its benchmark has no pytest-ipu record.
+    (first,) = (pytester.path / ".benchmarks").rglob("0001_*.json")
+    data = json.loads(first.read_text())
+    for bench in data["benchmarks"]:
+        del bench["extra_info"]["ipu"]
+    partial = first.with_name(re.sub("^0001_", "0002_", first.name))
+    partial.write_text(json.dumps(data))
+    result = pytester.runpytest("--benchmark-compare", "--ipu-gate=throughput:-99%")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        [
+            f"1 gate check(s) on 1 benchmark(s) against {first}: 1 passed, 0 failed",
+            f"NOTE --benchmark-compare: the newest saved run, {partial}, is partial; the gates compare "
+            f"against {first}, the newest complete one (pytest-benchmark's table shows the partial one)",
+            "SKIPPED baseline --benchmark-compare skipped: no benchmark has a pytest-ipu record *",
+        ]
+    )

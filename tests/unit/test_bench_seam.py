@@ -206,3 +206,54 @@ def test_an_already_opened_json_file_is_closed_and_read_as_its_path(tmp_path: Pa
     option = SimpleNamespace(benchmark_json=handle)
     assert bench_seam.json_path(option) == tmp_path / "opened.json"
     assert handle.closed
+
+
+# -- saving and the compared runs -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("has", "instead_says", "saved"), [(True, False, True), (False, True, False)])
+def test_routed_saving_asks_first_and_saves_only_when_told(
+    has: bool, instead_says: bool, saved: bool
+) -> None:
+    calls: list[str] = []
+    asked: list[bool] = []
+    bench = SimpleNamespace(benchmarks=[object()] if has else [], handle_saving=lambda: calls.append("saved"))
+    config = SimpleNamespace(_benchmarksession=bench)
+
+    def instead(with_benchmarks: bool) -> bool:
+        asked.append(with_benchmarks)
+        return instead_says
+
+    bench_seam.route_saving(config, instead)
+    bench.handle_saving()
+    assert asked == [has]
+    assert calls == (["saved"] if saved else [])
+
+
+class FileStorage:
+    """pytest-benchmark's file storage, as far as the seam reads it: its runs matching a glob."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.globs: list[str] = []
+
+    def query(self, glob: str) -> list[str]:
+        self.globs.append(glob)
+        return self.names
+
+
+@pytest.mark.parametrize(
+    ("compare", "expected"), [(True, ["0001_a.json", "0002_b.json"]), ("0001", []), ([], [])]
+)
+def test_the_compared_runs_are_listed_only_for_a_bare_compare(compare: object, expected: list[str]) -> None:
+    storage = FileStorage(["0001_a.json", "0002_b.json"])
+    config = SimpleNamespace(_benchmarksession=SimpleNamespace(compare=compare, storage=storage))
+    assert bench_seam.saved_runs_compared(config) == [Path(n) for n in expected]
+    # pytest-benchmark's own query for the run it loads.
+    assert storage.globs == (["[0-9][0-9][0-9][0-9]_"] if expected else [])
+
+
+def test_no_compared_runs_from_another_storage() -> None:
+    other = SimpleNamespace(query=lambda: ["some-id"])  # elasticsearch's: no glob
+    config = SimpleNamespace(_benchmarksession=SimpleNamespace(compare=True, storage=other))
+    assert bench_seam.saved_runs_compared(config) == []
