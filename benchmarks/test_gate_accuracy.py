@@ -4,7 +4,7 @@ printed with their counts.
 
 The workload and the runs
 -------------------------
-A real small workload (numpy sorting 100,000 numbers, about 0.5 ms, on one thread) and the same
+A real small workload (numpy sorting 20,000 numbers, about 0.6 ms, on one thread) and the same
 with every call slowed by exactly 10 % or 30 % (each call spins on until it has taken 1.1 or 1.3
 times as long as the sort did). One *run* is measured as ``ipu_benchmark`` measures a benchmark
 with ``--ipu-repeats=3``: K = 3 independent repeats one after the other, each with its own first

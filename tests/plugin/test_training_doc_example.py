@@ -80,6 +80,8 @@ def test_the_ten_lines_run_under_torchrun_into_one_merged_file(
         "pytest",
         "test_train.py",
         *FAST,
+        # Three repeats: a gate's verdict needs their spread (one repeat would be INCONCLUSIVE).
+        "--ipu-repeats=3",
         "--benchmark-json=out.json",
         "--ipu-gate=throughput>1/s",
     )
