@@ -1,8 +1,7 @@
 """The typed records of a run: what one benchmark measured (``IpuRecord``, with its typed parts
 ``PowerRecord``, ``ParityRecord``, ``PlacementRecord``, ``InstanceRecord``, ``RepeatRecord``,
 ``BudgetRecord``, ``StabilityRecord``, the contention's ``ContentionRecord`` and the CPU time's
-``CpuTime``) and a measured
-benchmark as this run's gates, tables and JSON see it (``Measured``).
+``CpuTime``) and a measured benchmark as this run's gates, tables and JSON see it (``Measured``).
 
 Records are frozen dataclasses in SI units. Each part's ``as_json`` is its plain-JSON form inside
 ``extra_info["ipu"]``; ``pytest_ipu.results.schema`` writes and reads the whole record (and reads

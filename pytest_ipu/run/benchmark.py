@@ -3,9 +3,9 @@
 ``measure`` times one repeat: it converts the inputs once, makes the first call and the warm-up
 rounds (untimed), calibrates the round time over a measurable stretch, runs the timed rounds
 inside the energy window of a power meter when there is one and inside a time box (the budget,
-and the hard cap), and computes latency, throughput and CPU time (docs/numbers.md defines them). ``pool``
-joins the repeats of one benchmark into its record: pooled figures, each repeat's summary, the
-spread between them. What only some compiled models have (instances, device counters, a training
+and the hard cap), and computes latency, throughput and CPU time (docs/numbers.md defines them).
+``pool`` joins the repeats of one benchmark into its record: pooled figures, each repeat's
+summary, the spread between them. What only some compiled models have (instances, device counters, a training
 step) is each asked for with ``isinstance`` in one small function. Nothing here knows pytest: the
 ``ipu_benchmark`` fixture gathers the arguments and publishes what these return. The other records
 (LoadGen, time to train, untimed) are built in ``run.records``.
