@@ -1,10 +1,13 @@
-"""Numbers from numbers: latency summaries and throughput (pure; seconds in, SI units out)."""
+"""Numbers from numbers: latency summaries, throughput and CPU time (pure; seconds in, SI units out)."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import fields
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -66,3 +69,82 @@ def throughput(items: float, window_s: float) -> float:
     if not window_s > 0:
         raise ValueError(f"the timed window must last > 0 s, got {window_s}")
     return items / window_s
+
+
+#: The off-CPU share at which a host CPU benchmark is flagged ``off-cpu`` (``IpuRecord.off_cpu``).
+OFF_CPU_FLAG = 0.25
+
+
+@dataclass(frozen=True)
+class CpuTime:
+    """CPU time over the timed rounds, beside their wall time (docs/numbers.md defines it).
+
+    A round's CPU time runs from the end of the round before (the window's start for the first) to
+    the end of this one: its call and the bookkeeping between rounds, as the window's wall time
+    has them. The process's clock counts every thread of the process (a runtime's worker threads
+    too); the thread's clock counts only the thread that ran the rounds. Neither counts the time a
+    thread waits: for a CPU, a lock, a sleep, I/O or a device that it waits for without spinning.
+    """
+
+    #: This process's CPU time per timed round (one call; with several instances, one call of
+    #: each), every thread counted: the median over the rounds, seconds. The `cpu_time` metric.
+    process_s: float
+    #: The CPU time of the thread that ran the timed rounds, per round: the median over the rounds,
+    #: seconds.
+    thread_s: float
+    #: This process's CPU time over the timed windows, every round together, seconds.
+    process_total_s: float
+    #: The timing thread's CPU time over the timed windows, seconds.
+    thread_total_s: float
+    #: Share of the windows' wall time the timing thread was not running on a CPU, 0..1: 1 -
+    #: `thread_total_s` / `window_s`. Descheduled for other processes, or waiting (a sleep, I/O, a
+    #: device, other threads of its own): for single-threaded CPU work, the time other processes took.
+    off_cpu_share: float
+
+    def as_json(self) -> dict[str, Any]:
+        """Every field as plain JSON values, stored as ``cpu`` (of the record and of each repeat)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def off_cpu_share(thread_total_s: float, window_s: float) -> float:
+    """1 - the thread's CPU time / the window's wall time, within 0..1 (0 for a window of no length).
+
+    The CPU clock is read inside the wall marks, so the share is never below 0 but for the two
+    clocks' rounding; the clamp keeps that from showing as a negative share."""
+    if not window_s > 0:
+        return 0.0
+    return min(max(1.0 - thread_total_s / window_s, 0.0), 1.0)
+
+
+def summarize_cpu_time(thread_ns: Sequence[int], process_ns: Sequence[int], window_s: float) -> CpuTime:
+    """The CPU time of one timed window from each round's thread and process CPU time (ns) and the
+    window's wall time; raises ``ValueError`` for no rounds or a negative time."""
+    if not thread_ns or len(thread_ns) != len(process_ns):
+        raise ValueError(
+            f"CPU times of {len(thread_ns)} and {len(process_ns)} rounds: need the same count, at least 1"
+        )
+    if min(thread_ns) < 0 or min(process_ns) < 0:
+        raise ValueError("a round's CPU time must be >= 0 ns")
+    thread_total_s = sum(thread_ns) * 1e-9
+    return CpuTime(
+        process_s=statistics.median(process_ns) * 1e-9,
+        thread_s=statistics.median(thread_ns) * 1e-9,
+        process_total_s=sum(process_ns) * 1e-9,
+        thread_total_s=thread_total_s,
+        off_cpu_share=off_cpu_share(thread_total_s, window_s),
+    )
+
+
+def pool_cpu_time(repeats: Sequence[tuple[CpuTime, float]]) -> CpuTime:
+    """The CPU time of several repeats, each with its window's wall time: per round, the median of
+    the repeats' medians; the totals summed, and the off-CPU share of the summed windows."""
+    if not repeats:
+        raise ValueError("no repeats to pool")
+    thread_total_s = math.fsum(cpu.thread_total_s for cpu, _ in repeats)
+    return CpuTime(
+        process_s=statistics.median(cpu.process_s for cpu, _ in repeats),
+        thread_s=statistics.median(cpu.thread_s for cpu, _ in repeats),
+        process_total_s=math.fsum(cpu.process_total_s for cpu, _ in repeats),
+        thread_total_s=thread_total_s,
+        off_cpu_share=off_cpu_share(thread_total_s, math.fsum(w for _, w in repeats)),
+    )

@@ -1,7 +1,9 @@
 """The timed loop: untimed first call and warm-up, the round plan, and rounds through pytest-benchmark.
 
 Nothing here knows JSON or pytest options. The clock is injectable; the default is
-``time.perf_counter_ns``, a monotonic clock with nanosecond resolution. ``Watchdog`` bounds each
+``time.perf_counter_ns``, a monotonic clock with nanosecond resolution. The timed rounds also read
+two CPU clocks at every round boundary (``time.thread_time_ns``, the timing thread's CPU time, and
+``time.process_time_ns``, the whole process's), injectable as well. ``Watchdog`` bounds each
 call (the call timeout): the loops only count the calls they finish (``CallWatch``), a thread
 watches the count, and a call that has not finished in time is interrupted by a signal.
 """
@@ -209,6 +211,12 @@ class Window:
     end_ns: int
     rounds: int
     ended: Ending
+    #: The timing thread's CPU time in each round, ns: from the end of the round before (the start
+    #: of the window for the first) to the end of this one, so the call and the bookkeeping between
+    #: rounds, as the window's wall time has them. Together they are the window's thread CPU time.
+    thread_cpu_ns: tuple[int, ...] = ()
+    #: The process's CPU time (every thread) in each round, ns, over the same stretches.
+    process_cpu_ns: tuple[int, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -230,6 +238,8 @@ def timed_rounds(
     on_end: Callable[[], None] | None = None,
     box: TimeBox = TimeBox(),
     watch: CallWatch | None = None,
+    thread_clock: Clock = time.thread_time_ns,
+    process_clock: Clock = time.process_time_ns,
 ) -> Window:
     """Run up to ``rounds`` timed rounds through ``benchmark.pedantic``; return the window.
 
@@ -249,10 +259,19 @@ def timed_rounds(
     ``watch`` counts the finished rounds for the call timeout's ``Watchdog`` (one attribute
     increment per round, in the teardown that already runs between rounds: no clock read, no
     system call).
+
+    ``thread_clock`` and ``process_clock`` (CPU time of the calling thread, which runs the rounds,
+    and of the process, ns) are read once each at the window's start and at every round's end:
+    two reads per round, between rounds, never inside a round's own time. The CPU reads sit inside
+    the wall marks (after the opening one, before each closing one), so the CPU time they span lies
+    within the wall window. The window has each round's CPU time (``Window.thread_cpu_ns``).
     """
     watch = watch if watch is not None else CallWatch()
     watch.enter("timed round {n}")
     marks: list[int] = []
+    # The CPU clocks at the window's start and at each round's end.
+    thread_marks: list[int] = []
+    process_marks: list[int] = []
     ended = [0]
     reason: list[Ending] = []
     budget_ns = None if box.budget_s is None else box.budget_s * 1e9
@@ -268,6 +287,8 @@ def timed_rounds(
             if on_start is not None:
                 on_start()
             marks.append(clock())
+            thread_marks.append(thread_clock())
+            process_marks.append(process_clock())
             return
         so_far = marks[1] - marks[0]
         # End at the round boundary nearest the budget: when another round (as long as the mean so
@@ -282,6 +303,8 @@ def timed_rounds(
             raise _EndRounds
 
     def mark_end(*_: object) -> None:
+        thread_marks.append(thread_clock())
+        process_marks.append(process_clock())
         end = clock()
         if len(marks) == 2:
             marks[1] = end
@@ -304,7 +327,19 @@ def timed_rounds(
         )
     except _EndRounds:
         benchmark.rounds_ended_early()
-    return Window(marks[0], marks[1], ended[0], reason[0] if reason else "planned")
+    return Window(
+        marks[0],
+        marks[1],
+        ended[0],
+        reason[0] if reason else "planned",
+        thread_cpu_ns=_differences(thread_marks),
+        process_cpu_ns=_differences(process_marks),
+    )
+
+
+def _differences(marks: Sequence[int]) -> tuple[int, ...]:
+    """Each reading minus the one before."""
+    return tuple(b - a for a, b in zip(marks, marks[1:]))
 
 
 class CallWatch:

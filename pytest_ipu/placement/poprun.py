@@ -47,6 +47,10 @@ AGGREGATION: Mapping[str, str] = {
     ),
     "latency_worst_instance_p50_s": "the largest p50 latency of any instance",
     "latency_worst_instance_p99_s": "the largest p99 latency of any instance",
+    "cpu": (
+        "per figure, the largest value of any instance (each a process of its own); null unless every "
+        "instance has one"
+    ),
     "power": "not merged (instances may share a power source); see each instance's record",
     "stats": "pytest-benchmark's stats of this benchmark are instance 0's, not merged",
     "other fields": "instance 0's",
@@ -372,6 +376,10 @@ def _merge_records(
     merged["latency_unsupported"] = sorted({p for r in records for p in r.get("latency_unsupported", [])})
     merged["latency_worst_instance_p50_s"] = merged["latency_s"]["p50"]
     merged["latency_worst_instance_p99_s"] = merged["latency_s"]["p99"]
+    cpus = [r["cpu"] for r in records if isinstance(r.get("cpu"), dict)]
+    merged["cpu"] = (
+        {key: max(float(c[key]) for c in cpus) for key in cpus[0]} if len(cpus) == len(records) else None
+    )
     merged["power"] = None
     merged[kind] = {
         "merged": True,

@@ -315,6 +315,13 @@ def _flag_notes(rows: Sequence[Row]) -> list[str]:
                 f"contended: {name}: other processes used {others:.0f}% of the machine's CPU "
                 f"during the windows, above {contention.threshold * 100:g}%{load}{_threads_hint(record)}"
             )
+        if record.off_cpu and record.cpu is not None:
+            lines.append(
+                f"off-cpu: {name}: the thread running the rounds was off the CPU "
+                f"{record.cpu.off_cpu_share * 100:.0f}% of the windows' wall time (descheduled, or "
+                f"waiting); CPU time per round {units.format_value(record.cpu.process_s, 's')}, "
+                f"wall p50 {units.format_value(record.latency_s.p50, 's')}"
+            )
         if contention is not None and not contention.readable:
             unreadable[f"contention not measured: {contention.reason}"] = None
         if budget is not None and budget.budget_s is not None:

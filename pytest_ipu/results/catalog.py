@@ -50,6 +50,7 @@ class Metric:
     unit: str
     #: True when every independent repeat measures it: a repeat's value is at `path` in that
     #: repeat (`RepeatRecord`). False for a figure measured once per benchmark (energy, compile).
+    #: A record whose repeats lack it (written before the metric existed) has it once, or not.
     per_repeat: bool = False
     #: Where the record keeps independent measurements of the metric itself (a time-to-train
     #: benchmark's kept runs), which a gate weighs before repeats; `None` for none.
@@ -77,7 +78,9 @@ class Metric:
             if kept is not None:
                 return tuple(float(v) for v in kept)
         if self.per_repeat and record.repeats:
-            return tuple(float(_walk(r, self.path)) for r in record.repeats)
+            each = [_walk(r, self.path) for r in record.repeats]
+            if all(v is not None for v in each):
+                return tuple(float(v) for v in each)
         value = self.value(record)
         return () if value is None else (value,)
 
@@ -101,6 +104,15 @@ def _loadgen_missing(record: Any, name: str) -> str:
     return f"LoadGen reported no {name} for {article} {scenario} run"
 
 
+def _cpu_missing(record: Any) -> str:
+    placement = record.placement
+    if placement is not None and placement.runner == "processes":
+        return "no CPU time: the instances ran in worker processes, whose CPU time this one does not count"
+    return (
+        "no CPU time (the record predates it, or is not of timed rounds: LoadGen and time to train have none)"
+    )
+
+
 def _latency(key: str) -> Metric:
     return Metric(f"latency.{key}", ("latency_s", key), "s", per_repeat=True)
 
@@ -120,6 +132,9 @@ METRICS: Mapping[str, Metric] = {
     for m in (
         *(_latency(k) for k in ("min", "p50", "p90", "p99", "max", "mean")),
         Metric("throughput", ("throughput_items_per_s",), "items/s", per_repeat=True),
+        # The process's CPU time per round (every thread: a runtime's worker threads are host work
+        # too), which other processes barely move; the median over the rounds.
+        Metric("cpu_time", ("cpu", "process_s"), "s", per_repeat=True, missing=_cpu_missing),
         Metric(
             "compile",
             ("compile_s",),

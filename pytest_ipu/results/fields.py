@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_ipu.measure.contention import ContentionRecord
+from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import loadgen
 from pytest_ipu.results import records
@@ -38,6 +39,7 @@ CLASSES: tuple[tuple[type, str, tuple[str, ...]], ...] = (
     (records.BudgetRecord, "`budget`", ("ratio", "capped")),
     (records.StabilityRecord, "`stability`", ("basis",)),
     (ContentionRecord, "`contention`", ()),
+    (CpuTime, "`cpu` (and each repeat's `cpu`)", ()),
     (records.PowerRecord, "`power`", ()),
     (records.DeviceEnergy, "each entry of `power.devices`", ()),
     (records.ParityRecord, "`parity`", ("passed",)),

@@ -1,7 +1,7 @@
 """The typed records of a run: what one benchmark measured (``IpuRecord``, with its typed parts
 ``PowerRecord``, ``ParityRecord``, ``PlacementRecord``, ``InstanceRecord``, ``RepeatRecord``,
-``BudgetRecord``, ``StabilityRecord`` and the contention's ``ContentionRecord``) and a measured
-benchmark as this run's gates, tables and JSON see it (``Measured``).
+``BudgetRecord``, ``StabilityRecord``, the contention's ``ContentionRecord`` and the CPU time's
+``CpuTime``) and a measured benchmark as this run's gates, tables and JSON see it (``Measured``).
 
 Records are frozen dataclasses in SI units. Each part's ``as_json`` is its plain-JSON form inside
 ``extra_info["ipu"]``; ``pytest_ipu.results.schema`` writes and reads the whole record (and reads
@@ -23,6 +23,8 @@ from typing import Literal
 from typing import NoReturn
 
 from pytest_ipu.measure.contention import ContentionRecord
+from pytest_ipu.measure.metrics import OFF_CPU_FLAG
+from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.measure.metrics import summarize_latency
 from pytest_ipu.results.catalog import METRICS
@@ -378,10 +380,14 @@ class RepeatRecord:
     ended: Ending = "planned"
     #: `this` (the pytest process) or `worker` (a fresh worker process, `--ipu-repeat-mode=process`).
     process: str = "this"
+    #: Its CPU time beside its wall time (`CpuTime`); `None` in records that predate it, or where the
+    #: instances ran in worker processes.
+    cpu: CpuTime | None = None
 
     def value(self, metric: str) -> float | None:
-        """This repeat's value of a per-round metric (``latency.*``, ``throughput``); ``None`` for a
-        metric measured once per benchmark (energy, compile)."""
+        """This repeat's value of a per-round metric (``latency.*``, ``throughput``, ``cpu_time``);
+        ``None`` for a metric measured once per benchmark (energy, compile), or one this repeat
+        lacks (``cpu_time`` in an older record)."""
         known = METRICS.get(metric)
         return known.value(self) if known is not None and known.per_repeat else None
 
@@ -395,6 +401,7 @@ class RepeatRecord:
             "throughput_items_per_s": self.throughput_items_per_s,
             "ended": self.ended,
             "process": self.process,
+            "cpu": None if self.cpu is None else self.cpu.as_json(),
         }
 
 
@@ -547,6 +554,10 @@ class IpuRecord(Identity):
     stability: StabilityRecord | None = None
     #: Other processes' share of the CPU during the timed windows; ``None`` in older records.
     contention: ContentionRecord | None = None
+    #: CPU time beside the wall time (`CpuTime`), the repeats pooled; ``None`` in older records, in
+    #: records not measured by timed rounds (LoadGen, time to train), and where the instances ran
+    #: in worker processes (whose CPU time this process's clocks do not count).
+    cpu: CpuTime | None = None
     #: How a training step's global batch is made (`TrainingRecord`); `None` for inference.
     training: TrainingRecord | None = None
     #: The runs of a time-to-train benchmark and their olympic average (`TimeToTrainRecord`).
@@ -579,14 +590,27 @@ class IpuRecord(Identity):
         return METRICS[metric].repeat_values(self)
 
     @property
+    def off_cpu(self) -> bool:
+        """Whether the thread that ran the rounds of a host CPU target (device ``cpu`` or ``host``)
+        was off the CPU for at least ``OFF_CPU_FLAG`` of the windows' wall time: the wall figures
+        then count time the benchmark did not run. On an accelerator the thread may wait for the
+        device off the CPU, which says nothing of the host, so no flag there."""
+        return (
+            self.cpu is not None and self.device in ("cpu", "host") and self.cpu.off_cpu_share >= OFF_CPU_FLAG
+        )
+
+    @property
     def flags(self) -> tuple[str, ...]:
         """The conditions a reader of this figure must know: ``unstable``, ``contended``,
-        ``capped``, ``over-budget`` (minimum rounds past the budget), ``rounds-limit``."""
+        ``off-cpu`` (``off_cpu``), ``capped``, ``over-budget`` (minimum rounds past the budget),
+        ``rounds-limit``."""
         out = []
         if self.stability is not None and self.stability.unstable:
             out.append("unstable")
         if self.contention is not None and self.contention.contended:
             out.append("contended")
+        if self.off_cpu:
+            out.append("off-cpu")
         if self.budget is not None:
             if self.budget.capped:
                 out.append("capped")

@@ -14,7 +14,10 @@ scales. Version history (additive changes only within a version):
   against its time budget and hard cap), ``stability`` (the spread between repeats, ``unstable``)
   and ``contention`` (other processes' share of the CPU during the windows, ``contended``). The
   top-level figures pool the repeats. A version-1 record reads as one repeat without these parts
-  (``IpuRecord.repeat_values`` gives its own value); it is written back as version 2.
+  (``IpuRecord.repeat_values`` gives its own value); it is written back as version 2. Then
+  (additive) ``cpu``, of the record and of each repeat: CPU time beside the wall time (per round,
+  of the process and of the timing thread; their totals; the timing thread's off-CPU share). A
+  record written before it reads with ``cpu`` null, and the ``cpu_time`` metric has no value there.
 
 The metrics (``METRICS``: name, place in this JSON, unit) are defined in ``catalog``. ``to_json``
 writes a typed ``IpuRecord`` (its parts write themselves: ``PowerRecord.as_json`` and
@@ -32,6 +35,7 @@ from typing import TypeVar
 
 from pytest_ipu.measure.contention import DEFAULT_THRESHOLD as DEFAULT_CONTENTION_THRESHOLD
 from pytest_ipu.measure.contention import ContentionRecord
+from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results.catalog import METRICS as METRICS
 from pytest_ipu.results.catalog import Metric as Metric
@@ -100,6 +104,7 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
         "budget": None if record.budget is None else record.budget.as_json(),
         "stability": None if record.stability is None else record.stability.as_json(),
         "contention": None if record.contention is None else record.contention.as_json(),
+        "cpu": None if record.cpu is None else record.cpu.as_json(),
         # The training parts are absent, not null, from inference records: those are written as
         # they always were.
         **{
@@ -172,6 +177,7 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
         budget=_part(data, "budget", _budget),
         stability=_part(data, "stability", _stability),
         contention=_part(data, "contention", _contention),
+        cpu=_part(data, "cpu", _cpu),
         training=_part(data, "training", _training),
         time_to_train=_part(data, "time_to_train", _time_to_train),
         scaling=_part(data, "scaling", _scaling),
@@ -342,9 +348,11 @@ def _free(data: Mapping[str, Any], key: str, at: str = "") -> dict[str, Any] | N
 _Part = TypeVar("_Part")
 
 
-def _part(data: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any], str], _Part]) -> _Part | None:
+def _part(
+    data: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any], str], _Part], at: str = ""
+) -> _Part | None:
     """An optional sub-object read by ``read``; ``None`` when absent or null."""
-    return None if data.get(key) is None else read(_object(data, key), f"{key}.")
+    return None if data.get(key) is None else read(_object(data, key, at), f"{at}{key}.")
 
 
 def _each(
@@ -493,6 +501,17 @@ def _repeat(data: Mapping[str, Any], at: str) -> RepeatRecord:
         throughput_items_per_s=_number(data, "throughput_items_per_s", at),
         ended="cap" if ended == "cap" else "budget" if ended == "budget" else "planned",
         process=_text(data, "process", at, default="this"),
+        cpu=_part(data, "cpu", _cpu, at),
+    )
+
+
+def _cpu(data: Mapping[str, Any], at: str) -> CpuTime:
+    return CpuTime(
+        process_s=_number(data, "process_s", at),
+        thread_s=_number(data, "thread_s", at),
+        process_total_s=_number(data, "process_total_s", at),
+        thread_total_s=_number(data, "thread_total_s", at),
+        off_cpu_share=_number(data, "off_cpu_share", at),
     )
 
 

@@ -3,9 +3,9 @@
 ``measure`` times one repeat: it converts the inputs once, makes the first call and the warm-up
 rounds (untimed), calibrates the round time over a measurable stretch, runs the timed rounds
 inside the energy window of a power meter when there is one and inside a time box (the budget,
-and the hard cap), and computes latency and throughput (docs/numbers.md defines both). ``pool``
-joins the repeats of one benchmark into its record: pooled figures, each repeat's summary, the
-spread between them. What only some compiled models have (instances, device counters, a training
+and the hard cap), and computes latency, throughput and CPU time (docs/numbers.md defines them).
+``pool`` joins the repeats of one benchmark into its record: pooled figures, each repeat's
+summary, the spread between them. What only some compiled models have (instances, device counters, a training
 step) is each asked for with ``isinstance`` in one small function. Nothing here knows pytest: the
 ``ipu_benchmark`` fixture gathers the arguments and publishes what these return. The other records
 (LoadGen, time to train, untimed) are built in ``run.records``.
@@ -255,6 +255,7 @@ def measure(
     calls, instances = instance_calls(compiled, samples)
     latency = metrics.summarize_latency(calls)
     throughput = metrics.throughput(items * window.rounds, window_s)
+    cpu = cpu_time(compiled, window)
     repeat = records.RepeatRecord(
         index=index,
         rounds=window.rounds,
@@ -263,6 +264,7 @@ def measure(
         throughput_items_per_s=throughput,
         ended=window.ended,
         process=process,
+        cpu=cpu,
     )
     budget = records.BudgetRecord(
         budget_s=budget_s if auto else None,
@@ -303,9 +305,19 @@ def measure(
         budget=budget,
         stability=stability([repeat], samples, unstable_threshold, "single"),
         contention=contention[0] if contention else None,
+        cpu=cpu,
         training=training_record(compiled.training) if isinstance(compiled, Trainable) else None,
     )
     return Measurement(record, samples, calls)
+
+
+def cpu_time(compiled: CompiledModel, window: timing.Window) -> metrics.CpuTime | None:
+    """The CPU time of the timed window's rounds (``metrics.CpuTime``); ``None`` where the model's
+    instances run in worker processes, whose CPU time this process's clocks do not count."""
+    placement = compiled.placement
+    if (placement is not None and placement.runner == "processes") or not window.thread_cpu_ns:
+        return None
+    return metrics.summarize_cpu_time(window.thread_cpu_ns, window.process_cpu_ns, window.seconds)
 
 
 def instance_count(compiled: CompiledModel) -> int:
@@ -404,6 +416,7 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
     the sum of their windows; rounds and the window are sums. The first call is the first repeat's
     (the others' first calls are warm already). Energy, instances and device counters are the last
     repeat's, the one measured with the power meter. The stability is the spread between repeats.
+    CPU time per round is the median of the repeats' (``metrics.pool_cpu_time``).
     """
     if not parts:
         raise ValueError("no repeats to pool")
@@ -434,6 +447,7 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
             rounds_limited=any(b.rounds_limited for b in budgets),
         )
     probes = [p.record.contention for p in parts if p.record.contention is not None]
+    cpu = [(r.cpu, r.window_s) for r in repeats if r.cpu is not None]
     record = replace(
         last,
         rounds=sum(r.rounds for r in repeats),
@@ -446,6 +460,8 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
         budget=budget,
         stability=stability(repeats, samples, unstable_threshold, mode if len(parts) > 1 else "single"),
         contention=merge_contention(probes) if probes else None,
+        # Only when every repeat has it: a median of some repeats would stand for all of them.
+        cpu=metrics.pool_cpu_time(cpu) if cpu and len(cpu) == len(repeats) else None,
     )
     return Measurement(record, samples, calls)
 
@@ -457,4 +473,5 @@ def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
         window_s=record.window_s,
         latency_s=record.latency_s,
         throughput_items_per_s=record.throughput_items_per_s,
+        cpu=record.cpu,
     )

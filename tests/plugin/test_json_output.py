@@ -59,6 +59,7 @@ RECORD_KEYS = {
     "budget",
     "stability",
     "contention",
+    "cpu",
 }
 
 BENCH_FILE = """
@@ -206,6 +207,17 @@ def test_record_has_exactly_the_schema_keys(torch_run: TorchRun, name: str) -> N
     assert set(record["latency_s"]) == {"min", "p50", "p90", "p99", "max", "mean"}
     assert record["schema"] == schema.SCHEMA_VERSION == 2
     assert schema.to_json(schema.from_json(record)) == record  # the reader reads back what was written
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_record_has_its_cpu_time_beside_its_wall_time(torch_run: TorchRun, name: str) -> None:
+    record = torch_run.record(name)
+    cpu = record["cpu"]
+    assert set(cpu) == {"process_s", "thread_s", "process_total_s", "thread_total_s", "off_cpu_share"}
+    # A thread never runs longer than the wall time that passes, however busy the machine.
+    assert cpu["thread_total_s"] <= record["window_s"]
+    assert 0 <= cpu["off_cpu_share"] <= 1
+    assert [r["cpu"] for r in record["repeats"]] == [cpu]  # one repeat: the record's is its own
 
 
 @pytest.mark.parametrize("name", LINEAR)
@@ -356,7 +368,7 @@ def test_terminal_shows_the_pytest_ipu_tables_and_the_footnote(torch_run: TorchR
             "flags",
         ]
     # Under each table (title, header, rule, its one row) its own footnotes; flag notes (an unstable
-    # round spread, on a busy machine) may come after these two.
+    # round spread, a thread kept off the CPU, on a busy machine) may come after these two.
     titles = [i for i, line in enumerate(section) if line.endswith("throughput summed over instances)")]
     assert len(titles) == 4
     for title in titles:
@@ -367,7 +379,7 @@ def test_terminal_shows_the_pytest_ipu_tables_and_the_footnote(torch_run: TorchR
             "* too few rounds for this percentile (p99 needs >= 100): it is the maximum of the rounds run",
             "n/m = power not measured: power measurement is off (--ipu-power=off or the test's marker)",
         ]
-        assert all(line.startswith(("unstable: ", "contended: ")) for line in notes[2:]), notes
+        assert all(line.startswith(("unstable: ", "contended: ", "off-cpu: ")) for line in notes[2:]), notes
     pytest.LineMatcher(section).fnmatch_lines(
         [
             "test_plain (latency per call; throughput summed over instances)",

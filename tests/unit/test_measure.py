@@ -245,6 +245,72 @@ def test_edge_callbacks_run_once_just_outside_the_window():
     assert (result.start_ns, result.end_ns, result.rounds, result.ended) == (10_000, 19_500, 3, "planned")
 
 
+class LoggedClock:
+    """A clock that logs its reads under its name into a shared log, returning ``step`` more ns each
+    read: the order of reads of several clocks is then in the log."""
+
+    def __init__(self, name: str, log: list[str], step: int) -> None:
+        self.name = name
+        self.log = log
+        self.step = step
+        self.now = 0
+
+    def __call__(self) -> int:
+        self.log.append(self.name)
+        self.now += self.step
+        return self.now
+
+
+def test_each_round_gets_its_thread_and_process_cpu_time_from_two_reads_per_round() -> None:
+    bench = FakeBenchmark(SimulatedClock())
+    thread = ScriptedClock([100, 130, 200, 210])
+    process = ScriptedClock([1_000, 1_050, 1_200, 1_230])
+    window = measure.timed_rounds(
+        bench,
+        lambda: None,
+        (),
+        3,
+        clock=ScriptedClock([0, 500, 1_000, 1_500]),
+        thread_clock=thread,
+        process_clock=process,
+    )
+    # Each round's CPU time: from the end of the round before (the window's start) to its own end.
+    assert window.thread_cpu_ns == (30, 70, 10)
+    assert window.process_cpu_ns == (50, 150, 30)
+    # One read of each at the start, then one of each per round: two extra reads per round.
+    assert (thread.reads, process.reads) == (4, 4)
+
+
+def test_the_cpu_clocks_are_read_inside_the_wall_marks_and_outside_the_calls() -> None:
+    log: list[str] = []
+    bench = FakeBenchmark(SimulatedClock())
+    measure.timed_rounds(
+        bench,
+        lambda: log.append("call"),
+        (),
+        2,
+        clock=LoggedClock("wall", log, 1),
+        thread_clock=LoggedClock("thread", log, 1),
+        process_clock=LoggedClock("process", log, 1),
+    )
+    # The CPU reads after the opening wall mark and before each closing one, so the CPU time they
+    # span lies within the wall window (the off-CPU share is never negative); none inside a call.
+    assert log == [
+        "wall", "thread", "process",
+        "call", "thread", "process", "wall",
+        "call", "thread", "process", "wall",
+    ]  # fmt: skip
+
+
+def test_rounds_ended_by_the_time_box_have_one_cpu_time_each() -> None:
+    clock = SimulatedClock()
+    bench = FakeBenchmark(clock)
+    window = measure.timed_rounds(
+        bench, _ticking(clock, [100] * 50), (), 50, clock=clock, box=measure.TimeBox(budget_s=430e-9)
+    )
+    assert window.rounds == len(window.thread_cpu_ns) == len(window.process_cpu_ns) == 4
+
+
 # -- the time box ----------------------------------------------------------------------------------
 
 

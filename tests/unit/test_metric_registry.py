@@ -11,6 +11,7 @@ import pytest
 from pytest_ipu.results import gates
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.records import RepeatRecord
+from tests.unit.test_schema import CPU
 from tests.unit.test_schema import make_record
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "ci.md"
@@ -50,7 +51,7 @@ def test_every_metric_parses_as_a_gate(name: str) -> None:
 
 def test_a_repeat_has_only_the_per_repeat_metrics() -> None:
     record = make_record()
-    repeat = RepeatRecord(1, 10, 0.5, record.latency_s, 20.0)
+    repeat = RepeatRecord(1, 10, 0.5, record.latency_s, 20.0, cpu=CPU)
     for name, metric in METRICS.items():
         assert (repeat.value(name) is not None) == metric.per_repeat, name
     assert repeat.value("no.such.metric") is None
@@ -64,3 +65,26 @@ def test_a_missing_value_says_why() -> None:
     assert (
         METRICS["time_to_train"].why_missing(record) == "the record has no value at time_to_train.olympic_s"
     )
+    assert "predates it" in METRICS["cpu_time"].why_missing(record)
+
+
+def test_cpu_time_of_instances_in_worker_processes_is_missing_for_that_reason() -> None:
+    from pytest_ipu.results.records import PlacementRecord
+
+    placed = PlacementRecord(2, 1, 1, 1, "processes", True, ("cpu", "cpu"))
+    record = make_record(placement=placed)
+    assert record.value("cpu_time") is None
+    assert "worker processes" in METRICS["cpu_time"].why_missing(record)
+
+
+def test_cpu_time_is_the_process_cpu_time_per_round_and_lower_is_better() -> None:
+    metric = METRICS["cpu_time"]
+    assert (metric.path, metric.unit, metric.better, metric.per_repeat) == (
+        ("cpu", "process_s"),
+        "s",
+        "lower",
+        True,
+    )
+    assert make_record(cpu=CPU).value("cpu_time") == CPU.process_s
+    assert gates.parse("cpu_time:+5%").metric == "cpu_time"
+    assert gates.parse("cpu_time<3ms").threshold == 0.003

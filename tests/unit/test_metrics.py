@@ -104,3 +104,50 @@ def test_throughput_rejects_negative_items():
 def test_throughput_rejects_empty_window(window_s):
     with pytest.raises(ValueError, match="timed window must last > 0 s"):
         metrics.throughput(10, window_s)
+
+
+# -- CPU time -------------------------------------------------------------------------------------
+
+
+def test_cpu_time_per_round_is_the_median_and_the_share_is_of_the_whole_window() -> None:
+    # Four rounds, thread CPU 1, 2, 3, 10 us; the process had a second thread in the third round.
+    cpu = metrics.summarize_cpu_time([1_000, 2_000, 3_000, 10_000], [1_000, 2_000, 9_000, 10_000], 32e-6)
+    assert cpu.thread_s == pytest.approx(2.5e-6)
+    assert cpu.process_s == pytest.approx(5.5e-6)
+    assert cpu.thread_total_s == pytest.approx(16e-6)
+    assert cpu.process_total_s == pytest.approx(22e-6)
+    # The thread ran 16 us of the window's 32: off the CPU half of it.
+    assert cpu.off_cpu_share == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("thread_s", "window_s", "share"), [(2.0, 1.0, 0.0), (0.0, 1.0, 1.0), (1.0, 0.0, 0.0)]
+)
+def test_the_off_cpu_share_stays_within_0_and_1(thread_s: float, window_s: float, share: float) -> None:
+    assert metrics.off_cpu_share(thread_s, window_s) == share
+
+
+@pytest.mark.parametrize(
+    ("thread", "process"), [([], []), ([1, 2], [1]), ([-1], [1])], ids=["none", "unequal", "negative"]
+)
+def test_cpu_time_of_no_rounds_or_a_negative_round_is_refused(thread: list[int], process: list[int]) -> None:
+    with pytest.raises(ValueError, match="CPU time"):
+        metrics.summarize_cpu_time(thread, process, 1.0)
+
+
+def test_pooled_cpu_time_is_the_median_of_the_repeats_and_the_share_of_their_windows() -> None:
+    a = metrics.CpuTime(
+        process_s=1.0, thread_s=1.0, process_total_s=10.0, thread_total_s=9.0, off_cpu_share=0.1
+    )
+    b = metrics.CpuTime(
+        process_s=3.0, thread_s=2.0, process_total_s=30.0, thread_total_s=20.0, off_cpu_share=0.6
+    )
+    c = metrics.CpuTime(
+        process_s=2.0, thread_s=5.0, process_total_s=20.0, thread_total_s=1.0, off_cpu_share=0.9
+    )
+    pooled = metrics.pool_cpu_time([(a, 10.0), (b, 50.0), (c, 10.0)])
+    assert (pooled.process_s, pooled.thread_s) == (2.0, 2.0)
+    assert (pooled.process_total_s, pooled.thread_total_s) == (60.0, 30.0)
+    assert pooled.off_cpu_share == pytest.approx(1 - 30.0 / 70.0)
+    with pytest.raises(ValueError, match="no repeats"):
+        metrics.pool_cpu_time([])

@@ -405,6 +405,22 @@ def test_merge_sums_throughput_and_keeps_the_worst_latency(tmp_path: Path) -> No
     assert docs == _two_instances(), "the inputs were modified"
 
 
+def test_merge_keeps_the_largest_cpu_time_of_any_instance(tmp_path: Path) -> None:
+    docs = _two_instances()
+    first, second = (
+        docs[0]["benchmarks"][0]["extra_info"]["ipu"],
+        docs[1]["benchmarks"][1]["extra_info"]["ipu"],
+    )
+    keys = ("process_s", "thread_s", "process_total_s", "thread_total_s", "off_cpu_share")
+    first["cpu"] = dict(zip(keys, (0.004, 0.003, 0.2, 0.15, 0.25)))
+    second["cpu"] = dict(zip(keys, (0.005, 0.002, 0.25, 0.1, 0.5)))
+    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    assert record["cpu"] == dict(zip(keys, (0.005, 0.003, 0.25, 0.15, 0.5)))
+    del second["cpu"]  # an instance of a pytest-ipu from before CPU time
+    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    assert record["cpu"] is None
+
+
 def test_a_merged_file_reads_back_as_a_run(tmp_path: Path) -> None:
     out = tmp_path / "merged.json"
     poprun.write_atomic(out, poprun.merge(_write(tmp_path, _two_instances())))

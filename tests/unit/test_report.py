@@ -68,6 +68,7 @@ NOTE_PREFIXES = (
     "  ",
     "unstable: ",
     "contended: ",
+    "off-cpu: ",
     "capped: ",
     "over-budget: ",
     "rounds-limit: ",
@@ -405,6 +406,34 @@ def test_threads_asked_for_get_no_hint_and_a_quiet_record_no_flags() -> None:
         line.startswith(("unstable", "contended", "capped", "time budget"))
         for line in report.tables([Row("g", "g[a]", quiet)])
     )
+
+
+def _off_cpu(share: float) -> Any:
+    from pytest_ipu.measure.metrics import CpuTime
+
+    # A window of 0.4 s the thread ran (1 - share) of; 1.5 ms of CPU per 2 ms call (p50).
+    return CpuTime(0.0015, 0.0015, 0.3, 0.4 * (1 - share), share)
+
+
+def test_a_host_benchmark_mostly_off_the_cpu_is_flagged_with_its_share_beside_its_wall_time() -> None:
+    record = make_record(cpu=_off_cpu(0.4))
+    assert _row_cells(record)["flags"] == "off-cpu"
+    assert _row_cells(record)["p50"] == "2 ms"  # the wall figures stay as they are
+    lines = report.tables([Row("g", "g[a]", record)])
+    assert (
+        "off-cpu: [a]: the thread running the rounds was off the CPU 40% of the windows' wall time "
+        "(descheduled, or waiting); CPU time per round 1.5 ms, wall p50 2 ms"
+    ) in lines
+
+
+@pytest.mark.parametrize(
+    ("device", "share"), [("cpu", 0.2), ("cuda:0", 0.9), ("ipu", 0.9)], ids=["below", "cuda", "ipu"]
+)
+def test_no_off_cpu_flag_below_the_share_or_for_an_accelerator(device: str, share: float) -> None:
+    # On an accelerator the thread may wait for the device off the CPU: nothing of the host's.
+    record = make_record(device=device, cpu=_off_cpu(share))
+    assert _row_cells(record)["flags"] == "-"
+    assert not any(line.startswith("off-cpu") for line in report.tables([Row("g", "g[a]", record)]))
 
 
 def test_unreadable_contention_is_said_once() -> None:

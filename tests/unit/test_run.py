@@ -156,6 +156,11 @@ def test_pooled_repeats_sum_rounds_and_windows_and_keep_each_summary() -> None:
     values = [p.record.throughput_items_per_s for p in parts]
     assert record.stability.cv == pytest.approx(statistics.stdev(values) / statistics.fmean(values))
     assert record.stability.unstable == (record.stability.cv > 0.05)
+    # Each repeat keeps its CPU time; the record's totals are theirs summed.
+    assert [r.cpu for r in record.repeats] == [p.record.cpu for p in parts]
+    assert record.cpu is not None
+    cpus = [p.record.cpu for p in parts if p.record.cpu is not None]
+    assert record.cpu.process_total_s == pytest.approx(sum(c.process_total_s for c in cpus))
 
 
 def test_stability_decides_on_repeats_when_there_are_two_and_on_rounds_otherwise() -> None:
@@ -173,6 +178,67 @@ def test_stability_decides_on_repeats_when_there_are_two_and_on_rounds_otherwise
     assert round_spread([1.0, 2.0, 3.0]) is None  # too few rounds for quartiles
     with pytest.raises(ValueError, match="no repeats to pool"):
         pool([], "interleaved", 0.05)
+
+
+# -- CPU time ---------------------------------------------------------------------------------------
+
+
+def _measured(fn: Callable[[], object], rounds: int = 5) -> Measurement:
+    timer = RecordingBenchmark()
+    return measure(
+        wrap_callable(fn),
+        (),
+        items_per_call=1,
+        policy=RoundsPolicy(warmup_rounds=1, rounds=rounds, max_time_s=1.0, min_rounds=1),
+        timer=timer,
+        round_times_s=lambda: timer.times_s,
+        meter=None,
+    )
+
+
+def test_a_sleeping_call_spends_far_less_cpu_time_than_wall_time() -> None:
+    # Relations that hold however loaded the machine: a thread asleep is off the CPU, and a thread
+    # never runs longer than the wall time that passes.
+    record = _measured(lambda: time.sleep(0.005)).record
+    cpu = record.cpu
+    assert cpu is not None
+    assert cpu.thread_s < record.latency_s.p50
+    assert cpu.process_s < record.latency_s.p50
+    assert cpu.thread_total_s <= record.window_s
+    assert cpu.off_cpu_share > 0.5
+    assert record.repeats[0].cpu == cpu
+    assert record.value("cpu_time") == cpu.process_s
+    assert "off-cpu" in record.flags  # a host target, off the CPU most of its window
+
+
+def test_process_cpu_time_counts_the_work_of_the_threads_a_call_waits_for() -> None:
+    def call() -> None:
+        # The work runs on another thread; the calling thread waits for it off the CPU (join).
+        worker = threading.Thread(target=lambda: sum(i * i for i in range(200_000)))
+        worker.start()
+        worker.join()
+
+    cpu = _measured(call).record.cpu
+    assert cpu is not None
+    assert cpu.process_s > cpu.thread_s
+    assert cpu.process_total_s > cpu.thread_total_s
+
+
+def test_instances_in_worker_processes_have_no_cpu_time_of_this_process() -> None:
+    from dataclasses import replace
+
+    from pytest_ipu.measure.timing import Window
+    from pytest_ipu.results.records import PlacementRecord
+    from pytest_ipu.run.benchmark import cpu_time
+
+    window = Window(0, 1_000, 1, "planned", thread_cpu_ns=(500,), process_cpu_ns=(600,))
+    model = wrap_callable(lambda: None)
+    placed = replace(model, placement=PlacementRecord(2, 1, 1, 1, "processes", True, ("cpu", "cpu")))
+    threads = replace(model, placement=PlacementRecord(2, 1, 1, 1, "threads", True, ("cpu", "cpu")))
+    assert cpu_time(placed, window) is None
+    cpu = cpu_time(threads, window)
+    assert cpu is not None
+    assert (cpu.thread_s, cpu.process_s, cpu.off_cpu_share) == pytest.approx((500e-9, 600e-9, 0.5))
 
 
 # -- bad arguments, the call timeout, the bounded warm-up -------------------------------------------

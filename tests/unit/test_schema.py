@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import schema
@@ -95,6 +97,15 @@ placements = st.builds(
     simulator=st.booleans(),
     ipu_ids=st.none() | st.lists(st.lists(count, max_size=2).map(tuple), max_size=3).map(tuple),
     inventory=st.none() | st.dictionaries(text, plain, max_size=2),
+)
+
+cpus = st.builds(
+    CpuTime,
+    process_s=finite,
+    thread_s=finite,
+    process_total_s=finite,
+    thread_total_s=finite,
+    off_cpu_share=st.floats(min_value=0.0, max_value=1.0),
 )
 
 instances = st.builds(
@@ -206,6 +217,7 @@ def records(draw: Any) -> IpuRecord:
         placement=draw(st.none() | placements),
         instances=draw(st.none() | st.lists(instances, min_size=1, max_size=3).map(tuple)),
         device_latency=draw(st.none() | st.dictionaries(text, plain, max_size=2)),
+        cpu=draw(st.none() | cpus),
         loadgen=draw(st.none() | loadgens),
     )
 
@@ -319,6 +331,74 @@ def test_version_2_parts_round_trip() -> None:
     assert back.repeat_values("throughput") == (19.0, 18.0)
     assert back.repeat_values("energy") == ()  # measured once per benchmark, and not here
     assert back.flags == ("contended", "capped", "over-budget")
+
+
+def test_cpu_time_of_the_record_and_of_each_repeat_round_trips_and_feeds_the_metric() -> None:
+    from dataclasses import replace
+
+    from pytest_ipu.measure.metrics import summarize_latency
+    from pytest_ipu.results.records import RepeatRecord
+
+    repeats = tuple(
+        RepeatRecord(i, 10, 0.5, summarize_latency([0.05] * 10), 20.0, cpu=replace(CPU, process_s=0.001 * i))
+        for i in (1, 2, 3)
+    )
+    record = make_record(repeats=repeats, cpu=CPU)
+    data = json.loads(json.dumps(schema.to_json(record), allow_nan=False))
+    assert data["cpu"] == {
+        "process_s": 0.0021,
+        "thread_s": 0.002,
+        "process_total_s": 0.105,
+        "thread_total_s": 0.1,
+        "off_cpu_share": 0.3 / 1.3,
+    }
+    assert data["repeats"][1]["cpu"]["process_s"] == 0.002
+    back = schema.from_json(data)
+    assert back == record
+    assert back.value("cpu_time") == 0.0021
+    assert back.repeat_values("cpu_time") == (0.001, 0.002, 0.003)
+    assert back.repeats[0].value("cpu_time") == 0.001
+
+
+def test_a_record_from_before_cpu_time_reads_without_it_and_says_why() -> None:
+    from pytest_ipu.measure.metrics import summarize_latency
+    from pytest_ipu.results.records import RepeatRecord
+
+    data = schema.to_json(
+        make_record(repeats=(RepeatRecord(1, 5, 0.1, summarize_latency([0.02] * 5), 50.0),))
+    )
+    del data["cpu"]
+    del data["repeats"][0]["cpu"]
+    back = schema.from_json(data)
+    assert (back.cpu, back.repeats[0].cpu) == (None, None)
+    assert back.value("cpu_time") is None
+    assert back.repeat_values("cpu_time") == ()
+    assert "no CPU time" in schema.METRICS["cpu_time"].why_missing(back)
+    assert "off-cpu" not in back.flags
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        ("cpu", "fast", "'cpu' is 'fast': it must be a JSON object"),
+        ("cpu.off_cpu_share", -0.5, "'cpu.off_cpu_share' is -0.5: it must be >= 0"),
+        ("repeats.cpu.process_s", None, "'repeats[0].cpu.process_s' is None: it must be a number >= 0"),
+    ],
+)
+def test_a_bad_cpu_time_is_refused_naming_its_key(where: str, value: object, message: str) -> None:
+    from pytest_ipu.measure.metrics import summarize_latency
+    from pytest_ipu.results.records import RepeatRecord
+
+    repeat = RepeatRecord(1, 5, 0.1, summarize_latency([0.02] * 5), 50.0, cpu=CPU)
+    data = json.loads(json.dumps(schema.to_json(make_record(repeats=(repeat,), cpu=CPU))))
+    parts = where.split(".")
+    node = data["repeats"][0] if parts[0] == "repeats" else data
+    keys = parts[1:] if parts[0] == "repeats" else parts
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+    with pytest.raises(SchemaError, match=re.escape(message)):
+        schema.from_json(data)
 
 
 def test_a_repeat_that_ended_in_an_unknown_way_is_refused() -> None:
@@ -453,6 +533,11 @@ def _resolve(data: dict[str, Any], path: tuple[str, ...]) -> object:
     return data
 
 
+#: CPU time beside a window of 0.13 s: the thread was on the CPU for 0.1 s of it.
+CPU = CpuTime(
+    process_s=0.0021, thread_s=0.002, process_total_s=0.105, thread_total_s=0.1, off_cpu_share=0.3 / 1.3
+)
+
 MEASURED = PowerRecord(
     measured=True,
     source="rapl",
@@ -499,7 +584,7 @@ def test_every_metric_path_resolves(name):
         runs, quality="accuracy", quality_target=0.9, higher_is_better=True, max_epochs=5, processes=1
     )
     value = _resolve(
-        schema.to_json(make_record(power=MEASURED, time_to_train=ttt, loadgen=LOADGEN)), metric.path
+        schema.to_json(make_record(power=MEASURED, time_to_train=ttt, loadgen=LOADGEN, cpu=CPU)), metric.path
     )
     assert isinstance(value, float)
 
@@ -682,7 +767,7 @@ def test_golden_files_load_into_typed_records_and_write_back_the_same_json(name)
         expected = json.loads(json.dumps(stored[bench.fullname]))
         expected["power"]["low_confidence"] = record.power.measured
         assert expected["schema"] == 1
-        expected.update(schema=2, repeats=[], budget=None, stability=None, contention=None)
+        expected.update(schema=2, repeats=[], budget=None, stability=None, contention=None, cpu=None)
         assert schema.to_json(record) == expected
         assert record.repeats == ()
         assert record.repeat_values("throughput") == (record.throughput_items_per_s,)
