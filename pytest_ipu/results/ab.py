@@ -183,9 +183,7 @@ def check_paired(
         method = (
             f"absolute bound on the candidate's geometric mean over {n} pairs (df {n - 1}, alpha {alpha:.3g})"
         )
-        return Verdict(
-            gate, benchmark, judged.outcome, None, value, None, judged.interval, method, judged.advice
-        )
+        return judged.verdict(gate, benchmark, None, value, method)
     if any(v is None for v in baseline):
         reason = f"no value in the baseline: {baseline_gap or 'missing from a run'}"
         return Verdict(

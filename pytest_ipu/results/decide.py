@@ -113,6 +113,16 @@ class Judgement:
     #: For INCONCLUSIVE: the changes this evidence could have decided, and what would decide it.
     advice: str = ""
 
+    def verdict(
+        self, gate: Gate, benchmark: str, baseline: float | None, current: float, method: str
+    ) -> Verdict:
+        """This judgement as the verdict of ``gate`` on ``benchmark`` (``baseline`` ``None`` for an
+        absolute gate), its change computed from the two values."""
+        change = None if baseline is None else relative_change(baseline, current)
+        return Verdict(
+            gate, benchmark, self.outcome, baseline, current, change, self.interval, method, self.advice
+        )
+
 
 def orient(gate: Gate) -> float:
     """+1 when a rise of the gated metric is worse (latency), -1 when a drop is (throughput)."""
@@ -408,18 +418,7 @@ def check(
             n=found.baseline,
             one_run=True,
         )
-        change = value / baseline_value - 1.0
-        return Verdict(
-            gate,
-            benchmark,
-            judged.outcome,
-            baseline_value,
-            value,
-            change,
-            judged.interval,
-            method,
-            judged.advice,
-        )
+        return judged.verdict(gate, benchmark, baseline_value, value, method)
     allowance = math.log1p(drift)
     method = (
         f"repeats: {found.current} current vs {found.baseline} baseline repeats (log scale, spread "
@@ -437,9 +436,7 @@ def check(
         option="--ipu-repeats",
         n=max(found.current, found.baseline),
     )
-    return Verdict(
-        gate, benchmark, judged.outcome, before, value, change, judged.interval, method, judged.advice
-    )
+    return judged.verdict(gate, benchmark, before, value, method)
 
 
 def _check_bound(gate: Gate, benchmark: str, current: IpuRecord, value: float, alpha: float) -> Verdict:
@@ -458,7 +455,7 @@ def _check_bound(gate: Gate, benchmark: str, current: IpuRecord, value: float, a
         f"absolute bound on the interval of {len(logs)} {what}' geometric mean "
         f"(df {len(logs) - 1}, alpha {alpha:.3g})"
     )
-    return Verdict(gate, benchmark, judged.outcome, None, value, None, judged.interval, method, judged.advice)
+    return judged.verdict(gate, benchmark, None, value, method)
 
 
 def _exp(x: float) -> float:
