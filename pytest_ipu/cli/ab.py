@@ -327,7 +327,7 @@ def _run_one(
 
 
 #: Asked at each look with the runs so far (baseline, candidate): whether every verdict is decided.
-Decided = typing.Callable[[Sequence[StoredRun], Sequence[StoredRun]], bool]
+Decided = typing.Callable[[typing.Sequence[StoredRun], typing.Sequence[StoredRun]], bool]
 
 
 def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outcome:

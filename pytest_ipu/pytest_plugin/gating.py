@@ -100,6 +100,8 @@ class GateCheck:
         self._deselected = 0
         #: On a pytest-xdist controller: the gated benchmarks its workers ran untimed.
         self._untimed_gated: set[str] = set()
+        #: In a pytest-xdist worker: its ``workeroutput`` and its benchmarks with marker gates.
+        self._worker_marked: tuple[dict[str, Any], list[str]] | None = None
         #: Set when the run was interrupted (Ctrl-C, ``pytest.exit``): what it did not reach is not a
         #: reason to fail its gates.
         self.interrupted = False
@@ -154,7 +156,9 @@ class GateCheck:
             return
         workeroutput = getattr(config, "workeroutput", None)
         if isinstance(workeroutput, dict):
-            workeroutput[UNTIMED_GATED_KEY] = marked
+            # Named at the end (``check``), and only those that were not measured: pytest-benchmark
+            # before 5 still times the rounds in a worker, whose own gates then decide them.
+            self._worker_marked = (workeroutput, list(marked))
             return
         more = f" (and {len(marked) - 1} more gated benchmark(s))" if len(marked) > 1 else ""
         raise pytest.UsageError(
@@ -283,7 +287,13 @@ class GateCheck:
 
     def check(self) -> None:
         """Check every gate on every measured benchmark not checked yet; fill ``verdicts``,
-        ``missing`` and ``notes``."""
+        ``missing`` and ``notes``. In a pytest-xdist worker, name to the controller the benchmarks
+        with gates of their marker that ran untimed."""
+        if self._worker_marked is not None:
+            workeroutput, marked = self._worker_marked
+            measured = {m.fullname for m in self.measured}
+            # Every worker collects every test: name only those this one ran.
+            workeroutput[UNTIMED_GATED_KEY] = [n for n in marked if self._gated.get(n) and n not in measured]
         self._check([m for m in self.measured if m.fullname not in self._checked])
 
     def check_launch(self, merged: list[Measured]) -> tuple[Verdict, ...]:

@@ -5,6 +5,7 @@ raised inside a benchmark); nothing here depends on timing."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
 import re
@@ -198,8 +199,15 @@ def test_under_xdist_a_markers_gates_fail_the_run_once(pytester: pytest.Pytester
     # the run at its end, with one line (each worker collected the gated benchmark).
     result = pytester.runpytest_subprocess("-n", "2", timeout=120)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.assert_outcomes(passed=2)
     lines = [line for line in result.outlines if "no gate was checked" in line]
+    if importlib.metadata.version("pytest-benchmark").split(".")[0] == "4":
+        # pytest-benchmark 4 still times the rounds in a worker: the worker's own gate decides (one
+        # repeat: INCONCLUSIVE, which fails the test), and nothing ran untimed.
+        result.assert_outcomes(passed=1, failed=1)
+        assert lines == []
+        result.stdout.fnmatch_lines(["*pytest-ipu gate INCONCLUSIVE*"])
+        return
+    result.assert_outcomes(passed=2)
     assert lines == [
         "FAILED no gate was checked: 1 benchmark(s) with gates (@pytest.mark.ipu(gate=...)) ran untimed: "
         f"{UNTIMED['-n']}"
