@@ -129,8 +129,9 @@ def compile_training(
     )
     target = f"{name}:{device}"
     where = f"{label} on {target}"
+    live = _Live(forward, module, getattr(trained, "no_sync", None))
     step = _make_step(
-        forward, trained, optimizer, request, scaler, autocast, dev, host_io, info, where, amp_dtype is None
+        live, optimizer, request, scaler, autocast, dev, host_io, info, where, amp_dtype is None
     )
     if mode == "compile":
         # torch.compile compiles on the first call: that step belongs to compile time, not a round.
@@ -141,16 +142,20 @@ def compile_training(
             raise CompileError(f"torch.compile failed for the training step of {label}: {exc}") from exc
 
     def evaluate(*inputs: object) -> object:
-        module.eval()
+        trained_module = live.module
+        if trained_module is _closed:
+            _closed()
+        trained_module.eval()
         try:
             with torch.no_grad(), autocast():
-                out = module(*(torch.as_tensor(x).to(dev) for x in inputs))
+                out = trained_module(*(torch.as_tensor(x).to(dev) for x in inputs))
         finally:
-            module.train()
+            trained_module.train()
         return out.float().cpu()
 
     def close() -> None:
         optimizer.zero_grad(set_to_none=True)
+        live.close()
         if on_cuda:
             torch.cuda.empty_cache()
 
@@ -170,9 +175,34 @@ def compile_training(
     )
 
 
+class _Live:
+    """The trained model as the step reaches it. ``close`` lets go of it: a closed step (which its
+    test's stash keeps to the end of the run) then holds neither the model nor the
+    DistributedDataParallel wrapper, which holds the process group, so that the group can be
+    destroyed, and its threads end, before the interpreter does (``placement.torchrun``)."""
+
+    __slots__ = ("forward", "module", "no_sync")
+
+    def __init__(self, forward: Any, module: Any, no_sync: Any) -> None:
+        #: The callable of a step's forward pass (DistributedDataParallel, ``torch.compile``'s wrapper).
+        self.forward = forward
+        #: The plain module, for ``evaluate``.
+        self.module = module
+        #: DistributedDataParallel's ``no_sync``; ``None`` for a model trained alone.
+        self.no_sync: Callable[[], contextlib.AbstractContextManager[object]] | None = no_sync
+
+    def close(self) -> None:
+        """Let go of the model; the step's later calls raise."""
+        self.forward = self.module = _closed
+        self.no_sync = None
+
+
+def _closed(*_: object) -> object:
+    raise RuntimeError("this training step was closed (the test that compiled it has ended)")
+
+
 def _make_step(
-    forward: Any,
-    trained: Any,
+    live: _Live,
     optimizer: Any,
     request: TrainingRequest,
     scaler: Any,
@@ -186,11 +216,6 @@ def _make_step(
     accumulation = request.gradient_accumulation
     inputs = request.inputs
     loss_fn = request.loss
-    # DistributedDataParallel averages gradients on every backward unless told to wait: the
-    # micro-batches before the last accumulate locally (its ``no_sync``), the last one reduces.
-    no_sync: Callable[[], contextlib.AbstractContextManager[object]] | None = getattr(
-        trained, "no_sync", None
-    )
 
     # Host tensors already live where a CPU step runs: copying them would cost, not model, a transfer.
     copy_in = host_io and dev.type != "cpu"
@@ -202,7 +227,7 @@ def _make_step(
         # The commonest case of all, (inputs, targets) on the CPU, without unpacking the batch.
         def pair_step(x: Any, *targets: Any) -> float:
             zero_grad(set_to_none=True)
-            loss = loss_fn(forward(x), *targets)
+            loss = loss_fn(live.forward(x), *targets)
             loss.backward()
             step_optimizer()
             value = float(loss.detach())  # the host read that ends the step
@@ -218,7 +243,7 @@ def _make_step(
             if copy_in:
                 batch = tuple(t.to(dev, non_blocking=True) for t in batch)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(forward(*batch[:inputs]), *batch[inputs:])
+            loss = loss_fn(live.forward(*batch[:inputs]), *batch[inputs:])
             loss.backward()
             step_optimizer()
             value = float(loss.detach())  # the host read that ends the step
@@ -233,11 +258,14 @@ def _make_step(
         parts = [t.chunk(accumulation) for t in batch] if accumulation > 1 else [(t,) for t in batch]
         optimizer.zero_grad(set_to_none=True)
         total: Any = 0.0
+        # DistributedDataParallel averages gradients on every backward unless told to wait: the
+        # micro-batches before the last accumulate locally (its ``no_sync``), the last one reduces.
+        no_sync = live.no_sync
         for i in range(accumulation):
             micro = [p[i] for p in parts]
             waiting = no_sync is not None and i < accumulation - 1
             with no_sync() if no_sync is not None and waiting else contextlib.nullcontext(), autocast():
-                loss = loss_fn(forward(*micro[:inputs]), *micro[inputs:]) / accumulation
+                loss = loss_fn(live.forward(*micro[:inputs]), *micro[inputs:]) / accumulation
             (scaler.scale(loss) if scaler is not None else loss).backward()
             total = total + loss.detach()
         if scaler is not None:

@@ -18,10 +18,14 @@ merged document of the launch (``placement.poprun.merge``, shared with PopRun) t
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime
+import gc
 import importlib
 import os
 import re
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -173,8 +177,8 @@ class RankGroup:
     """The process group of a torchrun launch, opened once per run and closed at its end.
 
     ``backend`` is the default group's (``gloo``, or ``cpu:gloo,cuda:nccl`` when torch has CUDA
-    and NCCL); ``group`` is that group, for the benchmarks' collectives (DistributedDataParallel).
-    ``timeout_s`` bounds every wait for another rank (``--ipu-rank-timeout``).
+    and NCCL); ``group`` is that group, for the benchmarks' collectives (DistributedDataParallel),
+    ``None`` once closed. ``timeout_s`` bounds every wait for another rank (``--ipu-rank-timeout``).
     """
 
     def __init__(self, rank: TorchrunRank, timeout_s: float, torch: ModuleType | None = None) -> None:
@@ -194,7 +198,8 @@ class RankGroup:
         # (gloo only), and they never queue behind the benchmarks' NCCL work.
         self._control = self._dist.new_group(backend="gloo", timeout=timeout)
         self.group: Any = self._dist.group.WORLD
-        self._closed = False
+        #: The thread that destroys the groups (``close``); ``None`` until then.
+        self._closing: threading.Thread | None = None
 
     def barrier(self, what: str) -> None:
         """Wait until every rank reaches ``what``; ``RankError`` naming the ranks that did not within
@@ -272,15 +277,69 @@ class RankGroup:
             "another rank stopped or hangs: see the ranks' output for which and why"
         )
 
-    def close(self) -> None:
-        """Leave the process group (idempotent), waiting at most ``CLOSE_WAIT_S`` for it: a rank that
-        is done must end even when tearing the group down waits on a peer that already exited, or
-        torchrun's agents would wait for it at their own exit."""
-        if self._closed:
-            return
-        self._closed = True
-        thread = threading.Thread(
-            target=self._dist.destroy_process_group, name="pytest-ipu-process-group-close", daemon=True
+    @property
+    def close_wait_s(self) -> float:
+        """The longest ``close`` waits for the groups' teardown: ``CLOSE_WAIT_S``, or the rank timeout
+        when that is shorter."""
+        return min(self.timeout_s, CLOSE_WAIT_S)
+
+    def close(self) -> bool:
+        """Leave the launch: destroy pytest-ipu's control group, then the default group (and any group
+        a test made), so that gloo's worker threads have ended before the interpreter does. Returns
+        whether that finished within ``close_wait_s``; idempotent.
+
+        A gloo worker thread can still hold the tensors of the last collective (the barrier's
+        ``all_gather_object``) when the collective has returned; if it lets go of them while the
+        interpreter finalizes, torch takes the GIL to free their Python objects and Python 3.8 ends
+        the thread inside a C++ destructor: ``std::terminate``, a SIGABRT at exit. Destroying a group
+        joins its workers, but only once nothing else holds it, so this rank's own references go
+        first: the compiled training steps were closed (they let go of DistributedDataParallel),
+        and the cycles those leave are collected here.
+
+        The teardown runs in a daemon thread, waited for at most the bound: a rank that is done
+        must end even when tearing the group down waits on a peer that already exited, or torchrun's
+        agents would wait for it at their own exit. When it does not finish in time the caller ends
+        the process with ``end_at_exit``: the interpreter must not finalize while the thread runs.
+        """
+        if self._closing is not None:
+            return not self._closing.is_alive()
+        # Handed to the thread and emptied there, so that the last reference to each group goes, and
+        # its destructor (which joins the group's threads) runs, in the bounded thread.
+        groups = [self._control]
+        self._control = None
+        self.group = None
+        gc.collect()
+        self._closing = threading.Thread(
+            target=_destroy_groups,
+            args=(self._dist, groups),
+            name="pytest-ipu-process-group-close",
+            daemon=True,
         )
-        thread.start()
-        thread.join(timeout=min(self.timeout_s, CLOSE_WAIT_S))
+        self._closing.start()
+        self._closing.join(timeout=self.close_wait_s)
+        return not self._closing.is_alive()
+
+
+def _destroy_groups(dist: Any, groups: list[Any]) -> None:
+    """Destroy ``groups`` (emptying the list: none survives in it) and then the default group, with
+    every group left. A group a test destroyed itself is gone already."""
+    while groups:
+        # torch's "Invalid process group specified": destroyed already.
+        with contextlib.suppress(RuntimeError, ValueError):
+            dist.destroy_process_group(groups.pop())
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def end_at_exit(status: int) -> None:
+    """End the process with ``status`` once Python's exit handlers have run, without finalizing the
+    interpreter (``os._exit``): for a rank whose process group did not close in time (``close``),
+    whose teardown thread would abort the process if it finished during finalization."""
+
+    def end() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(status)
+
+    atexit.register(end)

@@ -73,6 +73,8 @@ class Lifecycle:
         self._save_failed = False
         #: Whether the run was interrupted (``pytest_keyboard_interrupt``): nothing is saved.
         self._interrupted = False
+        #: The pytest session, from its start: its exit status is the run's, also in ``pytest_unconfigure``.
+        self._pytest_session: pytest.Session | None = None
 
     # -- collection -------------------------------------------------------------------------------
 
@@ -269,6 +271,7 @@ class Lifecycle:
         """Route pytest-benchmark's saving (step 1 of ``end_session``): its session exists from here
         (its ``pytest_configure`` runs last), and it saves in its own ``pytest_sessionfinish`` wrapper,
         before ``end_session`` could."""
+        self._pytest_session = session
         config = session.config
         if self.pending_json is not None:
             self._json_routed = bench_seam.wrap_json_writer(config, self._save_and_move)
@@ -475,7 +478,22 @@ class Lifecycle:
         except RankError as exc:
             self._say(str(exc))
         finally:
-            ranks.close()
+            self._leave(ranks)
+
+    def _leave(self, ranks: torchrun.RankGroup) -> None:
+        """Close the launch's process group; when that does not finish in time (a peer gone), say so
+        and end the process at exit without finalizing the interpreter (``torchrun.end_at_exit``),
+        with the run's exit status, or 1 when the run had passed."""
+        if ranks.close():
+            return
+        rank = ranks.rank
+        self._say(
+            f"pytest-ipu: rank {rank.index} of {rank.count} (torchrun): the process group did not close "
+            f"within {ranks.close_wait_s:g}s (another rank stopped or hangs); "
+            "this rank ends without waiting for it"
+        )
+        status = self._pytest_session.exitstatus if self._pytest_session is not None else 0
+        torchrun.end_at_exit(int(status) or int(pytest.ExitCode.TESTS_FAILED))
 
     def _reporter(self) -> Any:
         return self.session.config.pluginmanager.get_plugin("terminalreporter")

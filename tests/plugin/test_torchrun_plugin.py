@@ -122,6 +122,20 @@ def test_sum(ipu_benchmark, ipu_process_group):
     ipu_benchmark(lambda: sum(range(1000)), rounds=5, warmup_rounds=1)
 """
 
+#: A conftest with which tearing the process group down never ends (a peer gone, say).
+TEARDOWN_HANGS = """
+import threading
+
+import torch.distributed
+
+
+def _never_returns(group=None):
+    threading.Event().wait()
+
+
+torch.distributed.destroy_process_group = _never_returns
+"""
+
 #: Rank 1 skips its benchmark: the launch has nothing to merge for it.
 ONE_RANK_SKIPS = """
 import pytest
@@ -582,3 +596,22 @@ def test_process_repeats_cannot_run_under_torchrun(tmp_path: Path) -> None:
         "pytest-ipu: --ipu-repeat-mode=process cannot run under torchrun: its worker processes are not ranks "
         "of the launch; use --ipu-repeat-mode=interleaved (the default)"
     ) in launch.output
+
+
+def test_a_rank_whose_group_does_not_close_ends_failed_and_not_aborted(tmp_path: Path) -> None:
+    # The teardown thread still runs at exit: finalizing Python under it would abort the rank.
+    (tmp_path / "conftest.py").write_text(TEARDOWN_HANGS)
+    running = _single_node(tmp_path, PLAIN, "--ipu-rank-timeout=5s", ranks=1)
+    try:
+        (launch,) = running.wait()
+    finally:
+        running.kill()
+    assert launch.ret != 0
+    assert (
+        "pytest-ipu: rank 0 of 1 (torchrun): the process group did not close within 5s (another rank "
+        "stopped or hangs); this rank ends without waiting for it"
+    ) in launch.output
+    # Status 1 (it ran, and passed, but could not leave the launch), not SIGABRT's -6.
+    assert re.search(r"exitcode\s*:\s*1\b", launch.output), launch.output[-6000:]
+    assert re.search(r"^=+ 1 passed", launch.output, re.MULTILINE), launch.output[-6000:]
+    assert (tmp_path / "out.json").exists()  # merged before the rank left
