@@ -481,19 +481,15 @@ class Lifecycle:
             self._leave(ranks)
 
     def _leave(self, ranks: torchrun.RankGroup) -> None:
-        """Close the launch's process group; when that does not finish in time (a peer gone), say so
-        and end the process at exit without finalizing the interpreter (``torchrun.end_at_exit``),
-        with the run's exit status, or 1 when the run had passed."""
-        if ranks.close():
-            return
-        rank = ranks.rank
-        self._say(
-            f"pytest-ipu: rank {rank.index} of {rank.count} (torchrun): the process group did not close "
-            f"within {ranks.close_wait_s:g}s (another rank stopped or hangs); "
-            "this rank ends without waiting for it"
-        )
+        """Leave the launch: the rank ends at exit, with the run's exit status, without finalizing
+        the interpreter (``torchrun.end_at_exit``), its output flushed first. Tearing gloo's groups
+        down cannot be made safe here: a group's destructor holds the GIL while it joins a worker
+        thread that may need the GIL to free the tensors of the last collective (a deadlock no
+        timeout ends), and a worker still alive when the interpreter finalizes aborts the process
+        (SIGABRT). Ending the process ends those threads with it."""
+        del ranks  # every rank got past the last barrier (or knows a peer is gone): nothing to wait for
         status = self._pytest_session.exitstatus if self._pytest_session is not None else 0
-        torchrun.end_at_exit(int(status) or int(pytest.ExitCode.TESTS_FAILED))
+        torchrun.end_at_exit(int(status))
 
     def _reporter(self) -> Any:
         return self.session.config.pluginmanager.get_plugin("terminalreporter")

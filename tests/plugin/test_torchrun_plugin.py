@@ -598,20 +598,16 @@ def test_process_repeats_cannot_run_under_torchrun(tmp_path: Path) -> None:
     ) in launch.output
 
 
-def test_a_rank_whose_group_does_not_close_ends_failed_and_not_aborted(tmp_path: Path) -> None:
-    # The teardown thread still runs at exit: finalizing Python under it would abort the rank.
+def test_a_rank_ends_with_its_status_without_tearing_its_groups_down(tmp_path: Path) -> None:
+    # Tearing gloo's groups down could deadlock or abort a rank (lifecycle's _leave): a rank ends at
+    # exit without it, so a teardown that would hang (patched in) is never waited for.
     (tmp_path / "conftest.py").write_text(TEARDOWN_HANGS)
     running = _single_node(tmp_path, PLAIN, "--ipu-rank-timeout=5s", ranks=1)
     try:
         (launch,) = running.wait()
     finally:
         running.kill()
-    assert launch.ret != 0
-    assert (
-        "pytest-ipu: rank 0 of 1 (torchrun): the process group did not close within 5s (another rank "
-        "stopped or hangs); this rank ends without waiting for it"
-    ) in launch.output
-    # Status 1 (it ran, and passed, but could not leave the launch), not SIGABRT's -6.
-    assert re.search(r"exitcode\s*:\s*1\b", launch.output), launch.output[-6000:]
+    assert launch.ret == 0, launch.output[-6000:]
+    assert "did not close" not in launch.output
     assert re.search(r"^=+ 1 passed", launch.output, re.MULTILINE), launch.output[-6000:]
     assert (tmp_path / "out.json").exists()  # merged before the rank left
