@@ -108,8 +108,9 @@ def test_a_20x_slower_candidate_fails_its_gate_in_abba_order(
             _side("AB_SIDE=B", "AB_WORK=400000"),
             "--pairs",
             "4",
+            # On a loaded machine one stalled run can leave 4 pairs INCONCLUSIVE: looks at 4, 6 and 8.
             "--max-pairs",
-            "4",  # a fixed number of pairs: the order below is all of them
+            "8",
             # The median latency: a few stalled rounds on a loaded machine move it least.
             "--gate",
             "latency.p50:+100%",
@@ -123,23 +124,22 @@ def test_a_20x_slower_candidate_fails_its_gate_in_abba_order(
         capsys,
     )
     assert code == 1, out + err
-    # Executed in ABBA order (from the tests themselves) and announced in that order.
-    assert _order(tmp_path / "order.txt") == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    # Executed in ABBA order (from the tests themselves) and announced in that order: 4 pairs,
+    # or 6 or 8 when a look could not decide.
+    ran = _order(tmp_path / "order.txt")
+    pairs = len(ran) // 2
+    assert pairs in (4, 6, 8), ran
+    assert ran == ["A", "B", "B", "A"] * (pairs // 2)
     assert _progress(err) == [
-        "pair 1 baseline",
-        "pair 1 candidate",
-        "pair 2 candidate",
-        "pair 2 baseline",
-        "pair 3 baseline",
-        "pair 3 candidate",
-        "pair 4 candidate",
-        "pair 4 baseline",
+        f"pair {p} {role}"
+        for p in range(1, pairs + 1)
+        for role in (("baseline", "candidate") if p % 2 else ("candidate", "baseline"))
     ]
     # The pairs are the repeats: each run measured once.
     assert set((tmp_path / "order.txt").read_text().split()[1::2]) == {"repeats=1"}
     assert sorted(p.name for p in keep.iterdir()) == sorted(
         f"pair{p}-{role}.{ext}"
-        for p in (1, 2, 3, 4)
+        for p in range(1, pairs + 1)
         for role in ("baseline", "candidate")
         for ext in ("json", "log")
     )
@@ -152,7 +152,7 @@ def test_a_20x_slower_candidate_fails_its_gate_in_abba_order(
     assert "gates: 2 checked: " in out
     (line,) = [line for line in out.splitlines() if line.startswith("test_x latency.p50:")]
     assert "threshold +100%" in line
-    assert ": FAIL (paired: 4 ABBA pairs' log-ratios (df 3, alpha 0.05))" in line
+    assert f": FAIL (paired: {pairs} ABBA pairs' log-ratios (df {pairs - 1}, alpha 0.0167))" in line
     assert any(line.startswith("test_x throughput:") for line in out.splitlines())
 
 
