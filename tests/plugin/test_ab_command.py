@@ -265,7 +265,9 @@ def test_a_side_that_fails_to_run_stops_with_exit_2(
     assert code == 2
     assert out == ""
     assert _order(tmp_path / "order.txt") == ["A"]  # pair 1's baseline ran, its candidate did not
-    message = err.split("pytest-ipu: ", 2)[-1]
+    # The error's own line and what follows it (other lines, such as progress, may come first).
+    assert "pytest-ipu: the candidate side (" in err, err
+    message = err[err.index("pytest-ipu: the candidate side (") :].partition("pytest-ipu: ")[2]
     assert message.startswith("the candidate side (")
     assert "failed in pair 1 (exit 4, usage error: check the pytest arguments)" in message
     assert "--no-such-option" in message.splitlines()[0]
