@@ -453,7 +453,7 @@ def _change(ratio: float | None, metric: str) -> str:
 
 
 def _confidence(result: ABResult) -> str:
-    return f"{(1.0 - result.alpha) * 100:g}% CI"
+    return f"{(1.0 - result.alpha) * 100:.4g}% CI"
 
 
 def _legend(result: ABResult) -> list[str]:
