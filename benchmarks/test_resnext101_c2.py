@@ -7,11 +7,16 @@ model, one per IPU, running concurrently): throughput is summed over the two ins
 window, latency is per call of one instance, and energy covers the IPUs used.
 
 The configuration is that of Graphcore's public ResNeXt-101 inference example (graphcore/examples,
-``vision/resnext_inference/popart``, last at 69f35e67): one process (here, instance) per IPU, the
-convolutions' available memory proportion 0.3 (0.26 at batch 5, as the example has it), and 200
-batches per device call (its ``--device_iterations`` default; ``--c2-batches-per-step`` changes it,
-and 1 measures one batch per call and checks parity, which at 200 batches per call would run the
-reference model on thousands of images). A call then runs ``batch x batches per step`` images: the
+``vision/resnext_inference/popart``) at the versions whose ``--device_iterations`` default is 200
+(c0239af, and 2d8b565^, before its removal; docs/ipu.md cites each line): one process (here,
+instance) per IPU; convolution and matmul partials in half precision (``--half_partials``, on by
+default there); the convolutions' available memory proportion 0.3, or 0.26 when the *global* batch
+(``--batch_size``, "across all devices") is 5; and 200 batches per device call
+(``--c2-batches-per-step`` changes it, and 1 measures one batch per call and checks parity, which
+at 200 batches per call would run the reference model on thousands of images). The batch sizes
+here are per instance, as the example's ``--micro_batch_size``: the global batch is twice that, so
+it is never 5 and the proportion is 0.3 throughout (the example's launcher, given a global 5 on two
+IPUs, would run micro-batches of 2 at 0.26). A call runs ``batch x batches per step`` images: the
 table's batch column and latency are per call, its items/s per image.
 
 ``test_resnext101_c2_popart`` is the study as published (PopART sessions on an ONNX export, run
@@ -30,20 +35,30 @@ import pytest
 from benchmarks.conftest import BATCH_SIZES
 from benchmarks.conftest import image_batch
 
+#: A C2 card's IPUs: one instance on each.
+INSTANCES = 2
 #: Two instances, one IPU each, fp16: the C2 card as the reference study used it.
-C2 = {"instances": 2, "precision": "fp16"}
+C2 = {"instances": INSTANCES, "precision": "fp16"}
+
+#: Half-precision partials in each backend's own spelling (the example's ``--half_partials``).
+HALF_PARTIALS = {"popart": "half", "poptorch": "fp16"}
 
 
-def memory_proportion(batch_size: int) -> float:
-    """The convolutions' available memory proportion of Graphcore's example (resnext101.py): 0.3,
-    and 0.26 when its batch size is 5."""
-    return 0.26 if batch_size == 5 else 0.3
+def memory_proportion(global_batch: int) -> float:
+    """The convolutions' available memory proportion of Graphcore's example (``resnext101.py``):
+    0.3, and 0.26 when its global batch, summed over every IPU, is 5."""
+    return 0.26 if global_batch == 5 else 0.3
 
 
 def compile_options(backend: str, batch_size: int, batches_per_step: int) -> dict[str, Any]:
-    """The example's configuration in each backend's own option names."""
+    """The example's configuration in each backend's own option names, for one instance's batch
+    (the global batch is that times the card's instances)."""
     steps = "batches_per_step" if backend == "popart" else "device_iterations"
-    return {steps: batches_per_step, "available_memory_proportion": memory_proportion(batch_size)}
+    return {
+        steps: batches_per_step,
+        "available_memory_proportion": memory_proportion(batch_size * INSTANCES),
+        "partials_type": HALF_PARTIALS[backend],
+    }
 
 
 @pytest.fixture

@@ -217,6 +217,9 @@ class Window:
     thread_cpu_ns: tuple[int, ...] = ()
     #: The process's CPU time (every thread) in each round, ns, over the same stretches.
     process_cpu_ns: tuple[int, ...] = ()
+    #: The wall-clock time (Unix epoch, ns) when the window opened: the one edge that processes,
+    #: and hosts whose clocks are synchronised, can compare (``start_ns`` is this process's own).
+    start_unix_ns: int | None = None
 
     @property
     def seconds(self) -> float:
@@ -240,6 +243,7 @@ def timed_rounds(
     watch: CallWatch | None = None,
     thread_clock: Clock = time.thread_time_ns,
     process_clock: Clock = time.process_time_ns,
+    wall_clock: Clock = time.time_ns,
 ) -> Window:
     """Run up to ``rounds`` timed rounds through ``benchmark.pedantic``; return the window.
 
@@ -265,6 +269,8 @@ def timed_rounds(
     two reads per round, between rounds, never inside a round's own time. The CPU reads sit inside
     the wall marks (after the opening one, before each closing one), so the CPU time they span lies
     within the wall window. The window has each round's CPU time (``Window.thread_cpu_ns``).
+    ``wall_clock`` (Unix epoch, ns) is read once, just before the window opens
+    (``Window.start_unix_ns``), so separate processes' windows can be laid side by side.
     """
     watch = watch if watch is not None else CallWatch()
     watch.enter("timed round {n}")
@@ -272,6 +278,7 @@ def timed_rounds(
     # The CPU clocks at the window's start and at each round's end.
     thread_marks: list[int] = []
     process_marks: list[int] = []
+    wall_marks: list[int] = []
     ended = [0]
     reason: list[Ending] = []
     budget_ns = None if box.budget_s is None else box.budget_s * 1e9
@@ -286,6 +293,7 @@ def timed_rounds(
         if not marks:
             if on_start is not None:
                 on_start()
+            wall_marks.append(wall_clock())
             marks.append(clock())
             thread_marks.append(thread_clock())
             process_marks.append(process_clock())
@@ -334,6 +342,7 @@ def timed_rounds(
         reason[0] if reason else "planned",
         thread_cpu_ns=_differences(thread_marks),
         process_cpu_ns=_differences(process_marks),
+        start_unix_ns=wall_marks[0] if wall_marks else None,
     )
 
 

@@ -35,11 +35,22 @@ _SAME_ACROSS_INSTANCES = ("target", "precision", "batch_size", "items_per_call")
 #: How the merged record's numbers were made; stored with it so no reader has to guess.
 AGGREGATION: Mapping[str, str] = {
     "throughput_items_per_s": (
-        "sum over instances; each instance's throughput is its items over its own timed window, and "
-        "under PopRun the instances' windows run concurrently, so the sum is the launch's rate only "
-        "as far as the windows overlap"
+        "every instance's items over the launch's window (window_s): PopRun's instances are not "
+        "synchronised, so each repeat's window runs from the first instance's opening to the last "
+        "one's closing (their wall-clock edges, start_unix_s); sum_of_instances_items_per_s is the "
+        "sum of the instances' own rates, which overstates the launch's rate as far as their windows "
+        "do not overlap (window_overlap)"
     ),
-    "window_s": "the longest instance window (windows are per instance and concurrent, not added)",
+    "window_s": (
+        "the launch's window: per repeat, the span from the earliest instance window's opening to the "
+        "latest one's closing, summed over the repeats (window_rule: 'common span'); for files without "
+        "the window edges, the longest instance window per repeat, as Graphcore's PopRun inference "
+        "benchmark takes the longest elapsed time per step (window_rule: 'longest window')"
+    ),
+    "window_overlap": (
+        "the share of the launch's window in which every instance's window was open (1: they ran "
+        "side by side throughout); null without the window edges"
+    ),
     "rounds": "the timed rounds of all instances together",
     "latency_s": (
         "per statistic, the worst (largest) value of any instance; each instance's own summary is in "
@@ -361,11 +372,16 @@ def _merge_records(
     merged = copy.deepcopy(first)
     rates = math.fsum(float(r["throughput_items_per_s"]) for r in records)
     merged["window_s"] = max(float(r["window_s"]) for r in records)
+    launch: LaunchWindow | None = None
     if first.get("time_to_train") is not None:
         # Every rank's time-to-train record already counts the samples of every rank.
         merged["throughput_items_per_s"] = float(first["throughput_items_per_s"])
     elif kind == KEY:
-        merged["throughput_items_per_s"] = rates
+        launch = launch_window(records)
+        items = math.fsum(float(r["throughput_items_per_s"]) * float(r["window_s"]) for r in records)
+        merged["window_s"] = launch.seconds
+        merged["throughput_items_per_s"] = items / launch.seconds if launch.seconds > 0 else rates
+        merged["sum_of_instances_items_per_s"] = rates
     else:
         items = math.fsum(float(r["throughput_items_per_s"]) * float(r["window_s"]) for r in records)
         merged["throughput_items_per_s"] = items / merged["window_s"] if merged["window_s"] > 0 else rates
@@ -387,7 +403,48 @@ def _merge_records(
         "aggregation": dict(AGGREGATION if kind == KEY else TORCHRUN_AGGREGATION),
         "instances": [copy.deepcopy(r) for r in records],
     }
+    if launch is not None:
+        merged[kind].update(window_rule=launch.rule, window_overlap=launch.overlap)
     return merged
+
+
+@dataclass(frozen=True)
+class LaunchWindow:
+    """The window of a launch whose instances time their own windows, unsynchronised."""
+
+    #: The launch's window, seconds, summed over the repeats.
+    seconds: float
+    #: ``"common span"`` (from the windows' wall-clock edges) or ``"longest window"`` (without them).
+    rule: str
+    #: The share of ``seconds`` in which every instance's window was open; ``None`` without the edges.
+    overlap: float | None
+
+
+def launch_window(records: Sequence[Mapping[str, Any]]) -> LaunchWindow:
+    """The launch's window over the instances' ``records`` (``AGGREGATION["window_s"]``).
+
+    Repeat ``r`` of every instance pairs with repeat ``r`` of the others (they run the same
+    benchmarks in the same order). With every repeat's wall-clock opening (``start_unix_s``), the
+    launch's window per repeat is the span from the earliest opening to the latest closing: items
+    done while another instance had not started, or had finished, are not credited to a window in
+    which all of them ran, so the rate never exceeds what the launch delivered. Without the edges
+    (files from before they were recorded), it is the longest instance window per repeat.
+    """
+    repeats = [list(r.get("repeats") or []) for r in records]
+    if len({len(reps) for reps in repeats}) != 1 or not repeats[0]:
+        # No pairing of repeats: the longest instance window, the whole of each.
+        return LaunchWindow(max(float(r["window_s"]) for r in records), "longest window", None)
+    starts = [[rep.get("start_unix_s") for rep in reps] for reps in repeats]
+    if all(isinstance(t, (int, float)) and not isinstance(t, bool) for ts in starts for t in ts):
+        span = common = 0.0
+        for at in zip(*(zip(ts, reps) for ts, reps in zip(starts, repeats))):
+            opened = [float(t) for t, _ in at]
+            closed = [float(t) + float(rep["window_s"]) for t, rep in at]
+            span += max(closed) - min(opened)
+            common += max(0.0, min(closed) - max(opened))
+        return LaunchWindow(span, "common span", common / span if span > 0 else None)
+    longest = math.fsum(max(float(rep["window_s"]) for rep in at) for at in zip(*repeats))
+    return LaunchWindow(longest, "longest window", None)
 
 
 def write_atomic(path: Path, document: Mapping[str, Any]) -> None:

@@ -383,6 +383,9 @@ class RepeatRecord:
     #: Its CPU time beside its wall time (`CpuTime`); `None` in records that predate it, or where the
     #: instances ran in worker processes.
     cpu: CpuTime | None = None
+    #: When its window opened, Unix seconds (wall clock): where a merge of separate processes' records
+    #: lays their windows side by side; `None` in records that predate it.
+    start_unix_s: float | None = None
 
     def value(self, metric: str) -> float | None:
         """This repeat's value of a per-round metric (``latency.*``, ``throughput``, ``cpu_time``);
@@ -402,6 +405,7 @@ class RepeatRecord:
             "ended": self.ended,
             "process": self.process,
             "cpu": None if self.cpu is None else self.cpu.as_json(),
+            "start_unix_s": self.start_unix_s,
         }
 
 

@@ -502,6 +502,7 @@ def _repeat(data: Mapping[str, Any], at: str) -> RepeatRecord:
         ended="cap" if ended == "cap" else "budget" if ended == "budget" else "planned",
         process=_text(data, "process", at, default="this"),
         cpu=_part(data, "cpu", _cpu, at),
+        start_unix_s=_number_or_none(data, "start_unix_s", at),
     )
 
 

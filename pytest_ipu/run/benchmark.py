@@ -265,6 +265,7 @@ def measure(
         ended=window.ended,
         process=process,
         cpu=cpu,
+        start_unix_s=None if window.start_unix_ns is None else window.start_unix_ns * 1e-9,
     )
     budget = records.BudgetRecord(
         budget_s=budget_s if auto else None,

@@ -179,23 +179,30 @@ def test_the_c2_study_runs_the_examples_configuration(tmp_path: Path) -> None:
         assert info["available_memory_proportion"] == 0.3
         assert info["available_memory_convs"] == 1  # the stand-in's one convolution
         assert info["ipu_version"] == "ipu1"  # the C2 card's IPUs
+        assert info["partials_type"] == "half"  # the example's --half_partials
     for instance in poptorch["compile_info"]["instances"]:
         info = instance["info"]
         assert info["device_iterations"] == 3
         assert info["options"]["available_memory_proportion"] == 0.3
+        assert info["options"]["partials_type"] == "fp16"
+        # What PopTorch handed to PopART: the example's two settings.
+        assert info["popart_partials"] == {"matmuls": "half", "convolutions": "half"}
 
 
 def test_the_memory_proportion_follows_the_example() -> None:
+    """0.26 only for a global batch of 5: the study's batches are per instance, two instances."""
     from benchmarks import test_resnext101_c2 as study
 
     assert [study.memory_proportion(b) for b in (2, 4, 5, 6, 12)] == [0.3, 0.3, 0.26, 0.3, 0.3]
     assert study.compile_options("popart", 5, 200) == {
         "batches_per_step": 200,
-        "available_memory_proportion": 0.26,
+        "available_memory_proportion": 0.3,  # a global batch of 10
+        "partials_type": "half",
     }
     assert study.compile_options("poptorch", 8, 1) == {
         "device_iterations": 1,
         "available_memory_proportion": 0.3,
+        "partials_type": "fp16",
     }
 
 

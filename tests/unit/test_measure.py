@@ -279,6 +279,8 @@ def test_each_round_gets_its_thread_and_process_cpu_time_from_two_reads_per_roun
     assert window.process_cpu_ns == (50, 150, 30)
     # One read of each at the start, then one of each per round: two extra reads per round.
     assert (thread.reads, process.reads) == (4, 4)
+    assert window.start_unix_ns is not None
+    assert window.start_unix_ns > 0
 
 
 def test_the_cpu_clocks_are_read_inside_the_wall_marks_and_outside_the_calls() -> None:
@@ -292,11 +294,13 @@ def test_the_cpu_clocks_are_read_inside_the_wall_marks_and_outside_the_calls() -
         clock=LoggedClock("wall", log, 1),
         thread_clock=LoggedClock("thread", log, 1),
         process_clock=LoggedClock("process", log, 1),
+        wall_clock=LoggedClock("unix", log, 1),
     )
     # The CPU reads after the opening wall mark and before each closing one, so the CPU time they
     # span lies within the wall window (the off-CPU share is never negative); none inside a call.
+    # The Unix clock once, just before the window opens: the edge other processes can compare.
     assert log == [
-        "wall", "thread", "process",
+        "unix", "wall", "thread", "process",
         "call", "thread", "process", "wall",
         "call", "thread", "process", "wall",
     ]  # fmt: skip

@@ -169,6 +169,7 @@ def test_the_compile_reports_its_phases_and_facts(backend, opset11_exporter):
         "batches_per_step": 1,
         "replicated_graphs": 1,
         "anchors": "all",
+        "partials_type": None,
         "export_cached": False,
         "onnx_sha256": "ab" * 32,
         "opset": 11,

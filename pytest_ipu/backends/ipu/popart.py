@@ -504,6 +504,8 @@ def _compile_info(
         "replicated_graphs": plan.replicas,
         "anchors": str(plan.opts["anchors"]),
         "available_memory_proportion": plan.opts["available_memory_proportion"],
+        # Matmul and convolution partials (None: PopART's default, float).
+        "partials_type": plan.opts["partials_type"],
     }
     if simulator:
         info.update(

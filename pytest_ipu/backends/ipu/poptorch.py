@@ -821,5 +821,10 @@ def _info(
         "executable_cache_dir": None if cache is None else str(cache),
         # PopTorch does not say whether an executable came from its cache.
         "executable_cache_hit": None,
+        # The partials PopTorch passed on to PopART (setPartialsType), None where left at its default.
+        "popart_partials": {
+            "matmuls": popart.get("partialsTypeMatMuls"),
+            "convolutions": dict(popart.get("convolutionOptions") or {}).get("partialsType"),
+        },
         "options": _plain_options(opts),
     }
