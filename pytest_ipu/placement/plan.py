@@ -65,24 +65,48 @@ def is_trivial(request: DeviceRequest) -> bool:
     return request.instances == 1 and request.ipus_per_instance == 1
 
 
+def runner(backend: Backend, instances: int, own_process: bool = False) -> str:
+    """How ``instances`` instances of a model on ``backend`` run: ``processes``, ``threads`` or ``inline``.
+
+    A backend whose calls hold the GIL (``concurrency`` ``"processes"``: PopTorch) runs several
+    instances in worker processes, and one too when the caller asks for ``own_process``: a caller
+    whose own threads must keep running during every call (LoadGen's callbacks). Otherwise several
+    instances run in threads of this process and one runs inline.
+    """
+    concurrency = backend.concurrency if isinstance(backend, PlacedBackend) else "threads"
+    if concurrency == "processes" and (instances > 1 or own_process):
+        return "processes"
+    return "threads" if instances > 1 else "inline"
+
+
 def plan(
-    backend: Backend, request: DeviceRequest, options: Mapping[str, object], backend_for: BackendFor
+    backend: Backend,
+    request: DeviceRequest,
+    options: Mapping[str, object],
+    backend_for: BackendFor,
+    *,
+    own_process: bool = False,
 ) -> Plan:
-    """Where each instance of ``request`` runs on ``backend``, with the options that place it there.
+    """Where each instance of ``request`` runs on ``backend``, with the options that place it there,
+    and how (``runner``; ``own_process`` as it says).
 
     Raises ``CompileError`` for a request the backend cannot express (replicas on a CPU, a pinned
     device id with a placement, options that contradict the marker) and ``BackendUnavailable``
     (the test skips) when this machine has too few devices, naming what was asked and what exists.
     """
-    runner = backend.concurrency if isinstance(backend, PlacedBackend) else "threads"
+    how = runner(backend, request.instances, own_process)
     base = functools.partial(
         PlacementRecord,
         request.instances,
         request.ipus_per_instance,
         request.replicas,
         request.stages,
-        runner if request.instances > 1 else "inline",
+        how,
     )
+    if how == "processes" and is_trivial(request):
+        # One instance on the backend's own device, as in this process: only where it runs moves.
+        only = InstancePlan(0, backend, backend.device, (), {})
+        return Plan((only,), base(shared_device=False, devices=(backend.device,)))
     if not isinstance(backend, PlacedBackend):
         if request.replicas > 1 or request.stages > 1:
             raise UnplaceableError(
@@ -153,24 +177,24 @@ def compile_plan(
     precision: str,
     options: Mapping[str, object],
 ) -> CompiledModel:
-    """Compile every instance of ``the_plan``; one instance is returned as it is, several as a group.
+    """Compile every instance of ``the_plan``; an inline instance is returned as it is, others as a group.
 
-    Several instances compile in this process one after the other (``concurrency`` ``"threads"``)
-    or in parallel in worker processes (``"processes"``). Whatever fails, every instance compiled
-    so far is closed before the error propagates.
+    Several instances compile in this process one after the other (runner ``threads``) or in
+    parallel in worker processes (``processes``, also for one instance: a group of one). Whatever
+    fails, every instance compiled so far is closed before the error propagates.
     """
     # Imported here: a run without placements never needs threads or worker processes.
     from pytest_ipu.placement import instances
 
     plans = the_plan.instances
     first = plans[0]
-    if len(plans) == 1:
+    how = the_plan.placement.runner
+    if how == "inline":
         compiled = first.backend.compile(model, example_inputs, precision, {**options, **first.options})
         return _with_placement(compiled, the_plan)
-    runner = first.backend.concurrency if isinstance(first.backend, PlacedBackend) else "threads"
     group: InstanceGroup
     start = time.perf_counter_ns()
-    if runner == "processes":
+    if how == "processes":
         specs = []
         for p in plans:
             if not isinstance(p.backend, WorkerBackend):

@@ -4,6 +4,13 @@
 window, and then measures any number of windows. What a window's energy is, including why it is
 not measured when it is not, is a ``PowerRecord`` (``pytest_ipu.results.records``); it is never
 zero in place of unknown.
+
+It also decides where the source is read (``reads_in_a_process``): a thread of this process
+(``pytest_ipu.power.sampler``) or a sampler process of its own (``pytest_ipu.power.process_sampler``).
+IPU power (gcipuinfo) is read from a process: PopTorch keeps the GIL for a whole device run, so a
+thread of the process running the model would take no reading during any call. NVML (CUDA) and RAPL
+(the CPU) are read from a thread: torch, ONNX Runtime and numpy release the GIL in their kernels,
+and a thread costs no process start nor a pipe round trip at the window's edges.
 """
 
 from __future__ import annotations
@@ -19,8 +26,12 @@ from typing import Any
 from pytest_ipu.power import energy
 from pytest_ipu.power.base import PowerDevice
 from pytest_ipu.power.base import PowerSource
+from pytest_ipu.power.base import PowerSourceError
+from pytest_ipu.power.process_sampler import SamplerProcess
+from pytest_ipu.power.process_sampler import SourceSpec
 from pytest_ipu.power.sampler import Clock
 from pytest_ipu.power.sampler import PowerSampler
+from pytest_ipu.power.sampler import Sampler
 from pytest_ipu.power.sampler import Trace
 from pytest_ipu.results.records import DeviceEnergy
 from pytest_ipu.results.records import PowerRecord
@@ -39,6 +50,15 @@ FAST_COUNTER_S, FAST_COUNTER_HZ = 0.010, 2.0
 UNKNOWN_PERIOD_HZ = 100.0
 
 _RULE = {"energy_counter": "counter_delta", "instant_power": "trapezoid", "average_power": "backward_rect"}
+
+#: Sources read from a sampler process of their own: the runtimes of the devices they measure may keep
+#: the GIL for a whole call (PopTorch's execute does), which stops every thread of the process.
+PROCESS_SAMPLED = frozenset({"gcipuinfo"})
+
+
+def reads_in_a_process(source: PowerSource) -> bool:
+    """Whether ``source`` is read from a sampler process rather than a thread (see ``PROCESS_SAMPLED``)."""
+    return source.name in PROCESS_SAMPLED
 
 
 def not_measured(source: str, reason: str, *, window_s: float | None = None, items: int = 0) -> PowerRecord:
@@ -78,7 +98,12 @@ def sample_hz(requested: float | None, update_period_s: float | None, kind: str 
 
 @dataclass
 class PowerMeter:
-    """One open power source for a run: idle baseline once, then any number of windows."""
+    """One open power source for a run: idle baseline once, then any number of windows.
+
+    ``in_process`` chooses the sampler: ``True`` a sampler process, ``False`` a thread, ``None`` as
+    ``reads_in_a_process`` says for the source. A source read from a process must pickle before it
+    is opened (``SourceSpec``); the process opens its own copy and is stopped by ``close``.
+    """
 
     source: PowerSource
     hz: float | None = None
@@ -86,8 +111,15 @@ class PowerMeter:
     clock: Clock = time.perf_counter_ns
     devices: list[PowerDevice] = field(default_factory=list)
     idle_w: dict[str, float] = field(default_factory=dict)
+    in_process: bool | None = None
     _opened: bool = False
-    _active: PowerSampler | None = None
+    _active: Sampler | None = None
+    _process: SamplerProcess | None = None
+
+    @property
+    def sampled_in_a_process(self) -> bool:
+        """Whether this meter's windows are read from a sampler process."""
+        return reads_in_a_process(self.source) if self.in_process is None else self.in_process
 
     @property
     def rate_hz(self) -> float:
@@ -95,14 +127,26 @@ class PowerMeter:
         return sample_hz(self.hz, self.source.update_period_s(), self.source.kind)
 
     def open(self) -> None:
-        """Open the source and, unless ``idle_s`` is 0, measure idle power per device."""
+        """Open the source (and its sampler process, if it has one) and, unless ``idle_s`` is 0,
+        measure idle power per device. ``PowerSourceError`` when either cannot open; ``close`` then
+        releases what did."""
         if self._opened:
             return
+        # Taken before this process opens the source: an open one holds handles no process can share.
+        spec = SourceSpec.of(self.source) if self.sampled_in_a_process else None
         self.devices = self.source.open()
         self._opened = True
+        if spec is not None:
+            self._process = SamplerProcess(spec)
+            mine = [d.id for d in self.devices]
+            if self._process.device_ids != mine:
+                raise PowerSourceError(
+                    f"{self.source.name}: the sampler process's copy of the source reads devices "
+                    f"{', '.join(self._process.device_ids) or 'none'}, this process's "
+                    f"{', '.join(mine) or 'none'}; the readings could not be attributed"
+                )
         if self.idle_s > 0:
-            sampler = PowerSampler(self.source, self.rate_hz, clock=self.clock)
-            with sampler as trace:
+            with self._sampler(self.rate_hz) as trace:
                 start = self.clock()
                 time.sleep(self.idle_s)
                 end = self.clock()
@@ -112,14 +156,26 @@ class PowerMeter:
                 }
 
     def close(self) -> None:
-        """Close the source, also after a failed ``open`` (sources' ``close`` is idempotent)."""
+        """Stop the sampler process and close the source, also after a failed ``open`` (sources'
+        ``close`` is idempotent)."""
         self._opened = False
-        self.source.close()
+        process, self._process = self._process, None
+        try:
+            if process is not None:
+                process.close()
+        finally:
+            self.source.close()
+
+    def _sampler(self, hz: float) -> Sampler:
+        """A sampler of the source at ``hz``, in the sampler process or a thread (not started)."""
+        if self._process is not None:
+            return self._process.window(hz, clock=self.clock)
+        return PowerSampler(self.source, hz, clock=self.clock)
 
     @contextlib.contextmanager
     def sampling(self) -> Iterator[Trace]:
         """Sample for the duration of the block (the window must lie inside it)."""
-        sampler = PowerSampler(self.source, self.rate_hz, clock=self.clock)
+        sampler = self._sampler(self.rate_hz)
         self._active = sampler
         try:
             with sampler as trace:

@@ -5,6 +5,11 @@ timestamp is the midpoint of the clock values taken just before and just after t
 read's own latency is centred rather than biasing every sample late. The sampler is stopped, and
 its thread joined, on every path out of its ``with`` block, including exceptions and
 KeyboardInterrupt.
+
+A thread reads only while its process lets it: a C call that keeps the GIL (PopTorch's execute keeps
+it for a whole device run) stops every other thread of the process for its duration, and no switch
+interval shortens that. ``pytest_ipu.power.process_sampler`` runs this same sampler in a process of
+its own for such workloads; ``pytest_ipu.power.meter`` chooses which (``Sampler`` is what both offer).
 """
 
 from __future__ import annotations
@@ -47,6 +52,34 @@ class Trace:
         land between the thread's)."""
         order = sorted(range(len(self.t_ns)), key=self.t_ns.__getitem__)
         return [self.t_ns[i] for i in order], [self.values[i][device_id] for i in order]
+
+
+class Sampler(typing.Protocol):
+    """What a sampler offers, in a thread of this process or in a process of its own.
+
+    ``start`` takes the first reading and returns the trace, ``stop`` ends sampling after one last
+    reading, ``mark`` takes a reading now; ``with sampler as trace:`` is ``start``/``stop``, the
+    last reading skipped when the block raised. The trace is complete once sampling has stopped.
+    """
+
+    trace: Trace
+
+    def start(self) -> Trace:
+        """Take the first reading and start sampling."""
+
+    def stop(self) -> Trace:
+        """Stop sampling, then take the last reading (unless sampling already failed)."""
+
+    def mark(self) -> None:
+        """Take a reading now: the exact edges of a window."""
+
+    def __enter__(self) -> Trace:
+        """``start``."""
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """Stop on every path; the last reading only when the block did not raise."""
 
 
 def next_deadline(now_ns: int, start_ns: int, period_ns: int) -> int:
@@ -135,9 +168,16 @@ class PowerSampler:
             self._thread = None
             sys.setswitchinterval(self._switch_interval)
 
-    def stop(self) -> Trace:
-        """Stop and join the thread, then take the last reading (unless sampling already failed)."""
-        self.__exit__(None, None, None)
+    def stop(self, last_reading: bool = True) -> Trace:
+        """Stop and join the thread, then take the last reading (unless ``last_reading`` is false or
+        sampling already failed)."""
+        # On every path, KeyboardInterrupt included: the thread must not outlive the block.
+        self._join()
+        if last_reading and self.trace.error is None:
+            try:
+                self._read()
+            except Exception as error:  # kept like the thread's errors: the window is invalid
+                self.trace.error = error
         return self.trace
 
     def __enter__(self) -> Trace:
@@ -146,10 +186,4 @@ class PowerSampler:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        # On every path, KeyboardInterrupt included: the thread must not outlive the block.
-        self._join()
-        if exc_type is None and self.trace.error is None:
-            try:
-                self._read()
-            except Exception as error:  # kept like the thread's errors: the window is invalid
-                self.trace.error = error
+        self.stop(last_reading=exc_type is None)

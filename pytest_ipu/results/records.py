@@ -230,8 +230,10 @@ class ParityRecord:
 class PlacementRecord:
     """Where a placed model ran: what the ``ipu`` marker asked and what it got.
 
-    ``runner`` is ``inline`` (one instance), ``threads`` or ``processes``; ``shared_device`` is true
-    when every instance shares the backend's one device (a CPU or one GPU). ``devices`` has each
+    ``runner`` is ``inline`` (one instance, in the test process), ``threads`` or ``processes`` (a
+    worker process per instance, also for one whose calls hold the GIL beside LoadGen);
+    ``shared_device`` is true when every instance shares the backend's one device (a CPU or one
+    GPU). ``devices`` has each
     instance's device; on IPU hardware ``ipu_ids`` has each instance's IPU ids and ``inventory``
     the devices found (plain JSON); ``simulator`` is true on the IPU Model.
     """
@@ -244,7 +246,8 @@ class PlacementRecord:
     replicas: int
     #: Pipeline stages per replica.
     stages: int
-    #: How instances ran: `inline` (one), `threads` or `processes`.
+    #: How instances ran: `inline` (one, in the test process), `threads`, or `processes` (a worker
+    #: process each; also one PopTorch instance serving LoadGen).
     runner: str
     #: True when every instance shares the backend's one device (a CPU, one GPU).
     shared_device: bool

@@ -81,11 +81,16 @@ class CompileCache:
         user: str,
         parity: bool,
         backend_for: placed.BackendFor,
+        own_process: bool = False,
     ) -> CompiledModel:
         """The compiled model for these arguments, from the cache (``compile_cached`` true) or
         compiled now (``compile_s`` measured here). Raises ``BackendUnavailable`` when the devices
         are missing or taken, ``CompileError`` when the backend refuses, and ``ParityError`` when
-        ``parity`` is asked and the outputs differ beyond the precision's tolerance."""
+        ``parity`` is asked and the outputs differ beyond the precision's tolerance.
+
+        ``own_process``: a model on a backend whose calls hold the GIL runs in a worker process even
+        as one instance (``placement.plan.runner``), so that the caller's threads run during its calls."""
+        how = placed.runner(backend, placement.instances, own_process)
         cache_key: tuple[Any, ...] = (
             backend.name,
             backend.device,
@@ -95,6 +100,7 @@ class CompileCache:
             tuple(sorted((k, repr(v)) for k, v in options.items())),
             _signature(example_inputs) if backend.shape_specialized(options) else None,
             placement,
+            how,
         )
         exclusive = isinstance(backend, PlacedBackend) and backend.exclusive_device
         # Other tests' entries whose model died go first: their memory (and devices) may be what this
@@ -114,10 +120,10 @@ class CompileCache:
             if exclusive:
                 self.release_exclusive(user)
             start = time.perf_counter_ns()
-            if placed.is_trivial(placement):
+            if placed.is_trivial(placement) and how == "inline":
                 compiled = backend.compile(model, example_inputs, precision, options)
             else:
-                the_plan = placed.plan(backend, placement, options, backend_for)
+                the_plan = placed.plan(backend, placement, options, backend_for, own_process=own_process)
                 compiled = placed.compile_plan(the_plan, model, example_inputs, precision, options)
             compiled = dataclasses.replace(compiled, compile_s=(time.perf_counter_ns() - start) * 1e-9)
             held = None if key is not None else _reference(model)

@@ -199,6 +199,15 @@ class FakeGcIpuInfoModule(types.ModuleType):
         self.events: list[str] = []
         self.instances: list[FakeGcIpuInfo] = []
 
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickled as its IPUs and settings, so that a sampler process can build the same fake (a
+        module object does not pickle); what it recorded (``events``, ``instances``) stays here."""
+        settings = {"update_ok": self.update_ok, "listing_order": self.listing_order}
+        return (
+            _rebuild_module,
+            (self.ipus, self.clock, self.call_latency_s, self.construct_error, settings),
+        )
+
     def take_snapshot(self) -> list[dict[str, str]]:
         """Every IPU's attributes now (the clock advanced by the query's latency first)."""
         self.clock.advance(self.call_latency_s)
@@ -219,3 +228,19 @@ class FakeGcIpuInfoModule(types.ModuleType):
     def refreshes(self) -> int:
         """How many times ``updateData`` was called."""
         return self.events.count("updateData")
+
+
+def _rebuild_module(
+    ipus: list[FakeIpu],
+    clock: FakeClock,
+    call_latency_s: float,
+    construct_error: Exception | None,
+    settings: dict[str, object],
+) -> FakeGcIpuInfoModule:
+    """``FakeGcIpuInfoModule.__reduce__``'s inverse."""
+    module = FakeGcIpuInfoModule(
+        ipus, clock=clock, call_latency_s=call_latency_s, construct_error=construct_error
+    )
+    for name, value in settings.items():
+        setattr(module, name, value)
+    return module

@@ -40,8 +40,13 @@ What it imitates:
   Poplar's out-of-memory failure: the IPU Model's default 4 tiles hold 2.4 MiB).
 
 Outputs are real: a session runs its ONNX model with onnxruntime on the CPU, one micro-batch per
-replica and batch, so tests can compare them with torch. Not imitated: Poplar compilation and its
-time, IPU memory beyond the weights rule above, cycle counts, and the GIL release of ``run``.
+replica and batch, so tests can compare them with torch. ``run`` releases the GIL while it computes
+(onnxruntime's ``run`` does), as the SDK's ``run`` does for the whole device run
+(``popart.cpp:2101-2106``). ``prepareDevice`` spends its simulated compile time
+(``configure(compile_s=...)``, 5 ms by default) blocked *with the GIL held*, as the SDK's holds it
+for the whole compile (``popart.cpp:2054-2071``); ``system.compile_spans`` lists those spans
+(``tests/fakes/gil.py``). Not imitated: Poplar compilation itself, IPU memory beyond the weights rule
+above, and cycle counts.
 
 ``system.events`` records the calls in order; ``system.sessions`` every session, each keeping the
 ``DataFlow``, a copy of its ``SessionOptions`` and the model bytes it was given.
@@ -66,6 +71,7 @@ from typing import ClassVar
 import numpy as np
 
 from pytest_ipu.backports import zip_strict
+from tests.fakes.gil import hold_gil
 
 #: ``popart/__init__.py`` raises this when onnx was imported first (every SDK from 1.2 to 3.4).
 IMPORT_ERROR = (
@@ -157,6 +163,11 @@ AnchorReturnTypeId = _PyEnum("AnchorReturnTypeId", ["Final", "EveryN", "All", "S
 # -- the fake machine ------------------------------------------------------------------------------
 
 
+#: The simulated compile time of ``prepareDevice`` unless configured: short, so that every test of a
+#: PopART path meets a compile that holds the GIL without waiting long for it.
+DEFAULT_COMPILE_S = 0.005
+
+
 @dataclass
 class FakeIpuSystem:
     """The IPUs one fake module sees, what it was asked to fail, and what happened."""
@@ -173,6 +184,10 @@ class FakeIpuSystem:
     #: Injected failures: ``{"prepareDevice": "oom" | "error", "weightsFromHost" | "run" | "detach"
     #: | "InferenceSession": "error"}``.
     fail: dict[str, str] = field(default_factory=dict)
+    #: Simulated seconds of each ``prepareDevice``, spent holding the GIL.
+    compile_s: float = DEFAULT_COMPILE_S
+    #: Each ``prepareDevice``'s compile span, as ``time.monotonic_ns`` values (``gil.hold_gil``).
+    compile_spans: list[tuple[int, int]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     sessions: list[Any] = field(default_factory=list)
     #: IPU index -> the ``DeviceInfo`` attached to it.
@@ -214,11 +229,15 @@ def make_module(ipus: int = 1, sdk: str = "3.4") -> types.ModuleType:
         fail: Mapping[str, str] | None = None,
         architecture: str | None = None,
         multi_id_base: int | None = None,
+        compile_s: float | None = None,
     ) -> None:
-        """Change the machine: IPU count, SDK behaviour, IPUs busy elsewhere, injected failures, and
-        the hardware IPUs' architecture (``ipu1``: a C2 card's; ``ipu2``: the default)."""
+        """Change the machine: IPU count, SDK behaviour, IPUs busy elsewhere, injected failures, the
+        hardware IPUs' architecture (``ipu1``: a C2 card's; ``ipu2``: the default), and the simulated
+        compile time ``prepareDevice`` spends holding the GIL."""
         if ipus is not None:
             system.ipus = ipus
+        if compile_s is not None:
+            system.compile_s = compile_s
         if architecture is not None:
             if architecture not in _ARCHITECTURES:
                 raise ValueError(f"fake: architecture={architecture!r}; use one of {list(_ARCHITECTURES)}")
@@ -1091,10 +1110,12 @@ class InferenceSession:
         return self._infos[id]
 
     def prepareDevice(self, loadEngine: bool = True) -> None:
-        """Compile (instantly) and load the engine onto the attached device."""
+        """Compile (for the simulated compile time, holding the GIL, as the SDK's binding does:
+        popart.cpp:2054-2071) and load the engine onto the attached device."""
         self._system.events.append("prepareDevice")
         self._system.injected("prepareDevice")
         self._check_fits()
+        self._system.compile_spans.append(hold_gil(self._system.compile_s))
         if loadEngine and self.options.compileEngine:
             if self.device.connectionType == DeviceConnectionType.Never:
                 raise popart_runtime_error("Trying to load an engine on an offline device")

@@ -16,6 +16,10 @@ messages and rules of ``graphcore/poptorch`` at tag ``sdk/poptorch/3.4.0`` (``py
   and a call after ``detachFromDevice`` re-attaches (as PopTorch's ``__call__`` does);
 - outputs are real: the torch model runs on the CPU, once per micro-batch, and the results are
   combined as the output mode says (``All``, ``Final``, ``Sum``, ``EveryN``);
+- the GIL: a call then spends its simulated device time (``configure(iteration_s=...)`` per
+  micro-batch, else ``call_s`` per call, 2 ms by default) blocked *with the GIL held*, as
+  ``poptorch_core.execute`` holds it for the whole device run (``python/poptorch.cpp:864-878``): no
+  other thread of the process runs meanwhile. Each executor's ``device_spans`` lists those spans;
 - ``getPerfCounters`` has PopTorch's shapes and tick counts, with host timestamps truncated to whole
   milliseconds; the ``get*Latency`` methods are PopTorch's own ``_computeLatency``.
 
@@ -64,6 +68,7 @@ from typing import Any
 import torch
 
 from pytest_ipu.backports import zip_strict
+from tests.fakes.gil import hold_gil
 
 __version__ = "3.4.0-fake"
 
@@ -195,13 +200,25 @@ def setLogLevel(level: str | int) -> None:
 # -- the fake machine ---------------------------------------------------------------------------
 
 
+#: The simulated device time of one call unless configured: short, so that every test of a PopTorch
+#: path meets a call that holds the GIL without waiting long for it.
+DEFAULT_CALL_S = 0.002
+
+
 @dataclass
 class _Machine:
     ipus: int = 4
     version: int = 2
-    #: Simulated seconds per device iteration in the perf counters (``None``: the CPU run's own time).
+    #: Simulated seconds per device iteration (``None``: ``call_s`` per call): each call holds the GIL
+    #: that long per micro-batch, and the perf counters show it.
     iteration_s: float | None = None
+    #: Simulated device seconds of one call when ``iteration_s`` is not set, held with the GIL.
+    call_s: float = DEFAULT_CALL_S
     busy: set[int] = field(default_factory=set)
+
+    def device_s(self, micro_batches: int) -> float:
+        """The simulated device time of one call of ``micro_batches`` micro-batches."""
+        return self.call_s if self.iteration_s is None else self.iteration_s * micro_batches
 
     def devices(self) -> list[tuple[int, ...]]:
         """Device ids as ``gc-info -l`` numbers them: single IPUs first, then aligned groups of 2, 4, ..."""
@@ -239,15 +256,23 @@ executors: list[PoplarExecutor] = []
 options_passed: list[Options] = []
 
 
-def configure(ipus: int | None = None, version: int | None = None, iteration_s: float | None = None) -> None:
+def configure(
+    ipus: int | None = None,
+    version: int | None = None,
+    iteration_s: float | None = None,
+    call_s: float | None = None,
+) -> None:
     """Set the fake machine: its IPU count, its ``ipuHardwareVersion()`` (1, 2, 21, or -1 for unknown),
-    and the simulated time per device iteration that the perf counters show."""
+    and the simulated device time, which each call spends holding the GIL: ``iteration_s`` per
+    micro-batch (the perf counters show it), else ``call_s`` per call."""
     if ipus is not None:
         _MACHINE.ipus = ipus
     if version is not None:
         _MACHINE.version = version
     if iteration_s is not None:
         _MACHINE.iteration_s = iteration_s
+    if call_s is not None:
+        _MACHINE.call_s = call_s
 
 
 def reset() -> None:
@@ -779,6 +804,9 @@ class PoplarExecutor:
         #: Bumped by every ``copyWeightsToHost``; ``_dirty_host_weights``: trained since the last one.
         self._host_weights_version = 0
         self._dirty_host_weights = False
+        #: Each call's simulated device run, as ``time.monotonic_ns`` values: the GIL was held from
+        #: the first (one bytecode after) to at least the second (``tests/fakes/gil.py``).
+        self.device_spans: list[tuple[int, int]] = []
         self._options._freeze()
         executors.append(self)
 
@@ -1148,6 +1176,10 @@ class PoplarExecutor:
         else:
             with torch.no_grad():
                 results = [self._model(*piece) for piece in pieces]
+        # The device run: PopTorch's execute keeps the GIL for all of it (python/poptorch.cpp:864-878),
+        # so no other thread of this process runs meanwhile. The CPU run above, which computes the
+        # outputs, releases it in torch's kernels; the real call never does.
+        self.device_spans.append(hold_gil(_MACHINE.device_s(chunks)))
         elapsed = time.perf_counter() - t0
         assert self._executable is not None
         self._executable.last_run_s = elapsed

@@ -89,6 +89,15 @@ def test_server_padded(ipu_compile, ipu_loadgen):
 
 
 @pytest.mark.ipu(backend="poptorch:ipu")
+def test_server_one_instance(ipu_compile, ipu_loadgen):
+    compiled = ipu_compile(MODEL, (SAMPLES[:BATCH],), precision="fp32")
+    ipu_loadgen(
+        compiled, (SAMPLES,), scenario="Server", target_qps=100, max_batch=BATCH, pad_to=BATCH,
+        min_duration=0.3,
+    )
+
+
+@pytest.mark.ipu(backend="poptorch:ipu")
 def test_server_unpadded(ipu_compile, ipu_loadgen):
     compiled = ipu_compile(MODEL, (SAMPLES[:BATCH],), precision="fp32")
     ipu_loadgen(compiled, (SAMPLES,), scenario="Server", target_qps=100, max_batch=BATCH, min_duration=0.3)
@@ -158,6 +167,15 @@ def test_two_ipus_serve_padded_batches_and_their_energy_is_measured(
     assert server is not None
     assert server.batching.pad_to == 4
     assert server.query_count > 0
+    # One PopTorch instance serves LoadGen from a worker process: its calls hold the GIL, which
+    # would stall LoadGen's callbacks in this one.
+    alone = records["test_server_one_instance"]
+    assert _outcome(result, "test_server_one_instance") == "PASSED", result.outlines[-40:]
+    assert alone.placement is not None
+    assert alone.placement.runner == "processes"
+    assert alone.placement.instances == 1
+    assert alone.loadgen is not None
+    assert alone.loadgen.batching.instances == 1
     # No instance or worker process outlives the run.
     assert json.loads((path / "after.json").read_text()) == {"children": 0}
 

@@ -3,12 +3,15 @@ the answers, and callers that block on events order the workers, so every check 
 
 from __future__ import annotations
 
+import functools
 import threading
+import time
 import typing
 from collections import Counter
 from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -546,3 +549,64 @@ def test_capacity_is_instances_times_batch_over_batch_time() -> None:
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="finite number of seconds > 0"):
             capacity_qps(bad, 8, 1)
+
+
+# --- a model whose calls hold the GIL -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("own_process", [True, False])
+def test_loadgen_issues_queries_while_a_poptorch_call_holds_the_gil(
+    harness: Harness, tmp_path: Path, own_process: bool
+) -> None:
+    """``ipu_compile`` gives a test that uses ``ipu_loadgen`` its PopTorch model in a worker process
+    (``own_process``): LoadGen's issue callback then runs during a call that holds the GIL, so some
+    query is issued strictly inside a call's span. In the test's own process (``False``, as before)
+    no thread runs during a call, and none is."""
+    torch = pytest.importorskip("torch")
+    from pytest_ipu.backends.base import Grouped
+    from pytest_ipu.devices.request import DeviceRequest
+    from pytest_ipu.run.compiling import CompileCache
+    from tests.unit.slow_poptorch import SlowPopTorch
+    from tests.unit.slow_poptorch import read_spans
+
+    def backend_for(name: str, device: str) -> SlowPopTorch:
+        return SlowPopTorch(str(tmp_path), 0.1, name, device)
+
+    samples = torch.arange(N * 3, dtype=torch.float32).reshape(N, 3)
+    cache = CompileCache()
+    compiled = cache.compile(
+        backend_for("poptorch", "ipu"),
+        torch.nn.Linear(3, 2).eval(),
+        (samples[:1],),
+        precision="fp32",
+        key="linear",
+        options={},
+        placement=DeviceRequest(),
+        user="test",
+        parity=False,
+        backend_for=backend_for,
+        own_process=own_process,
+    )
+    try:
+        if own_process:
+            assert isinstance(compiled, Grouped)
+            assert compiled.group.runner == "processes"
+            callers: list[Caller] = [functools.partial(compiled.group.call, 0)]
+        else:
+            callers = [lambda batch: compiled.run(*compiled.prepare_inputs(batch))]
+        sut = harness.sut(callers, inputs=(samples,), max_batch=1)
+        issued = queries(range(8))
+        issue_ns = []
+        for query in issued:  # this thread is LoadGen's issue thread, a query every few ms
+            sut.issue([query])
+            issue_ns.append(time.monotonic_ns())
+            time.sleep(0.02)
+        harness.lg.wait_for(len(issued))
+        assert sut.error is None
+    finally:
+        harness.finish()
+        cache.close()
+    spans = [span for recorded in read_spans(tmp_path).values() for span in recorded]
+    assert len(spans) == 8  # a call per query (max_batch=1)
+    during = [t for t in issue_ns if any(start < t < end for start, end in spans)]
+    assert bool(during) is own_process, (issue_ns, spans)

@@ -111,6 +111,27 @@ def test_multi_ipu_instances_use_the_multi_ipu_device_id_and_the_backend_options
     assert plan.placement.as_json()["runner"] == "processes"
 
 
+def test_a_backend_whose_calls_hold_the_gil_runs_even_one_instance_in_a_process_when_asked() -> None:
+    gil = PlacedStub("poptorch", "ipu:2", StubInventory((0, 1, 2, 3)), concurrency="processes")
+    free = PlacedStub("popart", "ipu", StubInventory((0, 1, 2, 3)))
+    assert placed.runner(gil, 1) == "inline"
+    assert placed.runner(gil, 1, own_process=True) == "processes"
+    assert placed.runner(gil, 2) == "processes"
+    assert placed.runner(free, 1, own_process=True) == "inline"
+    assert placed.runner(free, 2, own_process=True) == "threads"
+    assert placed.runner(StubBackend("torch", "cpu"), 1, own_process=True) == "inline"  # type: ignore[arg-type]
+    # One instance on the backend's own device (pinned or not), as in this process: nothing allocated.
+    plan = placed.plan(gil, _req(), {}, _for, own_process=True)  # type: ignore[arg-type]
+    assert [(p.device, p.backend, p.ipu_ids) for p in plan.instances] == [("ipu:2", gil, ())]
+    assert plan.placement.as_json()["runner"] == "processes"
+    assert plan.placement.as_json()["devices"] == ["ipu:2"]
+    # A placed single instance (two replicas) is allocated as ever, and runs in a process.
+    unpinned = PlacedStub("poptorch", "ipu", StubInventory((0, 1, 2, 3)), concurrency="processes")
+    plan = placed.plan(unpinned, _req(replicas=2), {}, _for, own_process=True)  # type: ignore[arg-type]
+    assert plan.placement.as_json()["runner"] == "processes"
+    assert [p.device for p in plan.instances] == ["ipu:1000"]
+
+
 def test_too_few_ipus_skips_naming_what_was_asked_and_what_exists() -> None:
     backend = PlacedStub("popart", "ipu", StubInventory((0,)))
     with pytest.raises(BackendUnavailable) as info:

@@ -1170,6 +1170,46 @@ def test_the_fake_refuses_what_popart_refuses(fake, onnx_bytes):
         fake.PyStepIO({"x": np.zeros((4, 3)).T}, {})
 
 
+def test_the_fake_prepare_device_holds_the_gil_for_its_compile_time(fake):
+    """As popart.cpp:2054-2071 binds it: no other thread of the process runs during the compile."""
+    import threading
+    import time
+
+    fake.configure(compile_s=0.3)
+    fixed = _torchscript_onnx(small_net(), (_inputs(2),), dynamic=False)
+    session = fake.InferenceSession(
+        fnModel=fixed,
+        dataFlow=fake.DataFlow(1, ["y"], fake.AnchorReturnType("All")),
+        deviceInfo=fake.DeviceManager().tryAcquireAvailableDevice(1),
+        userOptions=fake.SessionOptions(),
+    )
+    ticks: list[int] = []
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            ticks.append(time.monotonic_ns())
+            time.sleep(0.001)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        while not ticks:
+            time.sleep(0.001)
+        session.prepareDevice()
+        after = len(ticks)
+        while len(ticks) == after:
+            time.sleep(0.001)
+    finally:
+        stop.set()
+        ticker.join()
+    (span,) = fake.system.compile_spans
+    assert span[1] - span[0] == 300_000_000  # the simulated compile time, to its deadline
+    assert [t for t in ticks if span[0] < t < span[1]] == []
+    assert min(ticks) < span[0]
+    assert max(ticks) > span[1]
+
+
 def test_the_fake_session_lifecycle_checks(fake, onnx_bytes, tmp_path):
     fixed = _torchscript_onnx(small_net(), (_inputs(2),), dynamic=False)
     device = fake.DeviceManager().tryAcquireAvailableDevice(1)

@@ -1016,6 +1016,34 @@ def test_poptorch_instances_run_in_worker_processes():
     assert PopTorchBackend.concurrency == "processes"
 
 
+def test_two_instances_calls_overlap_although_each_holds_the_gil(tmp_path):
+    """Placed as ``ipu_compile`` places ``instances=2``: in some round, each instance's call starts
+    before the other's ends. Two threads of one process could not: each call holds the GIL."""
+    from pytest_ipu.devices.request import DeviceRequest
+    from pytest_ipu.placement import plan as placed
+    from tests.unit.slow_poptorch import SlowPopTorch
+    from tests.unit.slow_poptorch import read_spans
+
+    def backend_for(name: str, device: str) -> SlowPopTorch:
+        return SlowPopTorch(str(tmp_path), 0.2, name, device)
+
+    backend = backend_for("poptorch", "ipu")
+    the_plan = placed.plan(backend, DeviceRequest(instances=2), {}, backend_for)
+    assert the_plan.placement.runner == "processes"
+    x = batch()
+    compiled = placed.compile_plan(the_plan, mlp(), (x,), "fp32", {})
+    try:
+        compiled.prepare_inputs((x,))
+        for _ in range(3):
+            compiled.run()
+    finally:
+        compiled.close()
+    spans = list(read_spans(tmp_path).values())
+    assert [len(s) for s in spans] == [3, 3]  # one file per instance
+    overlapping = [a[0] < b[1] and b[0] < a[1] for a, b in zip(*spans)]
+    assert any(overlapping), spans
+
+
 def test_the_worker_factory_pickles_and_rebuilds_the_backend_with_the_same_modules(fake):
     import pickle
 
