@@ -165,6 +165,11 @@ class CompiledModel(Identity):
     placement: PlacementRecord | None = None
     #: Whether the device is a simulator (the IPU Model): its timings are not hardware timings.
     simulator: bool = False
+    #: The single IPUs the model holds on IPU hardware, ascending, as ``gc-info -l`` and gcipuinfo
+    #: number them (every member of a multi-IPU device; every instance's, for a group): what its
+    #: energy is measured on. ``None`` off IPU hardware, and where the backend let the SDK choose the
+    #: IPUs and cannot tell which it took.
+    ipu_ids: tuple[int, ...] | None = None
 
     def __call__(self, *inputs: object) -> object:
         """Prepare ``inputs`` and make one call (untimed convenience; benchmarks use ``run``)."""

@@ -208,6 +208,34 @@ class IpuInventory:
             smaller *= 2
         return offset + first // size
 
+    def members(self, device_id: int) -> tuple[int, ...]:
+        """The single-IPU ids (ascending) of the device ``gc-info -l`` numbers ``device_id``: the IPU
+        itself for a single IPU, the IPUs a multi-IPU device is made of otherwise.
+
+        The inverse of ``multi_device_id``, with the same numbering (the SDK's listing when there is
+        one, else the derived one). ``ValueError`` naming the id when no device of this inventory
+        has it.
+        """
+        ids = self.ids
+        if device_id in ids:
+            return (device_id,)
+        size = 2
+        while size <= len(ids):
+            for start in range(0, ids[-1] + 1, size):
+                group = tuple(range(start, start + size))
+                if not set(group).issubset(ids):
+                    continue
+                try:
+                    if self.multi_device_id(group) == device_id:
+                        return group
+                except ValueError:
+                    continue  # a group the SDK does not list, or ids with gaps (nothing to derive)
+            size *= 2
+        raise ValueError(
+            f"device id {device_id} names no device made of this inventory's IPUs "
+            f"({_id_ranges(ids) or 'no IPUs'}); `gc-info -l` lists the device ids"
+        )
+
 
 def simulator_inventory(num_ipus: int, architecture: str = "ipu2") -> IpuInventory:
     """The IPU Model (Poplar's simulator) with ``num_ipus`` IPUs of ``architecture``; no boards."""

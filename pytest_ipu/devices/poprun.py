@@ -223,18 +223,12 @@ def instance_inventory(inventory: IpuInventory, device: PopRunDevice) -> Instanc
 def _device_ipus(inventory: IpuInventory, device_id: int, size: int, getter: str) -> tuple[int, ...]:
     """The IPU ids of device ``device_id``, which must have ``size`` IPUs, by the inventory's numbering."""
     ids = inventory.ids
-    if size == 1 and device_id in ids:
-        return (device_id,)
-    if size > 1:
-        for start in range(0, max(ids, default=-1) + 1, size):
-            group = tuple(range(start, start + size))
-            if not set(group).issubset(ids):
-                continue
-            try:
-                if inventory.multi_device_id(group) == device_id:
-                    return group
-            except ValueError:
-                break  # ids with gaps: gc-info's numbering cannot be derived, so nothing matches
+    try:
+        members = inventory.members(device_id)
+    except ValueError:
+        members = ()
+    if len(members) == size:
+        return members
     raise ValueError(
         f"{getter} = {device_id} is not a device of {size} IPU(s) (local replicas x IPUs per replica) "
         f"among this machine's IPUs {list(ids)} as gc-info -l numbers them; check the poprun command line "

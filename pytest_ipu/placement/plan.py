@@ -54,10 +54,16 @@ class InstancePlan:
 
 @dataclass(frozen=True)
 class Plan:
-    """Every instance of a placed model, and the placement as the record keeps it."""
+    """Every instance of a placed model, and the placement as the record keeps it.
+
+    ``ipu_ids`` are the single IPUs every instance holds together on IPU hardware (``None`` on a
+    simulator or a backend without IPUs): the model's ``CompiledModel.ipu_ids``, what its energy is
+    measured on, rather than its device (``ipu``, every IPU of the partition).
+    """
 
     instances: tuple[InstancePlan, ...]
     placement: PlacementRecord
+    ipu_ids: tuple[int, ...] | None = None
 
 
 def is_trivial(request: DeviceRequest) -> bool:
@@ -161,6 +167,8 @@ def plan(
             ipu_ids=tuple(i.ipu_ids for i in placed.instances),
             inventory=inventory.as_json(),
         ),
+        # Every IPU the instances took, a multi-IPU device's members included: the meter reads these.
+        tuple(sorted(placed.ipu_ids)),
     )
 
 
@@ -257,14 +265,17 @@ def compile_plan(
         placement=the_plan.placement,
         group=group,
         simulator=the_plan.placement.simulator,
+        ipu_ids=the_plan.ipu_ids,
     )
 
 
 def _with_placement(compiled: CompiledModel, the_plan: Plan) -> CompiledModel:
     simulator = compiled.simulator or the_plan.placement.simulator
-    return dataclasses.replace(compiled, placement=the_plan.placement, simulator=simulator)
+    # The placement's IPUs, which the instance was pinned to; the backend's own answer otherwise.
+    ipu_ids = compiled.ipu_ids if the_plan.ipu_ids is None else the_plan.ipu_ids
+    return dataclasses.replace(compiled, placement=the_plan.placement, simulator=simulator, ipu_ids=ipu_ids)
 
 
 def _base_device(device: str) -> str:
-    """``ipu:3`` -> ``ipu``: a group spans several devices of one kind."""
+    """``ipu:3`` -> ``ipu``: a group spans several devices of one kind (which IPUs, ``Plan.ipu_ids``)."""
     return device.partition(":")[0] if device.startswith("ipu:") else device

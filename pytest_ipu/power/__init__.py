@@ -2,12 +2,18 @@
 
 ``auto`` picks the source that measures a compute device: NVML for ``cuda`` devices, RAPL for the
 ``cpu``, gcipuinfo for ``ipu`` devices.
+
+For the power sources, ``ipu:N,M`` names single IPUs by their ``gc-info -l`` (and gcipuinfo) ids,
+and ``ipu`` alone every IPU of the partition. A compiled model's device is spelled by its backend,
+where ``ipu`` means "any free IPUs" and ``ipu:N`` may name a multi-IPU device: ``metered_device``
+turns a model into the IPUs it holds, so that its energy is theirs alone.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Sequence
 from typing import Any
 from typing import cast
 
@@ -49,6 +55,41 @@ def source_for_device(device: str) -> str | None:
     return FOR_DEVICE_TYPE.get(device.partition(":")[0])
 
 
+def ipus_of(device: str) -> list[int] | None:
+    """The single IPUs a power device names (``ipu:2,3`` -> ``[2, 3]``); ``None`` for ``ipu`` (every
+    IPU of the partition) and for devices that are not IPUs. A conftest's
+    ``pytest_ipu_make_power_source`` passes them on as the built-in source does."""
+    kind, _, index = device.partition(":")
+    if kind != "ipu" or not index:
+        return None
+    return [int(i) for i in index.split(",")]
+
+
+def metered_device(device: str, ipu_ids: Sequence[int] | None) -> str | None:
+    """The compute device a meter reads for a model compiled on ``device`` holding ``ipu_ids``
+    (``CompiledModel.ipu_ids``).
+
+    Any device but IPU hardware is measured as it is. On IPUs it is exactly the single IPUs the
+    model holds (``ipu:2,3``), never its device: ``ipu`` would read every IPU of the partition,
+    idle boards and other programs' work included, and a backend's ``ipu:N`` may be a multi-IPU
+    device's id, which no single-IPU reading carries. ``None`` when the model is on IPUs but which
+    ones is unknown (``UNKNOWN_IPUS`` says why).
+    """
+    if device.partition(":")[0] != "ipu":
+        return device
+    if not ipu_ids:
+        return None
+    return "ipu:" + ",".join(str(i) for i in sorted(set(ipu_ids)))
+
+
+#: Why a model's energy is not measured when it is on IPUs that its backend cannot name.
+UNKNOWN_IPUS = (
+    "which IPUs {target} runs on is unknown (its backend let the SDK choose them and cannot say which), "
+    "so their energy cannot be told apart from the rest of the partition's; pin the device "
+    "(target {backend}:ipu:N, N a device id from gc-info -l) to measure it"
+)
+
+
 def make_source(name: str, device: str) -> PowerSource:
     """Construct source ``name`` for the compute ``device`` it should measure."""
     module_name, _, class_name = BUILTIN[name].partition(":")
@@ -57,6 +98,6 @@ def make_source(name: str, device: str) -> PowerSource:
     kwargs: dict[str, Any] = {}
     if name == "nvml" and kind == "cuda":
         kwargs["devices"] = [int(index) if index else 0]
-    elif name == "gcipuinfo" and kind == "ipu" and index:
-        kwargs["ipus"] = [int(i) for i in index.split(",")]
+    elif name == "gcipuinfo":
+        kwargs["ipus"] = ipus_of(device)
     return cast(PowerSource, cls(**kwargs))

@@ -37,12 +37,16 @@ class PowerDevice:
     ``id`` is stable across runs and processes: ``nvml:GPU-<uuid>``, ``rapl:package-0``,
     ``gcipuinfo:board-<serial>``. ``scope`` says what the reading covers: ``gpu`` (the GPU board
     as NVML reports it), ``cpu-package``, ``dram``, ``ipu`` (one IPU) or ``ipu-board`` (a board
-    shared by several IPUs, counted once).
+    shared by several IPUs, counted once). For IPUs, ``ipus`` are the IPU ids the reading covers
+    (the one IPU, or every IPU on the board) and ``unused_ipus`` those of them the source was not
+    asked to measure, whose power a board reading includes all the same.
     """
 
     id: str
     name: str
     scope: str
+    ipus: tuple[int, ...] = ()
+    unused_ipus: tuple[int, ...] = ()
 
 
 class PowerSource(Protocol):

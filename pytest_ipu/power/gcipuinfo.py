@@ -18,8 +18,13 @@ Python method names as used in public code such as wandb's IPU monitor):
 Which reading per IPU (R12): ``"ipu power"`` where every selected IPU of a board reports it
 (IPU-Machines); otherwise the board's ``"total board power"``, **once per board**: a C2 card's two
 IPUs share one board reading and report no per-IPU power, and a C600 reports ``"ipu power": N/A``.
-The board reading then covers every IPU on the board, including any not selected (``describe``
-lists them). A reading that is ``N/A`` at ``read`` time raises ``PowerSourceError`` naming the
+The board reading then covers every IPU on the board, including any not selected: each device
+says which IPUs it covers and which of them were not selected (``PowerDevice.ipus`` and
+``unused_ipus``). Such a reading is attributable only while those other IPUs are idle: when one of
+them lists a ``"user process id"`` (gcipuinfo names the process using an IPU, and leaves the key
+out while it is idle), the board's power is partly another program's, so ``open`` (and
+``availability``) refuses it, and ``read`` fails once it happens during a window, naming the IPU
+and the process. A reading that is ``N/A`` at ``read`` time raises ``PowerSourceError`` naming the
 device and the field: a missing sample is never turned into 0 W.
 
 Whether the library exports ``"total board power"`` and ``"board serial number"`` on every system
@@ -60,9 +65,12 @@ KEY_BOARD_SERIAL = "board serial number"
 KEY_BOARD_TYPE = "board type"
 KEY_BOARD_IPU_INDEX = "board ipu index"
 KEY_ARCHITECTURE = "ipu architecture"
+KEY_USER_PID = "user process id"
 
 #: How the reason starts when the library exports no power this source can attribute.
 NO_BOARD_POWER = "gcipuinfo exports no board power on this system"
+#: How the reason starts when a board reading also covers an IPU that another program uses.
+SHARED_BOARD = "gcipuinfo: a board's power cannot be attributed to the IPUs measured"
 
 #: What ``availability`` says when ``import gcipuinfo`` fails.
 NOT_INSTALLED = (
@@ -334,7 +342,7 @@ class GcIpuInfoPowerSource:
         stable = f"ipu-{serial}-{index}" if serial and index is not None else f"ipu-{ipu_id}"
         name = f"IPU {ipu_id} ({board_type or 'board'} {serial or 'unknown serial'}, IPU {index})"
         return _Measured(
-            PowerDevice(f"gcipuinfo:{stable}", name, "ipu"),
+            PowerDevice(f"gcipuinfo:{stable}", name, "ipu", _numbers([ipu_id])),
             KEY_IPU_POWER,
             [ipu_id],
             [ipu_id],
@@ -362,10 +370,12 @@ class GcIpuInfoPowerSource:
         name = f"{board_type or 'IPU'} board {serial} (IPUs {', '.join(sorted(on_board, key=_id_key))})"
         facts = _facts(first)
         del facts["board_ipu_index"]  # one IPU's index says nothing about a board reading
-        facts["ipus_on_board"] = sorted(on_board, key=_id_key)
-        facts["unselected_ipus_on_board"] = [i for i in sorted(on_board, key=_id_key) if i not in ipu_ids]
-        return _Measured(
-            PowerDevice(f"gcipuinfo:board-{serial}", name, "ipu-board"),
+        covered = sorted(on_board, key=_id_key)
+        unused = [i for i in covered if i not in ipu_ids]
+        facts["ipus_on_board"] = covered
+        facts["unselected_ipus_on_board"] = unused
+        measured = _Measured(
+            PowerDevice(f"gcipuinfo:board-{serial}", name, "ipu-board", _numbers(covered), _numbers(unused)),
             KEY_BOARD_POWER,
             order,
             list(ipu_ids),
@@ -373,9 +383,13 @@ class GcIpuInfoPowerSource:
             board_type,
             facts,
         )
+        _check_attributable(measured, entries)
+        return measured
 
     def _value(self, measured: _Measured, entries: dict[str, dict[str, str]]) -> float:
-        """The device's watts from this snapshot, or ``PowerSourceError`` naming device and field."""
+        """The device's watts from this snapshot, or ``PowerSourceError`` naming device and field
+        (or, for a board, the IPU another program started using)."""
+        _check_attributable(measured, entries)
         present = [i for i in measured.ipu_ids if i in entries]
         if not present:
             raise PowerSourceError(
@@ -450,6 +464,37 @@ class GcIpuInfoPowerSource:
             "board_type": measured.board_type,
             **measured.facts,
         }
+
+
+def _check_attributable(measured: _Measured, entries: dict[str, dict[str, str]]) -> None:
+    """``PowerSourceError`` starting with ``SHARED_BOARD`` when the reading covers an IPU that was not
+    selected and that a process is using (its ``"user process id"``): the reading is then partly
+    that program's. Idle IPUs on the board are covered too, and say so (``unused_ipus``)."""
+    busy: dict[int, str] = {}
+    for ipu_id in measured.device.unused_ipus:
+        pid = entries.get(str(ipu_id), {}).get(KEY_USER_PID, "").strip()
+        if pid and pid.upper() != "N/A":
+            busy[ipu_id] = pid
+    if not busy:
+        return
+    users = ", ".join(f"IPU {i} (used by process {pid})" for i, pid in busy.items())
+    selected = ", ".join(measured.selected_ipu_ids)
+    raise PowerSourceError(
+        f"{SHARED_BOARD}: {measured.device.name} reports one {KEY_BOARD_POWER!r} for all its IPUs, and "
+        f"besides IPU(s) {selected} it covers {users}, as gcipuinfo's {KEY_USER_PID!r} says; measure "
+        "where the board's other IPUs are idle, or use all of them"
+    )
+
+
+def _numbers(ipu_ids: Sequence[str]) -> tuple[int, ...]:
+    """gcipuinfo ids as numbers, as placement and ``gc-info -l`` give them; ``PowerSourceError``
+    for one that is not."""
+    out = []
+    for ipu_id in ipu_ids:
+        if not ipu_id.isdigit():
+            raise PowerSourceError(f"gcipuinfo: IPU id {ipu_id!r} is not a number as gc-info -l lists ids")
+        out.append(int(ipu_id))
+    return tuple(out)
 
 
 def _has_reading(attributes: Mapping[str, str], key: str) -> bool:

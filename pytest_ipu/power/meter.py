@@ -224,7 +224,14 @@ class PowerMeter:
         total = math.fsum(per_device.values())
         devices = tuple(
             DeviceEnergy(
-                d.id, d.name, d.scope, per_device[d.id], per_device[d.id] / window_s, self.idle_w.get(d.id)
+                d.id,
+                d.name,
+                d.scope,
+                per_device[d.id],
+                per_device[d.id] / window_s,
+                self.idle_w.get(d.id),
+                ipus=d.ipus,
+                unused_ipus=d.unused_ipus,
             )
             for d in self.devices
         )

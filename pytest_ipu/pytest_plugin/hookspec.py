@@ -30,6 +30,8 @@ def pytest_ipu_make_backend(config: pytest.Config, target: Target) -> Backend | 
 def pytest_ipu_make_power_source(config: pytest.Config, name: str, device: str) -> PowerSource | None:
     """Return the power source ``name`` for compute ``device``, or ``None`` for the built-in one.
 
+    For a benchmark on IPUs, ``device`` names exactly the IPUs it holds (``ipu:2,3``, by their
+    ``gc-info -l`` ids; ``pytest_ipu.power.ipus_of`` reads them): a source should measure those.
     For a site-specific meter (a wall-power PDU, say)::
 
         # conftest.py

@@ -33,6 +33,7 @@ from pytest_ipu.pytest_plugin.options import Settings
 from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
 
 if TYPE_CHECKING:
+    from pytest_ipu.backends.base import CompiledModel
     from pytest_ipu.placement.torchrun import RankGroup
     from pytest_ipu.placement.torchrun import ScopedRanks
     from pytest_ipu.power.meter import PowerMeter
@@ -168,6 +169,17 @@ class IpuSession:
         return present or [t for t, _ in absent]
 
     # -- power ------------------------------------------------------------------------------------
+
+    def model_meter(self, compiled: CompiledModel, choice: str) -> tuple[PowerMeter | None, str, str]:
+        """``power_meter`` for what a compiled model runs on: on IPU hardware exactly the IPUs it
+        holds (``power.metered_device``), never the partition; when its backend cannot say which,
+        no meter, and the reason."""
+        device = power.metered_device(compiled.device, compiled.ipu_ids)
+        if device is not None or choice == "off":
+            return self.power_meter(device or compiled.device, choice)
+        name = power.source_for_device(compiled.device) if choice == AUTO else choice
+        reason = power.UNKNOWN_IPUS.format(target=compiled.target, backend=compiled.backend)
+        return None, name or "none", reason
 
     def power_meter(self, device: str, choice: str) -> tuple[PowerMeter | None, str, str]:
         """The open power meter for compute ``device`` (made once per run) under the test's

@@ -40,7 +40,7 @@ CLASSES: tuple[tuple[type, str, tuple[str, ...]], ...] = (
     (records.StabilityRecord, "`stability`", ("basis",)),
     (ContentionRecord, "`contention`", ()),
     (CpuTime, "`cpu` (and each repeat's `cpu`)", ()),
-    (records.PowerRecord, "`power`", ()),
+    (records.PowerRecord, "`power`", ("scope",)),
     (records.DeviceEnergy, "each entry of `power.devices`", ()),
     (records.ParityRecord, "`parity`", ("passed",)),
     (records.PlacementRecord, "`placement`", ()),

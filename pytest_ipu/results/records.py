@@ -107,6 +107,11 @@ class DeviceEnergy:
     mean_w: float
     #: The device's power before the window, watts; `None` where not measured.
     idle_w: float | None
+    #: The IPUs the reading covers, by their `gc-info -l` ids: the one IPU of an `ipu` reading, every
+    #: IPU on the board of an `ipu-board` one; empty for other devices.
+    ipus: tuple[int, ...] = ()
+    #: Those of `ipus` that the benchmark did not use: idle while measured, yet in a board's reading.
+    unused_ipus: tuple[int, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         """Plain-JSON form, an entry of the power object's ``devices``."""
@@ -117,6 +122,8 @@ class DeviceEnergy:
             "energy_j": self.energy_j,
             "mean_w": self.mean_w,
             "idle_w": self.idle_w,
+            "ipus": list(self.ipus),
+            "unused_ipus": list(self.unused_ipus),
         }
 
 
@@ -171,6 +178,19 @@ class PowerRecord:
     #: True when the window was shorter than the sensor needs (max(5 s, 20 update periods)).
     low_confidence: bool = False
 
+    @property
+    def scope(self) -> str | None:
+        """What the energy covers: `ipus` (exactly the benchmark's IPUs, each read on its own),
+        `board` (the whole boards holding them, each counted once: `devices` lists each board's
+        IPUs and the `unused_ipus` among them), else the devices' own scope (`gpu`,
+        `cpu-package+dram`); `None` when no device was measured."""
+        scopes = list(dict.fromkeys(d.scope for d in self.devices))
+        if not scopes:
+            return None
+        if "ipu-board" in scopes:
+            return "board"
+        return "ipus" if scopes == ["ipu"] else "+".join(scopes)
+
     def as_json(self) -> dict[str, Any]:
         """Plain-JSON form, stored as ``extra_info["ipu"]["power"]``."""
         return {
@@ -179,6 +199,7 @@ class PowerRecord:
             "reason": self.reason,
             "method": self.method,
             "integration": self.integration,
+            "scope": self.scope,
             "devices": [d.as_json() for d in self.devices],
             "energy_j": self.energy_j,
             "mean_power_w": self.mean_power_w,

@@ -18,6 +18,9 @@ scales. Version history (additive changes only within a version):
   (additive) ``cpu``, of the record and of each repeat: CPU time beside the wall time (per round,
   of the process and of the timing thread; their totals; the timing thread's off-CPU share). A
   record written before it reads with ``cpu`` null, and the ``cpu_time`` metric has no value there.
+  Then (additive) the power object's ``scope`` (``ipus``, ``board``, or the devices' own; derived
+  from its devices, as it was written) and each power device's ``ipus`` and ``unused_ipus`` (the
+  IPUs a reading covers, and which of them the benchmark did not use); older devices read with none.
 
 The metrics (``METRICS``: name, place in this JSON, unit) are defined in ``catalog``. ``to_json``
 writes a typed ``IpuRecord`` (its parts write themselves: ``PowerRecord.as_json`` and
@@ -402,7 +405,15 @@ def _device_energy(data: Mapping[str, Any], at: str) -> DeviceEnergy:
         energy_j=_number(data, "energy_j", at),
         mean_w=_number(data, "mean_w", at),
         idle_w=_number_or_none(data, "idle_w", at),
+        # Written before readings said which IPUs they cover: none named.
+        ipus=_ids(data, "ipus", at),
+        unused_ipus=_ids(data, "unused_ipus", at),
     )
+
+
+def _ids(data: Mapping[str, Any], key: str, at: str) -> tuple[int, ...]:
+    """A list of IPU ids (whole numbers); ``()`` when absent or null."""
+    return tuple(_whole(i, f"{at}{key}[{n}]") for n, i in enumerate(_list(data, key, at)))
 
 
 def _power(data: Mapping[str, Any], at: str) -> PowerRecord:

@@ -16,7 +16,12 @@ monitor, Graphcore's own scripts):
   ``"99.5 W"`` (with a space, as gc-info prints it), or ``"N/A"``. A C2 card (two IPUs on one
   board, ``board ipu index`` 0 and 1, or 1 and 0 as the documented sample lists them) has no
   ``"ipu power"`` key at all and one
-  ``"total board power"``; a C600 reports ``"ipu power": "N/A"``; an M2000 gives per-IPU power.
+  ``"total board power"``; a C600 reports ``"ipu power": "N/A"``; an M2000 gives per-IPU power;
+- an IPU some process uses lists that process as ``"user process id"`` (a decimal string); an idle
+  IPU lists no such key (reference section 0.3). ``FakeGcIpuInfoModule.use`` sets or clears it.
+
+A host is a list of boards' IPUs with distinct ids, e.g. two C2 cards
+(``c2_card("A", 0) + c2_card("B", 2)``) or an M2000 (``m2000()``).
 
 A device's power can be a function of a fake nanosecond clock, so a value changes only when the
 clock moved *and* the snapshot was refreshed. ``events`` records the calls in order.
@@ -65,6 +70,8 @@ class FakeIpu:
     total_board_power: Value = "99.5 W"
     architecture: str = "ipu1"
     extra: dict[str, str] = field(default_factory=dict)
+    #: The process using the IPU (``"user process id"``); ``None`` while it is idle (key absent).
+    user_process_id: int | None = None
 
     def attributes(self, t: float) -> dict[str, str]:
         """The attribute strings at fake time ``t`` (seconds)."""
@@ -84,6 +91,8 @@ class FakeIpu:
         for key, value in (("ipu power", self.ipu_power), ("total board power", self.total_board_power)):
             if value is not None:
                 out[key] = value(t) if callable(value) else value
+        if self.user_process_id is not None:
+            out["user process id"] = str(self.user_process_id)
         out.update(self.extra)
         return out
 
@@ -111,10 +120,12 @@ def c2_card_as_documented(serial: str = "0340.0004.919062", first_id: int = 0) -
 
 
 def m2000(
-    serial: str = "0131.0002.8204521", powers: tuple[Value, ...] = ("92.3 W", "91.0W", "93.5 W", "90W")
+    serial: str = "0131.0002.8204521",
+    powers: tuple[Value, ...] = ("92.3 W", "91.0W", "93.5 W", "90W"),
+    first_id: int = 0,
 ) -> list[FakeIpu]:
-    """An IPU-Machine's four ipu2 IPUs, each with its own ``ipu power``."""
-    return [FakeIpu(i, serial, "M2000", 3 - i, powers[i], None, "ipu2") for i in range(4)]
+    """An IPU-Machine's four ipu2 IPUs, each with its own ``ipu power`` (and no board power)."""
+    return [FakeIpu(first_id + i, serial, "M2000", 3 - i, powers[i], None, "ipu2") for i in range(4)]
 
 
 class FakeGcIpuInfo:
@@ -207,6 +218,16 @@ class FakeGcIpuInfoModule(types.ModuleType):
             _rebuild_module,
             (self.ipus, self.clock, self.call_latency_s, self.construct_error, settings),
         )
+
+    def use(self, ipu_ids: typing.Iterable[int], pid: int | None) -> None:
+        """Process ``pid`` now uses the IPUs ``ipu_ids`` (``None``: they are idle again)."""
+        wanted = set(ipu_ids)
+        found = {ipu.id for ipu in self.ipus} & wanted
+        if found != wanted:
+            raise ValueError(f"fake: no IPU with id(s) {sorted(wanted - found)} on this host")
+        for ipu in self.ipus:
+            if ipu.id in wanted:
+                ipu.user_process_id = pid
 
     def take_snapshot(self) -> list[dict[str, str]]:
         """Every IPU's attributes now (the clock advanced by the query's latency first)."""

@@ -177,6 +177,9 @@ def test_multi_ipu_device_ids_are_read_from_enumerate_devices(no_sdk: None, sour
     assert listed == {(0, 1): 100, (2, 3): 101, (0, 1, 2, 3): 102}
     assert {group: found.multi_device_id(group) for group in listed} == listed
     assert found.multi_device_id((3,)) == 3
+    # And back: each device id names the IPUs the SDK listed for it.
+    assert {found.members(device_id): device_id for device_id in listed.values()} == listed
+    assert found.members(3) == (3,)
     assert not any("derived" in note for note in found.notes)
 
 
@@ -447,6 +450,30 @@ def test_multi_device_id_bad_groups(inventory: IpuInventory, group: tuple[int, .
 def test_single_ipu_ids_need_no_contiguous_inventory() -> None:
     sparse = IpuInventory(tuple(IpuInfo(i) for i in (2, 7)), "test")
     assert sparse.multi_device_id((7,)) == 7
+    assert sparse.members(7) == (7,)
+
+
+@pytest.mark.parametrize("ipus", [1, 2, 4, 8, 16])
+def test_members_are_the_ipus_of_every_device_id(ipus: int) -> None:
+    """``members`` inverts ``multi_device_id``: the IPUs each device id of PopART's listing is made of."""
+    manager = fake_popart.make_module(ipus=ipus).DeviceManager()
+    inventory = _hardware(ipus)
+    size = 1
+    while size <= ipus:
+        for device in manager.enumerateDevices(numIpus=size):
+            assert inventory.members(device.id) == tuple(device.driverIds), device
+        size *= 2
+
+
+def test_a_device_id_no_device_has_is_named() -> None:
+    with pytest.raises(
+        ValueError,
+        match=exactly(
+            "device id 7 names no device made of this inventory's IPUs (0-3); "
+            "`gc-info -l` lists the device ids"
+        ),
+    ):
+        _hardware(4).members(7)  # 0-3 single, 4-5 pairs, 6 the four: nothing is 7
 
 
 def test_repeated_ids_are_refused() -> None:

@@ -101,6 +101,7 @@ def test_instances_on_ipus_get_one_ipu_each_and_its_device_id() -> None:
     assert plan.placement.as_json()["shared_device"] is False
     assert plan.placement.as_json()["ipu_ids"] == [[0], [1]]
     assert plan.placement.as_json()["instances"] == 2
+    assert plan.ipu_ids == (0, 1)  # what the model's energy is measured on, not the device "ipu"
 
 
 def test_multi_ipu_instances_use_the_multi_ipu_device_id_and_the_backend_options() -> None:
@@ -109,6 +110,8 @@ def test_multi_ipu_instances_use_the_multi_ipu_device_id_and_the_backend_options
     assert [p.device for p in plan.instances] == ["ipu:1000", "ipu:1002"]
     assert [p.options for p in plan.instances] == [{"replication_factor": 2, "ipus": 1}] * 2
     assert plan.placement.as_json()["runner"] == "processes"
+    # Every member of both multi-IPU devices, not their device ids 1000 and 1002.
+    assert plan.ipu_ids == (0, 1, 2, 3)
 
 
 def test_a_backend_whose_calls_hold_the_gil_runs_even_one_instance_in_a_process_when_asked() -> None:
@@ -168,6 +171,7 @@ def test_the_simulator_runs_every_instance_on_its_own_simulated_device() -> None
     plan = placed.plan(backend, _req(instances=3), {}, _for)  # type: ignore[arg-type]
     assert [p.device for p in plan.instances] == ["ipu-model"] * 3
     assert plan.placement.as_json()["simulator"] is True
+    assert plan.ipu_ids is None
 
 
 def test_backends_without_inventory_share_their_device_between_instances() -> None:
@@ -176,6 +180,7 @@ def test_backends_without_inventory_share_their_device_between_instances() -> No
     assert [p.device for p in plan.instances] == ["cpu", "cpu"]
     assert all(p.backend is backend for p in plan.instances)
     assert plan.placement.as_json()["shared_device"] is True
+    assert plan.ipu_ids is None
 
 
 def test_replicas_and_stages_need_an_ipu_backend() -> None:
@@ -196,9 +201,59 @@ def test_under_poprun_placement_keeps_to_the_instances_ipus_and_says_so() -> Non
     # The pairs {4, 5} and {6, 7}, numbered over the whole machine (pairs are 8-11 on 8 IPUs).
     assert [p.device for p in plan.instances] == ["ipu:10", "ipu:11"]
     assert [p.ipu_ids for p in plan.instances] == [(4, 5), (6, 7)]
+    assert plan.ipu_ids == (4, 5, 6, 7)  # the instance's own IPUs only
     assert plan.placement.as_json()["inventory"]["count"] == 8
     with pytest.raises(BackendUnavailable) as exc:
         placed.plan(backend, _req(instances=3, replicas=2), {}, _for)  # type: ignore[arg-type]
     assert "the ipu (PopRun instance 1 of 2, device 13) inventory has 4 IPUs, ids [4, 5, 6, 7]" in str(
         exc.value
     )
+
+
+class CompilingStub(StubBackend):
+    """A backend that compiles to a model doing nothing, on the device it was made for; on ``ipu:N``
+    it names IPU ``N`` as a backend reading the SDK's device would (``None`` elsewhere)."""
+
+    def compile(self, *args: object) -> Any:
+        from pytest_ipu.backends.base import CompiledModel
+
+        index = self.device.partition(":")[2]
+        return CompiledModel(
+            target=f"{self.name}:{self.device}",
+            backend=self.name,
+            device=self.device,
+            device_name="stub",
+            precision="fp32",
+            io="host",
+            run=lambda *inputs: None,
+            prepare_inputs=tuple,
+            close=lambda: None,
+            ipu_ids=(int(index),) if index else None,
+        )
+
+
+def test_a_compiled_group_holds_every_instances_ipus_and_a_placed_model_its_devices_members() -> None:
+    def backend_for(name: str, device: str) -> Any:
+        return CompilingStub(name, device)
+
+    backend = PlacedStub("popart", "ipu", StubInventory((0, 1, 2, 3)))
+    group = placed.compile_plan(
+        placed.plan(backend, _req(instances=2), {}, backend_for),  # type: ignore[arg-type]
+        object(),
+        (),
+        "fp32",
+        {},
+    )
+    try:
+        assert (group.device, group.ipu_ids) == ("ipu", (0, 1))
+    finally:
+        group.close()
+    # One instance on a multi-IPU device (replicas=2): device ipu:1000, holding IPUs 0 and 1.
+    one = placed.compile_plan(
+        placed.plan(backend, _req(replicas=2), {}, backend_for),  # type: ignore[arg-type]
+        object(),
+        (),
+        "fp32",
+        {},
+    )
+    assert (one.device, one.ipu_ids) == ("ipu:1000", (0, 1))

@@ -833,7 +833,19 @@ def test_a_device_id_is_acquired_by_id(fake, onnx_bytes, tmp_path):
     pair = PopArtBackend(device="ipu:2", cache_dir=tmp_path, popart_module=fake)  # the 2-IPU device
     compiled = pair.compile(onnx_bytes, (_inputs(4),), "fp32", {"replicated_graphs": 2})
     assert _session(fake).device.numIpus == 2
+    assert compiled.ipu_ids == (0, 1)  # the members of device 2 (driverIds), not an IPU "2"
     compiled.close()
+
+
+def test_a_model_on_any_free_ipu_names_the_ipu_popart_chose(fake, onnx_bytes, tmp_path):
+    fake.configure(busy={0})  # another process holds IPU 0: PopART takes IPU 1
+    compiled = PopArtBackend(device="ipu", cache_dir=tmp_path, popart_module=fake).compile(
+        onnx_bytes, (_inputs(2),), "fp32", {}
+    )
+    try:
+        assert (compiled.info["device_id"], compiled.ipu_ids) == (1, (1,))
+    finally:
+        compiled.close()
 
 
 def test_a_device_id_of_the_wrong_size_names_the_right_ones(fake, onnx_bytes, tmp_path):
@@ -867,6 +879,7 @@ def test_the_ipu_model_simulator(onnx_bytes, tmp_path):
     compiled = backend.compile(onnx_bytes, (x,), "fp32", {"replicated_graphs": 2})
     assert compiled.device_name == "IPU Model simulator (2 IPUs; simulated timings, not IPU hardware)"
     assert (compiled.info["simulator"], compiled.info["device_type"]) == (True, "ipu-model")
+    assert compiled.ipu_ids is None  # no IPU hardware, no IPU energy
     assert "ipu model 2" in fake.system.events
     assert _session(fake).device.type == fake.DeviceType.IpuModel
     np.testing.assert_allclose(_run(compiled, x)[0], _eager(x), rtol=1e-5, atol=1e-6)

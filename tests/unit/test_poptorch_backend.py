@@ -960,6 +960,7 @@ def test_under_poprun_each_instance_compiles_on_the_device_popdist_gives_it(monk
             ids.append(fake_poptorch.executors[-1].options.ipu_id)
             assert compiled.info["ipu_id"] == ids[-1]
             assert fake_poptorch.busy_ipus() == {ids[-1]}
+            assert compiled.ipu_ids == (ids[-1],)  # its energy: this instance's IPU alone
             assert fake_poptorch.executors[-1].options.Distributed.numProcesses == 1
         finally:
             compiled.close()
@@ -973,6 +974,7 @@ def test_under_poprun_a_model_takes_its_share_of_the_instances_ipus():
         compiled = backend.compile(mlp(), (batch(),), "fp32", options)
         try:
             assert (fake_poptorch.executors[-1].options.ipu_id, fake_poptorch.busy_ipus()) == (ipu_id, busy)
+            assert compiled.ipu_ids == tuple(sorted(busy))  # device 5's members, not IPU "5"
         finally:
             compiled.close()
     with pytest.raises(CompileError) as exc:
@@ -982,6 +984,23 @@ def test_under_poprun_a_model_takes_its_share_of_the_instances_ipus():
         "2 (device 5, IPUs 2, 3: 2 local replica(s) x 1 IPU(s)); launch poprun with --ipus-per-replica and "
         "--num-replicas giving each instance that many"
     )
+
+
+def test_a_model_names_its_ipus_where_it_was_given_a_device_and_none_where_poptorch_chose():
+    # Pinned: a single IPU, and the pair {2, 3} (device 5 on 4 IPUs, gc-info -l's numbering).
+    for device, options, held in (("ipu:1", {}, (1,)), ("ipu:5", {"replication_factor": 2}, (2, 3))):
+        compiled = make_backend(device).compile(mlp(), (batch(),), "fp32", options)
+        try:
+            assert (compiled.ipu_ids, tuple(sorted(fake_poptorch.busy_ipus()))) == (held, held)
+        finally:
+            compiled.close()
+    # Plain ipu outside PopRun: PopTorch takes any free IPUs and does not say which.
+    fake_poptorch.configure(ipus=4)
+    compiled = make_backend("ipu").compile(mlp(), (batch(),), "fp32", {})
+    try:
+        assert compiled.ipu_ids is None
+    finally:
+        compiled.close()
 
 
 def test_placed_instances_under_poprun_stay_on_their_instances_ipus():

@@ -1,4 +1,5 @@
-"""gcipuinfo source: parsing, refresh before every read, board power counted once, availability."""
+"""gcipuinfo source: parsing, refresh before every read, board power counted once, attribution to
+exactly the IPUs asked for, availability."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pytest_ipu.power.base import PowerSource
 from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.power.gcipuinfo import NO_BOARD_POWER
 from pytest_ipu.power.gcipuinfo import NOT_INSTALLED
+from pytest_ipu.power.gcipuinfo import SHARED_BOARD
 from pytest_ipu.power.gcipuinfo import GcIpuInfoPowerSource
 from pytest_ipu.power.gcipuinfo import parse_power_w
 from tests.fakes.fake_gcipuinfo import FakeClock
@@ -81,7 +83,7 @@ def test_a_c2_cards_two_ipus_share_one_board_reading_counted_once():
     module = FakeGcIpuInfoModule(c2_card())
     src = source(module)
     assert src.open() == [
-        PowerDevice(f"gcipuinfo:board-{C2_SERIAL}", f"C2 board {C2_SERIAL} (IPUs 0, 1)", "ipu-board")
+        PowerDevice(f"gcipuinfo:board-{C2_SERIAL}", f"C2 board {C2_SERIAL} (IPUs 0, 1)", "ipu-board", (0, 1))
     ]
     assert src.read() == {f"gcipuinfo:board-{C2_SERIAL}": 99.5}  # not 199 W
 
@@ -98,8 +100,8 @@ def test_per_ipu_power_where_the_sdk_gives_it():
     src = source(FakeGcIpuInfoModule(m2000()), ipus=[0, 2])
     devices = src.open()
     assert devices == [
-        PowerDevice(f"gcipuinfo:ipu-{M2000_SERIAL}-3", f"IPU 0 (M2000 {M2000_SERIAL}, IPU 3)", "ipu"),
-        PowerDevice(f"gcipuinfo:ipu-{M2000_SERIAL}-1", f"IPU 2 (M2000 {M2000_SERIAL}, IPU 1)", "ipu"),
+        PowerDevice(f"gcipuinfo:ipu-{M2000_SERIAL}-3", f"IPU 0 (M2000 {M2000_SERIAL}, IPU 3)", "ipu", (0,)),
+        PowerDevice(f"gcipuinfo:ipu-{M2000_SERIAL}-1", f"IPU 2 (M2000 {M2000_SERIAL}, IPU 1)", "ipu", (2,)),
     ]
     assert list(src.read().values()) == [92.3, 93.5]
 
@@ -161,6 +163,88 @@ def test_board_grouping_follows_serials_not_id_order():
 def test_an_unknown_ipu_id_fails_open_listing_the_known_ones():
     with pytest.raises(PowerSourceError, match=r"IPU id\(s\) 7 not found; gcipuinfo lists 0, 1"):
         source(FakeGcIpuInfoModule(c2_card()), ipus=[7]).open()
+
+
+# -- attribution: exactly the IPUs asked for -------------------------------------------------------
+
+#: Two C2 cards with different board powers, so that a reading shows which card it came from.
+CARD_A, CARD_B = "0340.0004.000001", "0340.0004.000002"
+
+
+def two_c2_cards() -> FakeGcIpuInfoModule:
+    return FakeGcIpuInfoModule(c2_card(CARD_A, 0, "60.0 W") + c2_card(CARD_B, 2, "110.0 W"))
+
+
+def test_an_ipu_on_the_second_c2_card_is_measured_by_that_card_alone():
+    module = two_c2_cards()
+    module.use([0, 1], 4242)  # another program on the first card: not this benchmark's reading
+    src = source(module, ipus=[2])
+    assert src.open() == [
+        PowerDevice(f"gcipuinfo:board-{CARD_B}", f"C2 board {CARD_B} (IPUs 2, 3)", "ipu-board", (2, 3), (3,))
+    ]
+    assert src.read() == {f"gcipuinfo:board-{CARD_B}": 110.0}
+    # Given no IPUs, the source reads the partition: both cards (what a benchmark must never get).
+    whole = source(two_c2_cards())
+    whole.open()
+    assert sum(whole.read().values()) == 170.0
+
+
+def test_a_board_shared_with_another_program_is_not_attributed():
+    module = two_c2_cards()
+    module.use([3], 4242)
+    src = source(module, ipus=[2])
+    availability = src.availability()
+    assert not availability.ok
+    assert availability.reason == (
+        f"{SHARED_BOARD}: C2 board {CARD_B} (IPUs 2, 3) reports one 'total board power' for all its IPUs, "
+        "and besides IPU(s) 2 it covers IPU 3 (used by process 4242), as gcipuinfo's 'user process id' "
+        "says; measure where the board's other IPUs are idle, or use all of them"
+    )
+    with pytest.raises(PowerSourceError, match=f"^{SHARED_BOARD}: "):
+        src.open()
+    # Both of the board's IPUs are the benchmark's: nothing else is in the reading.
+    module.use([2, 3], 4242)
+    both = source(module, ipus=[2, 3])
+    assert [(d.ipus, d.unused_ipus) for d in both.open()] == [((2, 3), ())]
+    assert both.read() == {f"gcipuinfo:board-{CARD_B}": 110.0}
+
+
+def test_a_board_another_program_starts_using_during_a_window_fails_the_read():
+    module = two_c2_cards()
+    src = source(module, ipus=[2])
+    src.open()
+    assert src.read() == {f"gcipuinfo:board-{CARD_B}": 110.0}
+    module.use([3], 4242)
+    with pytest.raises(PowerSourceError, match=r"IPU 3 \(used by process 4242\)"):
+        src.read()
+    module.use([3], None)  # idle again
+    assert src.read() == {f"gcipuinfo:board-{CARD_B}": 110.0}
+
+
+def test_one_ipu_of_an_m2000_is_its_own_reading_whatever_the_others_run():
+    module = FakeGcIpuInfoModule(m2000())
+    module.use([2, 3], 4242)  # another program on two of its IPUs: per-IPU readings leave it out
+    src = source(module, ipus=[1])
+    assert src.open() == [
+        PowerDevice(f"gcipuinfo:ipu-{M2000_SERIAL}-2", f"IPU 1 (M2000 {M2000_SERIAL}, IPU 2)", "ipu", (1,))
+    ]
+    assert src.read() == {f"gcipuinfo:ipu-{M2000_SERIAL}-2": 91.0}
+
+
+def test_a_multi_ipu_device_id_is_not_an_ipu_and_is_not_measured():
+    # gc-info -l numbers the pair {0, 1} of four IPUs 4: no gcipuinfo entry carries it.
+    availability = source(FakeGcIpuInfoModule(m2000()), ipus=[4]).availability()
+    assert (availability.ok, availability.reason) == (
+        False,
+        "gcipuinfo: IPU id(s) 4 not found; gcipuinfo lists 0, 1, 2, 3 in the active partition",
+    )
+
+
+def test_an_ipu_id_that_is_not_a_number_is_named():
+    odd = FakeIpu(0, "SER", "C2", 0, None, "99.5 W")
+    odd.extra["id"] = "ipu0"
+    with pytest.raises(PowerSourceError, match=r"IPU id 'ipu0' is not a number"):
+        source(FakeGcIpuInfoModule([odd])).open()
 
 
 # -- reading -----------------------------------------------------------------------------------------

@@ -411,8 +411,10 @@ def test_as_json_is_plain_json_with_every_field():
     text = json.dumps(data, allow_nan=False)
     back = json.loads(text)
     assert back == data
-    assert set(back) == set(PowerRecord.__dataclass_fields__)
+    assert set(back) == {*PowerRecord.__dataclass_fields__, "scope"}  # scope: derived from the devices
+    assert back["scope"] == "cpu-package"
     device = {"name": "fake device a", "scope": "cpu-package", "energy_j": 30.0, "mean_w": 30.0}
+    assert [(d.pop("ipus"), d.pop("unused_ipus")) for d in back["devices"]] == [([], [])] * 2  # not IPUs
     assert back["devices"] == [
         pytest.approx({**device, "id": "a", "idle_w": 3.0}),
         pytest.approx(

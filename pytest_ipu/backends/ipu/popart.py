@@ -332,6 +332,7 @@ class PopArtBackend(NamedBackend):
             phases_s=phases,
             info=info,
             simulator=self.simulator,
+            ipu_ids=None if self.simulator else _driver_ids(device),
         )
 
 
@@ -560,6 +561,16 @@ def _device_info(device: Any, simulator: bool) -> dict[str, Any]:
         "ipu_version": _plain(getattr(device, "ipuVersion", None)),
         "driver_version": None if simulator else _plain(getattr(device, "version", None)),
     }
+
+
+def _driver_ids(device: Any) -> tuple[int, ...] | None:
+    """The single IPUs of an acquired hardware device (``DeviceInfo.driverIds``, which PopART gives
+    for the device it chose under ``ipu`` too), ascending; ``None`` if the SDK does not say."""
+    try:
+        ids = tuple(sorted(int(i) for i in device.driverIds))
+    except Exception:  # an SDK without the property, or an odd value: the IPUs stay unknown
+        return None
+    return ids or None
 
 
 def _acquire(

@@ -423,7 +423,20 @@ class PopTorchBackend(NamedBackend):
             info=info,
             device_latency=lambda: _handle_latency(handle),
             simulator=self.simulator,
+            ipu_ids=None if self.simulator or ipu_id is None else self._members(ipu_id),
         )
+
+    def _members(self, device_id: int) -> tuple[int, ...] | None:
+        """The single IPUs of device ``device_id`` (``useIpuId``), by the inventory's numbering;
+        ``None`` when there is no inventory to read it from. Without a device id PopTorch takes any
+        free IPUs and does not say which, so a model on plain ``ipu`` has none outside PopRun."""
+        found = self.inventory()
+        if isinstance(found, str):
+            return None
+        try:
+            return found.members(device_id)
+        except ValueError:
+            return None
 
 
 def _rebuild(
