@@ -217,6 +217,9 @@ class Window:
     thread_cpu_ns: tuple[int, ...] = ()
     #: The process's CPU time (every thread) in each round, ns, over the same stretches.
     process_cpu_ns: tuple[int, ...] = ()
+    #: The instance worker processes' CPU time in each round, ns, together, as their clocks read at
+    #: their replies (``timed_rounds``' ``workers_clock``); empty where no workers ran the rounds.
+    workers_cpu_ns: tuple[int, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -240,6 +243,7 @@ def timed_rounds(
     watch: CallWatch | None = None,
     thread_clock: Clock = time.thread_time_ns,
     process_clock: Clock = time.process_time_ns,
+    workers_clock: Clock | None = None,
 ) -> Window:
     """Run up to ``rounds`` timed rounds through ``benchmark.pedantic``; return the window.
 
@@ -265,6 +269,11 @@ def timed_rounds(
     two reads per round, between rounds, never inside a round's own time. The CPU reads sit inside
     the wall marks (after the opening one, before each closing one), so the CPU time they span lies
     within the wall window. The window has each round's CPU time (``Window.thread_cpu_ns``).
+
+    ``workers_clock``, where the rounds' calls run in worker processes, is their CPU time together
+    as their latest replies reported it (ns; no request of its own): read with the process clock,
+    each round's difference is the workers' CPU time from their reply to the round before to their
+    reply to this one (``Window.workers_cpu_ns``).
     """
     watch = watch if watch is not None else CallWatch()
     watch.enter("timed round {n}")
@@ -272,6 +281,7 @@ def timed_rounds(
     # The CPU clocks at the window's start and at each round's end.
     thread_marks: list[int] = []
     process_marks: list[int] = []
+    workers_marks: list[int] = []
     ended = [0]
     reason: list[Ending] = []
     budget_ns = None if box.budget_s is None else box.budget_s * 1e9
@@ -289,6 +299,8 @@ def timed_rounds(
             marks.append(clock())
             thread_marks.append(thread_clock())
             process_marks.append(process_clock())
+            if workers_clock is not None:
+                workers_marks.append(workers_clock())
             return
         so_far = marks[1] - marks[0]
         # End at the round boundary nearest the budget: when another round (as long as the mean so
@@ -305,6 +317,8 @@ def timed_rounds(
     def mark_end(*_: object) -> None:
         thread_marks.append(thread_clock())
         process_marks.append(process_clock())
+        if workers_clock is not None:
+            workers_marks.append(workers_clock())
         end = clock()
         if len(marks) == 2:
             marks[1] = end
@@ -334,6 +348,7 @@ def timed_rounds(
         reason[0] if reason else "planned",
         thread_cpu_ns=_differences(thread_marks),
         process_cpu_ns=_differences(process_marks),
+        workers_cpu_ns=_differences(workers_marks),
     )
 
 
