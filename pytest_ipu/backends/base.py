@@ -78,6 +78,11 @@ class InstanceGroup(Protocol):
         """Per instance, the device's own latency counters for its last call
         (``HasDeviceLatency``), or ``None`` where the model has none."""
 
+    def workers_cpu_ns(self) -> int | None:
+        """The CPU time, ns, the group's worker processes have used together, as their latest
+        replies reported it (no request of its own: cheap enough to read between rounds); ``None``
+        where the instances run in this process, whose own clock counts them."""
+
     def close(self) -> None:
         """Release everything (idempotent); close errors are raised once, after all is released."""
 

@@ -1,4 +1,5 @@
-"""Numbers from numbers: latency summaries, throughput and CPU time (pure; seconds in, SI units out)."""
+"""Numbers from numbers: latency summaries, throughput, CPU time and the host cost it makes (pure;
+seconds in, SI units out)."""
 
 from __future__ import annotations
 
@@ -77,22 +78,27 @@ OFF_CPU_FLAG = 0.25
 
 @dataclass(frozen=True)
 class CpuTime:
-    """CPU time over the timed rounds, beside their wall time (docs/numbers.md defines it).
+    """CPU time over the timed rounds, beside their wall time, and the host cost it makes
+    (docs/numbers.md defines them).
 
     A round's CPU time runs from the end of the round before (the window's start for the first) to
     the end of this one: its call and the bookkeeping between rounds, as the window's wall time
     has them. The process's clock counts every thread of the process (a runtime's worker threads
     too); the thread's clock counts only the thread that ran the rounds. Neither counts the time a
     thread waits: for a CPU, a lock, a sleep, I/O or a device that it waits for without spinning.
+    Where the instances run in worker processes, each worker reports its own process clock with
+    every reply, and the process figures count the workers' CPU time beside this process's.
     """
 
-    #: This process's CPU time per timed round (one call; with several instances, one call of
-    #: each), every thread counted: the median over the rounds, seconds. The `cpu_time` metric.
+    #: The CPU time per timed round (one call; with several instances, one call of each) of this
+    #: process, every thread counted, and of its instance worker processes (`workers`): the median
+    #: over the rounds, seconds. The `cpu_time` metric.
     process_s: float
     #: The CPU time of the thread that ran the timed rounds, per round: the median over the rounds,
     #: seconds.
     thread_s: float
-    #: This process's CPU time over the timed windows, every round together, seconds.
+    #: The CPU time of this process and its instance workers over the timed windows, every round
+    #: together, seconds.
     process_total_s: float
     #: The timing thread's CPU time over the timed windows, seconds.
     thread_total_s: float
@@ -100,6 +106,18 @@ class CpuTime:
     #: `thread_total_s` / `window_s`. Descheduled for other processes, or waiting (a sleep, I/O, a
     #: device, other threads of its own): for single-threaded CPU work, the time other processes took.
     off_cpu_share: float
+    #: How many instance worker processes the process figures count besides this process; 0 where
+    #: every instance ran in this process.
+    workers: int = 0
+    #: The worker processes' part of `process_total_s`, seconds (0 with no workers).
+    workers_total_s: float = 0.0
+    #: Host CPU time per item: `process_total_s` / the items the windows completed, seconds. On a
+    #: CPU target the compute itself; on an accelerator the host's work to keep it busy. `None` in
+    #: records that predate it.
+    host_per_item_s: float | None = None
+    #: Host cores kept busy during the windows: `process_total_s` / `window_s`. `None` in records
+    #: that predate it.
+    host_cores: float | None = None
 
     def as_json(self) -> dict[str, Any]:
         """Every field as plain JSON values, stored as ``cpu`` (of the record and of each repeat)."""
@@ -116,35 +134,79 @@ def off_cpu_share(thread_total_s: float, window_s: float) -> float:
     return min(max(1.0 - thread_total_s / window_s, 0.0), 1.0)
 
 
-def summarize_cpu_time(thread_ns: Sequence[int], process_ns: Sequence[int], window_s: float) -> CpuTime:
-    """The CPU time of one timed window from each round's thread and process CPU time (ns) and the
-    window's wall time; raises ``ValueError`` for no rounds or a negative time."""
+def host_per_item(cpu_total_s: float, items: float) -> float:
+    """Host CPU time per item: the CPU time of every process of the benchmark over its windows /
+    the items those windows completed. Raises ``ValueError`` for no items."""
+    if not items > 0:
+        raise ValueError(f"host CPU time per item needs the windows' items > 0, got {items}")
+    return cpu_total_s / items
+
+
+def host_cores(cpu_total_s: float, window_s: float) -> float:
+    """Host cores kept busy: the CPU time of every process of the benchmark over its windows / the
+    windows' wall time. Raises ``ValueError`` for a window of no length."""
+    if not window_s > 0:
+        raise ValueError(f"host cores need a timed window > 0 s, got {window_s}")
+    return cpu_total_s / window_s
+
+
+def summarize_cpu_time(
+    thread_ns: Sequence[int],
+    process_ns: Sequence[int],
+    window_s: float,
+    items: float,
+    workers_ns: Sequence[int] = (),
+    workers: int = 0,
+) -> CpuTime:
+    """The CPU time of one timed window from each round's thread and process CPU time (ns), the
+    window's wall time and the items it completed; ``workers_ns`` is each round's CPU time of the
+    ``workers`` instance worker processes together (empty with none), counted in the process figures.
+    Raises ``ValueError`` for no rounds, unequal counts or a negative time."""
     if not thread_ns or len(thread_ns) != len(process_ns):
         raise ValueError(
             f"CPU times of {len(thread_ns)} and {len(process_ns)} rounds: need the same count, at least 1"
         )
-    if min(thread_ns) < 0 or min(process_ns) < 0:
+    if (workers > 0) != bool(workers_ns) or (workers_ns and len(workers_ns) != len(process_ns)):
+        raise ValueError(
+            f"{workers} worker(s) with CPU times of {len(workers_ns)} rounds: {len(process_ns)} rounds "
+            "need one time each from at least one worker, or none without workers"
+        )
+    if min(thread_ns) < 0 or min(process_ns) < 0 or min(workers_ns, default=0) < 0:
         raise ValueError("a round's CPU time must be >= 0 ns")
+    # Each round's CPU time on the host: this process's and its workers'.
+    host_ns = [p + w for p, w in zip(process_ns, workers_ns)] if workers_ns else list(process_ns)
     thread_total_s = sum(thread_ns) * 1e-9
+    total_s = sum(host_ns) * 1e-9
     return CpuTime(
-        process_s=statistics.median(process_ns) * 1e-9,
+        process_s=statistics.median(host_ns) * 1e-9,
         thread_s=statistics.median(thread_ns) * 1e-9,
-        process_total_s=sum(process_ns) * 1e-9,
+        process_total_s=total_s,
         thread_total_s=thread_total_s,
         off_cpu_share=off_cpu_share(thread_total_s, window_s),
+        workers=workers,
+        workers_total_s=sum(workers_ns) * 1e-9,
+        host_per_item_s=host_per_item(total_s, items),
+        host_cores=host_cores(total_s, window_s),
     )
 
 
-def pool_cpu_time(repeats: Sequence[tuple[CpuTime, float]]) -> CpuTime:
-    """The CPU time of several repeats, each with its window's wall time: per round, the median of
-    the repeats' medians; the totals summed, and the off-CPU share of the summed windows."""
+def pool_cpu_time(repeats: Sequence[tuple[CpuTime, float, float]]) -> CpuTime:
+    """The CPU time of several repeats, each with its window's wall time and the items it completed:
+    per round, the median of the repeats' medians; the totals summed; the off-CPU share and the
+    host cost of the summed windows and items."""
     if not repeats:
         raise ValueError("no repeats to pool")
-    thread_total_s = math.fsum(cpu.thread_total_s for cpu, _ in repeats)
+    thread_total_s = math.fsum(cpu.thread_total_s for cpu, _, _ in repeats)
+    total_s = math.fsum(cpu.process_total_s for cpu, _, _ in repeats)
+    window_s = math.fsum(w for _, w, _ in repeats)
     return CpuTime(
-        process_s=statistics.median(cpu.process_s for cpu, _ in repeats),
-        thread_s=statistics.median(cpu.thread_s for cpu, _ in repeats),
-        process_total_s=math.fsum(cpu.process_total_s for cpu, _ in repeats),
+        process_s=statistics.median(cpu.process_s for cpu, _, _ in repeats),
+        thread_s=statistics.median(cpu.thread_s for cpu, _, _ in repeats),
+        process_total_s=total_s,
         thread_total_s=thread_total_s,
-        off_cpu_share=off_cpu_share(thread_total_s, math.fsum(w for _, w in repeats)),
+        off_cpu_share=off_cpu_share(thread_total_s, window_s),
+        workers=max(cpu.workers for cpu, _, _ in repeats),
+        workers_total_s=math.fsum(cpu.workers_total_s for cpu, _, _ in repeats),
+        host_per_item_s=host_per_item(total_s, math.fsum(n for _, _, n in repeats)),
+        host_cores=host_cores(total_s, window_s),
     )

@@ -220,6 +220,9 @@ class Window:
     #: The wall-clock time (Unix epoch, ns) when the window opened: the one edge that processes,
     #: and hosts whose clocks are synchronised, can compare (``start_ns`` is this process's own).
     start_unix_ns: int | None = None
+    #: The instance worker processes' CPU time in each round, ns, together, as their clocks read at
+    #: their replies (``timed_rounds``' ``workers_clock``); empty where no workers ran the rounds.
+    workers_cpu_ns: tuple[int, ...] = ()
 
     @property
     def seconds(self) -> float:
@@ -244,6 +247,7 @@ def timed_rounds(
     thread_clock: Clock = time.thread_time_ns,
     process_clock: Clock = time.process_time_ns,
     wall_clock: Clock = time.time_ns,
+    workers_clock: Clock | None = None,
 ) -> Window:
     """Run up to ``rounds`` timed rounds through ``benchmark.pedantic``; return the window.
 
@@ -271,6 +275,11 @@ def timed_rounds(
     within the wall window. The window has each round's CPU time (``Window.thread_cpu_ns``).
     ``wall_clock`` (Unix epoch, ns) is read once, just before the window opens
     (``Window.start_unix_ns``), so separate processes' windows can be laid side by side.
+
+    ``workers_clock``, where the rounds' calls run in worker processes, is their CPU time together
+    as their latest replies reported it (ns; no request of its own): read with the process clock,
+    each round's difference is the workers' CPU time from their reply to the round before to their
+    reply to this one (``Window.workers_cpu_ns``).
     """
     watch = watch if watch is not None else CallWatch()
     watch.enter("timed round {n}")
@@ -279,6 +288,7 @@ def timed_rounds(
     thread_marks: list[int] = []
     process_marks: list[int] = []
     wall_marks: list[int] = []
+    workers_marks: list[int] = []
     ended = [0]
     reason: list[Ending] = []
     budget_ns = None if box.budget_s is None else box.budget_s * 1e9
@@ -297,6 +307,8 @@ def timed_rounds(
             marks.append(clock())
             thread_marks.append(thread_clock())
             process_marks.append(process_clock())
+            if workers_clock is not None:
+                workers_marks.append(workers_clock())
             return
         so_far = marks[1] - marks[0]
         # End at the round boundary nearest the budget: when another round (as long as the mean so
@@ -313,6 +325,8 @@ def timed_rounds(
     def mark_end(*_: object) -> None:
         thread_marks.append(thread_clock())
         process_marks.append(process_clock())
+        if workers_clock is not None:
+            workers_marks.append(workers_clock())
         end = clock()
         if len(marks) == 2:
             marks[1] = end
@@ -343,6 +357,7 @@ def timed_rounds(
         thread_cpu_ns=_differences(thread_marks),
         process_cpu_ns=_differences(process_marks),
         start_unix_ns=wall_marks[0] if wall_marks else None,
+        workers_cpu_ns=_differences(workers_marks),
     )
 
 

@@ -127,6 +127,19 @@ UNITS: Mapping[str, Unit] = {
             (("items/J", 0),),
             (("", 0),),
         ),
+        # CPU cores kept busy: CPU time over wall time (docs/numbers.md, host cost). Fewer cores for
+        # the same work is better.
+        Unit(
+            "cores",
+            "CPU cores",
+            "lower",
+            {"cores": 0},
+            ("cores",),
+            True,
+            "2",
+            (("cores", 0),),
+            (("", 0),),
+        ),
     )
 }
 

@@ -14,7 +14,10 @@ Two runners share the ``InstanceGroup`` interface:
   ``fork``: forking a process that has started an SDK's threads can deadlock the child.
 
 Each instance times its own calls (``time.perf_counter_ns`` just around the call), so latencies do
-not include the cost of telling the instances to start. Importing this module imports no runtime.
+not include the cost of telling the instances to start. A worker process sends its own CPU clock
+(``time.process_time_ns``, every thread of it) with every reply, so that the host CPU time of a
+benchmark counts the workers as well as this process, without a request of its own. Importing this
+module imports no runtime.
 """
 
 from __future__ import annotations
@@ -275,6 +278,10 @@ class ThreadInstances(_Usable):
             for slot in self._slots
         ]
 
+    def workers_cpu_ns(self) -> int | None:
+        """``None``: the instances run in this process's threads, which its own clock counts."""
+        return None
+
     def compiled_info(self) -> list[InstanceInfo]:
         """Each compiled model's target, device, compile time, phases and facts."""
         return [
@@ -432,7 +439,7 @@ def _worker_main(conn: Connection, index: int, payload: bytes) -> None:
             _send(conn, (_UNAVAILABLE if isinstance(exc, BackendUnavailable) else _FAILED, _describe(exc)))
             return
         del spec  # the compiled model has what it needs; the worker's copy of the model can go
-        if _send(conn, (_OK, facts)):
+        if _send(conn, (_OK, facts, time.process_time_ns())):
             compiled = _serve(conn, compiled)
     finally:
         if compiled is not None:
@@ -443,8 +450,13 @@ def _worker_main(conn: Connection, index: int, payload: bytes) -> None:
 
 
 def _serve(conn: Connection, compiled: CompiledModel) -> CompiledModel | None:
-    """Answer requests; return the model if it is still open (the parent went away), else ``None``."""
+    """Answer requests; return the model if it is still open (the parent went away), else ``None``.
+
+    Every answer (but the close report) carries this process's CPU clock, read after the work it
+    answers: the parent's difference between two answers is the CPU time this worker spent on the
+    second request, the wait for it and the sending of the first answer."""
     clock = time.perf_counter_ns
+    cpu_clock = time.process_time_ns
     args: tuple[object, ...] = ()
     while True:
         try:
@@ -478,7 +490,7 @@ def _serve(conn: Connection, compiled: CompiledModel) -> CompiledModel | None:
                 reply = (_FAILED, f"unknown request {command!r}")
         except Exception as exc:
             reply = (_FAILED, _describe(exc))
-        if not _send(conn, reply):
+        if not _send(conn, (*reply, cpu_clock())):
             return compiled
 
 
@@ -551,6 +563,8 @@ class ProcessInstances(_Usable):
         self._workers: list[_Worker] = []
         self._info: list[InstanceInfo] = []
         self._durations_ns: list[list[int]] = [[] for _ in specs]
+        # Each worker's CPU clock at its latest reply (its compile report first), ns.
+        self._cpu_ns: list[int | None] = [None for _ in specs]
         self._rounds = 0
         self._broken: str | None = None
         self._closed = False
@@ -634,7 +648,14 @@ class ProcessInstances(_Usable):
                     )
                 worker.state = "ready"
                 info[worker.index] = reply[1]
+                self._note_cpu(worker.index, reply)
         return [info[i] for i in range(self.count)]
+
+    def _note_cpu(self, index: int, reply: tuple[object, ...]) -> None:
+        """Keep the CPU clock a worker's reply carries (a reply that could not be pickled has none:
+        the next one's reading then covers both requests)."""
+        if len(reply) > 2:
+            self._cpu_ns[index] = cast(int, reply[2])
 
     def _describe_exit(self, worker: _Worker) -> str:
         """``pid N, exit code C`` once the process has ended (waits up to a second for it)."""
@@ -684,6 +705,7 @@ class ProcessInstances(_Usable):
                     )
                     continue
                 worker.state = "ready"
+                self._note_cpu(worker.index, reply)
                 if reply[0] == _OK:
                     values[position] = reply[1]
                 else:
@@ -738,6 +760,13 @@ class ProcessInstances(_Usable):
         request = pickle.dumps((_DEVICE_LATENCY,), protocol=pickle.HIGHEST_PROTOCOL)
         replies = self._exchange(self._workers, request, "reading its device latency", fatal=False)
         return [cast("Mapping[str, object] | None", reply) for reply in replies]
+
+    def workers_cpu_ns(self) -> int | None:
+        """The workers' CPU time together, ns, each as its latest reply reported it (every worker has
+        reported once it is ready: its compile report carries its clock)."""
+        if any(ns is None for ns in self._cpu_ns):
+            return None
+        return sum(cast(int, ns) for ns in self._cpu_ns)
 
     def compiled_info(self) -> list[InstanceInfo]:
         """What each worker's compile reported, with ``compile_s`` timed in the worker."""

@@ -21,6 +21,7 @@ from typing import Any
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.devices.poprun import detect
+from pytest_ipu.measure import metrics
 from pytest_ipu.placement import outputs
 
 # The merge half reads and writes result files: its modules (the schema and its readers) are
@@ -59,8 +60,10 @@ AGGREGATION: Mapping[str, str] = {
     "latency_worst_instance_p50_s": "the largest p50 latency of any instance",
     "latency_worst_instance_p99_s": "the largest p99 latency of any instance",
     "cpu": (
-        "per figure, the largest value of any instance (each a process of its own); null unless every "
-        "instance has one"
+        "per figure, the largest value of any instance (each a process of its own), but for the host "
+        "cost: host_cores is the sum over instances (the cores the launch kept busy, as far as the "
+        "windows overlap) and host_per_item_s every instance's CPU time over every instance's items; "
+        "null unless every instance has one"
     ),
     "power": "not merged (instances may share a power source); see each instance's record",
     "stats": "pytest-benchmark's stats of this benchmark are instance 0's, not merged",
@@ -392,10 +395,7 @@ def _merge_records(
     merged["latency_unsupported"] = sorted({p for r in records for p in r.get("latency_unsupported", [])})
     merged["latency_worst_instance_p50_s"] = merged["latency_s"]["p50"]
     merged["latency_worst_instance_p99_s"] = merged["latency_s"]["p99"]
-    cpus = [r["cpu"] for r in records if isinstance(r.get("cpu"), dict)]
-    merged["cpu"] = (
-        {key: max(float(c[key]) for c in cpus) for key in cpus[0]} if len(cpus) == len(records) else None
-    )
+    merged["cpu"] = _merged_cpu(records)
     merged["power"] = None
     merged[kind] = {
         "merged": True,
@@ -445,6 +445,32 @@ def launch_window(records: Sequence[Mapping[str, Any]]) -> LaunchWindow:
         return LaunchWindow(span, "common span", common / span if span > 0 else None)
     longest = math.fsum(max(float(rep["window_s"]) for rep in at) for at in zip(*repeats))
     return LaunchWindow(longest, "longest window", None)
+
+
+#: The host cost's keys of a record's ``cpu``: a launch's is every instance's together, not the largest.
+_HOST_COST = ("host_per_item_s", "host_cores")
+
+
+def _merged_cpu(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A launch's ``cpu`` (``AGGREGATION``): the largest of any instance per figure, but the host cost
+    of every instance together; ``None`` unless every instance has one, and the host cost ``None``
+    unless every instance has it (an instance written before it)."""
+    cpus = [r["cpu"] for r in records if isinstance(r.get("cpu"), dict)]
+    if len(cpus) != len(records):
+        return None
+    merged: dict[str, Any] = {
+        key: (max(int(c[key]) for c in cpus) if key == "workers" else max(float(c[key]) for c in cpus))
+        for key in cpus[0]
+        if key not in _HOST_COST
+    }
+    if all(c.get(key) is not None for c in cpus for key in _HOST_COST):
+        total_s = math.fsum(float(c["process_total_s"]) for c in cpus)
+        items = math.fsum(float(r["throughput_items_per_s"]) * float(r["window_s"]) for r in records)
+        merged["host_per_item_s"] = metrics.host_per_item(total_s, items)
+        merged["host_cores"] = math.fsum(float(c["host_cores"]) for c in cpus)
+    else:
+        merged.update(dict.fromkeys(_HOST_COST))
+    return merged
 
 
 def write_atomic(path: Path, document: Mapping[str, Any]) -> None:

@@ -59,7 +59,19 @@ if TYPE_CHECKING:
 PNG_DPI = 150
 
 #: The terminal table's columns the page shows, by header, after the batch and target columns.
-TABLE_COLUMNS = ("precision", "repeats", "p50", "p99", "items/s", "W", "J/item", "items/J", "flags")
+TABLE_COLUMNS = (
+    "precision",
+    "repeats",
+    "p50",
+    "p99",
+    "items/s",
+    report.HOST_PER_ITEM,
+    report.HOST_CORES,
+    "W",
+    "J/item",
+    "items/J",
+    "flags",
+)
 
 _CSS = """
 :root { color-scheme: light; }
@@ -396,7 +408,8 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
     multi = len(runs) > 1
     headers = ["run"] if multi else []
     headers += ["benchmark", "batch", "target", *TABLE_COLUMNS]
-    text_columns = {"run", "benchmark", "target", "precision"}
+    # Text columns wrap and align left; the flags of a row can be long (unstable,contended,...).
+    text_columns = {"run", "benchmark", "target", "precision", "flags"}
     attrs = ["" if h in text_columns else ' class="num"' for h in headers]
     head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip_strict(attrs, headers))
     body = []

@@ -19,6 +19,7 @@ from pytest_ipu.measure import units
 from pytest_ipu.report.loadgen import loadgen_lines
 from pytest_ipu.report.text import grid
 from pytest_ipu.report.training import time_to_train_lines
+from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import ParityRecord
 from pytest_ipu.results.records import PowerRecord
@@ -72,6 +73,25 @@ def _power(read: Callable[[PowerRecord], float | None]) -> Callable[[Row], str]:
     return render
 
 
+#: The host cost columns' headers (docs/numbers.md, host cost): the host CPU time per item and the
+#: host cores kept busy, every process of the benchmark counted.
+HOST_PER_ITEM = "host CPU/item"
+HOST_CORES = "host cores"
+
+
+def _host(metric: str, unit: str | None) -> Callable[[Row], str]:
+    """A host cost cell: the metric's value (with its display unit, or a bare number for
+    ``unit=None``); ``n/m`` where the record has none (a footnote says why), never a 0."""
+
+    def render(row: Row) -> str:
+        value = METRICS[metric].value(row.record)
+        if value is None:
+            return "n/m"
+        return units.format_number(value) if unit is None else units.format_value(value, unit)
+
+    return render
+
+
 COLUMNS: tuple[Column, ...] = (
     Column("benchmark", _name, right=False),
     Column("target", lambda r: _target(r.record), right=False),
@@ -85,6 +105,8 @@ COLUMNS: tuple[Column, ...] = (
         "items/s",
         lambda r: units.format_number(r.record.throughput_items_per_s) + ("^" if apart(r.record) else ""),
     ),
+    Column(HOST_PER_ITEM, _host("host_cpu_per_item", "s")),
+    Column(HOST_CORES, _host("host_cores", None)),
     Column("first call", lambda r: units.format_value(r.record.first_call_s, "s")),
     Column(
         "compile",
@@ -199,9 +221,10 @@ def _loadgen_name(row: Row, rows: Sequence[Row]) -> str:
 def footnotes(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str]:
     """The lines that explain the markers ``tables`` puts in these rows' cells: percentiles too few
     rounds support (``*``, for the percentile columns among ``columns``), concurrent instances
-    (``xN``), simulators (``[sim]``), items/s far from batch / p50 (``^``) and power not measured,
-    invalid or of low confidence (``n/m``, ``?``, ``~``); then each flag with the figure that raised
-    it, and how close the windows came to their time budget. Empty when no row needs one."""
+    (``xN``), simulators (``[sim]``), items/s far from batch / p50 (``^``), power not measured,
+    invalid or of low confidence (``n/m``, ``?``, ``~``) and the host cost's workers or absence
+    (for the host cost columns among ``columns``); then each flag with the figure that raised it,
+    and how close the windows came to their time budget. Empty when no row needs one."""
     lines: list[str] = []
     headers = {c.header for c in columns}
     flagged = sorted(
@@ -221,6 +244,8 @@ def footnotes(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[
         lines.append("[sim] = a simulator (the IPU Model): its timings are not hardware timings")
     lines.extend(_apart_notes(rows))
     lines.extend(_power_notes(rows))
+    if HOST_PER_ITEM in headers or HOST_CORES in headers:
+        lines.extend(_host_notes(rows))
     lines.extend(_flag_notes(rows))
     lines.extend(_budget_note(rows))
     return lines
@@ -335,6 +360,23 @@ def _flag_notes(rows: Sequence[Row]) -> list[str]:
             if budget.rounds_limited:
                 lines.append(f"rounds-limit: {name}: the most rounds planned filled {window} {of}")
     return lines + list(unreadable)
+
+
+def _host_notes(rows: Sequence[Row]) -> list[str]:
+    """What the host cost columns count, where a row's instances ran in worker processes, and one
+    line per distinct reason a row has no host cost (``n/m`` in those columns)."""
+    notes: dict[str, None] = {}
+    for row in rows:
+        cpu = row.record.cpu
+        if cpu is not None and cpu.workers:
+            notes[
+                f"{HOST_PER_ITEM}, {HOST_CORES} of {_who(row, rows)}: this process and its {cpu.workers} "
+                "instance worker processes together"
+            ] = None
+        metric = METRICS["host_cores"]
+        if metric.value(row.record) is None:
+            notes[f"host n/m = host cost not measured: {metric.why_missing(row.record)}"] = None
+    return list(notes)
 
 
 def _power_notes(rows: Sequence[Row]) -> list[str]:

@@ -106,11 +106,18 @@ def _loadgen_missing(record: Any, name: str) -> str:
 
 def _cpu_missing(record: Any) -> str:
     placement = record.placement
-    if placement is not None and placement.runner == "processes":
-        return "no CPU time: the instances ran in worker processes, whose CPU time this one does not count"
-    return (
-        "no CPU time (the record predates it, or is not of timed rounds: LoadGen and time to train have none)"
-    )
+    if record.cpu is None and placement is not None and placement.runner == "processes":
+        return (
+            "no CPU time: the instances ran in worker processes that reported none (a record written "
+            "before workers reported their CPU time)"
+        )
+    if record.cpu is not None:
+        return "no host cost: the record predates it (written before host CPU time per item and host cores)"
+    if record.loadgen is not None:
+        return "no CPU time: a LoadGen benchmark has no timed rounds"
+    if record.time_to_train is not None:
+        return "no CPU time: a time-to-train benchmark has no timed rounds"
+    return "no CPU time: the record predates it"
 
 
 def _latency(key: str) -> Metric:
@@ -133,8 +140,13 @@ METRICS: Mapping[str, Metric] = {
         *(_latency(k) for k in ("min", "p50", "p90", "p99", "max", "mean")),
         Metric("throughput", ("throughput_items_per_s",), "items/s", per_repeat=True),
         # The process's CPU time per round (every thread: a runtime's worker threads are host work
-        # too), which other processes barely move; the median over the rounds.
+        # too; and its instance worker processes'), which other processes barely move; the median
+        # over the rounds.
         Metric("cpu_time", ("cpu", "process_s"), "s", per_repeat=True, missing=_cpu_missing),
+        # The host cost of the work (docs/numbers.md): every process of the benchmark, its instance
+        # workers included, over the timed windows; per item, and as cores kept busy.
+        Metric("host_cpu_per_item", ("cpu", "host_per_item_s"), "s", per_repeat=True, missing=_cpu_missing),
+        Metric("host_cores", ("cpu", "host_cores"), "cores", per_repeat=True, missing=_cpu_missing),
         Metric(
             "compile",
             ("compile_s",),

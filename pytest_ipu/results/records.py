@@ -404,17 +404,17 @@ class RepeatRecord:
     ended: Ending = "planned"
     #: `this` (the pytest process) or `worker` (a fresh worker process, `--ipu-repeat-mode=process`).
     process: str = "this"
-    #: Its CPU time beside its wall time (`CpuTime`); `None` in records that predate it, or where the
-    #: instances ran in worker processes.
+    #: Its CPU time beside its wall time, and the host cost (`CpuTime`); `None` in records that
+    #: predate it, and in older records whose instances ran in worker processes.
     cpu: CpuTime | None = None
     #: When its window opened, Unix seconds (wall clock): where a merge of separate processes' records
     #: lays their windows side by side; `None` in records that predate it.
     start_unix_s: float | None = None
 
     def value(self, metric: str) -> float | None:
-        """This repeat's value of a per-round metric (``latency.*``, ``throughput``, ``cpu_time``);
-        ``None`` for a metric measured once per benchmark (energy, compile), or one this repeat
-        lacks (``cpu_time`` in an older record)."""
+        """This repeat's value of a per-round metric (``latency.*``, ``throughput``, ``cpu_time``,
+        ``host_cpu_per_item``, ``host_cores``); ``None`` for a metric measured once per benchmark
+        (energy, compile), or one this repeat lacks (``cpu_time`` in an older record)."""
         known = METRICS.get(metric)
         return known.value(self) if known is not None and known.per_repeat else None
 
@@ -582,9 +582,9 @@ class IpuRecord(Identity):
     stability: StabilityRecord | None = None
     #: Other processes' share of the CPU during the timed windows; ``None`` in older records.
     contention: ContentionRecord | None = None
-    #: CPU time beside the wall time (`CpuTime`), the repeats pooled; ``None`` in older records, in
-    #: records not measured by timed rounds (LoadGen, time to train), and where the instances ran
-    #: in worker processes (whose CPU time this process's clocks do not count).
+    #: CPU time beside the wall time, and the host cost (`CpuTime`), the repeats pooled; ``None`` in
+    #: records not measured by timed rounds (LoadGen, time to train), in records that predate it,
+    #: and in older records whose instances ran in worker processes (which did not report theirs).
     cpu: CpuTime | None = None
     #: How a training step's global batch is made (`TrainingRecord`); `None` for inference.
     training: TrainingRecord | None = None

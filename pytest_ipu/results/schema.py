@@ -21,6 +21,11 @@ scales. Version history (additive changes only within a version):
   Then (additive) the power object's ``scope`` (``ipus``, ``board``, or the devices' own; derived
   from its devices, as it was written) and each power device's ``ipus`` and ``unused_ipus`` (the
   IPUs a reading covers, and which of them the benchmark did not use); older devices read with none.
+  Then (additive) within ``cpu``: ``workers`` and ``workers_total_s`` (the instance worker processes
+  whose CPU time the process figures now count; ``cpu`` is no longer null for instances in worker
+  processes), ``host_per_item_s`` and ``host_cores`` (the host cost: the ``host_cpu_per_item`` and
+  ``host_cores`` metrics). A ``cpu`` written before them reads with no workers and the host cost
+  null, and those metrics have no value there.
 
 The metrics (``METRICS``: name, place in this JSON, unit) are defined in ``catalog``. ``to_json``
 writes a typed ``IpuRecord`` (its parts write themselves: ``PowerRecord.as_json`` and
@@ -524,6 +529,12 @@ def _cpu(data: Mapping[str, Any], at: str) -> CpuTime:
         process_total_s=_number(data, "process_total_s", at),
         thread_total_s=_number(data, "thread_total_s", at),
         off_cpu_share=_number(data, "off_cpu_share", at),
+        # Absent from records written before them: no workers then (a record whose instances ran
+        # in worker processes had no ``cpu``), and no host cost.
+        workers=_count(data, "workers", at, default=0),
+        workers_total_s=_number(data, "workers_total_s", at, default=0.0),
+        host_per_item_s=_number_or_none(data, "host_per_item_s", at),
+        host_cores=_number_or_none(data, "host_cores", at),
     )
 
 

@@ -237,15 +237,32 @@ def measure(
             if lockstep is not None:
                 lockstep.barrier(f"the end of the timed window of repeat {index}")
 
+        workers = workers_clock(compiled)
         if meter is None:
             window = timing.timed_rounds(
-                timer, compiled.run, args, planned, on_start=opened, on_end=closed, box=box, watch=watch
+                timer,
+                compiled.run,
+                args,
+                planned,
+                on_start=opened,
+                on_end=closed,
+                box=box,
+                watch=watch,
+                workers_clock=workers,
             )
             power = not_measured(*unmeasured)
         else:
             with meter.sampling() as trace:
                 window = timing.timed_rounds(
-                    timer, compiled.run, args, planned, on_start=opened, on_end=closed, box=box, watch=watch
+                    timer,
+                    compiled.run,
+                    args,
+                    planned,
+                    on_start=opened,
+                    on_end=closed,
+                    box=box,
+                    watch=watch,
+                    workers_clock=workers,
                 )
             power = meter.result(
                 trace, window.start_ns, window.end_ns, items * window.rounds, rounds_fixed=not auto
@@ -255,7 +272,7 @@ def measure(
     calls, instances = instance_calls(compiled, samples)
     latency = metrics.summarize_latency(calls)
     throughput = metrics.throughput(items * window.rounds, window_s)
-    cpu = cpu_time(compiled, window)
+    cpu = cpu_time(compiled, window, items * window.rounds)
     repeat = records.RepeatRecord(
         index=index,
         rounds=window.rounds,
@@ -312,13 +329,34 @@ def measure(
     return Measurement(record, samples, calls)
 
 
-def cpu_time(compiled: CompiledModel, window: timing.Window) -> metrics.CpuTime | None:
-    """The CPU time of the timed window's rounds (``metrics.CpuTime``); ``None`` where the model's
-    instances run in worker processes, whose CPU time this process's clocks do not count."""
+def cpu_time(compiled: CompiledModel, window: timing.Window, items: float) -> metrics.CpuTime | None:
+    """The CPU time of the timed window's rounds, which completed ``items``, and the host cost it
+    makes (``metrics.CpuTime``): this process's, and its instance workers' where the instances ran
+    in worker processes. ``None`` where they ran in worker processes that reported no CPU time."""
     placement = compiled.placement
-    if (placement is not None and placement.runner == "processes") or not window.thread_cpu_ns:
+    workers = instance_count(compiled) if window.workers_cpu_ns else 0
+    unreported = placement is not None and placement.runner == "processes" and not workers
+    if not window.thread_cpu_ns or unreported:
         return None
-    return metrics.summarize_cpu_time(window.thread_cpu_ns, window.process_cpu_ns, window.seconds)
+    return metrics.summarize_cpu_time(
+        window.thread_cpu_ns, window.process_cpu_ns, window.seconds, items, window.workers_cpu_ns, workers
+    )
+
+
+def workers_clock(compiled: CompiledModel) -> timing.Clock | None:
+    """The CPU clock of the worker processes a group's rounds run in, as their latest replies read
+    it (``InstanceGroup.workers_cpu_ns``); ``None`` where the calls run in this process."""
+    if not isinstance(compiled, Grouped) or compiled.group.workers_cpu_ns() is None:
+        return None
+    group = compiled.group
+
+    def read() -> int:
+        ns = group.workers_cpu_ns()
+        if ns is None:
+            raise RuntimeError(f"the {group.runner} instance group stopped reporting its workers' CPU time")
+        return ns
+
+    return read
 
 
 def instance_count(compiled: CompiledModel) -> int:
@@ -417,7 +455,8 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
     the sum of their windows; rounds and the window are sums. The first call is the first repeat's
     (the others' first calls are warm already). Energy, instances and device counters are the last
     repeat's, the one measured with the power meter. The stability is the spread between repeats.
-    CPU time per round is the median of the repeats' (``metrics.pool_cpu_time``).
+    CPU time per round is the median of the repeats' and the host cost that of every repeat's
+    windows and items together (``metrics.pool_cpu_time``).
     """
     if not parts:
         raise ValueError("no repeats to pool")
@@ -448,7 +487,8 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
             rounds_limited=any(b.rounds_limited for b in budgets),
         )
     probes = [p.record.contention for p in parts if p.record.contention is not None]
-    cpu = [(r.cpu, r.window_s) for r in repeats if r.cpu is not None]
+    # Each repeat's items, recovered from its throughput and window as ``items`` above.
+    cpu = [(r.cpu, r.window_s, r.throughput_items_per_s * r.window_s) for r in repeats if r.cpu is not None]
     record = replace(
         last,
         rounds=sum(r.rounds for r in repeats),

@@ -64,6 +64,8 @@ class FakeBackend(NamedBackend):
     that a test can see that a worker closed its model. ``compiled_marker``: a file that ``compile``
     creates once its sleep is over, so that a test can see that a compile ran to its end.
     ``meet_dir``, ``meet_count`` and ``meet_on_calls``: the barrier of the module docstring.
+    ``burn_cpu_s``: each call also spins until its process has spent that much more CPU time (a
+    host-bound call: the CPU time is certain however loaded the machine, only its wall time varies).
     """
 
     def __init__(
@@ -80,6 +82,7 @@ class FakeBackend(NamedBackend):
         meet_dir: str | None = None,
         meet_count: int = 0,
         meet_on_calls: tuple[int, ...] = (),
+        burn_cpu_s: float = 0.0,
     ) -> None:
         super().__init__(name, device)
         self.compile_s = compile_s
@@ -91,6 +94,7 @@ class FakeBackend(NamedBackend):
         self.meet_dir = meet_dir
         self.meet_count = meet_count
         self.meet_on_calls = meet_on_calls
+        self.burn_cpu_s = burn_cpu_s
 
     def availability(self) -> Availability:
         """Always available."""
@@ -131,6 +135,7 @@ class FakeBackend(NamedBackend):
         factor = model.factor
         calls = [0]
         run_s = self.run_s
+        burn_ns = int(self.burn_cpu_s * 1e9)
         fail_on_calls = self.fail_on_calls
         fail_close = self.fail == "close"
         marker = self.close_marker
@@ -149,6 +154,10 @@ class FakeBackend(NamedBackend):
             if meet_dir is not None and calls[0] in meet_on_calls:
                 meet(meet_dir, f"call{calls[0]}", device, meet_count, TimeoutError)
             time.sleep(run_s)
+            if burn_ns:
+                end = time.process_time_ns() + burn_ns
+                while time.process_time_ns() < end:
+                    pass
             if calls[0] in fail_on_calls:
                 raise ValueError(f"fake run failed on call {calls[0]}")
             return tuple(x * factor for x in inputs)

@@ -248,6 +248,11 @@ def test_the_c2_study_runs_end_to_end_against_the_fakes(c2_run: tuple[Path, pyte
         assert power["measured"]
         assert power["source"] == "gcipuinfo"
         assert power["mean_power_w"] == pytest.approx(110.0)  # the board power, counted once
+        # The host cost counts PopTorch's instance worker processes beside this one.
+        cpu = record["cpu"]
+        assert cpu["workers"] == (0 if backend == "popart" else 2)
+        assert (cpu["workers_total_s"] > 0) == (backend == "poptorch")
+        assert cpu["host_cores"] == pytest.approx(cpu["process_total_s"] / record["window_s"])
     # PopTorch's own latency counters, read in each worker process; PopART has none.
     poptorch = records["test_resnext101_c2_poptorch[poptorch-ipu-2]"]
     assert [i["device_latency"]["resolution_s"] for i in poptorch["instances"]] == [0.001, 0.001]

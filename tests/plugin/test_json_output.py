@@ -213,11 +213,26 @@ def test_record_has_exactly_the_schema_keys(torch_run: TorchRun, name: str) -> N
 def test_every_record_has_its_cpu_time_beside_its_wall_time(torch_run: TorchRun, name: str) -> None:
     record = torch_run.record(name)
     cpu = record["cpu"]
-    assert set(cpu) == {"process_s", "thread_s", "process_total_s", "thread_total_s", "off_cpu_share"}
+    assert set(cpu) == {
+        "process_s",
+        "thread_s",
+        "process_total_s",
+        "thread_total_s",
+        "off_cpu_share",
+        "workers",
+        "workers_total_s",
+        "host_per_item_s",
+        "host_cores",
+    }
     # A thread never runs longer than the wall time that passes, however busy the machine.
     assert cpu["thread_total_s"] <= record["window_s"]
     assert 0 <= cpu["off_cpu_share"] <= 1
     assert [r["cpu"] for r in record["repeats"]] == [cpu]  # one repeat: the record's is its own
+    # The host cost is of this process alone (no worker processes), over the window's items.
+    assert (cpu["workers"], cpu["workers_total_s"]) == (0, 0.0)
+    items = record["throughput_items_per_s"] * record["window_s"]
+    assert cpu["host_per_item_s"] == pytest.approx(cpu["process_total_s"] / items)
+    assert cpu["host_cores"] == pytest.approx(cpu["process_total_s"] / record["window_s"])
 
 
 @pytest.mark.parametrize("name", LINEAR)
@@ -358,6 +373,10 @@ def test_terminal_shows_the_pytest_ipu_tables_and_the_footnote(torch_run: TorchR
             "p50",
             "p99",
             "items/s",
+            "host",
+            "CPU/item",
+            "host",
+            "cores",
             "first",
             "call",
             "compile",

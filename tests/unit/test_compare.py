@@ -324,3 +324,47 @@ def test_the_time_statistics_of_plain_files_are_compared(tmp_path: Path) -> None
     assert median.values == (0.004, 0.006)
     # One value a side, no runs before it: no variance estimate, so no verdict beyond the change.
     assert compare.format_change(median, 1) == "+50.0% not tested"
+
+
+def _host_bound(batch: int, cores: Sequence[float], seed: int = 0) -> dict[str, Any]:
+    """A benchmark whose repeats kept ``cores`` host cores busy over 0.4 s windows of 40 calls."""
+    from pytest_ipu.measure.metrics import CpuTime
+
+    p50 = 0.01
+    entry = repeated(batch, [p50] * len(cores), seed=seed)
+    record = entry["extra_info"]["ipu"]
+
+    def cpu(c: float) -> CpuTime:
+        total = c * 0.4
+        return CpuTime(
+            total / 40, 0.001, total, 0.04, 0.9, host_per_item_s=total / (40 * batch), host_cores=c
+        )
+
+    for each, c in zip(record["repeats"], cores):
+        each["cpu"] = cpu(c).as_json()
+    record["cpu"] = cpu(math.prod(cores) ** (1 / len(cores))).as_json()
+    return entry
+
+
+def test_compare_reads_the_host_cost_and_gates_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # The candidate's calls keep twice the host cores busy, at the same latency: a host-side change
+    # that the wall-time figures do not show.
+    a = write(tmp_path / "a.json", _host_bound(4, [1.0 * f for f in SPREAD]))
+    b = write(tmp_path / "b.json", _host_bound(4, [2.0 * f for f in SPREAD], seed=1))
+    comparison = compare.compare_runs([read_run(a), read_run(b)])
+    by = {line.metric.name: line for line in comparison.lines}
+    assert by["host_cores"].values == pytest.approx((1.0, 2.0))
+    assert by["host_cores"].verdict(1) == "worse"
+    assert by["host_cpu_per_item"].ratio(1) == pytest.approx(2.0)
+    assert by["latency.p50"].verdict(1) == "same"
+    text = compare.render_table(comparison)
+    assert any(" host_cores " in row and "+100.0% worse" in row for row in text.splitlines())
+    assert cli.main(["compare", str(a), str(b), "--gate", "host_cores:+10%"]) == 1
+    out = capsys.readouterr().out
+    assert (
+        out.rstrip()
+        .splitlines()[-1]
+        .startswith("test_mlp[torch-cpu-4] host_cores: 1 cores -> 2 cores (+100.0%, threshold +10%)")
+    )
+    assert cli.main(["compare", str(a), str(b), "--gate", "host_cpu_per_item<20ms"]) == 0
+    capsys.readouterr()

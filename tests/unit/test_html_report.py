@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_ipu.backports import remove_prefix
+from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import html as html_report
 from pytest_ipu.report import plots
@@ -34,6 +35,10 @@ pytestmark = requires_matplotlib
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+#: The CPU time of a record's 5 s window of 5,000 items: 4.5 s of it (0.9 of a core), 0.9 ms per item.
+CPU = CpuTime(0.0009, 0.0009, 4.5, 4.5, 0.1, host_per_item_s=0.0009, host_cores=0.9)
 
 
 def _record(target: str, batch_size: int, power: PowerRecord | None, **more: Any) -> dict[str, Any]:
@@ -60,6 +65,7 @@ def _record(target: str, batch_size: int, power: PowerRecord | None, **more: Any
             compile_cached=False,
             first_call_s=0.1,
             power=power,
+            cpu=more.pop("cpu", CPU),
             **more,
         )
     )
@@ -180,6 +186,8 @@ def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups
         "p50",
         "p99",
         "items/s",
+        "host CPU/item",
+        "host cores",
         "W",
         "J/item",
         "items/J",
@@ -187,12 +195,28 @@ def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups
     ]
     # Records written before repeats: one repeat each, and no flags.
     assert rows == [
-        ["1", "torch:cpu", "fp32", "1", "1 ms", "2 ms", "1,000", "~40", "~0.5", "~2", "-"],
-        ["2", "onnxruntime:cpu", "fp32", "1", "2 ms", "4 ms*", "1,000", "40", "0.2", "5", "-"],
-        ["4", "torch:cpu", "fp32", "1", "4 ms", "8 ms", "1,000", "40", "0.333", "3", "-"],
+        ["1", "torch:cpu", "fp32", "1", "1 ms", "2 ms", "1,000", "900 us", "0.9", "~40", "~0.5", "~2", "-"],
+        [
+            "2",
+            "onnxruntime:cpu",
+            "fp32",
+            "1",
+            "2 ms",
+            "4 ms*",
+            "1,000",
+            "900 us",
+            "0.9",
+            "40",
+            "0.2",
+            "5",
+            "-",
+        ],
+        ["4", "torch:cpu", "fp32", "1", "4 ms", "8 ms", "1,000", "900 us", "0.9", "40", "0.333", "3", "-"],
     ]
     off = [[td.text for td in tr.iter("td")][1:] for tr in tables[1].iter("tr")][1:]
-    assert off == [["2", "torch:cpu", "fp32", "1", "2 ms", "4 ms", "1,000", "n/m", "n/m", "n/m", "-"]]
+    assert off == [
+        ["2", "torch:cpu", "fp32", "1", "2 ms", "4 ms", "1,000", "900 us", "0.9", "n/m", "n/m", "n/m", "-"]
+    ]
     sub = [p.text for p in root.iter("p") if p.get("class") == "sub"]
     assert "No plots against batch size: every row has batch size 2." in sub
     notes = [li.text for ul in root.iter("ul") if ul.get("class") == "notes" for li in ul.iter("li")]
@@ -223,6 +247,17 @@ def test_the_pages_footnotes_are_the_terminal_tables_footnotes(tmp_path: Path) -
     table = html_report._table([run], "g")
     assert table.endswith('<ul class="notes">' + "".join(f"<li>{n}</li>" for n in notes) + "</ul>")
     assert report.footnotes([]) == []
+
+
+def test_a_record_without_host_cost_shows_not_measured_on_the_page_and_why(tmp_path: Path) -> None:
+    path = _write_run(tmp_path / "run.json", [("g", "t[1]", _record("torch:cpu", 1, OFF, cpu=None))])
+    table = html_report._table([benchmark_json.read_run(path)], "g")
+    root = ET.fromstring(f"<div>{table}</div>")
+    headers = [th.text for th in root.iter("th")]
+    cells = dict(zip(headers, [td.text for td in root.iter("td")]))
+    assert (cells["host CPU/item"], cells["host cores"]) == ("n/m", "n/m")
+    notes = [li.text or "" for li in root.iter("li")]
+    assert any(n.startswith("host n/m = host cost not measured: no CPU time") for n in notes)
 
 
 def test_multi_run_page_names_the_file_of_every_row(tmp_path: Path) -> None:

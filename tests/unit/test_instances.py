@@ -479,6 +479,34 @@ def test_workers_compile_in_parallel_then_run_rounds_and_calls(tmp_path, closing
         group.round()
 
 
+def test_every_worker_reply_carries_its_cpu_clock_so_the_group_knows_the_workers_cpu_time(closing):
+    # Worker 0's calls each spend 20 ms of CPU time; worker 1's almost none. The group's reading is
+    # the workers' clocks at their latest replies: the compile report, then every answer.
+    group = ProcessInstances([spec(0, burn_cpu_s=0.02), spec(1)])
+    closing(group)
+    ready = group.workers_cpu_ns()
+    assert ready is not None
+    assert ready > 0
+    group.prepare([np.arange(3)])
+    prepared = group.workers_cpu_ns()
+    assert prepared is not None
+    assert prepared >= ready
+    for _ in range(3):
+        group.round()
+    after = group.workers_cpu_ns()
+    assert after is not None
+    assert after - prepared >= 3 * 20_000_000
+    # A reading asks the workers nothing: it changes only with their replies.
+    assert group.workers_cpu_ns() == after
+    group.close()
+
+
+def test_instances_in_threads_have_no_workers_cpu_time_of_their_own(closing):
+    group = thread_group([FakeModel(0)])
+    closing(group)
+    assert group.workers_cpu_ns() is None
+
+
 def test_a_compile_failure_names_the_instance_and_stops_every_worker(tmp_path):
     compiled = tmp_path / "compiled0"
     with pytest.raises(

@@ -283,6 +283,31 @@ def test_each_round_gets_its_thread_and_process_cpu_time_from_two_reads_per_roun
     assert window.start_unix_ns > 0
 
 
+def test_the_workers_clock_is_read_with_the_process_clock_and_gives_each_round_its_workers_cpu_time() -> None:
+    log: list[str] = []
+    bench = FakeBenchmark(SimulatedClock())
+    workers = LoggedClock("workers", log, 40)
+    window = measure.timed_rounds(
+        bench,
+        lambda: log.append("call"),
+        (),
+        2,
+        clock=LoggedClock("wall", log, 1),
+        thread_clock=LoggedClock("thread", log, 1),
+        process_clock=LoggedClock("process", log, 1),
+        workers_clock=workers,
+    )
+    assert log == [
+        "wall", "thread", "process", "workers",
+        "call", "thread", "process", "workers", "wall",
+        "call", "thread", "process", "workers", "wall",
+    ]  # fmt: skip
+    assert window.workers_cpu_ns == (40, 40)
+    # Without worker processes there is no workers' clock, and no figure for it.
+    alone = measure.timed_rounds(FakeBenchmark(SimulatedClock()), lambda: None, (), 2)
+    assert alone.workers_cpu_ns == ()
+
+
 def test_the_cpu_clocks_are_read_inside_the_wall_marks_and_outside_the_calls() -> None:
     log: list[str] = []
     bench = FakeBenchmark(SimulatedClock())

@@ -68,13 +68,49 @@ def test_a_missing_value_says_why() -> None:
     assert "predates it" in METRICS["cpu_time"].why_missing(record)
 
 
-def test_cpu_time_of_instances_in_worker_processes_is_missing_for_that_reason() -> None:
+def test_cpu_time_of_instances_in_worker_processes_that_reported_none_is_missing_for_that_reason() -> None:
     from pytest_ipu.results.records import PlacementRecord
 
     placed = PlacementRecord(2, 1, 1, 1, "processes", True, ("cpu", "cpu"))
     record = make_record(placement=placed)
-    assert record.value("cpu_time") is None
-    assert "worker processes" in METRICS["cpu_time"].why_missing(record)
+    for name in ("cpu_time", "host_cpu_per_item", "host_cores"):
+        assert record.value(name) is None
+        assert "worker processes that reported none" in METRICS[name].why_missing(record)
+
+
+def test_a_record_of_no_timed_rounds_says_so_for_its_cpu_metrics() -> None:
+    from dataclasses import replace
+
+    from tests.unit.test_schema import LOADGEN
+
+    record = make_record(loadgen=LOADGEN)
+    assert METRICS["host_cores"].why_missing(record) == "no CPU time: a LoadGen benchmark has no timed rounds"
+    assert "predates" in METRICS["host_cores"].why_missing(replace(record, loadgen=None))
+
+
+def test_the_host_cost_is_per_repeat_lower_is_better_and_gates_parse_it() -> None:
+    per_item, cores = METRICS["host_cpu_per_item"], METRICS["host_cores"]
+    assert (per_item.path, per_item.unit, per_item.better, per_item.per_repeat) == (
+        ("cpu", "host_per_item_s"),
+        "s",
+        "lower",
+        True,
+    )
+    assert (cores.path, cores.unit, cores.better, cores.per_repeat) == (
+        ("cpu", "host_cores"),
+        "cores",
+        "lower",
+        True,
+    )
+    record = make_record(cpu=CPU)
+    assert (record.value("host_cpu_per_item"), record.value("host_cores")) == (
+        CPU.host_per_item_s,
+        CPU.host_cores,
+    )
+    assert gates.parse("host_cpu_per_item<5ms").threshold == 0.005
+    assert gates.parse("host_cores<2").threshold == 2.0
+    assert gates.parse("host_cores<1.5 cores").threshold == 1.5
+    assert gates.parse("host_cores:+10%").metric == "host_cores"
 
 
 def test_cpu_time_is_the_process_cpu_time_per_round_and_lower_is_better() -> None:

@@ -111,13 +111,33 @@ def test_throughput_rejects_empty_window(window_s):
 
 def test_cpu_time_per_round_is_the_median_and_the_share_is_of_the_whole_window() -> None:
     # Four rounds, thread CPU 1, 2, 3, 10 us; the process had a second thread in the third round.
-    cpu = metrics.summarize_cpu_time([1_000, 2_000, 3_000, 10_000], [1_000, 2_000, 9_000, 10_000], 32e-6)
+    cpu = metrics.summarize_cpu_time([1_000, 2_000, 3_000, 10_000], [1_000, 2_000, 9_000, 10_000], 32e-6, 8)
     assert cpu.thread_s == pytest.approx(2.5e-6)
     assert cpu.process_s == pytest.approx(5.5e-6)
     assert cpu.thread_total_s == pytest.approx(16e-6)
     assert cpu.process_total_s == pytest.approx(22e-6)
     # The thread ran 16 us of the window's 32: off the CPU half of it.
     assert cpu.off_cpu_share == pytest.approx(0.5)
+    # The host cost: 22 us of CPU time over 8 items, and over the window's 32 us.
+    assert cpu.host_per_item_s == pytest.approx(22e-6 / 8)
+    assert cpu.host_cores == pytest.approx(22 / 32)
+    assert (cpu.workers, cpu.workers_total_s) == (0, 0.0)
+
+
+def test_the_host_cost_counts_the_worker_processes_beside_this_one() -> None:
+    # Three rounds: this process waits (1 us each) while two workers compute (10, 20, 30 us together).
+    alone = metrics.summarize_cpu_time([1_000] * 3, [1_000] * 3, 100e-6, 6)
+    cpu = metrics.summarize_cpu_time([1_000] * 3, [1_000] * 3, 100e-6, 6, [10_000, 20_000, 30_000], 2)
+    assert cpu.workers == 2
+    assert cpu.workers_total_s == pytest.approx(60e-6)
+    assert cpu.process_s == pytest.approx(21e-6)  # the median round, both parts together
+    assert cpu.process_total_s == pytest.approx(63e-6)
+    assert cpu.host_per_item_s == pytest.approx(63e-6 / 6)
+    assert cpu.host_cores == pytest.approx(0.63)
+    assert alone.host_cores is not None
+    assert cpu.host_cores > alone.host_cores
+    # The timing thread is this process's: the workers do not change its share off the CPU.
+    assert cpu.off_cpu_share == alone.off_cpu_share
 
 
 @pytest.mark.parametrize(
@@ -128,11 +148,29 @@ def test_the_off_cpu_share_stays_within_0_and_1(thread_s: float, window_s: float
 
 
 @pytest.mark.parametrize(
-    ("thread", "process"), [([], []), ([1, 2], [1]), ([-1], [1])], ids=["none", "unequal", "negative"]
+    ("thread", "process", "workers_ns", "workers"),
+    [
+        ([], [], [], 0),
+        ([1, 2], [1], [], 0),
+        ([-1], [1], [], 0),
+        ([1], [1], [-1], 1),
+        ([1, 2], [1, 2], [1], 1),
+        ([1], [1], [1], 0),
+        ([1], [1], [], 2),
+    ],
+    ids=["none", "unequal", "negative", "negative-worker", "worker-rounds", "no-workers", "workers-unread"],
 )
-def test_cpu_time_of_no_rounds_or_a_negative_round_is_refused(thread: list[int], process: list[int]) -> None:
+def test_cpu_time_of_no_rounds_or_a_negative_round_is_refused(
+    thread: list[int], process: list[int], workers_ns: list[int], workers: int
+) -> None:
     with pytest.raises(ValueError, match="CPU time"):
-        metrics.summarize_cpu_time(thread, process, 1.0)
+        metrics.summarize_cpu_time(thread, process, 1.0, 1, workers_ns, workers)
+
+
+@pytest.mark.parametrize(("items", "window_s"), [(0, 1.0), (1, 0.0)])
+def test_no_host_cost_without_items_or_a_window(items: int, window_s: float) -> None:
+    with pytest.raises(ValueError, match=r"items > 0|window > 0 s"):
+        metrics.summarize_cpu_time([1], [1], window_s, items)
 
 
 def test_pooled_cpu_time_is_the_median_of_the_repeats_and_the_share_of_their_windows() -> None:
@@ -145,9 +183,13 @@ def test_pooled_cpu_time_is_the_median_of_the_repeats_and_the_share_of_their_win
     c = metrics.CpuTime(
         process_s=2.0, thread_s=5.0, process_total_s=20.0, thread_total_s=1.0, off_cpu_share=0.9
     )
-    pooled = metrics.pool_cpu_time([(a, 10.0), (b, 50.0), (c, 10.0)])
+    pooled = metrics.pool_cpu_time([(a, 10.0, 100.0), (b, 50.0, 300.0), (c, 10.0, 200.0)])
     assert (pooled.process_s, pooled.thread_s) == (2.0, 2.0)
     assert (pooled.process_total_s, pooled.thread_total_s) == (60.0, 30.0)
     assert pooled.off_cpu_share == pytest.approx(1 - 30.0 / 70.0)
+    # The host cost of every repeat together: 60 s of CPU time over 600 items and 70 s of windows
+    # (not the mean of the repeats' figures, which would weigh a short repeat as a long one).
+    assert pooled.host_per_item_s == pytest.approx(0.1)
+    assert pooled.host_cores == pytest.approx(60.0 / 70.0)
     with pytest.raises(ValueError, match="no repeats"):
         metrics.pool_cpu_time([])

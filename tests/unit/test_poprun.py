@@ -487,10 +487,41 @@ def test_merge_keeps_the_largest_cpu_time_of_any_instance(tmp_path: Path) -> Non
     first["cpu"] = dict(zip(keys, (0.004, 0.003, 0.2, 0.15, 0.25)))
     second["cpu"] = dict(zip(keys, (0.005, 0.002, 0.25, 0.1, 0.5)))
     record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
-    assert record["cpu"] == dict(zip(keys, (0.005, 0.003, 0.25, 0.15, 0.5)))
+    # Instances written before the host cost: the launch has none either.
+    assert record["cpu"] == {
+        **dict(zip(keys, (0.005, 0.003, 0.25, 0.15, 0.5))),
+        "host_per_item_s": None,
+        "host_cores": None,
+    }
     del second["cpu"]  # an instance of a pytest-ipu from before CPU time
     record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
     assert record["cpu"] is None
+
+
+def test_the_host_cost_of_a_launch_is_every_instances_together(tmp_path: Path) -> None:
+    from pytest_ipu.results import schema
+
+    docs = _two_instances()
+    first, second = (
+        docs[0]["benchmarks"][0]["extra_info"]["ipu"],
+        docs[1]["benchmarks"][1]["extra_info"]["ipu"],
+    )
+    # Instance 0: 0.2 s of CPU time over its 200 items and 2 s window; instance 1: 0.25 s over its
+    # 200 items (80 items/s for 2.5 s) and 2.5 s. Each kept a tenth of a core busy.
+    base = {"process_s": 0.004, "thread_s": 0.003, "thread_total_s": 0.15, "off_cpu_share": 0.25}
+    first["cpu"] = {**base, "process_total_s": 0.2, "workers": 0, "workers_total_s": 0.0}
+    first["cpu"].update(host_per_item_s=0.001, host_cores=0.1)
+    second["cpu"] = {**base, "process_total_s": 0.25, "workers": 0, "workers_total_s": 0.0}
+    second["cpu"].update(host_per_item_s=0.00125, host_cores=0.1)
+    merged = poprun.merge(_write(tmp_path, docs))
+    record = merged["benchmarks"][0]["extra_info"]["ipu"]
+    assert record["cpu"]["host_cores"] == pytest.approx(0.2)  # the cores the launch kept busy
+    assert record["cpu"]["host_per_item_s"] == pytest.approx(0.45 / 400)  # not the larger 1.25 ms
+    assert record["cpu"]["workers"] == 0
+    assert isinstance(record["cpu"]["workers"], int)
+    assert "host_cores is the sum over instances" in record["poprun"]["aggregation"]["cpu"]
+    back = schema.from_json(record)
+    assert back.value("host_cores") == pytest.approx(0.2)
 
 
 def test_a_merged_file_reads_back_as_a_run(tmp_path: Path) -> None:

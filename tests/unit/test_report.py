@@ -12,6 +12,7 @@ import pytest
 
 from pytest_ipu.backports import remove_suffix
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import terminal as report
 from pytest_ipu.report.terminal import Row
@@ -19,6 +20,9 @@ from pytest_ipu.results.records import InstanceRecord
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import ParityRecord
 from pytest_ipu.results.records import PowerRecord
+
+#: The CPU time of make_record's window: 0.4 s, 200 rounds of one item, 1.8 ms of CPU time each.
+CPU = CpuTime(0.0018, 0.0018, 0.36, 0.36, 0.1, host_per_item_s=0.0018, host_cores=0.9)
 
 
 def make_record(**changes: Any) -> IpuRecord:
@@ -51,6 +55,7 @@ def make_record(**changes: Any) -> IpuRecord:
         "compile_s": 1.5,
         "compile_cached": False,
         "first_call_s": 0.2,
+        "cpu": CPU,
     }
     base.update(changes)
     return IpuRecord(**base)
@@ -62,6 +67,8 @@ NOTE_PREFIXES = (
     "xN = ",
     "[sim] = ",
     "n/m = ",
+    "host n/m = ",
+    "host CPU/item, ",
     "? = ",
     "~ = ",
     "^ = ",
@@ -114,6 +121,8 @@ HEADERS = [
     "p50",
     "p99",
     "items/s",
+    "host CPU/item",
+    "host cores",
     "first call",
     "compile",
     "W",
@@ -434,6 +443,43 @@ def test_no_off_cpu_flag_below_the_share_or_for_an_accelerator(device: str, shar
     record = make_record(device=device, cpu=_off_cpu(share))
     assert _row_cells(record)["flags"] == "-"
     assert not any(line.startswith("off-cpu") for line in report.tables([Row("g", "g[a]", record)]))
+
+
+def test_the_host_cost_columns_show_cpu_time_per_item_and_cores() -> None:
+    row = _row_cells(make_record())
+    assert (row["host CPU/item"], row["host cores"]) == ("1.8 ms", "0.9")
+    assert not any(line.startswith("host ") for line in report.tables([Row("g", "g[a]", make_record())]))
+
+
+def test_instances_in_worker_processes_say_the_host_cost_counts_them() -> None:
+    workers = dataclasses.replace(CPU, process_total_s=1.2, workers=2, workers_total_s=1.0, host_cores=3.0)
+    lines = report.tables([Row("g", "g[a]", make_record(cpu=workers))])
+    assert _row_cells(make_record(cpu=workers))["host cores"] == "3"
+    assert (
+        "host CPU/item, host cores of [a]: this process and its 2 instance worker processes together" in lines
+    )
+
+
+@pytest.mark.parametrize(
+    ("cpu", "reason"),
+    [
+        (None, "no CPU time: the record predates it"),
+        (CpuTime(0.0018, 0.0018, 0.36, 0.36, 0.1), "no host cost: the record predates it"),
+    ],
+    ids=["no-cpu", "older-cpu"],
+)
+def test_a_record_without_host_cost_shows_not_measured_and_why_never_a_zero(cpu: Any, reason: str) -> None:
+    record = make_record(cpu=cpu)
+    row = _row_cells(record)
+    assert (row["host CPU/item"], row["host cores"]) == ("n/m", "n/m")
+    notes = report.footnotes([Row("g", "g[a]", record)])
+    assert [n for n in notes if n.startswith("host n/m = host cost not measured: ")] == [
+        n for n in notes if reason in n
+    ]
+    assert len([n for n in notes if reason in n]) == 1
+    # A table without the host columns has no note about them.
+    columns = [c for c in report.COLUMNS if not c.header.startswith("host ")]
+    assert not any(n.startswith("host ") for n in report.footnotes([Row("g", "g[a]", record)], columns))
 
 
 def test_unreadable_contention_is_said_once() -> None:

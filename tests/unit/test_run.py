@@ -224,7 +224,7 @@ def test_process_cpu_time_counts_the_work_of_the_threads_a_call_waits_for() -> N
     assert cpu.process_total_s > cpu.thread_total_s
 
 
-def test_instances_in_worker_processes_have_no_cpu_time_of_this_process() -> None:
+def test_instances_in_worker_processes_count_in_the_cpu_time_only_as_their_workers_report_it() -> None:
     from dataclasses import replace
 
     from pytest_ipu.measure.timing import Window
@@ -235,10 +235,76 @@ def test_instances_in_worker_processes_have_no_cpu_time_of_this_process() -> Non
     model = wrap_callable(lambda: None)
     placed = replace(model, placement=PlacementRecord(2, 1, 1, 1, "processes", True, ("cpu", "cpu")))
     threads = replace(model, placement=PlacementRecord(2, 1, 1, 1, "threads", True, ("cpu", "cpu")))
-    assert cpu_time(placed, window) is None
-    cpu = cpu_time(threads, window)
+    # Workers that reported no CPU time: this process's alone would understate the host's.
+    assert cpu_time(placed, window, 8) is None
+    cpu = cpu_time(threads, window, 8)
     assert cpu is not None
     assert (cpu.thread_s, cpu.process_s, cpu.off_cpu_share) == pytest.approx((500e-9, 600e-9, 0.5))
+    assert (cpu.host_per_item_s, cpu.host_cores, cpu.workers) == pytest.approx((75e-9, 0.6, 0))
+
+
+def test_the_host_cost_of_instances_in_worker_processes_counts_the_work_of_the_workers() -> None:
+    import functools
+
+    import numpy as np
+
+    from pytest_ipu.placement.instances import InstanceSpec
+    from pytest_ipu.placement.instances import ProcessInstances
+    from pytest_ipu.results.records import PlacementRecord
+    from tests.fakes.fake_backend import Doubler
+    from tests.fakes.fake_backend import FakeBackend
+
+    burn_s, rounds = 0.02, 4
+    # Two workers whose every call spends 20 ms of CPU time (host-bound work), while this process
+    # only waits for their replies.
+    group = ProcessInstances(
+        [
+            InstanceSpec(
+                i,
+                functools.partial(FakeBackend, device=f"dev{i}", burn_cpu_s=burn_s),
+                Doubler(),
+                (np.zeros(3),),
+                "fp32",
+            )
+            for i in range(2)
+        ]
+    )
+    try:
+        compiled = GroupedModel(
+            **identity(wrap_callable(lambda: None)),
+            run=lambda *_: group.round(),
+            prepare_inputs=lambda inputs: (group.prepare(inputs), ())[1],
+            close=group.close,
+            placement=PlacementRecord(2, 1, 1, 1, "processes", False, ("dev0", "dev1")),
+            group=group,
+        )
+        record = measure(
+            compiled,
+            (np.zeros(3),),
+            items_per_call=4,
+            policy=RoundsPolicy(warmup_rounds=1, rounds=rounds, max_time_s=1.0, min_rounds=1),
+            timer=RecordingBenchmark(),
+            round_times_s=list,
+            meter=None,
+        ).record
+    finally:
+        group.close()
+    cpu = record.cpu
+    assert cpu is not None
+    assert cpu.host_per_item_s is not None
+    assert cpu.host_cores is not None
+    assert cpu.workers == 2
+    # Every timed call's burn is in the workers' part, which this process's clock alone never sees.
+    assert cpu.workers_total_s >= 2 * rounds * burn_s
+    parent_s = cpu.process_total_s - cpu.workers_total_s
+    assert parent_s < cpu.workers_total_s
+    # Host cores and CPU time per item count both parts: above this process's alone.
+    assert cpu.host_cores * record.window_s == pytest.approx(cpu.process_total_s)
+    assert cpu.host_cores > parent_s / record.window_s
+    assert cpu.host_per_item_s >= 2 * burn_s / (2 * 4)  # a round: two calls of 4 items, 40 ms of CPU
+    assert cpu.process_s >= 2 * burn_s  # a round's CPU time: both workers' calls
+    assert record.value("host_cores") == cpu.host_cores
+    assert record.repeats[0].value("host_cpu_per_item") == cpu.host_per_item_s
 
 
 # -- bad arguments, the call timeout, the bounded warm-up -------------------------------------------

@@ -351,6 +351,10 @@ def test_cpu_time_of_the_record_and_of_each_repeat_round_trips_and_feeds_the_met
         "process_total_s": 0.105,
         "thread_total_s": 0.1,
         "off_cpu_share": 0.3 / 1.3,
+        "workers": 0,
+        "workers_total_s": 0.0,
+        "host_per_item_s": 0.105 / 25,
+        "host_cores": 0.105 / 0.13,
     }
     assert data["repeats"][1]["cpu"]["process_s"] == 0.002
     back = schema.from_json(data)
@@ -358,6 +362,41 @@ def test_cpu_time_of_the_record_and_of_each_repeat_round_trips_and_feeds_the_met
     assert back.value("cpu_time") == 0.0021
     assert back.repeat_values("cpu_time") == (0.001, 0.002, 0.003)
     assert back.repeats[0].value("cpu_time") == 0.001
+    assert back.value("host_cpu_per_item") == 0.105 / 25
+    assert back.value("host_cores") == 0.105 / 0.13
+    assert back.repeat_values("host_cores") == (0.105 / 0.13,) * 3
+
+
+def test_the_host_cost_of_instances_in_worker_processes_round_trips_with_its_workers() -> None:
+    from dataclasses import replace
+
+    from pytest_ipu.results.records import PlacementRecord
+
+    # Two workers computed 0.5 s of the 0.6 s of CPU time; this process waited for them.
+    cpu = replace(
+        CPU, process_total_s=0.6, workers=2, workers_total_s=0.5, host_per_item_s=0.024, host_cores=4.6
+    )
+    placed = PlacementRecord(2, 1, 1, 1, "processes", False, ("ipu:0", "ipu:1"))
+    record = make_record(placement=placed, cpu=cpu)
+    data = json.loads(json.dumps(schema.to_json(record), allow_nan=False))
+    assert (data["cpu"]["workers"], data["cpu"]["workers_total_s"]) == (2, 0.5)
+    back = schema.from_json(data)
+    assert back == record
+    assert (back.value("host_cpu_per_item"), back.value("host_cores")) == (0.024, 4.6)
+
+
+def test_a_cpu_part_from_before_the_host_cost_reads_without_it_and_says_why() -> None:
+    data = schema.to_json(make_record(cpu=CPU))
+    for key in ("workers", "workers_total_s", "host_per_item_s", "host_cores"):
+        del data["cpu"][key]
+    back = schema.from_json(data)
+    assert back.cpu is not None
+    assert (back.cpu.workers, back.cpu.workers_total_s, back.cpu.host_cores) == (0, 0.0, None)
+    assert back.value("cpu_time") == CPU.process_s
+    for name in ("host_cpu_per_item", "host_cores"):
+        assert back.value(name) is None
+        assert back.repeat_values(name) == ()
+        assert "predates" in schema.METRICS[name].why_missing(back)
 
 
 def test_a_record_from_before_cpu_time_reads_without_it_and_says_why() -> None:
@@ -533,9 +572,16 @@ def _resolve(data: dict[str, Any], path: tuple[str, ...]) -> object:
     return data
 
 
-#: CPU time beside a window of 0.13 s: the thread was on the CPU for 0.1 s of it.
+#: CPU time beside a window of 0.13 s that completed 25 items: the thread was on the CPU for 0.1 s
+#: of it, the process for 0.105 s.
 CPU = CpuTime(
-    process_s=0.0021, thread_s=0.002, process_total_s=0.105, thread_total_s=0.1, off_cpu_share=0.3 / 1.3
+    process_s=0.0021,
+    thread_s=0.002,
+    process_total_s=0.105,
+    thread_total_s=0.1,
+    off_cpu_share=0.3 / 1.3,
+    host_per_item_s=0.105 / 25,
+    host_cores=0.105 / 0.13,
 )
 
 MEASURED = PowerRecord(

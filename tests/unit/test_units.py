@@ -222,6 +222,7 @@ def test_every_metric_has_a_unit_of_the_registry_and_its_direction():
         "J": "lower",
         "W": "lower",
         "items/J": "higher",
+        "cores": "lower",
     }
 
 
