@@ -38,6 +38,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -52,6 +53,8 @@ from typing import Literal
 from pytest_ipu import __version__
 from pytest_ipu import backends
 from pytest_ipu import power
+from pytest_ipu.backends.base import Backend
+from pytest_ipu.backends.base import HasDeviceLatency
 from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.target import parse_target
 from pytest_ipu.backports import remove_prefix
@@ -276,11 +279,24 @@ def _child_env(machine: Machine) -> dict[str, str]:
     return env
 
 
-def run_probe(
-    kind: Literal["target", "power"], name: str, machine: Machine, timeout_s: float, workdir: Path
-) -> Check:
-    """Run one probe in a child process, killed (with its process group) after ``timeout_s``."""
-    command = [sys.executable, "-m", "pytest_ipu.cli.doctor", "probe", kind, name]
+@dataclass(frozen=True)
+class ChildResult:
+    """What one child process of the doctor reported: the JSON of its result line, or, when it gave
+    none (it was killed at its time limit, crashed or exited early), the one-line reason; its stderr
+    either way, and how long it ran."""
+
+    data: Mapping[str, Any] | None
+    failure: str
+    stderr: str
+    wall_s: float
+
+
+def run_child(module_args: Sequence[str], machine: Machine, timeout_s: float, workdir: Path) -> ChildResult:
+    """``python -m <module_args>`` in a child process of this interpreter, in a session of its own,
+    killed with its whole process group (any helper or worker process it started) after
+    ``timeout_s``; its result is the last line of its stdout that starts with ``RESULT_PREFIX``."""
+    command = [sys.executable, "-m", *module_args]
+    start = time.perf_counter()
     # A fresh session: on a timeout the whole group goes, with any helper process the runtime started.
     with subprocess.Popen(
         command,
@@ -298,20 +314,31 @@ def run_probe(
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            return Check(
-                kind,
-                name,
-                "FAILED",
+            stdout, stderr = proc.communicate()
+            return ChildResult(
+                None,
                 f"did not finish within {timeout_s:g} s and was killed; a device that never frees, or a "
                 "compile that slow: rerun with a larger --timeout, or check the device with gc-monitor",
+                stderr,
+                time.perf_counter() - start,
             )
+    wall_s = time.perf_counter() - start
     for line in reversed(stdout.splitlines()):
         if line.startswith(RESULT_PREFIX):
-            data = json.loads(remove_prefix(line, RESULT_PREFIX))
-            return Check(kind, name, data["status"], data["detail"], data.get("facts", {}))
+            return ChildResult(json.loads(remove_prefix(line, RESULT_PREFIX)), "", stderr, wall_s)
     last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "no output")
-    return Check(kind, name, "FAILED", f"the probe process exited with code {proc.returncode}: {last}")
+    return ChildResult(None, f"its process exited with code {proc.returncode}: {last}", stderr, wall_s)
+
+
+def run_probe(
+    kind: Literal["target", "power"], name: str, machine: Machine, timeout_s: float, workdir: Path
+) -> Check:
+    """Run one probe in a child process, killed (with its process group) after ``timeout_s``."""
+    child = run_child(["pytest_ipu.cli.doctor", "probe", kind, name], machine, timeout_s, workdir)
+    if child.data is None:
+        return Check(kind, name, "FAILED", child.failure)
+    data = child.data
+    return Check(kind, name, data["status"], data["detail"], data.get("facts", {}))
 
 
 def probe_all(
@@ -380,7 +407,7 @@ def _as_array(out: object) -> Any:
     return np.asarray(out, dtype=np.float32)
 
 
-def _tiny_model(target: Target) -> tuple[object, tuple[object, ...], Any, str]:
+def tiny_model(target: Target) -> tuple[object, tuple[object, ...], Any, str]:
     """``(model, inputs, expected output, description)``: a torch ``Linear(4, 2)`` where torch is
     installed (the ONNX targets then go through the plugin's exporter, as users' models do), else
     the hand-encoded ONNX model. The expected output is computed on the host."""
@@ -422,9 +449,60 @@ def _unavailable_status(target: Target) -> Status:
     return "absent"
 
 
-def _probe_target(name: str, workdir: Path) -> dict[str, object]:
+@dataclass(frozen=True)
+class TinyRun:
+    """The tiny model compiled once on a target and called ``len(run_s)`` times, each timed on the
+    host around the call alone (``time.perf_counter``), and whether its last output was the host's."""
+
+    what: str
+    device_name: str
+    compile_s: float
+    run_s: tuple[float, ...]
+    output: list[Any]
+    expected: list[Any]
+    matches: bool
+    phases_s: Mapping[str, float]
+    #: The device's own latency counters for the last call (PopTorch's ``getLatency`` and the
+    #: others, ``HasDeviceLatency``); ``None`` for a model without them.
+    device_latency: Mapping[str, object] | None
+
+
+def run_tiny_model(backend: Backend, target: Target, runs: int = 1) -> TinyRun:
+    """Compile the doctor's tiny model with ``backend`` (present: its ``availability`` said so) in
+    fp32, call it ``runs`` times on prepared inputs, read the device's latency counters, close it."""
     import numpy as np
 
+    model, inputs, expected, what = tiny_model(target)
+    start = time.perf_counter()
+    compiled = backend.compile(model, inputs, "fp32", {})
+    compile_s = time.perf_counter() - start
+    run_s: list[float] = []
+    try:
+        args = compiled.prepare_inputs(inputs)
+        out: object = None
+        for _ in range(runs):
+            start = time.perf_counter()
+            out = compiled.run(*args)
+            run_s.append(time.perf_counter() - start)
+        got = _as_array(out)
+        latency = compiled.device_latency() if isinstance(compiled, HasDeviceLatency) else None
+    finally:
+        compiled.close()
+    matches = got.shape == expected.shape and bool(np.allclose(got, expected, rtol=1e-2, atol=1e-3))
+    return TinyRun(
+        what,
+        compiled.device_name,
+        compile_s,
+        tuple(run_s),
+        got.tolist(),
+        expected.tolist(),
+        matches,
+        dict(compiled.phases_s),
+        None if latency is None else dict(latency),
+    )
+
+
+def _probe_target(name: str, workdir: Path) -> dict[str, object]:
     target = parse_target(name)
     backend = backends.make_backend(target, cache_dir=workdir / "cache")
     if backend is None:
@@ -432,19 +510,14 @@ def _probe_target(name: str, workdir: Path) -> dict[str, object]:
     availability = backend.availability()
     if not availability.ok:
         return {"status": _unavailable_status(target), "detail": availability.reason}
-    model, inputs, expected, what = _tiny_model(target)
-    compiled = backend.compile(model, inputs, "fp32", {})
-    try:
-        got = _as_array(compiled.run(*compiled.prepare_inputs(inputs)))
-    finally:
-        compiled.close()
-    if got.shape != expected.shape or not np.allclose(got, expected, rtol=1e-2, atol=1e-3):
+    ran = run_tiny_model(backend, target)
+    if not ran.matches:
         return {
             "status": "FAILED",
-            "detail": f"ran {what} on {compiled.device_name}, but its output {got.tolist()} differs from "
-            f"the host's {expected.tolist()}",
+            "detail": f"ran {ran.what} on {ran.device_name}, but its output {ran.output} differs from "
+            f"the host's {ran.expected}",
         }
-    return {"status": "works", "detail": f"compiled and ran {what} on {compiled.device_name}"}
+    return {"status": "works", "detail": f"compiled and ran {ran.what} on {ran.device_name}"}
 
 
 def _probe_power(name: str) -> dict[str, object]:
@@ -628,14 +701,19 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
+def bad_timeout(timeout_s: float) -> str | None:
+    """The one-line error for a ``--timeout`` that is not a positive number of seconds, else ``None``."""
+    if timeout_s > 0:
+        return None
+    return f"pytest-ipu: doctor --timeout {timeout_s:g}: not a positive number of seconds; give e.g. 300"
+
+
 def main(fmt: str = "table", timeout_s: float = DEFAULT_TIMEOUT_S, include_opt_in: bool = False) -> int:
     """``pytest-ipu doctor``: print the report; 0 when every present target and source worked, 1 when
     one failed, 2 for a time limit that is not a positive number of seconds."""
-    if not timeout_s > 0:
-        print(
-            f"pytest-ipu: doctor --timeout {timeout_s:g}: not a positive number of seconds; give e.g. 300",
-            file=sys.stderr,
-        )
+    bad = bad_timeout(timeout_s)
+    if bad:
+        print(bad, file=sys.stderr)
         return 2
     report = diagnose(Machine(), timeout_s, include_opt_in)
     print(json.dumps(report.as_json(), indent=2) if fmt == "json" else render(report))

@@ -2,7 +2,9 @@
 ``report`` (plots and HTML); ``ab``, interleaved A/B runs of two sides decided on paired ratios;
 ``merge`` of the files of one PopRun or torchrun launch; the ``targets`` and ``devices`` (targets and power
 sources) present on this machine, each with the reason when absent; ``doctor``, which also runs a
-tiny model on each present target and reads each power source once (``pytest_ipu/cli/doctor.py``).
+tiny model on each present target and reads each power source once (``pytest_ipu/cli/doctor.py``),
+and with ``--first-contact DIR`` writes one file of what only IPU hardware can answer
+(``pytest_ipu/cli/first_contact.py``).
 
 ``summary``, ``compare`` and ``report`` take run files the way ``pytest-benchmark compare`` does:
 paths, saved-run ids (``0001``) or globs, looked up in ``--storage`` (``results.storage``).
@@ -457,6 +459,15 @@ def _main(argv: Sequence[str] | None) -> int:
     doctor_parser.add_argument(
         "--all", action="store_true", help="also run the opt-in targets (torch-compile, onnxruntime-trt)"
     )
+    doctor_parser.add_argument(
+        "--first-contact",
+        type=Path,
+        metavar="DIR",
+        help="on a machine with IPUs: run what only IPU hardware can answer (gcipuinfo's listing, the IPU "
+        "ids PopART and PopTorch see, 1-IPU runs, two instances at once, popdist under PopRun, versions), "
+        "each step in a child process killed after --timeout, and write it all to one JSON file in DIR "
+        "to send back (docs/ipu.md); without IPUs it says so in one line and writes nothing",
+    )
     args = parser.parse_args(argv)
     if args.command == "merge":
         return _merge(args.out, args.files)
@@ -477,6 +488,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return _devices()
     if args.command == "doctor":
         # Imported here: the doctor's probes are needed only by this command.
+        if args.first_contact is not None:
+            from pytest_ipu.cli import first_contact
+
+            return first_contact.main(args.first_contact, args.timeout)
         from pytest_ipu.cli import doctor
 
         return doctor.main(args.format, args.timeout, args.all)

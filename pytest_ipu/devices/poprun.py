@@ -59,7 +59,7 @@ class PopRunInstance:
 
 
 #: ``PopRunInstance`` field -> the popdist getter that gives it.
-_GETTERS: Mapping[str, str] = {
+GETTERS: Mapping[str, str] = {
     "index": "getInstanceIndex",
     "count": "getNumInstances",
     "local_index": "getLocalInstanceIndex",
@@ -85,7 +85,7 @@ def detect(popdist_module: ModuleType | None = None) -> PopRunInstance | None:
     if not module.isPopdistEnvSet():
         return None
     values: dict[str, object] = {}
-    for name, getter in _GETTERS.items():
+    for name, getter in GETTERS.items():
         try:
             values[name] = getattr(module, getter)()
         except Exception as exc:
@@ -93,7 +93,7 @@ def detect(popdist_module: ModuleType | None = None) -> PopRunInstance | None:
                 f"popdist.{getter}() failed under PopRun: {type(exc).__name__}: {exc}; check the "
                 "poprun command line"
             ) from None
-    labels = {name: f"popdist.{getter}()" for name, getter in _GETTERS.items()}
+    labels = {name: f"popdist.{getter}()" for name, getter in GETTERS.items()}
     return PopRunInstance(**_check(values, "popdist", labels))
 
 

@@ -84,6 +84,11 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _durations_s(spans: Sequence[Sequence[tuple[int, int]]]) -> list[list[float]]:
+    """Per instance, each call's duration in seconds, from its (start, end) nanoseconds."""
+    return [[(end - start) * 1e-9 for start, end in calls] for calls in spans]
+
+
 def _check_index(index: int, count: int) -> None:
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < count:
         raise IndexError(f"instance index {index!r} is out of range; this group has instances 0..{count - 1}")
@@ -145,7 +150,8 @@ class _Slot:
         self.go.acquire()
         self.done.acquire()
         self.args: tuple[object, ...] | None = None
-        self.durations_ns: list[int] = []
+        #: Each ``round`` call's (start, end), ``time.perf_counter_ns`` values taken around the call.
+        self.spans_ns: list[tuple[int, int]] = []
         self.error: BaseException | None = None
         self.stop = False
         self.thread = threading.Thread(target=self._loop, name=f"pytest-ipu-instance-{index}", daemon=True)
@@ -162,7 +168,7 @@ class _Slot:
                 start = clock()
                 run(*args)
                 end = clock()
-                self.durations_ns.append(end - start)
+                self.spans_ns.append((start, end))
             except BaseException as exc:  # every failure goes back to the caller's thread
                 self.error = exc
             finally:
@@ -264,11 +270,17 @@ class ThreadInstances(_Usable):
     def reset_latencies(self) -> None:
         """Forget the call durations recorded so far."""
         for slot in self._slots:
-            slot.durations_ns.clear()
+            slot.spans_ns.clear()
 
     def latencies_s(self) -> list[list[float]]:
         """Per instance, each ``round`` call's duration in seconds, oldest first."""
-        return [[ns * 1e-9 for ns in slot.durations_ns] for slot in self._slots]
+        return _durations_s(self.spans_ns())
+
+    def spans_ns(self) -> list[list[tuple[int, int]]]:
+        """Per instance, each ``round`` call's (start, end) as ``time.perf_counter_ns`` values taken
+        just around the call, oldest first: two calls overlapped when each started before the other
+        ended."""
+        return [list(slot.spans_ns) for slot in self._slots]
 
     def device_latencies(self) -> list[Mapping[str, object] | None]:
         """Each compiled model's own latency counters for its last call, where it has them."""
@@ -469,7 +481,7 @@ def _serve(conn: Connection, compiled: CompiledModel) -> CompiledModel | None:
                 start = clock()
                 compiled.run(*args)
                 end = clock()
-                reply: tuple[object, ...] = (_OK, end - start)
+                reply: tuple[object, ...] = (_OK, (start, end))
             elif command == _PREPARE:
                 args = tuple(compiled.prepare_inputs(tuple(request[1])))
                 reply = (_OK, None)
@@ -562,7 +574,7 @@ class ProcessInstances(_Usable):
         self._names = [type(spec.model).__name__ for spec in specs]
         self._workers: list[_Worker] = []
         self._info: list[InstanceInfo] = []
-        self._durations_ns: list[list[int]] = [[] for _ in specs]
+        self._spans_ns: list[list[tuple[int, int]]] = [[] for _ in specs]
         # Each worker's CPU clock at its latest reply (its compile report first), ns.
         self._cpu_ns: list[int | None] = [None for _ in specs]
         self._rounds = 0
@@ -734,8 +746,8 @@ class ProcessInstances(_Usable):
         """Start every worker's call, wait for all; record each call's duration as the worker timed it."""
         self._start_round()
         values = self._exchange(self._workers, _ROUND_BYTES, f"round {self._rounds}", fatal=True)
-        for durations, ns in zip_strict(self._durations_ns, values):
-            durations.append(cast(int, ns))
+        for spans, span in zip_strict(self._spans_ns, values):
+            spans.append(cast("tuple[int, int]", span))
 
     def call(self, index: int, inputs: Sequence[object]) -> object:
         """Instance ``index`` called once on ``inputs``; its outputs with tensors as numpy arrays. A
@@ -747,12 +759,19 @@ class ProcessInstances(_Usable):
 
     def reset_latencies(self) -> None:
         """Forget the call durations recorded so far."""
-        for durations in self._durations_ns:
-            durations.clear()
+        for spans in self._spans_ns:
+            spans.clear()
 
     def latencies_s(self) -> list[list[float]]:
         """Per instance, each ``round`` call's duration in seconds (timed in the worker), oldest first."""
-        return [[ns * 1e-9 for ns in durations] for durations in self._durations_ns]
+        return _durations_s(self._spans_ns)
+
+    def spans_ns(self) -> list[list[tuple[int, int]]]:
+        """Per instance, each ``round`` call's (start, end) as the worker's ``time.perf_counter_ns``
+        values taken just around the call, oldest first. On Linux that clock is ``CLOCK_MONOTONIC``,
+        one clock for every process of the host, so the workers' spans compare: two calls overlapped
+        when each started before the other ended."""
+        return [list(spans) for spans in self._spans_ns]
 
     def device_latencies(self) -> list[Mapping[str, object] | None]:
         """Each worker's model's own latency counters for its last call (read in the worker)."""

@@ -182,6 +182,14 @@ def test_a_round_calls_every_instance_at_once(closing):
         group.round()
     assert not both.broken
     assert [m.calls for m in models] == [3, 3]
+    # Each call's span, timed around it, overlaps the other's of its round: each began before the
+    # other ended (they met at the barrier inside both spans).
+    spans = group.spans_ns()
+    assert [len(x) for x in spans] == [3, 3]
+    for (s0, e0), (s1, e1) in zip_strict(*spans):
+        assert s0 < e1
+        assert s1 < e0
+    assert group.latencies_s() == [[(e - s) * 1e-9 for s, e in calls] for calls in spans]
     # One persistent thread per instance, none of them the caller's.
     assert all(len(m.run_threads) == 1 for m in models)
     assert models[0].run_threads != models[1].run_threads
@@ -462,6 +470,13 @@ def test_workers_compile_in_parallel_then_run_rounds_and_calls(tmp_path, closing
         assert sorted(p.name for p in tmp_path.glob(f"call{k}.*")) == [f"call{k}.dev0", f"call{k}.dev1"]
     latencies = group.latencies_s()
     assert [len(x) for x in latencies] == [3, 3]
+    # The workers' spans (one clock for every process of the host) overlap round by round: each
+    # worker's call began before the other's ended, as their barrier inside both calls demands.
+    spans = group.spans_ns()
+    for (s0, e0), (s1, e1) in zip_strict(*spans):
+        assert s0 < e1
+        assert s1 < e0
+    assert latencies == [[(e - s) * 1e-9 for s, e in calls] for calls in spans]
     assert all(x >= 0.05 for calls in latencies for x in calls)  # timed around the call's 50 ms sleep
     group.reset_latencies()
     assert group.latencies_s() == [[], []]

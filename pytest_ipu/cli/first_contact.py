@@ -1,0 +1,597 @@
+"""``pytest-ipu doctor --first-contact DIR``: on a machine with IPUs, what could only be checked on the
+hardware, in one JSON file to send back.
+
+The steps (``STEPS``), in order:
+
+- ``ipus``: the IPUs the plugin finds (``devices.inventory.discover``: gcipuinfo, else PopART, else
+  PopTorch). Without any, the command says so in one line, writes nothing and exits 0;
+- ``host`` and ``versions``: the platform and CPUs; Python, pytest-ipu, the SDK and packages as the
+  doctor finds them without importing anything, then the SDK's modules and torch and numpy as they
+  report themselves once imported (popart first, before anything could import onnx);
+- ``gcipuinfo``: ``getDevices()`` verbatim (before and after the refreshes), which of the documented
+  names the module has, and the latency of ``updateData()`` over ``UPDATE_CALLS`` calls;
+- ``popart_devices`` and ``poptorch_devices``: the devices ``DeviceManager().enumerateDevices(numIpus=n)``
+  lists for n = 1, 2, 4, ... (id, numIpus, driverIds), and PopTorch's ``ipuHardwareIsAvailable(n)``
+  and ``ipuHardwareVersion()``;
+- ``popdist``: under PopRun, every popdist getter's raw value, the instance ``poprun.detect`` reads
+  from them, the IPUs ``poprun.instance_device`` places it on and PopRun's environment variables;
+  otherwise "not under PopRun" and why;
+- ``popart_run`` and ``poptorch_run``: the doctor's tiny model (``doctor.run_tiny_model``) compiled by
+  the plugin's own backend for ``popart:ipu`` and ``poptorch:ipu``, its compile time, each of
+  ``RUNS`` calls' wall time and the device's latency counters (PopTorch's ``getLatency``);
+- ``popart_threads`` and ``poptorch_processes``: two instances of the tiny model calling at the same
+  time, PopART's in two threads (``ThreadInstances``) and PopTorch's in two worker processes
+  (``ProcessInstances``), as the plugin runs them; each call's start and end, and per round whether
+  the two calls overlapped (``overlapped``: each began before the other ended).
+
+Each step runs in a child process of its own through the doctor's machinery (``doctor.run_child``: a
+fresh interpreter, killed with its whole process group at ``--timeout``), one after another (two
+at once could contend for the same IPUs), and records its result or its error: a failing step never
+loses the others. The file is written whole or not at all (``results.atomic``); its path is the last
+line of the output. Exit codes: 0 when every step worked, 1 when one failed (the file holds why),
+2 for bad usage (a ``DIR`` that is a file or cannot be written, a time limit that is not positive).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from datetime import timezone
+from pathlib import Path
+from typing import Any
+
+from pytest_ipu import __version__
+from pytest_ipu import backends
+from pytest_ipu.backends.base import Backend
+from pytest_ipu.backends.base import CompiledModel
+from pytest_ipu.backends.base import WorkerBackend
+from pytest_ipu.backends.target import parse_target
+from pytest_ipu.backports import zip_strict
+from pytest_ipu.cli import doctor
+from pytest_ipu.devices import inventory
+from pytest_ipu.devices import poprun
+from pytest_ipu.placement.instances import InstanceSpec
+from pytest_ipu.placement.instances import ProcessInstances
+from pytest_ipu.placement.instances import ThreadInstances
+from pytest_ipu.results import atomic
+from pytest_ipu.sdk import import_sdk
+
+#: What the file says it is, and the version of its layout.
+KIND = "pytest-ipu first contact"
+LAYOUT = 1
+#: ``updateData()`` calls timed in the ``gcipuinfo`` step.
+UPDATE_CALLS = 20
+#: Calls of the compiled tiny model in each run step (the first may include one-time work).
+RUNS = 4
+#: Rounds of the two instances' concurrent calls in each overlap step.
+ROUNDS = 5
+#: Device iterations (PopTorch's ``device_iterations``, PopART's ``batches_per_step``) of each call in
+#: the overlap steps: one iteration of the tiny model is microseconds, shorter than the skew between
+#: the two instances' starts, so a call makes many for the overlap to say something.
+ITERATIONS = 1000
+#: Largest device size asked of PopART and PopTorch: PopTorch reserves at most 64 IPUs per process.
+MAX_DEVICE_IPUS = 64
+#: Lines of a failed step's stderr kept in the file (its traceback, the runtime's last log lines).
+STDERR_LINES = 40
+#: Environment variables PopRun is said to set (reference ``graphcore-sdk-api.md`` section 7.3): their
+#: names and values under a real launch are among what the file settles.
+POPRUN_ENV_PREFIXES = ("POPDIST_", "POPRUN_", "IPUOF_", "OMPI_COMM_WORLD_", "POPLAR_TARGET_OPTIONS")
+
+
+class StepError(Exception):
+    """A step found what it checks absent or broken; its message is the step's error line."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing to check: its name, what it records (one line, also in the file), and the function
+    its child process runs (given a scratch directory; returns plain JSON)."""
+
+    name: str
+    what: str
+    run: Callable[[Path], dict[str, Any]]
+
+
+# -- the steps, each run in its own child process ----------------------------------------------------
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _answer(call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``'s value, or ``{"raised": "Type: message"}``: one answer failing never hides the
+    others."""
+    try:
+        return call(*args)
+    except Exception as exc:
+        return {"raised": _one_line(exc)}
+
+
+def _ipus(_: Path) -> dict[str, Any]:
+    found = inventory.discover()
+    if isinstance(found, str):
+        return {"found": False, "reason": found}
+    return {"found": True, "inventory": found.as_json()}
+
+
+def _host(_: Path) -> dict[str, Any]:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return {
+        "platform": platform.platform(),
+        "system": platform.system(),
+        "release": platform.release(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": None if affinity is None else len(affinity(0)),
+        "memory_bytes": _answer(lambda: os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")),
+    }
+
+
+#: Modules whose versions are read once imported; popart first, before anything could import onnx.
+VERSIONED = ("popart", "poptorch", "torch", "numpy", "gcipuinfo", "popdist")
+#: Where a module may say its version: an attribute, or a function (PopART's ``versionString``).
+VERSION_NAMES = ("__version__", "versionString", "packageHash")
+
+
+def _version_value(value: object) -> str:
+    return str(value() if callable(value) else value)
+
+
+def _reported_version(name: str) -> dict[str, Any]:
+    module = import_sdk(name)
+    out: dict[str, Any] = {"file": getattr(module, "__file__", None)}
+    for attribute in VERSION_NAMES:
+        value = getattr(module, attribute, None)
+        if value is not None:
+            key = f"{attribute}()" if callable(value) else attribute
+            out[key] = _answer(_version_value, value)
+    return out
+
+
+def _versions(_: Path) -> dict[str, Any]:
+    rows = doctor.installed(doctor.Machine())
+    return {
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "python_executable": sys.executable,
+        "pytest_ipu": __version__,
+        "installed": [dataclasses.asdict(row) for row in rows],
+        "imported": {name: _answer(_reported_version, name) for name in VERSIONED},
+    }
+
+
+#: The documented gcipuinfo names (reference section 4.1, "M" for the exact Python spelling).
+GCIPUINFO_MODULE_NAMES = ("gcipuinfo", "DiscoverActivePartitionIPUs", "DiscoverAllPartitionIPUs", "IpuPower")
+GCIPUINFO_OBJECT_NAMES = (
+    "getDevices",
+    "getNamedAttributeForAll",
+    "getNamedAttributeForDevice",
+    "getDevicesAsJSON",
+    "updateData",
+    "setUpdateMode",
+)
+
+
+def seconds_summary(values: Sequence[float]) -> dict[str, Any]:
+    """``{"calls", "min_s", "median_s", "max_s"}`` of ``values`` (seconds)."""
+    return {
+        "calls": len(values),
+        "min_s": min(values),
+        "median_s": statistics.median(values),
+        "max_s": max(values),
+    }
+
+
+def _gcipuinfo(_workdir: Path) -> dict[str, Any]:
+    module = import_sdk("gcipuinfo")
+    start = time.perf_counter()
+    info = module.gcipuinfo()
+    construct_s = time.perf_counter() - start
+    devices = [dict(device) for device in info.getDevices()]
+    latencies, returned = [], []
+    for _ in range(UPDATE_CALLS):
+        start = time.perf_counter()
+        ok = info.updateData()
+        latencies.append(time.perf_counter() - start)
+        returned.append(ok)
+    return {
+        "devices": devices,
+        "devices_after_updates": [dict(device) for device in info.getDevices()],
+        "devices_as_json": _answer(info.getDevicesAsJSON) if hasattr(info, "getDevicesAsJSON") else None,
+        "module_has": {name: hasattr(module, name) for name in GCIPUINFO_MODULE_NAMES},
+        "object_has": {name: hasattr(info, name) for name in GCIPUINFO_OBJECT_NAMES},
+        "construct_s": construct_s,
+        "update_data": {**seconds_summary(latencies), "returned": returned},
+    }
+
+
+def _converted(device: Any, name: str, convert: Callable[[Any], Any]) -> Any:
+    return convert(getattr(device, name))
+
+
+def _int_list(values: Any) -> list[int]:
+    return [int(v) for v in values]
+
+
+def _popart_device(device: Any) -> dict[str, Any]:
+    """A ``DeviceInfo``'s id, size, IPUs and kind as plain JSON (pybind11 lists and enums converted)."""
+    return {
+        "id": _answer(_converted, device, "id", int),
+        "numIpus": _answer(_converted, device, "numIpus", int),
+        "driverIds": _answer(_converted, device, "driverIds", _int_list),
+        "ipuVersion": _answer(_converted, device, "ipuVersion", str),
+        "type": _answer(_converted, device, "type", str),
+    }
+
+
+def _popart_devices(_: Path) -> dict[str, Any]:
+    popart = import_sdk("popart")
+    manager = popart.DeviceManager()
+    by_size: dict[str, Any] = {}
+    size = 1
+    while size <= MAX_DEVICE_IPUS:
+        listed = manager.enumerateDevices(numIpus=size)
+        by_size[str(size)] = [_popart_device(d) for d in listed]
+        if not listed:
+            break
+        size *= 2
+    return {"enumerateDevices": by_size}
+
+
+def _hardware_available(poptorch: Any, ipus: int) -> bool:
+    return bool(poptorch.ipuHardwareIsAvailable(ipus))
+
+
+def _poptorch_devices(_: Path) -> dict[str, Any]:
+    poptorch = import_sdk("poptorch")
+    available: dict[str, Any] = {}
+    size = 1
+    while size <= MAX_DEVICE_IPUS:
+        available[str(size)] = _answer(_hardware_available, poptorch, size)
+        if available[str(size)] is not True:
+            break
+        size *= 2
+    return {
+        "version": getattr(poptorch, "__version__", None),
+        "ipuHardwareIsAvailable": available,
+        "ipuHardwareVersion": _answer(lambda: int(poptorch.ipuHardwareVersion())),
+    }
+
+
+def _popdist(_: Path) -> dict[str, Any]:
+    environment = {k: v for k, v in sorted(os.environ.items()) if k.startswith(POPRUN_ENV_PREFIXES)}
+    inconsistent: str | None = None
+    try:
+        instance = poprun.detect()
+    except ValueError as exc:  # launched by PopRun, with settings no launch can have: recorded below
+        instance, inconsistent = None, str(exc)
+    else:
+        if instance is None:
+            return {"under_poprun": False, "reason": _outside_poprun(), "environment": environment}
+    module = import_sdk("popdist")
+    getters = {getter: _answer(getattr(module, getter)) for getter in poprun.GETTERS.values()}
+    per_replica = getters["getNumIpusPerReplica"]
+    if isinstance(per_replica, int):
+        getters[f"getDeviceId({per_replica})"] = _answer(lambda: module.getDeviceId(per_replica))
+    out: dict[str, Any] = {"under_poprun": True, "getters": getters, "environment": environment}
+    if instance is None:
+        out["detect_error"] = inconsistent
+        return out
+    out["instance"] = instance.as_json()
+    found = inventory.discover()
+    if isinstance(found, str):
+        out["device"] = {"raised": found}
+    else:
+        device = _answer(lambda: poprun.instance_device(found))
+        out["device"] = (
+            device
+            if isinstance(device, dict) or device is None
+            else {"device_id": device.device_id, "ipu_ids": list(device.ipu_ids), "note": device.note}
+        )
+    return out
+
+
+def _outside_poprun() -> str:
+    try:
+        import_sdk("popdist")
+    except ImportError as exc:
+        return f"not under PopRun: popdist is not importable ({_one_line(exc)})"
+    return "not under PopRun: popdist.isPopdistEnvSet() is False"
+
+
+def _present(name: str, workdir: Path) -> Backend:
+    """The plugin's own backend for target ``name``; ``StepError`` with its reason when absent."""
+    backend = backends.make_backend(parse_target(name), cache_dir=workdir / "cache")
+    if backend is None:
+        raise StepError(backends.unknown_backend_reason(parse_target(name)))
+    availability = backend.availability()
+    if not availability.ok:
+        raise StepError(availability.reason)
+    return backend
+
+
+def _target_run(name: str) -> Callable[[Path], dict[str, Any]]:
+    def run(workdir: Path) -> dict[str, Any]:
+        backend = _present(name, workdir)
+        ran = doctor.run_tiny_model(backend, parse_target(name), runs=RUNS)
+        return {
+            "target": name,
+            "model": ran.what,
+            "device_name": ran.device_name,
+            "compile_s": ran.compile_s,
+            "phases_s": dict(ran.phases_s),
+            "run_s": list(ran.run_s),
+            "output_matches_host": ran.matches,
+            "output": ran.output,
+            "expected": ran.expected,
+            "device_latency": None if ran.device_latency is None else dict(ran.device_latency),
+            "describe": _answer(backend.describe),
+        }
+
+    return run
+
+
+def overlapped(first: tuple[int, int], second: tuple[int, int]) -> bool:
+    """Whether two calls, each ``(start, end)`` on one clock, overlapped: each began before the
+    other ended. Decided by the order of the timestamps alone, never by durations."""
+    return first[0] < second[1] and second[0] < first[1]
+
+
+def overlap_report(spans: Sequence[Sequence[tuple[int, int]]]) -> dict[str, Any]:
+    """Two instances' calls, round by round: each call's start and end in seconds from the first
+    start, and whether the round's two calls overlapped."""
+    first, second = spans
+    origin = min(start for calls in spans for start, _ in calls)
+    pairs = list(zip_strict(first, second))
+    flags = [overlapped(a, b) for a, b in pairs]
+    rounds = [
+        {
+            "calls": [{"start_s": (s - origin) * 1e-9, "end_s": (e - origin) * 1e-9} for s, e in pair],
+            "overlapped": flag,
+        }
+        for pair, flag in zip_strict(pairs, flags)
+    ]
+    together = sum(flags)
+    return {"rounds": rounds, "overlapped_rounds": together, "overlapped": together == len(rounds)}
+
+
+def _many(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """The tiny model's inputs ``ITERATIONS`` times over, stacked on the batch dimension."""
+    import numpy as np
+
+    return tuple(
+        x.repeat(ITERATIONS, 1) if hasattr(x, "detach") else np.tile(x, (ITERATIONS, 1)) for x in inputs
+    )
+
+
+def _two_rounds(group: ThreadInstances | ProcessInstances, inputs: Sequence[object]) -> dict[str, Any]:
+    try:
+        group.prepare(inputs)
+        for _ in range(ROUNDS):
+            group.round()
+        return {
+            "runner": group.runner,
+            "iterations_per_call": ITERATIONS,
+            "instances": [info.as_json() for info in group.compiled_info()],
+            "clock": "time.perf_counter_ns in each instance, just around its call (CLOCK_MONOTONIC on "
+            "Linux: one clock for every process of the host)",
+            **overlap_report(group.spans_ns()),
+        }
+    finally:
+        group.close()
+
+
+def _popart_threads(workdir: Path) -> dict[str, Any]:
+    target = parse_target("popart:ipu")
+    backend = _present("popart:ipu", workdir)
+    model, one, _, _ = doctor.tiny_model(target)
+    inputs = _many(one)
+    compiled: list[CompiledModel] = []
+    try:
+        for _ in range(2):
+            start = time.perf_counter()
+            made = backend.compile(model, inputs, "fp32", {"batches_per_step": ITERATIONS})
+            compiled.append(dataclasses.replace(made, compile_s=time.perf_counter() - start))
+        group = ThreadInstances(compiled)
+    except BaseException:
+        for model_ in compiled:
+            model_.close()
+        raise
+    return _two_rounds(group, inputs)
+
+
+def _poptorch_processes(workdir: Path) -> dict[str, Any]:
+    target = parse_target("poptorch:ipu")
+    backend = _present("poptorch:ipu", workdir)
+    if not isinstance(backend, WorkerBackend):
+        raise StepError(f"the {target} backend cannot be rebuilt in a worker process")
+    model, one, _, _ = doctor.tiny_model(target)
+    inputs = _many(one)
+    factory = backend.worker_factory()
+    options = {"device_iterations": ITERATIONS}
+    group = ProcessInstances([InstanceSpec(i, factory, model, inputs, "fp32", options) for i in range(2)])
+    return _two_rounds(group, inputs)
+
+
+STEPS: tuple[Step, ...] = (
+    Step("ipus", "the IPUs the plugin finds (gcipuinfo, else PopART, else PopTorch)", _ipus),
+    Step("host", "platform, CPUs and memory", _host),
+    Step("versions", "Python, pytest-ipu, the SDK and packages, found and as imported", _versions),
+    Step("gcipuinfo", "getDevices() verbatim and the latency of updateData()", _gcipuinfo),
+    Step("popart_devices", "PopART's DeviceManager().enumerateDevices(numIpus=n)", _popart_devices),
+    Step(
+        "poptorch_devices", "PopTorch's ipuHardwareIsAvailable(n) and ipuHardwareVersion()", _poptorch_devices
+    ),
+    Step("popdist", "the popdist getters under PopRun, or why not under PopRun", _popdist),
+    Step(
+        "popart_run", "a 1-IPU PopART run of a tiny model: compile and call times", _target_run("popart:ipu")
+    ),
+    Step(
+        "poptorch_run",
+        "a 1-IPU PopTorch run of a tiny model: compile and call times, getLatency()",
+        _target_run("poptorch:ipu"),
+    ),
+    Step("popart_threads", "two PopART sessions calling at once from two threads", _popart_threads),
+    Step("poptorch_processes", "two PopTorch models calling at once from two processes", _poptorch_processes),
+)
+BY_NAME: Mapping[str, Step] = {step.name: step for step in STEPS}
+
+
+def _plain(value: object) -> object:
+    """A JSON value for what ``json`` cannot encode: numpy scalars and arrays as numbers and lists,
+    anything else as its ``repr``."""
+    for method in ("tolist", "item"):
+        convert = getattr(value, method, None)
+        if callable(convert):
+            try:
+                return convert()
+            except Exception:  # not the conversion it looked like: the repr says what it was
+                break
+    return repr(value)
+
+
+def step_main(name: str) -> int:
+    """The child process of one step: its result (or error) printed as one JSON line."""
+    try:
+        with tempfile.TemporaryDirectory(prefix="pytest-ipu-first-contact-step-") as tmp:
+            result: dict[str, Any] = {"status": "ok", "result": BY_NAME[name].run(Path(tmp))}
+    except StepError as exc:  # absent or refused, and the message says why: no traceback to keep
+        result = {"status": "failed", "error": str(exc)}
+    except Exception as exc:
+        traceback.print_exc()  # to stderr, whose last lines the file keeps for a failed step
+        result = {"status": "failed", "error": _one_line(exc)}
+    print(doctor.RESULT_PREFIX + json.dumps(result, default=_plain), flush=True)
+    return 0
+
+
+# -- the parent: the steps one after another, then the file ------------------------------------------
+
+
+def run_step(step: Step, machine: doctor.Machine, timeout_s: float, workdir: Path) -> dict[str, Any]:
+    """Run ``step`` in its own child process; its record for the file."""
+    child = doctor.run_child(["pytest_ipu.cli.first_contact", "step", step.name], machine, timeout_s, workdir)
+    record: dict[str, Any] = {"what": step.what, "wall_s": child.wall_s}
+    if child.data is None:
+        record.update(status="failed", error=child.failure)
+    else:
+        record.update(child.data)
+    if record.get("status") != "ok":
+        record["stderr_tail"] = child.stderr.splitlines()[-STDERR_LINES:]
+    return record
+
+
+def bad_directory(directory: Path) -> str | None:
+    """The one-line error for a ``DIR`` the file cannot be written into, else ``None``. A directory
+    that does not exist yet is fine where it can be created (it is, when the file is written)."""
+    label = f"pytest-ipu: doctor --first-contact {directory}"
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file" if existing == directory else f"cannot be created: {existing} is a file"
+        return f"{label}: {what}, not a directory; give a directory to write the result file into"
+    try:
+        with tempfile.TemporaryFile(dir=existing):
+            pass
+    except OSError as exc:
+        return (
+            f"{label}: {existing} is not writable ({exc.strerror or _one_line(exc)}); give a directory "
+            "you can write to"
+        )
+    return None
+
+
+def file_name(steps: Mapping[str, Mapping[str, Any]], now: datetime, pid: int) -> str:
+    """``first-contact-<UTC time>-<pid>.json``; under PopRun ``...-instance-<i>-of-<n>.json``, so the
+    instances of one launch never write the same file."""
+    name = f"first-contact-{now.strftime('%Y%m%dT%H%M%SZ')}-{pid}"
+    instance = steps.get("popdist", {}).get("result", {}).get("instance")
+    if instance:
+        name += f"-instance-{instance['index']}-of-{instance['count']}"
+    return name + ".json"
+
+
+def main(
+    directory: Path,
+    timeout_s: float = doctor.DEFAULT_TIMEOUT_S,
+    machine: doctor.Machine | None = None,
+    only: Sequence[str] | None = None,
+) -> int:
+    """``pytest-ipu doctor --first-contact DIR``: every step (or the named ones, after ``ipus``), the
+    file written into ``directory`` and its path printed. 0 when every step worked, 1 when one
+    failed, 2 for bad usage; on a machine without IPUs, one line and 0, nothing written."""
+    bad = doctor.bad_timeout(timeout_s) or bad_directory(directory)
+    if bad:
+        print(bad, file=sys.stderr)
+        return 2
+    machine = machine if machine is not None else doctor.Machine()
+    now = datetime.now(timezone.utc)
+    steps: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="pytest-ipu-first-contact-") as tmp:
+        for step in STEPS:
+            if step.name != "ipus" and only is not None and step.name not in only:
+                continue
+            steps[step.name] = record = run_step(step, machine, timeout_s, Path(tmp))
+            found = record.get("result", {})
+            if step.name == "ipus" and found.get("found") is False:
+                print(f"pytest-ipu doctor --first-contact: no IPU here, nothing written: {found['reason']}")
+                return 0
+            # Progress on stderr: the steps take minutes on an IPU (each compile takes tens of seconds).
+            print(
+                f"first contact: {step.name}: {record['status']} ({record['wall_s']:.1f} s)", file=sys.stderr
+            )
+    failed = [name for name, record in steps.items() if record["status"] != "ok"]
+    document = {
+        "kind": KIND,
+        "layout": LAYOUT,
+        "pytest_ipu": __version__,
+        "created_utc": now.isoformat(),
+        "timeout_s": timeout_s,
+        "failed_steps": failed,
+        "steps": steps,
+    }
+    path = directory / file_name(steps, now, os.getpid())
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(path, json.dumps(document, indent=2, default=_plain) + "\n")
+    except OSError as exc:
+        print(
+            f"pytest-ipu: doctor --first-contact {directory}: cannot write {path.name}: {_one_line(exc)}",
+            file=sys.stderr,
+        )
+        return 2
+    summary = f"{len(steps) - len(failed)} of {len(steps)} steps worked"
+    if failed:
+        summary += f"; failed: {', '.join(failed)} (the file says why)"
+    print(f"first contact: {summary}; send this file:", file=sys.stderr)
+    print(path)
+    return 1 if failed else 0
+
+
+def _entry(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pytest_ipu.cli.first_contact", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    step = sub.add_parser("step", help="run one step (the child process of doctor --first-contact)")
+    step.add_argument("name", choices=list(BY_NAME))
+    args = parser.parse_args(argv)
+    return step_main(args.name)
+
+
+if __name__ == "__main__":
+    sys.exit(_entry(sys.argv[1:]))
