@@ -488,7 +488,13 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
         )
     probes = [p.record.contention for p in parts if p.record.contention is not None]
     # Each repeat's items, recovered from its throughput and window as ``items`` above.
-    cpu = [(r.cpu, r.window_s, r.throughput_items_per_s * r.window_s) for r in repeats if r.cpu is not None]
+    # A repeat completes whole items (rounds x items per round): rounded, the count comes back exactly
+    # from its rate x window, so one repeat pools to its own host cost, not one a rounding away.
+    cpu = [
+        (r.cpu, r.window_s, round(r.throughput_items_per_s * r.window_s))
+        for r in repeats
+        if r.cpu is not None
+    ]
     record = replace(
         last,
         rounds=sum(r.rounds for r in repeats),
