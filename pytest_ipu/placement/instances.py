@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 from pytest_ipu.backends.base import HasDeviceLatency
 from pytest_ipu.backends.base import InstanceGroup
+from pytest_ipu.processes import stop_process
 from pytest_ipu.results.records import InstanceInfo
 
 __all__ = [
@@ -849,7 +850,7 @@ class ProcessInstances(_Usable):
         finally:
             # Whatever happened above (even Ctrl-C), no worker outlives this.
             for worker in self._workers:
-                _stop_process(worker.process)
+                stop_process(worker.process, _TERMINATE_GRACE_S)
                 worker.conn.close()
                 worker.process.close()
             self._finalizer.cancel()
@@ -878,13 +879,3 @@ class ProcessInstances(_Usable):
                     if reply[1] is None
                     else f"{self._info[worker.index].target} close() raised {reply[1]}"
                 )
-
-
-def _stop_process(process: BaseProcess) -> None:
-    """Terminate, then kill, a process that is still running; reap it either way."""
-    if process.is_alive():
-        process.terminate()
-        process.join(_TERMINATE_GRACE_S)
-    if process.is_alive():
-        process.kill()
-    process.join()

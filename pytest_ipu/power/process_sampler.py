@@ -49,6 +49,7 @@ from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.power.sampler import Clock
 from pytest_ipu.power.sampler import PowerSampler
 from pytest_ipu.power.sampler import Trace
+from pytest_ipu.processes import stop_process
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -210,22 +211,12 @@ def _child_main(conn: Connection, payload: bytes) -> None:
 # -- the parent -----------------------------------------------------------------------------------
 
 
-def _stop_process(process: BaseProcess) -> None:
-    """Terminate, then kill, a process that is still running; reap it either way."""
-    if process.is_alive():
-        process.terminate()
-        process.join(_TERMINATE_GRACE_S)
-    if process.is_alive():
-        process.kill()
-    process.join()
-
-
 def _abandon(process: BaseProcess, conn: Connection) -> None:
     """Last resort for a sampler process that was never closed (at exit, or when it is garbage):
     close the pipe, which makes the child close its source and exit, then stop it if it has not."""
     conn.close()
     process.join(_TERMINATE_GRACE_S)
-    _stop_process(process)
+    stop_process(process, _TERMINATE_GRACE_S)
 
 
 class SamplerProcess:
@@ -346,7 +337,7 @@ class SamplerProcess:
         if self._broken is None:
             self._broken = reason
         try:
-            _stop_process(self._process)
+            stop_process(self._process, _TERMINATE_GRACE_S)
         finally:
             self._conn.close()
             self._finalizer.cancel()

@@ -13,6 +13,7 @@ step) is each asked for with ``isinstance`` in one small function. Nothing here 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import numbers
 import statistics
@@ -238,7 +239,7 @@ def measure(
                 lockstep.barrier(f"the end of the timed window of repeat {index}")
 
         workers = workers_clock(compiled)
-        if meter is None:
+        with meter.sampling() if meter is not None else contextlib.nullcontext() as trace:
             window = timing.timed_rounds(
                 timer,
                 compiled.run,
@@ -250,20 +251,9 @@ def measure(
                 watch=watch,
                 workers_clock=workers,
             )
+        if meter is None or trace is None:
             power = not_measured(*unmeasured)
         else:
-            with meter.sampling() as trace:
-                window = timing.timed_rounds(
-                    timer,
-                    compiled.run,
-                    args,
-                    planned,
-                    on_start=opened,
-                    on_end=closed,
-                    box=box,
-                    watch=watch,
-                    workers_clock=workers,
-                )
             power = meter.result(
                 trace, window.start_ns, window.end_ns, items * window.rounds, rounds_fixed=not auto
             )
