@@ -375,18 +375,18 @@ def _merge_records(
     merged = copy.deepcopy(first)
     rates = math.fsum(float(r["throughput_items_per_s"]) for r in records)
     merged["window_s"] = max(float(r["window_s"]) for r in records)
+    # Every instance's items, recovered from its rate and window: the numerator of every launch figure.
+    items = math.fsum(float(r["throughput_items_per_s"]) * float(r["window_s"]) for r in records)
     launch: LaunchWindow | None = None
     if first.get("time_to_train") is not None:
         # Every rank's time-to-train record already counts the samples of every rank.
         merged["throughput_items_per_s"] = float(first["throughput_items_per_s"])
     elif kind == KEY:
         launch = launch_window(records)
-        items = math.fsum(float(r["throughput_items_per_s"]) * float(r["window_s"]) for r in records)
         merged["window_s"] = launch.seconds
         merged["throughput_items_per_s"] = items / launch.seconds if launch.seconds > 0 else rates
         merged["sum_of_instances_items_per_s"] = rates
     else:
-        items = math.fsum(float(r["throughput_items_per_s"]) * float(r["window_s"]) for r in records)
         merged["throughput_items_per_s"] = items / merged["window_s"] if merged["window_s"] > 0 else rates
         merged["sum_of_ranks_items_per_s"] = rates
     merged["rounds"] = sum(int(r["rounds"]) for r in records)
@@ -395,7 +395,7 @@ def _merge_records(
     merged["latency_unsupported"] = sorted({p for r in records for p in r.get("latency_unsupported", [])})
     merged["latency_worst_instance_p50_s"] = merged["latency_s"]["p50"]
     merged["latency_worst_instance_p99_s"] = merged["latency_s"]["p99"]
-    merged["cpu"] = _merged_cpu(records)
+    merged["cpu"] = _merged_cpu(records, items)
     merged["power"] = None
     merged[kind] = {
         "merged": True,
@@ -451,10 +451,10 @@ def launch_window(records: Sequence[Mapping[str, Any]]) -> LaunchWindow:
 _HOST_COST = ("host_per_item_s", "host_cores")
 
 
-def _merged_cpu(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+def _merged_cpu(records: Sequence[Mapping[str, Any]], items: float) -> dict[str, Any] | None:
     """A launch's ``cpu`` (``AGGREGATION``): the largest of any instance per figure, but the host cost
     of every instance together; ``None`` unless every instance has one, and the host cost ``None``
-    unless every instance has it (an instance written before it)."""
+    unless every instance has it (an instance written before it). ``items``: every instance's together."""
     cpus = [r["cpu"] for r in records if isinstance(r.get("cpu"), dict)]
     if len(cpus) != len(records):
         return None
@@ -465,7 +465,6 @@ def _merged_cpu(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     }
     if all(c.get(key) is not None for c in cpus for key in _HOST_COST):
         total_s = math.fsum(float(c["process_total_s"]) for c in cpus)
-        items = math.fsum(float(r["throughput_items_per_s"]) * float(r["window_s"]) for r in records)
         merged["host_per_item_s"] = metrics.host_per_item(total_s, items)
         merged["host_cores"] = math.fsum(float(c["host_cores"]) for c in cpus)
     else:
