@@ -7,6 +7,7 @@ ab``).
 from __future__ import annotations
 
 import contextlib
+import math
 import resource
 import subprocess
 import sys
@@ -29,8 +30,10 @@ from pytest_ipu.run.benchmark import pool
 
 #: Independent repeats per run (``--ipu-repeats=3``), each warmed up anew.
 REPEATS = 3
-#: Timed rounds per run, split evenly over its repeats.
-ROUNDS = 90
+#: How long each repeat's timed rounds last, about (``calibrate``): a tenth of a second, so that a
+#: run (three repeats) is measured over 0.3 s. That is still shorter than a benchmark's default
+#: ``--ipu-max-time`` of 2 s, so the spread measured here is, if anything, larger than a user's.
+REPEAT_S = 0.1
 #: Untimed warm-up calls at the start of every repeat.
 WARMUP = 5
 #: The real regressions the slowed runs carry.
@@ -48,7 +51,7 @@ _NUMBERS = np.random.default_rng(0).standard_normal(10_000)
 
 
 def sort() -> None:
-    """The workload: numpy sorting 10,000 numbers (about 0.3 ms)."""
+    """The workload: numpy sorting 10,000 numbers (some 30 to 300 us, by machine)."""
     # One thread (np.sort is single-threaded): a multi-threaded kernel would measure the scheduler
     # of a shared machine, not the gate.
     np.sort(_NUMBERS)
@@ -132,10 +135,24 @@ def _repeat(fn: Callable[[], None], index: int, rounds: int) -> Measurement:
     return Measurement(record, tuple(samples), tuple(samples))
 
 
-def measure_run(fn: Callable[[], None]) -> Run:
+def calibrate(fn: Callable[[], None], repeat_s: float = REPEAT_S) -> int:
+    """The timed rounds per repeat that make a repeat of ``fn`` last about ``repeat_s``: the best
+    of five timed batches of calls, as the plugin's ``--ipu-rounds=auto`` sizes a repeat by its
+    first calls. Measured once per study, so that every run, plain or slowed, has the same rounds."""
+    clock = time.perf_counter
+    per_call = math.inf
+    for _ in range(5):
+        start = clock()
+        for _ in range(20):
+            fn()
+        per_call = min(per_call, (clock() - start) / 20)
+    return max(1, round(repeat_s / per_call))
+
+
+def measure_run(fn: Callable[[], None], rounds: int) -> Run:
     """One run of ``fn`` as ``ipu_benchmark`` measures one with ``--ipu-repeats=3``: the repeats one
-    after the other, each warmed up anew, joined by ``measure.run.pool`` into the run's record."""
-    rounds = ROUNDS // REPEATS
+    after the other, each warmed up anew with ``rounds`` timed rounds, joined by
+    ``measure.run.pool`` into the run's record."""
     parts = [_repeat(fn, index, rounds) for index in range(1, REPEATS + 1)]
     pooled = pool(parts, "interleaved", 0.05)
     return Run(tuple(p.samples_s for p in parts), pooled.record)

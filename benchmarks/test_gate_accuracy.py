@@ -4,11 +4,14 @@ printed with their counts.
 
 The workload and the runs
 -------------------------
-A real small workload (numpy sorting 10,000 numbers, about 0.3 ms, on one thread) and the same
-with every call slowed by exactly 10 % or 30 % (each call spins on until it has taken 1.1 or 1.3
-times as long as the sort did). One *run* is measured as ``ipu_benchmark`` measures a benchmark
-with ``--ipu-repeats=3``: K = 3 independent repeats one after the other, each with its own first
-call and warm-up and ROUNDS / K timed rounds, pooled by ``run.benchmark.pool`` into one record. A
+A real small workload (numpy sorting 10,000 numbers on one thread, some 30 us a call here) and
+the same with every call slowed by exactly 10 % or 30 % (each call spins on until it has taken 1.1
+or 1.3 times as long as the sort did). One *run* is measured as ``ipu_benchmark`` measures a
+benchmark with ``--ipu-repeats=3``: K = 3 independent repeats one after the other, each with its
+own first call and warm-up and the same number of timed rounds (sized once, by
+``support.calibrate``, to last about ``support.REPEAT_S`` = 0.1 s for the plain sort: a run is
+measured over 0.3 s, where a default benchmark is measured over 2 s), pooled by
+``run.benchmark.pool`` into one record. A
 CPU hog (a process of its own spinning on one core) runs beside the whole experiment, as another
 job does on a shared CI runner: on a 2-core machine, one busy neighbour.
 
@@ -20,7 +23,7 @@ the job FAILs when one gate fails, is INCONCLUSIVE when one cannot tell, and PAS
 well enough PASSes the first and FAILs the second.
 
 - **In-run gate, with the CI recipe's baselines** (docs/ci.md): each candidate run is gated
-  against the ``HISTORY`` = 5 plain runs measured before it (``--ipu-baseline`` on the last five
+  against the ``HISTORY`` = 10 plain runs measured before it (``--ipu-baseline`` on the last ten
   runs of the main branch), whose spread between whole runs is the noise (``decide.check``).
 - **``pytest-ipu ab``, defaults**: pairs of runs in ABBA order (side A the plain sort, side B
   the candidate), the verdicts read after 5 pairs and then at more pairs up to 20 while a gate is
@@ -28,7 +31,7 @@ well enough PASSes the first and FAILs the second.
   *episode* is one such decision.
 
 The stream: episodes of the three kinds (A/A, 10 % slower, 30 % slower) alternate, so all meet the
-same machine. Every B run of an episode is also gated in-run against the five plain runs before it,
+same machine. Every B run of an episode is also gated in-run against the ten plain runs before it,
 and every A/B pair is judged by pytest-benchmark's and pyperf's own checks (informational rows:
 they have two verdicts only).
 
@@ -62,8 +65,8 @@ from benchmarks.gate_accuracy_support import Run
 from pytest_ipu.results import ab
 from pytest_ipu.results import decide
 
-#: Baseline runs of the CI recipe: each candidate is gated against the five plain runs before it.
-HISTORY = 5
+#: Baseline runs of the CI recipe: each candidate is gated against the ten plain runs before it.
+HISTORY = 10
 #: Episodes of each kind measured at least, whatever the budget, and at most.
 MIN_EPISODES = 2
 MAX_EPISODES = 200
@@ -135,6 +138,8 @@ def _abba(pairs: int) -> list[tuple[str, str]]:
 class Stream:
     """Every run measured, and the verdicts of each method and each peer."""
 
+    #: Timed rounds of every repeat of every run (``support.calibrate``).
+    rounds: int
     plain: list[Run] = field(default_factory=list)
     tallies: dict[tuple[str, str], Tally] = field(default_factory=dict)
     peers: dict[tuple[str, str], list[bool]] = field(default_factory=dict)
@@ -157,12 +162,12 @@ class Stream:
             runs: dict[str, Run] = {}
             for side in order:
                 if side == "B":
-                    run = support.measure_run(SIDE_B[kind])
+                    run = support.measure_run(SIDE_B[kind], self.rounds)
                     self.tally(kind, IN_RUN).outcomes.append(support.gate_outcome(self.plain[-HISTORY:], run))
                     if kind == AA:
                         self.plain.append(run)
                 else:
-                    run = support.measure_run(support.sort)
+                    run = support.measure_run(support.sort, self.rounds)
                     self.plain.append(run)
                 runs[side] = run
             base, current = runs["A"], runs["B"]
@@ -225,12 +230,12 @@ def test_gate_accuracy(study_report: dict[str, list[str]], pytestconfig: pytest.
     """The verdicts of every method on unchanged code and on 10 % and 30 % slowdowns, against the targets."""
     strict = _strict(pytestconfig)
     budget_s = float(pytestconfig.getoption("--gate-accuracy-budget", default=GATE_ACCURACY_BUDGET_S))
-    stream = Stream()
+    stream = Stream(support.calibrate(support.sort))
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     episodes = 0
     with support.cpu_hog() as hog:
-        stream.plain.extend(support.measure_run(support.sort) for _ in range(HISTORY))
+        stream.plain.extend(support.measure_run(support.sort, stream.rounds) for _ in range(HISTORY))
         while episodes < MAX_EPISODES:
             if episodes >= MIN_EPISODES and time.perf_counter() - started > budget_s:
                 break
@@ -272,7 +277,8 @@ def test_gate_accuracy(study_report: dict[str, list[str]], pytestconfig: pytest.
     lines.append(
         f"budget: ab used {statistics.median(pairs):g} pairs a decision (median; {pairs[0]} to {pairs[-1]}, "
         f"plan {ab.Sequential().describe()}), {statistics.median(stream.ab_seconds):.1f} s a decision; the "
-        f"in-run gate one run of {support.REPEATS} repeats against {HISTORY} baseline runs "
+        f"in-run gate one run of {support.REPEATS} repeats of {stream.rounds} rounds (about "
+        f"{support.REPEAT_S:g} s each) against {HISTORY} baseline runs "
         f"({len(stream.tally(AA, IN_RUN).outcomes) + len(stream.tally(SLOWER, IN_RUN).outcomes)} runs gated)"
     )
     lines += drift_lines(stream.plain)
