@@ -396,35 +396,39 @@ class GateCheck:
         if not self.verdicts and not self.missing and not self.notes and not self.skipped and not unchecked:
             return
         terminalreporter.section("pytest-ipu gates")
+        from pytest_ipu.report import text
         from pytest_ipu.results import decide
+
+        width = text.terminal_width()
+
+        def say(line: str, **markup: bool) -> None:
+            # Fitted to a terminal's width (whole lines in a log: ``text.terminal_width``).
+            for part in text.wrap([line], width):
+                say(part, **markup)
 
         if self.verdicts or self.measured:
             against = f" against {self._baseline_name()}" if self.baseline is not None else ""
             benchmarks = len({v.benchmark for v in self.verdicts})
             counts = ", ".join(f"{sum(v.outcome == o for v in self.verdicts)} {o}" for o in decide.OUTCOMES)
-            terminalreporter.write_line(
-                f"{len(self.verdicts)} gate check(s) on {benchmarks} benchmark(s){against}: {counts}"
-            )
+            say(f"{len(self.verdicts)} gate check(s) on {benchmarks} benchmark(s){against}: {counts}")
         policy = self.settings.inconclusive
         for verdict in self.verdicts:
             if verdict.failed:
-                terminalreporter.write_line(f"FAILED {verdict.line()}", red=True)
+                say(f"FAILED {verdict.line()}", red=True)
             elif verdict.inconclusive and policy == "fail":
-                terminalreporter.write_line(f"INCONCLUSIVE (fails the run) {verdict.line()}", red=True)
+                say(f"INCONCLUSIVE (fails the run) {verdict.line()}", red=True)
             elif verdict.inconclusive:
                 accepted = "a warning" if policy == "warn" else "accepted as a pass"
-                terminalreporter.write_line(
-                    f"INCONCLUSIVE ({accepted}: --ipu-inconclusive={policy}) {verdict.line()}", yellow=True
-                )
+                say(f"INCONCLUSIVE ({accepted}: --ipu-inconclusive={policy}) {verdict.line()}", yellow=True)
         if unchecked:
-            terminalreporter.write_line(f"FAILED {unchecked}", red=True)
+            say(f"FAILED {unchecked}", red=True)
         policy = "fails the run" if self.settings.baseline_missing == "fail" else "a warning"
         for line in self.missing:
-            terminalreporter.write_line(f"MISSING ({policy}) {line}", yellow=True)
+            say(f"MISSING ({policy}) {line}", yellow=True)
         for note in self.notes:
-            terminalreporter.write_line(f"NOTE {note}", yellow=True)
+            say(f"NOTE {note}", yellow=True)
         for line in self.skipped:
-            terminalreporter.write_line(f"SKIPPED {line}", yellow=True)
+            say(f"SKIPPED {line}", yellow=True)
 
 
 def _is_benchmark(item: pytest.Item) -> bool:

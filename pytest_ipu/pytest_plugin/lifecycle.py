@@ -447,7 +447,10 @@ class Lifecycle:
         that it is the innermost wrapper: inside pytest's own, whose first half prints the failures
         and whose second half the short test summary.
         """
-        lines = _summary_lines(self.session)
+        from pytest_ipu.report import text
+
+        width = text.terminal_width()
+        lines = text.wrap(_summary_lines(self.session, width), width)
         if lines:
             terminalreporter.section("pytest-ipu")
             for line in lines:
@@ -584,15 +587,15 @@ def _gate_launch(state: IpuSession, merged: dict[str, Any]) -> None:
 # -- the summary --------------------------------------------------------------------------------------
 
 
-def _summary_lines(state: IpuSession) -> list[str]:
+def _summary_lines(state: IpuSession, width: int | None = None) -> list[str]:
     """The pytest-ipu section: the tables (and a torchrun launch's), the ``ipu_power`` blocks, and
-    under ``auto`` which targets were found and which were not."""
+    under ``auto`` which targets were found and which were not; tables fitted to ``width``."""
     tables: list[str] = []
     if state.measured:  # a run without benchmarks never loads the tables (nor numpy)
         from pytest_ipu.report import terminal as report
         from pytest_ipu.report import training
 
-        tables = report.tables([report.Row(m.group, m.name, m.record) for m in state.measured])
+        tables = report.tables([report.Row(m.group, m.name, m.record) for m in state.measured], width=width)
         if state.launch_records and state.torchrun is not None:
             tables += training.launch_lines(
                 state.torchrun.count, state.torchrun.nodes, str(state.merged_json), state.launch_records

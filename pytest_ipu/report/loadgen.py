@@ -16,7 +16,8 @@ from pathlib import PurePath
 
 from pytest_ipu.measure.units import format_number
 from pytest_ipu.measure.units import format_value
-from pytest_ipu.report.text import grid
+from pytest_ipu.report.text import fitted_grid
+from pytest_ipu.report.text import left_out
 from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.records import IpuRecord
 
@@ -157,14 +158,18 @@ def notes(measured: Sequence[tuple[str, IpuRecord]]) -> list[str]:
     return lines
 
 
-def loadgen_lines(measured: Sequence[tuple[str, IpuRecord]]) -> list[str]:
+#: The columns a LoadGen table narrower than its rows may leave out, the first to go first.
+DROP_ORDER = ("probes", "early stop", "MLPerf compliant", "target")
+
+
+def loadgen_lines(measured: Sequence[tuple[str, IpuRecord]], width: int | None = None) -> list[str]:
     """The LoadGen table of ``(name, record)`` pairs and its notes (records without a ``loadgen``
-    part are left out); empty when none has one."""
+    part are left out); empty when none has one. Wider than ``width`` characters, it leaves out
+    columns of ``DROP_ORDER`` and says which (``text.fitted_grid``)."""
     rows = [cells(name, record) for name, record in measured if record.loadgen is not None]
     if not rows:
         return []
-    return [
-        TITLE,
-        *grid([list(HEADERS), *rows], [h not in TEXT_HEADERS for h in HEADERS]),
-        *notes(measured),
-    ]
+    table, dropped = fitted_grid(
+        [list(HEADERS), *rows], [h not in TEXT_HEADERS for h in HEADERS], width, DROP_ORDER
+    )
+    return [TITLE, *table, *notes(measured), *([] if width is None else left_out(dropped, width))]

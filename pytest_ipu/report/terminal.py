@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pytest_ipu.measure import stats
 from pytest_ipu.measure import units
 from pytest_ipu.report.loadgen import loadgen_lines
-from pytest_ipu.report.text import grid
+from pytest_ipu.report.text import fitted_grid
+from pytest_ipu.report.text import left_out
 from pytest_ipu.report.training import time_to_train_lines
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.records import IpuRecord
@@ -122,6 +123,23 @@ COLUMNS: tuple[Column, ...] = (
 )
 
 
+#: The columns a table narrower than its rows may leave out, the first to go first (after any of
+#: them that has nothing to show: ``text.fitted_grid``). The benchmark, its target and batch,
+#: p50, p99, items/s and the flags always stay: they are what a row is read for.
+DROP_ORDER: tuple[str, ...] = (
+    HOST_CORES,
+    "first call",
+    "compile",
+    "items/J",
+    "parity",
+    "precision",
+    "rounds",
+    HOST_PER_ITEM,
+    "J/item",
+    "W",
+    "repeats",
+)
+
 #: How far items/s may be from batch / p50 (either way, as a ratio) before the table marks it.
 APART = 0.25
 
@@ -175,10 +193,12 @@ def sort_key(row: Row) -> tuple[int, str, str]:
     return (row.record.batch_size, row.record.target, row.name)
 
 
-def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str]:
+def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS, width: int | None = None) -> list[str]:
     """Render one table per group (groups in first-seen order), each followed by the ``footnotes`` of
-    its own rows and a blank line; then the time-to-train table (``training.time_to_train_lines``)
-    and the LoadGen table (``loadgen.loadgen_lines``) of the rows those belong to, in no group table.
+    its own rows and a blank line (a table wider than ``width`` characters leaves out columns of
+    ``DROP_ORDER`` and says which, ``text.fitted_grid``); then the time-to-train table
+    (``training.time_to_train_lines``) and the LoadGen table (``loadgen.loadgen_lines``) of the
+    rows those belong to, in no group table.
 
     A footnote that two tables need is printed under each: a table and the lines that explain its
     marks stay together, however many other tables the run printed between them.
@@ -196,14 +216,17 @@ def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[str
     for group, members in by_group.items():
         cells = [[c.header for c in columns]] + [[c.render(r) for c in columns] for r in members]
         lines.append(f"{group} (latency per call; throughput summed over instances)")
-        lines.extend(grid(cells, [c.right for c in columns]))
+        table, dropped = fitted_grid(cells, [c.right for c in columns], width, DROP_ORDER)
+        lines.extend(table)
         lines.extend(footnotes(members, columns))
+        if width is not None:
+            lines.extend(left_out(dropped, width))
         lines.append("")
     if runs:
         shared = len({r.name for r in runs}) < len(runs)
         lines += [*time_to_train_lines([(r.group if shared else r.name, r.record) for r in runs]), ""]
     if queried:
-        lines += [*loadgen_lines([(_loadgen_name(r, queried), r.record) for r in queried]), ""]
+        lines += [*loadgen_lines([(_loadgen_name(r, queried), r.record) for r in queried], width), ""]
     return lines
 
 
