@@ -7,6 +7,7 @@ import contextlib
 import functools
 import importlib
 import math
+import pathlib
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,24 @@ with contextlib.suppress(Exception):
     importlib.import_module("popart")
 
 _REPORT = pytest.StashKey[typing.Dict[str, typing.List[str]]]()
+_SUMMARIES = pytest.StashKey[typing.Dict[str, str]]()
+
+#: The benchmarks that check pytest-ipu itself (its overheads, its sampler, its gates, its start-up)
+#: rather than measure a model: they run after the studies, and the terminal gives them one short
+#: table at the end (``SelfChecks``), their full lines going to ``--self-check-details``.
+SELF_CHECKS = frozenset(
+    {
+        "test_gate_accuracy.py",
+        "test_gil.py",
+        "test_harness_overhead.py",
+        "test_instances_overhead.py",
+        "test_loadgen_overhead.py",
+        "test_memory_sweep.py",
+        "test_power_sampling.py",
+        "test_startup_cost.py",
+        "test_training_harness.py",
+    }
+)
 
 #: The distributions whose pytest plugins a measured pytest run of the studies loads: pytest-ipu and
 #: pytest-benchmark, which it needs.
@@ -244,6 +263,13 @@ def loadgen_size(config: pytest.Config) -> LoadgenSize:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--self-check-details",
+        default=None,
+        metavar="PATH",
+        help="write the self-checks' full report lines to PATH (written whole) and print only their "
+        "one-line summaries at the end; by default every line is printed",
+    )
     """Study options: which ResNeXt-101 variant to run, how long the gate-accuracy benchmark
     measures and whether its targets are enforced, and the sizes of the training-step and LoadGen
     studies."""
@@ -321,12 +347,110 @@ def study_report(request: pytest.FixtureRequest) -> dict[str, list[str]]:
     return request.config.stash.setdefault(_REPORT, {})
 
 
+@pytest.fixture(scope="session")
+def self_check_summary(request: pytest.FixtureRequest) -> dict[str, str]:
+    """One line per self-check section of ``study_report`` (by its title), for the short table at
+    the end of the run; a self-check that gives none is summed up by its ``meets``/``MISSES`` marks."""
+    return request.config.stash.setdefault(_SUMMARIES, {})
+
+
+def _is_self_check(item: pytest.Item) -> bool:
+    return item.path.name in SELF_CHECKS
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The studies first, the self-checks after them (each in its collected order): the studies'
+    tables then lead the terminal's pytest-ipu section and the report."""
+    items.sort(key=_is_self_check)
+
+
+def _marks(lines: typing.Sequence[str]) -> str:
+    """A self-check without a summary of its own: how many of its targets it met, and the first miss."""
+    met = sum(line.count("meets") for line in lines)
+    missed = [line for line in lines if "MISSES" in line]
+    if not missed:
+        return f"{met} target(s) met" if met else "measured (no target)"
+    return f"{met} met, {sum(line.count('MISSES') for line in missed)} MISSED: {missed[0].strip()}"
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    """Print each study's report section."""
+    """Print each study's report section (the self-checks' too, unless ``--self-check-details``
+    sends them to a file: ``SelfChecks`` sums them up last)."""
+    from pytest_ipu.report import text
+
+    width = text.terminal_width()
+    to_file = config.getoption("--self-check-details") is not None
     for title, lines in config.stash.get(_REPORT, {}).items():
+        if to_file and title in config.stash.get(_SELF_CHECK_TITLES, set()):
+            continue
         terminalreporter.section(title)
-        for line in lines:
+        for line in text.wrap(lines, width):
             terminalreporter.write_line(line)
+
+
+_SELF_CHECK_TITLES = pytest.StashKey[typing.Set[str]]()
+
+
+class SelfChecks:
+    """The last section of the run: one line per self-check, after pytest-benchmark's tables, and
+    the file of their full lines (``--self-check-details``)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        """The short table, and where the details are."""
+        from pytest_ipu.report import text
+        from pytest_ipu.results import atomic
+
+        report = self.config.stash.get(_REPORT, {})
+        titles = self.config.stash.get(_SELF_CHECK_TITLES, set())
+        checks = [title for title in report if title in titles]
+        if not checks:
+            return
+        summaries = self.config.stash.get(_SUMMARIES, {})
+        width = text.terminal_width()
+        terminalreporter.section("self-checks of pytest-ipu (harness, sampler, gates, start-up)")
+        for title in checks:
+            line = f"{title.split(' (')[0]}: {summaries.get(title) or _marks(report[title])}"
+            for part in text.wrap([line], width):
+                terminalreporter.write_line(part)
+        path = self.config.getoption("--self-check-details")
+        if path is not None:
+            body = "".join(f"== {t} ==\n" + "".join(f"{line}\n" for line in report[t]) + "\n" for t in checks)
+            atomic.write_text(pathlib.Path(path), body)
+            terminalreporter.write_line(f"every self-check's figures: {path}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the self-checks' closing section (a plugin object, so that it can run last)."""
+    config.pluginmanager.register(SelfChecks(config), "benchmarks-self-checks")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Note which report sections the self-checks write (their titles), as each runs."""
+    if _is_self_check(item):
+        item.config.stash.setdefault(_SELF_CHECK_TITLES, set())
+        item.stash[_BEFORE] = _titles(item.config)
+
+
+_BEFORE = pytest.StashKey[typing.Set[str]]()
+
+
+def _titles(config: pytest.Config) -> set[str]:
+    report: dict[str, list[str]] = config.stash.get(_REPORT, {})
+    return set(report)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """The sections a self-check added while it ran are self-check sections."""
+    before = item.stash.get(_BEFORE, None)
+    if before is not None:
+        added = _titles(item.config) - before
+        item.config.stash.setdefault(_SELF_CHECK_TITLES, set()).update(added)
 
 
 @pytest.fixture(scope="session")

@@ -139,11 +139,12 @@ def test_sampling_rate_during_calls_that_hold_the_gil(study_report: dict[str, li
         achieved = _rate(trace, spans)
         assert math.isfinite(achieved)
         ratio = achieved / hz
+        # The target is the plugin's (a sampler process); a thread is measured beside it to show why.
         verdict = "meets" if ratio >= MIN_RATE else "MISSES"
+        judged = f"{verdict} >= {MIN_RATE:.0%}" if kind == "process" else "a thread, for comparison"
         lines.append(
             f"sampler in a {kind:>7} at {hz:>3.0f} Hz requested, during {SAMPLED_CALLS} calls of "
-            f"{SAMPLED_CALL_S:g} s holding the GIL: {achieved:6.1f} Hz achieved ({ratio:.1%}, {verdict} "
-            f">= {MIN_RATE:.0%})"
+            f"{SAMPLED_CALL_S:g} s holding the GIL: {achieved:6.1f} Hz achieved ({ratio:.1%}, {judged})"
         )
 
 
@@ -191,9 +192,11 @@ def test_two_instances_overlap_although_each_call_holds_the_gil(study_report: di
         ratio = pair_s / one_call_s
         assert math.isfinite(ratio)
         assert ratio > 0
+        # The target is the plugin's default for PopTorch (processes); threads are shown for comparison.
         verdict = "meets" if ratio <= MAX_RATIO else "MISSES"
+        judged = f"{verdict} <= {MAX_RATIO}" if runner == "processes" else "threads, for comparison"
         lines.append(
             f"two instances in {runner:>9}: a round of two {ROUND_CALL_S:g} s calls holding the GIL takes "
             f"{pair_s * 1e3:.1f} ms vs one direct call {one_call_s * 1e3:.1f} ms: ratio {ratio:.3f} "
-            f"({verdict} <= {MAX_RATIO}; median of {ROUNDS})"
+            f"({judged}; median of {ROUNDS})"
         )
