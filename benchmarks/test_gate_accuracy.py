@@ -226,7 +226,9 @@ def _row(stream: Stream, kind: str, method: str) -> tuple[str, list[str]]:
     return f"| {kind} | {method} | {cells} | {'; '.join(checks) or '-'} |", misses
 
 
-def test_gate_accuracy(study_report: dict[str, list[str]], pytestconfig: pytest.Config) -> None:
+def test_gate_accuracy(
+    study_report: dict[str, list[str]], self_check_summary: dict[str, str], pytestconfig: pytest.Config
+) -> None:
     """The verdicts of every method on unchanged code and on 10 % and 30 % slowdowns, against the targets."""
     strict = _strict(pytestconfig)
     budget_s = float(pytestconfig.getoption("--gate-accuracy-budget", default=GATE_ACCURACY_BUDGET_S))
@@ -245,11 +247,11 @@ def test_gate_accuracy(study_report: dict[str, list[str]], pytestconfig: pytest.
     measured_s = time.perf_counter() - started
     load_after = os.getloadavg()[0]
 
-    lines = study_report.setdefault(
+    title = (
         f"regression gates on this machine ({episodes} episodes of each kind, gates latency.p50:+5% "
-        "and throughput:-5%)",
-        [],
+        "and throughput:-5%)"
     )
+    lines = study_report.setdefault(title, [])
     lines.append(
         "Measurements of this machine, not guarantees: a missed target is reported, not enforced "
         f"(--gate-accuracy-strict or {STRICT_ENV}=1 makes it fail the test)"
@@ -286,6 +288,13 @@ def test_gate_accuracy(study_report: dict[str, list[str]], pytestconfig: pytest.
         f"{len(stream.plain)} plain runs among all measured in {measured_s:.0f} s (budget {budget_s:g} s)"
     )
     lines += [f"MISSES {line}" for line in misses]
+    total = sum(len(TARGETS.get((k, m), ())) for k in (AA, SLOWER, MUCH_SLOWER) for m in (IN_RUN, AB))
+    aa = stream.tally(AA, IN_RUN)
+    self_check_summary[title] = (
+        f"{total - len(misses)} of {total} targets met in {episodes} episodes of each kind "
+        f"({measured_s:.0f} s, load {load_after:.1f} at the end); A/A in-run PASS {aa.cell(PASS)}, "
+        f"INCONCLUSIVE {aa.cell(INCONCLUSIVE)}" + (f"; missed: {'; '.join(misses)}" if misses else "")
+    )
 
     assert hog.alive_to_the_end, hog.line()
     if strict and misses:

@@ -125,7 +125,8 @@ COLUMNS: tuple[Column, ...] = (
 
 #: The columns a table narrower than its rows may leave out, the first to go first (after any of
 #: them that has nothing to show: ``text.fitted_grid``). The benchmark, its target and batch,
-#: p50, p99, items/s and the flags always stay: they are what a row is read for.
+#: p50, p99 and items/s always stay: they are what a row is read for. The flags go last: the
+#: footnotes under the table name each flagged benchmark and why, so nothing is lost.
 DROP_ORDER: tuple[str, ...] = (
     HOST_CORES,
     "first call",
@@ -138,6 +139,7 @@ DROP_ORDER: tuple[str, ...] = (
     "J/item",
     "W",
     "repeats",
+    "flags",
 )
 
 #: How far items/s may be from batch / p50 (either way, as a ratio) before the table marks it.
