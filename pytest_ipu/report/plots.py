@@ -66,6 +66,10 @@ LOG_X_RATIO = 16.0
 LOW_CONFIDENCE_NOTE = (
     "hollow markers: low confidence, the energy window is shorter than the power sensor needs"
 )
+#: The record flags that make a point hollow in every view: the figure rests on rounds that varied
+#: beyond the threshold or on a machine that other processes kept busy (docs/numbers.md, flags).
+UNSTEADY_FLAGS = frozenset({"unstable", "contended"})
+UNSTEADY_NOTE = "hollow markers: the record is flagged unstable or contended (see its table's flags)"
 SIM_NOTE = "[sim] simulated timings: a simulator (the IPU Model), not hardware timings"
 INSTANCES_NOTE = (
     "xN = N instances running concurrently: items/s is summed over them, latency is per call of one instance"
@@ -84,7 +88,8 @@ class Series:
     where there is no number (power not measured or invalid), with the reason in ``reasons``.
     ``upper`` holds the p99 latency of each point (latency view only); ``upper_flagged`` marks a p99
     that too few rounds support (it is then the maximum of the rounds run). ``hollow`` marks a
-    low-confidence energy figure.
+    point whose record is flagged unstable or contended (``UNSTEADY_FLAGS``), or a low-confidence
+    energy figure; ``unsteady`` the first of those alone.
     """
 
     label: str
@@ -93,6 +98,7 @@ class Series:
     upper: tuple[float | None, ...] = ()
     upper_flagged: tuple[bool, ...] = ()
     hollow: tuple[bool, ...] = ()
+    unsteady: tuple[bool, ...] = ()
     reasons: tuple[str | None, ...] = ()
     color: str = PALETTE[0]
     marker: str = MARKERS[0]
@@ -286,23 +292,26 @@ def series_for(runs: Sequence[StoredRun], group: str, view: str) -> list[Series]
         upper: list[float | None] = []
         flagged: list[bool] = []
         hollow: list[bool] = []
+        unsteady: list[bool] = []
         reasons: list[str | None] = []
         sources: dict[str, None] = {}
         for record in records:
+            shaky = bool(UNSTEADY_FLAGS.intersection(record.flags))
+            unsteady.append(shaky)
             if view == "latency":
                 values.append(record.latency_s.p50)
                 upper.append(record.latency_s.p99)
                 flagged.append("p99" in record.latency_s.unsupported)
-                hollow.append(False)
+                hollow.append(shaky)
                 reasons.append(None)
             elif view == "throughput":
                 values.append(record.throughput_items_per_s)
-                hollow.append(False)
+                hollow.append(shaky)
                 reasons.append(None)
             else:
                 value, low, reason, source = _energy(record)
                 values.append(value)
-                hollow.append(low)
+                hollow.append(low or shaky)
                 reasons.append(reason)
                 if source:
                     sources[source] = None
@@ -316,6 +325,7 @@ def series_for(runs: Sequence[StoredRun], group: str, view: str) -> list[Series]
                 upper=tuple(upper),
                 upper_flagged=tuple(flagged),
                 hollow=tuple(hollow),
+                unsteady=tuple(unsteady),
                 reasons=tuple(reasons),
                 color=PALETTE[index % len(PALETTE)],
                 marker=MARKERS[index % len(MARKERS)],
@@ -359,7 +369,7 @@ def notes_for(view: str, series: Sequence[Series]) -> list[str]:
         sources = dict.fromkeys(src for s in series for src in s.sources)
         if sources:
             notes.append(f"measured by {'; '.join(sources)}; idle power is not subtracted")
-        if any(any(s.hollow) for s in series):
+        if any(_low_confidence(s) for s in series):
             notes.append(LOW_CONFIDENCE_NOTE)
         # With no point at all the body of the plot says why; otherwise name what is left out.
         if any(v is not None for s in series for v in s.values):
@@ -372,6 +382,8 @@ def notes_for(view: str, series: Sequence[Series]) -> list[str]:
                             missing[reason].append(s.label)
             for reason, labels in missing.items():
                 notes.append(f"not shown for {', '.join(labels)}: {reason}")
+    if any(any(s.unsteady) for s in series):
+        notes.append(UNSTEADY_NOTE)
     if any(s.instances > 1 for s in series):
         notes.append(INSTANCES_NOTE)
     if any(s.simulator for s in series):
@@ -527,7 +539,7 @@ def draw(
                 marker="o",
                 markerfacecolor="white",
                 linestyle="none",
-                label="low confidence",
+                label=_hollow_label(series),
             )
         )
 
@@ -571,6 +583,21 @@ def draw(
         # Outside the axes, so the legend never covers a point.
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8.5)
     return fig
+
+
+def _low_confidence(s: Series) -> bool:
+    """Whether a point of ``s`` is hollow for its energy window alone, not for its flags."""
+    unsteady = s.unsteady or (False,) * len(s.hollow)
+    return any(h and not u for h, u in zip_strict(s.hollow, unsteady))
+
+
+def _hollow_label(series: Sequence[Series]) -> str:
+    """The legend entry of the hollow markers: what made the points of these lines hollow."""
+    unsteady = any(any(s.unsteady) for s in series)
+    low = any(_low_confidence(s) for s in series)
+    if unsteady and low:
+        return "unstable, contended or low confidence"
+    return "unstable or contended" if unsteady else "low confidence"
 
 
 def _draw_series(ax: Axes, view: str, s: Series, scale: float) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import plots
 from pytest_ipu.results.benchmark_json import StoredBenchmark
@@ -20,6 +21,7 @@ from pytest_ipu.results.records import DeviceEnergy
 from pytest_ipu.results.records import InstanceRecord
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import PowerRecord
+from pytest_ipu.results.records import StabilityRecord
 
 #: The report's figures need matplotlib (the ``report`` extra); without it these tests skip.
 requires_matplotlib = pytest.mark.skipif(
@@ -384,3 +386,34 @@ def test_draw_refuses_a_value_that_is_not_a_finite_number_at_least_zero(p50: flo
     assert "batch size 4" in message
     assert repr(p50) in message
     assert "\n" not in message
+
+
+def _contended() -> ContentionRecord:
+    return ContentionRecord(readable=True, window_s=1.0, others_share=0.5, threshold=0.1, contended=True)
+
+
+@pytest.mark.parametrize(
+    "flagged",
+    [
+        {"stability": StabilityRecord(3, "interleaved", 0.2, 0.01, 0.05, True)},
+        {"contention": _contended()},
+    ],
+    ids=["unstable", "contended"],
+)
+def test_points_of_unsteady_records_are_hollow_in_every_view_with_a_note(flagged: dict[str, Any]) -> None:
+    steady = record("torch:cpu", 2)
+    shaky = dataclasses.replace(record("torch:cpu", 4, power=power()), **flagged)
+    assert plots.UNSTEADY_FLAGS.intersection(shaky.flags)
+    r = run(bench(steady), bench(shaky))
+    for view in plots.VIEWS:
+        (line,) = plots.series_for([r], "g", view)
+        assert line.hollow == (False, True), view
+        assert line.unsteady == (False, True), view
+        assert plots.UNSTEADY_NOTE in plots.notes_for(view, [line])
+        assert plots.LOW_CONFIDENCE_NOTE not in plots.notes_for(view, [line])
+
+
+def test_steady_records_have_no_hollow_note() -> None:
+    (line,) = plots.series_for([run(bench(record("torch:cpu", 2)))], "g", "throughput")
+    assert line.hollow == (False,)
+    assert plots.UNSTEADY_NOTE not in plots.notes_for("throughput", [line])
