@@ -205,6 +205,8 @@ def _render(
         machine = plots.machine_label(runs, group)
         for view in plots.VIEWS:
             series = plots.series_for(runs, group, view)
+            if not plots.has_values(series):
+                continue  # a plot of nothing: the table's n/m and its footnote say why (``_figures``)
             figure = plots.draw(view, group, series, plots.notes_for(view, series), machine=machine)
             out.append(_Figure(group, view, f"{stem}-{view}", *encode(figure)))
     for index, view in scaled:
@@ -447,7 +449,13 @@ def _figures(runs: Sequence[StoredRun], group: str, figures: Sequence[_Figure]) 
         _embedded(figure, f"{figure.group}: {plots.VIEW_TITLES[figure.view]} against batch size")
         for figure in figures
     ]
-    return f'<div class="figures">{"".join(parts)}</div>'
+    drawn = {figure.view for figure in figures}
+    left = [v for v in plots.VIEWS if v not in drawn]
+    note = ""
+    if left:
+        views = ", ".join(plots.VIEW_TITLES[v] for v in left)
+        note = f'<p class="sub">Not drawn, nothing measured: {_e(views)} (the table says why).</p>'
+    return f'<div class="figures">{"".join(parts)}</div>{note}'
 
 
 def _loadgen_rows(runs: Sequence[StoredRun]) -> list[tuple[str, IpuRecord]]:

@@ -343,6 +343,11 @@ def series_for(runs: Sequence[StoredRun], group: str, view: str) -> list[Series]
     return out
 
 
+def has_values(series: Sequence[Series]) -> bool:
+    """Whether any line of a view has a number to draw (energy, say, may be measured nowhere)."""
+    return any(v is not None for s in series for v in s.values)
+
+
 def _backend_sort_key(backend: _Backend) -> tuple[str, str, int, bool, str, str]:
     return (
         backend.target,

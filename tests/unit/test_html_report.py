@@ -283,8 +283,11 @@ def test_main_prints_what_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture
     run = _two_batch_sizes(tmp_path / "run.json")
     assert html_report.main([run], tmp_path / "out") == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"wrote {tmp_path / 'out' / 'index.html'} (1 group(s), 3 figure(s))"
-    assert out[1] == f"wrote 6 image(s), PNG and SVG, to {tmp_path / 'out'}"
+    # Power was off for every row: no items/J figure (a plot of nothing), and the page says so.
+    assert out[0] == f"wrote {tmp_path / 'out' / 'index.html'} (1 group(s), 2 figure(s))"
+    assert out[1] == f"wrote 4 image(s), PNG and SVG, to {tmp_path / 'out'}"
+    page = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
+    assert f"Not drawn, nothing measured: {plots.VIEW_TITLES['items_per_j']}" in page
 
 
 def test_a_run_of_one_batch_size_gets_its_table_and_no_figure(
@@ -412,7 +415,7 @@ def test_a_failed_page_write_leaves_the_old_page_whole_and_no_temporary_file(
         html_report.write_report([benchmark_json.read_run(run)], out)
     assert (out / "index.html").read_text(encoding="utf-8") == "the previous report"
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
-    assert len(list(out.glob("*.png"))) == 3
+    assert len(list(out.glob("*.png"))) == 2  # no items/J figure: power was off for every row
 
 
 def test_write_report_refuses_a_record_that_cannot_be_plotted(tmp_path: Path) -> None:
