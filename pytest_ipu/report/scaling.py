@@ -265,11 +265,25 @@ def _point(index: int, label: str, record: IpuRecord, n: int, n_min: int, base: 
 # --- text ------------------------------------------------------------------------------------------
 
 
+#: Efficiencies outside these bounds are marked suspicious (``SUSPECT_MARK``): above 105 %, the
+#: base ran slower than it should; below 30 %, the processes mostly waited for each other or for cores.
+SUSPECT_HIGH = 1.05
+SUSPECT_LOW = 0.30
+SUSPECT_MARK = "!"
+
+
+def suspect(point: Point) -> bool:
+    """Whether the point's efficiency is past what scaling on real hardware gives (``SUSPECT_*``)."""
+    return point.efficiency is not None and not SUSPECT_LOW <= point.efficiency <= SUSPECT_HIGH
+
+
 def efficiency_text(point: Point) -> str:
-    """``90%``, or ``80% †`` for the record's own efficiency; ``-`` when there is none."""
+    """``90%``, or ``80% †`` for the record's own efficiency, ``125% !`` for a suspicious one;
+    ``-`` when there is none."""
     if point.efficiency is None:
         return "-"
-    return f"{point.efficiency:.0%}" + (f" {OWN_MARK}" if point.own_efficiency else "")
+    marks = (f" {OWN_MARK}" if point.own_efficiency else "") + (f" {SUSPECT_MARK}" if suspect(point) else "")
+    return f"{point.efficiency:.0%}{marks}"
 
 
 def duration(seconds: float) -> str:
@@ -297,6 +311,14 @@ def efficiency_notes(study: Study) -> list[str]:
         notes.append(
             f"{OWN_MARK} the record's own efficiency (its scaling part, --ipu-scaling-baseline), "
             f"against its baseline run {against}"
+        )
+    odd = [p for p in study.points if suspect(p)]
+    if odd:
+        shown = ", ".join(f"{p.run_label} {efficiency_text(p)}" for p in odd)
+        notes.append(
+            f"{SUSPECT_MARK} suspicious efficiency ({shown}): above {SUSPECT_HIGH:.0%} the base run was "
+            f"slower than it should be (contended, or fewer cores than it needed); below {SUSPECT_LOW:.0%} "
+            "the processes shared cores or waited on each other: read the runs' flags before the figure"
         )
     return notes
 

@@ -416,3 +416,18 @@ def test_a_record_that_cannot_be_drawn_is_refused_naming_it(tmp_path: Path) -> N
     )
     with pytest.raises(html_report.ReportError, match=r"scaling of 't' in run.json: its samples/s is inf"):
         html_report.write_report([stored], tmp_path / "out")
+
+
+@pytest.mark.parametrize(("two_devices", "shown"), [(250.0, "125% !"), (32.0, "16% !"), (200.0, "100%")])
+def test_an_efficiency_past_what_hardware_gives_is_marked_and_explained(
+    tmp_path: Path, two_devices: float, shown: str
+) -> None:
+    name = "test_train[mlp]"
+    one = _write(tmp_path / "one.json", _bench(name, _record(100.0, training=_training(1))))
+    two = _write(tmp_path / "two.json", _bench(name, _record(two_devices, training=_training(2))))
+    (study,) = scaling.studies(_runs(one, two))
+    assert [scaling.efficiency_text(p) for p in study.points] == ["100%", shown]
+    warned = [n for n in scaling.efficiency_notes(study) if n.startswith(scaling.SUSPECT_MARK)]
+    assert len(warned) == (1 if shown.endswith("!") else 0)
+    if warned:
+        assert shown in warned[0]
