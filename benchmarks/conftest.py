@@ -358,6 +358,16 @@ def _is_self_check(item: pytest.Item) -> bool:
     return item.path.name in SELF_CHECKS
 
 
+@pytest.fixture(autouse=True)
+def _self_check_role(request: pytest.FixtureRequest) -> None:
+    """A self-check's benchmark says so in its JSON (``extra_info["role"]``): the report shows it
+    last, folded, and keeps it out of the summary of the studies."""
+    if _is_self_check(request.node) and "benchmark" in request.fixturenames:
+        from pytest_ipu.report.summary import SELF_CHECK
+
+        request.getfixturevalue("benchmark").extra_info["role"] = SELF_CHECK
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The studies first, the self-checks after them (each in its collected order): the studies'
     tables then lead the terminal's pytest-ipu section and the report."""

@@ -404,7 +404,7 @@ class GateCheck:
         def say(line: str, **markup: bool) -> None:
             # Fitted to a terminal's width (whole lines in a log: ``text.terminal_width``).
             for part in text.wrap([line], width):
-                say(part, **markup)
+                terminalreporter.write_line(part, **markup)
 
         if self.verdicts or self.measured:
             against = f" against {self._baseline_name()}" if self.baseline is not None else ""

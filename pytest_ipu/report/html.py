@@ -43,6 +43,7 @@ from pytest_ipu.report import loadgen
 from pytest_ipu.report import loadgen_plot
 from pytest_ipu.report import plots
 from pytest_ipu.report import scaling
+from pytest_ipu.report import summary
 from pytest_ipu.report import terminal as report
 from pytest_ipu.results import atomic
 from pytest_ipu.results import benchmark_json
@@ -101,6 +102,8 @@ footer { color: #888; font-size: 12px; margin-top: 40px; }
 td.pass { color: #1a7f37; font-weight: 600; }
 td.fail { color: #c62828; font-weight: 600; }
 td.unsure { color: #9a6700; font-weight: 600; }
+table.summary td { font-size: 14px; }
+table.summary strong { font-size: 16px; }
 """
 
 
@@ -431,6 +434,13 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
     )
 
 
+def _group_section(runs: Sequence[StoredRun], group: str, figures: Sequence[_Figure], anchor: str) -> str:
+    """One group's section: its heading, table and figures."""
+    mine = [f for f in figures if f.group == group and f.view in plots.VIEWS]
+    body = f"<h2>{_e(group)}</h2>{_table(runs, group)}{_figures(runs, group, mine)}"
+    return f'<section id="{_e(anchor)}">{body}</section>'
+
+
 def _embedded(figure: _Figure, alt: str) -> str:
     """A figure inline (its SVG as a data URL: the page stays one file), captioned by its files."""
     data = base64.b64encode(figure.svg).decode("ascii")
@@ -557,6 +567,21 @@ def _page(
         machine = "".join(_run_section(r, f"run {lab}") for r, lab in zip_strict(runs, labels))
     sections = []
     contents = []
+    checks = set(summary.self_check_groups(shown))
+    anchors = {group: f"group-{index + 1}-{_slug(group)}" for index, group in enumerate(groups)}
+    # First: the answer, each study's headline figures; the sections follow.
+    lead = summary.section(shown, anchors)
+    if lead:
+        sections.append(f'<section id="summary"><h2>Summary</h2>{lead}</section>')
+        contents.append('<li><a href="#summary">summary</a></li>')
+    gated = _gates_section(runs, labels)
+    if gated:
+        sections.append(f'<section id="gates"><h2>Gates</h2>{gated}</section>')
+        contents.append('<li><a href="#gates">gates</a></li>')
+    for group in groups:
+        if group not in checks:
+            sections.append(_group_section(shown, group, figures, anchors[group]))
+            contents.append(f'<li><a href="#{_e(anchors[group])}">{_e(group)}</a></li>')
     if studies or published:
         # First: across runs of a training benchmark, the scaling is what the runs were made for.
         drawn = {
@@ -576,16 +601,14 @@ def _page(
         body = _loadgen_section(queried, charts, drawn=scaling_drawn)
         sections.append(f'<section id="loadgen"><h2>LoadGen</h2>{body}</section>')
         contents.append('<li><a href="#loadgen">LoadGen</a></li>')
-    gated = _gates_section(runs, labels)
-    if gated:
-        sections.append(f'<section id="gates"><h2>Gates</h2>{gated}</section>')
-        contents.append('<li><a href="#gates">gates</a></li>')
-    for index, group in enumerate(groups):
-        anchor = f"group-{index + 1}-{_slug(group)}"
-        mine = [f for f in figures if f.group == group and f.view in plots.VIEWS]
-        body = f"<h2>{_e(group)}</h2>{_table(shown, group)}{_figures(shown, group, mine)}"
-        sections.append(f'<section id="{_e(anchor)}">{body}</section>')
-        contents.append(f'<li><a href="#{_e(anchor)}">{_e(group)}</a></li>')
+    if checks:
+        # pytest-ipu's checks of itself (overheads, sampler, gates): last, folded, out of the way.
+        inner = "".join(_group_section(shown, g, figures, anchors[g]) for g in groups if g in checks)
+        sections.append(
+            f'<section id="self-checks"><h2>Self-checks</h2><details><summary>{len(checks)} group(s) '
+            f"that measure pytest-ipu itself, not a model</summary>{inner}</details></section>"
+        )
+        contents.append('<li><a href="#self-checks">self-checks</a></li>')
     # The machine's facts come after the groups: the first screen is for the main study's table.
     sections.append(f'<section id="machine"><h2>{_e(heading)}</h2>{machine}</section>')
     contents.append(f'<li><a href="#machine">{_e(heading.lower())}</a></li>')

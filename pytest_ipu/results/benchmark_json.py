@@ -43,6 +43,9 @@ class StoredBenchmark:
     #: pytest-benchmark's time statistics of the rounds, seconds (``min``, ``median``, ``mean``,
     #: ``max``, ``stddev``, ``iqr``), as far as the file has them.
     stats: Mapping[str, float] = field(default_factory=dict)
+    #: What the benchmark says it is for (``extra_info["role"]``, a string), e.g. ``self-check``
+    #: for one that checks pytest-ipu itself; ``None`` when it says nothing.
+    role: str | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,9 @@ def _benchmark(bench: Mapping[str, Any], where: str, path: Path) -> StoredBenchm
     if extra is not None and not isinstance(extra, dict):
         raise RunFileError(f"{where}: 'extra_info' is {_show(extra)}: it must be a JSON object; {_FIX}")
     info = (extra or {}).get(schema.NAMESPACE)
+    role = (extra or {}).get("role")
+    if role is not None and not isinstance(role, str):
+        raise RunFileError(f"{where}: 'extra_info.role' is {_show(role)}: it must be a string; {_FIX}")
     try:
         record = schema.from_json(info) if info is not None else None
     except schema.SchemaError as exc:
@@ -219,6 +225,7 @@ def _benchmark(bench: Mapping[str, Any], where: str, path: Path) -> StoredBenchm
         _samples(bench, where),
         _free(bench, "params", where),
         _time_stats(bench, where),
+        role,
     )
 
 

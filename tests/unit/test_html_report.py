@@ -171,7 +171,7 @@ def test_the_page_is_well_formed_self_contained_and_embeds_every_figure(two_grou
 def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups) -> None:
     out, _ = two_groups
     root = ET.fromstring(remove_prefix((out / "index.html").read_text(encoding="utf-8"), "<!DOCTYPE html>"))
-    tables = [t for t in root.iter("table") if t.get("class") != "facts"]
+    tables = [t for t in root.iter("table") if t.get("class") not in ("facts", "summary")]
     assert len(tables) == 2
     rows = [[td.text for td in tr.iter("td")][1:] for tr in tables[0].iter("tr")][1:]
     names = [next(tr.iter("td")).text for tr in tables[0].iter("tr") if list(tr.iter("td"))]
@@ -267,7 +267,7 @@ def test_multi_run_page_names_the_file_of_every_row(tmp_path: Path) -> None:
     # The page alone, without rendering: the run column and the runs section.
     page = html_report._page(runs, [])
     root = ET.fromstring(remove_prefix(page, "<!DOCTYPE html>"))
-    (table,) = [t for t in root.iter("table") if t.get("class") != "facts"]
+    (table,) = [t for t in root.iter("table") if t.get("class") not in ("facts", "summary")]
     assert next(th.text for th in table.iter("th")) == "run"
     assert [tr.findtext("td") for tr in table.iter("tr") if tr.find("td") is not None] == ["a.json", "b.json"]
     assert "run a.json" in page
@@ -305,7 +305,7 @@ def test_a_run_of_one_batch_size_gets_its_table_and_no_figure(
     page = (tmp_path / "out" / "index.html").read_text(encoding="utf-8")
     root = ET.fromstring(remove_prefix(page, "<!DOCTYPE html>"))
     assert not list(root.iter("img"))
-    assert len([t for t in root.iter("table") if t.get("class") != "facts"]) == 1
+    assert len([t for t in root.iter("table") if t.get("class") not in ("facts", "summary")]) == 1
     assert "No plots against batch size: every row has batch size 1." in page
 
 
@@ -327,11 +327,19 @@ def test_the_study_swept_over_batch_sizes_comes_first_on_the_page(tmp_path: Path
     assert plots.report_order(runs) == ["study", "small-sweep", "side"]
     root = ET.fromstring(remove_prefix(html_report._page(runs, []), "<!DOCTYPE html>"))
     headings = [h.text for h in root.iter("h2")]
-    assert headings == ["study", "small-sweep", "side", "Machine and run"]
-    # The study's table is the page's first table: nothing (not the machine's facts) comes before it.
-    first = next(root.iter("table"))
-    assert first.get("class") != "facts"
-    assert len(list(first.iter("tr"))) == 1 + 6
+    assert headings == ["Summary", "study", "small-sweep", "side", "Machine and run"]
+    # The page leads with the summary: one row per study swept over batch sizes, the study's first.
+    summary, study = list(root.iter("table"))[:2]
+    assert summary.get("class") == "summary"
+    rows = [[(c.findtext("a") or "".join(c.itertext())) for c in tr.iter("td")] for tr in summary.iter("tr")][
+        1:
+    ]
+    assert [row[0] for row in rows] == ["study", "small-sweep"]
+    assert rows[0][1] == "6"
+    assert rows[0][4].startswith("not measured: ")
+    # Then the study's table: nothing (not the machine's facts) comes between.
+    assert study.get("class") not in ("facts", "summary")
+    assert len(list(study.iter("tr"))) == 1 + 6
 
 
 @pytest.mark.parametrize(
