@@ -12,11 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import cast
 
-from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.target import Target
+
+if TYPE_CHECKING:
+    # Only a type here: the registry is read at start-up (option parsing), the protocol's module
+    # loads the records, which a run without benchmarks never needs.
+    from pytest_ipu.backends.base import Backend
 
 __all__ = [
     "BUILTIN",
@@ -118,7 +123,7 @@ def make_backend(
         kwargs["cache_dir"] = cache_dir
     if entry.uses_threads:
         kwargs["intra_op_threads"], kwargs["inter_op_threads"] = threads
-    return cast(Backend, cls(name=target.backend, device=target.device, **kwargs))
+    return cast("Backend", cls(name=target.backend, device=target.device, **kwargs))
 
 
 def auto_candidates() -> list[Target]:

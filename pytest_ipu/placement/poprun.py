@@ -21,7 +21,6 @@ from typing import Any
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.devices.poprun import detect
-from pytest_ipu.measure import metrics
 from pytest_ipu.placement import outputs
 
 # The merge half reads and writes result files: its modules (the schema and its readers) are
@@ -465,6 +464,8 @@ def _merged_cpu(records: Sequence[Mapping[str, Any]], items: float) -> dict[str,
     }
     if all(c.get(key) is not None for c in cpus for key in _HOST_COST):
         total_s = math.fsum(float(c["process_total_s"]) for c in cpus)
+        from pytest_ipu.measure import metrics  # merging only: not at every pytest start-up
+
         merged["host_per_item_s"] = metrics.host_per_item(total_s, items)
         merged["host_cores"] = math.fsum(float(c["host_cores"]) for c in cpus)
     else:

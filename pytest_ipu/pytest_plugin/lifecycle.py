@@ -43,11 +43,11 @@ from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.target import parse_target
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
-from pytest_ipu.placement import poprun
 from pytest_ipu.placement import torchrun
 from pytest_ipu.pytest_plugin import bench_seam
 from pytest_ipu.pytest_plugin import options
 from pytest_ipu.pytest_plugin.fixtures.common import FAILED_KEY
+from pytest_ipu.pytest_plugin.marker import MARKER
 from pytest_ipu.pytest_plugin.marker import marker_gates
 from pytest_ipu.pytest_plugin.marker import marker_overrides
 from pytest_ipu.pytest_plugin.marker import placement_request
@@ -104,6 +104,8 @@ class Lifecycle:
         pytest turns an error there into a collection error, not a one-line usage error.
         """
         for item in items:
+            if item.get_closest_marker(MARKER) is None:
+                continue  # nothing to check (and the parsers stay unloaded for plain tests)
             try:
                 marker_overrides(item)
                 placement_request(item)
@@ -226,6 +228,8 @@ class Lifecycle:
         if session.auto is not None:
             device_info["absent"] = {str(t): why for t, why in session.auto[1]}
         if session.poprun is not None:
+            from pytest_ipu.placement import poprun
+
             device_info[poprun.KEY] = session.poprun.as_json()
         if session.torchrun is not None:
             device_info[torchrun.KEY] = session.torchrun.as_json()
@@ -404,6 +408,7 @@ class Lifecycle:
     def _finish_launch(self) -> None:
         """Merge the launch's results on rank 0; a failure is one red line and a failed run."""
         from pytest_ipu.errors import RankError
+        from pytest_ipu.placement import poprun
 
         state = self.session
         try:
@@ -532,6 +537,8 @@ def _merge_launch(state: IpuSession, reporter: Any) -> None:
     documents = group.gather(state.launch_document)
     if documents is None or all(d is None for d in documents):
         return  # not rank 0, or no rank measured anything
+    from pytest_ipu.placement import poprun  # PopRun's merge, used for torchrun's ranks as well
+
     lacking = [str(i) for i, d in enumerate(documents) if not isinstance(d, dict)]
     if lacking:
         raise poprun.MergeError(

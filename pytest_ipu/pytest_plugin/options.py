@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 
 import pytest
@@ -24,11 +25,11 @@ from pytest_ipu.backends.target import parse_target
 from pytest_ipu.backports import remove_suffix
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
-from pytest_ipu.measure.units import parse_share
-from pytest_ipu.results import gates
-from pytest_ipu.results.gates import Gate
 from pytest_ipu.run.plan import TimeCap
 from pytest_ipu.run.plan import check_cap
+
+if TYPE_CHECKING:
+    from pytest_ipu.results.gates import Gate
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 MISSING_SDK_POLICIES = ("skip", "fail")
@@ -273,10 +274,21 @@ def parse_gates(value: object) -> tuple[Gate, ...]:
     or one string with ``;`` between expressions (environment); ``none`` for no gates."""
     texts = _listed(value, "expected a gate expression such as 'throughput:-5%' or 'none'")
     texts = [t.strip() for t in texts if t.strip() and t.strip().lower() != "none"]
+    if not texts:
+        return ()
+    from pytest_ipu.results import gates  # only when gates are given: not at every start-up
+
     try:
         return tuple(gates.parse(t) for t in texts)
     except gates.GateError as exc:
         raise ValueError(str(exc)) from None
+
+
+def parse_share(value: object) -> float:
+    """A share such as ``5%`` or ``0.05``, within (0, 1] (``units.parse_share``, loaded on first use)."""
+    from pytest_ipu.measure.units import parse_share as parse
+
+    return parse(value)
 
 
 def parse_baselines(value: object) -> tuple[Path, ...]:

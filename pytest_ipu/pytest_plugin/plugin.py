@@ -8,9 +8,10 @@ on first use (``benchmarks/test_startup_cost.py`` measures what the plugin adds 
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
-from pytest_ipu.placement import poprun
 from pytest_ipu.placement import torchrun
 from pytest_ipu.pytest_plugin import bench_seam
 from pytest_ipu.pytest_plugin import hookspec
@@ -65,7 +66,13 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         # Under PopRun each instance writes its own --benchmark-json file (before pytest-benchmark,
         # whose trylast pytest_configure reads the option).
-        instance = poprun.configure_json_path(config.option)
+        instance = None
+        # PopRun's instances run where the SDK's popdist is importable; elsewhere there is no
+        # instance, and PopRun's device modules stay unloaded (every pytest start-up runs this).
+        if importlib.util.find_spec("popdist") is not None:
+            from pytest_ipu.placement import poprun
+
+            instance = poprun.configure_json_path(config.option)
         # Under torchrun likewise each rank (rank 0 also writes the merged file at the given path).
         rank = torchrun.detect()
         merged_json = None if rank is None else torchrun.configure_json_path(config.option, rank)

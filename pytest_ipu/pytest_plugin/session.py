@@ -15,27 +15,24 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import backends
-from pytest_ipu import power
-from pytest_ipu.backends.base import Availability
-from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.target import Target
-from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.errors import BackendUnavailable
-from pytest_ipu.placement import poprun
-from pytest_ipu.placement import torchrun
-from pytest_ipu.placement.torchrun import TorchrunRank
-from pytest_ipu.power.base import PowerSource
-from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.pytest_plugin.gating import GateCheck
 from pytest_ipu.pytest_plugin.options import AUTO
 from pytest_ipu.pytest_plugin.options import Settings
 from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
 
 if TYPE_CHECKING:
+    # Types only: every pytest start-up makes a session, and these modules (the backends' protocol
+    # and its records, the power sources, PopRun's devices) are for runs that measure something.
+    from pytest_ipu.backends.base import Availability
+    from pytest_ipu.backends.base import Backend
     from pytest_ipu.backends.base import CompiledModel
+    from pytest_ipu.devices.poprun import PopRunInstance
     from pytest_ipu.placement.torchrun import RankGroup
     from pytest_ipu.placement.torchrun import ScopedRanks
+    from pytest_ipu.placement.torchrun import TorchrunRank
+    from pytest_ipu.power.base import PowerSource
     from pytest_ipu.power.meter import PowerMeter
     from pytest_ipu.results.gates import Gate
     from pytest_ipu.results.power_blocks import PowerBlock
@@ -118,6 +115,9 @@ class IpuSession:
     def backend(self, target: Target) -> tuple[Backend | None, Availability]:
         """The backend for ``target`` (made once per run) and whether it can run here."""
         if target not in self.backends:
+            from pytest_ipu import backends
+            from pytest_ipu.backends.base import Availability
+
             # A conftest's implementation first; the built-in registry answers last.
             made = self.config.hook.pytest_ipu_make_backend(config=self.config, target=target)
             if made is None:
@@ -147,6 +147,8 @@ class IpuSession:
     def auto_targets(self) -> tuple[list[Target], list[tuple[Target, str]]]:
         """``--ipu-backend=auto``: the default targets present here, and those absent with the reason."""
         if self.auto is None:
+            from pytest_ipu import backends
+
             present, absent = [], []
             for target in backends.auto_candidates():
                 _, availability = self.backend(target)
@@ -174,6 +176,8 @@ class IpuSession:
         """``power_meter`` for what a compiled model runs on: on IPU hardware exactly the IPUs it
         holds (``power.metered_device``), never the partition; when its backend cannot say which,
         no meter, and the reason."""
+        from pytest_ipu import power
+
         device = power.metered_device(compiled.device, compiled.ipu_ids)
         if device is not None or choice == "off":
             return self.power_meter(device or compiled.device, choice)
@@ -186,6 +190,8 @@ class IpuSession:
         ``--ipu-power`` choice, its source name, and when there is none, the reason."""
         if choice == "off":
             return None, "off", "power measurement is off (--ipu-power=off or the test's marker)"
+        from pytest_ipu import power
+
         name = power.source_for_device(device) if choice == AUTO else choice
         if name is None:
             return None, "none", f"no power source measures device {device!r}"
@@ -196,6 +202,9 @@ class IpuSession:
         return meter, name, reason
 
     def _open_meter(self, name: str, device: str) -> tuple[PowerMeter | None, str]:
+        from pytest_ipu import power
+        from pytest_ipu.power.base import PowerSourceError
+
         made = self.config.hook.pytest_ipu_make_power_source(config=self.config, name=name, device=device)
         try:
             source: PowerSource = made if made is not None else power.make_source(name, device)
@@ -289,8 +298,12 @@ class IpuSession:
         self.measured.append(measured)
         data = schema.to_json(record)
         if self.poprun is not None:
+            from pytest_ipu.placement import poprun
+
             data[poprun.KEY] = self.poprun.as_json()
         if self.torchrun is not None:
+            from pytest_ipu.placement import torchrun
+
             data[torchrun.KEY] = self.torchrun.as_json()
         self.config.hook.pytest_ipu_update_record(config=self.config, item=item, record=data)
         benchmark_json.attach(extra_info, data)
