@@ -230,9 +230,7 @@ def detect(
             continue
         kept.append(candidate)
     edges = [0, *(i for i, _, _ in kept), n]
-    return [
-        _describe(series, edges[j], index, edges[j + 2], p, q) for j, (index, p, q) in enumerate(kept)
-    ]
+    return [_describe(series, edges[j], index, edges[j + 2], p, q) for j, (index, p, q) in enumerate(kept)]
 
 
 def _describe(series: FloatArray, start: int, index: int, end: int, p: float, q: float) -> ChangePoint:
