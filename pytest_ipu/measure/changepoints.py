@@ -229,8 +229,43 @@ def detect(
                 kept[-1] = candidate
             continue
         kept.append(candidate)
+    if len(starts) > 1:
+        kept = _confirm(series, kept, np.random.default_rng([seed, n]), alpha, permutations, min_size, window)
     edges = [0, *(i for i, _, _ in kept), n]
     return [_describe(series, edges[j], index, edges[j + 2], p, q) for j, (index, p, q) in enumerate(kept)]
+
+
+def _confirm(
+    series: FloatArray,
+    kept: list[tuple[int, float, float]],
+    rng: np.random.Generator,
+    alpha: float,
+    permutations: int,
+    min_size: int,
+    window: int,
+) -> list[tuple[int, float, float]]:
+    """The windows' change points tested again, each on the points between its neighbours (at most
+    ``window`` on each side): its split's statistic there against the best split of permutations of
+    those points. The weakest that fails is dropped and the rest tested again, until all pass (as
+    Otava merges its windows' change points). Each kept one gets the p-value of this test.
+
+    A window tests many splits of few points, and a long series has many windows: this second test,
+    on more points, is what keeps noise from adding up to false change points along a long series.
+    """
+    while kept:
+        edges = [0, *(i for i, _, _ in kept), len(series)]
+        tested = []
+        for j, (index, _, _) in enumerate(kept):
+            start, end = max(edges[j], index - window), min(edges[j + 2], index + window)
+            segment = series[start:end]
+            q = float(q_profile(segment[None, :], min_size)[0, index - start])
+            p = _p_value(segment, [(0, len(segment))], q, rng, alpha, permutations, min_size)
+            tested.append((index, p, q))
+        weakest = max(range(len(tested)), key=lambda j: (tested[j][1], -tested[j][2]))
+        if tested[weakest][1] <= alpha:
+            return tested
+        kept = [c for j, c in enumerate(kept) if j != weakest]
+    return kept
 
 
 def _describe(series: FloatArray, start: int, index: int, end: int, p: float, q: float) -> ChangePoint:
