@@ -196,7 +196,8 @@ def _verdict(series: Series, changes: Sequence[Change], threshold: float, recent
             )
     values = [p.value for p in series.points]
     start = max([c.found.index for c in changes] + [0])
-    for tail in range(1, MIN_SIZE):
+    # The longest such tail first: it says the most about where the newest level began.
+    for tail in range(MIN_SIZE - 1, 0, -1):
         level = values[start : n - tail]
         if len(level) < MIN_SIZE:
             continue
