@@ -390,9 +390,26 @@ def _main(argv: Sequence[str] | None) -> int:
     comparing.add_argument(
         "--strict", action="store_true", help="a benchmark missing from any run makes the exit code 1"
     )
-    reporting = sub.add_parser("report", help="plots (PNG, SVG) and a self-contained HTML page of saved runs")
-    reporting.add_argument("files", nargs="+", metavar="RUN", help=RUN_HELP)
+    reporting = sub.add_parser(
+        "report",
+        help="plots (PNG, SVG) and a self-contained HTML page of saved runs; given a storage folder, the "
+        "history of every benchmark across commits with its change points",
+    )
+    reporting.add_argument(
+        "files",
+        nargs="+",
+        metavar="RUN|STORAGE",
+        help=RUN_HELP + "; or a pytest-benchmark storage folder (e.g. .benchmarks): its history view",
+    )
     _add_storage(reporting)
+    reporting.add_argument(
+        "--machine",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="with a storage folder: the machine id or glob whose runs to draw (repeatable; default: this "
+        "machine's)",
+    )
     reporting.add_argument(
         "-o", "--output", type=Path, default=Path("report"), metavar="DIR", help="output directory"
     )
@@ -549,6 +566,17 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command == "merge":
         return _merge(args.out, args.files)
+    if args.command == "report" and any(Path(f).is_dir() for f in args.files):
+        from pytest_ipu.report import html as html_report  # matplotlib only when a report is asked for
+
+        if not all(Path(f).is_dir() for f in args.files):
+            print(
+                f"pytest-ipu: report {' '.join(args.files)}: give storage folders (the history view) or run "
+                "files (the runs side by side), not both",
+                file=sys.stderr,
+            )
+            return 2
+        return html_report.history_main(args.files, args.storage, args.machine, args.output)
     if args.command in ("summary", "compare", "report"):
         files = _run_files(args.files, args.storage)
         if files is None:

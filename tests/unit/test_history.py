@@ -266,3 +266,39 @@ def test_a_missing_or_empty_storage_says_how_to_fill_it(
     assert "no such folder: run the benchmarks with --benchmark-autosave" in capsys.readouterr().err
     assert cli.main(["history", str(tmp_path)]) == 2
     assert "a folder with no pytest-benchmark runs" in capsys.readouterr().err
+
+
+def test_report_of_a_storage_draws_the_history_with_its_change_points(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "storage" / MACHINE
+    for number, value in enumerate(NOISE, start=1):
+        slow = value * (1.3 if number > 7 else 1.0)
+        fast = value * (0.5 if number > 4 else 1.0)
+        _save(
+            folder,
+            number,
+            f"c{number:02d}",
+            [_plain("test_a", slow), _plain("test_b", fast)],
+            commit_time=_minute(number),
+        )
+    out = tmp_path / "out"
+    assert cli.main(["report", str(tmp_path / "storage"), "--machine", MACHINE, "-o", str(out)]) == 0
+    # Four time statistics of two benchmarks, each with its change point, each drawn.
+    assert "history of 8 series, 8 change point(s), 8 figure(s)" in capsys.readouterr().out
+    page = (out / "index.html").read_text()
+    # The summary table, newest change first: c08 (test_a, worse) before c05 (test_b, better).
+    table = page.split("<h2>Change points, newest first</h2>")[1].split("</table>")[0]
+    assert table.index("c08") < table.index("c05")
+    assert page.count("data:image/svg+xml;base64,") == 8
+    assert "http://" not in page.replace("http://www.w3.org", "")  # no server, no remote resource
+    assert len(list(out.glob("history-*-test_a-time.*.png"))) == 4
+
+
+def test_report_refuses_folders_and_files_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _save(tmp_path / MACHINE, 1, "c1", [_plain("test_a", 1.0)])
+    assert cli.main(["report", str(tmp_path), str(path)]) == 2
+    assert "not both" in capsys.readouterr().err
