@@ -110,7 +110,8 @@ def _score(found: list[changepoints.ChangePoint], step_at: int | None, tally: _T
 def _commits(rng: np.random.Generator, noise: np.ndarray, runs: int) -> np.ndarray:
     """``LENGTH`` commits of resampled noise around 1: each the median of ``runs`` runs, as
     ``history`` makes one point of a commit's runs."""
-    return 1.0 + np.median(rng.choice(noise, (LENGTH, runs)), axis=1)
+    points: np.ndarray = 1.0 + np.median(rng.choice(noise, (LENGTH, runs)), axis=1)
+    return points
 
 
 def _accuracy(noise: np.ndarray, runs: int, lines: list[str]) -> None:
