@@ -577,6 +577,13 @@ def _main(argv: Sequence[str] | None) -> int:
             )
             return 2
         return html_report.history_main(args.files, args.storage, args.machine, args.output)
+    if args.command == "report" and args.machine:
+        print(
+            f"pytest-ipu: report --machine {args.machine[0]}: --machine picks the runs of a storage folder's "
+            "history; give the storage folder (e.g. .benchmarks), or leave --machine out for run files",
+            file=sys.stderr,
+        )
+        return 2
     if args.command in ("summary", "compare", "report"):
         files = _run_files(args.files, args.storage)
         if files is None:

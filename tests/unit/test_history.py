@@ -302,3 +302,5 @@ def test_report_refuses_folders_and_files_together(
     path = _save(tmp_path / MACHINE, 1, "c1", [_plain("test_a", 1.0)])
     assert cli.main(["report", str(tmp_path), str(path)]) == 2
     assert "not both" in capsys.readouterr().err
+    assert cli.main(["report", str(path), "--machine", MACHINE]) == 2
+    assert "--machine picks the runs of a storage folder's history" in capsys.readouterr().err
