@@ -159,7 +159,20 @@ def find_runs(arguments: Sequence[str], storage_uri: str) -> tuple[list[Path], l
             found.extend(files)
         else:
             given.extend(storage.resolve(argument, root))
-    return given, found
+    # A run named twice (its folder and its file, two overlapping globs) is one run.
+    seen: set[Path] = set()
+    return _once(given, seen), _once(found, seen)
+
+
+def _once(paths: Iterable[Path], seen: set[Path]) -> list[Path]:
+    """``paths`` without those already ``seen`` (by their resolved path), which it adds to."""
+    out = []
+    for path in paths:
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            out.append(path)
+    return out
 
 
 @dataclass

@@ -88,6 +88,13 @@ def test_runs_of_one_commit_are_one_point_with_their_spread_ordered_by_commit_ti
     assert found.runs == 4
 
 
+def test_a_run_named_twice_is_read_once(tmp_path: Path) -> None:
+    path = _save(tmp_path / MACHINE, 1, "c1", [_plain("test_a", 1.0)])
+    given, found = history.find_runs([str(tmp_path), str(path), str(path)], "unused")
+    assert (given, found) == ([path], [])
+    assert history.load(given, found, machines=[MACHINE]).runs == 1
+
+
 def test_commits_of_the_same_second_keep_the_order_they_were_measured_in(tmp_path: Path) -> None:
     folder = tmp_path / MACHINE
     for number, commit in enumerate(["b", "a", "c"], start=1):
