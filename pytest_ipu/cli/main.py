@@ -244,6 +244,36 @@ def _ab(args: argparse.Namespace) -> int:
     return ab.exit_code(result, args.strict)
 
 
+def _history(args: argparse.Namespace) -> int:
+    # Imported here: the change point search loads numpy, needed only by this command.
+    from pytest_ipu.results import changes
+    from pytest_ipu.results import history
+
+    threshold = None
+    if args.fail_on_regression is not None:
+        try:
+            threshold = units.parse_share(args.fail_on_regression)
+        except ValueError as exc:
+            print(f"pytest-ipu: --fail-on-regression {args.fail_on_regression!r}: {exc}", file=sys.stderr)
+            return 2
+    if args.recent < 1:
+        print(
+            f"pytest-ipu: --recent {args.recent}: give a number of commits >= 1 (default 10)", file=sys.stderr
+        )
+        return 2
+    try:
+        given, found = history.find_runs(args.sources, args.storage)
+        read = history.load(given, found, args.machine, args.metric)
+    except (history.HistoryError, storage.RunLookupError, benchmark_json.RunFileError) as exc:
+        print(f"pytest-ipu: {exc}", file=sys.stderr)
+        return 2
+    found_changes = changes.analyse(read)
+    verdicts = changes.check(read, found_changes, threshold, args.recent) if threshold is not None else []
+    result = changes.Report(read, tuple(found_changes), tuple(verdicts), threshold)
+    print(changes.RENDERERS[args.format](result))
+    return changes.exit_code(verdicts)
+
+
 def _targets() -> int:
     """Every built-in target, present or absent (with the reason); ``*`` marks those that
     ``--ipu-backend=auto`` selects here, by the session's rule: the auto candidates present."""
@@ -360,9 +390,26 @@ def _main(argv: Sequence[str] | None) -> int:
     comparing.add_argument(
         "--strict", action="store_true", help="a benchmark missing from any run makes the exit code 1"
     )
-    reporting = sub.add_parser("report", help="plots (PNG, SVG) and a self-contained HTML page of saved runs")
-    reporting.add_argument("files", nargs="+", metavar="RUN", help=RUN_HELP)
+    reporting = sub.add_parser(
+        "report",
+        help="plots (PNG, SVG) and a self-contained HTML page of saved runs; given a storage folder, the "
+        "history of every benchmark across commits with its change points",
+    )
+    reporting.add_argument(
+        "files",
+        nargs="+",
+        metavar="RUN|STORAGE",
+        help=RUN_HELP + "; or a pytest-benchmark storage folder (e.g. .benchmarks): its history view",
+    )
     _add_storage(reporting)
+    reporting.add_argument(
+        "--machine",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="with a storage folder: the machine id or glob whose runs to draw (repeatable; default: this "
+        "machine's)",
+    )
     reporting.add_argument(
         "-o", "--output", type=Path, default=Path("report"), metavar="DIR", help="output directory"
     )
@@ -436,6 +483,54 @@ def _main(argv: Sequence[str] | None) -> int:
         "--strict", action="store_true", help="a benchmark missing from any run makes the exit code 1"
     )
     ab_parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed to pytest")
+    hist = sub.add_parser(
+        "history",
+        help="performance across commits from pytest-benchmark's storage: every benchmark's change points, "
+        "worst first; with --fail-on-regression, exits 1 when the newest commits start a regression beyond "
+        "the threshold, 3 when it cannot tell, 2 on bad input",
+        description="Read the runs --benchmark-autosave keeps (a storage folder, default --storage, or run "
+        "files), build one series per benchmark, metric and machine ordered by commit, and find its change "
+        "points by E-Divisive means with a permutation test (docs/ci.md).",
+    )
+    hist.add_argument(
+        "sources",
+        nargs="*",
+        metavar="STORAGE|RUN",
+        help="a storage folder (machine folders and all), or run files, saved-run ids or globs (default: "
+        "--storage)",
+    )
+    _add_storage(hist)
+    hist.add_argument(
+        "--format", choices=("table", "markdown", "json"), default="table", help="output format"
+    )
+    hist.add_argument(
+        "--machine",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="the machine id (storage folder name, e.g. Linux-CPython-3.11-64bit) or glob whose runs to read "
+        "(repeatable; default: this machine's)",
+    )
+    hist.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a metric to follow, e.g. throughput or time.mean (repeatable; default: every one present)",
+    )
+    hist.add_argument(
+        "--fail-on-regression",
+        metavar="SHARE",
+        help="exit 1 when a regression beyond SHARE (e.g. 5%%) starts among the newest --recent commits, 3 "
+        "when it cannot tell yet (too few commits after the change), 0 otherwise",
+    )
+    hist.add_argument(
+        "--recent",
+        type=int,
+        default=10,
+        metavar="N",
+        help="how many of the newest commits --fail-on-regression looks at (default 10)",
+    )
     sub.add_parser("targets", help="list the built-in backend targets and whether each is present here")
     sub.add_parser("devices", help="list compute targets and power sources, each with why it is absent")
     doctor_parser = sub.add_parser(
@@ -471,6 +566,24 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command == "merge":
         return _merge(args.out, args.files)
+    if args.command == "report" and any(Path(f).is_dir() for f in args.files):
+        from pytest_ipu.report import html as html_report  # matplotlib only when a report is asked for
+
+        if not all(Path(f).is_dir() for f in args.files):
+            print(
+                f"pytest-ipu: report {' '.join(args.files)}: give storage folders (the history view) or run "
+                "files (the runs side by side), not both",
+                file=sys.stderr,
+            )
+            return 2
+        return html_report.history_main(args.files, args.storage, args.machine, args.output)
+    if args.command == "report" and args.machine:
+        print(
+            f"pytest-ipu: report --machine {args.machine[0]}: --machine picks the runs of a storage folder's "
+            "history; give the storage folder (e.g. .benchmarks), or leave --machine out for run files",
+            file=sys.stderr,
+        )
+        return 2
     if args.command in ("summary", "compare", "report"):
         files = _run_files(args.files, args.storage)
         if files is None:
@@ -484,6 +597,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return html_report.main(files, args.output, args.references)
     if args.command == "ab":
         return _ab(args)
+    if args.command == "history":
+        return _history(args)
     if args.command == "devices":
         return _devices()
     if args.command == "doctor":

@@ -56,6 +56,9 @@ from pytest_ipu.results.references import Reference
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from pytest_ipu.results.changes import Report as Report_
+    from pytest_ipu.results.history import Series as Series_
+
 #: Resolution of the PNG files.
 PNG_DPI = 150
 
@@ -175,22 +178,13 @@ def _render(
     if not swept and not scaled and not charts:
         return []  # nothing to draw, so nothing needs matplotlib
     try:
-        import matplotlib
+        import matplotlib  # noqa: F401  (only whether it is installed: _encode and plots import it)
     except ImportError:
         if not swept:
             return None
         raise ReportError(
             "pytest-ipu report needs matplotlib (pytest-ipu's extra 'report'): pip install matplotlib"
         ) from None
-
-    def encode(figure: Figure) -> tuple[bytes, bytes]:
-        png, svg = io.BytesIO(), io.BytesIO()
-        # A fixed hash salt and no date make the SVG the same bytes for the same data, so that
-        # reports diff cleanly; text as paths needs no font on the reader's machine.
-        with matplotlib.rc_context({"svg.hashsalt": "pytest-ipu", "svg.fonttype": "path"}):
-            figure.savefig(png, format="png", dpi=PNG_DPI, metadata={"Software": None})
-            figure.savefig(svg, format="svg", metadata=dict.fromkeys(("Creator", "Date", "Format", "Type")))
-        return png.getvalue(), svg.getvalue()
 
     out: list[_Figure] = []
     stems: set[str] = set()
@@ -211,17 +205,30 @@ def _render(
             if not plots.has_values(series):
                 continue  # a plot of nothing: the table's n/m and its footnote say why (``_figures``)
             figure = plots.draw(view, group, series, plots.notes_for(view, series), machine=machine)
-            out.append(_Figure(group, view, f"{stem}-{view}", *encode(figure)))
+            out.append(_Figure(group, view, f"{stem}-{view}", *_encode(figure)))
     for index, view in scaled:
         study = studies[index]
         machine = plots.machine_label([runs[i] for i in sorted({p.run for p in study.points})])
         stem = unique(f"{view}-{_slug(study.title)}")
-        out.append(_Figure(study.title, view, stem, *encode(scaling.draw(study, view, machine=machine))))
+        out.append(_Figure(study.title, view, stem, *_encode(scaling.draw(study, view, machine=machine))))
     for chart in charts:
         stem = unique(f"loadgen-{_slug(chart.target)}")
         figure = loadgen_plot.draw(chart, machine=machine)
-        out.append(_Figure(chart.target, loadgen_plot.VIEW, stem, *encode(figure)))
+        out.append(_Figure(chart.target, loadgen_plot.VIEW, stem, *_encode(figure)))
     return out
+
+
+def _encode(figure: Figure) -> tuple[bytes, bytes]:
+    """A figure's PNG and SVG bytes."""
+    import matplotlib
+
+    png, svg = io.BytesIO(), io.BytesIO()
+    # A fixed hash salt and no date make the SVG the same bytes for the same data, so that
+    # reports diff cleanly; text as paths needs no font on the reader's machine.
+    with matplotlib.rc_context({"svg.hashsalt": "pytest-ipu", "svg.fonttype": "path"}):
+        figure.savefig(png, format="png", dpi=PNG_DPI, metadata={"Software": None})
+        figure.savefig(svg, format="svg", metadata=dict.fromkeys(("Creator", "Date", "Format", "Type")))
+    return png.getvalue(), svg.getvalue()
 
 
 def write_report(
@@ -629,3 +636,108 @@ def _page(
         "Numbers: see docs/numbers.md; energy: docs/power.md.</footer>"
         "</main></body></html>\n"
     )
+
+
+# --- the history view (pytest-ipu report STORAGE) ------------------------------------------------
+
+
+def write_history(found: Report_, out_dir: Path) -> ReportFiles:
+    """Write ``index.html`` of the history view (``report.history``), with a PNG and an SVG per
+    figure, into ``out_dir``; raises ``ReportError`` when there is nothing to draw or no matplotlib,
+    ``OSError`` when a file cannot be written."""
+    from pytest_ipu.report import history as history_view
+
+    chosen = history_view.drawn(found)
+    if not chosen:
+        raise ReportError("no series in the history: nothing to report")
+    try:
+        import matplotlib  # noqa: F401  (only whether it is installed)
+    except ImportError:
+        raise ReportError(
+            "pytest-ipu report needs matplotlib (pytest-ipu's extra 'report'): pip install matplotlib"
+        ) from None
+    figures: list[_Figure] = []
+    for number, series in enumerate(chosen, start=1):
+        drawing = history_view.draw(series, history_view.of(found, series))
+        stem = f"history-{number}-{_slug(series.name)}-{_slug(series.metric)}"
+        figures.append(_Figure(series.fullname, series.metric, stem, *_encode(drawing)))
+    page = _history_page(found, chosen, figures).encode("utf-8")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    images: list[Path] = []
+    for figure in figures:
+        for suffix, data in ((".png", figure.png), (".svg", figure.svg)):
+            path = out_dir / f"{figure.stem}{suffix}"
+            atomic.write_bytes(path, data)
+            images.append(path)
+    html_path = out_dir / "index.html"
+    atomic.write_bytes(html_path, page)
+    return ReportFiles(html_path, tuple(images))
+
+
+def _history_page(found: Report_, chosen: Sequence[Series_], figures: Sequence[_Figure]) -> str:
+    from pytest_ipu.report import history as history_view
+
+    read = found.history
+    sub = (
+        f"{read.runs} run(s) of machine {', '.join(read.machines)}, {len(read.series)} series, "
+        f"{len(found.changes)} change point(s) (E-Divisive means, permutation test: docs/ci.md)"
+    )
+    head = ["commit", "benchmark", "metric", "machine", "change", "interval", "p", "before", "after"]
+    numeric = {"change", "interval", "p", "before", "after"}
+    rows = []
+    for change, cells in history_view.summary_rows(found):
+        tds = "".join(
+            f'<td class="{"num " if h in numeric else ""}{"fail" if change.worse else "pass"}">{_e(c)}</td>'
+            if h == "change"
+            else f"<td{' class=num' if h in numeric else ''}>{'<code>' if h == 'commit' else ''}{_e(c)}"
+            f"{'</code>' if h == 'commit' else ''}</td>"
+            for h, c in zip_strict(head, cells)
+        )
+        rows.append(f"<tr>{tds}</tr>")
+    header = "".join(f"<th{' class=num' if h in numeric else ''}>{_e(h)}</th>" for h in head)
+    summary = (
+        f"<table><thead><tr>{header}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        if rows
+        else '<p class="sub">No change point in any series.</p>'
+    )
+    sections = [f'<section id="changes"><h2>Change points, newest first</h2>{summary}</section>']
+    for series, figure in zip_strict(chosen, figures):
+        sections.append(
+            f'<section id="{_e(figure.stem)}"><h2>{_e(history_view.title(series))}</h2>'
+            f"{_embedded(figure, history_view.title(series) + ' against commit')}</section>"
+        )
+    notes = "".join(f"<li>{_e(n)}</li>" for n in read.notes)
+    if notes:
+        sections.append(f'<section id="notes"><h2>Left out</h2><ul class="notes">{notes}</ul></section>')
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"/>'
+        '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
+        f"<title>pytest-ipu history</title><style>{_CSS}</style></head><body><main>"
+        f'<h1>pytest-ipu history</h1><p class="sub">{_e(sub)}</p>{"".join(sections)}'
+        f"<footer>Made by pytest-ipu {_e(__version__)}.</footer></main></body></html>\n"
+    )
+
+
+def history_main(sources: Sequence[str], storage_uri: str, machines: Sequence[str], out_dir: Path) -> int:
+    """``pytest-ipu report STORAGE``: the history view; 0 on success, 2 on bad input or when nothing
+    can be written."""
+    from pytest_ipu.results import changes
+    from pytest_ipu.results import history
+    from pytest_ipu.results import storage
+
+    try:
+        given, found_files = history.find_runs(sources, storage_uri)
+        read = history.load(given, found_files, machines)
+        found = changes.Report(read, tuple(changes.analyse(read)))
+        files = write_history(found, out_dir)
+    except (history.HistoryError, storage.RunLookupError, benchmark_json.RunFileError, ReportError) as exc:
+        print(f"pytest-ipu: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"pytest-ipu: {exc.filename or out_dir}: cannot write: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(
+        f"wrote {files.html} (history of {len(read.series)} series, {len(found.changes)} change point(s), "
+        f"{len(files.images) // 2} figure(s))"
+    )
+    return 0

@@ -111,6 +111,8 @@ RECORD_METRICS: tuple[CompareMetric, ...] = tuple(
     for m in schema.METRICS.values()
 )
 METRICS: tuple[CompareMetric, ...] = (*TIME_METRICS, *RECORD_METRICS)
+#: Every metric by name (``time.*`` and the registry's), as ``pytest-ipu history --metric`` names them.
+METRIC_BY_NAME: Mapping[str, CompareMetric] = {m.name: m for m in METRICS}
 
 
 @dataclass(frozen=True)

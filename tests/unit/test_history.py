@@ -1,0 +1,313 @@
+"""Saved runs as series (``results.history``) and their change points and regression check
+(``results.changes``), on storage folders written here; and ``pytest-ipu history``'s errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ipu.cli import main as cli
+from pytest_ipu.results import changes
+from pytest_ipu.results import decide
+from pytest_ipu.results import history
+from tests.unit import run_files
+
+LINUX = {
+    "system": "Linux",
+    "python_implementation": "CPython",
+    "python_version": "3.11.4",
+    "cpu": {"bits": 64},
+}
+MACHINE = "Linux-CPython-3.11-64bit"
+OTHER = {**LINUX, "system": "Darwin"}
+DARWIN = "Darwin-CPython-3.11-64bit"
+
+
+def _plain(name: str, mean: float) -> dict[str, Any]:
+    """A pytest-benchmark benchmark without a pytest-ipu record."""
+    return {
+        "group": None,
+        "name": name,
+        "fullname": f"test_x.py::{name}",
+        "params": None,
+        "stats": {"min": mean * 0.9, "median": mean, "mean": mean, "max": mean * 1.1},
+    }
+
+
+def _save(
+    folder: Path,
+    number: int,
+    commit: str,
+    benchmarks: list[dict[str, Any]],
+    *,
+    commit_time: str | None = "2026-01-01T10:00:00+00:00",
+    ran: str = "2026-01-02T10:00:00",
+    machine: dict[str, Any] = LINUX,
+) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{number:04d}_{commit}_{ran.replace(':', '')}.json"
+    path.write_text(
+        json.dumps(
+            {
+                "machine_info": machine,
+                "commit_info": {"id": commit, "time": commit_time, "dirty": False},
+                "datetime": ran,
+                "benchmarks": benchmarks,
+            }
+        )
+    )
+    return path
+
+
+def _minute(m: int) -> str:
+    return f"2026-01-01T10:{m:02d}:00+00:00"
+
+
+def _load(storage: Path, **kwargs: Any) -> history.History:
+    given, found = history.find_runs([str(storage)], "unused")
+    return history.load(given, found, **kwargs)
+
+
+def test_runs_of_one_commit_are_one_point_with_their_spread_ordered_by_commit_time(tmp_path: Path) -> None:
+    folder = tmp_path / MACHINE
+    # Saved out of commit order: c2 (committed at minute 2) was measured first.
+    _save(folder, 1, "c2", [_plain("test_a", 2.0)], commit_time=_minute(2), ran="2026-01-02T10:00:01")
+    _save(folder, 2, "c1", [_plain("test_a", 1.0)], commit_time=_minute(1), ran="2026-01-02T10:00:02")
+    _save(folder, 3, "c1", [_plain("test_a", 1.4)], commit_time=_minute(1), ran="2026-01-02T10:00:03")
+    _save(folder, 4, "c1", [_plain("test_a", 1.2)], commit_time=_minute(1), ran="2026-01-02T10:00:04")
+    found = _load(tmp_path, machines=[MACHINE], metrics=["time.mean"])
+    [series] = found.series
+    assert (series.metric, series.machine, series.unit) == ("time.mean", MACHINE, "s")
+    assert [p.commit for p in series.points] == ["c1", "c2"]
+    first = series.points[0]
+    assert first.values == (1.0, 1.4, 1.2)
+    assert (first.value, first.low, first.high) == (1.2, 1.0, 1.4)
+    assert found.runs == 4
+
+
+def test_a_run_named_twice_is_read_once(tmp_path: Path) -> None:
+    path = _save(tmp_path / MACHINE, 1, "c1", [_plain("test_a", 1.0)])
+    given, found = history.find_runs([str(tmp_path), str(path), str(path)], "unused")
+    assert (given, found) == ([path], [])
+    assert history.load(given, found, machines=[MACHINE]).runs == 1
+
+
+def test_commits_of_the_same_second_keep_the_order_they_were_measured_in(tmp_path: Path) -> None:
+    folder = tmp_path / MACHINE
+    for number, commit in enumerate(["b", "a", "c"], start=1):
+        _save(folder, number, commit, [_plain("test_a", 1.0)], ran=f"2026-01-02T10:00:0{number}")
+    [series] = _load(tmp_path, machines=[MACHINE], metrics=["time.mean"]).series
+    assert [p.commit for p in series.points] == ["b", "a", "c"]
+
+
+def test_other_machines_stay_out_unless_asked_for(tmp_path: Path) -> None:
+    _save(tmp_path / MACHINE, 1, "c1", [_plain("test_a", 1.0)])
+    _save(tmp_path / "Darwin-CPython-3.11-64bit", 1, "c1", [_plain("test_a", 5.0)], machine=OTHER)
+    found = _load(tmp_path, machines=[MACHINE], metrics=["time.mean"])
+    assert [s.machine for s in found.series] == [MACHINE]
+    assert found.notes == (f"1 run(s) of machine {DARWIN} left out (--machine {DARWIN} shows them)",)
+    every = _load(tmp_path, machines=["*"], metrics=["time.mean"])
+    assert sorted(s.machine for s in every.series) == ["Darwin-CPython-3.11-64bit", MACHINE]
+    with pytest.raises(
+        history.HistoryError, match=r"no run of machine Windows-\* .*Darwin-CPython-3.11-64bit \(1\)"
+    ):
+        _load(tmp_path, machines=["Windows-*"])
+
+
+def test_partial_entries_and_runs_without_a_commit_stay_out_with_a_note(tmp_path: Path) -> None:
+    folder = tmp_path / MACHINE
+    _save(folder, 1, "c1", [run_files.bench(4, 0.001, 4000.0)], commit_time=_minute(1))
+    partial = run_files.bench(4, 0.5, 1.0)
+    del partial["extra_info"]  # pytest-benchmark's entry of an interrupted run: no record
+    _save(folder, 2, "c2", [partial], commit_time=_minute(2))
+    _save(folder, 3, "unversioned", [run_files.bench(4, 0.001, 4000.0)], commit_time=None)
+    found = _load(tmp_path, machines=[MACHINE])
+    metrics = {s.metric for s in found.series}
+    assert "throughput" in metrics
+    assert not any(m.startswith("time.") for m in metrics)  # a record's benchmark: the record's metrics
+    assert all([p.commit for p in s.points] == ["c1"] for s in found.series)
+    assert any("0002_c2" in n and "partial entry" in n for n in found.notes)
+    assert any("0003_unversioned" in n and "no commit id" in n for n in found.notes)
+
+
+def test_an_unreadable_file_in_a_storage_is_left_out_but_a_given_one_is_an_error(tmp_path: Path) -> None:
+    folder = tmp_path / MACHINE
+    _save(folder, 1, "c1", [_plain("test_a", 1.0)])
+    broken = folder / "0002_c2_x.json"
+    broken.write_text("{")
+    found = _load(tmp_path, machines=[MACHINE])
+    assert any(str(broken) in n and "left out" in n for n in found.notes)
+    with pytest.raises(history.benchmark_json.RunFileError, match="not JSON"):
+        history.load([broken], machines=[MACHINE])
+
+
+def _steady(tmp_path: Path, values: list[float], name: str = "test_a") -> history.History:
+    folder = tmp_path / MACHINE
+    for number, value in enumerate(values, start=1):
+        _save(folder, number, f"c{number:02d}", [_plain(name, value)], commit_time=_minute(number))
+    return _load(tmp_path, machines=[MACHINE], metrics=["time.mean"])
+
+
+NOISE = [1.00, 1.02, 0.99, 1.01, 0.98, 1.00, 1.01, 0.99, 1.02, 1.00, 0.99, 1.01, 1.00, 0.98]
+
+
+def test_a_regression_in_the_newest_commits_fails_the_check(tmp_path: Path) -> None:
+    found = _steady(tmp_path, NOISE[:9] + [v * 1.5 for v in NOISE[9:]])
+    found_changes = changes.analyse(found)
+    assert [(c.commit, c.previous, c.worse) for c in found_changes] == [("c10", "c09", True)]
+    [verdict] = changes.check(found, found_changes, 0.10)
+    assert verdict.outcome == decide.FAIL
+    assert "from c10" in verdict.reason
+    assert changes.exit_code([verdict]) == decide.EXIT_FAIL
+    # An older regression, before the newest 3 commits, is not the newest commits' doing.
+    [old] = changes.check(found, found_changes, 0.10, recent=3)
+    assert old.outcome == decide.PASS
+
+
+def test_newest_commits_too_few_to_tell_are_inconclusive(tmp_path: Path) -> None:
+    found = _steady(tmp_path, [*NOISE[:12], 1.5, 1.52])
+    assert changes.analyse(found) == []
+    [verdict] = changes.check(found, [], 0.10)
+    assert verdict.outcome == decide.INCONCLUSIVE
+    assert "newest 2 commit(s) from c13" in verdict.reason
+    assert changes.exit_code([verdict]) == decide.EXIT_INCONCLUSIVE
+
+
+def test_a_steady_series_passes_and_a_short_one_is_inconclusive(tmp_path: Path) -> None:
+    found = _steady(tmp_path, NOISE)
+    [verdict] = changes.check(found, changes.analyse(found), 0.05)
+    assert verdict.outcome == decide.PASS
+    assert changes.exit_code([verdict]) == decide.EXIT_PASS
+    short = _steady(tmp_path / "short", NOISE[:4])
+    assert changes.check(short, [], 0.05)[0].outcome == decide.INCONCLUSIVE
+
+
+def test_an_improvement_is_listed_after_regressions_and_does_not_fail(tmp_path: Path) -> None:
+    folder = tmp_path / MACHINE
+    for number, value in enumerate(NOISE, start=1):
+        slow = value * (1.3 if number > 7 else 1.0)  # worse from c08 (a time: lower is better)
+        fast = value * (0.5 if number > 4 else 1.0)  # better from c05
+        _save(
+            folder,
+            number,
+            f"c{number:02d}",
+            [_plain("test_a", slow), _plain("test_b", fast)],
+            commit_time=_minute(number),
+        )
+    found = _load(tmp_path, machines=[MACHINE], metrics=["time.mean"])
+    listed = changes.analyse(found)
+    assert [(c.series.name, c.commit, c.worse) for c in listed] == [
+        ("test_a", "c08", True),
+        ("test_b", "c05", False),
+    ]
+    verdicts = {v.series.name: v.outcome for v in changes.check(found, listed, 0.1)}
+    assert verdicts == {"test_a": decide.FAIL, "test_b": decide.PASS}
+
+
+def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _steady(tmp_path, NOISE[:9] + [v * 1.5 for v in NOISE[9:]])
+    code = cli.main(
+        [
+            "history",
+            str(tmp_path),
+            "--machine",
+            MACHINE,
+            "--metric",
+            "time.mean",
+            "--format",
+            "json",
+            "--fail-on-regression",
+            "10%",
+        ]
+    )
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert out["history_version"] == changes.JSON_VERSION
+    [change] = out["change_points"]
+    assert change["commit"] == "c10"
+    assert change["change"] == pytest.approx(0.5, abs=0.05)
+    assert out["series"][0]["change_points"] == [change]
+    assert out["check"]["exit_code"] == 1
+
+
+def test_markdown_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _steady(tmp_path, NOISE[:9] + [v * 1.5 for v in NOISE[9:]])
+    assert (
+        cli.main(
+            ["history", str(tmp_path), "--machine", MACHINE, "--format", "markdown", "--metric", "time.mean"]
+        )
+        == 0
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| benchmark | metric | commit |")
+    assert "`c10`" in lines[2]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--fail-on-regression", "lots"], "pytest-ipu: --fail-on-regression 'lots': expected a share"),
+        (["--recent", "0"], "pytest-ipu: --recent 0: give a number of commits >= 1"),
+        (["--metric", "speed"], "pytest-ipu: --metric 'speed': no such metric"),
+        (["nowhere"], "pytest-ipu: nowhere: no such file, and no saved run"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    _save(tmp_path / MACHINE, 1, "c1", [_plain("test_a", 1.0)])
+    code = cli.main(["history", "--storage", str(tmp_path), "--machine", MACHINE, *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.splitlines()) == 1
+    assert err.startswith(message)
+
+
+def test_a_missing_or_empty_storage_says_how_to_fill_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["history", "--storage", str(tmp_path / "absent")]) == 2
+    assert "no such folder: run the benchmarks with --benchmark-autosave" in capsys.readouterr().err
+    assert cli.main(["history", str(tmp_path)]) == 2
+    assert "a folder with no pytest-benchmark runs" in capsys.readouterr().err
+
+
+def test_report_of_a_storage_draws_the_history_with_its_change_points(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    folder = tmp_path / "storage" / MACHINE
+    for number, value in enumerate(NOISE, start=1):
+        slow = value * (1.3 if number > 7 else 1.0)
+        fast = value * (0.5 if number > 4 else 1.0)
+        _save(
+            folder,
+            number,
+            f"c{number:02d}",
+            [_plain("test_a", slow), _plain("test_b", fast)],
+            commit_time=_minute(number),
+        )
+    out = tmp_path / "out"
+    assert cli.main(["report", str(tmp_path / "storage"), "--machine", MACHINE, "-o", str(out)]) == 0
+    # Four time statistics of two benchmarks, each with its change point, each drawn.
+    assert "history of 8 series, 8 change point(s), 8 figure(s)" in capsys.readouterr().out
+    page = (out / "index.html").read_text()
+    # The summary table, newest change first: c08 (test_a, worse) before c05 (test_b, better).
+    table = page.split("<h2>Change points, newest first</h2>")[1].split("</table>")[0]
+    assert table.index("c08") < table.index("c05")
+    assert page.count("data:image/svg+xml;base64,") == 8
+    assert "http://" not in page.replace("http://www.w3.org", "")  # no server, no remote resource
+    assert len(list(out.glob("history-*-test_a-time.*.png"))) == 4
+
+
+def test_report_refuses_folders_and_files_together(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _save(tmp_path / MACHINE, 1, "c1", [_plain("test_a", 1.0)])
+    assert cli.main(["report", str(tmp_path), str(path)]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert cli.main(["report", str(path), "--machine", MACHINE]) == 2
+    assert "--machine picks the runs of a storage folder's history" in capsys.readouterr().err
