@@ -43,6 +43,7 @@ SELF_CHECKS = frozenset(
         "test_gate_accuracy.py",
         "test_gil.py",
         "test_harness_overhead.py",
+        "test_history.py",
         "test_instances_overhead.py",
         "test_loadgen_overhead.py",
         "test_memory_sweep.py",
