@@ -252,9 +252,14 @@ def write_report(
     charts = loadgen_plot.charts(runs)
     figures = _render(generic(runs), studies, charts, machine=plots.machine_label(runs))
     page = _page(runs, figures or [], studies, references, scaling_drawn=figures is not None).encode("utf-8")
+    return _write_files(out_dir, figures or [], page)
+
+
+def _write_files(out_dir: Path, figures: Sequence[_Figure], page: bytes) -> ReportFiles:
+    """Every figure as PNG and SVG, then the page, each written whole (``atomic``)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     images: list[Path] = []
-    for figure in figures or []:
+    for figure in figures:
         for suffix, data in ((".png", figure.png), (".svg", figure.svg)):
             path = out_dir / f"{figure.stem}{suffix}"
             atomic.write_bytes(path, data)
@@ -662,16 +667,7 @@ def write_history(found: Report_, out_dir: Path) -> ReportFiles:
         stem = f"history-{number}-{_slug(series.name)}-{_slug(series.metric)}"
         figures.append(_Figure(series.fullname, series.metric, stem, *_encode(drawing)))
     page = _history_page(found, chosen, figures).encode("utf-8")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    images: list[Path] = []
-    for figure in figures:
-        for suffix, data in ((".png", figure.png), (".svg", figure.svg)):
-            path = out_dir / f"{figure.stem}{suffix}"
-            atomic.write_bytes(path, data)
-            images.append(path)
-    html_path = out_dir / "index.html"
-    atomic.write_bytes(html_path, page)
-    return ReportFiles(html_path, tuple(images))
+    return _write_files(out_dir, figures, page)
 
 
 def _history_page(found: Report_, chosen: Sequence[Series_], figures: Sequence[_Figure]) -> str:
