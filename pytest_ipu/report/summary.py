@@ -18,10 +18,12 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_ipu.backports import remove_prefix
 from pytest_ipu.measure import units
 from pytest_ipu.report import plots
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
+from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import group_name
 
@@ -85,13 +87,15 @@ def headline(runs: Sequence[StoredRun], group: str) -> Headline:
     ]
     fastest = min(rows, key=lambda r: r[0].latency_s.p50)
     busiest = max(rows, key=lambda r: r[0].throughput_items_per_s)
-    measured = [(r, label) for r, label in rows if r.power is not None and r.power.items_per_j is not None]
+    # items/J as the metric registry reads it (the gates' and compare's owner of the figure).
+    per_joule = METRICS["items_per_j"]
+    measured = [(v, r, label) for r, label in rows for v in (per_joule.value(r),) if v is not None]
     if measured:
-        record, label = max(measured, key=lambda r: r[0].power.items_per_j or 0.0)  # type: ignore[union-attr]
-        frugal = Best(record.power.items_per_j if record.power else None, _who(record, label))
+        value, record, label = max(measured, key=lambda m: m[0])
+        frugal = Best(value, _who(record, label))
     else:
-        reasons = [r.power.reason for r, _ in rows if r.power is not None and r.power.reason]
-        frugal = Best(None, f"not measured: {reasons[0]}" if reasons else "not measured: no power record")
+        reason = remove_prefix(per_joule.why_missing(rows[0][0]), "power not measured: ")
+        frugal = Best(None, f"not measured: {reason}")
     return Headline(
         group,
         len(rows),
