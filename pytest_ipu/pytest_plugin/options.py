@@ -261,7 +261,11 @@ def _listed(value: object, expected: str) -> list[str]:
     variable that expanded to nothing, say), as ``--ipu-rounds=`` is; ``;;`` in a string is a separator.
     """
     if not isinstance(value, (list, tuple)):
-        return str(value).split(";")
+        texts = str(value).split(";")
+        # Separators and nothing else (`PYTEST_IPU_GATE=';;'`) would silently mean "none".
+        if len(texts) > 1 and not any(t.strip() for t in texts):
+            raise ValueError(f"{expected}, got only ';' separators; write 'none' for none")
+        return texts
     texts = [str(v) for v in value]
     if any(not t.strip() for t in texts):
         raise ValueError(f"{expected}, got an empty value")
