@@ -27,6 +27,8 @@ from pytest_ipu.errors import PytestIpuWarning
 from pytest_ipu.measure.units import parse_share
 from pytest_ipu.results import gates
 from pytest_ipu.results.gates import Gate
+from pytest_ipu.run.plan import MAX_ROUNDS
+from pytest_ipu.run.plan import MAX_WARMUP_ROUNDS
 from pytest_ipu.run.plan import TimeCap
 from pytest_ipu.run.plan import check_cap
 
@@ -37,10 +39,6 @@ AUTO = "auto"
 #: Upper limits of counts and durations: past them a value is a typo, not a plan.
 MAX_REPEATS = 100
 MAX_THREADS = 1024
-#: Fixed timed rounds: a million 1 us calls is a second; more only grows the JSON (8 bytes a round).
-MAX_ROUNDS = 1_000_000
-#: Warm-up rounds: far more than any runtime needs to reach a steady state.
-MAX_WARMUP_ROUNDS = 100_000
 #: The ``auto`` plan's floor may not pass its own cap: equal to ``measure.timing.MAX_AUTO_ROUNDS``
 #: (not imported: the plugin's start-up loads no measurement code; tests/unit/test_options.py checks).
 MAX_MIN_ROUNDS = 100_000
