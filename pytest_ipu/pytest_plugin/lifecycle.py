@@ -126,8 +126,8 @@ class Lifecycle:
 
         # The option's own targets, whatever the tests use: a typo in --ipu-backend is a usage error
         # even in a suite of plain callables that never asks for ``ipu_backend``.
-        for target in self.session.settings.targets:
-            reason = unprovided(target)
+        for requested in self.session.settings.targets:
+            reason = unprovided(requested)
             if reason is not None:
                 value, source = options.value_and_source(config, "targets")
                 raise pytest.UsageError(

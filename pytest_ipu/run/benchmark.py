@@ -92,7 +92,7 @@ def _count(name: str, value: object, minimum: int, maximum: int, fix: str) -> No
         )
     if value < minimum:
         raise BenchmarkArgumentError(f"pytest-ipu: {where}: {name} must be at least {minimum}; {fix}")
-    if value > maximum:
+    if int(value) > maximum:
         raise BenchmarkArgumentError(f"pytest-ipu: {where}: {name} must be at most {maximum}; {fix}")
 
 
