@@ -261,7 +261,7 @@ def test_every_target_and_power_source_is_probed_and_opt_in_targets_only_with_al
 def test_a_timeout_that_is_not_positive_is_bad_usage(capsys):
     assert cli.main(["doctor", "--timeout", "0"]) == 2
     assert capsys.readouterr().err == (
-        "pytest-ipu: doctor --timeout 0: not a positive number of seconds; give e.g. 300\n"
+        "pytest-ipu: doctor --timeout 0: not a positive number of seconds up to 86400; give e.g. 300\n"
     )
 
 
