@@ -172,6 +172,8 @@ PACKAGES: tuple[tuple[str, str, str], ...] = (
     ("popdist", "popdist", "popdist"),
     ("gcipuinfo", "gcipuinfo", "gcipuinfo"),
     ("nvidia-ml-py", "nvidia-ml-py", "pynvml"),
+    # The `loadgen` extra: ipu_loadgen and docs/loadgen.md need it.
+    ("mlcommons-loadgen", "mlcommons-loadgen", "mlperf_loadgen"),
 )
 
 

@@ -340,16 +340,13 @@ class Lifecycle:
         into place whole, or report one line and leave the destination as it was."""
         pending = self.pending_json
         assert pending is not None
-        reporter = self._reporter()
         try:
+            # pytest-benchmark's "Wrote benchmark data in: ..." already names the target
+            # (``bench_seam.set_json_path``), so nothing more is said here.
             save()
-            moved = pending.commit()
+            pending.commit()
         except OSError as exc:
             self._json_failed(exc)
-            return
-        if moved and reporter is not None:
-            # pytest-benchmark named the temporary file it wrote ("Wrote benchmark data in").
-            reporter.write_line(f"pytest-ipu: results moved whole into {pending.target}")
 
     def _finish_save(self) -> None:
         """Where pytest-benchmark's writer could not be routed, move what it wrote into place now

@@ -292,3 +292,9 @@ def test_the_command_here_works_and_says_there_is_no_ipu():
     assert (status["popart:ipu"], status["poptorch:ipu"]) == ("absent", "absent")
     assert "FAILED" not in status.values()
     assert proc.stdout.rstrip().endswith("every present target and power source works")
+
+
+def test_mlperf_loadgen_is_listed_among_the_installed_packages(tmp_path):
+    """The `loadgen` extra's package is a row of its own, installed or not."""
+    names = [row.name for row in doctor.installed(_machine(tmp_path))]
+    assert "mlcommons-loadgen" in names
