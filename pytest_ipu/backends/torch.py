@@ -10,7 +10,6 @@ import copy
 import dataclasses
 import importlib
 import re
-import warnings
 import weakref
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -27,22 +26,10 @@ from pytest_ipu.backends.base import merge_options
 from pytest_ipu.backends.host import cpu_name
 from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
 from pytest_ipu.errors import CompileError
-from pytest_ipu.errors import PytestIpuWarning
 
 #: What the JSON says where torch's own default thread count is kept (as the settings do).
 AUTO = "auto"
 _DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-
-
-def fp16_on_cpu_warning(model: str) -> PytestIpuWarning:
-    """The one-line hint for fp16 on a CPU: most CPUs have no fp16 arithmetic, so torch emulates
-    fp16 matmuls and convolutions there, tens of times slower than fp32."""
-    return PytestIpuWarning(
-        f"pytest-ipu: {model} in fp16 on torch:cpu: this CPU path emulates fp16 matmuls and "
-        "convolutions (often tens of times slower than fp32); use --ipu-precision=bf16 or fp32"
-    )
-
-
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
 OPTIONS: Mapping[str, object] = {"channels_last": False, "io": "host", "compile_mode": "default"}
 _IO = ("host", "device")
@@ -240,10 +227,6 @@ class TorchBackend(NamedBackend):
                 f"{self._device} ({self._device_name(torch)}) has no bf16 support for {_model_name(model)}; "
                 "use precision fp16 or fp32"
             )
-        if precision == "fp16" and dev.type == "cpu":
-            # Measured: a ResNeXt block ran about 70 times slower in fp16 than in fp32 on torch:cpu,
-            # and nothing else in the run says why.
-            warnings.warn(fp16_on_cpu_warning(_model_name(model)), stacklevel=2)
         # Before the model is copied or run, so the whole compile already uses the requested threads.
         threads = self.apply_threads()
         channels_last = bool(opts["channels_last"])

@@ -11,7 +11,6 @@ import pytest
 from pytest_ipu.backends import torch as torch_backend
 from pytest_ipu.backends.torch import TorchBackend
 from pytest_ipu.errors import CompileError
-from pytest_ipu.errors import PytestIpuWarning
 from tests.unit.torch_versions import NO_CPU_FP16
 from tests.unit.torch_versions import cpu_runs_fp16
 from tests.unit.torch_versions import needs_torch_compile
@@ -52,15 +51,7 @@ def test_eager_outputs_match_the_model_in_every_precision(
 ):
     model, x = model_and_input
     expected = model(x).detach()
-    if precision == "fp16":
-        with pytest.warns(PytestIpuWarning, match="emulates fp16"):
-            compiled = TorchBackend(device="cpu").compile(
-                model, (x,), precision, {"channels_last": channels_last}
-            )
-    else:
-        compiled = TorchBackend(device="cpu").compile(
-            model, (x,), precision, {"channels_last": channels_last}
-        )
+    compiled = TorchBackend(device="cpu").compile(model, (x,), precision, {"channels_last": channels_last})
     out = compiled.run(*compiled.prepare_inputs((x,)))
     assert out.dtype == getattr(torch, dtype)
     assert torch.allclose(out.float(), expected, atol=tolerance, rtol=tolerance)
@@ -223,16 +214,3 @@ def test_torch_compile_compiles_inside_compile_and_matches_eager():
     out = compiled.run(*compiled.prepare_inputs((x,)))
     assert torch.allclose(out, model(x).detach(), atol=1e-5)
     compiled.close()
-
-
-def test_fp16_on_the_cpu_warns_that_it_is_emulated_and_names_the_faster_precisions(model_and_input):
-    """fp16 on torch:cpu ran about 70 times slower than fp32 with nothing saying why."""
-    model, x = model_and_input
-    with pytest.warns(PytestIpuWarning) as caught:
-        TorchBackend(device="cpu").compile(model, (x,), "fp16", {})
-    (message,) = [str(w.message) for w in caught]
-    assert "fp16 on torch:cpu" in message
-    assert "--ipu-precision=bf16 or fp32" in message
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        TorchBackend(device="cpu").compile(model, (x,), "bf16", {})
