@@ -172,6 +172,13 @@ ROWS = [
         "ipu_benchmark(model, inputs=dict object): inputs is a sequence",
     ),
     BadCall(
+        "loadgen tensor as samples",
+        "import torch\n    ipu_loadgen(noop, torch.randn(8, 4))",
+        "ipu_loadgen(samples): samples=Tensor of shape (8, 4): the samples are a tuple of inputs, not one "
+        "tensor or array; pass (x,)",
+        needs_torch=True,
+    ),
+    BadCall(
         "model not callable",
         "ipu_benchmark(42, ())",
         "ipu_benchmark(model=int object): the model must be callable",
@@ -292,7 +299,9 @@ def _inner_file(rows: list[BadCall]) -> str:
     parts = [HEADER]
     for row in rows:
         marker = f"@pytest.mark.ipu({row.marker})\n" if row.marker else ""
-        fixtures = "ipu_compile" if "ipu_compile(" in row.test_body else "ipu_benchmark"
+        fixtures = next(
+            (name for name in ("ipu_compile", "ipu_loadgen") if f"{name}(" in row.test_body), "ipu_benchmark"
+        )
         parts.append(f"\n\n{marker}def {row.name}({fixtures}):\n    {row.test_body}\n")
     return "".join(parts)
 

@@ -331,6 +331,12 @@ ARGS_ROWS = [
         lambda _: ["doctor", "--timeout", "1e308"],
         "doctor --timeout 1e+308: not a positive number of seconds up to 86400; give e.g. 300",
     ),
+    BadArgs(
+        "report of a file named in no encoding",
+        lambda d: ["report", _not_utf8_name(d), "-o", str(d / "report")],
+        "index.html",
+        exit_code=0,
+    ),
     BadArgs("doctor --timeout nan", lambda _: ["doctor", "--timeout", "nan"], "doctor --timeout nan"),
     BadArgs("doctor --timeout 0", lambda _: ["doctor", "--timeout", "0"], "doctor --timeout 0"),
     BadArgs(
@@ -341,6 +347,13 @@ ARGS_ROWS = [
     BadArgs("summary of a FIFO", lambda d: ["summary", _fifo(d)], "a-fifo: is not a regular file, not a run"),
     BadArgs("compare with a FIFO", lambda d: ["compare", str(d / "good.json"), _fifo(d)], "a-fifo: is not a"),
 ]
+
+
+def _not_utf8_name(folder: Path) -> str:
+    """A valid run under a name whose bytes are not UTF-8 (``name_\\xff.json``)."""
+    path = folder / os.fsdecode(b"name_\xff.json")
+    write(path, bench(2, 0.01, 200.0))
+    return str(path)
 
 
 def _fifo(folder: Path) -> str:
@@ -356,8 +369,12 @@ def test_bad_arguments(row: BadArgs, tmp_path: Path, capsys: pytest.CaptureFixtu
 
     code = cli.main(row.argv(tmp_path))
 
-    _, err = capsys.readouterr()
+    out, err = capsys.readouterr()
     assert code == row.exit_code
+    assert "Traceback" not in out + err
+    if row.exit_code == 0:  # a strange input that is still good: the command does its work
+        assert row.message_part in out, out
+        return
     assert err.count("\n") == 1, err
     assert err.startswith("pytest-ipu: "), err
     assert row.message_part in err
