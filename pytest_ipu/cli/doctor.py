@@ -172,6 +172,8 @@ PACKAGES: tuple[tuple[str, str, str], ...] = (
     ("popdist", "popdist", "popdist"),
     ("gcipuinfo", "gcipuinfo", "gcipuinfo"),
     ("nvidia-ml-py", "nvidia-ml-py", "pynvml"),
+    # The `loadgen` extra: ipu_loadgen and docs/loadgen.md need it.
+    ("mlcommons-loadgen", "mlcommons-loadgen", "mlperf_loadgen"),
 )
 
 
@@ -701,11 +703,19 @@ def render(report: Report) -> str:
     return "\n".join(lines)
 
 
+#: The longest ``--timeout``: a day, as the plugin's longest duration (``--ipu-call-timeout``).
+MAX_TIMEOUT_S = 86_400.0
+
+
 def bad_timeout(timeout_s: float) -> str | None:
-    """The one-line error for a ``--timeout`` that is not a positive number of seconds, else ``None``."""
-    if timeout_s > 0:
+    """The one-line error for a ``--timeout`` that is not a positive number of seconds up to a day
+    (the plugin's longest duration), else ``None``: 1e308 or inf would overflow the probe's wait."""
+    if 0 < timeout_s <= MAX_TIMEOUT_S:
         return None
-    return f"pytest-ipu: doctor --timeout {timeout_s:g}: not a positive number of seconds; give e.g. 300"
+    return (
+        f"pytest-ipu: doctor --timeout {timeout_s:g}: not a positive number of seconds up to "
+        f"{MAX_TIMEOUT_S:g}; give e.g. 300"
+    )
 
 
 def main(fmt: str = "table", timeout_s: float = DEFAULT_TIMEOUT_S, include_opt_in: bool = False) -> int:

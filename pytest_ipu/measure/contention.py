@@ -112,8 +112,13 @@ class ContentionRecord:
     load_avg_1m: float | None = None
     #: The `--ipu-contended` threshold, as a fraction.
     threshold: float = DEFAULT_THRESHOLD
-    #: others_share > threshold.
+    #: others_share > threshold; merged, true if any window's was.
     contended: bool = False
+    #: Merged records only: the highest other processes' share among the windows that were contended,
+    #: the figure that set ``contended`` (``others_share`` is the average over all windows).
+    flagged_share: float | None = None
+    #: Merged records only: which window (repeat, from 1) had ``flagged_share``.
+    flagged_repeat: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         """Every field as plain JSON values (``None`` for unknowns)."""
@@ -410,7 +415,8 @@ def merge(records: Sequence[ContentionRecord]) -> ContentionRecord:
     """Several windows (repeats of one benchmark) into one record.
 
     Shares are averaged weighted by ``window_s`` over the windows that have them (a window too short
-    to judge adds nothing); the load average is the max; ``contended`` if any window was; readable
+    to judge adds nothing); the load average is the max; ``contended`` if any window was, with that
+    window's share and number in ``flagged_share`` and ``flagged_repeat`` (the highest); readable
     only if all were, otherwise the first unreadable window's reason and no numbers; ``cpus`` and
     ``threshold`` from the first window; ``window_s`` the sum.
     """
@@ -435,6 +441,11 @@ def merge(records: Sequence[ContentionRecord]) -> ContentionRecord:
                 continue
             if reason not in reasons:
                 reasons.append(reason)
+    # The window that set the flag: the average alone can sit below the threshold.
+    flagged = [
+        (r.others_share, i) for i, r in enumerate(records, 1) if r.contended and r.others_share is not None
+    ]
+    flagged_share, flagged_repeat = max(flagged) if flagged else (None, None)
     return ContentionRecord(
         readable=True,
         reason="; ".join(reasons),
@@ -446,4 +457,6 @@ def merge(records: Sequence[ContentionRecord]) -> ContentionRecord:
         load_avg_1m=max(loads) if loads else None,
         threshold=first.threshold,
         contended=any(r.contended for r in records),
+        flagged_share=flagged_share,
+        flagged_repeat=flagged_repeat,
     )

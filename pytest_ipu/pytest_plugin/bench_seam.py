@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
@@ -110,9 +111,9 @@ class _JsonFile:
     fh: fh.write(...)``): the file at ``path``, opened only then. ``str()`` is the path, which
     pytest-benchmark prints ("Wrote benchmark data in: ...")."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, shown: Path | None = None) -> None:
         self.path = path
-        self.name = str(path)
+        self.name = str(path if shown is None else shown)
         self._handle: BinaryIO | None = None
 
     def __enter__(self) -> BinaryIO:
@@ -138,7 +139,7 @@ def json_path(option: Any) -> Path | None:
     value = getattr(option, "benchmark_json", None)
     if value is None:
         return None
-    if isinstance(value, _JsonFile):
+    if isinstance(value, (_JsonFile, _ShownPath)):
         return value.path
     if hasattr(value, "write") and hasattr(value, "name"):
         value.close()
@@ -146,13 +147,36 @@ def json_path(option: Any) -> Path | None:
     return Path(value)
 
 
-def set_json_path(option: Any, path: Path | None) -> None:
+class _ShownPath(os.PathLike):  # type: ignore[type-arg]  # os.PathLike is generic only from 3.9
+    """What pytest-benchmark from 5.3 writes ``--benchmark-json`` through (``open(self.json)``):
+    opened at ``path`` (``os.fspath``) but printed as ``shown`` ("Wrote benchmark data in: ..."),
+    so that a run writing a temporary file names the file the user asked for, not the temporary."""
+
+    def __init__(self, path: Path, shown: Path) -> None:
+        self.path = path
+        self.shown = shown
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.shown)
+
+    def __repr__(self) -> str:
+        return f"_ShownPath({str(self.path)!r}, shown={str(self.shown)!r})"
+
+
+def set_json_path(option: Any, path: Path | None, shown: Path | None = None) -> None:
     """Make pytest-benchmark write its ``--benchmark-json`` document to ``path``, in the form the
-    installed version reads (a path, or before 5.3 a file opened on first write)."""
+    installed version reads (a path, or before 5.3 a file opened on first write); where ``shown``
+    is given (the file ``path`` is renamed onto once written whole), pytest-benchmark's line
+    "Wrote benchmark data in: ..." names it rather than ``path``."""
     if path is None:
         option.benchmark_json = None
     elif json_option_is_file():
-        option.benchmark_json = _JsonFile(path)
+        option.benchmark_json = _JsonFile(path, shown)
+    elif shown is not None:
+        option.benchmark_json = _ShownPath(path, shown)
     else:
         option.benchmark_json = path
 

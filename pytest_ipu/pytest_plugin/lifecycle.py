@@ -113,19 +113,34 @@ class Lifecycle:
             except ConfigError as exc:
                 raise pytest.UsageError(f"pytest-ipu: {exc}") from None
         provided: dict[Target, bool] = {}
-        for item in items:
-            target = _target_param(item)
-            if target is None:
-                continue
+
+        def unprovided(target: Target) -> str | None:
+            """Why nobody provides ``target``, or None when the registry or a conftest does."""
             reason = backends.unknown_target_reason(target)
             if reason is None:
-                continue
+                return None
             if target not in provided:
                 # Only a conftest's implementation can make a target the registry does not know.
                 provided[target] = (
                     config.hook.pytest_ipu_make_backend(config=config, target=target) is not None
                 )
-            if not provided[target]:
+            return None if provided[target] else reason
+
+        # The option's own targets, whatever the tests use: a typo in --ipu-backend is a usage error
+        # even in a suite of plain callables that never asks for ``ipu_backend``.
+        for requested in self.session.settings.targets:
+            reason = unprovided(requested)
+            if reason is not None:
+                value, source = options.value_and_source(config, "targets")
+                raise pytest.UsageError(
+                    f"pytest-ipu: invalid value {value!r} for --ipu-backend from {source}: {reason}"
+                )
+        for item in items:
+            target = _target_param(item)
+            if target is None:
+                continue
+            reason = unprovided(target)
+            if reason is not None:
                 raise pytest.UsageError(f"pytest-ipu: {_target_origin(config, item)}: {reason}")
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
@@ -325,16 +340,13 @@ class Lifecycle:
         into place whole, or report one line and leave the destination as it was."""
         pending = self.pending_json
         assert pending is not None
-        reporter = self._reporter()
         try:
+            # pytest-benchmark's "Wrote benchmark data in: ..." already names the target
+            # (``bench_seam.set_json_path``), so nothing more is said here.
             save()
-            moved = pending.commit()
+            pending.commit()
         except OSError as exc:
             self._json_failed(exc)
-            return
-        if moved and reporter is not None:
-            # pytest-benchmark named the temporary file it wrote ("Wrote benchmark data in").
-            reporter.write_line(f"pytest-ipu: results moved whole into {pending.target}")
 
     def _finish_save(self) -> None:
         """Where pytest-benchmark's writer could not be routed, move what it wrote into place now

@@ -25,6 +25,8 @@ from pytest_ipu.backends.target import parse_target
 from pytest_ipu.backports import remove_suffix
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
+from pytest_ipu.run.plan import MAX_ROUNDS
+from pytest_ipu.run.plan import MAX_WARMUP_ROUNDS
 from pytest_ipu.run.plan import TimeCap
 from pytest_ipu.run.plan import check_cap
 
@@ -38,10 +40,6 @@ AUTO = "auto"
 #: Upper limits of counts and durations: past them a value is a typo, not a plan.
 MAX_REPEATS = 100
 MAX_THREADS = 1024
-#: Fixed timed rounds: a million 1 us calls is a second; more only grows the JSON (8 bytes a round).
-MAX_ROUNDS = 1_000_000
-#: Warm-up rounds: far more than any runtime needs to reach a steady state.
-MAX_WARMUP_ROUNDS = 100_000
 #: The ``auto`` plan's floor may not pass its own cap: equal to ``measure.timing.MAX_AUTO_ROUNDS``
 #: (not imported: the plugin's start-up loads no measurement code; tests/unit/test_options.py checks).
 MAX_MIN_ROUNDS = 100_000
@@ -262,7 +260,11 @@ def _listed(value: object, expected: str) -> list[str]:
     variable that expanded to nothing, say), as ``--ipu-rounds=`` is; ``;;`` in a string is a separator.
     """
     if not isinstance(value, (list, tuple)):
-        return str(value).split(";")
+        texts = str(value).split(";")
+        # Separators and nothing else (`PYTEST_IPU_GATE=';;'`) would silently mean "none".
+        if len(texts) > 1 and not any(t.strip() for t in texts):
+            raise ValueError(f"{expected}, got only ';' separators; write 'none' for none")
+        return texts
     texts = [str(v) for v in value]
     if any(not t.strip() for t in texts):
         raise ValueError(f"{expected}, got an empty value")

@@ -90,8 +90,10 @@ def pytest_configure(config: pytest.Config) -> None:
         from pytest_ipu.results.atomic import PendingFile
 
         pending = PendingFile(json_path)
-        json_path = pending.temporary
-    bench_seam.set_json_path(config.option, json_path)
+        # Written at the temporary path, printed as the file it becomes.
+        bench_seam.set_json_path(config.option, pending.temporary, shown=pending.target)
+    else:
+        bench_seam.set_json_path(config.option, json_path)
     # Saved runs keep their per-round times (pytest-benchmark's --benchmark-save-data, which it
     # leaves off): a run saved today is then as complete as --benchmark-json, for `pytest-benchmark
     # compare --histogram` or any later analysis of the rounds.

@@ -251,7 +251,11 @@ def write_report(
         raise ReportError(str(exc)) from None
     charts = loadgen_plot.charts(runs)
     figures = _render(generic(runs), studies, charts, machine=plots.machine_label(runs))
-    page = _page(runs, figures or [], studies, references, scaling_drawn=figures is not None).encode("utf-8")
+    # backslashreplace: a file name that is not UTF-8 (``name_\xff.json``) reaches here with Python's
+    # surrogate escape, which UTF-8 cannot encode; the page shows it escaped rather than failing.
+    page = _page(runs, figures or [], studies, references, scaling_drawn=figures is not None).encode(
+        "utf-8", "backslashreplace"
+    )
     return _write_files(out_dir, figures or [], page)
 
 

@@ -361,9 +361,17 @@ def _flag_notes(rows: Sequence[Row]) -> list[str]:
         if contention is not None and contention.contended and contention.others_share is not None:
             load = "" if contention.load_avg_1m is None else f", load average {contention.load_avg_1m:.2f}"
             others = contention.others_share * 100
+            if contention.flagged_share is not None and contention.flagged_repeat is not None:
+                # The flag is set by one window; the average over all of them may be below it.
+                used = (
+                    f"{contention.flagged_share * 100:.0f}% of the machine's CPU during repeat "
+                    f"{contention.flagged_repeat} ({others:.0f}% over all the windows)"
+                )
+            else:
+                used = f"{others:.0f}% of the machine's CPU during the windows"
             lines.append(
-                f"contended: {name}: other processes used {others:.0f}% of the machine's CPU "
-                f"during the windows, above {contention.threshold * 100:g}%{load}{_threads_hint(record)}"
+                f"contended: {name}: other processes used {used}, above "
+                f"{contention.threshold * 100:g}%{load}{_threads_hint(record)}"
             )
         if record.off_cpu and record.cpu is not None:
             lines.append(

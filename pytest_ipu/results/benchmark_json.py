@@ -6,8 +6,11 @@ update hooks), so a file written with pytest-ipu still loads in ``pytest-benchma
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -105,11 +108,33 @@ def read_run(path: Path) -> StoredRun:
     return parse_run(read_document(path), path)
 
 
+def _read_regular(path: Path) -> bytes:
+    """The bytes of ``path``, which must be a regular file: a FIFO (or a device) would block the
+    reader forever or never end. Opened without blocking and checked on the open file itself, so
+    what is checked is what is read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a special file"
+            raise RunFileError(
+                f"{path}: is {kind}, not a regular file; give the JSON file pytest-benchmark wrote"
+            )
+        with os.fdopen(fd, "rb") as file:
+            fd = -1  # the file object closes it
+            return file.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def read_document(path: Path) -> dict[str, Any]:
     """The parsed JSON of a pytest-benchmark run file, checked to have a ``benchmarks`` list; raises
     ``RunFileError`` naming the file and the problem."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(_read_regular(path).decode("utf-8"))
     except OSError as exc:
         raise RunFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except RecursionError:

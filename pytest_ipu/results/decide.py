@@ -208,7 +208,11 @@ def _advice(
     m, sign = margin(gate), orient(gate)
     caught = _percent(_exp(sign * (m + reach)) - 1.0)
     cleared = _percent(_exp(sign * (m - reach)) - 1.0)
-    text = f"this evidence fails only changes past {caught} and passes only changes within {cleared}"
+    # Where the interval is wider than the threshold, only an improvement (the metric's better
+    # direction: a rise of throughput, a fall of latency) can pass: say so, not "within" a change of
+    # the other sign than the gate's.
+    passes = f"changes within {cleared}" if m > reach else f"improvements past {cleared}"
+    text = f"this evidence fails only changes past {caught} and passes only {passes}"
     gap = abs(worse - m) - allowance
     statistical = reach - allowance
     if allowance > 0.0 and gap <= 0.0:

@@ -164,8 +164,13 @@ class _Parser:
         self.index = 0
 
     def fail(self, problem: str, fix: str) -> GateError:
-        # repr quoting keeps the message on one line whatever the expression holds.
-        return GateError(f"bad gate {self.text!r}: {problem}; {fix}")
+        # repr quoting keeps the message on one line whatever the expression holds; a long
+        # expression is shown as a window around where parsing stopped, not whole.
+        return GateError(f"bad gate {_shown(self.text, self.stop_column())!r}: {problem}; {fix}")
+
+    def stop_column(self) -> int:
+        """The 1-based column of the last token read (1 before any), near what ``fail`` names."""
+        return self.tokens[self.index - 1].column if self.index > 0 and self.tokens else 1
 
     def peek(self) -> _Token | None:
         return self.tokens[self.index] if self.index < len(self.tokens) else None
@@ -299,8 +304,10 @@ class _Parser:
             )
         if op.text == "<" and bound == 0.0:
             example = self.absolute_example(metric, "<")
+            # 1e-400 is not 0, but no float holds it: say so, not only that the metric is >= 0.
+            tiny = " (it underflows to 0: no float is that small)" if Decimal(number.text) != 0 else ""
             raise self.fail(
-                f"bound '<{number.text}' at column {op.column} can never pass",
+                f"bound '<{number.text}' at column {op.column} can never pass{tiny}",
                 f"{metric} is never negative: use a bound above 0, e.g. {example!r}",
             )
         return Gate(metric, "absolute", bound, "<" if op.text == "<" else ">")
@@ -360,4 +367,26 @@ def parse(text: str) -> Gate:
     """
     if not isinstance(text, str):
         raise GateError(f"bad gate {text!r}: a gate is text, got {type(text).__name__}")
+    for column, char in enumerate(text, 1):
+        # A newline or tab inside an expression (``loadgen.p99<1\nms``) is a pasting accident, not
+        # a space between a number and its unit.
+        if char.isspace() and char != " ":
+            raise GateError(
+                f"bad gate {_shown(text, column)!r}: {char!r} at column {column}; a gate is one line: "
+                "separate its parts with spaces only"
+            )
     return _Parser(text).gate()
+
+
+#: The most of an expression a message echoes: a window around the bad column.
+_ECHO = 60
+
+
+def _shown(text: str, column: int) -> str:
+    """``text``, or where it is long, the ``_ECHO`` characters around ``column`` marked as cut."""
+    if len(text) <= _ECHO:
+        return text
+    start = max(0, min(column - 1 - _ECHO // 2, len(text) - _ECHO))
+    return (
+        ("..." if start else "") + text[start : start + _ECHO] + ("..." if start + _ECHO < len(text) else "")
+    )

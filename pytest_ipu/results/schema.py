@@ -744,4 +744,6 @@ def contention_from_json(data: Mapping[str, Any], at: str = "contention.") -> Co
         load_avg_1m=_number_or_none(data, "load_avg_1m", at),
         threshold=_number(data, "threshold", at, default=DEFAULT_CONTENTION_THRESHOLD),
         contended=_flag(data, "contended", at, default=False),
+        flagged_share=_number_or_none(data, "flagged_share", at),
+        flagged_repeat=None if data.get("flagged_repeat") is None else _count(data, "flagged_repeat", at),
     )

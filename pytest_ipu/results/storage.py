@@ -75,6 +75,8 @@ def resolve(argument: str, storage: Path) -> list[Path]:
     where = _shown(storage)
     if path.is_dir():
         raise RunLookupError(f"{argument}: is a folder, not a run; {_HOW}")
+    if path.exists():  # a FIFO, a socket or a device: it exists, and is no run
+        raise RunLookupError(f"{argument}: is not a regular file, not a run; {_HOW}")
     parts = path.parts
     if path.is_absolute() or len(parts) > 2 or not parts:
         raise RunLookupError(f"{argument}: no such file, and not a saved-run id or glob of {where}; {_HOW}")

@@ -40,6 +40,9 @@ from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import records
 from pytest_ipu.results.training import TrainingRecord
+from pytest_ipu.run.plan import MAX_ITEMS_PER_CALL
+from pytest_ipu.run.plan import MAX_ROUNDS
+from pytest_ipu.run.plan import MAX_WARMUP_ROUNDS
 from pytest_ipu.run.plan import RoundsPolicy
 
 #: Share of a repeat's budget spent calibrating the round time (untimed), unless the warm-up calls
@@ -76,8 +79,8 @@ class Measurement:
     calls_s: tuple[float, ...] = ()
 
 
-def _count(name: str, value: object, minimum: int, fix: str) -> None:
-    """``value`` must be ``None`` or a whole number (not a bool) of at least ``minimum``."""
+def _count(name: str, value: object, minimum: int, maximum: int, fix: str) -> None:
+    """``value`` must be ``None`` or a whole number (not a bool) from ``minimum`` to ``maximum``."""
     if value is None:
         return
     where = f"ipu_benchmark({name}={value!r})"
@@ -89,6 +92,8 @@ def _count(name: str, value: object, minimum: int, fix: str) -> None:
         )
     if value < minimum:
         raise BenchmarkArgumentError(f"pytest-ipu: {where}: {name} must be at least {minimum}; {fix}")
+    if int(value) > maximum:
+        raise BenchmarkArgumentError(f"pytest-ipu: {where}: {name} must be at most {maximum}; {fix}")
 
 
 def check_arguments(
@@ -120,9 +125,27 @@ def check_arguments(
             f"pytest-ipu: ipu_benchmark(model, inputs={type(inputs).__name__} object): inputs is a "
             "sequence of positional arguments (a tuple or list); pass (x,), or () for none"
         )
-    _count("items_per_call", items_per_call, 1, "pass the items one call completes, e.g. items_per_call=8")
-    _count("rounds", rounds, 1, "pass rounds=N with N >= 1, or leave it out for auto rounds (--ipu-rounds)")
-    _count("warmup_rounds", warmup_rounds, 0, "pass warmup_rounds=N with N >= 0 (0: none)")
+    _count(
+        "items_per_call",
+        items_per_call,
+        1,
+        MAX_ITEMS_PER_CALL,
+        "pass the items one call completes, e.g. items_per_call=8",
+    )
+    _count(
+        "rounds",
+        rounds,
+        1,
+        MAX_ROUNDS,
+        f"pass rounds=N with N >= 1 (at most {MAX_ROUNDS}, as --ipu-rounds), or leave it out for auto rounds",
+    )
+    _count(
+        "warmup_rounds",
+        warmup_rounds,
+        0,
+        MAX_WARMUP_ROUNDS,
+        f"pass warmup_rounds=N with N >= 0 (0: none; at most {MAX_WARMUP_ROUNDS}, as --ipu-warmup-rounds)",
+    )
 
 
 def batch_size(inputs: Sequence[object]) -> int:

@@ -19,6 +19,16 @@ from dataclasses import dataclass
 
 from pytest_ipu.errors import ConfigError
 
+#: Fixed timed rounds: a million 1 us calls is a second; more only grows the JSON (8 bytes a round).
+#: The one bound of ``--ipu-rounds``, ``@pytest.mark.ipu(rounds=...)`` and ``ipu_benchmark(rounds=...)``
+#: (the time cap does not end fixed rounds, so this is what bounds them).
+MAX_ROUNDS = 1_000_000
+#: Warm-up rounds: far more than any runtime needs to reach a steady state (the same three sources).
+MAX_WARMUP_ROUNDS = 100_000
+#: Items one call completes: a record's counts stay whole numbers a float holds exactly (2**53,
+#: ``results.schema.MAX_COUNT``) over the most rounds a benchmark may run.
+MAX_ITEMS_PER_CALL = 2**53 // MAX_ROUNDS
+
 #: The cap's factor when none is given: three times the budget.
 DEFAULT_CAP_FACTOR = 3.0
 

@@ -42,7 +42,7 @@ class BadCall:
         return "test_" + "".join(c if c.isalnum() else "_" for c in self.description.lower())
 
 
-RUN = "pass rounds=N with N >= 1, or leave it out"
+RUN = "pass rounds=N with N >= 1 (at most 1000000, as --ipu-rounds), or leave it out"
 ROWS = [
     BadCall(
         "rounds zero",
@@ -68,6 +68,22 @@ ROWS = [
         "rounds bool",
         "ipu_benchmark(noop, (), rounds=True)",
         "ipu_benchmark(rounds=True): rounds must be a whole number, not bool",
+    ),
+    # One bound for the option, the marker and the fixture: fixed rounds are not ended by the time cap.
+    BadCall(
+        "rounds a trillion",
+        "ipu_benchmark(noop, (), rounds=10**12)",
+        "ipu_benchmark(rounds=1000000000000): rounds must be at most 1000000; " + RUN,
+    ),
+    BadCall(
+        "warmup a billion",
+        "ipu_benchmark(noop, (), warmup_rounds=10**9)",
+        "ipu_benchmark(warmup_rounds=1000000000): warmup_rounds must be at most 100000; pass warmup_rounds=N",
+    ),
+    BadCall(
+        "items 1e30",
+        "ipu_benchmark(noop, (), items_per_call=10**30)",
+        "items_per_call must be at most 9007199254; pass the items one call completes",
     ),
     BadCall(
         "warmup negative",
@@ -154,6 +170,13 @@ ROWS = [
         "dict as inputs",
         "ipu_benchmark(noop, {'x': 1})",
         "ipu_benchmark(model, inputs=dict object): inputs is a sequence",
+    ),
+    BadCall(
+        "loadgen tensor as samples",
+        "import torch\n    ipu_loadgen(noop, torch.randn(8, 4))",
+        "ipu_loadgen(samples): samples=Tensor of shape (8, 4): the samples are a tuple of inputs, not one "
+        "tensor or array; pass (x,)",
+        needs_torch=True,
     ),
     BadCall(
         "model not callable",
@@ -276,7 +299,9 @@ def _inner_file(rows: list[BadCall]) -> str:
     parts = [HEADER]
     for row in rows:
         marker = f"@pytest.mark.ipu({row.marker})\n" if row.marker else ""
-        fixtures = "ipu_compile" if "ipu_compile(" in row.test_body else "ipu_benchmark"
+        fixtures = next(
+            (name for name in ("ipu_compile", "ipu_loadgen") if f"{name}(" in row.test_body), "ipu_benchmark"
+        )
         parts.append(f"\n\n{marker}def {row.name}({fixtures}):\n    {row.test_body}\n")
     return "".join(parts)
 

@@ -230,6 +230,9 @@ ROWS: dict[str, Row] = {
     "cache dir is a file": Row(CACHE, _a_file, "is not a directory: pass a directory path", 1),
     "cache dir is /dev/null": Row(CACHE, lambda d, mp: Path(os.devnull), "--ipu-cache-dir=/dev/null", 1),
     "cache dir through a file": Row(CACHE, _through_a_file, "is not a directory: pass a directory", 1),
+    "cache dir under /proc": Row(
+        CACHE, lambda d, mp: Path("/proc/pytest-ipu-cache"), "No such file or directory; pass a writable", 1
+    ),
     "cache dir read-only": Row(CACHE, _injected(errno.EROFS), "make the directory writable", 1),
     "cache dir not permitted": Row(CACHE, _injected(errno.EACCES), "Permission denied; make the", 1),
     "cache dir disk full": Row(CACHE, _injected(errno.ENOSPC), "free space on its file system", 1),
@@ -347,6 +350,8 @@ def test_bad_input_gives_one_line_and_its_exit_code(
         assert lines, outlines
         line = lines[-1]
         assert f"--ipu-cache-dir={path}" in line
+        # One line, the CacheDirError's: no traceback of the OSError under it.
+        assert not [text for text in outlines if text.startswith("E ")], outlines
     elif row.kind == MERGE:
         out = row.setup(pytester.path, monkeypatch)
         inputs = [str(pytester.path / "in-0.json"), str(pytester.path / "in-1.json")]

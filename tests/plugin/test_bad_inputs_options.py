@@ -35,10 +35,12 @@ class BadInput:
     value: str
     message: str
     exit_code: int = USAGE
+    #: True where the suite is plain callables that never ask for ``ipu_backend``.
+    plain: bool = False
 
     @property
     def id(self) -> str:
-        return f"{self.where}:{' '.join(self.how)}"
+        return f"{self.where}:{' '.join(self.how)}" + (":plain" if self.plain else "")
 
 
 def cli(arg: str, value: str, message: str) -> BadInput:
@@ -76,6 +78,9 @@ ROWS = [
     marker("backend='nosuch'", "nosuch", "for @pytest.mark.ipu(backend=...): unknown backend 'nosuch'"),
     marker("backend='torch:gpu'", "torch:gpu", "for @pytest.mark.ipu(backend=...): unknown device 'gpu'"),
     marker("backend='Torch'", "Torch", "expected a backend target such as 'torch'"),
+    # A typo in a backend is a usage error whatever the tests use, plain callables too.
+    BadInput(COMMAND_LINE, ("--ipu-backend=troch",), "troch", "unknown backend 'troch'", plain=True),
+    BadInput(ENVIRONMENT, ("PYTEST_IPU_BACKEND=nosuch",), "nosuch", "PYTEST_IPU_BACKEND", plain=True),
     # -- --ipu-precision ------------------------------------------------------------------------------
     cli("--ipu-precision=fp8", "fp8", "expected one of auto, fp32, fp16, bf16"),
     ini("ipu_precision = double", "double", "from ini key ipu_precision"),
@@ -139,6 +144,8 @@ ROWS = [
     ),
     cli("--ipu-gate=throughput", "throughput", "--ipu-gate from the command line"),
     env("PYTEST_IPU_GATE=latency.p99<", "latency.p99<", "environment variable PYTEST_IPU_GATE"),
+    env("PYTEST_IPU_GATE=;;", ";;", "got only ';' separators; write 'none' for none"),
+    env("PYTEST_IPU_BASELINE= ; ", " ; ", "got only ';' separators; write 'none' for none"),
     cli("--ipu-baseline=", "", "expected a pytest-benchmark JSON path, a glob or 'none', got an empty value"),
     cli("--ipu-baseline=no-such-dir/*.json", "no-such-dir/*.json", "no file matches 'no-such-dir/*.json'"),
     # -- the marker's own keywords ---------------------------------------------------------------------
@@ -174,6 +181,14 @@ def test_a(ipu_backend):
     Path("ran.txt").write_text("yes")
 """
 
+#: A suite of plain callables: no fixture of pytest-ipu's.
+PLAIN_MODULE = """
+from pathlib import Path
+
+def test_a():
+    Path("ran.txt").write_text("yes")
+"""
+
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.id for row in ROWS])
 def test_bad_input_stops_the_run_with_one_line(
@@ -191,7 +206,8 @@ def test_bad_input_stops_the_run_with_one_line(
         pytester.makeini("[pytest]\n" + "\n".join(row.how) + "\n")
     else:
         keywords = ", ".join(row.how)
-    pytester.makepyfile(test_bad=TEST_MODULE.format(keywords=keywords), test_sentinel=SENTINEL_TEST)
+    module = PLAIN_MODULE if row.plain else TEST_MODULE.format(keywords=keywords)
+    pytester.makepyfile(test_bad=module, test_sentinel=SENTINEL_TEST)
     # A built-in target, so only the row's own value can be wrong (and `auto` looks for no runtime);
     # not where the row itself sets the backend, which the command line would override.
     if not any("backend" in part.lower() for part in row.how if row.where != MARKER):

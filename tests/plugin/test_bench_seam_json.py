@@ -40,3 +40,24 @@ def test_the_previous_json_file_is_untouched_until_the_run_writes_it(
     result.assert_outcomes(passed=1)
     assert '"benchmarks"' in (pytester.path / "out.json").read_text(encoding="utf-8")
     assert [p.name for p in pytester.path.iterdir() if p.name.startswith(".out.json")] == []
+
+
+def test_the_written_line_names_the_final_file_not_the_temporary(pytester: pytest.Pytester) -> None:
+    """The document is written to a temporary file and renamed onto ``--benchmark-json``'s path;
+    pytest-benchmark's "Wrote benchmark data in: ..." must name that path, the file the user gets."""
+    pytester.makepyfile(
+        """
+        def test_fast(benchmark):
+            benchmark(lambda: None)
+        """
+    )
+    (pytester.path / "runs").mkdir()
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--benchmark-max-time=0.01", "--benchmark-json=runs/out.json"
+    )
+    result.assert_outcomes(passed=1)
+    written = [line for line in result.outlines + result.errlines if "Wrote benchmark data in" in line]
+    assert len(written) == 1
+    assert written[0].rstrip().endswith("runs/out.json"), written
+    assert ".tmp" not in written[0]
+    assert (pytester.path / "runs" / "out.json").is_file()

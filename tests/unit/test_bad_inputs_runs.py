@@ -9,6 +9,7 @@ subprocesses and is left to its own tests.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -308,3 +309,73 @@ def test_json_nested_100000_deep_is_one_line(tmp_path: Path, capsys: pytest.Capt
             f"pytest-ipu: {path}: not a pytest-benchmark run: its JSON is nested too deeply to read; "
             "give the JSON file pytest-benchmark wrote\n"
         )
+
+
+@dataclass(frozen=True)
+class BadArgs:
+    """A bad command line to ``pytest-ipu``: ``argv`` is made in the test's folder (which holds a
+    valid run as ``good.json``); the command answers with one line on stderr and ``exit_code``."""
+
+    description: str
+    argv: Callable[[Path], list[str]]
+    message_part: str
+    exit_code: int = 2
+
+    def __str__(self) -> str:
+        return self.description
+
+
+ARGS_ROWS = [
+    BadArgs(
+        "doctor --timeout 1e308",
+        lambda _: ["doctor", "--timeout", "1e308"],
+        "doctor --timeout 1e+308: not a positive number of seconds up to 86400; give e.g. 300",
+    ),
+    BadArgs(
+        "report of a file named in no encoding",
+        lambda d: ["report", _not_utf8_name(d), "-o", str(d / "report")],
+        "index.html",
+        exit_code=0,
+    ),
+    BadArgs("doctor --timeout nan", lambda _: ["doctor", "--timeout", "nan"], "doctor --timeout nan"),
+    BadArgs("doctor --timeout 0", lambda _: ["doctor", "--timeout", "0"], "doctor --timeout 0"),
+    BadArgs(
+        "merge with a FIFO",
+        lambda d: ["merge", str(d / "out.json"), str(d / "good.json"), _fifo(d)],
+        "a-fifo: is a FIFO, not a regular file; give the JSON file pytest-benchmark wrote",
+    ),
+    BadArgs("summary of a FIFO", lambda d: ["summary", _fifo(d)], "a-fifo: is not a regular file, not a run"),
+    BadArgs("compare with a FIFO", lambda d: ["compare", str(d / "good.json"), _fifo(d)], "a-fifo: is not a"),
+]
+
+
+def _not_utf8_name(folder: Path) -> str:
+    """A valid run under a name whose bytes are not UTF-8 (``name_\\xff.json``)."""
+    path = folder / os.fsdecode(b"name_\xff.json")
+    write(path, bench(2, 0.01, 200.0))
+    return str(path)
+
+
+def _fifo(folder: Path) -> str:
+    """A FIFO nobody writes to: reading it would block forever."""
+    path = folder / "a-fifo"
+    os.mkfifo(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("row", ARGS_ROWS, ids=str)
+def test_bad_arguments(row: BadArgs, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path / "good.json", bench(2, 0.01, 200.0))
+
+    code = cli.main(row.argv(tmp_path))
+
+    out, err = capsys.readouterr()
+    assert code == row.exit_code
+    assert "Traceback" not in out + err
+    if row.exit_code == 0:  # a strange input that is still good: the command does its work
+        assert row.message_part in out, out
+        return
+    assert err.count("\n") == 1, err
+    assert err.startswith("pytest-ipu: "), err
+    assert row.message_part in err
+    assert "Traceback" not in err

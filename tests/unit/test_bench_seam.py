@@ -201,6 +201,27 @@ def test_from_5_3_the_json_option_is_a_path(tmp_path: Path, monkeypatch) -> None
     assert bench_seam.json_path(option) is None
 
 
+@pytest.mark.parametrize("version", [(4, 0, 0), (5, 3, 1)])
+def test_a_temporary_json_file_is_printed_as_the_file_it_becomes(
+    tmp_path: Path, monkeypatch, version
+) -> None:
+    """Written at the temporary path, named (what pytest-benchmark prints) as the target."""
+    monkeypatch.setattr(bench_seam, "_version", lambda: version)
+    temporary, target = tmp_path / ".out.json.1.tmp", tmp_path / "out.json"
+    option = SimpleNamespace(benchmark_json=str(target))
+    bench_seam.set_json_path(option, temporary, shown=target)
+    assert f"{option.benchmark_json}" == str(target)
+    if version < (5, 3):
+        with option.benchmark_json as handle:
+            handle.write(b"{}")
+    else:
+        with open(option.benchmark_json, "wb") as handle:  # noqa: PTH123 - as pytest-benchmark 5.3 writes it
+            handle.write(b"{}")
+    assert temporary.read_bytes() == b"{}"
+    assert not target.exists()
+    assert bench_seam.json_path(option) == temporary
+
+
 def test_an_already_opened_json_file_is_closed_and_read_as_its_path(tmp_path: Path) -> None:
     handle = (tmp_path / "opened.json").open("wb")
     option = SimpleNamespace(benchmark_json=handle)

@@ -481,6 +481,7 @@ def test_merge_of_nothing_is_unreadable() -> None:
         rec(1.5, 0.25, reason="loadavg is not readable", threshold=0.2),
         ContentionRecord(readable=False, reason="/proc/stat is not readable here (not Linux?)"),
         ContentionRecord(readable=True, reason=short_window_reason(), window_s=0.001, cpus=2),
+        merge([rec(1.0, 0.3), rec(1.0, 0.01)]),
     ],
 )
 def test_json_round_trip(record: ContentionRecord) -> None:
@@ -496,6 +497,8 @@ def test_json_round_trip(record: ContentionRecord) -> None:
         "load_avg_1m",
         "threshold",
         "contended",
+        "flagged_share",
+        "flagged_repeat",
     }
     assert schema.contention_from_json(json.loads(json.dumps(data))) == record
 
@@ -531,3 +534,16 @@ def test_real_proc() -> None:
         # Others' share is what the machine's busy time leaves after ours: together at most all of it.
         assert record.own_share is not None
         assert record.others_share + record.own_share <= 1.0 + 1e-9
+
+
+def test_merge_keeps_the_window_that_set_the_flag() -> None:
+    """The flag is set by one window while ``others_share`` averages them all (7 % against a 10 %
+    threshold, say): the merged record names the figure and the repeat that set it."""
+    merged = merge([rec(10.0, 0.05), rec(1.0, 0.30), rec(1.0, 0.20), rec(10.0, 0.02)])
+    assert merged.contended
+    assert merged.others_share is not None
+    assert merged.others_share < 0.10
+    assert merged.flagged_share == pytest.approx(0.30)
+    assert merged.flagged_repeat == 2
+    calm = merge([rec(1.0, 0.01), rec(1.0, 0.02)])
+    assert (calm.flagged_share, calm.flagged_repeat) == (None, None)

@@ -73,3 +73,12 @@ def test_every_record_key_is_in_the_schema_page():
     numbers = _read("numbers.md")
     for key in ("latency_s", "throughput_items_per_s", "compile_s", "first_call_s", "latency_unsupported"):
         assert key in numbers, f"{key} is not defined in docs/numbers.md"
+
+
+def test_the_readme_says_how_to_tell_a_local_torch_from_a_cpu_build():
+    """The CPU-torch line uses an external index; where it is unreachable, the README says the usual
+    index's torch may be a CPU build and how to check (doctor names the build)."""
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    assert "Where that index cannot be reached" in readme
+    assert "pytest-ipu doctor` says which build is installed" in readme
+    assert "CPU-only build" in readme

@@ -261,7 +261,7 @@ def test_every_target_and_power_source_is_probed_and_opt_in_targets_only_with_al
 def test_a_timeout_that_is_not_positive_is_bad_usage(capsys):
     assert cli.main(["doctor", "--timeout", "0"]) == 2
     assert capsys.readouterr().err == (
-        "pytest-ipu: doctor --timeout 0: not a positive number of seconds; give e.g. 300\n"
+        "pytest-ipu: doctor --timeout 0: not a positive number of seconds up to 86400; give e.g. 300\n"
     )
 
 
@@ -292,3 +292,9 @@ def test_the_command_here_works_and_says_there_is_no_ipu():
     assert (status["popart:ipu"], status["poptorch:ipu"]) == ("absent", "absent")
     assert "FAILED" not in status.values()
     assert proc.stdout.rstrip().endswith("every present target and power source works")
+
+
+def test_mlperf_loadgen_is_listed_among_the_installed_packages(tmp_path):
+    """The `loadgen` extra's package is a row of its own, installed or not."""
+    names = [row.name for row in doctor.installed(_machine(tmp_path))]
+    assert "mlcommons-loadgen" in names

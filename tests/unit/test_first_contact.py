@@ -417,7 +417,7 @@ def test_a_dir_that_cannot_be_written_is_one_line_and_exit_2(unwritable_dir, cap
 def test_a_timeout_that_is_not_positive_is_bad_usage(tmp_path, capsys):
     assert cli.main(["doctor", "--first-contact", str(tmp_path), "--timeout", "-1"]) == 2
     assert capsys.readouterr().err == (
-        "pytest-ipu: doctor --timeout -1: not a positive number of seconds; give e.g. 300\n"
+        "pytest-ipu: doctor --timeout -1: not a positive number of seconds up to 86400; give e.g. 300\n"
     )
 
 

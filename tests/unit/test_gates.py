@@ -6,6 +6,7 @@ import dataclasses
 import functools
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -335,8 +336,22 @@ BAD = [
     ),
     (
         "latency.p99<2ms\nx",
-        "bad gate 'latency.p99<2ms\\nx': unknown unit 'ms\\nx' at column 14; "
-        "latency.p99 is in seconds: use s, ms, us or ns",
+        "bad gate 'latency.p99<2ms\\nx': '\\n' at column 16; a gate is one line: separate its parts with "
+        "spaces only",
+    ),
+    (
+        "loadgen.p99<1\nms",
+        "bad gate 'loadgen.p99<1\\nms': '\\n' at column 14; a gate is one line: separate its parts with "
+        "spaces only",
+    ),
+    (
+        "latency.p99<1e-400s",
+        "bad gate 'latency.p99<1e-400s': bound '<1e-400' at column 12 can never pass (it underflows to 0: "
+        "no float is that small); latency.p99 is never negative: use a bound above 0, e.g. 'latency.p99<2ms'",
+    ),
+    (
+        "latency.p99<2ms" + " " * 20000 + "?",
+        "bad gate '..." + " " * 59 + "?': unexpected '?' at column 20016; write e.g. 'latency.p99<2ms'",
     ),
 ]
 
@@ -413,7 +428,8 @@ def test_any_text_parses_or_raises_one_line_gate_error(text):
         gate = gates.parse(text)
     except GateError as exc:
         message = str(exc)
-        assert message.startswith(f"bad gate {text!r}: ")
+        # A long expression is echoed as a window of it, cut at the ends.
+        assert message.startswith(f"bad gate {text!r}: " if len(text) <= 60 else "bad gate '")
         assert "\n" not in message
         assert "\r" not in message
     else:
@@ -672,11 +688,11 @@ def test_noisy_repeats_are_inconclusive_and_say_what_they_could_decide_and_how_m
     )
     assert needed == 31
     assert verdict.advice == (
-        f"this evidence fails only changes past {caught * 100:+.1f}% and passes only changes within "
+        f"this evidence fails only changes past {caught * 100:+.1f}% and passes only improvements past "
         f"{cleared * 100:+.1f}%; about {needed} repeats (now 3; --ipu-repeats), fewer threads or a "
         "quieter runner would decide it"
     )
-    assert "fails only changes past +108.6% and passes only changes within -47.2%" in verdict.advice
+    assert "fails only changes past +108.6% and passes only improvements past -47.2%" in verdict.advice
     assert verdict.line() == (
         "test_a latency.p50: 1.016 ms -> 1.314 ms (+29.3%, threshold +5%), ratio interval [0.651, 2.569]: "
         f"INCONCLUSIVE ({_method(3, 3, '36.6', 4)}); {verdict.advice}"
@@ -1116,7 +1132,7 @@ def test_several_baseline_runs_judge_a_change_by_their_drift():
     # However many runs there were, their own 4 % drift (z(0.95) x 4 % = 6.6 %) would be wider than
     # the change's 6.3 % distance from the threshold: more runs cannot decide it.
     assert verdict.advice == (
-        "this evidence fails only changes past +15.3% and passes only changes within -4.4%; the change "
+        "this evidence fails only changes past +15.3% and passes only improvements past -4.4%; the change "
         "is too close to the threshold for more baseline runs to decide it: fewer threads or a quieter "
         "runner would narrow the interval"
     )
@@ -1306,3 +1322,19 @@ def test_an_explicit_baseline_need_not_be_the_last_run():
     assert verdict.outcome == decide.INCONCLUSIVE
     assert verdict.method == "no variance estimate"
     assert runner.baseline_name() == "a.json (and 1 earlier baseline run(s))"
+
+
+def test_a_noisy_throughput_gate_advises_with_the_signs_of_a_drop_and_of_an_improvement():
+    """For throughput a drop is worse: the changes it fails are drops (negative), and where the
+    interval is wider than the threshold only a rise can pass, named as an improvement."""
+    gate = gates.parse("throughput:-5%")
+    current = _repeated(throughputs=[800.0, 1500.0, 600.0])
+    baseline = _repeated(throughputs=[1000.0, 1700.0, 700.0])
+    verdict = decide.check(gate, "t", current, baseline)
+    assert verdict.outcome == decide.INCONCLUSIVE
+    caught = re.search(r"fails only changes past ([+-][0-9.]+)%", verdict.advice)
+    cleared = re.search(r"passes only improvements past ([+-][0-9.]+)%", verdict.advice)
+    assert caught is not None, verdict.advice
+    assert cleared is not None, verdict.advice
+    assert float(caught.group(1)) < -5.0
+    assert float(cleared.group(1)) > 0.0

@@ -12,6 +12,7 @@ import pytest
 
 from pytest_ipu.backports import remove_suffix
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import terminal as report
@@ -375,6 +376,20 @@ def _flagged(**changes: Any) -> IpuRecord:
         "compile_info": {"threads": {"intra_op": 2, "inter_op": 2, "requested": {"intra_op": "auto"}}},
     }
     return make_record(**{**base, **changes})
+
+
+def test_the_contended_footnote_cites_the_repeat_that_set_the_flag() -> None:
+    """Averaged over the windows the share is below the threshold; the footnote cites the window
+    that was above it, naming its repeat, and the average beside it."""
+    contention = ContentionRecord(
+        True, window_s=3.0, cpus=2, others_share=0.07, contended=True, flagged_share=0.31, flagged_repeat=2
+    )
+    lines = report.tables([Row("g", "g[a]", _flagged(contention=contention))])
+    assert (
+        "contended: [a]: other processes used 31% of the machine's CPU during repeat 2 (7% over all the "
+        "windows), above 10%; torch ran 2 intra-op threads, which wait on each other when others take "
+        "the CPU: --ipu-torch-threads=1 avoids it"
+    ) in lines
 
 
 def test_flags_and_repeats_have_cells_and_footnotes_with_their_figures() -> None:
