@@ -149,12 +149,23 @@ def test_an_empty_environment_variable_counts_as_unset(
     assert " precision=auto rounds=7 " in _header(result)
 
 
+# A conftest that provides the made-up backends these tests name: an unknown --ipu-backend is a
+# usage error, so a name nobody provides would stop the run before the settings are shown.
+_PROVIDES_MINE_AND_OTHER = """
+def pytest_ipu_make_backend(config, target):
+    if target.backend in ("mine", "other"):
+        return object()
+    return None
+"""
+
+
 def test_header_shows_every_setting_from_its_own_source(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYTEST_IPU_WARMUP_ROUNDS", "4")
     monkeypatch.setenv("PYTEST_IPU_PRECISION", "BF16")
     pytester.makeini("[pytest]\nipu_max_time = 500ms\nipu_warmup_rounds = 6\nipu_missing_sdk = fail\n")
+    pytester.makeconftest(_PROVIDES_MINE_AND_OTHER)
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = pytester.runpytest("--ipu-rounds=3", "--ipu-backend=mine:cpu,other")
     assert result.ret == pytest.ExitCode.OK
@@ -192,6 +203,7 @@ def test_ipu_settings_sees_the_resolved_values(
 ) -> None:
     monkeypatch.setenv("PYTEST_IPU_MIN_ROUNDS", "11")
     pytester.makeini("[pytest]\nipu_min_rounds = 12\nipu_max_time = 250ms\nipu_rounds = 40\n")
+    pytester.makeconftest(_PROVIDES_MINE_AND_OTHER)
     pytester.makepyfile(
         """
         from pytest_ipu.pytest_plugin.options import Settings
