@@ -37,23 +37,23 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import __version__
-from pytest_ipu import backends
-from pytest_ipu.backends.target import Target
-from pytest_ipu.backends.target import parse_target
+import pytest_ipu
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
-from pytest_ipu.placement import poprun
-from pytest_ipu.placement import torchrun
 from pytest_ipu.pytest_plugin import bench_seam
 from pytest_ipu.pytest_plugin import options
 from pytest_ipu.pytest_plugin.fixtures.common import FAILED_KEY
+from pytest_ipu.pytest_plugin.marker import MARKER
 from pytest_ipu.pytest_plugin.marker import marker_gates
 from pytest_ipu.pytest_plugin.marker import marker_overrides
 from pytest_ipu.pytest_plugin.marker import placement_request
 from pytest_ipu.pytest_plugin.session import IpuSession
 
 if TYPE_CHECKING:
+    # The backends and the launches' merging load when a run has something for them (every
+    # pytest run registers these hooks: benchmarks/test_startup_cost.py).
+    from pytest_ipu.backends.target import Target
+    from pytest_ipu.placement.torchrun import RankGroup
     from pytest_ipu.results.atomic import PendingFile
 
 
@@ -104,6 +104,8 @@ class Lifecycle:
         pytest turns an error there into a collection error, not a one-line usage error.
         """
         for item in items:
+            if item.get_closest_marker(MARKER) is None:
+                continue  # nothing to check (and the placement rules stay unloaded)
             try:
                 marker_overrides(item)
                 placement_request(item)
@@ -115,6 +117,8 @@ class Lifecycle:
             target = _target_param(item)
             if target is None:
                 continue
+            from pytest_ipu import backends
+
             reason = backends.unknown_target_reason(target)
             if reason is None:
                 continue
@@ -208,6 +212,8 @@ class Lifecycle:
     ) -> None:
         """``machine_info["ipu"]``: the plugin version, each backend used as it describes itself, and
         (under ``auto``) the default targets absent here with the reason."""
+        from pytest_ipu.placement import poprun
+        from pytest_ipu.placement import torchrun
         from pytest_ipu.results import benchmark_json
         from pytest_ipu.results import schema
 
@@ -220,7 +226,7 @@ class Lifecycle:
         }
         device_info: dict[str, Any] = {
             "schema": schema.SCHEMA_VERSION,
-            "pytest_ipu": __version__,
+            "pytest_ipu": pytest_ipu.__version__,
             "backends": used,
         }
         if session.auto is not None:
@@ -242,7 +248,7 @@ class Lifecycle:
         session = self.session
         run_info: dict[str, Any] = {
             "schema": schema.SCHEMA_VERSION,
-            "version": __version__,
+            "version": pytest_ipu.__version__,
             "settings": session.settings.as_json(),
         }
         if session.power_blocks:
@@ -404,6 +410,7 @@ class Lifecycle:
     def _finish_launch(self) -> None:
         """Merge the launch's results on rank 0; a failure is one red line and a failed run."""
         from pytest_ipu.errors import RankError
+        from pytest_ipu.placement import poprun
 
         state = self.session
         try:
@@ -433,7 +440,7 @@ class Lifecycle:
         s = self.session.settings
         rounds = "auto" if s.rounds is None else s.rounds
         return [
-            f"pytest-ipu {__version__}: targets={','.join(map(str, s.targets)) or 'auto'} "
+            f"pytest-ipu {pytest_ipu.__version__}: targets={','.join(map(str, s.targets)) or 'auto'} "
             f"precision={s.precision} rounds={rounds} warmup={s.warmup_rounds} "
             f"max-time={s.max_time_s:g}s missing-sdk={s.missing_sdk}"
         ]
@@ -480,7 +487,7 @@ class Lifecycle:
         finally:
             self._leave(ranks)
 
-    def _leave(self, ranks: torchrun.RankGroup) -> None:
+    def _leave(self, ranks: RankGroup) -> None:
         """Leave the launch: the rank ends at exit, with the run's exit status, without finalizing
         the interpreter (``torchrun.end_at_exit``), its output flushed first. Tearing gloo's groups
         down cannot be made safe here: a group's destructor holds the GIL while it joins a worker
@@ -488,6 +495,8 @@ class Lifecycle:
         timeout ends), and a worker still alive when the interpreter finalizes aborts the process
         (SIGABRT). Ending the process ends those threads with it."""
         del ranks  # every rank got past the last barrier (or knows a peer is gone): nothing to wait for
+        from pytest_ipu.placement import torchrun
+
         status = self._pytest_session.exitstatus if self._pytest_session is not None else 0
         torchrun.end_at_exit(int(status))
 
@@ -516,6 +525,8 @@ def _merge_launch(state: IpuSession, reporter: Any) -> None:
     """
     import json
 
+    from pytest_ipu.placement import poprun
+    from pytest_ipu.placement import torchrun
     from pytest_ipu.results import atomic
 
     rank = state.torchrun
@@ -620,6 +631,11 @@ def _target_param(item: pytest.Item) -> Target | None:
     malformed (the fixture reports that, naming the test)."""
     callspec = getattr(item, "callspec", None)
     param = callspec.params.get("ipu_backend") if callspec is not None else None
+    if param is None:
+        return None
+    from pytest_ipu.backends.target import Target
+    from pytest_ipu.backends.target import parse_target
+
     if isinstance(param, Target):
         return param
     if isinstance(param, str):

@@ -10,15 +10,17 @@ import difflib
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from typing import Any
 
 import pytest
 
-from pytest_ipu.devices import request as placement
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.pytest_plugin import options
-from pytest_ipu.results import gates
-from pytest_ipu.results.gates import Gate
+
+if TYPE_CHECKING:
+    from pytest_ipu.devices.request import DeviceRequest
+    from pytest_ipu.results.gates import Gate
 
 MARKER = "ipu"
 MARKER_HELP = (
@@ -117,9 +119,11 @@ def unknown_keyword_message(name: str) -> str:
     return f"@pytest.mark.ipu got unknown keyword {name!r}{hint}; allowed: {', '.join(KEYWORDS)}"
 
 
-def placement_request(item: pytest.Item) -> placement.DeviceRequest:
+def placement_request(item: pytest.Item) -> DeviceRequest:
     """The device request of ``item``'s ``ipu`` markers (closest wins per keyword; default: one
     instance on one device). Raises ``ConfigError`` naming the node id for a bad combination."""
+    from pytest_ipu.devices import request as placement
+
     merged: dict[str, object] = {}
     for mark in reversed(list(item.iter_markers(MARKER))):
         merged.update({k: v for k, v in mark.kwargs.items() if k in placement.KEYWORDS})
@@ -142,6 +146,8 @@ def marker_gates(item: pytest.Item) -> tuple[Gate, ...]:
                 f"{item.nodeid}: invalid value {value!r} for @pytest.mark.ipu(gate=...): expected an "
                 "expression such as 'throughput:-5%' or a list of them"
             )
+        from pytest_ipu.results import gates
+
         try:
             return tuple(gates.parse(t) for t in texts)
         except gates.GateError as exc:

@@ -15,20 +15,22 @@ from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 
 import pytest
 
-from pytest_ipu.backends.target import Target
-from pytest_ipu.backends.target import parse_target
 from pytest_ipu.backports import remove_suffix
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
-from pytest_ipu.measure.units import parse_share
-from pytest_ipu.results import gates
-from pytest_ipu.results.gates import Gate
 from pytest_ipu.run.plan import TimeCap
 from pytest_ipu.run.plan import check_cap
+
+if TYPE_CHECKING:
+    # Every pytest run parses the options: the parsers of targets, gates and shares load when a
+    # value needs them (benchmarks/test_startup_cost.py).
+    from pytest_ipu.backends.target import Target
+    from pytest_ipu.results.gates import Gate
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 MISSING_SDK_POLICIES = ("skip", "fail")
@@ -250,6 +252,8 @@ def parse_targets(value: object) -> tuple[Target, ...]:
     parts = [p for p in (s.strip() for s in text.split(",")) if p]
     if not parts:
         raise ValueError("expected 'auto' or targets such as 'torch:cpu,torch:cuda'")
+    from pytest_ipu.backends.target import parse_target
+
     targets = tuple(parse_target(p) for p in parts)
     return tuple(dict.fromkeys(targets))  # de-duplicated, order kept
 
@@ -273,10 +277,21 @@ def parse_gates(value: object) -> tuple[Gate, ...]:
     or one string with ``;`` between expressions (environment); ``none`` for no gates."""
     texts = _listed(value, "expected a gate expression such as 'throughput:-5%' or 'none'")
     texts = [t.strip() for t in texts if t.strip() and t.strip().lower() != "none"]
+    if not texts:
+        return ()
+    from pytest_ipu.results import gates
+
     try:
         return tuple(gates.parse(t) for t in texts)
     except gates.GateError as exc:
         raise ValueError(str(exc)) from None
+
+
+def parse_share(value: object) -> float:
+    """A share such as ``5%`` or ``0.05``, within (0, 1] (``measure.units`` owns the rule)."""
+    from pytest_ipu.measure import units
+
+    return units.parse_share(value)
 
 
 def parse_baselines(value: object) -> tuple[Path, ...]:
@@ -597,6 +612,10 @@ def resolve_settings(
     values: dict[str, Any] = {}
     for spec in OPTIONS:
         raw, source = _pick(spec, cli, ini, environ, ini_path)
+        if source == DEFAULT_SOURCE:
+            # Settings' own defaults are the parsed defaults (tests/unit/test_options.py checks):
+            # a run that sets nothing loads no parser.
+            continue
         try:
             values[spec.field] = spec.parse(raw)
         except ValueError as exc:
@@ -606,6 +625,10 @@ def resolve_settings(
     # A fixed cap below the budget is refused here, before any test runs (run.plan owns the rule).
     check_cap(settings.max_time_s, settings.time_cap)
     return settings
+
+
+#: Where a value that no source sets comes from, in messages.
+DEFAULT_SOURCE = "the default"
 
 
 def _pick(
@@ -623,7 +646,7 @@ def _pick(
     ini_value = ini.get(spec.ini)
     if ini_value not in (None, "", []):
         return ini_value, f"ini key {spec.ini} in {ini_path or 'the ini file'}"
-    return spec.default, "the default"
+    return spec.default, DEFAULT_SOURCE
 
 
 def _config_sources(

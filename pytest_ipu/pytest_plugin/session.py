@@ -15,28 +15,25 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import backends
-from pytest_ipu import power
-from pytest_ipu.backends.base import Availability
-from pytest_ipu.backends.base import Backend
-from pytest_ipu.backends.target import Target
-from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.errors import BackendUnavailable
-from pytest_ipu.placement import poprun
-from pytest_ipu.placement import torchrun
-from pytest_ipu.placement.torchrun import TorchrunRank
-from pytest_ipu.power.base import PowerSource
-from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.pytest_plugin.gating import GateCheck
 from pytest_ipu.pytest_plugin.options import AUTO
-from pytest_ipu.pytest_plugin.options import Settings
 from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
 
 if TYPE_CHECKING:
+    # Loaded by the methods that use them: the backends, power sources and launch descriptions
+    # are a benchmark's, not every pytest run's.
+    from pytest_ipu.backends.base import Availability
+    from pytest_ipu.backends.base import Backend
     from pytest_ipu.backends.base import CompiledModel
+    from pytest_ipu.backends.target import Target
+    from pytest_ipu.devices.poprun import PopRunInstance
     from pytest_ipu.placement.torchrun import RankGroup
     from pytest_ipu.placement.torchrun import ScopedRanks
+    from pytest_ipu.placement.torchrun import TorchrunRank
+    from pytest_ipu.power.base import PowerSource
     from pytest_ipu.power.meter import PowerMeter
+    from pytest_ipu.pytest_plugin.options import Settings
     from pytest_ipu.results.gates import Gate
     from pytest_ipu.results.power_blocks import PowerBlock
     from pytest_ipu.results.records import IpuRecord
@@ -118,6 +115,9 @@ class IpuSession:
     def backend(self, target: Target) -> tuple[Backend | None, Availability]:
         """The backend for ``target`` (made once per run) and whether it can run here."""
         if target not in self.backends:
+            from pytest_ipu import backends
+            from pytest_ipu.backends.base import Availability
+
             # A conftest's implementation first; the built-in registry answers last.
             made = self.config.hook.pytest_ipu_make_backend(config=self.config, target=target)
             if made is None:
@@ -138,6 +138,8 @@ class IpuSession:
     def backend_for(self, name: str, device: str | None) -> Backend:
         """The backend for ``name:device``, made once per run; ``BackendUnavailable`` (the test skips)
         when it cannot run here."""
+        from pytest_ipu.backends.target import Target
+
         target = Target(name, device)
         backend, availability = self.backend(target)
         if backend is None or not availability.ok:
@@ -147,6 +149,8 @@ class IpuSession:
     def auto_targets(self) -> tuple[list[Target], list[tuple[Target, str]]]:
         """``--ipu-backend=auto``: the default targets present here, and those absent with the reason."""
         if self.auto is None:
+            from pytest_ipu import backends
+
             present, absent = [], []
             for target in backends.auto_candidates():
                 _, availability = self.backend(target)
@@ -174,6 +178,8 @@ class IpuSession:
         """``power_meter`` for what a compiled model runs on: on IPU hardware exactly the IPUs it
         holds (``power.metered_device``), never the partition; when its backend cannot say which,
         no meter, and the reason."""
+        from pytest_ipu import power
+
         device = power.metered_device(compiled.device, compiled.ipu_ids)
         if device is not None or choice == "off":
             return self.power_meter(device or compiled.device, choice)
@@ -186,6 +192,8 @@ class IpuSession:
         ``--ipu-power`` choice, its source name, and when there is none, the reason."""
         if choice == "off":
             return None, "off", "power measurement is off (--ipu-power=off or the test's marker)"
+        from pytest_ipu import power
+
         name = power.source_for_device(device) if choice == AUTO else choice
         if name is None:
             return None, "none", f"no power source measures device {device!r}"
@@ -196,6 +204,9 @@ class IpuSession:
         return meter, name, reason
 
     def _open_meter(self, name: str, device: str) -> tuple[PowerMeter | None, str]:
+        from pytest_ipu import power
+        from pytest_ipu.power.base import PowerSourceError
+
         made = self.config.hook.pytest_ipu_make_power_source(config=self.config, name=name, device=device)
         try:
             source: PowerSource = made if made is not None else power.make_source(name, device)
@@ -271,6 +282,8 @@ class IpuSession:
     ) -> Measured:
         """Keep a measured benchmark (``ipu_benchmark`` calls this once per benchmark) and give
         pytest-benchmark its JSON form, ``extra_info["ipu"]``, after ``pytest_ipu_update_record``."""
+        from pytest_ipu.placement import poprun
+        from pytest_ipu.placement import torchrun
         from pytest_ipu.results import benchmark_json
         from pytest_ipu.results import schema
         from pytest_ipu.results.records import Measured
