@@ -15,17 +15,32 @@ import itertools
 import sys
 from collections.abc import Iterable
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import TypeVar
 from typing import overload
 
-if sys.version_info >= (3, 11):
-    import tomllib as _toml
-else:
-    import tomli as _toml
+if TYPE_CHECKING:
+    # The TOML parser: the standard library's ``tomllib`` (3.11), else ``tomli``, its origin.
+    if sys.version_info >= (3, 11):
+        import tomllib as _toml
+    else:
+        import tomli as _toml
+    toml = _toml
 
-#: The TOML parser: the standard library's ``tomllib`` (3.11), else ``tomli``, its origin.
-toml = _toml
+
+def __getattr__(name: str) -> Any:
+    # ``toml`` is imported when first asked for (``from pytest_ipu.backports import toml``): every
+    # pytest run imports this module, few read TOML (benchmarks/test_startup_cost.py).
+    if name != "toml":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if sys.version_info >= (3, 11):
+        import tomllib as found
+    else:
+        import tomli as found
+    globals()["toml"] = found
+    return found
+
 
 _A = TypeVar("_A")
 _B = TypeVar("_B")

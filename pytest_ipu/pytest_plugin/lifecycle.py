@@ -37,13 +37,9 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu import __version__
-from pytest_ipu import backends
-from pytest_ipu.backends.target import Target
-from pytest_ipu.backends.target import parse_target
+import pytest_ipu
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
-from pytest_ipu.placement import torchrun
 from pytest_ipu.pytest_plugin import bench_seam
 from pytest_ipu.pytest_plugin import options
 from pytest_ipu.pytest_plugin.fixtures.common import FAILED_KEY
@@ -54,6 +50,10 @@ from pytest_ipu.pytest_plugin.marker import placement_request
 from pytest_ipu.pytest_plugin.session import IpuSession
 
 if TYPE_CHECKING:
+    # The backends and the launches' merging load when a run has something for them (every
+    # pytest run registers these hooks: benchmarks/test_startup_cost.py).
+    from pytest_ipu.backends.target import Target
+    from pytest_ipu.placement.torchrun import RankGroup
     from pytest_ipu.results.atomic import PendingFile
 
 
@@ -105,7 +105,7 @@ class Lifecycle:
         """
         for item in items:
             if item.get_closest_marker(MARKER) is None:
-                continue  # nothing to check (and the parsers stay unloaded for plain tests)
+                continue  # nothing to check (and the placement rules stay unloaded)
             try:
                 marker_overrides(item)
                 placement_request(item)
@@ -116,6 +116,8 @@ class Lifecycle:
 
         def unprovided(target: Target) -> str | None:
             """Why nobody provides ``target``, or None when the registry or a conftest does."""
+            from pytest_ipu import backends  # only when a target is named: not at every start-up
+
             reason = backends.unknown_target_reason(target)
             if reason is None:
                 return None
@@ -225,6 +227,8 @@ class Lifecycle:
     ) -> None:
         """``machine_info["ipu"]``: the plugin version, each backend used as it describes itself, and
         (under ``auto``) the default targets absent here with the reason."""
+        from pytest_ipu.placement import poprun
+        from pytest_ipu.placement import torchrun
         from pytest_ipu.results import benchmark_json
         from pytest_ipu.results import schema
 
@@ -237,7 +241,7 @@ class Lifecycle:
         }
         device_info: dict[str, Any] = {
             "schema": schema.SCHEMA_VERSION,
-            "pytest_ipu": __version__,
+            "pytest_ipu": pytest_ipu.__version__,
             "backends": used,
         }
         if session.auto is not None:
@@ -261,7 +265,7 @@ class Lifecycle:
         session = self.session
         run_info: dict[str, Any] = {
             "schema": schema.SCHEMA_VERSION,
-            "version": __version__,
+            "version": pytest_ipu.__version__,
             "settings": session.settings.as_json(),
         }
         if session.power_blocks:
@@ -450,7 +454,7 @@ class Lifecycle:
         s = self.session.settings
         rounds = "auto" if s.rounds is None else s.rounds
         return [
-            f"pytest-ipu {__version__}: targets={','.join(map(str, s.targets)) or 'auto'} "
+            f"pytest-ipu {pytest_ipu.__version__}: targets={','.join(map(str, s.targets)) or 'auto'} "
             f"precision={s.precision} rounds={rounds} warmup={s.warmup_rounds} "
             f"max-time={s.max_time_s:g}s missing-sdk={s.missing_sdk}"
         ]
@@ -464,14 +468,17 @@ class Lifecycle:
         that it is the innermost wrapper: inside pytest's own, whose first half prints the failures
         and whose second half the short test summary.
         """
-        from pytest_ipu.report import text
+        state = self.session
+        # A run with nothing to show loads no report module (every plain pytest run ends here).
+        if state.measured or state.power_blocks or state.auto is not None:
+            from pytest_ipu.report import text
 
-        width = text.terminal_width()
-        lines = text.wrap(_summary_lines(self.session, width), width)
-        if lines:
-            terminalreporter.section("pytest-ipu")
-            for line in lines:
-                terminalreporter.write_line(line)
+            width = text.terminal_width()
+            lines = text.wrap(_summary_lines(state, width), width)
+            if lines:
+                terminalreporter.section("pytest-ipu")
+                for line in lines:
+                    terminalreporter.write_line(line)
         try:
             return (yield)
         finally:
@@ -500,7 +507,7 @@ class Lifecycle:
         finally:
             self._leave(ranks)
 
-    def _leave(self, ranks: torchrun.RankGroup) -> None:
+    def _leave(self, ranks: RankGroup) -> None:
         """Leave the launch: the rank ends at exit, with the run's exit status, without finalizing
         the interpreter (``torchrun.end_at_exit``), its output flushed first. Tearing gloo's groups
         down cannot be made safe here: a group's destructor holds the GIL while it joins a worker
@@ -508,6 +515,8 @@ class Lifecycle:
         timeout ends), and a worker still alive when the interpreter finalizes aborts the process
         (SIGABRT). Ending the process ends those threads with it."""
         del ranks  # every rank got past the last barrier (or knows a peer is gone): nothing to wait for
+        from pytest_ipu.placement import torchrun
+
         status = self._pytest_session.exitstatus if self._pytest_session is not None else 0
         torchrun.end_at_exit(int(status))
 
@@ -536,6 +545,8 @@ def _merge_launch(state: IpuSession, reporter: Any) -> None:
     """
     import json
 
+    from pytest_ipu.placement import poprun  # PopRun's merge, used for torchrun's ranks as well
+    from pytest_ipu.placement import torchrun
     from pytest_ipu.results import atomic
 
     rank = state.torchrun
@@ -549,7 +560,6 @@ def _merge_launch(state: IpuSession, reporter: Any) -> None:
     documents = group.gather(state.launch_document)
     if documents is None or all(d is None for d in documents):
         return  # not rank 0, or no rank measured anything
-    from pytest_ipu.placement import poprun  # PopRun's merge, used for torchrun's ranks as well
 
     lacking = [str(i) for i, d in enumerate(documents) if not isinstance(d, dict)]
     if lacking:
@@ -642,6 +652,11 @@ def _target_param(item: pytest.Item) -> Target | None:
     malformed (the fixture reports that, naming the test)."""
     callspec = getattr(item, "callspec", None)
     param = callspec.params.get("ipu_backend") if callspec is not None else None
+    if param is None:
+        return None
+    from pytest_ipu.backends.target import Target
+    from pytest_ipu.backends.target import parse_target
+
     if isinstance(param, Target):
         return param
     if isinstance(param, str):

@@ -19,7 +19,6 @@ from pytest_ipu.errors import ConfigError
 from pytest_ipu.pytest_plugin import options
 
 if TYPE_CHECKING:
-    # Types only: the request parser and the gate grammar load when a marker asks for them.
     from pytest_ipu.devices.request import DeviceRequest
     from pytest_ipu.results.gates import Gate
 

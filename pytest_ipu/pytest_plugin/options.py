@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu.backends.target import Target
-from pytest_ipu.backends.target import parse_target
 from pytest_ipu.backports import remove_suffix
 from pytest_ipu.errors import ConfigError
 from pytest_ipu.errors import PytestIpuWarning
@@ -31,6 +29,9 @@ from pytest_ipu.run.plan import TimeCap
 from pytest_ipu.run.plan import check_cap
 
 if TYPE_CHECKING:
+    # Every pytest run parses the options: the parsers of targets, gates and shares load when a
+    # value needs them (benchmarks/test_startup_cost.py).
+    from pytest_ipu.backends.target import Target
     from pytest_ipu.results.gates import Gate
 
 PRECISIONS = ("fp32", "fp16", "bf16")
@@ -249,6 +250,8 @@ def parse_targets(value: object) -> tuple[Target, ...]:
     parts = [p for p in (s.strip() for s in text.split(",")) if p]
     if not parts:
         raise ValueError("expected 'auto' or targets such as 'torch:cpu,torch:cuda'")
+    from pytest_ipu.backends.target import parse_target
+
     targets = tuple(parse_target(p) for p in parts)
     return tuple(dict.fromkeys(targets))  # de-duplicated, order kept
 
@@ -278,7 +281,7 @@ def parse_gates(value: object) -> tuple[Gate, ...]:
     texts = [t.strip() for t in texts if t.strip() and t.strip().lower() != "none"]
     if not texts:
         return ()
-    from pytest_ipu.results import gates  # only when gates are given: not at every start-up
+    from pytest_ipu.results import gates
 
     try:
         return tuple(gates.parse(t) for t in texts)
@@ -287,10 +290,10 @@ def parse_gates(value: object) -> tuple[Gate, ...]:
 
 
 def parse_share(value: object) -> float:
-    """A share such as ``5%`` or ``0.05``, within (0, 1] (``units.parse_share``, loaded on first use)."""
-    from pytest_ipu.measure.units import parse_share as parse
+    """A share such as ``5%`` or ``0.05``, within (0, 1] (``measure.units`` owns the rule)."""
+    from pytest_ipu.measure import units
 
-    return parse(value)
+    return units.parse_share(value)
 
 
 def parse_baselines(value: object) -> tuple[Path, ...]:
@@ -611,6 +614,10 @@ def resolve_settings(
     values: dict[str, Any] = {}
     for spec in OPTIONS:
         raw, source = _pick(spec, cli, ini, environ, ini_path)
+        if source == DEFAULT_SOURCE:
+            # Settings' own defaults are the parsed defaults (tests/unit/test_options.py checks):
+            # a run that sets nothing loads no parser.
+            continue
         try:
             values[spec.field] = spec.parse(raw)
         except ValueError as exc:
@@ -620,6 +627,10 @@ def resolve_settings(
     # A fixed cap below the budget is refused here, before any test runs (run.plan owns the rule).
     check_cap(settings.max_time_s, settings.time_cap)
     return settings
+
+
+#: Where a value that no source sets comes from, in messages.
+DEFAULT_SOURCE = "the default"
 
 
 def _pick(
@@ -637,7 +648,7 @@ def _pick(
     ini_value = ini.get(spec.ini)
     if ini_value not in (None, "", []):
         return ini_value, f"ini key {spec.ini} in {ini_path or 'the ini file'}"
-    return spec.default, "the default"
+    return spec.default, DEFAULT_SOURCE
 
 
 def _config_sources(

@@ -9,6 +9,9 @@ on first use (``benchmarks/test_startup_cost.py`` measures what the plugin adds 
 from __future__ import annotations
 
 import importlib.util
+import sys
+from typing import TYPE_CHECKING
+from typing import Any
 
 import pytest
 
@@ -31,6 +34,9 @@ from pytest_ipu.pytest_plugin.marker import MARKER_HELP
 from pytest_ipu.pytest_plugin.session import JSON_PATH_KEY
 from pytest_ipu.pytest_plugin.session import SESSION_KEY
 from pytest_ipu.pytest_plugin.session import IpuSession
+
+if TYPE_CHECKING:
+    from pytest_ipu.devices.poprun import PopRunInstance
 
 __all__ = [
     "ipu_backend",
@@ -66,13 +72,7 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         # Under PopRun each instance writes its own --benchmark-json file (before pytest-benchmark,
         # whose trylast pytest_configure reads the option).
-        instance = None
-        # PopRun's instances run where the SDK's popdist is importable; elsewhere there is no
-        # instance, and PopRun's device modules stay unloaded (every pytest start-up runs this).
-        if importlib.util.find_spec("popdist") is not None:
-            from pytest_ipu.placement import poprun
-
-            instance = poprun.configure_json_path(config.option)
+        instance = _poprun_instance(config.option)
         # Under torchrun likewise each rank (rank 0 also writes the merged file at the given path).
         rank = torchrun.detect()
         merged_json = None if rank is None else torchrun.configure_json_path(config.option, rank)
@@ -111,3 +111,16 @@ def pytest_configure(config: pytest.Config) -> None:
     # Each pytest run (pytester runs many in one process) has its own plugin manager, so the hooks
     # go with the run.
     config.pluginmanager.register(Lifecycle(session, pending), "pytest-ipu-lifecycle")
+
+
+def _poprun_instance(option: Any) -> PopRunInstance | None:
+    """This PopRun instance (its output files tagged), or ``None`` outside PopRun.
+
+    ``devices.poprun.detect`` asks the ``popdist`` module; where it cannot be imported at all (most
+    machines) no process is under PopRun, and the launch's modules stay unloaded.
+    """
+    if "popdist" not in sys.modules and importlib.util.find_spec("popdist") is None:
+        return None
+    from pytest_ipu.placement import poprun
+
+    return poprun.configure_json_path(option)

@@ -15,25 +15,25 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu.backends.target import Target
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.pytest_plugin.gating import GateCheck
 from pytest_ipu.pytest_plugin.options import AUTO
-from pytest_ipu.pytest_plugin.options import Settings
 from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
 
 if TYPE_CHECKING:
-    # Types only: every pytest start-up makes a session, and these modules (the backends' protocol
-    # and its records, the power sources, PopRun's devices) are for runs that measure something.
+    # Loaded by the methods that use them: the backends, power sources and launch descriptions
+    # are a benchmark's, not every pytest run's.
     from pytest_ipu.backends.base import Availability
     from pytest_ipu.backends.base import Backend
     from pytest_ipu.backends.base import CompiledModel
+    from pytest_ipu.backends.target import Target
     from pytest_ipu.devices.poprun import PopRunInstance
     from pytest_ipu.placement.torchrun import RankGroup
     from pytest_ipu.placement.torchrun import ScopedRanks
     from pytest_ipu.placement.torchrun import TorchrunRank
     from pytest_ipu.power.base import PowerSource
     from pytest_ipu.power.meter import PowerMeter
+    from pytest_ipu.pytest_plugin.options import Settings
     from pytest_ipu.results.gates import Gate
     from pytest_ipu.results.power_blocks import PowerBlock
     from pytest_ipu.results.records import IpuRecord
@@ -138,6 +138,8 @@ class IpuSession:
     def backend_for(self, name: str, device: str | None) -> Backend:
         """The backend for ``name:device``, made once per run; ``BackendUnavailable`` (the test skips)
         when it cannot run here."""
+        from pytest_ipu.backends.target import Target
+
         target = Target(name, device)
         backend, availability = self.backend(target)
         if backend is None or not availability.ok:
@@ -280,6 +282,8 @@ class IpuSession:
     ) -> Measured:
         """Keep a measured benchmark (``ipu_benchmark`` calls this once per benchmark) and give
         pytest-benchmark its JSON form, ``extra_info["ipu"]``, after ``pytest_ipu_update_record``."""
+        from pytest_ipu.placement import poprun
+        from pytest_ipu.placement import torchrun
         from pytest_ipu.results import benchmark_json
         from pytest_ipu.results import schema
         from pytest_ipu.results.records import Measured

@@ -84,3 +84,75 @@ def test_benchmarking_a_plain_callable_imports_no_runtime(tmp_path: Path) -> Non
     # 3 rounds in each of the 3 repeats a benchmark gets by default.
     assert (record["rounds"], [r["rounds"] for r in record["repeats"]]) == (9, [3, 3, 3])
     assert data["machine_info"]["ipu"]["backends"] == {}
+
+
+#: The modules a pytest run loads before any test uses a pytest-ipu fixture: the glue of
+#: pytest_addoption and pytest_configure, the hooks' owners and the fixtures' declarations. Anything
+#: else (records, backends, measurement, devices, power, the launches' merging) loads on first use.
+START_UP = frozenset(
+    {
+        "pytest_ipu",
+        "pytest_ipu.backports",
+        "pytest_ipu.errors",
+        "pytest_ipu.placement",
+        "pytest_ipu.placement.outputs",
+        "pytest_ipu.placement.torchrun",
+        "pytest_ipu.pytest_plugin",
+        "pytest_ipu.pytest_plugin.bench_seam",
+        "pytest_ipu.pytest_plugin.fixtures",
+        "pytest_ipu.pytest_plugin.fixtures.benchmark",
+        "pytest_ipu.pytest_plugin.fixtures.common",
+        "pytest_ipu.pytest_plugin.fixtures.compile",
+        "pytest_ipu.pytest_plugin.fixtures.loadgen",
+        "pytest_ipu.pytest_plugin.fixtures.power",
+        "pytest_ipu.pytest_plugin.fixtures.train",
+        "pytest_ipu.pytest_plugin.gating",
+        "pytest_ipu.pytest_plugin.hookspec",
+        "pytest_ipu.pytest_plugin.lifecycle",
+        "pytest_ipu.pytest_plugin.marker",
+        "pytest_ipu.pytest_plugin.options",
+        "pytest_ipu.pytest_plugin.plugin",
+        "pytest_ipu.pytest_plugin.repeats",
+        "pytest_ipu.pytest_plugin.session",
+        "pytest_ipu.run",
+        "pytest_ipu.run.plan",
+    }
+)
+
+
+def test_a_run_without_the_fixtures_loads_only_the_start_up_modules(tmp_path: Path) -> None:
+    """Every pytest run of a project with pytest-ipu installed pays for what the plugin imports: a
+    test that uses none of its fixtures loads no numpy, no runtime and none of its heavy modules."""
+    import pytest_ipu
+
+    (tmp_path / "test_trivial.py").write_text("def test_trivial():\n    assert True\n")
+    code = (
+        "import json, sys\n"
+        "import pytest\n"
+        "ret = pytest.main(['-q', '-p', 'no:cacheprovider', 'test_trivial.py'])\n"
+        "assert ret == 0, ret\n"
+        "mods = sorted(m for m in sys.modules if m.startswith('pytest_ipu'))\n"
+        "print('MODULES=' + json.dumps(mods + [m for m in ('numpy', 'torch') if m in sys.modules]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    # The package under test, wherever this process imported it from (a checkout or the install).
+    env["PYTHONPATH"] = str(Path(pytest_ipu.__file__).parent.parent)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("MODULES=")]
+    assert len(line) == 1, proc.stdout
+    loaded = json.loads(remove_prefix(line[0], "MODULES="))
+    assert "pytest_ipu.pytest_plugin.plugin" in loaded, "the plugin was not loaded"
+    assert "numpy" not in loaded
+    assert "torch" not in loaded
+    for heavy in ("pytest_ipu.results.records", "pytest_ipu.backends.base", "pytest_ipu.measure.units"):
+        assert heavy not in loaded
+    assert sorted(set(loaded) - START_UP) == []
