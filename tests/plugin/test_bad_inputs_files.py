@@ -48,12 +48,12 @@ def test_export(ipu_compile):
 #: injected fault, if the row asked for one, for its own session only.
 CACHE_CONFTEST = """
 import os
-import tempfile
 from pathlib import Path
 
 from pytest_ipu.backends import onnx_export
+from pytest_ipu.results import atomic
 
-_SAVED = (onnx_export._export, tempfile.mkstemp)
+_SAVED = (onnx_export._export, atomic.create_temporary)
 
 
 def pytest_configure(config):
@@ -64,7 +64,7 @@ def pytest_configure(config):
         def fail(*args, **kwargs):
             raise OSError(number, os.strerror(number))
 
-        tempfile.mkstemp = fail
+        atomic.create_temporary = fail
     # A cache entry that is a directory where the export's file must go.
     if Path("entry_dir_suffix.txt").exists():
         import torch
@@ -77,7 +77,7 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    onnx_export._export, tempfile.mkstemp = _SAVED
+    onnx_export._export, atomic.create_temporary = _SAVED
 """
 
 #: Runs pytest in each directory given, one session after another in this one process, and writes

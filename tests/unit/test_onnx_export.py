@@ -382,7 +382,6 @@ def test_cache_dir_faults_are_one_line_naming_the_option_and_the_fix(
     tmp_path, monkeypatch, tiny_export, fault, expected
 ):
     import errno
-    import tempfile
 
     monkeypatch.setattr(onnx_export, "_export", lambda *a: _exported_bytes(tiny_export))
     x = tiny_export[1]
@@ -395,9 +394,9 @@ def test_cache_dir_faults_are_one_line_naming_the_option_and_the_fix(
         (tmp_path / "file").write_text("")
         cache = tmp_path / "file" / "cache"
     elif fault == "read-only":  # injected: this suite may run as root, which writes anywhere
-        monkeypatch.setattr(tempfile, "mkstemp", _fail_with(errno.EROFS))
+        monkeypatch.setattr(atomic, "create_temporary", _fail_with(errno.EROFS))
     elif fault == "disk full":
-        monkeypatch.setattr(tempfile, "mkstemp", _fail_with(errno.ENOSPC))
+        monkeypatch.setattr(atomic, "create_temporary", _fail_with(errno.ENOSPC))
     else:
         key = onnx_export.cache_key(tiny(), (x,), ExportOptions())
         (cache / f"{key}.onnx").mkdir(parents=True)
@@ -418,6 +417,21 @@ def test_cache_files_are_0644_even_under_umask_000(tmp_path, monkeypatch, tiny_e
         os.umask(old)
     for path in (exported.path, exported.path.with_suffix(".json")):
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_atomic_writes_never_change_the_process_umask(tmp_path, monkeypatch):
+    # The umask is process-wide: a file another thread created while it was 0 would get mode 0666.
+    old = os.umask(0o027)
+    try:
+        monkeypatch.setattr(os, "umask", lambda *a: pytest.fail("the process umask was changed"))
+        atomic.write_bytes(tmp_path / "plain", b"x")
+        atomic.write_bytes(tmp_path / "exact", b"x", mode=0o644)
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o640  # 0666 less the umask
+    assert stat.S_IMODE((tmp_path / "exact").stat().st_mode) == 0o644
+    assert _files(tmp_path) == ["exact", "plain"]
 
 
 # -- Ctrl-C during the export ----------------------------------------------------------------------------
