@@ -137,6 +137,13 @@ def _through_a_file(d: Path, mp: pytest.MonkeyPatch) -> Path:
     return d / "file" / "cache"
 
 
+def _writable_by_others(d: Path, mp: pytest.MonkeyPatch) -> Path:
+    # Whoever can write the directory can replace a model and its recorded SHA-256 together.
+    (d / "cache").mkdir()
+    (d / "cache").chmod(0o777)
+    return d / "cache"
+
+
 def _injected(number: int) -> Callable[[Path, pytest.MonkeyPatch], Path]:
     def setup(d: Path, mp: pytest.MonkeyPatch) -> Path:
         # Read by the inner run's conftest (CACHE_CONFTEST), which makes the fault there.
@@ -238,6 +245,7 @@ ROWS: dict[str, Row] = {
     "cache dir disk full": Row(CACHE, _injected(errno.ENOSPC), "free space on its file system", 1),
     "cache entry .onnx is a directory": Row(CACHE, _entry_is_a_directory(".onnx"), "remove the directory", 1),
     "cache entry .json is a directory": Row(CACHE, _entry_is_a_directory(".json"), "remove the directory", 1),
+    "cache dir writable by others": Row(CACHE, _writable_by_others, "other users could replace a cached", 1),
     # -- pytest-ipu merge ----------------------------------------------------------------------------------
     "merge over an input": Row(MERGE, _over_an_input, "refusing to write over an input", 2),
     "merge latency_unsupported an int": Row(
