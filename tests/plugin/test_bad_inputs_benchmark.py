@@ -179,6 +179,18 @@ ROWS = [
         needs_torch=True,
     ),
     BadCall(
+        "ipu_benchmark twice",
+        "ipu_benchmark(noop, (), rounds=2)\n    ipu_benchmark(noop, (), rounds=2)",
+        "pytest-ipu: ipu_benchmark(...) called after ipu_benchmark(...) in test_ipu_benchmark_twice: "
+        "pytest-ipu measures one benchmark per test; measure each model in a test of its own",
+    ),
+    BadCall(
+        "ipu_benchmark nested",
+        "ipu_benchmark(lambda: ipu_benchmark(noop, (), rounds=2), (), rounds=2)",
+        "pytest-ipu: ipu_benchmark(...) called inside the model ipu_benchmark(...) is measuring in "
+        "test_ipu_benchmark_nested: pytest-ipu measures one benchmark per test",
+    ),
+    BadCall(
         "model not callable",
         "ipu_benchmark(42, ())",
         "ipu_benchmark(model=int object): the model must be callable",
