@@ -190,7 +190,7 @@ def _check_private(cache_dir: Path) -> None:
     if info.st_uid != user:
         raise CacheDirError(
             f"{where}: refusing the ONNX export cache: the directory is owned by uid {info.st_uid}, "
-            f"not by this user (uid {user}), who could not trust the models in it; "
+            f"not by this user (uid {user}), so its models are not this user's to trust; "
             "pass a directory of your own as --ipu-cache-dir"
         )
     mode = stat.S_IMODE(info.st_mode)
