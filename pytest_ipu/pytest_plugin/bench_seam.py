@@ -36,6 +36,7 @@ How the differences are bridged:
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import os
 from collections.abc import Callable
@@ -43,6 +44,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from typing import BinaryIO
+from typing import TypeVar
+from typing import cast
 
 import pytest
 
@@ -287,6 +290,46 @@ def forget(config: pytest.Config, benchmark: Any) -> None:
         if entry is stats:
             del kept[i]
             return
+
+
+#: The attribute of pytest-benchmark's fixture naming the pytest-ipu fixture that measures with it,
+#: and whether that call is still running.
+_MEASURING = "_pytest_ipu_measuring"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def one_per_test(benchmark: Any, caller: str, test: str, measure: _F) -> _F:
+    """``measure`` (the callable fixture ``caller`` returns), failing a second use of ``benchmark``
+    in ``test`` with one line in pytest-ipu's words.
+
+    pytest-ipu measures one benchmark per test: its record is the test's result, its gates fail the
+    test, and pytest-benchmark keeps one result per test (a second ``pedantic`` is its bare
+    "FixtureAlreadyUsed ... pedantic mode", which the user never called). A second call, after the
+    first or inside the model the first is measuring, is refused before it measures anything.
+    """
+
+    @functools.wraps(measure)
+    def once(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        first, running = getattr(benchmark, _MEASURING, (None, False))
+        if first is None and getattr(benchmark, "_mode", None):
+            first = "pytest-benchmark's benchmark"  # the plain fixture, used by the test itself
+        if first is not None:
+            when = f"inside the model {first}(...) is measuring" if running else f"after {first}(...)"
+            pytest.fail(
+                f"pytest-ipu: {caller}(...) called {when} in {test}: pytest-ipu measures one benchmark "
+                "per test; measure each model in a test of its own (e.g. with @pytest.mark.parametrize "
+                "over the models)",
+                pytrace=False,
+            )
+        setattr(benchmark, _MEASURING, (caller, True))
+        try:
+            return measure(*args, **kwargs)
+        finally:
+            setattr(benchmark, _MEASURING, (caller, False))
+
+    return cast("_F", once)
 
 
 def mark_used(benchmark: Any) -> None:

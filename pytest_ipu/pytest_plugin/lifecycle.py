@@ -169,10 +169,10 @@ class Lifecycle:
     # -- each test --------------------------------------------------------------------------------
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item) -> bool | None:
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         """Before the first item of a parametrized set, its earlier interleaved repeats; ``True``
         (done) for an item whose earlier repeat failed. ``tryfirst``: before pytest runs the item."""
-        return self.session.repeats.before(item)
+        return self.session.repeats.before(item, nextitem)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(

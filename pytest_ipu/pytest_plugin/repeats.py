@@ -259,7 +259,7 @@ class RepeatScheduler:
             current.append(item)
             self._sets[item.nodeid] = current
 
-    def before(self, item: pytest.Item) -> bool | None:
+    def before(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         """Before the first item of a parametrized set, its earlier repeats. ``True`` (the test is
         done) for an item whose earlier repeat failed; ``None`` to run it as usual, its last repeat."""
         if self._running is not None:
@@ -269,6 +269,7 @@ class RepeatScheduler:
             self._started.add(members[0].nodeid)
             self._earlier_repeats(members)
         if item.nodeid in self._failed:
+            _tear_down_towards(item, nextitem)
             return True
         self.state(item.nodeid).final = True
         return None
@@ -309,6 +310,25 @@ class RepeatScheduler:
                 elif any(r.skipped for r in self._reports) or len(state.done) < index:
                     # Skipped, or a run that measured nothing: its last run says what happens.
                     stopped.add(member.nodeid)
+
+
+def _tear_down_towards(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Release what pytest's teardown of ``item`` would: the fixtures of the module and class
+    ``nextitem`` does not share. ``item`` is done (its earlier repeat failed), so pytest's protocol,
+    whose teardown does this, is not run for it; the earlier repeat's teardown kept them for this
+    run. Without it the next module's first test errors: "previous item was not torn down properly".
+
+    pytest has no public call for this; its ``SetupState.teardown_exact`` (pytest 7.0 and later) is
+    what its own teardown calls. An error of a finalizer is reported as this item's teardown error.
+    """
+    call = pytest.CallInfo.from_call(
+        lambda: item.session._setupstate.teardown_exact(nextitem),
+        when="teardown",
+        reraise=(pytest.exit.Exception, KeyboardInterrupt),
+    )
+    if call.excinfo is not None:
+        report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+        item.ihook.pytest_runtest_logreport(report=report)
 
 
 # -- process mode -------------------------------------------------------------------------------------

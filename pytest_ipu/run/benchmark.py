@@ -31,6 +31,7 @@ from pytest_ipu.backends.base import TrainingInfo
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import BenchmarkArgumentError
 from pytest_ipu.errors import BenchmarkArgumentTypeError
+from pytest_ipu.inputs import not_positional
 from pytest_ipu.measure import metrics
 from pytest_ipu.measure import timing
 from pytest_ipu.measure.contention import ContentionProbe
@@ -112,18 +113,15 @@ def check_arguments(
             f"pytest-ipu: ipu_benchmark(model={type(model).__name__} object): the model must be callable "
             "(a compiled model from ipu_compile, or any function); pass ipu_benchmark(model, (x,))"
         )
-    if hasattr(inputs, "shape") and not isinstance(inputs, (list, tuple)):
-        # A tensor is itself a sequence (of its rows): taken as the inputs it would call the model
-        # with one row per argument, a wrong benchmark rather than an error.
-        shape = tuple(getattr(inputs, "shape", ()))
+    wrong = not_positional(inputs)
+    if wrong is not None:
         raise BenchmarkArgumentTypeError(
-            f"pytest-ipu: ipu_benchmark(model, inputs={type(inputs).__name__} of shape {shape}): inputs is "
-            "a sequence of positional arguments, not one tensor or array; pass (x,)"
-        )
-    if isinstance(inputs, (str, bytes, dict)) or not isinstance(inputs, Sequence):
-        raise BenchmarkArgumentTypeError(
-            f"pytest-ipu: ipu_benchmark(model, inputs={type(inputs).__name__} object): inputs is a "
-            "sequence of positional arguments (a tuple or list); pass (x,), or () for none"
+            f"pytest-ipu: ipu_benchmark(model, inputs={wrong.value}): inputs is a sequence of positional "
+            + (
+                "arguments, not one tensor or array; pass (x,)"
+                if wrong.one_array
+                else "arguments (a tuple or list); pass (x,), or () for none"
+            )
         )
     _count(
         "items_per_call",

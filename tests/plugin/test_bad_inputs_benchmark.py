@@ -22,6 +22,7 @@ from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import XDIST_VARIABLES
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+HAS_LOADGEN = importlib.util.find_spec("mlperf_loadgen") is not None
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class BadCall:
     #: The ``ipu`` marker's keywords for the inner test ("" for none).
     marker: str = ""
     needs_torch: bool = False
+    needs_loadgen: bool = False
     #: False where the failure is an assertion with a traceback (parity), not a one-line report.
     one_line: bool = True
 
@@ -179,6 +181,25 @@ ROWS = [
         needs_torch=True,
     ),
     BadCall(
+        "loadgen model fails on its third call",
+        "ipu_loadgen(fails_on(3), (numpy.zeros((8, 4)),))",
+        "ipu_loadgen's calibration call on a batch of 1 sample(s) failed: RuntimeError: broken on call 3; "
+        "2 earlier call(s) on this batch size passed: the batch size is not the cause",
+        needs_loadgen=True,
+    ),
+    BadCall(
+        "ipu_benchmark twice",
+        "ipu_benchmark(noop, (), rounds=2)\n    ipu_benchmark(noop, (), rounds=2)",
+        "pytest-ipu: ipu_benchmark(...) called after ipu_benchmark(...) in test_ipu_benchmark_twice: "
+        "pytest-ipu measures one benchmark per test; measure each model in a test of its own",
+    ),
+    BadCall(
+        "ipu_benchmark nested",
+        "ipu_benchmark(lambda: ipu_benchmark(noop, (), rounds=2), (), rounds=2)",
+        "pytest-ipu: ipu_benchmark(...) called inside the model ipu_benchmark(...) is measuring in "
+        "test_ipu_benchmark_nested: pytest-ipu measures one benchmark per test",
+    ),
+    BadCall(
         "model not callable",
         "ipu_benchmark(42, ())",
         "ipu_benchmark(model=int object): the model must be callable",
@@ -285,6 +306,15 @@ def hangs_on(n):
     return model
 
 
+def fails_on(n):
+    """A model whose n-th call (counted over the whole test) raises."""
+    def model(*args):
+        CALLS[0] += 1
+        if CALLS[0] == n:
+            raise RuntimeError(f"broken on call {n}")
+    return model
+
+
 @pytest.fixture(autouse=True)
 def _count_calls_per_test():
     CALLS[0] = 0
@@ -309,7 +339,7 @@ def _inner_file(rows: list[BadCall]) -> str:
 @pytest.fixture(scope="module")
 def failures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
     """Run every row once; each test's outcome and failure message (``passed`` for a pass)."""
-    rows = [r for r in ROWS if HAS_TORCH or not r.needs_torch]
+    rows = [r for r in ROWS if (HAS_TORCH or not r.needs_torch) and (HAS_LOADGEN or not r.needs_loadgen)]
     path = tmp_path_factory.mktemp("bad_inputs")
     (path / "test_bad.py").write_text(_inner_file(rows))
     env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
@@ -351,6 +381,8 @@ def test_a_bad_call_fails_its_test_with_one_line_naming_it(
 ) -> None:
     if row.needs_torch and not HAS_TORCH:
         pytest.skip("torch is not installed")
+    if row.needs_loadgen and not HAS_LOADGEN:
+        pytest.skip("mlperf_loadgen is not installed")
     outcome, message = failures.get(row.name, ("missing", ""))
     assert outcome == "failed", f"{row.name}: {outcome}\n{failures['_output'][1]}"
     assert row.message_part in message
