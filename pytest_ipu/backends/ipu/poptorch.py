@@ -424,6 +424,7 @@ class PopTorchBackend(NamedBackend):
             device_latency=lambda: _handle_latency(handle),
             simulator=self.simulator,
             ipu_ids=None if self.simulator or ipu_id is None else self._members(ipu_id),
+            ipu_count=None if self.simulator else _reserved(info),
         )
 
     def _members(self, device_id: int) -> tuple[int, ...] | None:
@@ -801,6 +802,12 @@ def _plain_options(opts: Mapping[str, object]) -> dict[str, object]:
         plain["executable_cache_dir"] = str(plain["executable_cache_dir"])
     plain["available_memory_proportion"] = plain_memory_proportion(plain["available_memory_proportion"])
     return plain
+
+
+def _reserved(info: Mapping[str, object]) -> int | None:
+    """The IPUs the executor reserved, as ``_info`` read them back (``None`` if it could not)."""
+    value = info.get("ipus_reserved")
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _info(
