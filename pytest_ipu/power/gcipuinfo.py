@@ -25,8 +25,9 @@ them lists a ``"user process id"`` (gcipuinfo names the process using an IPU, an
 out while it is idle), the board's power is partly another program's, so ``open`` (and
 ``availability``) refuses it, and ``read`` fails once it happens during a window, naming the IPU
 and the process. The same key says which IPUs a process uses (``ipus_used_by``): how a model
-whose backend let the SDK choose its IPUs is metered on them. A reading that is ``N/A`` at ``read`` time raises ``PowerSourceError`` naming the
-device and the field: a missing sample is never turned into 0 W.
+whose backend let the SDK choose its IPUs is metered on them. A reading that is ``N/A`` at
+``read`` time raises ``PowerSourceError`` naming the device and the field: a missing sample is
+never turned into 0 W.
 
 Whether the library exports ``"total board power"`` and ``"board serial number"`` on every system
 is not documented (``gc-info`` prints them; the library's documentation calls some attributes
