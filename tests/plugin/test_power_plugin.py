@@ -85,10 +85,13 @@ def _ipu_table_row(lines: list[str], benchmark: str) -> list[str]:
 
 
 def _power_cells(cells: list[str]) -> list[str]:
-    """W, J/item and items/J: the three columns before parity ('-' here) and the flags (one cell
-    without spaces, whatever this machine's load flags)."""
-    assert cells[-2] == "-"
-    return cells[-5:-2]
+    """W, J/item and items/J: the three columns before what the energy covers (the fake RAPL
+    package, one word, or ``n/m`` as they are), parity ('-' here) and the flags (one cell without
+    spaces, whatever this machine's load flags)."""
+    assert cells[-2] == "-", cells
+    figures, scope = cells[-6:-3], cells[-3]
+    assert scope == ("n/m" if figures == ["n/m"] * 3 else "cpu-package"), cells
+    return figures
 
 
 def _summary(pytester: pytest.Pytester, name: str = "out.json") -> subprocess.CompletedProcess[str]:
