@@ -107,6 +107,7 @@ td.fail { color: #c62828; font-weight: 600; }
 td.unsure { color: #9a6700; font-weight: 600; }
 table.summary td { font-size: 14px; }
 table.summary strong { font-size: 16px; }
+table.summary .source { color: #777; font-size: 12px; }
 """
 
 
@@ -586,7 +587,7 @@ def _page(
     checks = set(summary.self_check_groups(shown))
     anchors = {group: f"group-{index + 1}-{_slug(group)}" for index, group in enumerate(groups)}
     # First: the answer, each study's headline figures; the sections follow.
-    lead = summary.section(shown, anchors)
+    lead = summary.section(shown, anchors, published)
     if lead:
         sections.append(f'<section id="summary"><h2>Summary</h2>{lead}</section>')
         contents.append('<li><a href="#summary">summary</a></li>')
@@ -598,7 +599,10 @@ def _page(
         if group not in checks:
             sections.append(_group_section(shown, group, figures, anchors[group]))
             contents.append(f'<li><a href="#{_e(anchors[group])}">{_e(group)}</a></li>')
-    if studies or published:
+    # A reference the summary sets beside a figure is shown there; the scaling section lists the rest.
+    beside = summary.used(shown, published)
+    loose = [r for r in scaling.unmatched(published, studies) if r.index not in beside]
+    if studies or loose:
         # First: across runs of a training benchmark, the scaling is what the runs were made for.
         drawn = {
             (i, f.view): (f.stem, f.svg)
@@ -606,9 +610,7 @@ def _page(
             for f in figures
             if f.group == study.title and f.view in scaling.VIEWS
         }
-        body = scaling.section(
-            studies, scaling.unmatched(published, studies), drawn if scaling_drawn else None
-        )
+        body = scaling.section(studies, loose, drawn if scaling_drawn else None)
         sections.append(f'<section id="scaling"><h2>Scaling</h2>{body}</section>')
         contents.append('<li><a href="#scaling">scaling</a></li>')
     queried = _loadgen_rows(runs)

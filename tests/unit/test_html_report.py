@@ -328,15 +328,17 @@ def test_the_study_swept_over_batch_sizes_comes_first_on_the_page(tmp_path: Path
     root = ET.fromstring(remove_prefix(html_report._page(runs, []), "<!DOCTYPE html>"))
     headings = [h.text for h in root.iter("h2")]
     assert headings == ["Summary", "study", "small-sweep", "side", "Machine and run"]
-    # The page leads with the summary: one row per study swept over batch sizes, the study's first.
+    # The page leads with the summary: three figure rows per study swept over batch sizes, the
+    # study's first (its name spans its rows).
     summary, study = list(root.iter("table"))[:2]
     assert summary.get("class") == "summary"
-    rows = [[(c.findtext("a") or "".join(c.itertext())) for c in tr.iter("td")] for tr in summary.iter("tr")][
-        1:
-    ]
-    assert [row[0] for row in rows] == ["study", "small-sweep"]
-    assert rows[0][1] == "6"
-    assert rows[0][4].startswith("not measured: ")
+    rows = [list(tr.iter("td")) for tr in summary.iter("tr")][1:]
+    assert len(rows) == 6
+    assert [row[0].findtext("a") for row in rows if len(row) == 5] == ["study", "small-sweep"]
+    assert "6 row(s)" in "".join(rows[0][0].itertext())
+    titles = ["lowest p50 latency", "highest throughput", "highest items/J"]
+    assert [row[-4].text for row in rows[:3]] == titles
+    assert "".join(rows[2][-3].itertext()).startswith("not measured: ")
     # Then the study's table: nothing (not the machine's facts) comes between.
     assert study.get("class") not in ("facts", "summary")
     assert len(list(study.iter("tr"))) == 1 + 6
