@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pytest_ipu.backports import remove_prefix
 from pytest_ipu.measure import units
 from pytest_ipu.report import plots
+from pytest_ipu.results import compare
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.catalog import METRICS
@@ -218,6 +219,9 @@ def section(runs: Sequence[StoredRun], anchors: dict[str, str], published: Seque
     groups = studies(runs)
     if not groups:
         return ""
+    labels = plots.run_labels(runs)
+    later = range(1, len(runs))
+    lines = compare.compare_runs(runs).lines if len(runs) > 1 else ()
     body = []
     for group in groups:
         line = headline(runs, group, published)
@@ -235,14 +239,56 @@ def section(runs: Sequence[StoredRun], anchors: dict[str, str], published: Seque
                 f"<td>{_published(figure, unit)}</td>",
                 f'<td class="num">{_ratios(figure)}</td>',
             ]
+            held = _line(lines, group, figure)
+            cells += [f"<td>{_change(held, index)}</td>" for index in later]
             body.append("<tr>" + "".join(cells) + "</tr>")
-    headers = ("study", "figure", "measured (best row)", "published reference", "measured / published")
+    headers = ["study", "figure", "measured (best row)", "published reference", "measured / published"]
+    headers += [html.escape(f"{labels[index]} vs {labels[0]}") for index in later]
     numeric = ' class="num"'
     head = "".join(f"<th{numeric if h.startswith('measured /') else ''}>{h}</th>" for h in headers)
+    note = NOTE + (" " + CHANGE_NOTE if lines else "")
     return (
         f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-        f'<p class="sub">{html.escape(NOTE)}</p>'
+        f'<p class="sub">{html.escape(note)}</p>'
     )
+
+
+#: The note under the summary's change columns (several runs).
+CHANGE_NOTE = (
+    "Each later run's column: the change of the row that holds the figure (named under it) against "
+    "the first run, its interval and the verdict, as pytest-ipu compare judges them: "
+    + compare.VERDICT_NOTE
+    + "."
+)
+
+
+def _line(lines: Sequence[compare.Line], group: str, figure: Figure) -> compare.Line | None:
+    """``pytest-ipu compare``'s line of the benchmark that holds ``figure``: its group, name and
+    metric, and the figure's value in the run that reached it."""
+    best = figure.best
+    if best.run is None:
+        return None
+    return next(
+        (
+            line
+            for line in lines
+            if line.group == group
+            and line.name == best.name
+            and line.metric.name == figure.metric
+            and line.values[best.run] == best.value
+        ),
+        None,
+    )
+
+
+def _change(line: compare.Line | None, index: int) -> str:
+    if line is None:
+        return "-"
+    if line.ratio(index) is None:
+        return '<span class="sub">not measured in both runs</span>'
+    interval = compare.format_interval(line, index)
+    extra = f'<br/><span class="source">{html.escape(interval)}</span>' if interval else ""
+    return f"<strong>{html.escape(compare.format_change(line, index))}</strong>{extra}"
 
 
 def _cell(best: Best, unit: str) -> str:

@@ -4,15 +4,19 @@ reached them, what was not measured and why, and the self-checks kept out of it 
 from __future__ import annotations
 
 import json
+import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from pytest_ipu.backports import remove_prefix
+from pytest_ipu.backports import zip_strict
 from pytest_ipu.report import html as html_report
 from pytest_ipu.report import summary
 from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import compare
 from pytest_ipu.results import references
 from pytest_ipu.results.benchmark_json import RunFileError
 from pytest_ipu.results.catalog import METRICS
@@ -272,3 +276,74 @@ def test_a_bad_value_for_the_new_metrics_is_one_line_with_the_fix(
         references.load(refs)
     assert expected in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+# --- several runs: the change, its interval and the verdict, as compare has them --------------------
+
+
+def _slower(record: dict[str, Any], factor: float) -> dict[str, Any]:
+    """``record`` with every latency ``factor`` times as long and its throughput as much lower."""
+    record["latency_s"] = {
+        k: v * factor if isinstance(v, float) else v for k, v in record["latency_s"].items()
+    }
+    record["throughput_items_per_s"] /= factor
+    return record
+
+
+def test_several_runs_get_compares_change_interval_and_verdict_for_the_row_holding_each_figure(
+    tmp_path: Path,
+) -> None:
+    factors = (1.0, 1.02, 0.99, 1.3)  # the last run 30 % slower than three steady ones
+    paths = [
+        _write_run(
+            tmp_path / f"run{n}.json",
+            [
+                ("study", "s[2]", _slower(_record("torch:cpu", 2, OFF), factor)),
+                ("study", "s[4]", _slower(_record("torch:cpu", 4, OFF), factor)),
+                # Batch 8 at twice the throughput of the others, in the first run only.
+                *([("study", "s[8]", _slower(_record("torch:cpu", 8, OFF), 0.5))] if n == 0 else []),
+            ],
+        )
+        for n, factor in enumerate(factors)
+    ]
+    runs = [benchmark_json.read_run(p) for p in paths]
+    line = summary.headline(runs, "study")
+    # The lowest p50: batch 2 of the third run.
+    assert line.latency.run == 2
+    assert line.latency.name == "s[2]"
+    root = ET.fromstring(remove_prefix(html_report._page(runs, []), "<!DOCTYPE html>"))
+    table = next(t for t in root.iter("table") if t.get("class") == "summary")
+    headers = ["".join(th.itertext()) for th in table.iter("th")]
+    assert headers[-3:] == ["run1.json vs run0.json", "run2.json vs run0.json", "run3.json vs run0.json"]
+    rows = _cells(root)
+    expected = {
+        (lin.metric.name, lin.name): lin for lin in compare.compare_runs(runs).lines if lin.group == "study"
+    }
+    p50 = expected[("latency.p50", "s[2]")]
+    for index, cell in zip_strict((1, 2, 3), rows[0][-3:]):
+        assert cell == compare.format_change(p50, index) + compare.format_interval(p50, index)
+    # Three steady runs before it make the run-to-run test: the last run is worse, its interval too.
+    assert rows[0][-1].startswith("+30.0% worse (p")
+    low, high = p50.interval(3) or (0.0, 0.0)
+    assert 1.0 < low < 1.3 < high
+    assert "99% interval" in rows[0][-1]
+    assert rows[0][-3] == "+2.0% not tested"  # one run before it and one repeat a side: no estimate
+    assert p50.interval(1) is None
+    # The highest throughput is batch 8's, which only the first run has.
+    assert line.throughput.name == "s[8]"
+    assert rows[1][-3:] == ["not measured in both runs"] * 3
+    assert rows[2][-3:] == ["-"] * 3  # items/J: nothing measured, nothing compared
+    assert "as pytest-ipu compare judges them" in "".join(next(root.iter("section")).itertext())
+
+
+def test_the_interval_is_the_one_the_test_rejects_no_change_outside_of() -> None:
+    from pytest_ipu.results import decide
+
+    found = decide.evidence(1.1, (), (), (1.0, 1.01, 0.99, 1.0))
+    assert found is not None
+    low, high = found.interval(0.01)
+    assert low < math.exp(found.shift) < high
+    # At the alpha where p equals it, one bound of the interval is the ratio 1 (no change).
+    p = found.p_change()
+    bounds = found.interval(p)
+    assert min(abs(b - 1.0) for b in bounds) == pytest.approx(0.0, abs=1e-6)
