@@ -3,7 +3,8 @@
 The page (``index.html``) carries everything inline, CSS and figures (as base64 SVG), so the file
 alone can be mailed or attached to a review. Its tables are the terminal tables' columns with the
 same markers and footnotes (``n/m``, ``?``, ``~``, ``*``), from ``pytest_ipu.report.terminal``
-(its ``COLUMNS`` and ``footnotes``). Groups come in ``plots.report_order``: the study swept over
+(its ``COLUMNS`` and ``footnotes``); a note is given once per page, under the first table that needs
+it (``pytest_ipu.report.footnotes``). Groups come in ``plots.report_order``: the study swept over
 batch sizes first, so that its table is on the page's first screen; the machine and run facts
 follow the groups. A group of one batch size gets its table and no figure: a plot against batch
 size with one point per line would say nothing its table does not.
@@ -39,6 +40,7 @@ from typing import Any
 
 from pytest_ipu import __version__
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.report import footnotes
 from pytest_ipu.report import loadgen
 from pytest_ipu.report import loadgen_plot
 from pytest_ipu.report import plots
@@ -637,12 +639,13 @@ def _page(
         if skipped
         else ""
     )
+    # Each note once per page: tables share most of theirs (footnotes.once_per_page).
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"/>'
         '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>"
         f'<h1>{_e(title)}</h1><p class="sub">{_e(sub)}</p>{skipped_note}{nav}'
-        f"{''.join(sections)}"
+        f"{footnotes.once_per_page(''.join(sections))}"
         f"<footer>Made by pytest-ipu {_e(__version__)} from {_e(', '.join(str(r.path) for r in runs))}. "
         "Numbers: see docs/numbers.md; energy: docs/power.md.</footer>"
         "</main></body></html>\n"
