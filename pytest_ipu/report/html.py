@@ -40,6 +40,7 @@ from typing import Any
 
 from pytest_ipu import __version__
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.measure import units
 from pytest_ipu.report import footnotes
 from pytest_ipu.report import loadgen
 from pytest_ipu.report import loadgen_plot
@@ -454,10 +455,74 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
 
 
 def _group_section(runs: Sequence[StoredRun], group: str, figures: Sequence[_Figure], anchor: str) -> str:
-    """One group's section: its heading, table and figures."""
+    """One group's section: its heading, table and figures, then its benchmarks without a record
+    (``_plain_table``)."""
     mine = [f for f in figures if f.group == group and f.view in plots.VIEWS]
-    body = f"<h2>{_e(group)}</h2>{_table(runs, group)}{_figures(runs, group, mine)}"
+    body = f"<h2>{_e(group)}</h2>"
+    if group in plots.groups(runs):
+        body += f"{_table(runs, group)}{_figures(runs, group, mine)}"
+    body += _plain_table(runs, group)
     return f'<section id="{_e(anchor)}">{body}</section>'
+
+
+def plain_groups(runs: Sequence[StoredRun]) -> list[str]:
+    """The groups of the benchmarks without a pytest-ipu record (pytest-benchmark's own
+    ``benchmark`` fixture alone), in first-seen order over the runs."""
+    seen: dict[str, None] = {}
+    for run in runs:
+        for bench in run.benchmarks:
+            if bench.record is None:
+                seen[group_name(bench.group, bench.name)] = None
+    return list(seen)
+
+
+#: pytest-benchmark's statistics a benchmark without a record is shown with: (key, header).
+PLAIN_STATS = (("min", "min"), ("median", "median"), ("mean", "mean"), ("stddev", "stddev"))
+#: The caption of a table of benchmarks without a record.
+PLAIN_CAPTION = (
+    "pytest-benchmark's own statistics of the rounds (its benchmark fixture alone: no pytest-ipu "
+    "record, so no throughput, power or flags)"
+)
+
+
+def _plain_table(runs: Sequence[StoredRun], group: str) -> str:
+    """The group's benchmarks without a pytest-ipu record, with pytest-benchmark's statistics
+    (min, median, mean, stddev, rounds); empty when it has none. A statistic the file lacks is
+    ``-``, and a note says so."""
+    labels = plots.run_labels(runs)
+    multi = len(runs) > 1
+    rows = [
+        (index, bench)
+        for index, run in enumerate(runs)
+        for bench in run.benchmarks
+        if bench.record is None and group_name(bench.group, bench.name) == group
+    ]
+    if not rows:
+        return ""
+    headers = (["run"] if multi else []) + ["benchmark", *(h for _, h in PLAIN_STATS), "rounds"]
+    numeric = ' class="num"'
+    head = "".join(f"<th{'' if h in ('run', 'benchmark') else numeric}>{h}</th>" for h in headers)
+    body = []
+    missing = False
+    for index, bench in rows:
+        cells = [f"<td>{_e(labels[index])}</td>"] if multi else []
+        cells.append(f"<td>{_e(bench.name)}</td>")
+        for key, _ in PLAIN_STATS:
+            value = bench.stats.get(key)
+            missing = missing or value is None
+            cells.append(f'<td class="num">{_e(units.format_value(value, "s"))}</td>')
+        missing = missing or bench.rounds is None
+        cells.append(f'<td class="num">{"-" if bench.rounds is None else bench.rounds}</td>')
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    note = (
+        '<ul class="notes"><li>- = not in the run file (pytest-benchmark wrote no such statistic)</li></ul>'
+        if missing
+        else ""
+    )
+    return (
+        f'<p class="sub">{_e(PLAIN_CAPTION)}</p><table class="plain"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>{note}"
+    )
 
 
 def _embedded(figure: _Figure, alt: str) -> str:
@@ -573,7 +638,9 @@ def _page(
     scaling_drawn: bool = True,
 ) -> str:
     shown = generic(runs)
-    groups = plots.report_order(shown)
+    recorded = plots.report_order(shown)
+    # The groups of pytest-benchmark's own benchmarks (no record) come after those with records.
+    groups = recorded + [g for g in plain_groups(shown) if g not in recorded]
     labels = plots.run_labels(runs)
     title = "pytest-ipu report"
     if len(runs) == 1:
@@ -633,18 +700,12 @@ def _page(
     sections.append(f'<section id="machine"><h2>{_e(heading)}</h2>{machine}</section>')
     contents.append(f'<li><a href="#machine">{_e(heading.lower())}</a></li>')
     nav = f'<nav><ul class="contents">{"".join(contents)}</ul></nav>'
-    skipped = sum(1 for run in runs for bench in run.benchmarks if bench.record is None)
-    skipped_note = (
-        f'<p class="sub">{skipped} benchmark(s) without a pytest-ipu record are not shown.</p>'
-        if skipped
-        else ""
-    )
     # Each note once per page: tables share most of theirs (footnotes.once_per_page).
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"/>'
         '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>"
-        f'<h1>{_e(title)}</h1><p class="sub">{_e(sub)}</p>{skipped_note}{nav}'
+        f'<h1>{_e(title)}</h1><p class="sub">{_e(sub)}</p>{nav}'
         f"{footnotes.once_per_page(''.join(sections))}"
         f"<footer>Made by pytest-ipu {_e(__version__)} from {_e(', '.join(str(r.path) for r in runs))}. "
         "Numbers: see docs/numbers.md; energy: docs/power.md.</footer>"

@@ -171,7 +171,7 @@ def test_the_page_is_well_formed_self_contained_and_embeds_every_figure(two_grou
 def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups) -> None:
     out, _ = two_groups
     root = ET.fromstring(remove_prefix((out / "index.html").read_text(encoding="utf-8"), "<!DOCTYPE html>"))
-    tables = [t for t in root.iter("table") if t.get("class") not in ("facts", "summary")]
+    tables = [t for t in root.iter("table") if t.get("class") not in ("facts", "summary", "plain")]
     assert len(tables) == 2
     rows = [[td.text for td in tr.iter("td")][1:] for tr in tables[0].iter("tr")][1:]
     names = [next(tr.iter("td")).text for tr in tables[0].iter("tr") if list(tr.iter("td"))]
@@ -226,7 +226,9 @@ def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups
     page = ET.tostring(root, encoding="unicode")
     for fact in ("Some CPU (4 CPUs)", "bench-node", "2026-11-29 20:31 UTC", "0123456789ab on main"):
         assert fact in page
-    assert "1 benchmark(s) without a pytest-ipu record are not shown" in page
+    # The benchmark without a record has its own section, with pytest-benchmark's statistics.
+    plain = next(s for s in root.iter("section") if "".join(s.find("h2").itertext()) == "plain")
+    assert next(td.text for td in plain.iter("td")) == "test_plain"
 
 
 def test_the_pages_footnotes_are_the_terminal_tables_footnotes(tmp_path: Path) -> None:
