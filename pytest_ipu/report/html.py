@@ -102,7 +102,9 @@ figure img { width: 100%; height: auto; display: block; }
 figcaption { color: #777; font-size: 12px; margin-top: 4px; }
 code { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 12.5px; }
 details { margin: 6px 0; color: #555; font-size: 13px; }
-ul.contents { margin: 4px 0 8px; padding-left: 18px; }
+ul.contents { margin: 4px 0 8px; padding-left: 0; }
+ul.contents li { display: inline; }
+ul.contents li + li::before { content: " \\00b7  "; color: #999; }
 a { color: #0a5fa8; text-decoration: none; }
 footer { color: #888; font-size: 12px; margin-top: 40px; }
 td.pass { color: #1a7f37; font-weight: 600; }

@@ -220,11 +220,19 @@ def section(runs: Sequence[StoredRun], anchors: dict[str, str], published: Seque
     if not groups:
         return ""
     labels = plots.run_labels(runs)
-    later = range(1, len(runs))
     lines = compare.compare_runs(runs).lines if len(runs) > 1 else ()
+    found = [headline(runs, group, published) for group in groups]
+    held = {(line.group, f.metric): _line(lines, line.group, f) for line in found for f in line.figures}
+    # A later run gets a column when it holds some figure's row as the first run does: runs of other
+    # benchmarks (make bench's training runs beside its inference run) have no change to show.
+    later = [
+        index
+        for index in range(1, len(runs))
+        if any(line is not None and line.ratio(index) is not None for line in held.values())
+    ]
     body = []
-    for group in groups:
-        line = headline(runs, group, published)
+    for line in found:
+        group = line.group
         care = f"{line.flagged} of {line.rows} rows unstable or contended" if line.flagged else ""
         study = (
             f'<a href="#{html.escape(anchors.get(group, ""))}">{html.escape(group)}</a>'
@@ -239,18 +247,28 @@ def section(runs: Sequence[StoredRun], anchors: dict[str, str], published: Seque
                 f"<td>{_published(figure, unit)}</td>",
                 f'<td class="num">{_ratios(figure)}</td>',
             ]
-            held = _line(lines, group, figure)
-            cells += [f"<td>{_change(held, index)}</td>" for index in later]
+            cells += [f"<td>{_change(held[(group, figure.metric)], index)}</td>" for index in later]
             body.append("<tr>" + "".join(cells) + "</tr>")
     headers = ["study", "figure", "measured (best row)", "published reference", "measured / published"]
     headers += [html.escape(f"{labels[index]} vs {labels[0]}") for index in later]
     numeric = ' class="num"'
     head = "".join(f"<th{numeric if h.startswith('measured /') else ''}>{h}</th>" for h in headers)
-    note = NOTE + (" " + CHANGE_NOTE if lines else "")
+    note = NOTE
+    if later:
+        note += " " + CHANGE_NOTE
+    elif len(runs) > 1:
+        note += " " + UNPAIRED_NOTE
     return (
         f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
         f'<p class="sub">{html.escape(note)}</p>'
     )
+
+
+#: The note when several runs are given and none holds a figure's row as the first run does.
+UNPAIRED_NOTE = (
+    "No change is shown: no later run has the benchmark that holds a figure as the first run has it "
+    "(pytest-ipu compare pairs benchmarks by their full name)."
+)
 
 
 #: The note under the summary's change columns (several runs).

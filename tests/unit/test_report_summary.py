@@ -347,3 +347,19 @@ def test_the_interval_is_the_one_the_test_rejects_no_change_outside_of() -> None
     p = found.p_change()
     bounds = found.interval(p)
     assert min(abs(b - 1.0) for b in bounds) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_runs_that_share_no_figures_row_get_no_change_column_and_say_why(tmp_path: Path) -> None:
+    # As make bench gives them: the inference run, then a run of other benchmarks (training).
+    first = _write_run(
+        tmp_path / "a.json", [("study", f"s[{b}]", _record("torch:cpu", b, OFF)) for b in (1, 2)]
+    )
+    other = _write_run(
+        tmp_path / "b.json", [("other", f"o[{b}]", _record("torch:cpu", b, OFF)) for b in (1, 2)]
+    )
+    runs = [benchmark_json.read_run(p) for p in (first, other)]
+    root = ET.fromstring(remove_prefix(html_report._page(runs, []), "<!DOCTYPE html>"))
+    table = next(t for t in root.iter("table") if t.get("class") == "summary")
+    assert [th.text for th in table.iter("th")][-1] == "measured / published"
+    section = next(s for s in root.iter("section") if s.get("id") == "summary")
+    assert summary.UNPAIRED_NOTE in "".join(section.itertext())
