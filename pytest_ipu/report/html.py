@@ -84,13 +84,13 @@ _CSS = """
 :root { color-scheme: light; }
 body { font: 15px/1.5 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
   color: #1d1d1f; margin: 0; background: #fafafa; }
-main { max-width: 1180px; margin: 0 auto; padding: 24px 32px 48px; }
+main { max-width: 1320px; margin: 0 auto; padding: 24px 24px 48px; }
 h1 { font-size: 26px; margin: 8px 0 4px; }
 h2 { font-size: 20px; margin: 40px 0 8px; padding-top: 12px; border-top: 1px solid #e2e2e2; }
 h3 { font-size: 15px; margin: 20px 0 6px; color: #444; }
 .sub { color: #666; margin: 0 0 16px; }
 table { border-collapse: collapse; margin: 8px 0; background: #fff; font-size: 13.5px; }
-th, td { padding: 4px 10px; border-bottom: 1px solid #e6e6e6; text-align: left; vertical-align: top; }
+th, td { padding: 4px 8px; border-bottom: 1px solid #e6e6e6; text-align: left; vertical-align: top; }
 th { background: #f0f0f2; font-weight: 600; white-space: nowrap; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tbody tr:nth-child(even) td { background: #f8f8fa; }
@@ -432,7 +432,10 @@ def _group_rows(runs: Sequence[StoredRun], group: str) -> list[tuple[int, report
 def _table(runs: Sequence[StoredRun], group: str) -> str:
     columns = {c.header: c for c in report.COLUMNS}
     labels = plots.run_labels(runs)
-    multi = len(runs) > 1
+    rows = _group_rows(runs, group)
+    # A run column only where the group's rows come from several runs; else the caption names the run.
+    held = sorted({index for index, _ in rows})
+    multi = len(held) > 1
     headers = ["run"] if multi else []
     headers += ["benchmark", "batch", "target", *TABLE_COLUMNS]
     # Text columns wrap and align left; the flags of a row can be long (unstable,contended,...).
@@ -440,7 +443,6 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
     attrs = ["" if h in text_columns else ' class="num"' for h in headers]
     head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip_strict(attrs, headers))
     body = []
-    rows = _group_rows(runs, group)
     for index, row in rows:
         cells = [labels[index]] if multi else []
         # The test's parameters tell rows apart that share a batch size and target (workload=...).
@@ -450,6 +452,8 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
     notes = report.footnotes([row for _, row in rows])
     notes_html = f'<ul class="notes">{"".join(f"<li>{_e(n)}</li>" for n in notes)}</ul>' if notes else ""
     caption = "latency per call; throughput summed over instances"
+    if len(runs) > 1 and not multi and held:
+        caption += f"; every row from {labels[held[0]]}"
     return (
         f'<p class="sub">{_e(caption)}</p><table><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>{notes_html}"

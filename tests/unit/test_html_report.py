@@ -276,6 +276,17 @@ def test_multi_run_page_names_the_file_of_every_row(tmp_path: Path) -> None:
     assert "run b.json" in page
 
 
+def test_a_group_of_one_run_among_several_has_no_run_column_and_its_caption_names_the_run(
+    tmp_path: Path,
+) -> None:
+    a = _write_run(tmp_path / "a.json", [("g", "t[1]", _record("torch:cpu", 1, OFF))])
+    b = _write_run(tmp_path / "b.json", [("h", "u[1]", _record("torch:cpu", 1, OFF))])
+    runs = [benchmark_json.read_run(a), benchmark_json.read_run(b)]
+    root = ET.fromstring(f"<div>{html_report._table(runs, 'h')}</div>")
+    assert next(th.text for th in root.iter("th")) == "benchmark"
+    assert root.findtext("p") == "latency per call; throughput summed over instances; every row from b.json"
+
+
 def _two_batch_sizes(path: Path) -> Path:
     """A run of one group over batch sizes 1 and 2: a group with a batch axis, so it is plotted."""
     return _write_run(path, [("g", f"t[{b}]", _record("torch:cpu", b, OFF)) for b in (1, 2)])
