@@ -111,6 +111,9 @@ td.pass { color: #1a7f37; font-weight: 600; }
 td.fail { color: #c62828; font-weight: 600; }
 td.unsure { color: #9a6700; font-weight: 600; }
 table.summary td { font-size: 14px; }
+table.summary th, table.summary td { white-space: normal; overflow-wrap: anywhere; }
+table.summary td { min-width: 90px; }
+table.summary td[rowspan] { min-width: 150px; }
 table.summary strong { font-size: 16px; }
 table.summary .source { color: #777; font-size: 12px; }
 """
