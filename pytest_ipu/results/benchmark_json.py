@@ -49,6 +49,8 @@ class StoredBenchmark:
     #: What the benchmark says it is for (``extra_info["role"]``, a string), e.g. ``self-check``
     #: for one that checks pytest-ipu itself; ``None`` when it says nothing.
     role: str | None = None
+    #: How many rounds pytest-benchmark timed (``stats.rounds``); ``None`` when the file has none.
+    rounds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -251,6 +253,7 @@ def _benchmark(bench: Mapping[str, Any], where: str, path: Path) -> StoredBenchm
         _free(bench, "params", where),
         _time_stats(bench, where),
         role,
+        _rounds(bench, where),
     )
 
 
@@ -328,6 +331,19 @@ def _samples(bench: Mapping[str, Any], where: str) -> tuple[float, ...] | None:
 
 #: The time statistics of pytest-benchmark's ``stats`` that ``StoredBenchmark.stats`` keeps.
 TIME_STATS = ("min", "median", "mean", "max", "stddev", "iqr")
+
+
+def _rounds(bench: Mapping[str, Any], where: str) -> int | None:
+    """pytest-benchmark's round count (``stats.rounds``), a whole number >= 0; ``None`` when absent."""
+    stats = bench.get("stats")
+    rounds = stats.get("rounds") if isinstance(stats, dict) else None
+    if rounds is None:
+        return None
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+        raise RunFileError(
+            f"{where}: 'stats.rounds' is {_show(rounds)}: it must be a whole number >= 0; {_FIX}"
+        )
+    return rounds
 
 
 def _time_stats(bench: Mapping[str, Any], where: str) -> dict[str, float]:
