@@ -21,8 +21,10 @@ permutations within each segment, until one is not significant (Matteson and Jam
 
 Two things keep it fast (10,000 points well under a second):
 
-- All splits at once: the pairwise distances' 2-D prefix sums give every split's three sums in
-  a few vectorised numpy operations, and a batch of permutations is one array.
+- All splits at once: two sums per point of the pairwise distances (each point's distance to all,
+  and to the points before it) give every split's three sums in a few vectorised numpy
+  operations, and a batch of permutations is one array; the first test of every window of a long
+  series is one batch too (``_first_splits``).
 - Windows, as Otava analyses long series: a series longer than ``window`` points is cut into
   windows of ``window`` points that overlap by half; each is bisected on its own, and each
   change point is kept from the window whose centre it lies nearest (two found within
@@ -30,7 +32,8 @@ Two things keep it fast (10,000 points well under a second):
   is then judged against the ``window / 2`` or so points on each side of it, which also keeps an
   old change from hiding a new one nearby. The permutation test stops early (Besag and Clifford's
   sequential test, as ``ecp`` uses Gandy's): once enough permutations reach the observed
-  statistic that the p-value cannot fall to ``alpha``, the rest are not drawn.
+  statistic that the p-value cannot fall to ``alpha``, the rest are not drawn; batches start
+  small and double, so a window without a change is mostly settled after a few permutations.
 
 Permutations are drawn from a generator seeded by ``seed`` and the window's position, so the
 same series always gives the same change points and p-values.
@@ -77,6 +80,8 @@ BATCH = 4
 MIN_SIZE = 3
 #: Points per window of a long series (Otava's default window is 50 points).
 WINDOW = 64
+#: Rows of permutations per ``q_profile`` call when many windows are tested together.
+CHUNK = 256
 #: How far (points) ``_place`` may move a change point from E-Divisive's split.
 RADIUS = 3
 #: The confidence of a change point's interval.
@@ -184,11 +189,69 @@ def _p_value(
     return (reached + 1) / (drawn + 1)
 
 
+def _first_splits(
+    windows: FloatArray,
+    rngs: Sequence[np.random.Generator],
+    alpha: float,
+    permutations: int,
+    min_size: int,
+) -> list[tuple[int, float, float] | None]:
+    """The first step of E-Divisive on every window (the rows of ``windows``) at once: each window's
+    best split and its permutation test (``_p_value``'s, with the same early stop), as (index,
+    p-value, statistic), ``None`` where it is not significant. One array holds the permutations of
+    every window still undecided: a long series' hundreds of windows cost a few large numpy
+    operations rather than many small ones."""
+    count, width = windows.shape
+    profile = q_profile(windows, min_size)
+    at = profile.argmax(axis=1)
+    observed = profile[np.arange(count), at]
+    reached = np.zeros(count, dtype=np.int64)
+    drawn = 0
+    give_up = max(1, math.floor(alpha * (permutations + 1)))
+    # A window that cannot be split, or whose best split does not separate anything, is settled.
+    open_ = [w for w in range(count) if np.isfinite(observed[w]) and observed[w] > 0]
+    stopped: dict[int, float] = {}
+    batch = BATCH
+    while open_ and drawn < permutations:
+        size = min(batch, permutations - drawn)
+        batch *= 2
+        shuffled = np.concatenate(
+            [rngs[w].permuted(np.broadcast_to(windows[w], (size, width)), axis=1) for w in open_]
+        )
+        # Chunks of about CHUNK rows keep the b x n x n arrays in the caches' reach.
+        best = np.concatenate(
+            [q_profile(shuffled[i : i + CHUNK], min_size).max(axis=1) for i in range(0, len(shuffled), CHUNK)]
+        ).reshape(len(open_), size)
+        targets = observed[open_] * (1.0 - 1e-12)
+        reached[open_] += np.count_nonzero(best >= targets[:, None], axis=1)
+        drawn += size
+        still = []
+        for w in open_:
+            if reached[w] >= give_up and drawn < permutations:
+                stopped[w] = float(reached[w] / drawn)
+            else:
+                still.append(w)
+        open_ = still
+    out: list[tuple[int, float, float] | None] = []
+    for w in range(count):
+        if not (np.isfinite(observed[w]) and observed[w] > 0):
+            out.append(None)
+            continue
+        p = stopped.get(w, float((reached[w] + 1) / (drawn + 1)))
+        out.append((int(at[w]), p, float(observed[w])) if p <= alpha else None)
+    return out
+
+
 def _bisect(
-    values: FloatArray, rng: np.random.Generator, alpha: float, permutations: int, min_size: int
+    values: FloatArray,
+    rng: np.random.Generator,
+    alpha: float,
+    permutations: int,
+    min_size: int,
+    found: list[tuple[int, float, float]],
 ) -> list[tuple[int, float, float]]:
-    """E-Divisive on one window: the significant splits as (index, p-value, statistic)."""
-    found: list[tuple[int, float, float]] = []
+    """E-Divisive on one window, from the significant splits ``found`` so far: all of them as
+    (index, p-value, statistic)."""
     while True:
         edges = [0, *sorted(i for i, _, _ in found), len(values)]
         bounds = list(zip(edges[:-1], edges[1:]))
@@ -233,9 +296,14 @@ def detect(
     starts = _windows(n, window)
     centres = [s + min(window, n) / 2.0 for s in starts]
     candidates: list[tuple[int, float, float]] = []
-    for number, start in enumerate(starts):
-        rng = np.random.default_rng([seed, start])
-        for index, p, q in _bisect(series[start : start + window], rng, alpha, permutations, min_size):
+    rngs = [np.random.default_rng([seed, start]) for start in starts]
+    windows = np.stack([series[start : start + window] for start in starts])
+    for number, (start, first) in enumerate(
+        zip(starts, _first_splits(windows, rngs, alpha, permutations, min_size))
+    ):
+        if first is None:
+            continue
+        for index, p, q in _bisect(windows[number], rngs[number], alpha, permutations, min_size, [first]):
             where = start + index
             # Kept by the window whose centre is nearest (ties to the earlier window).
             nearest = min(range(len(starts)), key=lambda w: (abs(where - centres[w]), w))
