@@ -3,10 +3,9 @@
 Scale
 -----
 - Analysis: one 10,000-commit series (A/A noise with two steps) through ``changepoints.detect``;
-  target under 1 s. Timed beside the previous implementation (``changepoints_before``) on the
-  same series, alternately ``REPEATS`` times each, the best of each and their ratio printed (both
-  must find the same change points); with the time of a 100-commit series measured beside it (the
-  analysis is linear in the series' length: a ratio of about 100 without overhead).
+  target under 1 s. Timed ``REPEATS`` times, the best and the slowest printed; with the time of a
+  100-commit series measured beside it (the analysis is linear in the series' length: a ratio of
+  about 100 without overhead).
 - Load: a storage of 1,000 saved runs of 50 benchmarks each (pytest-ipu records, as autosave keeps
   them: no per-round data), written here, read by ``history.find_runs`` and ``history.load`` into
   the series of every metric; target "seconds".
@@ -44,7 +43,6 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks import changepoints_before
 from benchmarks import gate_accuracy_support as support
 from pytest_ipu.measure import changepoints
 from pytest_ipu.measure.metrics import LatencySummary
@@ -180,20 +178,18 @@ def _scale(noise: np.ndarray, lines: list[str]) -> None:
     start = time.perf_counter()
     changepoints.detect(short)
     short_s = time.perf_counter() - start
-    times: dict[str, list[float]] = {"now": [], "before": []}
-    found: dict[str, list[int]] = {}
+    times: list[float] = []
+    found: list[int] = []
     for _ in range(REPEATS):
-        for name, detect in (("before", changepoints_before.detect), ("now", changepoints.detect)):
-            start = time.perf_counter()
-            found[name] = [c.index for c in detect(long)]
-            times[name].append(time.perf_counter() - start)
-    long_s, before_s = min(times["now"]), min(times["before"])
+        start = time.perf_counter()
+        found = [c.index for c in changepoints.detect(long)]
+        times.append(time.perf_counter() - start)
+    long_s = min(times)
     lines.append(
         f"analysis of a {LONG:,}-commit series: {long_s:.3f} s (target < 1 s: "
-        f"{'MET' if long_s < 1.0 else 'MISSED'}; slowest of {REPEATS} {max(times['now']):.3f} s), "
-        f"{len(found['now'])} change point(s) at {found['now']} (steps at {LONG // 3} and {2 * LONG // 3}); "
-        f"the previous implementation beside it {before_s:.3f} s (slowest {max(times['before']):.3f} s), "
-        f"{before_s / long_s:.1f}x the time, change points at {found['before']}; a {SHORT}-commit series "
+        f"{'MET' if max(times) < 1.0 else 'MISSED'}; slowest of {REPEATS} {max(times):.3f} s), "
+        f"{len(found)} change point(s) at {found} (steps at {LONG // 3} and {2 * LONG // 3}); "
+        f"a {SHORT}-commit series "
         f"{short_s * 1000:.1f} ms, ratio {long_s / short_s:.0f}"
     )
 
