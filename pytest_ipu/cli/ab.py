@@ -31,7 +31,6 @@ import math
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -42,10 +41,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
-from types import FrameType
 from typing import Literal
 
 from pytest_ipu.backports import remove_prefix
+from pytest_ipu.processes import sigterm_raises
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results.benchmark_json import StoredRun
 
@@ -214,25 +213,9 @@ class Terminated(BaseException):
     """SIGTERM (a cancelled CI job), raised so that ``finally`` blocks still remove the worktrees."""
 
 
-@contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """Turn SIGTERM into an exception while the runs go on, so that cleanup runs; only the main
-    thread can set a handler, elsewhere SIGTERM keeps its default."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        # Once is enough: a second SIGTERM must not cut the cleanup short (SIGKILL still can).
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated(f"terminated by signal {signum}")
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def _sigterm_unwinds() -> contextlib.AbstractContextManager[None]:
+    """Turn SIGTERM into ``Terminated`` while the runs go on, so that cleanup runs."""
+    return sigterm_raises(lambda signum: Terminated(f"terminated by signal {signum}"))
 
 
 def _toplevel(cwd: Path) -> Path:

@@ -200,12 +200,18 @@ def wrap_json_writer(config: pytest.Config, after: Callable[[Callable[[], None]]
     return True
 
 
-def route_saving(config: pytest.Config, instead: Callable[[bool], bool]) -> None:
+def route_saving(
+    config: pytest.Config,
+    instead: Callable[[bool], bool],
+    interrupted: Callable[[KeyboardInterrupt], None],
+) -> None:
     """Route pytest-benchmark's saving (``--benchmark-json``, ``--benchmark-save``/``-autosave``):
     ``instead`` is called in its place with whether pytest-benchmark has benchmarks to save and, if
     it returns true (it saved the run itself, or the run must not be saved), pytest-benchmark's own
     saving is skipped, and with it its warning "Not saving anything, no benchmarks have been run!",
-    which would then be false (and under ``-W error`` end the run)."""
+    which would then be false (and under ``-W error`` end the run). A Ctrl-C (or SIGTERM raised as
+    one) during the saving stops it, the files not yet written are not, and ``interrupted`` is
+    called with it: it would otherwise end the session's end with a traceback."""
     bench = getattr(config, "_benchmarksession", None)
     handle_saving = getattr(bench, "handle_saving", None)
     if not callable(handle_saving):
@@ -213,7 +219,10 @@ def route_saving(config: pytest.Config, instead: Callable[[bool], bool]) -> None
 
     def routed() -> None:
         if not instead(bool(bench.benchmarks)):  # type: ignore[union-attr]
-            handle_saving()
+            try:
+                handle_saving()
+            except KeyboardInterrupt as exc:
+                interrupted(exc)
 
     bench.handle_saving = routed  # type: ignore[union-attr]
 

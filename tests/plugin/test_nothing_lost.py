@@ -1,20 +1,27 @@
 """Nothing lost: ``--benchmark-json`` reaches disk whole or not at all, an interrupted run never
 replaces a complete one, and gates that checked nothing do not pass (nor does anything switch them
 off in silence). Failures are injected (a writer that stops half-way with a full disk, a Ctrl-C
-raised inside a benchmark); nothing here depends on timing."""
+raised inside a benchmark), or sent for real (SIGINT, SIGTERM while the file is written, once the
+writer says it is writing); nothing here depends on timing."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import SENTINEL_TEST
+from tests.plugin.inner import XDIST_VARIABLES
 from tests.plugin.inner import assert_usage_error
 
 BENCH = """
@@ -362,3 +369,75 @@ def test_compare_skips_a_partial_newest_run_to_the_newest_complete_one(pytester:
             "SKIPPED baseline --benchmark-compare skipped: no benchmark has a pytest-ipu record *",
         ]
     )
+
+
+# -- signals while the results are written -----------------------------------------------------------
+
+#: pytest-benchmark's writer, made to write the start of a large file, say so (``writing.txt``) and
+#: go on writing until a signal stops it: the test sends the signal once the file is being written,
+#: so the signal lands inside the write, whatever the machine's speed.
+SLOW_WRITE = """
+import time
+from pathlib import Path
+
+from pytest_benchmark.session import BenchmarkSession
+
+
+def save_json(self, output_json):
+    with open(self.json, "w") as out:
+        out.write('{"benchmarks": [' + "0, " * 100000)
+        out.flush()
+        Path("writing.txt").write_text("yes")
+        deadline = time.monotonic() + 120  # a hang guard only: the signal ends it
+        while time.monotonic() < deadline:
+            out.write("0, ")
+            time.sleep(0.01)
+
+
+def pytest_configure(config):
+    BenchmarkSession.save_json = save_json
+"""
+
+
+@pytest.mark.parametrize(
+    ("signum", "how"), [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated (SIGTERM)")]
+)
+def test_a_signal_while_the_json_is_written_leaves_the_previous_file_and_says_one_line(
+    pytester: pytest.Pytester, signum: int, how: str
+) -> None:
+    (pytester.path / "out.json").write_text('{"previous": true}')
+    pytester.makeconftest(SLOW_WRITE)
+    pytester.makepyfile(test_bench=BENCH)
+    env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
+    env["PYTEST_ADDOPTS"] = INNER_ADDOPTS
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *SAVING],
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        # The writer says it is writing (a hang guard bounds the wait, not the result).
+        deadline = time.monotonic() + 120
+        while not (pytester.path / "writing.txt").exists():
+            assert run.poll() is None, run.communicate()[0]
+            assert time.monotonic() < deadline, "the inner run never started writing"
+            time.sleep(0.01)
+        run.send_signal(signum)
+        output, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, output
+    lines = [line for line in output.splitlines() if line.startswith("pytest-ipu:")]
+    assert lines == [
+        f"pytest-ipu: {how}: results not saved, out.json keeps the previous complete run; "
+        "no run was saved into file://./.benchmarks"
+    ], output
+    assert "Traceback" not in output
+    assert json.loads((pytester.path / "out.json").read_text()) == {"previous": True}
+    assert _leftovers(pytester.path) == []
+    assert _saved(pytester.path) == []
