@@ -441,3 +441,92 @@ def test_a_signal_while_the_json_is_written_leaves_the_previous_file_and_says_on
     assert json.loads((pytester.path / "out.json").read_text()) == {"previous": True}
     assert _leftovers(pytester.path) == []
     assert _saved(pytester.path) == []
+
+
+# -- signals to a run whose repeats are in worker processes ---------------------------------------
+
+#: A benchmark whose model blocks in a repeat worker (``--ipu-repeat-mode=process``) after writing
+#: the worker's pid: the test signals the parent once the worker is inside the model. A worker
+#: asked to stop unwinds as a run does (its fixtures' teardown writes ``worker-teardown.txt``);
+#: one killed outright would not.
+BLOCKED_WORKER = """
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def teardown_mark():
+    yield
+    if os.environ.get("PYTEST_IPU_REPEAT_WORKER"):
+        Path("worker-teardown.txt").write_text("yes")
+
+
+def model():
+    if os.environ.get("PYTEST_IPU_REPEAT_WORKER"):
+        Path("worker.pid").write_text(str(os.getpid()))
+        threading.Event().wait(120)  # a hang guard only: the parent's signal ends the worker
+
+
+def test_blocked(teardown_mark, ipu_benchmark):
+    ipu_benchmark(model, (), rounds=2, warmup_rounds=0)
+"""
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` (``/proc``), or ``None`` once it has gone (reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    return int(stat.rpartition(")")[2].split()[1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads parent pids from /proc (Linux)")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_parent_ends_its_repeat_worker_and_removes_its_folder(
+    pytester: pytest.Pytester, signum: int
+) -> None:
+    pytester.makepyfile(test_blocked=BLOCKED_WORKER)
+    scratch = pytester.mkdir("scratch")
+    env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
+    env.update(PYTEST_ADDOPTS=INNER_ADDOPTS, TMPDIR=str(scratch))
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--ipu-repeat-mode=process", "--ipu-repeats=2", "--ipu-power=off"],
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    worker = None
+    try:
+        pid_file = pytester.path / "worker.pid"
+        deadline = time.monotonic() + 120  # a hang guard: the result never depends on it
+        while not pid_file.exists() or not pid_file.read_text():
+            assert parent.poll() is None, parent.communicate()[0]
+            assert time.monotonic() < deadline, "the repeat worker never started its model"
+            time.sleep(0.01)
+        worker = int(pid_file.read_text())
+        # The worker runs, as the parent's child, with its folder, when the signal is sent.
+        assert _parent_of(worker) == parent.pid
+        assert len(list(scratch.glob("pytest-ipu-repeat-*"))) == 1
+        parent.send_signal(signum)  # to the parent alone, as `kill` or a CI runner sends it
+        output, _ = parent.communicate(timeout=120)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    # The parent ended and reaped its worker before it exited: the worker is gone, not re-parented
+    # to init and still running; and its folder was removed.
+    orphan = None if worker is None else _parent_of(worker)
+    if orphan is not None and worker is not None:
+        os.kill(worker, signal.SIGKILL)
+    assert orphan is None, f"worker {worker} outlived the parent (now a child of {orphan})\n{output}"
+    assert list(scratch.glob("pytest-ipu-repeat-*")) == [], output
+    # The worker was asked to stop before it was killed: it tore its test down.
+    assert (pytester.path / "worker-teardown.txt").exists(), output
+    assert parent.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "Traceback" not in output
