@@ -28,11 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
+import os
 import warnings
 from collections.abc import Callable
 from collections.abc import Generator
 from collections.abc import Iterator
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -313,6 +316,7 @@ class Lifecycle:
         if self.pending_json is not None:
             self._json_routed = bench_seam.wrap_json_writer(config, self._save_and_move)
         bench_seam.route_saving(config, self._save_instead, self._saving_interrupted)
+        bench_seam.route_storage(config, self._write_saved_run)
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """The run was interrupted (Ctrl-C, or ``pytest.exit``), wherever it was, maybe inside a
@@ -371,6 +375,26 @@ class Lifecycle:
             pending.discard()
             raise
         self._json_written = True
+
+    def _write_saved_run(self, target: Path, data: bytes) -> bool:
+        """pytest-benchmark's storage writer, routed (``--benchmark-save``/``-autosave``): the run's
+        file written whole or not at all; a failure is one line and a failed run, and the storage
+        keeps what it had."""
+        from pytest_ipu.results import atomic
+
+        try:
+            if target.exists():  # as pytest-benchmark's own writer, which asserts it
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
+            atomic.write_bytes(target, data)
+        except OSError as exc:
+            self._save_failed = True
+            self._say(
+                f"pytest-ipu: cannot save the run into the benchmark storage as {target}: "
+                f"{exc.strerror or exc}; nothing was saved there (free space, or pass a writable "
+                "--benchmark-storage)"
+            )
+            return False
+        return True
 
     def _saving_interrupted(self, exc: KeyboardInterrupt) -> None:
         """Ctrl-C or SIGTERM (``RunTerminated``) while pytest-benchmark saved the results: the run ends
@@ -560,6 +584,7 @@ class Lifecycle:
         """One red line on the terminal (printed when there is no terminal reporter)."""
         reporter = self._reporter()
         if reporter is not None:
+            reporter.ensure_newline()  # not after the progress dots, on their line
             reporter.write_line(line, red=True)
         else:
             print(line)

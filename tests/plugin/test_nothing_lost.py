@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -530,3 +531,65 @@ def test_a_signal_to_the_parent_ends_its_repeat_worker_and_removes_its_folder(
     assert (pytester.path / "worker-teardown.txt").exists(), output
     assert parent.returncode == pytest.ExitCode.INTERRUPTED, output
     assert "Traceback" not in output
+
+
+# -- a full file system under the benchmark storage --------------------------------------------------
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs mounted for the test (and unmounted after it); skipped where the machine refuses
+    to mount one (not root, or a container without the capability)."""
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {(done.stderr or done.stdout).strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def _fill(mount: Path, leave: int) -> None:
+    """Fill the file system at ``mount`` until ``leave`` bytes are free."""
+    stats = os.statvfs(mount)
+    free = stats.f_bavail * stats.f_frsize
+    with (mount / "filler").open("wb") as out:
+        out.write(b"\0" * max(free - leave, 0))
+
+
+def _runs(storage: Path) -> list[str]:
+    """The files in the storage, hidden ones too (a temporary file would be one)."""
+    return sorted(p.name[:4] if p.name[0].isdigit() else p.name for p in storage.rglob("*") if p.is_file())
+
+
+def test_autosave_onto_a_full_file_system_saves_nothing_and_says_one_line(
+    pytester: pytest.Pytester, small_fs: Path
+) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    storage = small_fs / "storage"
+    saving = ("--benchmark-autosave", f"--benchmark-storage=file://{storage}")
+    pytester.runpytest_subprocess(*saving).assert_outcomes(passed=1)
+    (first,) = storage.rglob("0001_*.json")
+    complete = first.read_bytes()
+    # Room for half a run: the next run's file cannot be written whole.
+    _fill(small_fs, len(complete) // 2)
+    result = pytester.runpytest_subprocess(*saving)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    lines = [line for line in result.outlines if line.startswith("pytest-ipu:")]
+    assert len(lines) == 1, result.outlines
+    assert lines[0].startswith(
+        f"pytest-ipu: cannot save the run into the benchmark storage as {first.parent}"
+    )
+    assert "0002_" in lines[0]
+    assert lines[0].endswith(
+        "No space left on device; nothing was saved there (free space, or pass a writable "
+        "--benchmark-storage)"
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    # The storage keeps its complete run, and nothing half-written beside it.
+    assert _runs(storage) == ["0001"]
+    assert first.read_bytes() == complete
