@@ -24,6 +24,7 @@ from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import SENTINEL_TEST
 from tests.plugin.inner import XDIST_VARIABLES
 from tests.plugin.inner import assert_usage_error
+from tests.unit import small_fs as small_file_system
 
 BENCH = """
 def test_sum(ipu_benchmark):
@@ -538,27 +539,9 @@ def test_a_signal_to_the_parent_ends_its_repeat_worker_and_removes_its_folder(
 
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs mounted for the test (and unmounted after it); skipped where the machine refuses
-    to mount one (not root, or a container without the capability)."""
-    mount = tmp_path / "fs"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {(done.stderr or done.stdout).strip()}")
-    try:
+    """A 1 MiB tmpfs of the test's own (skipped where the machine refuses to mount one)."""
+    with small_file_system.mounted(tmp_path / "fs") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def _fill(mount: Path, leave: int) -> None:
-    """Fill the file system at ``mount`` until ``leave`` bytes are free."""
-    stats = os.statvfs(mount)
-    free = stats.f_bavail * stats.f_frsize
-    with (mount / "filler").open("wb") as out:
-        out.write(b"\0" * max(free - leave, 0))
 
 
 def _runs(storage: Path) -> list[str]:
@@ -576,7 +559,7 @@ def test_autosave_onto_a_full_file_system_saves_nothing_and_says_one_line(
     (first,) = storage.rglob("0001_*.json")
     complete = first.read_bytes()
     # Room for half a run: the next run's file cannot be written whole.
-    _fill(small_fs, len(complete) // 2)
+    small_file_system.fill(small_fs, len(complete) // 2)
     result = pytester.runpytest_subprocess(*saving)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     lines = [line for line in result.outlines if line.startswith("pytest-ipu:")]
