@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 WORKER_ENV = "PYTEST_IPU_REPEAT_WORKER"
 #: How long one worker may run before it is killed (a hang must not hang the run).
 WORKER_TIMEOUT_S = 3600.0
+#: How long a worker asked to stop (SIGTERM) may take to end its own children and remove its files
+#: before it is killed.
+WORKER_GRACE_S = 10.0
 
 
 class RepeatError(RuntimeError):
@@ -365,6 +368,7 @@ def _workers(item: pytest.Item, count: int, settings: Settings) -> Iterator[Meas
     import subprocess
     import tempfile
 
+    from pytest_ipu.processes import stop_command
     from pytest_ipu.results import benchmark_json
     from pytest_ipu.run.benchmark import Measurement
 
@@ -392,21 +396,31 @@ def _workers(item: pytest.Item, count: int, settings: Settings) -> Iterator[Meas
             ]
             if config.inipath is not None:
                 command += ["-c", str(config.inipath)]
+            worker = subprocess.Popen(
+                command,
+                cwd=config.invocation_params.dir,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             try:
-                done = subprocess.run(
-                    command,
-                    cwd=config.invocation_params.dir,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=WORKER_TIMEOUT_S,
-                    check=False,
-                )
+                stdout, stderr = worker.communicate(timeout=WORKER_TIMEOUT_S)
             except subprocess.TimeoutExpired:
+                stop_command(worker, WORKER_GRACE_S)
                 raise RepeatError(f"{who} ran longer than {WORKER_TIMEOUT_S:g} s and was killed") from None
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-            if done.returncode != 0 or not out.exists():
-                raise RepeatError(f"{who} exited {done.returncode}: {' '.join(command)}\n{tail}")
+            except BaseException:
+                # Ctrl-C, SIGTERM (``RunTerminated``), an error here: the worker ends with this run,
+                # asked first so that it removes its own files and children, before its folder goes.
+                stop_command(worker, WORKER_GRACE_S)
+                raise
+            finally:
+                for stream in (worker.stdout, worker.stderr):
+                    if stream is not None:
+                        stream.close()
+            tail = "\n".join((stdout + stderr).strip().splitlines()[-15:])
+            if worker.returncode != 0 or not out.exists():
+                raise RepeatError(f"{who} exited {worker.returncode}: {' '.join(command)}\n{tail}")
             run = benchmark_json.read_run(out)
             mine = [b for b in run.benchmarks if b.record is not None]
             if len(mine) != 1:

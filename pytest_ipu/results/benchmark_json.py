@@ -170,21 +170,38 @@ def parse_run(data: object, path: Path) -> StoredRun:
             raise RunFileError(f"{path}: benchmarks[{index}] is not a pytest-benchmark benchmark object")
         out.append(_benchmark(bench, f"{path}: benchmarks[{index}]", path))
     assert isinstance(data, dict)  # a list of benchmarks was found in it
+    section = _section(data, path)
     return StoredRun(
         path,
         _free(data, "machine_info", str(path)),
         _free(data, "commit_info", str(path)),
         str(data["datetime"]) if isinstance(data.get("datetime"), str) else None,
         tuple(out),
-        _power_blocks(data, path),
-        _verdicts(data, path),
+        _power_blocks(section, path),
+        _verdicts(section, path),
     )
 
 
-def _verdicts(data: Mapping[str, Any], path: Path) -> tuple[StoredVerdict, ...]:
-    """The gate verdicts of the top-level section; none when it has no ``gates`` list."""
+def _section(data: Mapping[str, Any], path: Path) -> Mapping[str, Any] | None:
+    """The top-level section, checked to be an object of a schema version this code reads; ``None``
+    when the file has none (written without pytest-ipu)."""
     section = data.get(TOP_LEVEL_KEY)
-    entries = section.get(GATES_KEY) if isinstance(section, dict) else None
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise RunFileError(f"{path}: '{TOP_LEVEL_KEY}' is {_show(section)}: it must be a JSON object; {_FIX}")
+    # Absent from sections written before it was stored; a version that is there must be one we read.
+    if "schema" in section:
+        try:
+            schema.read_version(section["schema"], f"run section '{TOP_LEVEL_KEY}'")
+        except schema.SchemaError as exc:
+            raise RunFileError(f"{path}: {exc}; {_FIX}") from None
+    return section
+
+
+def _verdicts(section: Mapping[str, Any] | None, path: Path) -> tuple[StoredVerdict, ...]:
+    """The gate verdicts of the top-level section; none when it has no ``gates`` list."""
+    entries = None if section is None else section.get(GATES_KEY)
     if entries is None:
         return ()
     where = f"{path}: '{TOP_LEVEL_KEY}.{GATES_KEY}'"
@@ -205,14 +222,11 @@ def _verdicts(data: Mapping[str, Any], path: Path) -> tuple[StoredVerdict, ...]:
     return tuple(out)
 
 
-def _power_blocks(data: Mapping[str, Any], path: Path) -> tuple[PowerBlock, ...]:
+def _power_blocks(section: Mapping[str, Any] | None, path: Path) -> tuple[PowerBlock, ...]:
     """The ``ipu_power`` blocks of the top-level section; none when the file has no section (written
     without pytest-ipu) or no list (written before blocks were kept)."""
-    section = data.get(TOP_LEVEL_KEY)
     if section is None:
         return ()
-    if not isinstance(section, dict):
-        raise RunFileError(f"{path}: '{TOP_LEVEL_KEY}' is {_show(section)}: it must be a JSON object; {_FIX}")
     try:
         return blocks_from_json(section, f"{TOP_LEVEL_KEY}.")
     except schema.SchemaError as exc:

@@ -41,6 +41,7 @@ from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import records
 from pytest_ipu.results.training import TrainingRecord
+from pytest_ipu.run.first_output import check_first_output
 from pytest_ipu.run.plan import MAX_ITEMS_PER_CALL
 from pytest_ipu.run.plan import MAX_ROUNDS
 from pytest_ipu.run.plan import MAX_WARMUP_ROUNDS
@@ -220,7 +221,9 @@ def measure(
             lockstep.barrier(f"the first call of repeat {index}")
         # In lock-step every rank makes every warm-up call asked for: a count, not a time.
         warm_budget_s = budget_s if auto and lockstep is None else None
-        warm = timing.warm_up(compiled.run, args, rewarm, budget_s=warm_budget_s, watch=watch)
+        # The model's output is checked once, on the benchmark's first call (not a later repeat's).
+        first = check_first_output if index == 1 else None
+        warm = timing.warm_up(compiled.run, args, rewarm, budget_s=warm_budget_s, watch=watch, first=first)
         estimate_s = warm.estimate_s
         stretch_s = CALIBRATION_SHARE * budget_s
         if lockstep is not None:

@@ -240,6 +240,36 @@ ROWS = [
         # numpy 2 writes the value as np.float64(3.0), numpy 1 as 3.0: the message's reason is the same.
         "): rounds must be a whole number, not float64",
     ),
+    # The first call's output: a generator (its body never runs), NaN or infinity.
+    BadCall(
+        "generator function as the model",
+        "def gen(*args):\n        yield 1\n    ipu_benchmark(gen, (), rounds=3)",
+        "the model's first call returned a generator (generator): a call runs none of its body, so only "
+        "its creation would be timed; pass a model that computes its result when called",
+    ),
+    BadCall(
+        "async function as the model",
+        "async def model(*args):\n        return 1\n    ipu_benchmark(model, (), rounds=3)",
+        "the model's first call returned a coroutine (coroutine)",
+    ),
+    BadCall(
+        "output nan in an array",
+        "ipu_benchmark(lambda: (1, {'y': numpy.array([1.0, float('nan')])}), (), rounds=3)",
+        "the model's first call returned NaN or infinity in output[1]['y']: timing a model that computes "
+        "non-finite values measures nothing useful; fix the model or its inputs",
+    ),
+    BadCall(
+        "output inf float",
+        "ipu_benchmark(lambda: float('inf'), (), rounds=3)",
+        "returned NaN or infinity in output:",
+    ),
+    BadCall(
+        "output inf tensor",
+        "import torch\n    out = [torch.ones(2), torch.full((2,), float('inf'))]\n"
+        "    ipu_benchmark(lambda: out, (), rounds=3)",
+        "returned NaN or infinity in output[1]:",
+        needs_torch=True,
+    ),
     BadCall(
         "parity both nan",
         "ipu_compile(Scale(float('nan')), (torch.ones(2, 3),), parity=True)",
@@ -322,6 +352,11 @@ def _count_calls_per_test():
 
 def test_a_good_call_passes(ipu_benchmark):
     assert ipu_benchmark(noop, (numpy.zeros((4, 3)),), rounds=3, warmup_rounds=1).items_per_call == 4
+
+
+def test_finite_outputs_of_every_kind_pass(ipu_benchmark):
+    out = (1, 2.5, 'text', None, [numpy.zeros(2, dtype=numpy.int64)], {'a': numpy.ones((2, 2))})
+    assert ipu_benchmark(lambda: out, (), rounds=3).rounds == 3
 '''
 
 
@@ -373,6 +408,7 @@ def test_there_are_enough_rows() -> None:
 def test_the_good_call_in_the_same_run_passes(failures: dict[str, tuple[str, str]]) -> None:
     # The rows' failures are theirs: the same inner run measures a correct call.
     assert failures["test_a_good_call_passes"] == ("passed", ""), failures["_output"][1]
+    assert failures["test_finite_outputs_of_every_kind_pass"] == ("passed", ""), failures["_output"][1]
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.description for row in ROWS])
