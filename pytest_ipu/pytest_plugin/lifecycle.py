@@ -518,6 +518,10 @@ class Lifecycle:
         """One red line on the terminal (printed when there is no terminal reporter)."""
         reporter = self._reporter()
         if reporter is not None:
+            if self.session.config.get_terminal_writer().width_of_current_line:
+                # Under -q (and on a torchrun rank other than 0) pytest's progress line is still
+                # open here (pytest ends it after this hook): the message gets a line of its own.
+                reporter.write_line("")
             reporter.write_line(line, red=True)
         else:
             print(line)
@@ -608,7 +612,10 @@ def _gate_launch(state: IpuSession, merged: dict[str, Any]) -> None:
 
 def _summary_lines(state: IpuSession, width: int | None = None) -> list[str]:
     """The pytest-ipu section: the tables (and a torchrun launch's), the ``ipu_power`` blocks, and
-    under ``auto`` which targets were found and which were not; tables fitted to ``width``."""
+    under ``auto`` which targets were found and which were not; tables fitted to ``width``. Nothing
+    on a torchrun rank other than 0: rank 0 prints the launch's, merged."""
+    if state.torchrun is not None and state.torchrun.index > 0:
+        return []
     tables: list[str] = []
     if state.measured:  # a run without benchmarks never loads the tables (nor numpy)
         from pytest_ipu.report import terminal as report

@@ -78,6 +78,8 @@ def pytest_configure(config: pytest.Config) -> None:
         merged_json = None if rank is None else torchrun.configure_json_path(config.option, rank)
     except ValueError as exc:
         raise pytest.UsageError(f"pytest-ipu: {exc}") from None
+    if rank is not None and rank.index > 0:
+        _quiet_rank(config)
     # pytest-benchmark opens --benchmark-json and writes it in place at the end of the run, so a
     # full disk or an interrupt left it half-written: it writes a temporary file beside it instead,
     # moved into place whole at the end of the session (``lifecycle``; pytest-benchmark's trylast
@@ -111,3 +113,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # Each pytest run (pytester runs many in one process) has its own plugin manager, so the hooks
     # go with the run.
     config.pluginmanager.register(Lifecycle(session, pending), "pytest-ipu-lifecycle")
+
+
+def _quiet_rank(config: pytest.Config) -> None:
+    """A torchrun rank other than 0 prints no header, no tables and no final counts: every rank
+    runs the same tests, and rank 0 prints the launch's results, merged. What is left is pytest's
+    progress line and whatever went wrong on this rank (its failures, errors and warnings, in full).
+    Before the terminal reporter and pytest-benchmark read the options (both configure after this)."""
+    option = config.option
+    option.no_header = True
+    # -qq: no "N passed in ..." line (its counts are rank 0's too).
+    option.verbose = min(option.verbose, -2)
+    bench_seam.quiet(option)
