@@ -59,6 +59,16 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     bench_seam.defer_json_open(parser, pluginmanager)
 
 
+def pytest_load_initial_conftests(parser: pytest.Parser, args: list[str]) -> None:
+    """Name the nearest option of a misspelt ``--ipu-*`` one (``options.misspelt_flags``) in the
+    line pytest prints under its "unrecognized arguments" error: the command line is complete here
+    (addopts and ``PYTEST_ADDOPTS`` included) and not yet parsed, and the line shows only if
+    pytest's parse then fails."""
+    hint = options.misspelt_flags(args)
+    if hint is not None:
+        parser.extra_info[options.FLAG_HINT_KEY] = hint
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Resolve the settings (a bad value stops the run with a usage error), make the run's state
     and register its hooks (``Lifecycle``)."""
