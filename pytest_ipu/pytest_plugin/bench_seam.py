@@ -138,6 +138,13 @@ class _JsonFile:
         return str(self.path)
 
 
+def quiet(option: Any) -> None:
+    """Leave pytest-benchmark's table and its progress lines out (its ``--benchmark-quiet``, on every
+    version from 4.0.0; ``--benchmark-verbose`` still wins). Call it before pytest-benchmark's
+    ``trylast`` pytest_configure, which reads the option."""
+    option.benchmark_quiet = True
+
+
 def json_path(option: Any) -> Path | None:
     """``--benchmark-json`` as a path, whatever the installed pytest-benchmark made of it; ``None``
     without it. A value that is an open file (the deferral above did not apply) is closed: the file

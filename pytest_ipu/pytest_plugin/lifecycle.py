@@ -685,7 +685,10 @@ def _gate_launch(state: IpuSession, merged: dict[str, Any]) -> None:
 
 def _summary_lines(state: IpuSession, width: int | None = None) -> list[str]:
     """The pytest-ipu section: the tables (and a torchrun launch's), the ``ipu_power`` blocks, and
-    under ``auto`` which targets were found and which were not; tables fitted to ``width``."""
+    under ``auto`` which targets were found and which were not; tables fitted to ``width``. Nothing
+    on a torchrun rank other than 0: rank 0 prints the launch's, merged."""
+    if state.torchrun is not None and state.torchrun.index > 0:
+        return []
     tables: list[str] = []
     if state.measured:  # a run without benchmarks never loads the tables (nor numpy)
         from pytest_ipu.report import terminal as report

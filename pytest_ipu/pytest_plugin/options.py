@@ -11,6 +11,7 @@ import glob
 import os
 from collections.abc import Callable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import fields
@@ -700,6 +701,31 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
         hint = f"; did you mean {close[0]}?" if close else f"; the options' variables are {', '.join(known)}"
         messages.append(f"pytest-ipu: unknown environment variable {name} is ignored{hint}")
     return messages
+
+
+#: The key of the line pytest-ipu adds to pytest's command-line error (``Parser.extra_info``, whose
+#: lines pytest prints sorted by key under the error: this one sorts after pytest's own).
+FLAG_HINT_KEY = "tip"
+
+
+def misspelt_flags(args: Sequence[str]) -> str | None:
+    """One line naming the nearest pytest-ipu option of each argument that looks like a misspelt one
+    (``--ipu-backnd``: ``did you mean --ipu-backend (for --ipu-backnd)?``); ``None`` when there is none.
+
+    pytest refuses such an argument with its bare "unrecognized arguments": this line goes under
+    that error. An ``--ipu...`` argument no pytest-ipu option has may be another plugin's or a
+    conftest's, so it is only a guess, shown only when pytest does refuse the command line.
+    """
+    known = [spec.flag for spec in OPTIONS]
+    hints = []
+    for arg in args:
+        name = arg.split("=", 1)[0]
+        if not name.lower().startswith("--ipu") or name in known:
+            continue
+        close = difflib.get_close_matches(name.lower().replace("_", "-"), known, n=1)
+        if close:
+            hints.append(f"{close[0]} (for {name})")
+    return f"did you mean {'; '.join(dict.fromkeys(hints))}?" if hints else None
 
 
 def warn_unknown_variables(config: pytest.Config, environ: Mapping[str, str] = os.environ) -> None:

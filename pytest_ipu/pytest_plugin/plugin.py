@@ -65,6 +65,16 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     bench_seam.defer_json_open(parser, pluginmanager)
 
 
+def pytest_load_initial_conftests(parser: pytest.Parser, args: list[str]) -> None:
+    """Name the nearest option of a misspelt ``--ipu-*`` one (``options.misspelt_flags``) in the
+    line pytest prints under its "unrecognized arguments" error: the command line is complete here
+    (addopts and ``PYTEST_ADDOPTS`` included) and not yet parsed, and the line shows only if
+    pytest's parse then fails."""
+    hint = options.misspelt_flags(args)
+    if hint is not None:
+        parser.extra_info[options.FLAG_HINT_KEY] = hint
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Resolve the settings (a bad value stops the run with a usage error), make the run's state
     and register its hooks (``Lifecycle``)."""
@@ -78,6 +88,8 @@ def pytest_configure(config: pytest.Config) -> None:
         merged_json = None if rank is None else torchrun.configure_json_path(config.option, rank)
     except ValueError as exc:
         raise pytest.UsageError(f"pytest-ipu: {exc}") from None
+    if rank is not None and rank.index > 0:
+        _quiet_rank(config)
     # pytest-benchmark opens --benchmark-json and writes it in place at the end of the run, so a
     # full disk or an interrupt left it half-written: it writes a temporary file beside it instead,
     # moved into place whole at the end of the session (``lifecycle``; pytest-benchmark's trylast
@@ -124,3 +136,15 @@ def _poprun_instance(option: Any) -> PopRunInstance | None:
     from pytest_ipu.placement import poprun
 
     return poprun.configure_json_path(option)
+
+
+def _quiet_rank(config: pytest.Config) -> None:
+    """A torchrun rank other than 0 prints no header, no tables and no final counts: every rank
+    runs the same tests, and rank 0 prints the launch's results, merged. What is left is pytest's
+    progress line and whatever went wrong on this rank (its failures, errors and warnings, in full).
+    Before the terminal reporter and pytest-benchmark read the options (both configure after this)."""
+    option = config.option
+    option.no_header = True
+    # -qq: no "N passed in ..." line (its counts are rank 0's too).
+    option.verbose = min(option.verbose, -2)
+    bench_seam.quiet(option)

@@ -298,6 +298,7 @@ def footnotes(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS) -> list[
     if any(r.record.simulator for r in rows):
         lines.append("[sim] = a simulator (the IPU Model): its timings are not hardware timings")
     lines.extend(_apart_notes(rows))
+    lines.extend(_emulated_fp16_notes(rows))
     lines.extend(_power_notes(rows))
     if HOST_PER_ITEM in headers or HOST_CORES in headers:
         lines.extend(_host_notes(rows))
@@ -326,6 +327,27 @@ def _apart_notes(rows: Sequence[Row]) -> list[str]:
             f"{units.format_number(median_rate(record) or 0.0)} items/s"
         )
     return lines
+
+
+#: The backends whose CPU device runs torch's own CPU kernels.
+TORCH_BACKENDS = ("torch", "torch-compile")
+
+
+def _emulated_fp16_notes(rows: Sequence[Row]) -> list[str]:
+    """One line for the rows that ran fp16 on a CPU through torch: nothing else in the table says
+    why they are so slow (most CPUs have no fp16 arithmetic, so torch emulates it)."""
+    names = [
+        _who(r, rows)
+        for r in rows
+        if r.record.precision == "fp16" and r.record.device == "cpu" and r.record.backend in TORCH_BACKENDS
+    ]
+    if not names:
+        return []
+    return [
+        f"fp16 on the CPU: {', '.join(names)}: torch emulates fp16 matrix products and convolutions on "
+        "CPUs without fp16 arithmetic (most), far slower than fp32; --ipu-precision=bf16 (on a CPU with "
+        "bf16 instructions) or --ipu-precision=fp32 measures what the CPU runs natively"
+    ]
 
 
 def _threads_hint(record: IpuRecord) -> str:

@@ -532,7 +532,7 @@ class IpuRecord(Identity):
     when the model was compiled by an earlier test of the same run (``compile_s`` is that compile).
     """
 
-    #: Leading dimension of the first input.
+    #: The batch: the items per call the benchmark passed, else the leading dimension of the first input.
     batch_size: int
     #: Items one call completes, per instance (batch x device iterations x replicas, or as the benchmark
     #: passed).
@@ -661,7 +661,7 @@ class NotTimed(Identity):
     a zero. Guard figure checks with ``if record.timed:``.
     """
 
-    #: Leading dimension of the first input.
+    #: The batch: the items per call the benchmark passed, else the leading dimension of the first input.
     batch_size: int
     #: Items one call completes.
     items_per_call: int

@@ -160,6 +160,14 @@ def batch_size(inputs: Sequence[object]) -> int:
         return 1
 
 
+def declared_batch(inputs: Sequence[object], items_per_call: int | None) -> int:
+    """The batch a record shows: the items per call the benchmark declared, else ``batch_size``.
+
+    A leading dimension is only a guess at the batch (a plain callable may take a whole matrix as
+    one item), so a declared ``items_per_call`` wins."""
+    return items_per_call if items_per_call is not None else batch_size(inputs)
+
+
 def measure(
     compiled: CompiledModel,
     inputs: Sequence[object],
@@ -195,8 +203,7 @@ def measure(
     """
     check_arguments(compiled.run, inputs, items_per_call=items_per_call, rounds=policy.rounds)
     args = compiled.prepare_inputs(tuple(inputs))
-    batch = batch_size(inputs)
-    per_instance = items_per_call if items_per_call is not None else batch
+    per_instance = declared_batch(inputs, items_per_call)
     if per_instance < 1:
         raise BenchmarkArgumentError(
             f"pytest-ipu: ipu_benchmark: items_per_call defaults to the batch size (the leading dimension "
@@ -314,7 +321,7 @@ def measure(
     )
     record = records.IpuRecord(
         **records.identity(compiled),
-        batch_size=batch,
+        batch_size=per_instance,
         items_per_call=per_instance,
         rounds=window.rounds,
         rounds_policy="auto" if auto else "fixed",

@@ -20,7 +20,7 @@ from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import NotTimed
 from pytest_ipu.results.records import PowerRecord
 from pytest_ipu.results.records import identity
-from pytest_ipu.run.benchmark import batch_size
+from pytest_ipu.run.benchmark import declared_batch
 
 if TYPE_CHECKING:
     from pytest_ipu.backends.base import Backend
@@ -34,11 +34,11 @@ def not_timed(
     compiled: CompiledModel, inputs: Sequence[object], items_per_call: int | None, reason: str
 ) -> NotTimed:
     """The record of a benchmark that ran once untimed, ``reason`` saying why (pytest-benchmark's)."""
-    batch = batch_size(inputs)
+    batch = declared_batch(inputs, items_per_call)
     return NotTimed(
         **identity(compiled),
         batch_size=batch,
-        items_per_call=batch if items_per_call is None else items_per_call,
+        items_per_call=batch,
         reason=reason,
     )
 

@@ -424,7 +424,7 @@ def test_benchmark_disable_runs_once_and_records_nothing(pytester: pytest.Pytest
         def test_compiled(ipu_compile, ipu_benchmark):
             record = ipu_benchmark(ipu_compile(len, ([1, 2],)), ([1, 2],), items_per_call=4)
             assert (record.timed, record.target, record.precision) == (False, "mine:cpu", "bf16")
-            assert (record.batch_size, record.items_per_call) == (2, 4)
+            assert (record.batch_size, record.items_per_call) == (4, 4)  # the declared batch wins
         """
     )
     result = pytester.runpytest("--ipu-backend=mine:cpu", "--benchmark-disable", "--benchmark-json=out.json")

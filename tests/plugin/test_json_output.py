@@ -241,8 +241,12 @@ def test_torch_record_values(torch_run: TorchRun, name: str) -> None:
     assert (record["target"], record["backend"], record["device"]) == ("torch:cpu", "torch", "cpu")
     assert record["device_name"]
     assert (record["precision"], record["io"]) == ("fp32", "host")  # auto on a CPU is fp32
-    assert record["batch_size"] == 4
-    assert record["items_per_call"] == (12 if name.startswith("test_linear_items") else 4)
+    # The batch shown is the items per call a benchmark declares, else the input's leading dimension.
+    assert (
+        record["batch_size"]
+        == record["items_per_call"]
+        == (12 if name.startswith("test_linear_items") else 4)
+    )
     assert (record["rounds"], record["rounds_policy"], record["warmup_rounds"]) == (ROUNDS, "fixed", 1)
     assert record["compile_s"] > 0
     assert record["first_call_s"] > 0
@@ -418,7 +422,7 @@ def test_terminal_shows_the_pytest_ipu_tables_and_the_footnote(torch_run: TorchR
             "linear-items (latency per call; throughput summed over instances)",
             "benchmark *",
             "-----*",
-            f"test_linear_items[[]torch-cpu] * torch:cpu * fp32 * 4 * {ROUNDS} *s[*] * (cached) *- *",
+            f"test_linear_items[[]torch-cpu] * torch:cpu * fp32 * 12 * {ROUNDS} *s[*] * (cached) *- *",
         ]
     )
 

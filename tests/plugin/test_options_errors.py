@@ -255,3 +255,39 @@ def test_where_warnings_are_errors_an_unknown_variable_is_one_usage_error_line(
         result,
         "unknown environment variable PYTEST_IPU_ROUND is ignored; did you mean PYTEST_IPU_ROUNDS?",
     )
+
+
+#: pytest 7.4 (the floor) with pluggy 1.4 or later warns as its usage error leaves an old-style
+#: hook wrapper; the in-process run would turn that warning into an internal error.
+USAGE_ERROR_WARNING = "ignore:A plugin raised an exception during an old-style hookwrapper teardown"
+
+
+@pytest.mark.filterwarnings(USAGE_ERROR_WARNING)
+@pytest.mark.parametrize("via", ["command line", "PYTEST_ADDOPTS"])
+def test_a_misspelt_option_keeps_pytests_error_and_names_the_nearest_option(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    pytester.makepyfile(SENTINEL_TEST)
+    args = ["--ipu-backnd=torch:cpu", "--ipu_max_time=1s"]
+    if via == "PYTEST_ADDOPTS":
+        monkeypatch.setenv("PYTEST_ADDOPTS", " ".join(args))
+        args = []
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    errors = [line for line in result.errlines if line.strip()]
+    # pytest's own error first, then pytest-ipu's one line, the last.
+    assert any("error: unrecognized arguments: --ipu-backnd=torch:cpu --ipu_max_time=1s" in e for e in errors)
+    assert (
+        errors[-1]
+        == "  tip: did you mean --ipu-backend (for --ipu-backnd); --ipu-max-time (for --ipu_max_time)?"
+    )
+    assert not (pytester.path / "ran.txt").exists()
+
+
+@pytest.mark.filterwarnings(USAGE_ERROR_WARNING)
+def test_another_plugins_options_get_no_hint(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SENTINEL_TEST)
+    result = pytester.runpytest("--benchmark-jsn=out.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "unrecognized arguments: --benchmark-jsn=out.json" in result.stderr.str()
+    assert "did you mean" not in result.stderr.str()

@@ -337,6 +337,13 @@ def test_two_ranks_pass_and_rank_0_merges_their_files(two_ranks: Launch) -> None
     )
 
 
+def test_only_rank_0_prints_the_header_and_the_tables(two_ranks: Launch) -> None:
+    lines = two_ranks.output.splitlines()
+    for one in ("platform ", "Name (time in ", "torchrun launch: "):
+        assert sum(line.startswith(one) for line in lines) == 1, (one, two_ranks.output[-6000:])
+    assert sum(line.strip("= ") == "pytest-ipu" for line in lines) == 1, two_ranks.output[-6000:]
+
+
 def test_the_merged_throughput_is_every_ranks_items_over_the_common_window(two_ranks: Launch) -> None:
     record = _records(two_ranks.load("out.json"))[STEP]
     ranks = [_records(two_ranks.load(name))[STEP] for name in RANK_FILES]

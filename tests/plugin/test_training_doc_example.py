@@ -19,7 +19,8 @@ from pytest_ipu.cli import main as cli
 TRAINING = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 
 #: These runs check that the example works, not what it measures.
-FAST = ("--ipu-max-time=0.2s", "--ipu-repeats=1", "--ipu-torch-threads=1", "--ipu-backend=torch:cpu")
+SHORT = ("--ipu-max-time=0.2s", "--ipu-repeats=1")
+FAST = (*SHORT, "--ipu-torch-threads=1", "--ipu-backend=torch:cpu")
 
 
 def doc_example() -> str:
@@ -39,24 +40,46 @@ def example(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TORCHELASTIC_"))}
-    env.update(PYTEST_ADDOPTS="-p no:cacheprovider -p no:hypothesispytest", OMP_NUM_THREADS="1")
+def _env(omp_threads: bool = True) -> dict[str, str]:
+    """The runs' environment; ``omp_threads`` false leaves torch its own default thread count, as a
+    user's shell does (torchrun sets ``OMP_NUM_THREADS=1``, and says so unless it is set)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "TORCHELASTIC_")) and k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    }
+    env.update(PYTEST_ADDOPTS="-p no:cacheprovider -p no:hypothesispytest")
+    if omp_threads:
+        env.update(OMP_NUM_THREADS="1")
     return env
 
 
-def _run(path: Path, *command: str) -> subprocess.CompletedProcess[str]:
+def _run(path: Path, *command: str, omp_threads: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        list(command), cwd=path, env=_env(), capture_output=True, text=True, timeout=600, check=False
+        list(command),
+        cwd=path,
+        env=_env(omp_threads),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
+
+
+def doc_command() -> list[str]:
+    """The page's command line for a plain run, after ``pytest``."""
+    match = re.search(r"Run it plain \(`pytest ([^`]*)`\)", TRAINING.read_text(encoding="utf-8"))
+    assert match, "docs/training.md names no plain run of the example"
+    return match.group(1).split()
 
 
 def test_the_ten_lines_run_plain(example: Path) -> None:
-    result = _run(
-        example, sys.executable, "-m", "pytest", "test_train.py", *FAST, "--benchmark-json=out.json"
-    )
+    # The page's own command line, only shorter, from a shell that sets no thread count.
+    result = _run(example, sys.executable, "-m", "pytest", *SHORT, *doc_command(), omp_threads=False)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     (bench,) = json.loads((example / "out.json").read_text())["benchmarks"]
+    # One torch thread, which the page explains: two wait on each other on a busy machine.
+    assert bench["extra_info"]["ipu"]["compile_info"]["threads"]["intra_op"] == 1
     training = bench["extra_info"]["ipu"]["training"]
     assert (training["micro_batch"], training["gradient_accumulation"], training["processes"]) == (32, 2, 1)
     assert training["global_batch"] == 64

@@ -396,3 +396,10 @@ def test_non_option_variables_are_the_projects_own():
 
     assert repeats.WORKER_ENV in options.NON_OPTION_VARIABLES
     assert not options.NON_OPTION_VARIABLES & {spec.env for spec in options.OPTIONS}
+
+
+def test_a_misspelt_option_is_named_with_its_nearest_option():
+    hint = options.misspelt_flags(["-q", "--ipu-backnd=torch:cpu", "--ipu-rounds=3", "--IPU-ROUND", "x.py"])
+    assert hint == "did you mean --ipu-backend (for --ipu-backnd); --ipu-rounds (for --IPU-ROUND)?"
+    # Every option of pytest-ipu, and every other plugin's option, is left alone.
+    assert options.misspelt_flags([spec.flag for spec in options.OPTIONS] + ["--benchmark-jsn"]) is None

@@ -75,6 +75,7 @@ NOTE_PREFIXES = (
     "~ = ",
     "board = ",
     "^ = ",
+    "fp16 on the CPU: ",
     "  ",
     "unstable: ",
     "contended: ",
@@ -585,3 +586,27 @@ def test_instances_count_in_the_median_rate() -> None:
         throughput_items_per_s=1000.0, instances=(instance, dataclasses.replace(instance, index=1))
     )
     assert not _row_cells(record)["items/s"].endswith("^")
+
+
+def test_fp16_on_torch_cpu_gets_one_footnote_naming_bf16_and_fp32() -> None:
+    rows = [
+        Row("g", "g[eager]", make_record(precision="fp16")),
+        Row(
+            "g",
+            "g[compiled]",
+            make_record(precision="fp16", backend="torch-compile", target="torch-compile:cpu"),
+        ),
+        Row("g", "g[fp32]", make_record()),
+        Row("g", "g[gpu]", make_record(precision="fp16", device="cuda", target="torch:cuda")),
+        Row("g", "g[ort]", make_record(precision="fp16", backend="onnxruntime", target="onnxruntime:cpu")),
+    ]
+    notes = [n for n in report.footnotes(rows) if n.startswith("fp16 on the CPU: ")]
+    assert notes == [
+        "fp16 on the CPU: [eager], [compiled]: torch emulates fp16 matrix products and convolutions on "
+        "CPUs without fp16 arithmetic (most), far slower than fp32; --ipu-precision=bf16 (on a CPU with "
+        "bf16 instructions) or --ipu-precision=fp32 measures what the CPU runs natively"
+    ]
+    # Under its own table, once, and nowhere else.
+    lines = report.tables(rows)
+    assert sum(line.startswith("fp16 on the CPU: ") for line in lines) == 1
+    assert not any(n.startswith("fp16 on the CPU") for n in report.footnotes(rows[2:]))

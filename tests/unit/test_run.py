@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from pytest_ipu.backends.base import GroupedModel
@@ -16,6 +17,7 @@ from pytest_ipu.measure import stats
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import summarize_latency
 from pytest_ipu.placement.instances import ThreadInstances
+from pytest_ipu.report import terminal
 from pytest_ipu.results.records import RepeatRecord
 from pytest_ipu.results.records import identity
 from pytest_ipu.run.benchmark import Measurement
@@ -79,6 +81,27 @@ def test_batch_size_is_the_leading_dimension_of_the_first_input(
     inputs: tuple[object, ...], expected: int
 ) -> None:
     assert batch_size(inputs) == expected
+
+
+@pytest.mark.parametrize(("items_per_call", "batch"), [(1, 1), (None, 256)])
+def test_the_batch_shown_is_the_items_per_call_the_benchmark_declared(
+    items_per_call: int | None, batch: int
+) -> None:
+    # A plain callable taking one 256 x 256 matrix as one item: the leading dimension is no batch.
+    bench = RecordingBenchmark()
+    record = measure(
+        wrap_callable(lambda m: m.sum()),
+        (np.ones((256, 256)),),
+        items_per_call=items_per_call,
+        policy=RoundsPolicy(warmup_rounds=0, rounds=3, max_time_s=1.0, min_rounds=1),
+        timer=bench,
+        round_times_s=lambda: bench.times_s,
+        meter=None,
+    ).record
+    assert (record.batch_size, record.items_per_call) == (batch, batch)
+    table = terminal.tables([terminal.Row("g", "test_matrix", record)])
+    header = table[1].split()
+    assert table[3].split()[header.index("batch")] == str(batch)
 
 
 # -- repeats: one repeat's parts, pooling, stability ------------------------------------------------
@@ -245,8 +268,6 @@ def test_instances_in_worker_processes_count_in_the_cpu_time_only_as_their_worke
 
 def test_the_host_cost_of_instances_in_worker_processes_counts_the_work_of_the_workers() -> None:
     import functools
-
-    import numpy as np
 
     from pytest_ipu.placement.instances import InstanceSpec
     from pytest_ipu.placement.instances import ProcessInstances
