@@ -593,7 +593,10 @@ class Lifecycle:
         """One red line on the terminal (printed when there is no terminal reporter)."""
         reporter = self._reporter()
         if reporter is not None:
-            reporter.ensure_newline()  # not after the progress dots, on their line
+            if self.session.config.get_terminal_writer().width_of_current_line:
+                # Under -q (and on a torchrun rank other than 0) pytest's progress line is still
+                # open here (pytest ends it after this hook): the message gets a line of its own.
+                reporter.write_line("")
             reporter.write_line(line, red=True)
         else:
             print(line)
