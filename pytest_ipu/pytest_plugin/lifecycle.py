@@ -44,6 +44,7 @@ from pytest_ipu.pytest_plugin import bench_seam
 from pytest_ipu.pytest_plugin import options
 from pytest_ipu.pytest_plugin.fixtures.common import FAILED_KEY
 from pytest_ipu.pytest_plugin.marker import MARKER
+from pytest_ipu.pytest_plugin.marker import has_marker_gates
 from pytest_ipu.pytest_plugin.marker import marker_gates
 from pytest_ipu.pytest_plugin.marker import marker_overrides
 from pytest_ipu.pytest_plugin.marker import placement_request
@@ -146,14 +147,27 @@ class Lifecycle:
                 raise pytest.UsageError(f"pytest-ipu: {_target_origin(config, item)}: {reason}")
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        """Count the deselected benchmarks, a reason the gates may name for checking nothing."""
-        self.session.gate_check.deselected(items)
+        """Count the deselected benchmarks, a reason the gates may name for checking nothing (only the
+        run's own gates do, which made the gate check at configure time)."""
+        gate_check = self.session.gate_check_made
+        if gate_check is not None:
+            gate_check.deselected(items)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The tests are known: load the gates' baseline (a relative gate without one stops the run)
-        and group the interleaved repeats into parametrized sets."""
-        self.session.gate_check.load(session)
-        self.session.repeats.group(session)
+        and group the interleaved repeats into parametrized sets. A run with no gate, baseline or
+        gated benchmark loads no gate code, and one without benchmarks no repeat code."""
+        state = self.session
+        settings = state.settings
+        if (
+            settings.gates
+            or settings.baselines
+            or state.gate_check_made is not None  # --benchmark-compare's runs, kept
+            or any(has_marker_gates(item) for item in session.items)
+        ):
+            state.gate_check.load(session)
+        if any("ipu_benchmark" in getattr(item, "fixturenames", ()) for item in session.items):
+            state.repeats.group(session)
 
     def pytest_benchmark_compare_machine_info(self, compared_benchmark: Mapping[str, Any]) -> None:
         """Keep each run pytest-benchmark's ``--benchmark-compare`` loads; the last is the gates'
@@ -172,7 +186,8 @@ class Lifecycle:
     def pytest_runtest_protocol(self, item: pytest.Item) -> bool | None:
         """Before the first item of a parametrized set, its earlier interleaved repeats; ``True``
         (done) for an item whose earlier repeat failed. ``tryfirst``: before pytest runs the item."""
-        return self.session.repeats.before(item)
+        repeats = self.session.repeats_made
+        return None if repeats is None else repeats.before(item)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -184,8 +199,11 @@ class Lifecycle:
         report = yield
         if report.when in ("setup", "call") and report.failed:
             item.stash[FAILED_KEY] = True
-        self.session.repeats.made(report)
-        self.session.gate_check.ran(report)
+        repeats, gate_check = self.session.repeats_made, self.session.gate_check_made
+        if repeats is not None:
+            repeats.made(report)
+        if gate_check is not None:
+            gate_check.ran(report)
         return report
 
     @pytest.hookimpl(wrapper=True)
@@ -203,7 +221,8 @@ class Lifecycle:
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
         """An earlier repeat that did not fail is neither counted nor shown: the test's result is its
         last run's. ``tryfirst``: before pytest's own answer ("passed")."""
-        return ("", "", "") if self.session.repeats.hides(report) else None
+        repeats = self.session.repeats_made
+        return ("", "", "") if repeats is not None and repeats.hides(report) else None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
@@ -275,11 +294,12 @@ class Lifecycle:
             run_info[power_blocks.KEY] = [b.as_json() for b in session.power_blocks]
         # Every benchmark's gates, not only those checked as each was measured (end_session checks
         # the rest again: a no-op then).
-        session.gate_check.check()
-        if session.gate_check.verdicts:
-            run_info[benchmark_json.GATES_KEY] = [
-                {**v.as_json(), "line": v.line()} for v in session.gate_check.verdicts
-            ]
+        gate_check = session.gate_check_made
+        if gate_check is not None:
+            gate_check.check()
+        if gate_check is not None and gate_check.verdicts:
+            verdicts = gate_check.verdicts
+            run_info[benchmark_json.GATES_KEY] = [{**v.as_json(), "line": v.line()} for v in verdicts]
         benchmark_json.update_json(output_json, run_info)
         if session.torchrun is not None:
             import json
@@ -313,7 +333,9 @@ class Lifecycle:
         if isinstance(excinfo.value, pytest.Session.Interrupted):
             return
         self._interrupted = True
-        self.session.gate_check.interrupted = True
+        gate_check = self.session.gate_check_made
+        if gate_check is not None:
+            gate_check.interrupted = True
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """The session's end (``end_session``). A plain implementation, no ordering markers: pluggy
@@ -332,8 +354,11 @@ class Lifecycle:
                 # After pytest-benchmark saved this rank's file, on every rank: also on one that
                 # measured nothing, which pytest-benchmark never asks for its document.
                 self._finish_launch()
-            state.gate_check.check()
-            failed = self._save_failed or state.launch_error is not None or state.gate_check.failed
+            gate_check = state.gate_check_made
+            if gate_check is not None:
+                gate_check.check()
+            gates_failed = gate_check is not None and gate_check.failed
+            failed = self._save_failed or state.launch_error is not None or gates_failed
             if failed and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         finally:
@@ -482,7 +507,9 @@ class Lifecycle:
         try:
             return (yield)
         finally:
-            self.session.gate_check.write_summary(terminalreporter)
+            gate_check = self.session.gate_check_made
+            if gate_check is not None:
+                gate_check.write_summary(terminalreporter)
 
     def pytest_unconfigure(self) -> None:
         """Leave a torchrun launch's process group, after the terminal summary (every rank first
