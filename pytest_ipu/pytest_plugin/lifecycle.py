@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     # The backends and the launches' merging load when a run has something for them (every
     # pytest run registers these hooks: benchmarks/test_startup_cost.py).
     from pytest_ipu.backends.target import Target
-    from pytest_ipu.placement.torchrun import RankGroup
+    from pytest_ipu.placement.rank_group import RankGroup
     from pytest_ipu.results.atomic import PendingFile
 
 
@@ -536,16 +536,16 @@ class Lifecycle:
 
     def _leave(self, ranks: RankGroup) -> None:
         """Leave the launch: the rank ends at exit, with the run's exit status, without finalizing
-        the interpreter (``torchrun.end_at_exit``), its output flushed first. Tearing gloo's groups
+        the interpreter (``rank_group.end_at_exit``), its output flushed first. Tearing gloo's groups
         down cannot be made safe here: a group's destructor holds the GIL while it joins a worker
         thread that may need the GIL to free the tensors of the last collective (a deadlock no
         timeout ends), and a worker still alive when the interpreter finalizes aborts the process
         (SIGABRT). Ending the process ends those threads with it."""
         del ranks  # every rank got past the last barrier (or knows a peer is gone): nothing to wait for
-        from pytest_ipu.placement import torchrun
+        from pytest_ipu.placement import rank_group
 
         status = self._pytest_session.exitstatus if self._pytest_session is not None else 0
-        torchrun.end_at_exit(int(status))
+        rank_group.end_at_exit(int(status))
 
     def _reporter(self) -> Any:
         return self.session.config.pluginmanager.get_plugin("terminalreporter")

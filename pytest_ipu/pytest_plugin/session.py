@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from pytest_ipu.backends.base import CompiledModel
     from pytest_ipu.backends.target import Target
     from pytest_ipu.devices.poprun import PopRunInstance
-    from pytest_ipu.placement.torchrun import RankGroup
-    from pytest_ipu.placement.torchrun import ScopedRanks
+    from pytest_ipu.placement.rank_group import RankGroup
+    from pytest_ipu.placement.rank_group import ScopedRanks
     from pytest_ipu.placement.torchrun import TorchrunRank
     from pytest_ipu.power.base import PowerSource
     from pytest_ipu.power.meter import PowerMeter
@@ -268,7 +268,7 @@ class IpuSession:
         if self.torchrun is None:
             return None
         if self.ranks is None:
-            from pytest_ipu.placement.torchrun import RankGroup
+            from pytest_ipu.placement.rank_group import RankGroup
 
             self.ranks = RankGroup(self.torchrun, self.settings.rank_timeout_s)
         return self.ranks
