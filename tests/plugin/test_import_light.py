@@ -88,7 +88,8 @@ def test_benchmarking_a_plain_callable_imports_no_runtime(tmp_path: Path) -> Non
 
 #: The modules a pytest run loads before any test uses a pytest-ipu fixture: the glue of
 #: pytest_addoption and pytest_configure, the hooks' owners and the fixtures' declarations. Anything
-#: else (records, backends, measurement, devices, power, the launches' merging) loads on first use.
+#: else (records, backends, measurement, devices, power, the gates and the repeats, a launch's
+#: process group and merging, what a fixture's call does) loads on first use.
 START_UP = frozenset(
     {
         "pytest_ipu",
