@@ -70,7 +70,7 @@ report = runs=; for f in $(RESULTS)/latest.json $(NPROC:%=$(RESULTS)/training-%.
 		[ ! -f $$f ] || runs="$$runs $$f"; \
 	done; \
 	if [ -n "$$runs" ]; then \
-		$(BIN)/pytest-ipu report $$runs --output $(RESULTS)/report || { [ $$rc -ne 0 ] || rc=1; }; \
+		$(BIN)/pytest-ipu report $$runs --output $(RESULTS)/report --references benchmarks/references.toml || { [ $$rc -ne 0 ] || rc=1; }; \
 	fi; exit $$rc
 
 # The report is written even when a benchmark failed, from whatever the runs measured. The previous

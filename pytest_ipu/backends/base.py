@@ -83,6 +83,10 @@ class InstanceGroup(Protocol):
         replies reported it (no request of its own: cheap enough to read between rounds); ``None``
         where the instances run in this process, whose own clock counts them."""
 
+    def process_ids(self) -> tuple[int, ...]:
+        """The processes whose calls run the instances' models: each worker's, or this process's
+        where the instances are its threads (gcipuinfo names them as their IPUs' users)."""
+
     def close(self) -> None:
         """Release everything (idempotent); close errors are raised once, after all is released."""
 
@@ -175,6 +179,10 @@ class CompiledModel(Identity):
     #: energy is measured on. ``None`` off IPU hardware, and where the backend let the SDK choose the
     #: IPUs and cannot tell which it took.
     ipu_ids: tuple[int, ...] | None = None
+    #: How many single IPUs the model holds where the backend knows that but not which (PopTorch on
+    #: plain ``ipu``: the power of two it reserves). The IPUs gcipuinfo names the model's process as
+    #: user of must be exactly that many, or they are not all this model's (``pytest_plugin.session``).
+    ipu_count: int | None = None
 
     def __call__(self, *inputs: object) -> object:
         """Prepare ``inputs`` and make one call (untimed convenience; benchmarks use ``run``)."""

@@ -3,11 +3,15 @@
 The cache key hashes what determines the exported graph: the model's structure (module tree and the
 source of each module class's ``forward``), its weights and buffers, the example inputs' dtypes and
 non-batch shapes, the export options, and the torch and onnxscript versions. A cached file is used only
-if its SHA-256 matches the one recorded when it was written; anything else is rebuilt, never trusted.
-Files are written to a temporary name and renamed, so a crash never leaves a half-written model, and
-get mode 0644 whatever the umask (the cache is shared, never world-writable). A cache directory that
-cannot be written (a file, a read-only or full file system, an entry that is a directory) is a
-``CacheDirError`` naming the directory, ``--ipu-cache-dir`` and the fix, never a bare ``OSError``.
+if its SHA-256 matches the one recorded when it was written; anything else is rebuilt. The hash catches
+a truncated or corrupt file, not a model replaced together with its recorded hash: so the cache
+directory is its owner's alone, created 0700 whatever the umask, and one owned by another user or
+writable by group or others is refused (a ``CacheDirError``), as ssh refuses such files. Files are
+written to a temporary name and renamed, so a crash never leaves a half-written model, and get mode
+0644 whatever the umask (readable, never writable, by others); an entry another user owns or could
+write is exported again. A cache directory that cannot be written (a file, a read-only or full file
+system, an entry that is a directory) is a ``CacheDirError`` naming the directory,
+``--ipu-cache-dir`` and the fix, never a bare ``OSError``.
 
 Two of torch's exporters write the file: its dynamo exporter from opset 18 up, where this torch has
 it, and its TorchScript exporter otherwise. torch 2.0.1, the one PopTorch 3.4 accepts, has only the
@@ -30,6 +34,7 @@ import json
 import logging
 import os
 import re
+import stat
 import time
 from collections.abc import Iterator
 from collections.abc import Sequence
@@ -49,6 +54,9 @@ DYNAMO_MIN_OPSET = 18
 _FORMAT = 2  # bump when the cache layout or the export recipe changes
 #: Mode of the cache's files: readable by all, writable by the owner only, whatever the umask.
 CACHE_FILE_MODE = 0o644
+#: Mode of the cache directory, and of each directory above it that the export creates: its
+#: owner's alone, whatever the umask (see ``_check_private``).
+CACHE_DIR_MODE = 0o700
 
 
 class ExportError(PytestIpuError):
@@ -98,6 +106,7 @@ def export(
         )
     key = cache_key(model, example_inputs, options)
     onnx_path, meta_path = cache_dir / f"{key}.onnx", cache_dir / f"{key}.json"
+    _check_private(cache_dir)
     found = _cached(onnx_path, meta_path)
     if found is not None:
         return found
@@ -114,7 +123,7 @@ def export(
     }
     entry = cache_dir
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
+        _make_private_dirs(cache_dir)
         entry = onnx_path
         with atomic_path(onnx_path, mode=CACHE_FILE_MODE) as tmp:
             tmp.write_bytes(data)
@@ -143,6 +152,54 @@ def _cache_dir_problem(cache_dir: Path, entry: Path, exc: OSError) -> str:
     else:
         fix = "pass a writable directory as --ipu-cache-dir"
     return f"{where}: cannot write the ONNX export cache: {reason}; {fix}"
+
+
+def _make_private_dirs(cache_dir: Path) -> None:
+    """Create ``cache_dir`` and the missing directories above it, each of mode ``CACHE_DIR_MODE``
+    exactly: set by ``chmod``, since the mode given to ``mkdir`` is narrowed by the umask (and under
+    ``umask 000`` ``Path.mkdir(parents=True)`` leaves 0o777 directories)."""
+    missing: list[Path] = []
+    path = cache_dir
+    while not path.is_dir() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(CACHE_DIR_MODE)
+        except FileExistsError:
+            if not directory.is_dir():
+                raise
+            continue  # made meanwhile by another process: its mode is checked, not changed
+        directory.chmod(CACHE_DIR_MODE)
+    _check_private(cache_dir)
+
+
+def _check_private(cache_dir: Path) -> None:
+    """Refuse a cache directory another user could write to (``CacheDirError``), as ssh refuses its
+    files: one owned by another user, or writable by its group or by others. The SHA-256 recorded
+    beside each model catches a truncated or corrupt file, not a deliberate one: whoever can write the
+    directory can replace a model and its recorded hash together, so only its owner may."""
+    try:
+        info = cache_dir.stat()
+    except OSError:
+        return  # absent (created private on the first export) or not a directory (refused there)
+    if not stat.S_ISDIR(info.st_mode):
+        return
+    where = f"--ipu-cache-dir={cache_dir}"
+    user = os.geteuid()
+    if info.st_uid != user:
+        raise CacheDirError(
+            f"{where}: refusing the ONNX export cache: the directory is owned by uid {info.st_uid}, "
+            f"not by this user (uid {user}), so its models are not this user's to trust; "
+            "pass a directory of your own as --ipu-cache-dir"
+        )
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise CacheDirError(
+            f"{where}: refusing the ONNX export cache: the directory has mode {mode:04o}, so other "
+            f"users could replace a cached model; run 'chmod go-w {cache_dir}' or pass a private "
+            "directory as --ipu-cache-dir"
+        )
 
 
 def cache_key(model: Any, example_inputs: Sequence[Any], options: ExportOptions) -> str:
@@ -185,6 +242,8 @@ def _version(distribution: str) -> str:
 
 def _cached(onnx_path: Path, meta_path: Path) -> ExportedModel | None:
     try:
+        if not (_owned(onnx_path) and _owned(meta_path)):
+            return None  # left from before the directory was private: replaced, never read
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("format") != _FORMAT or _sha256(onnx_path) != meta["sha256"]:
             return None
@@ -193,6 +252,12 @@ def _cached(onnx_path: Path, meta_path: Path) -> ExportedModel | None:
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None  # missing, unreadable or corrupt: export again
+
+
+def _owned(path: Path) -> bool:
+    """Whether ``path`` is this user's and writable by no one else (``OSError`` when absent)."""
+    info = path.stat()
+    return info.st_uid == os.geteuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def _inputs_and_opset(data: bytes) -> tuple[tuple[str, ...], int]:

@@ -31,7 +31,6 @@ import math
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -42,10 +41,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
-from types import FrameType
 from typing import Literal
 
 from pytest_ipu.backports import remove_prefix
+from pytest_ipu.processes import sigterm_raises
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results.benchmark_json import StoredRun
 
@@ -214,25 +213,9 @@ class Terminated(BaseException):
     """SIGTERM (a cancelled CI job), raised so that ``finally`` blocks still remove the worktrees."""
 
 
-@contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """Turn SIGTERM into an exception while the runs go on, so that cleanup runs; only the main
-    thread can set a handler, elsewhere SIGTERM keeps its default."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        # Once is enough: a second SIGTERM must not cut the cleanup short (SIGKILL still can).
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated(f"terminated by signal {signum}")
-
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def _sigterm_unwinds() -> contextlib.AbstractContextManager[None]:
+    """Turn SIGTERM into ``Terminated`` while the runs go on, so that cleanup runs."""
+    return sigterm_raises(lambda signum: Terminated(f"terminated by signal {signum}"))
 
 
 def _toplevel(cwd: Path) -> Path:
@@ -387,7 +370,15 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
             out, log, code, command = _run_one(prepared[role], pair, directory, pytest_args)
             if code not in (0, 1) or not out.exists():
                 why = f"exit {code}" + (f", {_EXIT_HINTS[code]}" if code in _EXIT_HINTS else "")
-                if code in (0, 1):
+                # A full disk fails the run's write of its JSON, and of its log (Python then exits
+                # 120, its output unflushed): say that, not what a run that measured nothing hears.
+                unwritable = None if out.exists() else _unwritable(directory)
+                if unwritable is not None:
+                    why += (
+                        f", no JSON written: {directory} cannot be written ({unwritable}); free space "
+                        "there or pass --keep on another disk"
+                    )
+                elif code in (0, 1):
                     why += " but no JSON written: did a test use ipu_benchmark?"
                 # Without --keep the log is removed on the way out: then its path would lead nowhere.
                 where = f" ({log})" if plan.keep is not None else " (--keep DIR keeps the whole log)"
@@ -406,6 +397,27 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
         return Outcome(
             tuple(runs["baseline"]), tuple(runs["candidate"]), directory if plan.keep else None, stopped
         )
+
+
+#: What ``_unwritable`` writes to see whether a run's files fit: more than a small run's JSON.
+_PROBE_BYTES = 1 << 20
+
+
+def _unwritable(directory: Path) -> str | None:
+    """Why ``directory`` cannot take a run's files (a full disk, a quota, a read-only file system),
+    found by writing, syncing and removing a probe of ``_PROBE_BYTES``; ``None`` when it can."""
+    probe = directory / f".pytest-ipu-ab-probe-{os.getpid()}"
+    try:
+        with probe.open("wb") as out:
+            out.write(b"\0" * _PROBE_BYTES)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return None
 
 
 def _counts(looks: Sequence[int]) -> str:

@@ -22,7 +22,9 @@ The steps (``STEPS``), in order:
 - ``popart_threads`` and ``poptorch_processes``: two instances of the tiny model calling at the same
   time, PopART's in two threads (``ThreadInstances``) and PopTorch's in two worker processes
   (``ProcessInstances``), as the plugin runs them; each call's start and end, and per round whether
-  the two calls overlapped (``overlapped``: each began before the other ended).
+  the two calls overlapped (``overlapped``: each began before the other ended); and while they hold
+  their IPUs, each IPU's ``"user process id"`` and the IPUs matched to each instance's process
+  (``ipu_users``), as the energy of a PopTorch model on plain ``ipu`` is attributed.
 
 Each step runs in a child process of its own through the doctor's machinery (``doctor.run_child``: a
 fresh interpreter, killed with its whole process group at ``--timeout``), one after another (two
@@ -380,6 +382,28 @@ def _many(inputs: Sequence[Any]) -> tuple[Any, ...]:
     )
 
 
+def ipu_users(pids: Sequence[int]) -> dict[str, Any]:
+    """While the instances hold their IPUs: each IPU's ``"user process id"`` as gcipuinfo lists it
+    (``None`` where the key is absent), and the IPUs the plugin matches to each process running an
+    instance (``GcIpuInfoPowerSource.ipus_used_by``), as it does to meter a PopTorch model on plain
+    ``ipu``: whether those pids are the ones gcipuinfo reports (a container's own pid namespace
+    would not be), and whether every IPU in use lists one."""
+    from pytest_ipu.power.gcipuinfo import KEY_ID
+    from pytest_ipu.power.gcipuinfo import KEY_USER_PID
+    from pytest_ipu.power.gcipuinfo import GcIpuInfoPowerSource
+
+    def listing() -> dict[str, str | None]:
+        devices = import_sdk("gcipuinfo").gcipuinfo().getDevices()
+        return {str(d.get(KEY_ID)): d.get(KEY_USER_PID) for d in map(dict, devices)}
+
+    source = GcIpuInfoPowerSource()
+    return {
+        "process_ids": list(pids),
+        "user_process_id": _answer(listing),
+        "ipus_by_process": {str(pid): _answer(lambda p=pid: list(source.ipus_used_by((p,)))) for pid in pids},
+    }
+
+
 def _two_rounds(group: ThreadInstances | ProcessInstances, inputs: Sequence[object]) -> dict[str, Any]:
     try:
         group.prepare(inputs)
@@ -392,6 +416,7 @@ def _two_rounds(group: ThreadInstances | ProcessInstances, inputs: Sequence[obje
             "clock": "time.perf_counter_ns in each instance, just around its call (CLOCK_MONOTONIC on "
             "Linux: one clock for every process of the host)",
             **overlap_report(group.spans_ns()),
+            "ipu_users": ipu_users(group.process_ids()),
         }
     finally:
         group.close()

@@ -220,6 +220,33 @@ def instance_inventory(inventory: IpuInventory, device: PopRunDevice) -> Instanc
     return InstanceInventory(**fields, device=device)
 
 
+def device_for_model(inventory: InstanceInventory, needed: int, how: str) -> int | None:
+    """The device id a model of ``needed`` IPUs (``how`` says what makes that number) compiles on
+    under PopRun: the instance's whole device, or its first aligned part; ``None`` without a
+    device (outside PopRun). Without an id the SDK takes any free IPUs, which may be another
+    instance's, and the energy read for them would not be this instance's.
+
+    ``ValueError`` starting ``needs N IPUs (how), but PopRun instance ...`` when the instance's
+    device has fewer; the caller puts the model's name in front.
+    """
+    device = inventory.device
+    if device is None:
+        return None
+    have = len(device.ipu_ids)
+    if needed > have:
+        instance = device.instance
+        raise ValueError(
+            f"needs {needed} IPUs ({how}), but PopRun instance {instance.index} of {instance.count} has "
+            f"{have} (device {device.device_id}, IPUs {', '.join(map(str, device.ipu_ids))}: "
+            f"{instance.replicas_local} local replica(s) x {instance.ipus_per_replica} IPU(s)); launch "
+            "poprun with --ipus-per-replica and --num-replicas giving each instance that many"
+        )
+    if needed == have:
+        return device.device_id
+    first = device.ipu_ids[0]
+    return inventory.multi_device_id(tuple(range(first, first + needed))) if needed > 1 else first
+
+
 def _device_ipus(inventory: IpuInventory, device_id: int, size: int, getter: str) -> tuple[int, ...]:
     """The IPU ids of device ``device_id``, which must have ``size`` IPUs, by the inventory's numbering."""
     ids = inventory.ids

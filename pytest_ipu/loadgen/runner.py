@@ -92,26 +92,44 @@ def _median_call(call: Caller, batch: tuple[object, ...]) -> tuple[float, float]
     return first, max(statistics.median(times), 1e-9)
 
 
+#: Why a first call on a batch size may fail: the compiled shape is another.
+_PAD_TO_HINT = (
+    "; a model compiled for one batch size (PopTorch, PopART) needs ipu_loadgen(pad_to=<that size>)"
+)
+
+
 def calibrate(
     callers: Sequence[Caller], library: SampleLibrary, *, max_batch: int, pad_to: int | None
 ) -> Calibration:
     """Time the first instance on one sample and on a full batch (padded as the SUT pads).
 
-    A failing call raises ``LoadgenError`` naming the batch size; without ``pad_to`` it says that a
-    model compiled for one batch size needs it (PopTorch and PopART run no other shape)."""
+    A failing call raises ``LoadgenError`` naming the batch size. Where it was the model's first call
+    on that batch size and there is no ``pad_to``, it says that a model compiled for one batch size
+    needs it (PopTorch and PopART run no other shape); where calls on that batch size had passed, it
+    says so instead: the model failed, not the batch size."""
     one = [0] * (pad_to or 1)
     full = [i % library.count for i in range(max(max_batch, pad_to or 0))]
     rows = len(one)
+    passed = [0]  # calls on a batch of ``rows`` samples that returned
+
+    def counted(batch: tuple[object, ...]) -> object:
+        result = callers[0](batch)
+        passed[0] += 1
+        return result
+
     try:
-        first, batch_1 = _median_call(callers[0], library.batch(one))
-        rows = len(full)
-        batch_max = batch_1 if len(full) == len(one) else _median_call(callers[0], library.batch(full))[1]
+        first, batch_1 = _median_call(counted, library.batch(one))
+        if len(full) == len(one):
+            batch_max = batch_1
+        else:
+            rows, passed[0] = len(full), 0
+            batch_max = _median_call(counted, library.batch(full))[1]
     except Exception as exc:
-        hint = (
-            "; a model compiled for one batch size (PopTorch, PopART) needs ipu_loadgen(pad_to=<that size>)"
-            if pad_to is None
-            else ""
-        )
+        hint = ""
+        if passed[0]:
+            hint = f"; {passed[0]} earlier call(s) on this batch size passed: the batch size is not the cause"
+        elif pad_to is None:
+            hint = _PAD_TO_HINT
         raise LoadgenError(
             f"pytest-ipu: ipu_loadgen's calibration call on a batch of {rows} sample(s) failed: "
             f"{type(exc).__name__}: {_first_line(exc)}{hint}"

@@ -36,6 +36,7 @@ from dataclasses import field
 from typing import Any
 
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.inputs import not_positional
 
 #: Seconds between the call-timeout monitor's looks at the workers, at most.
 _POLL_S = 0.5
@@ -49,18 +50,11 @@ class SampleLibrary:
     """
 
     def __init__(self, inputs: Sequence[object]) -> None:
-        if hasattr(inputs, "shape") and not isinstance(inputs, (list, tuple)):
-            # One tensor is a sequence of its rows: taken as the inputs it would be one input per row
-            # (and ``not tensor`` raises torch's "Boolean value of Tensor" first).
-            shape = tuple(getattr(inputs, "shape", ()))
+        wrong = not_positional(inputs)
+        if wrong is not None:
             raise ValueError(
-                f"samples={type(inputs).__name__} of shape {shape}: the samples are a tuple of inputs, "
-                "not one tensor or array; pass (x,)"
-            )
-        if isinstance(inputs, (str, bytes, dict)) or not isinstance(inputs, Sequence):
-            raise ValueError(
-                f"samples={type(inputs).__name__} object: the samples are a tuple of inputs; "
-                "pass (x,) or (x, y)"
+                f"samples={wrong.value}: the samples are a tuple of inputs"
+                + (", not one tensor or array; pass (x,)" if wrong.one_array else "; pass (x,) or (x, y)")
             )
         if not inputs:
             raise ValueError("no inputs: pass the samples as (x,) or (x, y), each with one row per sample")

@@ -74,8 +74,11 @@ def warm_up(
     clock: Clock = time.perf_counter_ns,
     budget_s: float | None = None,
     watch: CallWatch | None = None,
+    first: Callable[[object], None] | None = None,
 ) -> WarmUp:
     """Call ``fn`` once (the first call), then up to ``rounds`` more times, timing each call.
+
+    ``first`` is given the first call's output once its time is taken (to check it; it may raise).
 
     With ``budget_s`` the warm-up rounds stop once together they have lasted that long: a slow
     model is warm long before 50 warm-up calls of a minute each are done, and the record's
@@ -84,9 +87,12 @@ def warm_up(
     watch = watch if watch is not None else CallWatch()
     watch.enter("the first call")
     start = clock()
-    fn(*args)
+    output = fn(*args)
     first_s = (clock() - start) * 1e-9
     watch.done += 1
+    if first is not None:
+        first(output)
+    del output  # not kept alive through the rounds
     watch.enter("warm-up call {n}")
     durations: list[float] = []
     total_s = 0.0

@@ -28,6 +28,7 @@ import math
 import re
 from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from decimal import DecimalException
@@ -232,18 +233,24 @@ def float_decimal(value: float) -> Decimal:
     return Decimal(repr(abs(value)))
 
 
+def _zero_unit(names: Sequence[tuple[str, int]]) -> tuple[str, int]:
+    """The display unit of 0: the unit itself (power 0; ``0 J``), where the scale's smallest unit
+    (``0 mJ``) would suggest a value rounded away."""
+    return next((entry for entry in names if entry[1] == 0), names[0])
+
+
 def exact_text(value: float, unit: str, *, short: bool = True) -> tuple[str, str]:
     """A non-negative value as exact text in a suitable display unit: ``0.002`` s -> ``("2", "ms")``.
 
-    The unit is the largest display unit not above the value (the smallest one for tiny values);
-    ``short`` names it as gate expressions do (``/s``, and ``""`` for items per joule), else as
-    people read it (``items/s``, ``items/J``). Decimal scaling is exact, so the text parses back to
-    the same float.
+    The unit is the largest display unit not above the value (the smallest one for tiny values, the
+    unit itself for 0: ``energy>0J`` reads back as ``0J``, not ``0mJ``); ``short`` names it as gate
+    expressions do (``/s``, and ``""`` for items per joule), else as people read it (``items/s``,
+    ``items/J``). Decimal scaling is exact, so the text parses back to the same float.
     """
     spec = UNITS[unit]
     exact = float_decimal(value)
     names = spec.short if short else spec.display
-    text, power = names[0]
+    text, power = _zero_unit(names) if exact == 0 else names[0]
     for candidate, candidate_power in names:
         if exact >= Decimal(1).scaleb(candidate_power):
             text, power = candidate, candidate_power
@@ -273,7 +280,7 @@ def format_value(value: float | None, unit: str, digits: int = 3) -> str:
     spec = UNITS[unit]
     if not math.isfinite(value):
         return f"{value} {spec.name}"
-    name, power = spec.display[0]
+    name, power = _zero_unit(spec.display) if value == 0 else spec.display[0]
     for text, candidate in spec.display:
         if abs(float(f"{value / _ten(candidate):.{digits}g}")) >= 1:
             name, power = text, candidate

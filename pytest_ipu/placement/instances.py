@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.util
+import os
 import pickle
 import signal
 import threading
@@ -294,6 +295,10 @@ class ThreadInstances(_Usable):
     def workers_cpu_ns(self) -> int | None:
         """``None``: the instances run in this process's threads, which its own clock counts."""
         return None
+
+    def process_ids(self) -> tuple[int, ...]:
+        """This process: the instances run in its threads."""
+        return (os.getpid(),)
 
     def compiled_info(self) -> list[InstanceInfo]:
         """Each compiled model's target, device, compile time, phases and facts."""
@@ -796,6 +801,10 @@ class ProcessInstances(_Usable):
     def pids(self) -> list[int | None]:
         """Each worker's process id."""
         return [w.process.pid for w in self._workers]
+
+    def process_ids(self) -> tuple[int, ...]:
+        """Each started worker's process id: the workers run the models."""
+        return tuple(pid for pid in self.pids if pid is not None)
 
     # -- stopping ---------------------------------------------------------------------------------
 

@@ -73,7 +73,7 @@ def metered_device(device: str, ipu_ids: Sequence[int] | None) -> str | None:
     model holds (``ipu:2,3``), never its device: ``ipu`` would read every IPU of the partition,
     idle boards and other programs' work included, and a backend's ``ipu:N`` may be a multi-IPU
     device's id, which no single-IPU reading carries. ``None`` when the model is on IPUs but which
-    ones is unknown (``UNKNOWN_IPUS`` says why).
+    ones is unknown (``ipus_of_processes`` may still find them; ``UNKNOWN_IPUS`` says why not).
     """
     if device.partition(":")[0] != "ipu":
         return device
@@ -82,12 +82,49 @@ def metered_device(device: str, ipu_ids: Sequence[int] | None) -> str | None:
     return "ipu:" + ",".join(str(i) for i in sorted(set(ipu_ids)))
 
 
-#: Why a model's energy is not measured when it is on IPUs that its backend cannot name.
+#: Why a model's energy is not measured when it is on IPUs that its backend cannot name and that
+#: ``ipus_of_processes`` could not find (``lookup`` says why).
 UNKNOWN_IPUS = (
-    "which IPUs {target} runs on is unknown (its backend let the SDK choose them and cannot say which), "
+    "which IPUs {target} runs on is unknown (its backend let the SDK choose them, and {lookup}), "
     "so their energy cannot be told apart from the rest of the partition's; pin the device "
     "(target {backend}:ipu:N, N a device id from gc-info -l) to measure it"
 )
+
+
+def ipus_of_processes(
+    source: PowerSource | None, pids: Sequence[int], expected: int | None
+) -> tuple[tuple[int, ...] | None, str]:
+    """The IPUs a model holds, found as those whose user (gcipuinfo's ``"user process id"``) is one
+    of ``pids``, the processes running it; else ``None`` and why (``UNKNOWN_IPUS``'s ``lookup``).
+
+    ``source`` is the partition's power source (``None`` where none could be made); only a
+    ``ProcessIpus`` source can answer. ``expected`` is how many IPUs the model holds where known
+    (``CompiledModel.ipu_count``): a process holding more also holds another model's, and which
+    are this one's is then unknown. Never the partition: no IPU found means none.
+    """
+    from pytest_ipu.power.base import PowerSourceError
+    from pytest_ipu.power.base import ProcessIpus
+
+    shown = ", ".join(str(p) for p in pids) or "none"
+    if source is None:
+        return None, "no power source could be made to list the IPUs' users"
+    if not isinstance(source, ProcessIpus):
+        return None, f"power source {source.name!r} cannot say which IPUs a process uses"
+    try:
+        found = tuple(source.ipus_used_by(pids))
+    except PowerSourceError as exc:
+        return None, f"the IPUs' users could not be listed: {exc}"
+    if not found:
+        return None, (
+            f"{source.name} lists no IPU as used by process {shown} (no IPU's 'user process id' is "
+            "that process, or this library does not list the key)"
+        )
+    if expected is not None and len(found) != expected:
+        return None, (
+            f"{source.name} lists process {shown} as the user of IPUs {', '.join(map(str, found))}, "
+            f"but the model holds {expected}: the process's other IPUs are another model's"
+        )
+    return found, ""
 
 
 def make_source(name: str, device: str) -> PowerSource:

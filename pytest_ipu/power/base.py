@@ -6,10 +6,12 @@ No vendor library is imported here. Sources import theirs lazily (or take it inj
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from typing import Literal
 from typing import Protocol
+from typing import runtime_checkable
 
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.errors import PytestIpuError
@@ -82,3 +84,13 @@ class PowerSource(Protocol):
 
     def close(self) -> None:
         """Release every handle; idempotent."""
+
+
+@runtime_checkable
+class ProcessIpus(Protocol):
+    """A source that can say which IPUs processes use (gcipuinfo's ``"user process id"``): how a
+    model whose backend let the SDK choose its IPUs is metered on exactly them."""
+
+    def ipus_used_by(self, pids: Sequence[int]) -> tuple[int, ...]:
+        """The IPUs of the partition that one of ``pids`` uses, ascending (empty when none is);
+        ``PowerSourceError`` when the listing cannot be read. Needs no ``open``."""

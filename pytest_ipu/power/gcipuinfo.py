@@ -24,8 +24,10 @@ says which IPUs it covers and which of them were not selected (``PowerDevice.ipu
 them lists a ``"user process id"`` (gcipuinfo names the process using an IPU, and leaves the key
 out while it is idle), the board's power is partly another program's, so ``open`` (and
 ``availability``) refuses it, and ``read`` fails once it happens during a window, naming the IPU
-and the process. A reading that is ``N/A`` at ``read`` time raises ``PowerSourceError`` naming the
-device and the field: a missing sample is never turned into 0 W.
+and the process. The same key says which IPUs a process uses (``ipus_used_by``): how a model
+whose backend let the SDK choose its IPUs is metered on them. A reading that is ``N/A`` at
+``read`` time raises ``PowerSourceError`` naming the device and the field: a missing sample is
+never turned into 0 W.
 
 Whether the library exports ``"total board power"`` and ``"board serial number"`` on every system
 is not documented (``gc-info`` prints them; the library's documentation calls some attributes
@@ -250,6 +252,28 @@ class GcIpuInfoPowerSource:
         except Exception as exc:  # describe is informational: report, never fail the run
             out["error"] = NOT_INSTALLED if isinstance(exc, ImportError) else str(exc)
         return out
+
+    def ipus_used_by(self, pids: Sequence[int]) -> tuple[int, ...]:
+        """The IPUs of the active partition whose ``"user process id"`` is one of ``pids``, ascending,
+        whatever IPUs this source measures (``power.base.ProcessIpus``).
+
+        Empty when none is: the processes hold no IPU, or this gcipuinfo does not list the key.
+        ``PowerSourceError`` when gcipuinfo cannot be imported or read. A fresh listing (gcipuinfo
+        reads every attribute when constructed), so an open source's snapshot is left as it is.
+        """
+        wanted = {str(int(pid)) for pid in pids}
+        try:
+            module = self._import()
+        except ImportError as exc:
+            raise PowerSourceError(NOT_INSTALLED) from exc
+        try:
+            entries = self._entries(module.gcipuinfo())
+        except PowerSourceError:
+            raise
+        except Exception as exc:
+            raise PowerSourceError(f"gcipuinfo: could not list the IPUs: {exc}") from exc
+        used = [i for i, a in entries.items() if a.get(KEY_USER_PID, "").strip() in wanted]
+        return _numbers(sorted(used, key=_id_key))
 
     def close(self) -> None:
         """Drop the gcipuinfo object (the library has no close); safe to call twice."""

@@ -15,6 +15,7 @@ and a thread costs no process start nor a pipe round trip at the window's edges.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import math
 import time
@@ -49,6 +50,10 @@ FAST_COUNTER_S, FAST_COUNTER_HZ = 0.010, 2.0
 #: When the sensor's period could not be discovered: fast enough for a 100 ms sensor either way.
 UNKNOWN_PERIOD_HZ = 100.0
 
+#: The most power one measured device (an IPU, a board, a GPU, a CPU package) can draw, watts: the
+#: largest boards draw a few kW. A reading or a window's mean above it is a sensor fault, not a figure.
+MAX_DEVICE_W = 100_000.0
+
 _RULE = {"energy_counter": "counter_delta", "instant_power": "trapezoid", "average_power": "backward_rect"}
 
 #: Sources read from a sampler process of their own: the runtimes of the devices they measure may keep
@@ -59,6 +64,15 @@ PROCESS_SAMPLED = frozenset({"gcipuinfo"})
 def reads_in_a_process(source: PowerSource) -> bool:
     """Whether ``source`` is read from a sampler process rather than a thread (see ``PROCESS_SAMPLED``)."""
     return source.name in PROCESS_SAMPLED
+
+
+def _impossible_w(watts: float) -> str | None:
+    """Why ``watts`` cannot be one device's power, or ``None`` when it can."""
+    if not math.isfinite(watts) or watts < 0:
+        return "power is a finite number >= 0 W"
+    if watts > MAX_DEVICE_W:
+        return f"no device draws more than {MAX_DEVICE_W:.0f} W"
+    return None
 
 
 def not_measured(source: str, reason: str, *, window_s: float | None = None, items: int = 0) -> PowerRecord:
@@ -151,9 +165,12 @@ class PowerMeter:
                 time.sleep(self.idle_s)
                 end = self.clock()
             if trace.error is None:
-                self.idle_w = {
+                idle = {
                     d.id: self._joules(trace, d.id, start, end) / ((end - start) * 1e-9) for d in self.devices
                 }
+                # A baseline from a faulty reading is no baseline: idle power is then not reported.
+                if all(_impossible_w(w) is None for w in idle.values()):
+                    self.idle_w = idle
 
     def close(self) -> None:
         """Stop the sampler process and close the source, also after a failed ``open`` (sources'
@@ -214,9 +231,24 @@ class PowerMeter:
         if trace.error is not None:
             return PowerRecord(**base, reason=f"sampling failed: {trace.error}", valid=False)
         try:
-            per_device = {d.id: self._joules(trace, d.id, start_ns, end_ns) for d in self.devices}
+            bad = next(
+                (b for b in (self._bad_reading(trace, d.id, start_ns, end_ns) for d in self.devices) if b),
+                None,
+            )
+            per_device = (
+                {} if bad else {d.id: self._joules(trace, d.id, start_ns, end_ns) for d in self.devices}
+            )
         except (ValueError, KeyError) as exc:
             return PowerRecord(**base, reason=f"cannot integrate the window: {exc}", valid=False)
+        for device_id, joules in per_device.items():
+            why = _impossible_w(joules / window_s) if window_s > 0 else None
+            if why is not None:
+                bad = f"device {device_id}'s energy over the window is {joules!r} J ({why})"
+                break
+        if bad is not None:
+            # Never a figure from a faulty sensor: the window's energy is not measured, and a gate on
+            # it fails as on any metric without a value.
+            return PowerRecord(**base, reason=f"invalid reading from {self.source.name}: {bad}", valid=False)
         low_confidence = window_s < min_window_s(period)
         warnings = self._warnings(
             per_device, base, window_s, period, rounds_fixed, len(trace.t_ns), trace.missed
@@ -235,7 +267,6 @@ class PowerMeter:
             )
             for d in self.devices
         )
-        valid = total >= 0 and all(e >= 0 for e in per_device.values())
         return PowerRecord(
             **base,
             devices=devices,
@@ -244,10 +275,35 @@ class PowerMeter:
             idle_power_w=math.fsum(self.idle_w.values()) if self.idle_w else None,
             energy_per_item_j=total / items if items else None,
             items_per_j=items / total if items and total > 0 else None,
-            valid=valid,
-            warnings=tuple(warnings) if valid else (*warnings, "negative energy: the reading is wrong"),
+            valid=True,
+            warnings=tuple(warnings),
             low_confidence=low_confidence,
         )
+
+    def _bad_reading(self, trace: Trace, device_id: str, start_ns: int, end_ns: int) -> str | None:
+        """What is wrong with the first impossible reading of ``device_id`` that the window's energy
+        uses (those inside it and the one either side), or ``None``: a power reading must be a finite
+        number of watts from 0 to ``MAX_DEVICE_W``, an energy counter a finite number of joules >= 0."""
+        t, v = trace.series(device_id)
+        first = max(bisect.bisect_right(t, start_ns) - 1, 0)
+        last = bisect.bisect_left(t, end_ns) + 1
+        counter = self.source.kind == "energy_counter"
+        for at, value in zip(t[first:last], v[first:last]):
+            if counter:
+                why = (
+                    None
+                    if math.isfinite(value) and value >= 0
+                    else "an energy counter reads a finite number >= 0 J"
+                )
+            else:
+                why = _impossible_w(value)
+            if why is not None:
+                unit = "J" if counter else "W"
+                when = (at - start_ns) * 1e-9
+                return (
+                    f"device {device_id} read {value!r} {unit} {when:+.3f} s from the window's start ({why})"
+                )
+        return None
 
     def _warnings(
         self,

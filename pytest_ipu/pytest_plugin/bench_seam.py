@@ -16,7 +16,8 @@ need                                   4.0.0 - 5.1               5.2            
 
 The same on every version: the session object (``config._benchmarksession``: ``save``,
 ``autosave``, ``json``, ``disabled``, ``benchmarks``, ``compare``, ``get_machine_info``,
-``save_json``, ``handle_saving``, ``storage.save``, ``storage.query``, ``save_data``), the
+``save_json``, ``handle_saving``, ``storage.save``, ``storage.query``, ``save_data``; the file
+storage's ``get``, ``_next_num`` and ``logger``, and ``pytest_benchmark.utils.safe_dumps``), the
 fixture's ``has_error`` (a raise inside ``pedantic`` sets it, and such a benchmark is left out of
 the JSON), its ``skipped`` (set, it silences the "fixture was not used" warning), and the rounds'
 times (``stats.stats.data``).
@@ -36,6 +37,7 @@ How the differences are bridged:
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
 import os
 from collections.abc import Callable
@@ -43,6 +45,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from typing import BinaryIO
+from typing import TypeVar
+from typing import cast
 
 import pytest
 
@@ -108,8 +112,8 @@ def _defer(parser: pytest.Parser) -> bool:
 
 class _JsonFile:
     """What pytest-benchmark before 5.3 writes ``--benchmark-json`` through (``with self.json as
-    fh: fh.write(...)``): the file at ``path``, opened only then. ``str()`` is the path, which
-    pytest-benchmark prints ("Wrote benchmark data in: ...")."""
+    fh: fh.write(...)``): the file at ``path``, opened only then (and ``os.fspath``'s path). ``str()``
+    is ``shown`` where given, which pytest-benchmark prints ("Wrote benchmark data in: ...")."""
 
     def __init__(self, path: Path, shown: Path | None = None) -> None:
         self.path = path
@@ -129,7 +133,9 @@ class _JsonFile:
         return self.name
 
     def __fspath__(self) -> str:
-        return self.name
+        # The file written, not the one shown: whatever opens this by path (a plugin wrapping
+        # save_json, as the suite's full-disk test does) writes the temporary, never the target.
+        return str(self.path)
 
 
 def json_path(option: Any) -> Path | None:
@@ -200,12 +206,18 @@ def wrap_json_writer(config: pytest.Config, after: Callable[[Callable[[], None]]
     return True
 
 
-def route_saving(config: pytest.Config, instead: Callable[[bool], bool]) -> None:
+def route_saving(
+    config: pytest.Config,
+    instead: Callable[[bool], bool],
+    interrupted: Callable[[KeyboardInterrupt], None],
+) -> None:
     """Route pytest-benchmark's saving (``--benchmark-json``, ``--benchmark-save``/``-autosave``):
     ``instead`` is called in its place with whether pytest-benchmark has benchmarks to save and, if
     it returns true (it saved the run itself, or the run must not be saved), pytest-benchmark's own
     saving is skipped, and with it its warning "Not saving anything, no benchmarks have been run!",
-    which would then be false (and under ``-W error`` end the run)."""
+    which would then be false (and under ``-W error`` end the run). A Ctrl-C (or SIGTERM raised as
+    one) during the saving stops it, the files not yet written are not, and ``interrupted`` is
+    called with it: it would otherwise end the session's end with a traceback."""
     bench = getattr(config, "_benchmarksession", None)
     handle_saving = getattr(bench, "handle_saving", None)
     if not callable(handle_saving):
@@ -213,9 +225,35 @@ def route_saving(config: pytest.Config, instead: Callable[[bool], bool]) -> None
 
     def routed() -> None:
         if not instead(bool(bench.benchmarks)):  # type: ignore[union-attr]
-            handle_saving()
+            try:
+                handle_saving()
+            except KeyboardInterrupt as exc:
+                interrupted(exc)
 
     bench.handle_saving = routed  # type: ignore[union-attr]
+
+
+def route_storage(config: pytest.Config, write: Callable[[Path, bytes], bool]) -> bool:
+    """Route the file storage's writer (``--benchmark-save``/``-autosave``: ``storage.save``) through
+    ``write``, which writes the file whole or not at all and returns whether it did: pytest-benchmark
+    opens the run's ``NNNN_name.json`` in place, so a full disk or an interrupt left it truncated, a
+    run that later readers call "not JSON". The same name, content and log line as pytest-benchmark's
+    own ``FileStorage.save`` (4.0.0 to 5.x). Returns whether there was a file storage to route
+    (elasticsearch's is left as it is)."""
+    bench = getattr(config, "_benchmarksession", None)
+    storage = getattr(bench, "storage", None)
+    if type(storage).__name__ != "FileStorage":
+        return False
+    from pytest_benchmark.utils import safe_dumps
+
+    def save(output_json: Any, save: str) -> None:
+        target = Path(storage.get(f"{storage._next_num}_{save}.json"))  # type: ignore[union-attr]
+        text: str = safe_dumps(output_json, ensure_ascii=True, indent=4)  # type: ignore[no-untyped-call]
+        if write(target, text.encode()):
+            storage.logger.info(f"Saved benchmark data in: {target}")  # type: ignore[union-attr]
+
+    storage.save = save  # type: ignore[union-attr]
+    return True
 
 
 def saved_runs_compared(config: pytest.Config) -> list[Path]:
@@ -285,6 +323,46 @@ def forget(config: pytest.Config, benchmark: Any) -> None:
         if entry is stats:
             del kept[i]
             return
+
+
+#: The attribute of pytest-benchmark's fixture naming the pytest-ipu fixture that measures with it,
+#: and whether that call is still running.
+_MEASURING = "_pytest_ipu_measuring"
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def one_per_test(benchmark: Any, caller: str, test: str, measure: _F) -> _F:
+    """``measure`` (the callable fixture ``caller`` returns), failing a second use of ``benchmark``
+    in ``test`` with one line in pytest-ipu's words.
+
+    pytest-ipu measures one benchmark per test: its record is the test's result, its gates fail the
+    test, and pytest-benchmark keeps one result per test (a second ``pedantic`` is its bare
+    "FixtureAlreadyUsed ... pedantic mode", which the user never called). A second call, after the
+    first or inside the model the first is measuring, is refused before it measures anything.
+    """
+
+    @functools.wraps(measure)
+    def once(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        first, running = getattr(benchmark, _MEASURING, (None, False))
+        if first is None and getattr(benchmark, "_mode", None):
+            first = "pytest-benchmark's benchmark"  # the plain fixture, used by the test itself
+        if first is not None:
+            when = f"inside the model {first}(...) is measuring" if running else f"after {first}(...)"
+            pytest.fail(
+                f"pytest-ipu: {caller}(...) called {when} in {test}: pytest-ipu measures one benchmark "
+                "per test; measure each model in a test of its own (e.g. with @pytest.mark.parametrize "
+                "over the models)",
+                pytrace=False,
+            )
+        setattr(benchmark, _MEASURING, (caller, True))
+        try:
+            return measure(*args, **kwargs)
+        finally:
+            setattr(benchmark, _MEASURING, (caller, False))
+
+    return cast("_F", once)
 
 
 def mark_used(benchmark: Any) -> None:

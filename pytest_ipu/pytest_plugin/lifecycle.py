@@ -26,11 +26,15 @@ leaves the torchrun launch once every rank is done.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import warnings
 from collections.abc import Callable
 from collections.abc import Generator
 from collections.abc import Iterator
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -57,6 +61,14 @@ if TYPE_CHECKING:
     from pytest_ipu.results.atomic import PendingFile
 
 
+class RunTerminated(KeyboardInterrupt):
+    """SIGTERM, raised as pytest's Ctrl-C is: the run stops as interrupted, and every teardown and
+    ``finally`` on the way out runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"terminated by signal {signum} (SIGTERM)")
+
+
 class Lifecycle:
     """The hooks of one pytest run, registered as one plugin (an ordinary class: plugins must be
     hashable by identity)."""
@@ -73,8 +85,12 @@ class Lifecycle:
         self._save_failed = False
         #: Whether the run was interrupted (``pytest_keyboard_interrupt``): nothing is saved.
         self._interrupted = False
+        #: Whether the ``--benchmark-json`` file was moved into place, whole.
+        self._json_written = False
         #: The pytest session, from its start: its exit status is the run's, also in ``pytest_unconfigure``.
         self._pytest_session: pytest.Session | None = None
+        #: SIGTERM's handler for the run (``pytest_sessionstart`` to ``pytest_unconfigure``).
+        self._sigterm = contextlib.ExitStack()
 
     # -- collection -------------------------------------------------------------------------------
 
@@ -182,11 +198,11 @@ class Lifecycle:
     # -- each test --------------------------------------------------------------------------------
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_protocol(self, item: pytest.Item) -> bool | None:
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         """Before the first item of a parametrized set, its earlier interleaved repeats; ``True``
         (done) for an item whose earlier repeat failed. ``tryfirst``: before pytest runs the item."""
         repeats = self.session.repeats_made
-        return None if repeats is None else repeats.before(item)
+        return None if repeats is None else repeats.before(item, nextitem)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -265,9 +281,15 @@ class Lifecycle:
         before ``end_session`` could."""
         self._pytest_session = session
         config = session.config
+        # SIGTERM (a cancelled CI job, a kill) unwinds the run as Ctrl-C does: fixtures tear down,
+        # repeat workers and instance processes are stopped, files are left whole.
+        from pytest_ipu.processes import sigterm_raises
+
+        self._sigterm.enter_context(sigterm_raises(RunTerminated))
         if self.pending_json is not None:
             self._json_routed = bench_seam.wrap_json_writer(config, self._save_and_move)
-        bench_seam.route_saving(config, self._save_instead)
+        bench_seam.route_saving(config, self._save_instead, self._saving_interrupted)
+        bench_seam.route_storage(config, self._write_saved_run)
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         """The run was interrupted (Ctrl-C, or ``pytest.exit``), wherever it was, maybe inside a
@@ -315,7 +337,8 @@ class Lifecycle:
 
     def _save_and_move(self, save: Callable[[], None]) -> None:
         """pytest-benchmark's ``--benchmark-json`` writer, routed: write the temporary file, move it
-        into place whole, or report one line and leave the destination as it was."""
+        into place whole, or report one line and leave the destination as it was (also when Ctrl-C
+        or SIGTERM comes in the middle: the run then ends as interrupted, without a traceback)."""
         pending = self.pending_json
         assert pending is not None
         try:
@@ -325,6 +348,45 @@ class Lifecycle:
             pending.commit()
         except OSError as exc:
             self._json_failed(exc)
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM in the middle: whatever was written goes (``_saving_interrupted``).
+            pending.discard()
+            raise
+        self._json_written = True
+
+    def _write_saved_run(self, target: Path, data: bytes) -> bool:
+        """pytest-benchmark's storage writer, routed (``--benchmark-save``/``-autosave``): the run's
+        file written whole or not at all; a failure is one line and a failed run, and the storage
+        keeps what it had."""
+        from pytest_ipu.results import atomic
+
+        try:
+            if target.exists():  # as pytest-benchmark's own writer, which asserts it
+                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
+            atomic.write_bytes(target, data)
+        except OSError as exc:
+            self._save_failed = True
+            self._say(
+                f"pytest-ipu: cannot save the run into the benchmark storage as {target}: "
+                f"{exc.strerror or exc}; nothing was saved there (free space, or pass a writable "
+                "--benchmark-storage)"
+            )
+            return False
+        return True
+
+    def _saving_interrupted(self, exc: KeyboardInterrupt) -> None:
+        """Ctrl-C or SIGTERM (``RunTerminated``) while pytest-benchmark saved the results: the run ends
+        as interrupted, with one line saying what was written whole and what was not (instead of a
+        traceback); a file being written is left as it was, its temporary file removed."""
+        if self.pending_json is not None and not self._json_written:
+            self.pending_json.discard()
+        self._interrupted = True
+        gate_check = self.session.gate_check_made
+        if gate_check is not None:
+            gate_check.interrupted = True
+        if self._pytest_session is not None:
+            self._pytest_session.exitstatus = pytest.ExitCode.INTERRUPTED
+        self._say_not_saved("terminated (SIGTERM)" if isinstance(exc, RunTerminated) else "interrupted")
 
     def _finish_save(self) -> None:
         """Where pytest-benchmark's writer could not be routed, move what it wrote into place now
@@ -361,13 +423,18 @@ class Lifecycle:
             return True
         return not has_benchmarks and self._save_power_blocks_alone()
 
-    def _say_not_saved(self) -> None:
-        """One line: an interrupted run's results were not saved, and what keeps the last complete run."""
+    def _say_not_saved(self, how: str = "interrupted") -> None:
+        """One line: an interrupted run's results were not saved, and what keeps the last complete run
+        (``how`` it stopped: ``interrupted``, ``terminated (SIGTERM)``)."""
         option = self.session.config.option
         kept = []
+        head = "results not saved, "
         if self.pending_json is not None:
             target = self.pending_json.target
-            state = "keeps the previous complete run" if target.exists() else "was not written"
+            if self._json_written:  # stopped while saving, after the file was moved into place
+                state, head = "was written whole", ""
+            else:
+                state = "keeps the previous complete run" if target.exists() else "was not written"
             kept.append(f"{target} {state}")
         if getattr(option, "benchmark_save", None) or getattr(option, "benchmark_autosave", False):
             storage = getattr(option, "benchmark_storage", None) or "the benchmark storage"
@@ -376,7 +443,7 @@ class Lifecycle:
         if kept and reporter is not None:
             # A line of its own: an interrupt leaves the progress line (-q's dots) unfinished.
             reporter.write_line("")
-            reporter.write_line(f"pytest-ipu: interrupted: results not saved, {'; '.join(kept)}", yellow=True)
+            reporter.write_line(f"pytest-ipu: {how}: {head}{'; '.join(kept)}", yellow=True)
 
     def _save_power_blocks_alone(self) -> bool:
         """Save the run's file when it measured ``ipu_power`` blocks and no benchmark (pytest-benchmark
@@ -467,6 +534,7 @@ class Lifecycle:
         failure, and rank 0 may still be writing the merged file or its tables then). Also what a
         session that ended early left: a temporary results file, open meters and models."""
         state = self.session
+        self._sigterm.close()
         if self.pending_json is not None:
             # Left only when pytest-benchmark's save raised: maybe half-written, the destination is kept.
             self.pending_json.discard()
@@ -504,6 +572,7 @@ class Lifecycle:
         """One red line on the terminal (printed when there is no terminal reporter)."""
         reporter = self._reporter()
         if reporter is not None:
+            reporter.ensure_newline()  # not after the progress dots, on their line
             reporter.write_line(line, red=True)
         else:
             print(line)

@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 WORKER_ENV = "PYTEST_IPU_REPEAT_WORKER"
 #: How long one worker may run before it is killed (a hang must not hang the run).
 WORKER_TIMEOUT_S = 3600.0
+#: How long a worker asked to stop (SIGTERM) may take to end its own children and remove its files
+#: before it is killed.
+WORKER_GRACE_S = 10.0
 
 
 class RepeatError(RuntimeError):
@@ -259,7 +262,7 @@ class RepeatScheduler:
             current.append(item)
             self._sets[item.nodeid] = current
 
-    def before(self, item: pytest.Item) -> bool | None:
+    def before(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         """Before the first item of a parametrized set, its earlier repeats. ``True`` (the test is
         done) for an item whose earlier repeat failed; ``None`` to run it as usual, its last repeat."""
         if self._running is not None:
@@ -269,6 +272,7 @@ class RepeatScheduler:
             self._started.add(members[0].nodeid)
             self._earlier_repeats(members)
         if item.nodeid in self._failed:
+            _tear_down_towards(item, nextitem)
             return True
         self.state(item.nodeid).final = True
         return None
@@ -311,6 +315,25 @@ class RepeatScheduler:
                     stopped.add(member.nodeid)
 
 
+def _tear_down_towards(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Release what pytest's teardown of ``item`` would: the fixtures of the module and class
+    ``nextitem`` does not share. ``item`` is done (its earlier repeat failed), so pytest's protocol,
+    whose teardown does this, is not run for it; the earlier repeat's teardown kept them for this
+    run. Without it the next module's first test errors: "previous item was not torn down properly".
+
+    pytest has no public call for this; its ``SetupState.teardown_exact`` (pytest 7.0 and later) is
+    what its own teardown calls. An error of a finalizer is reported as this item's teardown error.
+    """
+    call = pytest.CallInfo.from_call(
+        lambda: item.session._setupstate.teardown_exact(nextitem),
+        when="teardown",
+        reraise=(pytest.exit.Exception, KeyboardInterrupt),
+    )
+    if call.excinfo is not None:
+        report = item.ihook.pytest_runtest_makereport(item=item, call=call)
+        item.ihook.pytest_runtest_logreport(report=report)
+
+
 # -- process mode -------------------------------------------------------------------------------------
 
 
@@ -345,6 +368,7 @@ def _workers(item: pytest.Item, count: int, settings: Settings) -> Iterator[Meas
     import subprocess
     import tempfile
 
+    from pytest_ipu.processes import stop_command
     from pytest_ipu.results import benchmark_json
     from pytest_ipu.run.benchmark import Measurement
 
@@ -372,21 +396,31 @@ def _workers(item: pytest.Item, count: int, settings: Settings) -> Iterator[Meas
             ]
             if config.inipath is not None:
                 command += ["-c", str(config.inipath)]
+            worker = subprocess.Popen(
+                command,
+                cwd=config.invocation_params.dir,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             try:
-                done = subprocess.run(
-                    command,
-                    cwd=config.invocation_params.dir,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=WORKER_TIMEOUT_S,
-                    check=False,
-                )
+                stdout, stderr = worker.communicate(timeout=WORKER_TIMEOUT_S)
             except subprocess.TimeoutExpired:
+                stop_command(worker, WORKER_GRACE_S)
                 raise RepeatError(f"{who} ran longer than {WORKER_TIMEOUT_S:g} s and was killed") from None
-            tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-            if done.returncode != 0 or not out.exists():
-                raise RepeatError(f"{who} exited {done.returncode}: {' '.join(command)}\n{tail}")
+            except BaseException:
+                # Ctrl-C, SIGTERM (``RunTerminated``), an error here: the worker ends with this run,
+                # asked first so that it removes its own files and children, before its folder goes.
+                stop_command(worker, WORKER_GRACE_S)
+                raise
+            finally:
+                for stream in (worker.stdout, worker.stderr):
+                    if stream is not None:
+                        stream.close()
+            tail = "\n".join((stdout + stderr).strip().splitlines()[-15:])
+            if worker.returncode != 0 or not out.exists():
+                raise RepeatError(f"{who} exited {worker.returncode}: {' '.join(command)}\n{tail}")
             run = benchmark_json.read_run(out)
             mine = [b for b in run.benchmarks if b.record is not None]
             if len(mine) != 1:

@@ -9,6 +9,7 @@ schema) is imported on first use.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
@@ -212,16 +213,39 @@ class IpuSession:
 
     def model_meter(self, compiled: CompiledModel, choice: str) -> tuple[PowerMeter | None, str, str]:
         """``power_meter`` for what a compiled model runs on: on IPU hardware exactly the IPUs it
-        holds (``power.metered_device``), never the partition; when its backend cannot say which,
-        no meter, and the reason."""
+        holds (``power.metered_device``), never the partition. When its backend cannot say which,
+        those gcipuinfo names the processes running it as user of (``power.ipus_of_processes``);
+        when none is found, no meter, and the reason."""
         from pytest_ipu import power
 
         device = power.metered_device(compiled.device, compiled.ipu_ids)
         if device is not None or choice == "off":
             return self.power_meter(device or compiled.device, choice)
         name = power.source_for_device(compiled.device) if choice == AUTO else choice
-        reason = power.UNKNOWN_IPUS.format(target=compiled.target, backend=compiled.backend)
+        # The backend let the SDK choose: the IPUs gcipuinfo names the model's processes as user of.
+        found, lookup = power.ipus_of_processes(
+            None if name is None else self._partition_source(name, compiled.device),
+            _model_processes(compiled),
+            compiled.ipu_count,
+        )
+        device = power.metered_device(compiled.device, found)
+        if device is not None:
+            return self.power_meter(device, choice)
+        reason = power.UNKNOWN_IPUS.format(target=compiled.target, backend=compiled.backend, lookup=lookup)
         return None, name or "none", reason
+
+    def _partition_source(self, name: str, device: str) -> PowerSource | None:
+        """Source ``name`` for every IPU of ``device``'s partition, as a conftest or the registry makes
+        it: asked which IPUs processes use, never opened (nothing is metered on it)."""
+        from pytest_ipu import power
+
+        partition = device.partition(":")[0]
+        made = self.config.hook.pytest_ipu_make_power_source(config=self.config, name=name, device=partition)
+        try:
+            source: PowerSource = made if made is not None else power.make_source(name, partition)
+        except Exception:  # an unknown name, or a device it cannot map: then no source says
+            return None
+        return source
 
     def power_meter(self, device: str, choice: str) -> tuple[PowerMeter | None, str, str]:
         """The open power meter for compute ``device`` (made once per run) under the test's
@@ -382,3 +406,13 @@ class IpuSession:
         if compiled is not None:
             errors.extend(compiled.close())
         return errors
+
+
+def _model_processes(compiled: CompiledModel) -> tuple[int, ...]:
+    """The processes whose calls run ``compiled``: a group's (its workers', or this process for
+    threads), else this process."""
+    from pytest_ipu.backends.base import Grouped
+
+    if isinstance(compiled, Grouped):
+        return compiled.group.process_ids()
+    return (os.getpid(),)

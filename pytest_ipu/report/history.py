@@ -7,10 +7,13 @@ with a change point. A figure shows one point per commit, oldest left: the media
 runs, with a bar from the smallest to the largest run where it had several; the level of each
 stretch between change points as a horizontal line (the mean the change's size is measured on);
 and each change point as a vertical dashed line before its first commit, red for worse and green
-for better, labelled with the commit and the change.
+for better, labelled with the commit and the change. A commit with a run made from a work tree with
+uncommitted changes (``Point.dirty``) is drawn as a hollow point, and a change point there is
+labelled "dirty": the change may be those changes rather than the commit.
 
 The summary table (``summary_rows``) lists the change points newest first: the commit, the
-benchmark and metric, the change, its interval and p-value. matplotlib is imported inside
+benchmark and metric, the change, its interval and p-value; a dirty commit's id is followed by
+"(dirty)". matplotlib is imported inside
 ``draw`` only, as ``plots`` does.
 """
 
@@ -75,7 +78,7 @@ def summary_rows(report: Report) -> list[tuple[Change, list[str]]]:
             (
                 change,
                 [
-                    change.commit[: found_changes.SHORT],
+                    change.commit[: found_changes.SHORT] + (" (dirty)" if change.dirty else ""),
                     change.series.name,
                     change.series.metric,
                     change.series.machine,
@@ -108,12 +111,18 @@ def draw(series: Series, marked: Sequence[Change]) -> Figure:
         "horizontal lines: the mean level between change points; dashed: a change point, before the "
         "first commit of the new level"
     ]
+    if any(p.dirty for p in points):
+        notes.append("hollow: a commit with run(s) made from a work tree with uncommitted changes (dirty)")
     fig, ax = plots.new_figure(title(series), notes, machine=series.machine)
     x = list(range(len(points)))
     y = [p.value / factor for p in points]
     below = [(p.value - p.low) / factor for p in points]
     above = [(p.high - p.value) / factor for p in points]
     ax.errorbar(x, y, yerr=[below, above], fmt="o", color=POINT_COLOUR, ms=4, capsize=2, lw=1)
+    dirty = [i for i, p in enumerate(points) if p.dirty]
+    if dirty:
+        # Hollow over the filled point: the commit's level is not the commit's alone.
+        ax.plot(dirty, [y[i] for i in dirty], "o", ms=7, mfc="white", mec=POINT_COLOUR, mew=1.5)
     edges = [0, *(c.found.index for c in marked), len(points)]
     for start, end in zip(edges[:-1], edges[1:]):
         level = sum(y[start:end]) / (end - start)
@@ -123,7 +132,8 @@ def draw(series: Series, marked: Sequence[Change]) -> Figure:
         at = change.found.index - 0.5
         ax.axvline(at, color=colour, linestyle="--", linewidth=1.2)
         ax.annotate(
-            f"{change.commit[: found_changes.SHORT]} {_percent(change.found.change)}",
+            f"{change.commit[: found_changes.SHORT]} {_percent(change.found.change)}"
+            f"{' dirty' if change.dirty else ''}",
             (at, 1.0),
             xycoords=("data", "axes fraction"),
             xytext=(3, -12),

@@ -3,7 +3,8 @@
 The page (``index.html``) carries everything inline, CSS and figures (as base64 SVG), so the file
 alone can be mailed or attached to a review. Its tables are the terminal tables' columns with the
 same markers and footnotes (``n/m``, ``?``, ``~``, ``*``), from ``pytest_ipu.report.terminal``
-(its ``COLUMNS`` and ``footnotes``). Groups come in ``plots.report_order``: the study swept over
+(its ``COLUMNS`` and ``footnotes``); a note is given once per page, under the first table that needs
+it (``pytest_ipu.report.footnotes``). Groups come in ``plots.report_order``: the study swept over
 batch sizes first, so that its table is on the page's first screen; the machine and run facts
 follow the groups. A group of one batch size gets its table and no figure: a plot against batch
 size with one point per line would say nothing its table does not.
@@ -39,6 +40,8 @@ from typing import Any
 
 from pytest_ipu import __version__
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.measure import units
+from pytest_ipu.report import footnotes
 from pytest_ipu.report import loadgen
 from pytest_ipu.report import loadgen_plot
 from pytest_ipu.report import plots
@@ -81,13 +84,13 @@ _CSS = """
 :root { color-scheme: light; }
 body { font: 15px/1.5 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
   color: #1d1d1f; margin: 0; background: #fafafa; }
-main { max-width: 1180px; margin: 0 auto; padding: 24px 32px 48px; }
+main { max-width: 1320px; margin: 0 auto; padding: 24px 24px 48px; }
 h1 { font-size: 26px; margin: 8px 0 4px; }
 h2 { font-size: 20px; margin: 40px 0 8px; padding-top: 12px; border-top: 1px solid #e2e2e2; }
 h3 { font-size: 15px; margin: 20px 0 6px; color: #444; }
 .sub { color: #666; margin: 0 0 16px; }
 table { border-collapse: collapse; margin: 8px 0; background: #fff; font-size: 13.5px; }
-th, td { padding: 4px 10px; border-bottom: 1px solid #e6e6e6; text-align: left; vertical-align: top; }
+th, td { padding: 4px 8px; border-bottom: 1px solid #e6e6e6; text-align: left; vertical-align: top; }
 th { background: #f0f0f2; font-weight: 600; white-space: nowrap; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tbody tr:nth-child(even) td { background: #f8f8fa; }
@@ -99,14 +102,20 @@ figure img { width: 100%; height: auto; display: block; }
 figcaption { color: #777; font-size: 12px; margin-top: 4px; }
 code { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 12.5px; }
 details { margin: 6px 0; color: #555; font-size: 13px; }
-ul.contents { margin: 4px 0 8px; padding-left: 18px; }
+ul.contents { margin: 4px 0 8px; padding-left: 0; }
+ul.contents li { display: inline; }
+ul.contents li + li::before { content: " \\00b7  "; color: #999; }
 a { color: #0a5fa8; text-decoration: none; }
 footer { color: #888; font-size: 12px; margin-top: 40px; }
 td.pass { color: #1a7f37; font-weight: 600; }
 td.fail { color: #c62828; font-weight: 600; }
 td.unsure { color: #9a6700; font-weight: 600; }
 table.summary td { font-size: 14px; }
+table.summary th, table.summary td { white-space: normal; overflow-wrap: anywhere; }
+table.summary td { min-width: 90px; }
+table.summary td[rowspan] { min-width: 150px; }
 table.summary strong { font-size: 16px; }
+table.summary .source { color: #777; font-size: 12px; }
 """
 
 
@@ -426,7 +435,10 @@ def _group_rows(runs: Sequence[StoredRun], group: str) -> list[tuple[int, report
 def _table(runs: Sequence[StoredRun], group: str) -> str:
     columns = {c.header: c for c in report.COLUMNS}
     labels = plots.run_labels(runs)
-    multi = len(runs) > 1
+    rows = _group_rows(runs, group)
+    # A run column only where the group's rows come from several runs; else the caption names the run.
+    held = sorted({index for index, _ in rows})
+    multi = len(held) > 1
     headers = ["run"] if multi else []
     headers += ["benchmark", "batch", "target", *TABLE_COLUMNS]
     # Text columns wrap and align left; the flags of a row can be long (unstable,contended,...).
@@ -434,7 +446,6 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
     attrs = ["" if h in text_columns else ' class="num"' for h in headers]
     head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip_strict(attrs, headers))
     body = []
-    rows = _group_rows(runs, group)
     for index, row in rows:
         cells = [labels[index]] if multi else []
         # The test's parameters tell rows apart that share a batch size and target (workload=...).
@@ -444,6 +455,8 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
     notes = report.footnotes([row for _, row in rows])
     notes_html = f'<ul class="notes">{"".join(f"<li>{_e(n)}</li>" for n in notes)}</ul>' if notes else ""
     caption = "latency per call; throughput summed over instances"
+    if len(runs) > 1 and not multi and held:
+        caption += f"; every row from {labels[held[0]]}"
     return (
         f'<p class="sub">{_e(caption)}</p><table><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>{notes_html}"
@@ -451,10 +464,74 @@ def _table(runs: Sequence[StoredRun], group: str) -> str:
 
 
 def _group_section(runs: Sequence[StoredRun], group: str, figures: Sequence[_Figure], anchor: str) -> str:
-    """One group's section: its heading, table and figures."""
+    """One group's section: its heading, table and figures, then its benchmarks without a record
+    (``_plain_table``)."""
     mine = [f for f in figures if f.group == group and f.view in plots.VIEWS]
-    body = f"<h2>{_e(group)}</h2>{_table(runs, group)}{_figures(runs, group, mine)}"
+    body = f"<h2>{_e(group)}</h2>"
+    if group in plots.groups(runs):
+        body += f"{_table(runs, group)}{_figures(runs, group, mine)}"
+    body += _plain_table(runs, group)
     return f'<section id="{_e(anchor)}">{body}</section>'
+
+
+def plain_groups(runs: Sequence[StoredRun]) -> list[str]:
+    """The groups of the benchmarks without a pytest-ipu record (pytest-benchmark's own
+    ``benchmark`` fixture alone), in first-seen order over the runs."""
+    seen: dict[str, None] = {}
+    for run in runs:
+        for bench in run.benchmarks:
+            if bench.record is None:
+                seen[group_name(bench.group, bench.name)] = None
+    return list(seen)
+
+
+#: pytest-benchmark's statistics a benchmark without a record is shown with: (key, header).
+PLAIN_STATS = (("min", "min"), ("median", "median"), ("mean", "mean"), ("stddev", "stddev"))
+#: The caption of a table of benchmarks without a record.
+PLAIN_CAPTION = (
+    "pytest-benchmark's own statistics of the rounds (its benchmark fixture alone: no pytest-ipu "
+    "record, so no throughput, power or flags)"
+)
+
+
+def _plain_table(runs: Sequence[StoredRun], group: str) -> str:
+    """The group's benchmarks without a pytest-ipu record, with pytest-benchmark's statistics
+    (min, median, mean, stddev, rounds); empty when it has none. A statistic the file lacks is
+    ``-``, and a note says so."""
+    labels = plots.run_labels(runs)
+    multi = len(runs) > 1
+    rows = [
+        (index, bench)
+        for index, run in enumerate(runs)
+        for bench in run.benchmarks
+        if bench.record is None and group_name(bench.group, bench.name) == group
+    ]
+    if not rows:
+        return ""
+    headers = (["run"] if multi else []) + ["benchmark", *(h for _, h in PLAIN_STATS), "rounds"]
+    numeric = ' class="num"'
+    head = "".join(f"<th{'' if h in ('run', 'benchmark') else numeric}>{h}</th>" for h in headers)
+    body = []
+    missing = False
+    for index, bench in rows:
+        cells = [f"<td>{_e(labels[index])}</td>"] if multi else []
+        cells.append(f"<td>{_e(bench.name)}</td>")
+        for key, _ in PLAIN_STATS:
+            value = bench.stats.get(key)
+            missing = missing or value is None
+            cells.append(f'<td class="num">{_e(units.format_value(value, "s"))}</td>')
+        missing = missing or bench.rounds is None
+        cells.append(f'<td class="num">{"-" if bench.rounds is None else bench.rounds}</td>')
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    note = (
+        '<ul class="notes"><li>- = not in the run file (pytest-benchmark wrote no such statistic)</li></ul>'
+        if missing
+        else ""
+    )
+    return (
+        f'<p class="sub">{_e(PLAIN_CAPTION)}</p><table class="plain"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>{note}"
+    )
 
 
 def _embedded(figure: _Figure, alt: str) -> str:
@@ -570,7 +647,9 @@ def _page(
     scaling_drawn: bool = True,
 ) -> str:
     shown = generic(runs)
-    groups = plots.report_order(shown)
+    recorded = plots.report_order(shown)
+    # The groups of pytest-benchmark's own benchmarks (no record) come after those with records.
+    groups = recorded + [g for g in plain_groups(shown) if g not in recorded]
     labels = plots.run_labels(runs)
     title = "pytest-ipu report"
     if len(runs) == 1:
@@ -586,7 +665,7 @@ def _page(
     checks = set(summary.self_check_groups(shown))
     anchors = {group: f"group-{index + 1}-{_slug(group)}" for index, group in enumerate(groups)}
     # First: the answer, each study's headline figures; the sections follow.
-    lead = summary.section(shown, anchors)
+    lead = summary.section(shown, anchors, published)
     if lead:
         sections.append(f'<section id="summary"><h2>Summary</h2>{lead}</section>')
         contents.append('<li><a href="#summary">summary</a></li>')
@@ -598,7 +677,10 @@ def _page(
         if group not in checks:
             sections.append(_group_section(shown, group, figures, anchors[group]))
             contents.append(f'<li><a href="#{_e(anchors[group])}">{_e(group)}</a></li>')
-    if studies or published:
+    # A reference the summary sets beside a figure is shown there; the scaling section lists the rest.
+    beside = summary.used(shown, published)
+    loose = [r for r in scaling.unmatched(published, studies) if r.index not in beside]
+    if studies or loose:
         # First: across runs of a training benchmark, the scaling is what the runs were made for.
         drawn = {
             (i, f.view): (f.stem, f.svg)
@@ -606,9 +688,7 @@ def _page(
             for f in figures
             if f.group == study.title and f.view in scaling.VIEWS
         }
-        body = scaling.section(
-            studies, scaling.unmatched(published, studies), drawn if scaling_drawn else None
-        )
+        body = scaling.section(studies, loose, drawn if scaling_drawn else None)
         sections.append(f'<section id="scaling"><h2>Scaling</h2>{body}</section>')
         contents.append('<li><a href="#scaling">scaling</a></li>')
     queried = _loadgen_rows(runs)
@@ -629,18 +709,13 @@ def _page(
     sections.append(f'<section id="machine"><h2>{_e(heading)}</h2>{machine}</section>')
     contents.append(f'<li><a href="#machine">{_e(heading.lower())}</a></li>')
     nav = f'<nav><ul class="contents">{"".join(contents)}</ul></nav>'
-    skipped = sum(1 for run in runs for bench in run.benchmarks if bench.record is None)
-    skipped_note = (
-        f'<p class="sub">{skipped} benchmark(s) without a pytest-ipu record are not shown.</p>'
-        if skipped
-        else ""
-    )
+    # Each note once per page: tables share most of theirs (footnotes.once_per_page).
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"/>'
         '<meta name="viewport" content="width=device-width, initial-scale=1"/>'
         f"<title>{_e(title)}</title><style>{_CSS}</style></head><body><main>"
-        f'<h1>{_e(title)}</h1><p class="sub">{_e(sub)}</p>{skipped_note}{nav}'
-        f"{''.join(sections)}"
+        f'<h1>{_e(title)}</h1><p class="sub">{_e(sub)}</p>{nav}'
+        f"{footnotes.once_per_page(''.join(sections))}"
         f"<footer>Made by pytest-ipu {_e(__version__)} from {_e(', '.join(str(r.path) for r in runs))}. "
         "Numbers: see docs/numbers.md; energy: docs/power.md.</footer>"
         "</main></body></html>\n"

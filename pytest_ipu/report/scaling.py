@@ -205,7 +205,12 @@ def studies(runs: Sequence[StoredRun], references: Sequence[Reference] = ()) -> 
         # A time-to-train figure goes only where a time to train was measured: beside a training
         # step's samples/s it would compare different things. Such a reference is listed apart.
         timed = any(p.time_to_train_s is not None for p in points)
-        matched = tuple(r for r in references if r.matches(*names) and (r.metric == "throughput" or timed))
+        # Only the metrics a scaling view draws: a latency or items/J figure is the summary's.
+        matched = tuple(
+            r
+            for r in references
+            if r.metric in VIEW_METRIC.values() and r.matches(*names) and (r.metric == "throughput" or timed)
+        )
         base = next(p for p in points if p.run == base_index and p.devices == n_min)
         out.append(Study(title, names, points, base, matched))
     return out

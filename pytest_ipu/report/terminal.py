@@ -74,6 +74,34 @@ def _power(read: Callable[[PowerRecord], float | None]) -> Callable[[Row], str]:
     return render
 
 
+#: The energy scope column's header: what the energy figures cover (``PowerRecord.scope``).
+ENERGY_OF = "energy of"
+
+
+def _energy_of(row: Row) -> str:
+    """What the energy covers, compactly: ``ipus 0,1`` (each IPU read on its own), ``board 2-3 (3
+    idle)`` (a board's one reading, with the IPUs in it the benchmark did not use), or the devices'
+    scope (``gpu``, ``cpu-package+dram``); ``n/m`` where nothing was measured."""
+    power = row.record.power
+    if power is None or not power.measured or power.scope is None:
+        return "n/m"
+    ipus = sorted({i for d in power.devices for i in d.ipus})
+    if not ipus:
+        return power.scope
+    unused = sorted({i for d in power.devices for i in d.unused_ipus})
+    shared = f" ({_id_ranges(unused)} idle)" if unused else ""
+    return f"{power.scope} {_id_ranges(ipus)}{shared}"
+
+
+def _id_ranges(ids: Sequence[int]) -> str:
+    """``0-3,6`` for ids 0, 1, 2, 3, 6 (ascending): a Pod's IPUs stay short."""
+    parts: list[str] = []
+    for _, run in itertools.groupby(enumerate(ids), key=lambda pair: pair[1] - pair[0]):
+        block = [i for _, i in run]
+        parts.append(str(block[0]) if len(block) == 1 else f"{block[0]}-{block[-1]}")
+    return ",".join(parts)
+
+
 #: The host cost columns' headers (docs/numbers.md, host cost): the host CPU time per item and the
 #: host cores kept busy, every process of the benchmark counted.
 HOST_PER_ITEM = "host CPU/item"
@@ -118,6 +146,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("W", _power(lambda p: p.mean_power_w)),
     Column("J/item", _power(lambda p: p.energy_per_item_j)),
     Column("items/J", _power(lambda p: p.items_per_j)),
+    Column(ENERGY_OF, _energy_of, right=False),
     Column("parity", lambda r: _parity(r.record.parity)),
     Column("flags", lambda r: ",".join(r.record.flags) or "-", right=False),
 )
@@ -132,6 +161,7 @@ DROP_ORDER: tuple[str, ...] = (
     "first call",
     "compile",
     "items/J",
+    ENERGY_OF,
     "parity",
     "precision",
     "rounds",
@@ -426,4 +456,9 @@ def _power_notes(rows: Sequence[Row]) -> list[str]:
             notes[f"? = power window invalid ({row.record.target}): {why}"] = None
         if power.low_confidence:
             notes["~ = low confidence: the energy window is shorter than the sensor needs"] = None
+        if power.scope == "board":
+            notes[
+                "board = the energy is whole boards' readings (a C2 card reports one for its two IPUs), "
+                "the IPUs named idle included: the benchmark did not use them, no other program did"
+            ] = None
     return list(notes)

@@ -3,18 +3,20 @@
 A temporary file is written beside the target (``os.replace`` is atomic only within one file
 system), flushed to disk, then renamed onto the target; on any failure it is removed and the target
 is left as it was. The file gets the mode a plain ``open`` would give (0o666 less the umask), not
-the private mode of ``tempfile``: caches and reports are shared; a caller can ask for an exact mode
-(the export cache is 0o644 whatever the umask). ``PendingFile`` does the same for a file another
-program writes (pytest-benchmark's ``--benchmark-json``): it writes a temporary path, which is
-renamed onto the target only once written whole.
+the private mode of ``tempfile``: reports are shared; a caller can ask for an exact mode (the export
+cache's files are 0o644 whatever the umask). The process umask is never changed, not even to read
+it: it is process-wide, so a file another thread creates meanwhile would get the wrong mode; the
+temporary file is created with mode 0o666 and the kernel applies the umask. ``PendingFile`` does
+the same for a file another program writes (pytest-benchmark's ``--benchmark-json``): it writes a
+temporary path, which is renamed onto the target only once written whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,21 +27,32 @@ def atomic_path(target: Path, mode: int | None = None) -> Iterator[Path]:
 
     The file gets ``mode`` exactly, or without it 0o666 less the umask.
     """
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    temporary = Path(name)
+    # Created no wider than ``mode``: the umask can only narrow it, never widen it meanwhile.
+    temporary = create_temporary(target, 0o666 if mode is None else mode)
     try:
-        if mode is None:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o666 & ~umask
         yield temporary
-        # After the block: writing through ``Path.write_bytes`` keeps the mode, but a block that
-        # recreates the file would get the umask's; the rename publishes exactly ``mode``.
-        temporary.chmod(mode)
+        # After the block: the umask may have narrowed ``mode``, and a block that recreates the
+        # file would get the umask's; the rename publishes exactly ``mode``.
+        if mode is not None:
+            temporary.chmod(mode)
         temporary.replace(target)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def create_temporary(target: Path, mode: int = 0o666) -> Path:
+    """A new empty file ``.<target name>.<random>.tmp`` beside ``target``, of ``mode`` less the umask
+    (the kernel applies it; ``tempfile.mkstemp`` would make it 0o600, private)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        path = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(path, flags, mode)
+        except FileExistsError:
+            continue  # another writer's temporary file: try the next name
+        os.close(fd)
+        return path
+    raise FileExistsError(errno.EEXIST, "no unused temporary file name", str(target.parent))
 
 
 def write_bytes(target: Path, data: bytes, mode: int | None = None) -> None:

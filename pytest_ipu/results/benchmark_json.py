@@ -49,6 +49,8 @@ class StoredBenchmark:
     #: What the benchmark says it is for (``extra_info["role"]``, a string), e.g. ``self-check``
     #: for one that checks pytest-ipu itself; ``None`` when it says nothing.
     role: str | None = None
+    #: How many rounds pytest-benchmark timed (``stats.rounds``); ``None`` when the file has none.
+    rounds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -168,21 +170,38 @@ def parse_run(data: object, path: Path) -> StoredRun:
             raise RunFileError(f"{path}: benchmarks[{index}] is not a pytest-benchmark benchmark object")
         out.append(_benchmark(bench, f"{path}: benchmarks[{index}]", path))
     assert isinstance(data, dict)  # a list of benchmarks was found in it
+    section = _section(data, path)
     return StoredRun(
         path,
         _free(data, "machine_info", str(path)),
         _free(data, "commit_info", str(path)),
         str(data["datetime"]) if isinstance(data.get("datetime"), str) else None,
         tuple(out),
-        _power_blocks(data, path),
-        _verdicts(data, path),
+        _power_blocks(section, path),
+        _verdicts(section, path),
     )
 
 
-def _verdicts(data: Mapping[str, Any], path: Path) -> tuple[StoredVerdict, ...]:
-    """The gate verdicts of the top-level section; none when it has no ``gates`` list."""
+def _section(data: Mapping[str, Any], path: Path) -> Mapping[str, Any] | None:
+    """The top-level section, checked to be an object of a schema version this code reads; ``None``
+    when the file has none (written without pytest-ipu)."""
     section = data.get(TOP_LEVEL_KEY)
-    entries = section.get(GATES_KEY) if isinstance(section, dict) else None
+    if section is None:
+        return None
+    if not isinstance(section, dict):
+        raise RunFileError(f"{path}: '{TOP_LEVEL_KEY}' is {_show(section)}: it must be a JSON object; {_FIX}")
+    # Absent from sections written before it was stored; a version that is there must be one we read.
+    if "schema" in section:
+        try:
+            schema.read_version(section["schema"], f"run section '{TOP_LEVEL_KEY}'")
+        except schema.SchemaError as exc:
+            raise RunFileError(f"{path}: {exc}; {_FIX}") from None
+    return section
+
+
+def _verdicts(section: Mapping[str, Any] | None, path: Path) -> tuple[StoredVerdict, ...]:
+    """The gate verdicts of the top-level section; none when it has no ``gates`` list."""
+    entries = None if section is None else section.get(GATES_KEY)
     if entries is None:
         return ()
     where = f"{path}: '{TOP_LEVEL_KEY}.{GATES_KEY}'"
@@ -203,14 +222,11 @@ def _verdicts(data: Mapping[str, Any], path: Path) -> tuple[StoredVerdict, ...]:
     return tuple(out)
 
 
-def _power_blocks(data: Mapping[str, Any], path: Path) -> tuple[PowerBlock, ...]:
+def _power_blocks(section: Mapping[str, Any] | None, path: Path) -> tuple[PowerBlock, ...]:
     """The ``ipu_power`` blocks of the top-level section; none when the file has no section (written
     without pytest-ipu) or no list (written before blocks were kept)."""
-    section = data.get(TOP_LEVEL_KEY)
     if section is None:
         return ()
-    if not isinstance(section, dict):
-        raise RunFileError(f"{path}: '{TOP_LEVEL_KEY}' is {_show(section)}: it must be a JSON object; {_FIX}")
     try:
         return blocks_from_json(section, f"{TOP_LEVEL_KEY}.")
     except schema.SchemaError as exc:
@@ -251,6 +267,7 @@ def _benchmark(bench: Mapping[str, Any], where: str, path: Path) -> StoredBenchm
         _free(bench, "params", where),
         _time_stats(bench, where),
         role,
+        _rounds(bench, where),
     )
 
 
@@ -328,6 +345,19 @@ def _samples(bench: Mapping[str, Any], where: str) -> tuple[float, ...] | None:
 
 #: The time statistics of pytest-benchmark's ``stats`` that ``StoredBenchmark.stats`` keeps.
 TIME_STATS = ("min", "median", "mean", "max", "stddev", "iqr")
+
+
+def _rounds(bench: Mapping[str, Any], where: str) -> int | None:
+    """pytest-benchmark's round count (``stats.rounds``), a whole number >= 0; ``None`` when absent."""
+    stats = bench.get("stats")
+    rounds = stats.get("rounds") if isinstance(stats, dict) else None
+    if rounds is None:
+        return None
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
+        raise RunFileError(
+            f"{where}: 'stats.rounds' is {_show(rounds)}: it must be a whole number >= 0; {_FIX}"
+        )
+    return rounds
 
 
 def _time_stats(bench: Mapping[str, Any], where: str) -> dict[str, float]:

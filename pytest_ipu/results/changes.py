@@ -5,7 +5,9 @@ Each series (``history.Series``) is searched for change points by E-Divisive mea
 (``measure.changepoints``, seeded: the same storage always gives the same answer). A change point
 is named by the first commit of the new level, with the last commit of the old one, the relative
 change of the mean level, its 95 % interval and the p-value of the split; it is ``worse`` or
-``better`` as the metric's unit says. Change points are listed worst first: regressions before
+``better`` as the metric's unit says. Where a run of that first commit was made from a work tree
+with uncommitted changes (``Point.dirty``), every form says so: the change may be those changes,
+not the commit. Change points are listed worst first: regressions before
 improvements, each by the size of its change.
 
 The CI verdict (``check``, with a threshold such as ``5%``), per series, in the gates' language:
@@ -46,6 +48,8 @@ FORMATS = ("table", "markdown", "json")
 MIN_SIZE = changepoints.MIN_SIZE
 #: How many of the newest commits the CI verdict looks at for a new regression, by default.
 RECENT = 10
+#: What a change at a dirty commit says after its line.
+DIRTY_NOTE = "  DIRTY: run(s) of this commit had uncommitted changes, which may be the cause"
 #: How many characters of a commit id are shown.
 SHORT = 8
 
@@ -66,6 +70,11 @@ class Change:
     def previous(self) -> str:
         """The last commit of the old level."""
         return self.series.points[self.found.index - 1].commit
+
+    @property
+    def dirty(self) -> bool:
+        """Whether a run of the first commit of the new level measured uncommitted changes too."""
+        return self.series.points[self.found.index].dirty
 
     @property
     def worse(self) -> bool:
@@ -90,7 +99,7 @@ class Change:
             f"[{_percent(found.low)}, {_percent(found.high)}] p={found.p_value:.3g}  "
             f"{self.series.label}  at {self.commit[:SHORT]} (after {self.previous[:SHORT]}): "
             f"{units.format_value(found.before, unit)} -> {units.format_value(found.after, unit)}  "
-            f"[{self.series.machine}]"
+            f"[{self.series.machine}]{DIRTY_NOTE if self.dirty else ''}"
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -109,6 +118,7 @@ class Change:
             "change": found.change,
             "interval": [_finite(found.low), _finite(found.high)],
             "p_value": found.p_value,
+            "dirty": self.dirty,
         }
 
 
@@ -185,6 +195,7 @@ def _verdict(series: Series, changes: Sequence[Change], threshold: float, recent
         where = (
             f"{change.series.metric} {_percent(size)} [{_percent(low)}, {_percent(high)}] "
             f"p={change.found.p_value:.3g} from {change.commit[:SHORT]}"
+            f"{' (dirty: its runs had uncommitted changes, which may be the cause)' if change.dirty else ''}"
         )
         if low > threshold:
             return SeriesVerdict(series, decide.FAIL, f"regression {where}, beyond {limit}")
@@ -271,7 +282,7 @@ def render_markdown(report: Report) -> str:
         [
             c.series.name,
             c.series.metric,
-            f"`{c.commit[:SHORT]}`",
+            f"`{c.commit[:SHORT]}`{' dirty' if c.dirty else ''}",
             f"{'worse' if c.worse else 'better'} {_percent(c.found.change)}",
             f"{_percent(c.found.low)} to {_percent(c.found.high)}",
             f"{c.found.p_value:.3g}",
@@ -305,6 +316,7 @@ def _series_json(series: Series, changes: Sequence[Change]) -> dict[str, Any]:
                 "low": p.low,
                 "high": p.high,
                 "runs": list(p.values),
+                "dirty": p.dirty,
             }
             for p in series.points
         ],

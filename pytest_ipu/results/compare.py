@@ -150,6 +150,12 @@ class Line:
         found = self.evidence(index)
         return None if found is None else found.p_change()
 
+    def interval(self, index: int) -> tuple[float, float] | None:
+        """The two-sided ``1 - ALPHA`` interval of run ``index``'s change as a ratio (of the same
+        evidence and test as ``verdict``); ``None`` without a variance estimate."""
+        found = self.evidence(index)
+        return None if found is None else found.interval(ALPHA)
+
     def verdict(self, index: int) -> str:
         """Run ``index`` against the first: ``same``, ``better``, ``worse``, ``within noise`` or ``not
         tested`` (the module docstring's rule); empty when there is no ratio to judge."""
@@ -339,6 +345,15 @@ def format_change(line: Line, index: int) -> str:
     p = line.p_value(index)
     tested = "" if p is None else f" ({decide.format_p(p)})"
     return f"{(ratio - 1) * 100:+.1f}% {verdict}{tested}"
+
+
+def format_interval(line: Line, index: int) -> str:
+    """``99% interval +1.2%..+9.8%`` of run ``index``'s change; empty without a variance estimate."""
+    found = line.interval(index)
+    if found is None:
+        return ""
+    low, high = ((bound - 1) * 100 for bound in found)
+    return f"{1 - ALPHA:.0%} interval {low:+.1f}%..{high:+.1f}%"
 
 
 #: Run files with names longer than this are shown by their saved-run number (``0001``) when

@@ -509,6 +509,12 @@ class Evidence:
             return 1.0 if self.shift == 0.0 else 0.0
         return min(1.0, 2.0 * stats.t_sf(abs(self.shift) / self.scale, self.df))
 
+    def interval(self, alpha: float) -> tuple[float, float]:
+        """The two-sided ``1 - alpha`` t interval of the change as a ratio, ``exp(shift -+ q scale)``
+        (the interval the test of ``p_change`` rejects "no change" outside of, at ``alpha``)."""
+        half = 0.0 if self.scale == 0.0 else stats.t_isf(alpha / 2.0, self.df) * self.scale
+        return _exp(self.shift - half), _exp(self.shift + half)
+
 
 def evidence(
     value: float,

@@ -79,7 +79,9 @@ class Gate:
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
-            raise GateError(f"invalid gate: unknown metric {self.metric!r}; metrics: {', '.join(METRICS)}")
+            raise GateError(
+                f"invalid gate: unknown metric {_quoted(self.metric)}; metrics: {', '.join(METRICS)}"
+            )
         if not math.isfinite(self.threshold):
             raise GateError(f"invalid gate on {self.metric}: threshold {self.threshold} is not finite")
         if self.kind == "relative":
@@ -189,7 +191,7 @@ class _Parser:
             raise self.fail("empty expression", "write a gate such as 'throughput:-5%' or 'latency.p99<2ms'")
         if first.kind != "name":
             raise self.fail(
-                f"expected a metric name at column {first.column}, got {first.text!r}",
+                f"expected a metric name at column {first.column}, got {_quoted(first.text)}",
                 f"start with one of: {', '.join(METRICS)}",
             )
         metric = self.metric(first)
@@ -206,11 +208,11 @@ class _Parser:
         if after.kind == "op":
             strict = ">" if ">" in after.text else "<"
             raise self.fail(
-                f"comparison {after.text!r} at column {after.column} is not supported",
+                f"comparison {_quoted(after.text)} at column {after.column} is not supported",
                 f"use '<' or '>' (a bound is strict): {self.absolute_example(metric, strict)!r}",
             )
         raise self.fail(
-            f"expected ':', '<' or '>' after {metric!r} at column {after.column}, got {after.text!r}",
+            f"expected ':', '<' or '>' after {metric!r} at column {after.column}, got {_quoted(after.text)}",
             f"write e.g. {self.relative_example(metric)!r} or {self.absolute_example(metric)!r}",
         )
 
@@ -220,14 +222,14 @@ class _Parser:
         close = difflib.get_close_matches(token.text.lower(), list(METRICS), n=1)
         guess = f"did you mean {close[0]!r}? " if close else ""
         raise self.fail(
-            f"unknown metric {token.text!r} at column {token.column}",
+            f"unknown metric {_quoted(token.text)} at column {token.column}",
             f"{guess}metrics: {', '.join(METRICS)}",
         )
 
     @staticmethod
     def relative_example(metric: str, pct: str = "5") -> str:
         sign = "-" if METRICS[metric].better == "higher" else "+"
-        return f"{metric}:{sign}{pct}%"
+        return f"{metric}:{sign}{_example_number(pct)}%"
 
     @staticmethod
     def absolute_example(metric: str, op: str | None = None) -> str:
@@ -248,7 +250,7 @@ class _Parser:
             )
         number = self.take()
         if number is None or number.kind != "number":
-            got = f", got {number.text!r}" if number is not None else ""
+            got = f", got {_quoted(number.text)}" if number is not None else ""
             column = number.column if number is not None else self.end_column()
             raise self.fail(
                 f"expected a percentage at column {column}{got}",
@@ -256,7 +258,7 @@ class _Parser:
             )
         if (sign.text == "-") != (better == "higher"):
             raise self.fail(
-                f"{sign.text!r} at column {sign.column} would gate an improvement",
+                f"{_quoted(sign.text)} at column {sign.column} would gate an improvement",
                 f"{metric} is better {better}, so a regression is {worse}: "
                 f"write {self.relative_example(metric, number.text)!r}",
             )
@@ -264,7 +266,7 @@ class _Parser:
         if percent is None or percent.kind != "percent":
             column = percent.column if percent is not None else self.end_column()
             raise self.fail(
-                f"expected '%' after {number.text!r} at column {column}",
+                f"expected '%' after {_quoted(number.text)} at column {column}",
                 f"a relative threshold is a percentage: write {self.relative_example(metric, number.text)!r}",
             )
         self.expect_end("'%'")
@@ -278,7 +280,7 @@ class _Parser:
         if not (0 < pct < limit and 0.0 < threshold < float(limit) / 100.0):
             why = " (nothing drops by 100% or more)" if better == "higher" else ""
             raise self.fail(
-                f"threshold {number.text}% at column {number.column} is out of range",
+                f"threshold {_plain(number.text + '%')} at column {number.column} is out of range",
                 f"the percentage must be more than 0 and less than {limit}{why}",
             )
         return Gate(metric, "relative", threshold)
@@ -286,28 +288,30 @@ class _Parser:
     def absolute(self, metric: str, op: _Token) -> Gate:
         number = self.take()
         if number is None or number.kind != "number":
-            got = f", got {number.text!r}" if number is not None else ""
+            got = f", got {_quoted(number.text)}" if number is not None else ""
             column = number.column if number is not None else self.end_column()
             raise self.fail(
-                f"expected a number after {op.text!r} at column {column}{got}",
+                f"expected a number after {_quoted(op.text)} at column {column}{got}",
                 f"write e.g. {self.absolute_example(metric, op.text)!r}",
             )
         scale = self.unit(metric, number)
+        # Read from the text: Decimal refuses an exponent of hundreds of digits.
+        nonzero = any(digit in "123456789" for digit in re.split("[eE]", number.text)[0])
         try:
             bound = float(Decimal(number.text).scaleb(scale))
-        except DecimalException:  # an exponent beyond what Decimal can scale
-            bound = math.inf
+        except DecimalException:  # an exponent beyond what Decimal can scale: far above or below 1
+            bound = math.inf if nonzero and "e-" not in number.text.lower() else 0.0
         if not math.isfinite(bound):
             raise self.fail(
-                f"bound {number.text!r} at column {number.column} is too large",
+                f"bound {_quoted(number.text)} at column {number.column} is too large",
                 f"write e.g. {self.absolute_example(metric, op.text)!r}",
             )
         if op.text == "<" and bound == 0.0:
             example = self.absolute_example(metric, "<")
             # 1e-400 is not 0, but no float holds it: say so, not only that the metric is >= 0.
-            tiny = " (it underflows to 0: no float is that small)" if Decimal(number.text) != 0 else ""
+            tiny = " (it underflows to 0: no float is that small)" if nonzero else ""
             raise self.fail(
-                f"bound '<{number.text}' at column {op.column} can never pass{tiny}",
+                f"bound {_quoted('<' + number.text)} at column {op.column} can never pass{tiny}",
                 f"{metric} is never negative: use a bound above 0, e.g. {example!r}",
             )
         return Gate(metric, "absolute", bound, "<" if op.text == "<" else ">")
@@ -322,7 +326,7 @@ class _Parser:
             if spec.bare:
                 return 0
             raise self.fail(
-                f"missing unit after {number.text!r} at column {self.end_column()}",
+                f"missing unit after {_quoted(number.text)} at column {self.end_column()}",
                 f"{_hint(metric)} (e.g. {self.absolute_example(metric)!r})",
             )
         for token in rest:
@@ -333,7 +337,7 @@ class _Parser:
                 )
             if token.kind not in ("name", "slash"):
                 raise self.fail(
-                    f"unexpected {token.text!r} at column {token.column}",
+                    f"unexpected {_quoted(token.text)} at column {token.column}",
                     f"write e.g. {self.absolute_example(metric)!r}",
                 )
         first = rest[0]
@@ -345,16 +349,16 @@ class _Parser:
         if other is not None:
             words = units.UNITS[other].words
             raise self.fail(
-                f"unit {text!r} at column {first.column} measures {words}, not {spec.words}",
+                f"unit {_quoted(text)} at column {first.column} measures {words}, not {spec.words}",
                 _hint(metric),
             )
-        raise self.fail(f"unknown unit {text!r} at column {first.column}", _hint(metric))
+        raise self.fail(f"unknown unit {_quoted(text)} at column {first.column}", _hint(metric))
 
     def expect_end(self, after: str) -> None:
         extra = self.take()
         if extra is not None:
             raise self.fail(
-                f"unexpected {extra.text!r} at column {extra.column}",
+                f"unexpected {_quoted(extra.text)} at column {extra.column}",
                 f"nothing may follow the {after}",
             )
 
@@ -366,7 +370,7 @@ def parse(text: str) -> Gate:
     (1-based), and how to fix it.
     """
     if not isinstance(text, str):
-        raise GateError(f"bad gate {text!r}: a gate is text, got {type(text).__name__}")
+        raise GateError(f"bad gate {_plain(repr(text))}: a gate is text, got {type(text).__name__}")
     for column, char in enumerate(text, 1):
         # A newline or tab inside an expression (``loadgen.p99<1\nms``) is a pasting accident, not
         # a space between a number and its unit.
@@ -390,3 +394,26 @@ def _shown(text: str, column: int) -> str:
     return (
         ("..." if start else "") + text[start : start + _ECHO] + ("..." if start + _ECHO < len(text) else "")
     )
+
+
+#: The most characters of one part of an expression (a name, a number, a unit) a message echoes.
+_PART = 30
+
+
+def _quoted(text: str) -> str:
+    """``repr(text)``; for a part longer than ``_PART``, its first ``_PART`` characters quoted,
+    marked as cut and followed by its length, so that no message grows with the expression."""
+    if len(text) <= _PART:
+        return repr(text)
+    return f"{text[:_PART]!r}... ({len(text)} characters)"
+
+
+def _plain(text: str) -> str:
+    """``text`` as it is, or where it is longer than ``_PART``, ``_quoted``."""
+    return text if len(text) <= _PART else _quoted(text)
+
+
+def _example_number(text: str) -> str:
+    """The number a fix's example repeats from the expression: ``text``, or ``5`` where it is too
+    long to echo."""
+    return text if len(text) <= _PART else "5"

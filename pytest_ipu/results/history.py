@@ -21,6 +21,9 @@ of files given by path (or by saved-run id and glob, the ``storage`` rule); ``lo
   run has a pytest-ipu record of). A benchmark's entry without a record in a run where other runs
   of the benchmark have one is a partial entry (pytest-benchmark saves an interrupted run's
   benchmarks without our records): it stays out of every series, with a note.
+- A run recorded from a work tree with uncommitted changes (``commit_info.dirty``) measured its
+  commit plus those changes: it stays in, and its point is marked dirty (``Point.dirty``), so that
+  a change found there is not blamed on the commit without saying so; a note counts such runs.
 """
 
 from __future__ import annotations
@@ -62,6 +65,15 @@ class Point:
     values: tuple[float, ...]
     #: The run files, in the order of ``values``.
     files: tuple[str, ...]
+    #: Whether each run, in the order of ``values``, was made from a work tree with uncommitted
+    #: changes (pytest-benchmark's ``commit_info.dirty``).
+    dirty_runs: tuple[bool, ...] = ()
+
+    @property
+    def dirty(self) -> bool:
+        """Whether any run of the point measured uncommitted changes on top of its commit: the point
+        is then not the commit's alone."""
+        return any(self.dirty_runs)
 
     @property
     def value(self) -> float:
@@ -182,6 +194,7 @@ class _Run:
     commit: str
     commit_time: str | None
     order: tuple[dt.datetime, dt.datetime]
+    dirty: bool
 
 
 def _instant(text: object) -> dt.datetime | None:
@@ -238,7 +251,8 @@ def load(
         ran = _instant(run.datetime) or _EPOCH
         time = run.commit_info.get("time") or run.commit_info.get("author_time")
         when = _instant(time)
-        kept.append(_Run(run, machine, commit, time if when is not None else None, (when or ran, ran)))
+        dirty = run.commit_info.get("dirty") is True
+        kept.append(_Run(run, machine, commit, time if when is not None else None, (when or ran, ran), dirty))
     if not kept:
         seen = (
             f"; it has runs of {', '.join(f'{m} ({n})' for m, n in sorted(others.items()))}" if others else ""
@@ -246,6 +260,12 @@ def load(
         raise HistoryError(
             f"no run of machine {' or '.join(wanted)} with a commit id{seen}: pass --machine ID (a glob "
             "such as '*' takes every machine)"
+        )
+    unclean = sum(r.dirty for r in kept)
+    if unclean:
+        notes.append(
+            f"{unclean} run(s) made with uncommitted changes (commit_info.dirty): their commits are marked "
+            "dirty, a change there may be those changes rather than the commit"
         )
     for machine, count in sorted(others.items()):
         notes.append(f"{count} run(s) of machine {machine} left out (--machine {machine} shows them)")
@@ -308,6 +328,7 @@ def _points(
                 measured[0][0].commit_time,
                 tuple(v for _, v in measured),
                 tuple(str(r.run.path) for r, _ in measured),
+                tuple(r.dirty for r, _ in measured),
             )
         )
     return tuple(points)

@@ -1,20 +1,24 @@
-"""Published reference points: figures measured elsewhere that a report draws beside measured ones.
+"""Published reference points: figures measured elsewhere that a report shows beside measured ones.
 
 ``pytest-ipu report --references FILE`` reads them from a small TOML file of ``[[reference]]``
 tables, one per published figure::
 
     [[reference]]
     benchmark = "resnet50"      # matched against the benchmark's name or group (substring, any case)
-    metric = "time_to_train"    # or "throughput"
+    metric = "time_to_train"    # or "throughput", "latency.p50", "items_per_j"
     devices = 16                # the devices the published figure ran on (the x axis of the scaling views)
-    value = "28.33 min"         # a number in SI units (seconds, items/s) or a string with a unit
+    value = "28.33 min"         # a number in SI units or a string with a unit
     label = "IPU-POD16"         # the legend says "published: IPU-POD16"
     source = "MLPerf Training v1.0, Graphcore"   # required: where the figure was published
 
-Every key is required and no other key is allowed. ``value`` is a positive number in seconds
-(``time_to_train``) or items per second (``throughput``), or a string of a number and a unit:
-``s``, ``min`` or ``h`` for ``time_to_train``, ``items/s`` for ``throughput``. A reference is never
-measured data: the report keeps it out of the measured tables and draws it with its own marker.
+Every key is required and no other key is allowed. ``metric`` is a metric of the registry
+(``catalog.METRICS``) that a report headline shows (``METRICS``): ``time_to_train`` (seconds;
+``s``, ``min`` or ``h``), ``throughput`` (items per second; ``items/s``), ``latency.p50`` (seconds;
+``s``, ``ms`` or ``us``: the report sets it beside the lowest p50 a study measured, the published
+"minimum latency") and ``items_per_j`` (items per joule; ``items/J`` or its equal ``items/s/W``).
+``value`` is a positive number in the metric's SI unit or a string of a number and one of those
+units. A reference is never measured data: the report keeps it out of the measured tables, draws
+it with its own marker and labels it with its source.
 
 Every entry is checked when the file is read, before anything is drawn: a bad one raises
 ``ReferenceError`` with one line naming the file, the entry, the key, the value and the fix.
@@ -35,13 +39,30 @@ from typing import Any
 
 from pytest_ipu.backports import toml
 
-#: The metrics a reference can give, and the SI unit of each.
-METRICS: Mapping[str, str] = {"time_to_train": "s", "throughput": "items/s"}
+#: The metrics a reference can give (the registry's names, ``catalog.METRICS``), and the SI unit of
+#: each (the registry's unit of that metric; the suite checks they agree).
+METRICS: Mapping[str, str] = {
+    "time_to_train": "s",
+    "throughput": "items/s",
+    "latency.p50": "s",
+    "items_per_j": "items/J",
+}
 
 #: The unit texts a string value may carry, by metric, and the factor of each to SI.
 VALUE_UNITS: Mapping[str, Mapping[str, float]] = {
     "time_to_train": {"s": 1.0, "min": 60.0, "h": 3600.0},
     "throughput": {"items/s": 1.0},
+    "latency.p50": {"s": 1.0, "ms": 1e-3, "us": 1e-6},
+    # One item per second per watt is one item per joule: vendors publish either.
+    "items_per_j": {"items/J": 1.0, "items/s/W": 1.0},
+}
+
+#: An example value of each metric, for the fix of a message.
+_VALUE_EXAMPLES: Mapping[str, str] = {
+    "time_to_train": '"28.33 min"',
+    "throughput": '"2,526 items/s"',
+    "latency.p50": '"1.36 ms"',
+    "items_per_j": '"9.68 items/J"',
 }
 
 #: The keys of a ``[[reference]]`` table, in the order messages list them; all are required.
@@ -50,9 +71,9 @@ KEYS = ("benchmark", "metric", "devices", "value", "label", "source")
 #: What to write for each key, for the fix of a message.
 _EXAMPLES: Mapping[str, str] = {
     "benchmark": 'benchmark = "resnet50" (part of the benchmark\'s name or group)',
-    "metric": 'metric = "time_to_train" or metric = "throughput"',
+    "metric": 'metric = "time_to_train", "throughput", "latency.p50" or "items_per_j"',
     "devices": "devices = 16 (a whole number of devices, 1 or more)",
-    "value": 'value = "28.33 min" (time_to_train: seconds, or s, min, h; throughput: items/s)',
+    "value": 'value = "28.33 min" (a number in the metric\'s SI unit, or a string with a unit)',
     "label": 'label = "IPU-POD16" (the name the legend gives it)',
     "source": 'source = "MLPerf Training v1.0, Graphcore" (where the figure was published)',
 }
@@ -77,11 +98,11 @@ class Reference:
     index: int
     #: Text matched against a benchmark's name or group (substring, case-insensitive).
     benchmark: str
-    #: `time_to_train` or `throughput` (`METRICS`).
+    #: `time_to_train`, `throughput`, `latency.p50` or `items_per_j` (`METRICS`).
     metric: str
     #: The devices the figure ran on.
     devices: int
-    #: The figure in SI units: seconds (`time_to_train`) or items per second (`throughput`).
+    #: The figure in the metric's SI unit (`METRICS`): seconds, items per second, items per joule.
     value: float
     #: The value as the file wrote it (`28.33 min`), so tables show the published text.
     written: str
@@ -172,7 +193,8 @@ def _entry(entry: Mapping[str, Any], index: int, where: str) -> Reference:
         texts[key] = value.strip()
     metric = texts["metric"]
     if metric not in METRICS:
-        raise bad("metric", "unknown metric", "use " + " or ".join(f'"{m}"' for m in METRICS))
+        *head, last = (f'"{m}"' for m in METRICS)
+        raise bad("metric", "unknown metric", f"use {', '.join(head)} or {last}")
 
     devices = entry["devices"]
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
@@ -200,7 +222,7 @@ def _value_fix(metric: str) -> str:
     units = VALUE_UNITS[metric]
     *head, last = units
     listed = f"{', '.join(head)} or {last}" if head else last
-    example = '"28.33 min"' if metric == "time_to_train" else '"2,500 items/s"'
+    example = _VALUE_EXAMPLES[metric]
     return (
         f"for {metric} write a number in {METRICS[metric]} or a string with {listed}, e.g. value = {example}"
     )
@@ -217,7 +239,7 @@ def _value(value: float | str, metric: str) -> float | str:
         if not unit:
             return f"no unit after {match['number']!r}"
         if unit not in factors:
-            other = next((m for m, units in VALUE_UNITS.items() if unit in units), None)
+            other = next((m for m, units in VALUE_UNITS.items() if unit in units and m != metric), None)
             return f"unit {unit!r} is for {other}, not {metric}" if other else f"unknown unit {unit!r}"
         number = float(match["number"].replace(",", "")) * factors[unit]
     else:

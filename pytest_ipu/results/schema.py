@@ -128,6 +128,19 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
     }
 
 
+def read_version(version: Any, what: str) -> int:
+    """A schema version this code reads (a whole number from 1 to ``SCHEMA_VERSION``), of ``what``
+    (a record, the run's section); raises ``SchemaError`` for anything else."""
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise SchemaError(f"not a pytest-ipu {what} (schema version {_show(version)})")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"{what} has schema version {version}, newer than {SCHEMA_VERSION} which this "
+            "pytest-ipu reads; upgrade pytest-ipu"
+        )
+    return version
+
+
 def _identity(data: Mapping[str, Any]) -> dict[str, Any]:
     """The record's identity fields (``records.Identity``), each a string."""
     return {f.name: _text(data, f.name) for f in dataclasses.fields(Identity)}
@@ -145,17 +158,10 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
     ``device_latency``, an instance's ``info``, ``placement.inventory``) may hold any JSON but NaN
     or Infinity.
     """
-    version = data.get("schema") if isinstance(data, Mapping) else None
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise SchemaError(f"not a pytest-ipu record (schema version {_show(version)})")
-    if version > SCHEMA_VERSION:
-        raise SchemaError(
-            f"record has schema version {version}, newer than {SCHEMA_VERSION} which this "
-            "pytest-ipu reads; upgrade pytest-ipu"
-        )
+    read_version(data.get("schema") if isinstance(data, Mapping) else None, "record")
     rounds = _count(data, "rounds")
     policy = _choice(data, "rounds_policy", ("auto", "fixed"))
-    return IpuRecord(
+    record = IpuRecord(
         **_identity(data),
         batch_size=_count(data, "batch_size"),
         items_per_call=_count(data, "items_per_call"),
@@ -191,6 +197,63 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
         scaling=_part(data, "scaling", _scaling),
         loadgen=_part(data, "loadgen", _loadgen),
     )
+    _check_items(record.throughput_items_per_s, record.window_s, record.rounds, record.items_per_call, "")
+    for i, repeat in enumerate(record.repeats):
+        _check_items(
+            repeat.throughput_items_per_s,
+            repeat.window_s,
+            repeat.rounds,
+            record.items_per_call,
+            f"repeats[{i}].",
+        )
+    # A record merged from a launch's processes (a section marked ``merged``) keeps one process's
+    # repeats beside the launch's pooled figures: those are not its repeats pooled.
+    merged = any(isinstance(v, dict) and v.get("merged") is True for v in data.values())
+    if record.repeats and not merged:
+        _check_pooled(record)
+    return record
+
+
+def _check_items(throughput: float, window_s: float, rounds: int, items_per_call: int, at: str) -> None:
+    """A throughput must stand for a count of items in its window that a run can hold: 1e308 items/s
+    over a window of milliseconds is no measurement, and would print as hundreds of digits and make
+    every ratio against it meaningless. Rounds that ran calls of items completed some: their
+    throughput is never 0."""
+    if throughput == 0 and rounds > 0 and items_per_call > 0:
+        raise _bad(
+            f"{at}throughput_items_per_s",
+            throughput,
+            f"{rounds} rounds of {items_per_call} items each completed items, so it must be > 0",
+        )
+    items = throughput * window_s
+    if not math.isfinite(items) or items > MAX_COUNT:
+        raise _bad(
+            f"{at}throughput_items_per_s",
+            throughput,
+            f"over its window of {window_s:.4g} s that is {items:.3g} items, more than a run can count "
+            f"(at most {MAX_COUNT})",
+        )
+
+
+#: How far, relatively, a pooled throughput may lie outside its repeats' range: rounding only.
+_POOLED_TOLERANCE = 1e-9
+
+
+def _check_pooled(record: IpuRecord) -> None:
+    """A record with repeats pools them (``run.benchmark.pool``): its throughput is their items over
+    their windows, a window-weighted mean of their throughputs, so it lies between the lowest and
+    the highest of them. One outside (a pooled throughput of 0 beside unchanged repeats) was edited
+    or corrupted."""
+    rates = [r.throughput_items_per_s for r in record.repeats]
+    low, high = min(rates), max(rates)
+    pooled = record.throughput_items_per_s
+    if pooled < low * (1 - _POOLED_TOLERANCE) or pooled > high * (1 + _POOLED_TOLERANCE):
+        raise _bad(
+            "throughput_items_per_s",
+            pooled,
+            f"its repeats ran at {low:.6g} to {high:.6g} items/s, and a record's throughput (their "
+            "items over their windows) lies between those",
+        )
 
 
 # --- readers of one value ---------------------------------------------------------------------

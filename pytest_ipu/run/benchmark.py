@@ -31,6 +31,7 @@ from pytest_ipu.backends.base import TrainingInfo
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import BenchmarkArgumentError
 from pytest_ipu.errors import BenchmarkArgumentTypeError
+from pytest_ipu.inputs import not_positional
 from pytest_ipu.measure import metrics
 from pytest_ipu.measure import timing
 from pytest_ipu.measure.contention import ContentionProbe
@@ -40,6 +41,7 @@ from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import records
 from pytest_ipu.results.training import TrainingRecord
+from pytest_ipu.run.first_output import check_first_output
 from pytest_ipu.run.plan import MAX_ITEMS_PER_CALL
 from pytest_ipu.run.plan import MAX_ROUNDS
 from pytest_ipu.run.plan import MAX_WARMUP_ROUNDS
@@ -112,18 +114,15 @@ def check_arguments(
             f"pytest-ipu: ipu_benchmark(model={type(model).__name__} object): the model must be callable "
             "(a compiled model from ipu_compile, or any function); pass ipu_benchmark(model, (x,))"
         )
-    if hasattr(inputs, "shape") and not isinstance(inputs, (list, tuple)):
-        # A tensor is itself a sequence (of its rows): taken as the inputs it would call the model
-        # with one row per argument, a wrong benchmark rather than an error.
-        shape = tuple(getattr(inputs, "shape", ()))
+    wrong = not_positional(inputs)
+    if wrong is not None:
         raise BenchmarkArgumentTypeError(
-            f"pytest-ipu: ipu_benchmark(model, inputs={type(inputs).__name__} of shape {shape}): inputs is "
-            "a sequence of positional arguments, not one tensor or array; pass (x,)"
-        )
-    if isinstance(inputs, (str, bytes, dict)) or not isinstance(inputs, Sequence):
-        raise BenchmarkArgumentTypeError(
-            f"pytest-ipu: ipu_benchmark(model, inputs={type(inputs).__name__} object): inputs is a "
-            "sequence of positional arguments (a tuple or list); pass (x,), or () for none"
+            f"pytest-ipu: ipu_benchmark(model, inputs={wrong.value}): inputs is a sequence of positional "
+            + (
+                "arguments, not one tensor or array; pass (x,)"
+                if wrong.one_array
+                else "arguments (a tuple or list); pass (x,), or () for none"
+            )
         )
     _count(
         "items_per_call",
@@ -222,7 +221,9 @@ def measure(
             lockstep.barrier(f"the first call of repeat {index}")
         # In lock-step every rank makes every warm-up call asked for: a count, not a time.
         warm_budget_s = budget_s if auto and lockstep is None else None
-        warm = timing.warm_up(compiled.run, args, rewarm, budget_s=warm_budget_s, watch=watch)
+        # The model's output is checked once, on the benchmark's first call (not a later repeat's).
+        first = check_first_output if index == 1 else None
+        warm = timing.warm_up(compiled.run, args, rewarm, budget_s=warm_budget_s, watch=watch, first=first)
         estimate_s = warm.estimate_s
         stretch_s = CALIBRATION_SHARE * budget_s
         if lockstep is not None:

@@ -18,7 +18,9 @@ monitor, Graphcore's own scripts):
   ``"ipu power"`` key at all and one
   ``"total board power"``; a C600 reports ``"ipu power": "N/A"``; an M2000 gives per-IPU power;
 - an IPU some process uses lists that process as ``"user process id"`` (a decimal string); an idle
-  IPU lists no such key (reference section 0.3). ``FakeGcIpuInfoModule.use`` sets or clears it.
+  IPU lists no such key (reference section 0.3). ``FakeGcIpuInfoModule.use`` sets or clears it, and
+  where a test shares the host between processes (``tests.fakes.ipu_users``) an IPU the fake
+  PopTorch attached lists the process that attached it, whichever process that was.
 
 A host is a list of boards' IPUs with distinct ids, e.g. two C2 cards
 (``c2_card("A", 0) + c2_card("B", 2)``) or an M2000 (``m2000()``).
@@ -34,6 +36,8 @@ import types
 import typing
 from dataclasses import dataclass
 from dataclasses import field
+
+from tests.fakes import ipu_users
 
 DiscoverActivePartitionIPUs = 0
 DiscoverAllPartitionIPUs = 1
@@ -183,7 +187,8 @@ class FakeGcIpuInfoModule(types.ModuleType):
     """A ``gcipuinfo`` module over a list of fake IPUs.
 
     ``listing_order`` (indices into ``ipus``) changes the order ``getDevices`` lists them in;
-    ``update_ok=False`` makes ``updateData`` fail; ``construct_error`` makes construction raise.
+    ``update_ok=False`` makes ``updateData`` fail; ``lists_users=False`` leaves every
+    ``"user process id"`` out; ``construct_error`` makes construction raise.
     ``call_latency_s`` advances the clock on every snapshot, like a real query taking time.
     """
 
@@ -206,6 +211,9 @@ class FakeGcIpuInfoModule(types.ModuleType):
         self.call_latency_s = call_latency_s
         self.construct_error = construct_error
         self.update_ok = True
+        #: ``False``: a library that does not export ``"user process id"`` (its documentation calls
+        #: some attributes internal), so no IPU names its user.
+        self.lists_users = True
         self.listing_order: list[int] | None = None
         self.events: list[str] = []
         self.instances: list[FakeGcIpuInfo] = []
@@ -213,7 +221,11 @@ class FakeGcIpuInfoModule(types.ModuleType):
     def __reduce__(self) -> tuple[object, ...]:
         """Pickled as its IPUs and settings, so that a sampler process can build the same fake (a
         module object does not pickle); what it recorded (``events``, ``instances``) stays here."""
-        settings = {"update_ok": self.update_ok, "listing_order": self.listing_order}
+        settings = {
+            "update_ok": self.update_ok,
+            "listing_order": self.listing_order,
+            "lists_users": self.lists_users,
+        }
         return (
             _rebuild_module,
             (self.ipus, self.clock, self.call_latency_s, self.construct_error, settings),
@@ -234,7 +246,17 @@ class FakeGcIpuInfoModule(types.ModuleType):
         self.clock.advance(self.call_latency_s)
         t = self.clock.ns / 1e9
         order = self.listing_order if self.listing_order is not None else range(len(self.ipus))
-        return [self.ipus[i].attributes(t) for i in order]
+        listing = [self.ipus[i].attributes(t) for i in order]
+        # The processes an SDK fake attached the IPUs in (any process of the test), as the driver
+        # tells gcipuinfo; an IPU given its user here (``use``) keeps it.
+        shared = {str(ipu): pid for ipu, pid in ipu_users.users().items()}
+        for attributes in listing:
+            pid = shared.get(attributes.get("id", ""))
+            if pid is not None:
+                attributes.setdefault("user process id", str(pid))
+            if not self.lists_users:
+                attributes.pop("user process id", None)
+        return listing
 
     def gcipuinfo(self, discoveryMode: int = DiscoverActivePartitionIPUs) -> FakeGcIpuInfo:
         """Construct the info object (reads every attribute once, now)."""

@@ -45,7 +45,10 @@ the instance compiles its local replicas on PopDist's device and trains on its o
 (the other instances' gradients, which the real launch averages in, do not exist here).
 
 The machine has 4 Mk2 IPUs unless ``configure(ipus=..., version=...)`` says otherwise; ``reset()``
-frees them and forgets what was recorded (``executors`` and ``options_passed``).
+frees them and forgets what was recorded (``executors`` and ``options_passed``). Where a test shares
+the host between processes (``tests.fakes.ipu_users``), attaching records this process as the IPUs'
+user, which the fake gcipuinfo then lists as their ``"user process id"``, and IPUs another live
+process holds are not acquired, as the driver refuses them.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from typing import Any
 import torch
 
 from pytest_ipu.backports import zip_strict
+from tests.fakes import ipu_users
 from tests.fakes.gil import hold_gil
 
 __version__ = "3.4.0-fake"
@@ -231,22 +235,30 @@ class _Machine:
 
     def acquire(self, num_ipus: int) -> tuple[int, tuple[int, ...]] | None:
         """The first free device of exactly ``num_ipus`` IPUs, as (device id, its IPUs), now busy."""
+        taken = self.busy | ipu_users.held_by_others(os.getpid())
         for device_id, ipus in enumerate(self.devices()):
-            if len(ipus) == num_ipus and not self.busy.intersection(ipus):
-                self.busy.update(ipus)
+            if len(ipus) == num_ipus and not taken.intersection(ipus):
+                self._take(ipus)
                 return device_id, ipus
         return None
 
     def acquire_id(self, device_id: int) -> tuple[int, tuple[int, ...]] | None:
         """Device ``device_id`` if it exists and is free, now busy."""
         devices = self.devices()
-        if not 0 <= device_id < len(devices) or self.busy.intersection(devices[device_id]):
+        taken = self.busy | ipu_users.held_by_others(os.getpid())
+        if not 0 <= device_id < len(devices) or taken.intersection(devices[device_id]):
             return None
-        self.busy.update(devices[device_id])
+        self._take(devices[device_id])
         return device_id, devices[device_id]
+
+    def _take(self, ipus: tuple[int, ...]) -> None:
+        # The driver knows which process attached the IPUs; gcipuinfo lists it ("user process id").
+        self.busy.update(ipus)
+        ipu_users.attach(ipus, os.getpid())
 
     def release(self, ipus: tuple[int, ...]) -> None:
         self.busy.difference_update(ipus)
+        ipu_users.release(ipus, os.getpid())
 
 
 _MACHINE = _Machine()
@@ -278,6 +290,7 @@ def configure(
 def reset() -> None:
     """Back to 4 free Mk2 IPUs, with nothing recorded."""
     global _MACHINE, log_level
+    ipu_users.release(_MACHINE.busy, os.getpid())
     _MACHINE = _Machine()
     executors.clear()
     options_passed.clear()

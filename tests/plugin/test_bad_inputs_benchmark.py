@@ -22,6 +22,7 @@ from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import XDIST_VARIABLES
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
+HAS_LOADGEN = importlib.util.find_spec("mlperf_loadgen") is not None
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class BadCall:
     #: The ``ipu`` marker's keywords for the inner test ("" for none).
     marker: str = ""
     needs_torch: bool = False
+    needs_loadgen: bool = False
     #: False where the failure is an assertion with a traceback (parity), not a one-line report.
     one_line: bool = True
 
@@ -179,6 +181,25 @@ ROWS = [
         needs_torch=True,
     ),
     BadCall(
+        "loadgen model fails on its third call",
+        "ipu_loadgen(fails_on(3), (numpy.zeros((8, 4)),))",
+        "ipu_loadgen's calibration call on a batch of 1 sample(s) failed: RuntimeError: broken on call 3; "
+        "2 earlier call(s) on this batch size passed: the batch size is not the cause",
+        needs_loadgen=True,
+    ),
+    BadCall(
+        "ipu_benchmark twice",
+        "ipu_benchmark(noop, (), rounds=2)\n    ipu_benchmark(noop, (), rounds=2)",
+        "pytest-ipu: ipu_benchmark(...) called after ipu_benchmark(...) in test_ipu_benchmark_twice: "
+        "pytest-ipu measures one benchmark per test; measure each model in a test of its own",
+    ),
+    BadCall(
+        "ipu_benchmark nested",
+        "ipu_benchmark(lambda: ipu_benchmark(noop, (), rounds=2), (), rounds=2)",
+        "pytest-ipu: ipu_benchmark(...) called inside the model ipu_benchmark(...) is measuring in "
+        "test_ipu_benchmark_nested: pytest-ipu measures one benchmark per test",
+    ),
+    BadCall(
         "model not callable",
         "ipu_benchmark(42, ())",
         "ipu_benchmark(model=int object): the model must be callable",
@@ -218,6 +239,36 @@ ROWS = [
         "ipu_benchmark(noop, (), rounds=numpy.float64(3))",
         # numpy 2 writes the value as np.float64(3.0), numpy 1 as 3.0: the message's reason is the same.
         "): rounds must be a whole number, not float64",
+    ),
+    # The first call's output: a generator (its body never runs), NaN or infinity.
+    BadCall(
+        "generator function as the model",
+        "def gen(*args):\n        yield 1\n    ipu_benchmark(gen, (), rounds=3)",
+        "the model's first call returned a generator (generator): a call runs none of its body, so only "
+        "its creation would be timed; pass a model that computes its result when called",
+    ),
+    BadCall(
+        "async function as the model",
+        "async def model(*args):\n        return 1\n    ipu_benchmark(model, (), rounds=3)",
+        "the model's first call returned a coroutine (coroutine)",
+    ),
+    BadCall(
+        "output nan in an array",
+        "ipu_benchmark(lambda: (1, {'y': numpy.array([1.0, float('nan')])}), (), rounds=3)",
+        "the model's first call returned NaN or infinity in output[1]['y']: timing a model that computes "
+        "non-finite values measures nothing useful; fix the model or its inputs",
+    ),
+    BadCall(
+        "output inf float",
+        "ipu_benchmark(lambda: float('inf'), (), rounds=3)",
+        "returned NaN or infinity in output:",
+    ),
+    BadCall(
+        "output inf tensor",
+        "import torch\n    out = [torch.ones(2), torch.full((2,), float('inf'))]\n"
+        "    ipu_benchmark(lambda: out, (), rounds=3)",
+        "returned NaN or infinity in output[1]:",
+        needs_torch=True,
     ),
     BadCall(
         "parity both nan",
@@ -285,6 +336,15 @@ def hangs_on(n):
     return model
 
 
+def fails_on(n):
+    """A model whose n-th call (counted over the whole test) raises."""
+    def model(*args):
+        CALLS[0] += 1
+        if CALLS[0] == n:
+            raise RuntimeError(f"broken on call {n}")
+    return model
+
+
 @pytest.fixture(autouse=True)
 def _count_calls_per_test():
     CALLS[0] = 0
@@ -292,6 +352,11 @@ def _count_calls_per_test():
 
 def test_a_good_call_passes(ipu_benchmark):
     assert ipu_benchmark(noop, (numpy.zeros((4, 3)),), rounds=3, warmup_rounds=1).items_per_call == 4
+
+
+def test_finite_outputs_of_every_kind_pass(ipu_benchmark):
+    out = (1, 2.5, 'text', None, [numpy.zeros(2, dtype=numpy.int64)], {'a': numpy.ones((2, 2))})
+    assert ipu_benchmark(lambda: out, (), rounds=3).rounds == 3
 '''
 
 
@@ -309,7 +374,7 @@ def _inner_file(rows: list[BadCall]) -> str:
 @pytest.fixture(scope="module")
 def failures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
     """Run every row once; each test's outcome and failure message (``passed`` for a pass)."""
-    rows = [r for r in ROWS if HAS_TORCH or not r.needs_torch]
+    rows = [r for r in ROWS if (HAS_TORCH or not r.needs_torch) and (HAS_LOADGEN or not r.needs_loadgen)]
     path = tmp_path_factory.mktemp("bad_inputs")
     (path / "test_bad.py").write_text(_inner_file(rows))
     env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
@@ -343,6 +408,7 @@ def test_there_are_enough_rows() -> None:
 def test_the_good_call_in_the_same_run_passes(failures: dict[str, tuple[str, str]]) -> None:
     # The rows' failures are theirs: the same inner run measures a correct call.
     assert failures["test_a_good_call_passes"] == ("passed", ""), failures["_output"][1]
+    assert failures["test_finite_outputs_of_every_kind_pass"] == ("passed", ""), failures["_output"][1]
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.description for row in ROWS])
@@ -351,6 +417,8 @@ def test_a_bad_call_fails_its_test_with_one_line_naming_it(
 ) -> None:
     if row.needs_torch and not HAS_TORCH:
         pytest.skip("torch is not installed")
+    if row.needs_loadgen and not HAS_LOADGEN:
+        pytest.skip("mlperf_loadgen is not installed")
     outcome, message = failures.get(row.name, ("missing", ""))
     assert outcome == "failed", f"{row.name}: {outcome}\n{failures['_output'][1]}"
     assert row.message_part in message

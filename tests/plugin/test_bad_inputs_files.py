@@ -48,12 +48,12 @@ def test_export(ipu_compile):
 #: injected fault, if the row asked for one, for its own session only.
 CACHE_CONFTEST = """
 import os
-import tempfile
 from pathlib import Path
 
 from pytest_ipu.backends import onnx_export
+from pytest_ipu.results import atomic
 
-_SAVED = (onnx_export._export, tempfile.mkstemp)
+_SAVED = (onnx_export._export, atomic.create_temporary)
 
 
 def pytest_configure(config):
@@ -64,7 +64,7 @@ def pytest_configure(config):
         def fail(*args, **kwargs):
             raise OSError(number, os.strerror(number))
 
-        tempfile.mkstemp = fail
+        atomic.create_temporary = fail
     # A cache entry that is a directory where the export's file must go.
     if Path("entry_dir_suffix.txt").exists():
         import torch
@@ -77,7 +77,7 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    onnx_export._export, tempfile.mkstemp = _SAVED
+    onnx_export._export, atomic.create_temporary = _SAVED
 """
 
 #: Runs pytest in each directory given, one session after another in this one process, and writes
@@ -135,6 +135,13 @@ def _a_file(d: Path, mp: pytest.MonkeyPatch) -> Path:
 def _through_a_file(d: Path, mp: pytest.MonkeyPatch) -> Path:
     (d / "file").write_text("")
     return d / "file" / "cache"
+
+
+def _writable_by_others(d: Path, mp: pytest.MonkeyPatch) -> Path:
+    # Whoever can write the directory can replace a model and its recorded SHA-256 together.
+    (d / "cache").mkdir()
+    (d / "cache").chmod(0o777)
+    return d / "cache"
 
 
 def _injected(number: int) -> Callable[[Path, pytest.MonkeyPatch], Path]:
@@ -238,6 +245,7 @@ ROWS: dict[str, Row] = {
     "cache dir disk full": Row(CACHE, _injected(errno.ENOSPC), "free space on its file system", 1),
     "cache entry .onnx is a directory": Row(CACHE, _entry_is_a_directory(".onnx"), "remove the directory", 1),
     "cache entry .json is a directory": Row(CACHE, _entry_is_a_directory(".json"), "remove the directory", 1),
+    "cache dir writable by others": Row(CACHE, _writable_by_others, "other users could replace a cached", 1),
     # -- pytest-ipu merge ----------------------------------------------------------------------------------
     "merge over an input": Row(MERGE, _over_an_input, "refusing to write over an input", 2),
     "merge latency_unsupported an int": Row(

@@ -10,7 +10,10 @@ with onnxruntime):
 - an M2000 (per-IPU power: 92.3, 91.0, 93.5 and 90 W) of which another program uses IPUs 2 and 3:
   a benchmark on one IPU is charged that IPU's power alone, a placed 2-IPU model and two instances
   the power of both IPUs they hold (not a multi-IPU device id gcipuinfo does not list), and a
-  PopTorch model on plain ``ipu``, whose IPU PopTorch does not name, is not measured.
+  PopTorch model on plain ``ipu``, whose IPU PopTorch does not name, the power of the IPU
+  gcipuinfo names its process as user of; where gcipuinfo names none, or the process also holds
+  another open model's IPU, it is not measured. PopTorch training steps are charged their IPUs as
+  inference models are.
 
 The conftest's gcipuinfo source honours the device the plugin asks for (``power.ipus_of``), as the
 built-in one does: what the meter is given is what is measured.
@@ -45,7 +48,7 @@ from pathlib import Path
 
 from pytest_ipu import power
 from pytest_ipu.backends.ipu.popart import PopArtBackend
-from pytest_ipu.backends.ipu.poptorch import PopTorchBackend
+from pytest_ipu.backends.ipu.poptorch_training import PopTorchTrainingBackend
 from pytest_ipu.power.gcipuinfo import GcIpuInfoPowerSource
 from tests.fakes import fake_gcipuinfo
 from tests.fakes import fake_popart
@@ -84,7 +87,7 @@ def pytest_ipu_make_backend(config, target):
     if target.backend == "popart":
         return PopArtBackend(target.backend, target.device, Path("cache"), popart_module=POPART)
     if target.backend == "poptorch":
-        return PopTorchBackend(target.backend, target.device, poptorch_module=fake_poptorch)
+        return PopTorchTrainingBackend(target.backend, target.device, poptorch_module=fake_poptorch)
     return None
 
 
@@ -100,6 +103,7 @@ COMMON = """
 import pytest
 import torch
 
+from conftest import GCIPUINFO
 from conftest import elsewhere
 
 torch.manual_seed(0)
@@ -109,6 +113,13 @@ X = torch.randn(4, 6)
 
 def measure(ipu_compile, ipu_benchmark):
     ipu_benchmark(ipu_compile(MODEL, (X,), precision="fp32"), (X,))
+
+
+def train(ipu_train, ipu_benchmark):
+    y = torch.tensor([0, 1, 2, 0])
+    sgd = lambda params: torch.optim.SGD(params, lr=0.1)  # noqa: E731
+    step = ipu_train(torch.nn.Linear(6, 3), torch.nn.functional.cross_entropy, sgd, (X, y), precision="fp32")
+    ipu_benchmark(step, (X, y))
 """
 
 TWO_C2 = (
@@ -131,6 +142,16 @@ M2000 = (
     COMMON
     + """
 
+# First: no other model of this process holds an IPU yet.
+@pytest.mark.ipu(backend="poptorch:ipu:1")
+def test_a_poptorch_training_step_on_a_pinned_ipu(ipu_train, ipu_benchmark):
+    train(ipu_train, ipu_benchmark)
+
+
+@pytest.mark.ipu(backend="poptorch:ipu")
+def test_a_poptorch_training_step_on_any_ipu(ipu_train, ipu_benchmark):
+    train(ipu_train, ipu_benchmark)  # PopTorch takes the first free IPU: 0
+
 @pytest.mark.ipu(backend="popart:ipu")
 def test_one_ipu(ipu_compile, ipu_benchmark):
     measure(ipu_compile, ipu_benchmark)  # PopART takes the first free IPU: 0
@@ -148,7 +169,23 @@ def test_two_instances(ipu_compile, ipu_benchmark):
 
 @pytest.mark.ipu(backend="poptorch:ipu")
 def test_poptorch_chooses_its_ipu(ipu_compile, ipu_benchmark):
-    measure(ipu_compile, ipu_benchmark)
+    measure(ipu_compile, ipu_benchmark)  # PopTorch takes the first free IPU: 0, which names this process
+
+
+@pytest.mark.ipu(backend="poptorch:ipu")
+def test_a_poptorch_training_step_beside_an_open_model(ipu_train, ipu_benchmark):
+    # The inference model above still holds IPU 0 in this process: the step takes IPU 1, and
+    # gcipuinfo names this process as the user of both.
+    train(ipu_train, ipu_benchmark)
+
+
+@pytest.mark.ipu(backend="poptorch:ipu")
+def test_poptorch_where_gcipuinfo_names_no_user(ipu_compile, ipu_benchmark):
+    GCIPUINFO.lists_users = False  # a library that does not export "user process id"
+    try:
+        ipu_benchmark(ipu_compile(torch.nn.Linear(6, 3).eval(), (X,), precision="fp32"), (X,))
+    finally:
+        GCIPUINFO.lists_users = True
 """
 )
 
@@ -163,6 +200,8 @@ def _run(path: Path, host: str, tests: str) -> tuple[pytest.RunResult, dict[str,
         ENERGY_HOST=host,
         PYTEST_ADDOPTS=INNER_ADDOPTS,
         PYTEST_IPU_REPEATS="1",
+        # Which process attached which IPU, shared by the fakes as the driver shares it.
+        FAKE_GRAPHCORE_IPU_USERS=str(path / "ipu-users.json"),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
     options = ("--ipu-rounds=4", "--ipu-warmup-rounds=1", "--ipu-idle=0", "--benchmark-json=run.json")
@@ -248,9 +287,52 @@ def test_a_model_on_two_ipus_is_charged_both_of_them(m2000, test: str) -> None:
     assert "ipu:4" not in meters
 
 
-def test_a_poptorch_model_on_any_free_ipu_is_not_measured_with_the_reason(m2000) -> None:
+def test_a_poptorch_model_on_any_free_ipu_is_charged_the_ipu_its_process_uses(m2000) -> None:
     powers, meters = m2000
     power = powers["test_poptorch_chooses_its_ipu"]
+    assert power["measured"], power["reason"]
+    # IPU 0's own power, found by this process's id in gcipuinfo's "user process id".
+    assert power["mean_power_w"] == pytest.approx(92.3)
+    assert power["scope"] == "ipus"
+    assert _devices(power) == [("ipu", [0], [])]
+    assert "ipu:0" in meters
+
+
+@pytest.mark.parametrize(
+    ("test", "watts", "ipu"),
+    [
+        ("test_a_poptorch_training_step_on_a_pinned_ipu", 91.0, 1),  # ipu:1's own IPU
+        ("test_a_poptorch_training_step_on_any_ipu", 92.3, 0),  # the IPU its process uses
+    ],
+)
+def test_a_poptorch_training_step_is_charged_its_ipu_as_inference_is(
+    m2000, test: str, watts: float, ipu: int
+):
+    powers, _ = m2000
+    power = powers[test]
+    assert power["measured"], power["reason"]
+    assert power["mean_power_w"] == pytest.approx(watts)
+    assert _devices(power) == [("ipu", [ipu], [])]
+
+
+def test_a_process_holding_another_models_ipu_too_is_not_measured(m2000) -> None:
+    powers, _ = m2000
+    power = powers["test_a_poptorch_training_step_beside_an_open_model"]
     assert power["measured"] is False
-    assert power["reason"].startswith("which IPUs poptorch:ipu runs on is unknown")
-    assert "ipu" not in meters  # the partition is never metered for a benchmark
+    assert (
+        "as the user of IPUs 0, 1, but the model holds 1: the process's other IPUs are another model's"
+        in (power["reason"])
+    )
+    assert (power["energy_j"], power["scope"]) == (None, None)
+
+
+def test_a_poptorch_model_whose_ipu_names_no_user_is_not_measured_with_the_reason(m2000) -> None:
+    powers, _ = m2000
+    power = powers["test_poptorch_where_gcipuinfo_names_no_user"]
+    assert power["measured"] is False
+    assert power["reason"].startswith(
+        "which IPUs poptorch:ipu runs on is unknown (its backend let the SDK choose them, and gcipuinfo "
+        "lists no IPU as used by process "
+    )
+    # Never the partition's total, nor any figure.
+    assert (power["energy_j"], power["mean_power_w"], power["scope"]) == (None, None, None)

@@ -383,6 +383,8 @@ def test_terminal_shows_the_pytest_ipu_tables_and_the_footnote(torch_run: TorchR
             "W",
             "J/item",
             "items/J",
+            "energy",
+            "of",
             "parity",
             "flags",
         ]

@@ -1,21 +1,30 @@
 """Nothing lost: ``--benchmark-json`` reaches disk whole or not at all, an interrupted run never
 replaces a complete one, and gates that checked nothing do not pass (nor does anything switch them
 off in silence). Failures are injected (a writer that stops half-way with a full disk, a Ctrl-C
-raised inside a benchmark); nothing here depends on timing."""
+raised inside a benchmark), or sent for real (SIGINT, SIGTERM while the file is written, once the
+writer says it is writing); nothing here depends on timing."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import SENTINEL_TEST
+from tests.plugin.inner import XDIST_VARIABLES
 from tests.plugin.inner import assert_usage_error
+from tests.unit import small_fs as small_file_system
 
 BENCH = """
 def test_sum(ipu_benchmark):
@@ -362,3 +371,210 @@ def test_compare_skips_a_partial_newest_run_to_the_newest_complete_one(pytester:
             "SKIPPED baseline --benchmark-compare skipped: no benchmark has a pytest-ipu record *",
         ]
     )
+
+
+# -- signals while the results are written -----------------------------------------------------------
+
+#: pytest-benchmark's writer, made to write the start of a large file, say so (``writing.txt``) and
+#: go on writing until a signal stops it: the test sends the signal once the file is being written,
+#: so the signal lands inside the write, whatever the machine's speed.
+SLOW_WRITE = """
+import time
+from pathlib import Path
+
+from pytest_benchmark.session import BenchmarkSession
+
+
+def save_json(self, output_json):
+    # Where pytest-benchmark itself writes: the path (5.3), or the path of the file object pytest-ipu
+    # handed it (4.0.0 to 5.2).
+    with open(getattr(self.json, "path", self.json), "w") as out:
+        out.write('{"benchmarks": [' + "0, " * 100000)
+        out.flush()
+        Path("writing.txt").write_text("yes")
+        deadline = time.monotonic() + 120  # a hang guard only: the signal ends it
+        while time.monotonic() < deadline:
+            out.write("0, ")
+            time.sleep(0.01)
+
+
+def pytest_configure(config):
+    BenchmarkSession.save_json = save_json
+"""
+
+
+@pytest.mark.parametrize(
+    ("signum", "how"), [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated (SIGTERM)")]
+)
+def test_a_signal_while_the_json_is_written_leaves_the_previous_file_and_says_one_line(
+    pytester: pytest.Pytester, signum: int, how: str
+) -> None:
+    (pytester.path / "out.json").write_text('{"previous": true}')
+    pytester.makeconftest(SLOW_WRITE)
+    pytester.makepyfile(test_bench=BENCH)
+    env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
+    env["PYTEST_ADDOPTS"] = INNER_ADDOPTS
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", *SAVING],
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        # The writer says it is writing (a hang guard bounds the wait, not the result).
+        deadline = time.monotonic() + 120
+        while not (pytester.path / "writing.txt").exists():
+            assert run.poll() is None, run.communicate()[0]
+            assert time.monotonic() < deadline, "the inner run never started writing"
+            time.sleep(0.01)
+        run.send_signal(signum)
+        output, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    assert run.returncode == pytest.ExitCode.INTERRUPTED, output
+    lines = [line for line in output.splitlines() if line.startswith("pytest-ipu:")]
+    assert lines == [
+        f"pytest-ipu: {how}: results not saved, out.json keeps the previous complete run; "
+        "no run was saved into file://./.benchmarks"
+    ], output
+    assert "Traceback" not in output
+    assert json.loads((pytester.path / "out.json").read_text()) == {"previous": True}
+    assert _leftovers(pytester.path) == []
+    assert _saved(pytester.path) == []
+
+
+# -- signals to a run whose repeats are in worker processes ---------------------------------------
+
+#: A benchmark whose model blocks in a repeat worker (``--ipu-repeat-mode=process``) after writing
+#: the worker's pid: the test signals the parent once the worker is inside the model. A worker
+#: asked to stop unwinds as a run does (its fixtures' teardown writes ``worker-teardown.txt``);
+#: one killed outright would not.
+BLOCKED_WORKER = """
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def teardown_mark():
+    yield
+    if os.environ.get("PYTEST_IPU_REPEAT_WORKER"):
+        Path("worker-teardown.txt").write_text("yes")
+
+
+def model():
+    if os.environ.get("PYTEST_IPU_REPEAT_WORKER"):
+        Path("worker.pid").write_text(str(os.getpid()))
+        threading.Event().wait(120)  # a hang guard only: the parent's signal ends the worker
+
+
+def test_blocked(teardown_mark, ipu_benchmark):
+    ipu_benchmark(model, (), rounds=2, warmup_rounds=0)
+"""
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent pid of ``pid`` (``/proc``), or ``None`` once it has gone (reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    return int(stat.rpartition(")")[2].split()[1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads parent pids from /proc (Linux)")
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_parent_ends_its_repeat_worker_and_removes_its_folder(
+    pytester: pytest.Pytester, signum: int
+) -> None:
+    pytester.makepyfile(test_blocked=BLOCKED_WORKER)
+    scratch = pytester.mkdir("scratch")
+    env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
+    env.update(PYTEST_ADDOPTS=INNER_ADDOPTS, TMPDIR=str(scratch))
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "--ipu-repeat-mode=process", "--ipu-repeats=2", "--ipu-power=off"],
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    worker = None
+    try:
+        pid_file = pytester.path / "worker.pid"
+        deadline = time.monotonic() + 120  # a hang guard: the result never depends on it
+        while not pid_file.exists() or not pid_file.read_text():
+            assert parent.poll() is None, parent.communicate()[0]
+            assert time.monotonic() < deadline, "the repeat worker never started its model"
+            time.sleep(0.01)
+        worker = int(pid_file.read_text())
+        # The worker runs, as the parent's child, with its folder, when the signal is sent.
+        assert _parent_of(worker) == parent.pid
+        assert len(list(scratch.glob("pytest-ipu-repeat-*"))) == 1
+        parent.send_signal(signum)  # to the parent alone, as `kill` or a CI runner sends it
+        output, _ = parent.communicate(timeout=120)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    # The parent ended and reaped its worker before it exited: the worker is gone, not re-parented
+    # to init and still running; and its folder was removed.
+    orphan = None if worker is None else _parent_of(worker)
+    if orphan is not None and worker is not None:
+        os.kill(worker, signal.SIGKILL)
+    assert orphan is None, f"worker {worker} outlived the parent (now a child of {orphan})\n{output}"
+    assert list(scratch.glob("pytest-ipu-repeat-*")) == [], output
+    # The worker was asked to stop before it was killed: it tore its test down.
+    assert (pytester.path / "worker-teardown.txt").exists(), output
+    assert parent.returncode == pytest.ExitCode.INTERRUPTED, output
+    assert "Traceback" not in output
+
+
+# -- a full file system under the benchmark storage --------------------------------------------------
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs of the test's own (skipped where the machine refuses to mount one)."""
+    with small_file_system.mounted(tmp_path / "fs") as mount:
+        yield mount
+
+
+def _runs(storage: Path) -> list[str]:
+    """The files in the storage, hidden ones too (a temporary file would be one)."""
+    return sorted(p.name[:4] if p.name[0].isdigit() else p.name for p in storage.rglob("*") if p.is_file())
+
+
+def test_autosave_onto_a_full_file_system_saves_nothing_and_says_one_line(
+    pytester: pytest.Pytester, small_fs: Path
+) -> None:
+    pytester.makepyfile(test_bench=BENCH)
+    storage = small_fs / "storage"
+    saving = ("--benchmark-autosave", f"--benchmark-storage=file://{storage}")
+    pytester.runpytest_subprocess(*saving).assert_outcomes(passed=1)
+    (first,) = storage.rglob("0001_*.json")
+    complete = first.read_bytes()
+    # Room for half a run: the next run's file cannot be written whole.
+    small_file_system.fill(small_fs, len(complete) // 2)
+    result = pytester.runpytest_subprocess(*saving)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    lines = [line for line in result.outlines if line.startswith("pytest-ipu:")]
+    assert len(lines) == 1, result.outlines
+    assert lines[0].startswith(
+        f"pytest-ipu: cannot save the run into the benchmark storage as {first.parent}"
+    )
+    assert "0002_" in lines[0]
+    assert lines[0].endswith(
+        "No space left on device; nothing was saved there (free space, or pass a writable "
+        "--benchmark-storage)"
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    # The storage keeps its complete run, and nothing half-written beside it.
+    assert _runs(storage) == ["0001"]
+    assert first.read_bytes() == complete

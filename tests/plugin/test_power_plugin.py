@@ -85,10 +85,13 @@ def _ipu_table_row(lines: list[str], benchmark: str) -> list[str]:
 
 
 def _power_cells(cells: list[str]) -> list[str]:
-    """W, J/item and items/J: the three columns before parity ('-' here) and the flags (one cell
-    without spaces, whatever this machine's load flags)."""
-    assert cells[-2] == "-"
-    return cells[-5:-2]
+    """W, J/item and items/J: the three columns before what the energy covers (the fake RAPL
+    package, one word, or ``n/m`` as they are), parity ('-' here) and the flags (one cell without
+    spaces, whatever this machine's load flags)."""
+    assert cells[-2] == "-", cells
+    figures, scope = cells[-6:-3], cells[-3]
+    assert scope == ("n/m" if figures == ["n/m"] * 3 else "cpu-package"), cells
+    return figures
 
 
 def _summary(pytester: pytest.Pytester, name: str = "out.json") -> subprocess.CompletedProcess[str]:
@@ -734,9 +737,11 @@ def test_blocks_that_cannot_be_saved_fail_the_run_in_one_line_and_sources_are_st
     result = pytester.runpytest("--benchmark-save=x", "--benchmark-storage=not-a-dir/runs", "--ipu-idle=0")
     result.assert_outcomes(passed=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    lines = [line for line in result.outlines if "cannot save the ipu_power blocks" in line]
-    assert len(lines) == 1
+    # The storage's own writer says it, as for any run it cannot save.
+    lines = [line for line in result.outlines if line.startswith("pytest-ipu: cannot save")]
+    assert len(lines) == 1, result.outlines
+    assert lines[0].startswith("pytest-ipu: cannot save the run into the benchmark storage as ")
     assert "not-a-dir" in lines[0]
-    assert lines[0].endswith("free space or pass a writable path")
+    assert lines[0].endswith("nothing was saved there (free space, or pass a writable --benchmark-storage)")
     closed = [json.loads(line) for line in (pytester.path / "closed.jsonl").read_text().splitlines()]
     assert [c["device"] for c in closed] == ["cpu"]

@@ -128,6 +128,49 @@ def test_x(ipu_benchmark, name):
     assert list(_records(pytester.path / "out.json")) == ["test_x[good]"]
 
 
+def test_a_module_ending_with_failed_repeats_is_torn_down_for_the_next_module(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As a target that is not there fails every benchmark's set-up under --ipu-missing-sdk=fail
+    # (torch:cuda without CUDA): the module's last tests are done after their first, failed repeat,
+    # and its fixtures are released all the same, before the next module's tests run.
+    monkeypatch.setenv("PYTEST_IPU_REPEATS", "3")
+    pytester.makepyfile(
+        test_a="""
+import pytest
+
+
+@pytest.fixture(scope="module")
+def shared():
+    yield
+    with open("released.txt", "w") as out:
+        out.write("module fixture released")
+
+
+@pytest.fixture
+def unavailable():
+    raise RuntimeError("target torch:cuda is not available")
+
+
+def test_plain(benchmark, shared):
+    benchmark(lambda: None)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_cuda(ipu_benchmark, shared, unavailable, n):
+    ipu_benchmark(lambda: None, rounds=3)
+""",
+        test_b="""
+def test_next_module(benchmark):
+    benchmark(lambda: None)
+""",
+    )
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=2, errors=2)
+    result.stdout.no_fnmatch_line("*previous item was not torn down properly*")
+    assert (pytester.path / "released.txt").read_text() == "module fixture released"
+
+
 def test_process_mode_measures_earlier_repeats_in_fresh_workers(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -17,6 +17,7 @@ import pytest
 from pytest_ipu.cli import ab as ab_runner
 from pytest_ipu.cli import main as cli
 from pytest_ipu.results.benchmark_json import StoredRun
+from tests.unit import small_fs
 from tests.unit.run_files import bench
 from tests.unit.run_files import write
 
@@ -262,3 +263,50 @@ def test_the_command_without_gates_runs_the_pairs_asked_for(
     assert sides.order() == _abba(2)
     assert "2 pair(s), alpha 0.05" in out.splitlines()
     assert "95% CI" in out
+
+
+#: Stands in for pytest on a full disk: writes the run file as pytest-ipu does (a temporary file
+#: renamed into place, removed when the write fails), so a full disk leaves no file and exit 1.
+FULL_DISK_PYTEST = """
+import os
+import shutil
+import sys
+from pathlib import Path
+
+out = Path(next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--benchmark-json=")))
+temporary = out.with_name("." + out.name + ".tmp")
+try:
+    shutil.copyfile(Path(sys.argv[0]).parent / "A-1.json", temporary)
+    temporary.replace(out)
+except OSError as exc:
+    temporary.unlink(missing_ok=True)
+    print(f"pytest-ipu: --benchmark-json={out}: cannot write the results: {exc.strerror}")
+    sys.exit(1)
+"""
+
+
+def test_a_full_disk_under_keep_is_named_as_the_cause(sides: Sides, tmp_path: Path) -> None:
+    script = sides.folder / "full_disk_pytest.py"
+    script.write_text(FULL_DISK_PYTEST)
+    prefix = (sys.executable, "-I", str(script))
+    with small_fs.mounted(tmp_path / "fs") as keep:
+        small_fs.fill(keep, 0)
+        plan = ab_runner.Plan(
+            ab_runner.Side("baseline", shlex.join(prefix), "command", prefix=prefix),
+            sides.side("candidate", "B"),
+            (2,),
+            cwd=sides.folder,
+            keep=keep,
+        )
+        with pytest.raises(ab_runner.RunFailed) as failed:
+            ab_runner.run(plan, lambda line: None)
+        first = str(failed.value).splitlines()[0]
+        # The exit code is the run's own (1 after its one line, 120 when its log cannot take it).
+        assert first.startswith(f"the baseline side ({shlex.join(prefix)}) failed in pair 1 (exit "), first
+        assert (
+            f", no JSON written: {keep} cannot be written (No space left on device); free space there or "
+            "pass --keep on another disk): "
+        ) in first
+        assert "did a test use ipu_benchmark" not in str(failed.value)
+        # The probe that found it left nothing behind.
+        assert sorted(p.name for p in keep.iterdir()) == ["filler", "pair1-baseline.log"]

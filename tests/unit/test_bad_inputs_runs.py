@@ -33,6 +33,8 @@ class BadRun:
     message_part: str
     exit_code: int = 2
     gates: tuple[str, ...] = ()
+    #: What the error line names after the file: the benchmark, or the run's own section.
+    names: str = "benchmark"
 
     def __str__(self) -> str:
         return f"{self.command}: {self.description}"
@@ -83,6 +85,26 @@ def _with_part(key: str, part: Any) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
+def _top_set(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """Set ``key`` of the run's own top-level section."""
+
+    def mutate(run: dict[str, Any]) -> None:
+        run.setdefault("pytest_ipu", {})[key] = value
+
+    return mutate
+
+
+def _pooled(throughput: float) -> Callable[[dict[str, Any]], None]:
+    """Two repeats that pool to the record's window (2 x 0.5 s) and its 200 items/s, and the pooled
+    throughput then set to ``throughput``."""
+
+    def mutate(run: dict[str, Any]) -> None:
+        _record(run)["repeats"] = [{**REPEAT, "index": 1}, {**REPEAT, "index": 2}]
+        _record(run)["throughput_items_per_s"] = throughput
+
+    return mutate
+
+
 def _rename(run: dict[str, Any]) -> None:
     """No benchmark in common with the baseline."""
     for b in run["benchmarks"]:
@@ -118,6 +140,45 @@ ROWS = [
     ),
     BadRun("throughput -Inf", _set("throughput_items_per_s", value=-INF), "report", "is -inf"),
     BadRun("throughput 400 digits", _set("throughput_items_per_s", value=HUGE), "summary", "it is too large"),
+    # Physically impossible records: more items than a run can count, none from rounds that ran,
+    # pooled figures their repeats do not make, a section of no known version.
+    BadRun(
+        "throughput 1e308",
+        _set("throughput_items_per_s", value=1e308),
+        "compare",
+        "'throughput_items_per_s' is 1e+308: over its window of 1 s that is 1e+308 items",
+        gates=("throughput:-5%",),
+    ),
+    BadRun(
+        "throughput 0 over 40 rounds", _set("throughput_items_per_s", value=0.0), "summary", "must be > 0"
+    ),
+    BadRun(
+        "pooled throughput 0 beside its repeats",
+        _pooled(0.0),
+        "compare",
+        "'throughput_items_per_s' is 0.0",
+        gates=("throughput:-5%",),
+    ),
+    BadRun(
+        "pooled throughput half its repeats'",
+        _pooled(100.0),
+        "report",
+        "'throughput_items_per_s' is 100.0: its repeats ran at 200 to 200 items/s",
+    ),
+    BadRun(
+        "repeat throughput 1e308",
+        _with_part("repeats", [{**REPEAT, "throughput_items_per_s": 1e308}]),
+        "summary",
+        "'repeats[0].throughput_items_per_s' is 1e+308",
+    ),
+    BadRun(
+        "section schema 'two'",
+        _top_set("schema", "two"),
+        "compare",
+        "run section 'pytest_ipu' (schema version 'two')",
+        gates=("throughput:-5%",),
+        names="not a pytest-ipu",
+    ),
     BadRun("window negative", _set("window_s", value=-0.5), "compare", "'window_s' is -0.5"),
     BadRun("compile_s Infinity", _set("compile_s", value=INF), "summary", "'compile_s' is inf"),
     BadRun("first_call_s string", _set("first_call_s", value="fast"), "compare", "'first_call_s' is 'fast'"),
@@ -287,7 +348,7 @@ def test_bad_run(row: BadRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert code == row.exit_code
     if row.exit_code == 2:
         assert err.count("\n") == 1, err
-        assert err.startswith(f"pytest-ipu: {candidate}: benchmark"), err
+        assert err.startswith(f"pytest-ipu: {candidate}: {row.names}"), err
         assert row.message_part in err
         assert "Traceback" not in err
     else:

@@ -245,10 +245,21 @@ def test_routed_saving_asks_first_and_saves_only_when_told(
         asked.append(with_benchmarks)
         return instead_says
 
-    bench_seam.route_saving(config, instead)
+    bench_seam.route_saving(config, instead, lambda exc: pytest.fail(f"not interrupted: {exc!r}"))
     bench.handle_saving()
     assert asked == [has]
     assert calls == (["saved"] if saved else [])
+
+
+def test_an_interrupt_during_routed_saving_is_handed_over_not_raised() -> None:
+    def save() -> None:
+        raise KeyboardInterrupt("in the middle of the file")
+
+    bench = SimpleNamespace(benchmarks=[object()], handle_saving=save)
+    handed: list[BaseException] = []
+    bench_seam.route_saving(SimpleNamespace(_benchmarksession=bench), lambda has: False, handed.append)
+    bench.handle_saving()
+    assert [str(e) for e in handed] == ["in the middle of the file"]
 
 
 class FileStorage:

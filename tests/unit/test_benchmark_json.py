@@ -82,10 +82,19 @@ def test_load_run_reads_records_and_plain_benchmarks(tmp_path):
     stats = {"min": 0.001, "max": 0.005, "mean": 0.0025}
     assert stored == [
         StoredBenchmark(
-            "test_x[torch-cpu]", "tests/test_x.py::test_x[torch-cpu]", "g", RECORD, data, {}, stats
+            "test_x[torch-cpu]",
+            "tests/test_x.py::test_x[torch-cpu]",
+            "g",
+            RECORD,
+            data,
+            {},
+            stats,
+            rounds=120,
         ),
-        StoredBenchmark("test_plain", "tests/test_x.py::test_plain", None, None, data, {}, stats),
-        StoredBenchmark("test_no_extra", "tests/test_x.py::test_no_extra", "g", None, data, {}, stats),
+        StoredBenchmark("test_plain", "tests/test_x.py::test_plain", None, None, data, {}, stats, rounds=120),
+        StoredBenchmark(
+            "test_no_extra", "tests/test_x.py::test_no_extra", "g", None, data, {}, stats, rounds=120
+        ),
     ]
 
 

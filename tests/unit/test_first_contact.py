@@ -161,7 +161,10 @@ def test_the_file_holds_every_step_on_a_machine_with_ipus(tmp_path, capsys):
     meet.mkdir()
     site = _site(tmp_path, 4, popart=POPART_MEET, poptorch=POPTORCH_MEET)
     out = tmp_path / "out" / "new"  # created when the file is written
-    code = first_contact.main(out, 300, _machine(tmp_path, site, FIRST_CONTACT_MEET=str(meet)))
+    users = str(tmp_path / "ipu-users.json")  # which process attached which IPU, shared as the driver does
+    code = first_contact.main(
+        out, 300, _machine(tmp_path, site, FIRST_CONTACT_MEET=str(meet), FAKE_GRAPHCORE_IPU_USERS=users)
+    )
     stdout = capsys.readouterr().out
     data = _written(out, stdout)
     assert code == 0, json.dumps(data["failed_steps"])
@@ -219,6 +222,16 @@ def test_the_file_holds_every_step_on_a_machine_with_ipus(tmp_path, capsys):
         assert all(i["compile_s"] > 0 for i in overlap["instances"])
         _assert_overlap_from_timestamps(overlap)
         assert overlap["overlapped"] is True
+    # While the two PopTorch workers held their IPUs: gcipuinfo named each worker as its IPU's user
+    # (a decimal string), and the plugin matched each worker's pid to exactly its own IPU.
+    users = _ok(data, "poptorch_processes")["ipu_users"]
+    workers = users["process_ids"]
+    assert len(set(workers)) == 2
+    matched = users["ipus_by_process"]
+    assert sorted(len(matched[str(pid)]) for pid in workers) == [1, 1]
+    assert {matched[str(pid)][0] for pid in workers} == {0, 1}
+    listed = users["user_process_id"]
+    assert {listed[str(matched[str(pid)][0])] for pid in workers} == {str(pid) for pid in workers}
 
     popdist = _ok(data, "popdist")
     assert popdist["under_poprun"] is False

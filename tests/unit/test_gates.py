@@ -193,6 +193,12 @@ def test_valid_expressions(text, gate):
         ("power<1500W", "power<1.5kW"),
         ("energy_per_item<0.5J", "energy_per_item<500mJ"),
         ("energy<1e20J", "energy<1e+17kJ"),
+        # 0 is shown in the unit itself: '0mJ' reads as an energy rounded away.
+        ("energy>0J", "energy>0J"),
+        ("energy_per_item>0mJ", "energy_per_item>0J"),
+        ("latency.p99>0ms", "latency.p99>0s"),
+        ("power>0kW", "power>0W"),
+        ("energy>0.000001J", "energy>0.001mJ"),
     ],
 )
 def test_canonical_text(text, canonical):
@@ -432,8 +438,54 @@ def test_any_text_parses_or_raises_one_line_gate_error(text):
         assert message.startswith(f"bad gate {text!r}: " if len(text) <= 60 else "bad gate '")
         assert "\n" not in message
         assert "\r" not in message
+        assert len(message) <= MAX_MESSAGE, message  # no part of the expression is echoed whole
     else:
         assert gates.parse(str(gate)) == gate
+
+
+#: The longest a gate error may be, whatever the expression's length: its fixed words, the list of
+#: metrics, a 60-character window of the expression and two parts of it cut to 30 characters.
+MAX_MESSAGE = 400 + len(", ".join(METRICS))
+
+
+@pytest.mark.parametrize(
+    ("text", "part"),
+    [
+        (
+            "a" * 19_500 + "<1ms",
+            "metric 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'... (19500 characters) at column 1",
+        ),
+        (
+            "latency." + "p" * 3000 + "<1ms",
+            "metric 'latency.pppppppppppppppppppppp'... (3008 characters)",
+        ),
+        (
+            "latency.p99<1" + "x" * 5000,
+            "unit 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'... (5000 characters) at column 14",
+        ),
+        (
+            "latency.p99<" + "1" * 5000 + "ms",
+            "bound '111111111111111111111111111111'... (5000 characters)",
+        ),
+        (
+            "throughput:-" + "5" * 3000 + "%",
+            "'555555555555555555555555555555'... (3001 characters) at",
+        ),
+        ("latency.p99:+" + "3" * 3000 + "x", "a relative threshold is a percentage: write 'latency.p99:+5%'"),
+        (
+            "throughput:-5%" + "z" * 3000,
+            "'zzzzzzzzzzzzzzzzzzzzzzzzzzzzzz'... (3000 characters) at column 15",
+        ),
+        ("latency.p99<1e-" + "4" * 200 + "s", "can never pass (it underflows to 0: no float is that small)"),
+    ],
+    ids=["metric", "dotted metric", "unit", "bound", "threshold", "example", "trailing", "huge exponent"],
+)
+def test_a_long_part_of_an_expression_is_echoed_cut_with_its_length(text, part):
+    with pytest.raises(GateError) as excinfo:
+        gates.parse(text)
+    message = str(excinfo.value)
+    assert part in message
+    assert len(message) <= MAX_MESSAGE
 
 
 # --- check: absolute gates and missing values -----------------------------------------------------

@@ -46,6 +46,7 @@ def _save(
     commit_time: str | None = "2026-01-01T10:00:00+00:00",
     ran: str = "2026-01-02T10:00:00",
     machine: dict[str, Any] = LINUX,
+    dirty: bool = False,
 ) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{number:04d}_{commit}_{ran.replace(':', '')}.json"
@@ -53,7 +54,7 @@ def _save(
         json.dumps(
             {
                 "machine_info": machine,
-                "commit_info": {"id": commit, "time": commit_time, "dirty": False},
+                "commit_info": {"id": commit, "time": commit_time, "dirty": dirty},
                 "datetime": ran,
                 "benchmarks": benchmarks,
             }
@@ -144,10 +145,19 @@ def test_an_unreadable_file_in_a_storage_is_left_out_but_a_given_one_is_an_error
         history.load([broken], machines=[MACHINE])
 
 
-def _steady(tmp_path: Path, values: list[float], name: str = "test_a") -> history.History:
+def _steady(
+    tmp_path: Path, values: list[float], name: str = "test_a", dirty: tuple[int, ...] = ()
+) -> history.History:
     folder = tmp_path / MACHINE
     for number, value in enumerate(values, start=1):
-        _save(folder, number, f"c{number:02d}", [_plain(name, value)], commit_time=_minute(number))
+        _save(
+            folder,
+            number,
+            f"c{number:02d}",
+            [_plain(name, value)],
+            commit_time=_minute(number),
+            dirty=number in dirty,
+        )
     return _load(tmp_path, machines=[MACHINE], metrics=["time.mean"])
 
 
@@ -196,6 +206,7 @@ def test_an_improvement_is_listed_after_regressions_and_does_not_fail(tmp_path: 
             f"c{number:02d}",
             [_plain("test_a", slow), _plain("test_b", fast)],
             commit_time=_minute(number),
+            dirty=number == 8,
         )
     found = _load(tmp_path, machines=[MACHINE], metrics=["time.mean"])
     listed = changes.analyse(found)
@@ -289,6 +300,7 @@ def test_report_of_a_storage_draws_the_history_with_its_change_points(
             f"c{number:02d}",
             [_plain("test_a", slow), _plain("test_b", fast)],
             commit_time=_minute(number),
+            dirty=number == 8,
         )
     out = tmp_path / "out"
     assert cli.main(["report", str(tmp_path / "storage"), "--machine", MACHINE, "-o", str(out)]) == 0
@@ -298,6 +310,9 @@ def test_report_of_a_storage_draws_the_history_with_its_change_points(
     # The summary table, newest change first: c08 (test_a, worse) before c05 (test_b, better).
     table = page.split("<h2>Change points, newest first</h2>")[1].split("</table>")[0]
     assert table.index("c08") < table.index("c05")
+    # c08 was measured with uncommitted changes: its change points say so, c05's do not.
+    assert "c08 (dirty)" in table
+    assert "c05 (dirty)" not in table
     assert page.count("data:image/svg+xml;base64,") == 8
     assert "http://" not in page.replace("http://www.w3.org", "")  # no server, no remote resource
     assert len(list(out.glob("history-*-test_a-time.*.png"))) == 4
@@ -311,3 +326,34 @@ def test_report_refuses_folders_and_files_together(
     assert "not both" in capsys.readouterr().err
     assert cli.main(["report", str(path), "--machine", MACHINE]) == 2
     assert "--machine picks the runs of a storage folder's history" in capsys.readouterr().err
+
+
+def test_a_change_at_a_commit_measured_with_uncommitted_changes_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # c10's run was made from a work tree with uncommitted changes: they, not c10, may be the cause.
+    found = _steady(tmp_path, NOISE[:9] + [v * 1.5 for v in NOISE[9:]], dirty=(10,))
+    [series] = found.series
+    assert [p.commit for p in series.points if p.dirty] == ["c10"]
+    assert any(n.startswith("1 run(s) made with uncommitted changes") for n in found.notes)
+    [change] = changes.analyse(found)
+    assert (change.commit, change.dirty) == ("c10", True)
+    assert change.line().endswith(changes.DIRTY_NOTE)
+    [verdict] = changes.check(found, [change], 0.10)
+    assert verdict.outcome == decide.FAIL
+    assert "from c10 (dirty: its runs had uncommitted changes" in verdict.reason
+    args = ["history", str(tmp_path), "--machine", MACHINE, "--metric", "time.mean"]
+    assert cli.main([*args, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["change_points"][0]["dirty"] is True
+    assert [p["commit"] for p in out["series"][0]["points"] if p["dirty"]] == ["c10"]
+    assert cli.main([*args, "--format", "markdown"]) == 0
+    assert "`c10` dirty" in capsys.readouterr().out.splitlines()[2]
+
+
+def test_a_clean_history_marks_nothing_dirty(tmp_path: Path) -> None:
+    found = _steady(tmp_path, NOISE[:9] + [v * 1.5 for v in NOISE[9:]])
+    [change] = changes.analyse(found)
+    assert not change.dirty
+    assert "DIRTY" not in change.line()
+    assert not any("uncommitted" in n for n in found.notes)

@@ -171,7 +171,7 @@ def test_the_page_is_well_formed_self_contained_and_embeds_every_figure(two_grou
 def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups) -> None:
     out, _ = two_groups
     root = ET.fromstring(remove_prefix((out / "index.html").read_text(encoding="utf-8"), "<!DOCTYPE html>"))
-    tables = [t for t in root.iter("table") if t.get("class") not in ("facts", "summary")]
+    tables = [t for t in root.iter("table") if t.get("class") not in ("facts", "summary", "plain")]
     assert len(tables) == 2
     rows = [[td.text for td in tr.iter("td")][1:] for tr in tables[0].iter("tr")][1:]
     names = [next(tr.iter("td")).text for tr in tables[0].iter("tr") if list(tr.iter("td"))]
@@ -226,7 +226,9 @@ def test_the_page_has_the_terminal_tables_cells_markers_and_footnotes(two_groups
     page = ET.tostring(root, encoding="unicode")
     for fact in ("Some CPU (4 CPUs)", "bench-node", "2026-11-29 20:31 UTC", "0123456789ab on main"):
         assert fact in page
-    assert "1 benchmark(s) without a pytest-ipu record are not shown" in page
+    # The benchmark without a record has its own section, with pytest-benchmark's statistics.
+    plain = next(s for s in root.iter("section") if "".join(s.find("h2").itertext()) == "plain")
+    assert next(td.text for td in plain.iter("td")) == "test_plain"
 
 
 def test_the_pages_footnotes_are_the_terminal_tables_footnotes(tmp_path: Path) -> None:
@@ -272,6 +274,17 @@ def test_multi_run_page_names_the_file_of_every_row(tmp_path: Path) -> None:
     assert [tr.findtext("td") for tr in table.iter("tr") if tr.find("td") is not None] == ["a.json", "b.json"]
     assert "run a.json" in page
     assert "run b.json" in page
+
+
+def test_a_group_of_one_run_among_several_has_no_run_column_and_its_caption_names_the_run(
+    tmp_path: Path,
+) -> None:
+    a = _write_run(tmp_path / "a.json", [("g", "t[1]", _record("torch:cpu", 1, OFF))])
+    b = _write_run(tmp_path / "b.json", [("h", "u[1]", _record("torch:cpu", 1, OFF))])
+    runs = [benchmark_json.read_run(a), benchmark_json.read_run(b)]
+    root = ET.fromstring(f"<div>{html_report._table(runs, 'h')}</div>")
+    assert next(th.text for th in root.iter("th")) == "benchmark"
+    assert root.findtext("p") == "latency per call; throughput summed over instances; every row from b.json"
 
 
 def _two_batch_sizes(path: Path) -> Path:
@@ -328,15 +341,17 @@ def test_the_study_swept_over_batch_sizes_comes_first_on_the_page(tmp_path: Path
     root = ET.fromstring(remove_prefix(html_report._page(runs, []), "<!DOCTYPE html>"))
     headings = [h.text for h in root.iter("h2")]
     assert headings == ["Summary", "study", "small-sweep", "side", "Machine and run"]
-    # The page leads with the summary: one row per study swept over batch sizes, the study's first.
+    # The page leads with the summary: three figure rows per study swept over batch sizes, the
+    # study's first (its name spans its rows).
     summary, study = list(root.iter("table"))[:2]
     assert summary.get("class") == "summary"
-    rows = [[(c.findtext("a") or "".join(c.itertext())) for c in tr.iter("td")] for tr in summary.iter("tr")][
-        1:
-    ]
-    assert [row[0] for row in rows] == ["study", "small-sweep"]
-    assert rows[0][1] == "6"
-    assert rows[0][4].startswith("not measured: ")
+    rows = [list(tr.iter("td")) for tr in summary.iter("tr")][1:]
+    assert len(rows) == 6
+    assert [row[0].findtext("a") for row in rows if len(row) == 5] == ["study", "small-sweep"]
+    assert "6 row(s)" in "".join(rows[0][0].itertext())
+    titles = ["lowest p50 latency", "highest throughput", "highest items/J"]
+    assert [row[-4].text for row in rows[:3]] == titles
+    assert "".join(rows[2][-3].itertext()).startswith("not measured: ")
     # Then the study's table: nothing (not the machine's facts) comes between.
     assert study.get("class") not in ("facts", "summary")
     assert len(list(study.iter("tr"))) == 1 + 6

@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "pytest_ipu.backports": 0,
     "pytest_ipu.sdk": 0,
     "pytest_ipu.processes": 0,
+    "pytest_ipu.inputs": 0,
     "pytest_ipu.measure": 0,
     "pytest_ipu.results": 0,
     "pytest_ipu.devices.request": 0,

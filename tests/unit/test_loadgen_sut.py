@@ -3,7 +3,9 @@ the answers, and callers that block on events order the workers, so every check 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import re
 import threading
 import time
 import typing
@@ -610,3 +612,30 @@ def test_loadgen_issues_queries_while_a_poptorch_call_holds_the_gil(
     assert len(spans) == 8  # a call per query (max_batch=1)
     during = [t for t in issue_ns if any(start < t < end for start, end in spans)]
     assert bool(during) is own_process, (issue_ns, spans)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.zeros((8, 4)), np.float64(1.0), {"x": 1}, "ab", b"ab", 3, None, (np.zeros((2, 1)),), [np.ones(2)]],
+    ids=lambda v: type(v).__name__,
+)
+def test_benchmark_inputs_and_loadgen_samples_refuse_the_same_values_naming_them_alike(value: object) -> None:
+    from pytest_ipu.errors import BenchmarkArgumentTypeError
+    from pytest_ipu.inputs import not_positional
+    from pytest_ipu.run.benchmark import check_arguments
+
+    wrong = not_positional(value)
+    refusals = []
+    with contextlib.suppress(BenchmarkArgumentTypeError):
+        check_arguments(lambda *a: None, value)
+        refusals.append(None)
+    with contextlib.suppress(ValueError):
+        SampleLibrary(value)  # type: ignore[arg-type]
+        refusals.append(None)
+    assert refusals == ([] if wrong else [None, None])
+    if wrong is not None:
+        with pytest.raises(BenchmarkArgumentTypeError, match=re.escape(f"inputs={wrong.value})")):
+            check_arguments(lambda *a: None, value)
+        with pytest.raises(ValueError, match=re.escape(f"samples={wrong.value}:")):
+            SampleLibrary(value)  # type: ignore[arg-type]
+        assert wrong.one_array == hasattr(value, "shape")  # a tensor, an array, a numpy scalar

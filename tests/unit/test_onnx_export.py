@@ -7,6 +7,7 @@ Small models only: each export takes about a second. Models exported once are sh
 from __future__ import annotations
 
 import copy
+import hashlib
 import inspect
 import json
 import os
@@ -382,7 +383,6 @@ def test_cache_dir_faults_are_one_line_naming_the_option_and_the_fix(
     tmp_path, monkeypatch, tiny_export, fault, expected
 ):
     import errno
-    import tempfile
 
     monkeypatch.setattr(onnx_export, "_export", lambda *a: _exported_bytes(tiny_export))
     x = tiny_export[1]
@@ -395,9 +395,9 @@ def test_cache_dir_faults_are_one_line_naming_the_option_and_the_fix(
         (tmp_path / "file").write_text("")
         cache = tmp_path / "file" / "cache"
     elif fault == "read-only":  # injected: this suite may run as root, which writes anywhere
-        monkeypatch.setattr(tempfile, "mkstemp", _fail_with(errno.EROFS))
+        monkeypatch.setattr(atomic, "create_temporary", _fail_with(errno.EROFS))
     elif fault == "disk full":
-        monkeypatch.setattr(tempfile, "mkstemp", _fail_with(errno.ENOSPC))
+        monkeypatch.setattr(atomic, "create_temporary", _fail_with(errno.ENOSPC))
     else:
         key = onnx_export.cache_key(tiny(), (x,), ExportOptions())
         (cache / f"{key}.onnx").mkdir(parents=True)
@@ -418,6 +418,87 @@ def test_cache_files_are_0644_even_under_umask_000(tmp_path, monkeypatch, tiny_e
         os.umask(old)
     for path in (exported.path, exported.path.with_suffix(".json")):
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_the_cache_directory_and_those_made_above_it_are_0700_even_under_umask_000(
+    tmp_path, monkeypatch, tiny_export
+):
+    monkeypatch.setattr(onnx_export, "_export", lambda *a: _exported_bytes(tiny_export))
+    cache = tmp_path / "made" / "cache"
+    old = os.umask(0)
+    try:
+        onnx_export.export(tiny(), (tiny_export[1],), cache)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert stat.S_IMODE(cache.parent.stat().st_mode) == 0o700
+
+
+def test_atomic_writes_never_change_the_process_umask(tmp_path, monkeypatch):
+    # The umask is process-wide: a file another thread created while it was 0 would get mode 0666.
+    old = os.umask(0o027)
+    try:
+        monkeypatch.setattr(os, "umask", lambda *a: pytest.fail("the process umask was changed"))
+        atomic.write_bytes(tmp_path / "plain", b"x")
+        atomic.write_bytes(tmp_path / "exact", b"x", mode=0o644)
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o640  # 0666 less the umask
+    assert stat.S_IMODE((tmp_path / "exact").stat().st_mode) == 0o644
+    assert _files(tmp_path) == ["exact", "plain"]
+
+
+def _swap_model(cache: Path, tiny_export: tuple[ExportedModel, torch.Tensor]) -> Path:
+    """Another model in place of the cached one, with its SHA-256 rewritten in the ``.json``: what
+    someone who can write the directory can do. Returns the cached path."""
+    exported = onnx_export.export(tiny(), (tiny_export[1],), cache)
+    other = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
+    swapped = onnx_export.export(other, (tiny_export[1],), cache / "other").path.read_bytes()
+    exported.path.write_bytes(swapped)
+    meta_path = exported.path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text())
+    meta["sha256"] = hashlib.sha256(swapped).hexdigest()
+    meta_path.write_text(json.dumps(meta))
+    return exported.path
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757], ids=oct)
+def test_a_cache_directory_others_can_write_is_refused_not_read(tmp_path, tiny_export, mode):
+    cache = tmp_path / "cache"
+    _swap_model(cache, tiny_export)
+    cache.chmod(mode)
+    with pytest.raises(onnx_export.CacheDirError) as excinfo:
+        onnx_export.export(tiny(), (tiny_export[1],), cache)
+    assert str(excinfo.value) == (
+        f"--ipu-cache-dir={cache}: refusing the ONNX export cache: the directory has mode {mode:04o}, "
+        f"so other users could replace a cached model; run 'chmod go-w {cache}' or pass a private "
+        "directory as --ipu-cache-dir"
+    )
+
+
+def test_a_cache_directory_of_another_user_is_refused(tmp_path, tiny_export, monkeypatch):
+    cache = tmp_path / "cache"
+    _swap_model(cache, tiny_export)
+    owner = cache.stat().st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)
+    with pytest.raises(onnx_export.CacheDirError) as excinfo:
+        onnx_export.export(tiny(), (tiny_export[1],), cache)
+    message = str(excinfo.value)
+    assert message.startswith(f"--ipu-cache-dir={cache}: refusing the ONNX export cache: ")
+    assert f"owned by uid {owner}, not by this user (uid {owner + 1})" in message
+    assert message.endswith("pass a directory of your own as --ipu-cache-dir")
+
+
+def test_an_entry_others_can_write_is_exported_again_not_read(tmp_path, tiny_export):
+    # Left from before the directory was private: the export replaces it with a file of its own.
+    cache = tmp_path / "cache"
+    path = _swap_model(cache, tiny_export)
+    path.chmod(0o666)
+    again = onnx_export.export(tiny(), (tiny_export[1],), cache)
+    assert again.cached is False
+    assert path.read_bytes() == _exported_bytes(tiny_export)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
 # -- Ctrl-C during the export ----------------------------------------------------------------------------

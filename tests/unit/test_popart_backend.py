@@ -1491,3 +1491,30 @@ def test_the_fake_refuses_popart_after_onnx(popart_importable):
     with pytest.raises(ImportError) as excinfo:
         importlib.import_module("popart")
     assert str(excinfo.value) == fake_popart.IMPORT_ERROR
+
+
+def test_under_poprun_an_instance_acquires_only_the_ipus_popdist_gives_it(onnx_bytes, tmp_path):
+    fake_popdist = importlib.import_module("tests.fakes.fake_popdist")
+    fake = fake_popart.make_module(ipus=4)
+    # Instance 1 of 2 with two local replicas: PopDist's device is the pair {2, 3}, id 5 on 4 IPUs.
+    # Instance 0 has not acquired its IPUs yet: any free IPU would be IPU 0, instance 0's.
+    fake_popdist.configure(1, 2, replicas_local=2)
+    try:
+        backend = PopArtBackend(cache_dir=tmp_path, popart_module=fake, popdist_module=fake_popdist)
+        assert backend.inventory().placement_inventory().device_ids == (2, 3)
+        for options, held in (({}, (2,)), ({"replicated_graphs": 2}, (2, 3))):
+            compiled = backend.compile(onnx_bytes, (_inputs(2 * len(held)),), "fp32", options)
+            try:
+                # The instance's own IPUs, so its energy is theirs alone.
+                assert compiled.ipu_ids == held
+            finally:
+                compiled.close()
+        with pytest.raises(CompileError) as excinfo:
+            backend.compile(onnx_bytes, (_inputs(4),), "fp32", {"replicated_graphs": 4})
+        assert str(excinfo.value) == (
+            "bytes needs 4 IPUs (ipus x replicated_graphs), but PopRun instance 1 of 2 has 2 (device 5, IPUs "
+            "2, 3: 2 local replica(s) x 1 IPU(s)); launch poprun with --ipus-per-replica and --num-replicas "
+            "giving each instance that many"
+        )
+    finally:
+        fake_popdist.reset()

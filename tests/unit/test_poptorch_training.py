@@ -472,3 +472,35 @@ def test_the_fake_popdist_options_are_poptorch_options_set_for_the_instance(monk
     assert (opts.Distributed.processId, opts.Distributed.numProcesses) == (0, 2)
     with pytest.raises(AttributeError, match="has no attribute 'missing'"):
         _ = fake_popdist.missing
+
+
+@pytest.mark.parametrize(
+    ("device", "options", "ipu_ids"),
+    [
+        ("ipu:2", {}, (2,)),  # a single IPU's id
+        ("ipu:5", {"replication_factor": 2}, (2, 3)),  # a 2-IPU device: both its members
+        ("ipu", {}, None),  # PopTorch chooses and does not say which (gcipuinfo's users tell the meter)
+    ],
+)
+def test_a_step_holds_the_ipus_of_its_device_as_inference_does(device, options, ipu_ids):
+    x, y = problem(8)
+    step = compile_step((x, y), options, backend=make_backend(device))
+    try:
+        assert step.ipu_ids == ipu_ids
+        assert step.ipu_count == len(fake_poptorch.busy_ipus())
+        if ipu_ids is not None:
+            assert set(ipu_ids) == fake_poptorch.busy_ipus()
+    finally:
+        step.close()
+
+
+def test_under_poprun_a_step_holds_the_instances_ipus(monkeypatch):
+    backend = under_poprun(monkeypatch, replicas_local=2)
+    x, y = problem(8)
+    step = backend.compile_training(classifier(), (x, y), "fp32", {}, request(accumulation=2))
+    try:
+        # PopDist's device 5 for instance 1: IPUs 2 and 3, never the launch's other instance's.
+        assert step.ipu_ids == (2, 3)
+        assert step.ipu_count == 2
+    finally:
+        step.close()

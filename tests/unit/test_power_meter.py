@@ -306,20 +306,48 @@ def test_moving_counters_are_not_flagged():
     assert not any("did not move" in w for w in result.warnings)
 
 
-def test_negative_energy_is_invalid():
-    meter, clock = _meter("instant_power", -10.0)
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("watts", [-50.0, math.nan, math.inf, 1e300])
+def test_an_impossible_reading_makes_the_window_not_measured_with_the_reason(kind, watts):
+    # NaN, infinite, negative or absurd power (as read, or as a counter's change over the window):
+    # no energy figure at all, so nothing downstream can print or gate on it.
+    meter, clock = _meter(kind, {"a": 30.0, "b": watts})
     result = meter.result(_trace(meter, clock), START, END, items=10, rounds_fixed=False)
-    assert result.measured
     assert not result.valid
-    assert result.warnings[-1] == "negative energy: the reading is wrong"
-    assert result.items_per_j is None
+    assert result.reason.startswith("invalid reading from fake: device b"), result.reason
+    assert (result.energy_j, result.mean_power_w, result.energy_per_item_j, result.items_per_j) == (None,) * 4
+    assert result.devices == ()
+    json.dumps(result.as_json(), allow_nan=False)  # the record holds no NaN or Infinity
 
 
-def test_one_negative_device_invalidates_a_positive_total():
-    meter, clock = _meter("average_power", {"a": 30.0, "b": -5.0})
-    result = meter.result(_trace(meter, clock), START, END, items=10, rounds_fixed=False)
-    assert result.energy_j == pytest.approx(25.0 * WINDOW_S)
-    assert not result.valid
+def test_one_nan_reading_inside_the_window_invalidates_it():
+    meter, clock = _meter("instant_power")
+    trace = _trace(meter, clock)
+    trace.values[300] = {"fake:0": math.nan}  # 3 s in: inside the window
+    result = meter.result(trace, START, END, items=10, rounds_fixed=False)
+    assert result.reason == (
+        "invalid reading from fake: device fake:0 read nan W +2.495 s from the window's start "
+        "(power is a finite number >= 0 W)"
+    )
+
+
+def test_a_nan_reading_outside_the_window_does_not_touch_it():
+    meter, clock = _meter("instant_power")
+    trace = _trace(meter, clock)
+    trace.values[-1] = {"fake:0": math.nan}  # 7 s: after the reading that closes the window
+    result = meter.result(trace, START, END, items=10, rounds_fixed=False)
+    assert result.valid
+    assert result.energy_j == pytest.approx(40.0 * WINDOW_S)
+
+
+def test_an_impossible_idle_reading_reports_no_idle_power():
+    source = FakePowerSource("instant_power", math.nan)
+    meter = PowerMeter(source, hz=1000, idle_s=0.02)
+    meter.open()
+    try:
+        assert meter.idle_w == {}
+    finally:
+        meter.close()
 
 
 def test_a_sampling_error_makes_the_window_invalid_with_the_reason():

@@ -37,8 +37,10 @@ def test_a_model_on_ipus_is_metered_on_exactly_its_ipus(device, ipu_ids, metered
 
 
 def test_the_reason_for_unknown_ipus_names_the_target_and_the_fix():
-    reason = power.UNKNOWN_IPUS.format(target="poptorch:ipu", backend="poptorch")
-    assert reason.startswith("which IPUs poptorch:ipu runs on is unknown")
+    reason = power.UNKNOWN_IPUS.format(target="poptorch:ipu", backend="poptorch", lookup="why")
+    assert reason.startswith(
+        "which IPUs poptorch:ipu runs on is unknown (its backend let the SDK choose them, and why)"
+    )
     assert reason.endswith(
         "pin the device (target poptorch:ipu:N, N a device id from gc-info -l) to measure it"
     )

@@ -17,6 +17,7 @@ from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import terminal as report
 from pytest_ipu.report.terminal import Row
+from pytest_ipu.results.records import DeviceEnergy
 from pytest_ipu.results.records import InstanceRecord
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import ParityRecord
@@ -72,6 +73,7 @@ NOTE_PREFIXES = (
     "host CPU/item, ",
     "? = ",
     "~ = ",
+    "board = ",
     "^ = ",
     "  ",
     "unstable: ",
@@ -129,6 +131,7 @@ HEADERS = [
     "W",
     "J/item",
     "items/J",
+    "energy of",
     "parity",
     "flags",
 ]
@@ -282,6 +285,52 @@ def _power(**changes: Any) -> PowerRecord:
 def test_power_cells_read_the_typed_flags(power, cells):
     row = _row_cells(make_record(power=power))
     assert (row["W"], row["J/item"], row["items/J"]) == cells
+
+
+def _device(scope: str, ipus: tuple[int, ...] = (), unused: tuple[int, ...] = ()) -> DeviceEnergy:
+    return DeviceEnergy(f"dev-{scope}-{ipus}", "a device", scope, 6.0, 46.25, None, ipus, unused)
+
+
+@pytest.mark.parametrize(
+    ("devices", "cell"),
+    [
+        # Each IPU read on its own: the IPUs, ranges kept short (a Pod's 64 IPUs stay one cell).
+        ((_device("ipu", (0,)),), "ipus 0"),
+        ((_device("ipu", (0,)), _device("ipu", (1,))), "ipus 0-1"),
+        (tuple(_device("ipu", (i,)) for i in (0, 1, 2, 3, 6)), "ipus 0-3,6"),
+        # A C2 card's board reading: its IPUs, and the one the benchmark left idle that shares it.
+        ((_device("ipu-board", (2, 3), (3,)),), "board 2-3 (3 idle)"),
+        ((_device("ipu-board", (0, 1)),), "board 0-1"),
+        ((_device("gpu"),), "gpu"),
+        ((_device("cpu-package"), _device("dram")), "cpu-package+dram"),
+    ],
+)
+def test_the_energy_scope_cell_says_what_the_energy_covers(devices, cell):
+    assert _row_cells(make_record(power=_power(devices=devices)))["energy of"] == cell
+
+
+@pytest.mark.parametrize(
+    "power", [None, PowerRecord(measured=False, source="gcipuinfo", reason="which IPUs is unknown")]
+)
+def test_the_energy_scope_of_an_unmeasured_benchmark_is_not_measured(power):
+    assert _row_cells(make_record(power=power))["energy of"] == "n/m"
+
+
+def test_a_board_reading_has_a_footnote_and_the_scope_goes_before_the_energy_figures():
+    board = _power(devices=(_device("ipu-board", (2, 3), (3,)),))
+    rows = [Row("g", "g[a]", make_record(power=board))]
+    assert report.footnotes(rows)[-1].startswith("board = the energy is whole boards' readings")
+    assert report.DROP_ORDER.index("energy of") < report.DROP_ORDER.index("W")
+
+    def header(width: int | None) -> list[str]:
+        return _cells(next(line for line in report.tables(rows, width=width) if line.startswith("benchmark")))
+
+    assert "energy of" in header(None)
+    # Narrowed a character at a time: the scope goes while the energy figures stay.
+    width = len(" ".join(header(None))) * 2
+    while "energy of" in header(width):
+        width -= 1
+    assert {"W", "J/item"} <= set(header(width))
 
 
 def test_low_confidence_comes_from_the_flag_not_the_warning_text():

@@ -201,8 +201,10 @@ def records(draw: Any) -> IpuRecord:
         rounds_policy=draw(st.sampled_from(["auto", "fixed"])),
         warmup_rounds=draw(count),
         latency_s=draw(latencies(rounds)),
-        window_s=draw(finite),
-        throughput_items_per_s=draw(finite),
+        # A throughput stands for a count of items in its window (at most 2**53, and some when rounds
+        # ran): both are drawn from ranges whose product stays a count.
+        window_s=draw(st.floats(min_value=0.0, max_value=1e6)),
+        throughput_items_per_s=draw(st.floats(min_value=1e-6, max_value=1e6)),
         compile_s=draw(optional),
         compile_cached=draw(st.booleans()),
         first_call_s=draw(finite),
@@ -316,6 +318,7 @@ def test_version_2_parts_round_trip() -> None:
     )
     record = make_record(
         repeats=repeats,
+        throughput_items_per_s=18.5,  # the repeats' items over their windows
         budget=BudgetRecord(1.0, 3.0, 1.0, "cap", min_rounds_past_budget=True, rounds_limited=False),
         stability=StabilityRecord(2, "process", 0.035, 0.02, 0.05, False),
         contention=ContentionRecord(True, "", 1.0, 2, 0.25, 0.5, None, 1.5, 0.1, True),
@@ -343,7 +346,7 @@ def test_cpu_time_of_the_record_and_of_each_repeat_round_trips_and_feeds_the_met
         RepeatRecord(i, 10, 0.5, summarize_latency([0.05] * 10), 20.0, cpu=replace(CPU, process_s=0.001 * i))
         for i in (1, 2, 3)
     )
-    record = make_record(repeats=repeats, cpu=CPU)
+    record = make_record(repeats=repeats, cpu=CPU, throughput_items_per_s=20.0)
     data = json.loads(json.dumps(schema.to_json(record), allow_nan=False))
     assert data["cpu"] == {
         "process_s": 0.0021,
@@ -404,7 +407,10 @@ def test_a_record_from_before_cpu_time_reads_without_it_and_says_why() -> None:
     from pytest_ipu.results.records import RepeatRecord
 
     data = schema.to_json(
-        make_record(repeats=(RepeatRecord(1, 5, 0.1, summarize_latency([0.02] * 5), 50.0),))
+        make_record(
+            repeats=(RepeatRecord(1, 5, 0.1, summarize_latency([0.02] * 5), 50.0),),
+            throughput_items_per_s=50.0,
+        )
     )
     del data["cpu"]
     del data["repeats"][0]["cpu"]
@@ -429,7 +435,8 @@ def test_a_bad_cpu_time_is_refused_naming_its_key(where: str, value: object, mes
     from pytest_ipu.results.records import RepeatRecord
 
     repeat = RepeatRecord(1, 5, 0.1, summarize_latency([0.02] * 5), 50.0, cpu=CPU)
-    data = json.loads(json.dumps(schema.to_json(make_record(repeats=(repeat,), cpu=CPU))))
+    record = make_record(repeats=(repeat,), cpu=CPU, throughput_items_per_s=50.0)
+    data = json.loads(json.dumps(schema.to_json(record)))
     parts = where.split(".")
     node = data["repeats"][0] if parts[0] == "repeats" else data
     keys = parts[1:] if parts[0] == "repeats" else parts
@@ -445,7 +452,10 @@ def test_a_repeat_that_ended_in_an_unknown_way_is_refused() -> None:
     from pytest_ipu.results.records import RepeatRecord
 
     data = schema.to_json(
-        make_record(repeats=(RepeatRecord(1, 5, 0.1, summarize_latency([0.02] * 5), 50.0),))
+        make_record(
+            repeats=(RepeatRecord(1, 5, 0.1, summarize_latency([0.02] * 5), 50.0),),
+            throughput_items_per_s=50.0,
+        )
     )
     data["repeats"][0]["ended"] = "sometime"
     with pytest.raises(

@@ -73,6 +73,7 @@ from pytest_ipu.backends.ipu.popart_runner import Runner
 from pytest_ipu.backends.ipu.popart_runner import as_array
 from pytest_ipu.backends.ipu.popart_runner import layout
 from pytest_ipu.devices import inventory as ipu_inventory
+from pytest_ipu.devices import poprun
 from pytest_ipu.devices.inventory import IpuInventory
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
@@ -116,9 +117,10 @@ class _NotPopart(ImportError):
 class PopArtBackend(NamedBackend):
     """Runs ONNX models in a ``popart.InferenceSession`` on IPUs or the IPU Model simulator.
 
-    ``device`` is ``ipu`` (any free IPUs), ``ipu:N`` (device id ``N`` as ``gc-info -l`` lists it,
-    which may name a multi-IPU device) or ``ipu-model`` (the IPU Model simulator: its timings are
-    not hardware timings). A torch model is exported to ONNX first (cached under ``cache_dir``).
+    ``device`` is ``ipu`` (any free IPUs; under PopRun, the IPUs PopDist gives the instance),
+    ``ipu:N`` (device id ``N`` as ``gc-info -l`` lists it, which may name a multi-IPU device) or
+    ``ipu-model`` (the IPU Model simulator: its timings are not hardware timings). A torch model
+    is exported to ONNX first (cached under ``cache_dir``).
 
     Options: ``batches_per_step`` (batches per ``run``; by default 1, or the number of pipeline
     stages when pipelining, the fewest PopART accepts), ``replicated_graphs`` (data-parallel
@@ -147,11 +149,14 @@ class PopArtBackend(NamedBackend):
         device: str | None = None,
         cache_dir: Path | None = None,
         popart_module: ModuleType | None = None,
+        popdist_module: ModuleType | None = None,
     ) -> None:
         super().__init__(name, device or "ipu")
         self._kind, self._index, self._device_error = _parse_device(self._device)
         self._cache_dir = cache_dir or Path(".pytest-ipu-cache")
         self._popart = popart_module
+        # popdist says whether this process is a PopRun instance; imported lazily when not given.
+        self._popdist = popdist_module
 
     #: ``session.run`` releases the GIL, so concurrent instances run in threads of this process.
     concurrency = "threads"
@@ -160,14 +165,46 @@ class PopArtBackend(NamedBackend):
 
     def inventory(self) -> IpuInventory | str:
         """The IPUs present (gcipuinfo, else PopART's device list), or why there are none; for the
-        IPU Model, a simulated inventory that any number of instances can share."""
+        IPU Model, a simulated inventory that any number of instances can share. Under PopRun,
+        placement keeps to the device PopDist gives this instance (``devices.poprun``)."""
         if self.simulator:
             return ipu_inventory.simulator_inventory(1)
         try:
             popart = self._require()
         except BackendUnavailable as exc:
             return str(exc)
-        return ipu_inventory.discover(popart_module=popart)
+        found = ipu_inventory.discover(popart_module=popart)
+        if isinstance(found, str):
+            return found
+        # Every instance sees every IPU: placing from all of them would give each the same ids.
+        try:
+            device = poprun.instance_device(found, self._popdist)
+        except ValueError as exc:
+            return f"cannot place under PopRun: {exc}"
+        return found if device is None else poprun.instance_inventory(found, device)
+
+    def _poprun_device_id(self, needed: int, label: str) -> int | None:
+        """Under PopRun, the device id for a model on ``ipu`` (no id given): this instance's PopDist
+        device, or the first aligned part of it the model needs; ``None`` outside PopRun.
+
+        Without it PopART would acquire any free IPUs, which may be another instance's, and the
+        energy of those IPUs would be charged to this instance.
+        """
+        try:
+            launched = poprun.detect(self._popdist) is not None
+        except ValueError as exc:
+            raise CompileError(f"{exc} (compiling {label})") from None
+        if not launched:
+            return None
+        found = self.inventory()
+        if isinstance(found, str):
+            raise BackendUnavailable(f"cannot place {label} on {self._name}:{self._device}: {found}")
+        if not isinstance(found, poprun.InstanceInventory):
+            return None
+        try:
+            return poprun.device_for_model(found, needed, "ipus x replicated_graphs")
+        except ValueError as exc:
+            raise CompileError(f"{label} {exc}") from None
 
     def placement_options(self, replicas: int, stages: int) -> dict[str, object]:
         """``replicated_graphs`` for replicas; ``stages`` pipeline stages, one IPU each, split by
@@ -314,7 +351,10 @@ class PopArtBackend(NamedBackend):
             )
             engine_cache = _engine_cache(plan.opts, self._cache_dir)
             info["engine_cache"] = engine_cache
-            device = _acquire(popart, plan.num_ipus, label, plan.opts, self.simulator, self._index)
+            index = self._index
+            if index is None and not self.simulator:
+                index = self._poprun_device_id(plan.num_ipus, label)
+            device = _acquire(popart, plan.num_ipus, label, plan.opts, self.simulator, index)
             info.update(_device_info(device, self.simulator))
             session = _open_session(popart, device, prepared, plan, engine_cache, label)
         runner = _load_and_run_once(popart, session, device, prepared, plan, example_inputs, label, phases)

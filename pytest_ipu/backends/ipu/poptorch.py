@@ -243,25 +243,14 @@ class PopTorchBackend(NamedBackend):
         found = self.inventory()
         if isinstance(found, str):
             raise BackendUnavailable(f"cannot place {name} on {self._name}:{self._device}: {found}")
-        if not isinstance(found, poprun.InstanceInventory) or found.device is None:
+        if not isinstance(found, poprun.InstanceInventory):
             return None
-        device = found.device
         needed = int(str(opts["ipus"])) * int(str(opts["replication_factor"]))
         needed = 1 << (needed - 1).bit_length()  # PopTorch reserves a power of two
-        have = len(device.ipu_ids)
-        if needed > have:
-            instance = device.instance
-            raise CompileError(
-                f"{name} needs {needed} IPUs (ipus x replication_factor, a power of two), but PopRun "
-                f"instance {instance.index} of {instance.count} has {have} (device {device.device_id}, "
-                f"IPUs {', '.join(map(str, device.ipu_ids))}: {instance.replicas_local} local replica(s) x "
-                f"{instance.ipus_per_replica} IPU(s)); launch poprun with --ipus-per-replica and "
-                "--num-replicas giving each instance that many"
-            )
-        if needed == have:
-            return device.device_id
-        first = device.ipu_ids[0]
-        return found.multi_device_id(tuple(range(first, first + needed))) if needed > 1 else first
+        try:
+            return poprun.device_for_model(found, needed, "ipus x replication_factor, a power of two")
+        except ValueError as exc:
+            raise CompileError(f"{name} {exc}") from None
 
     def availability(self) -> Availability:
         """poptorch importable, the device spelled ``ipu[:N]``, and IPU hardware present (free or not)."""
@@ -424,6 +413,7 @@ class PopTorchBackend(NamedBackend):
             device_latency=lambda: _handle_latency(handle),
             simulator=self.simulator,
             ipu_ids=None if self.simulator or ipu_id is None else self._members(ipu_id),
+            ipu_count=None if self.simulator else _reserved(info),
         )
 
     def _members(self, device_id: int) -> tuple[int, ...] | None:
@@ -801,6 +791,12 @@ def _plain_options(opts: Mapping[str, object]) -> dict[str, object]:
         plain["executable_cache_dir"] = str(plain["executable_cache_dir"])
     plain["available_memory_proportion"] = plain_memory_proportion(plain["available_memory_proportion"])
     return plain
+
+
+def _reserved(info: Mapping[str, object]) -> int | None:
+    """The IPUs the executor reserved, as ``_info`` read them back (``None`` if it could not)."""
+    value = info.get("ipus_reserved")
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def _info(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import math
 import weakref
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from types import ModuleType
@@ -53,6 +54,7 @@ from pytest_ipu.backends.ipu.poptorch import _plain_options
 from pytest_ipu.backends.ipu.poptorch import _poptorch_options
 from pytest_ipu.backends.ipu.poptorch import _positive_int
 from pytest_ipu.backends.ipu.poptorch import _release
+from pytest_ipu.backends.ipu.poptorch import _reserved
 from pytest_ipu.backends.ipu.poptorch import _version
 from pytest_ipu.devices import poprun
 from pytest_ipu.devices.poprun import PopRunInstance
@@ -90,11 +92,14 @@ def compile_training(
     precision: str,
     options: Mapping[str, object],
     request: TrainingRequest,
+    members: Callable[[int], tuple[int, ...] | None],
 ) -> CountedTrainingStep:
     """The compiled training step of a copy of ``model`` (the caller's model is never trained).
 
     ``ipu_id`` is the device id of ``ipu:N`` (``None``: PopTorch or PopDist chooses); ``instance``
     is this process's place in a PopRun launch (``None`` outside one), with its ``popdist`` module.
+    ``members`` gives a device id's single IPUs (``PopTorchBackend._members``): the step's
+    ``ipu_ids``, as an inference model's, what its energy is measured on.
     Compiling (and attaching to the IPUs) happens here, with the example batch, not on the first
     call. Raises ``CompileError`` naming the model and the reason (``BackendUnavailable`` when no
     IPUs could be had).
@@ -242,6 +247,10 @@ def compile_training(
         simulator=simulator,
         training=info,
         evaluate=evaluate,
+        # As inference: the members of the device the executor used (PopDist's under PopRun); on
+        # plain ``ipu`` only how many, and the meter finds which by the process using them.
+        ipu_ids=None if simulator or used_id is None else members(used_id),
+        ipu_count=None if simulator else _reserved(facts),
     )
 
 
@@ -413,4 +422,5 @@ class PopTorchTrainingBackend(PopTorchBackend):
             precision=precision,
             options=options,
             request=request,
+            members=self._members,
         )
