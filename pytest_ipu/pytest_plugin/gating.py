@@ -65,9 +65,10 @@ class GateCheck:
     """Checks the gates on what the session measured at the end of the run, and reports them.
 
     It reads the session's list of measured benchmarks (``measured``), the one list the tables and
-    the JSON are made from too; the decision is ``decide.GateRunner``'s. The lifecycle's hooks
-    call it: ``keep_compared`` and ``load`` before the tests, ``check_item`` as each benchmark is
-    published, ``check`` and ``write_summary`` at the end.
+    the JSON are made from too; the decision is ``decide.GateRunner``'s. The plugin and the
+    lifecycle's hooks call it: ``refuse_untimed``, ``keep_compared`` and ``load`` before the tests,
+    ``check_item`` as each benchmark is published, ``check`` and ``write_summary`` at the end. A
+    run with no gate, baseline or gated benchmark never makes one (``IpuSession.gate_check``).
     """
 
     def __init__(self, settings: Settings, measured: list[Measured]) -> None:
@@ -111,14 +112,18 @@ class GateCheck:
     # -- benchmarks that are not timed ----------------------------------------------------------------
 
     def configure(self, config: pytest.Config) -> None:
-        """At configure time: when pytest-benchmark will time nothing, refuse the run's gates, which
-        could check nothing, before any test runs (a usage error naming the option and the fix)."""
-        from pytest_ipu.pytest_plugin import options
-        from pytest_ipu.pytest_plugin.repeats import in_worker
+        """Read how the run times (``untimed``) and whether it runs tests, as it was configured."""
         from pytest_ipu.pytest_plugin.repeats import untimed
 
         self.untimed = untimed(config)
         self._runs_tests = not config.getoption("collectonly", False)
+
+    def refuse_untimed(self, config: pytest.Config) -> None:
+        """At configure time: when pytest-benchmark will time nothing, refuse the run's gates, which
+        could check nothing, before any test runs (a usage error naming the option and the fix)."""
+        from pytest_ipu.pytest_plugin import options
+        from pytest_ipu.pytest_plugin.repeats import in_worker
+
         if self.untimed is None or not self.settings.gates or not self._runs_tests:
             return
         if in_worker() or hasattr(config, "workerinput"):

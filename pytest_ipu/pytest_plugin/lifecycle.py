@@ -15,7 +15,7 @@ The end of a session is ``end_session``, one function calling its steps in order
    (``pytest_keyboard_interrupt``: Ctrl-C, ``pytest.exit``) saves nothing: the files keep the last
    complete run, which a later ``--benchmark-compare`` picks;
 2. merge: under torchrun, every rank's document gathered on rank 0 and merged into one file,
-   gated there;
+   gated there (``launch``);
 3. gates: every gate not checked yet, and the exit code of a failed gate, merge or save;
 4. release: the power meters and compiled models.
 
@@ -27,7 +27,6 @@ leaves the torchrun launch once every rank is done.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import os
 import warnings
@@ -48,6 +47,7 @@ from pytest_ipu.pytest_plugin import bench_seam
 from pytest_ipu.pytest_plugin import options
 from pytest_ipu.pytest_plugin.fixtures.common import FAILED_KEY
 from pytest_ipu.pytest_plugin.marker import MARKER
+from pytest_ipu.pytest_plugin.marker import has_marker_gates
 from pytest_ipu.pytest_plugin.marker import marker_gates
 from pytest_ipu.pytest_plugin.marker import marker_overrides
 from pytest_ipu.pytest_plugin.marker import placement_request
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     # The backends and the launches' merging load when a run has something for them (every
     # pytest run registers these hooks: benchmarks/test_startup_cost.py).
     from pytest_ipu.backends.target import Target
-    from pytest_ipu.placement.torchrun import RankGroup
+    from pytest_ipu.placement.rank_group import RankGroup
     from pytest_ipu.results.atomic import PendingFile
 
 
@@ -162,14 +162,27 @@ class Lifecycle:
                 raise pytest.UsageError(f"pytest-ipu: {_target_origin(config, item)}: {reason}")
 
     def pytest_deselected(self, items: list[pytest.Item]) -> None:
-        """Count the deselected benchmarks, a reason the gates may name for checking nothing."""
-        self.session.gate_check.deselected(items)
+        """Count the deselected benchmarks, a reason the gates may name for checking nothing (only the
+        run's own gates do, which made the gate check at configure time)."""
+        gate_check = self.session.gate_check_made
+        if gate_check is not None:
+            gate_check.deselected(items)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         """The tests are known: load the gates' baseline (a relative gate without one stops the run)
-        and group the interleaved repeats into parametrized sets."""
-        self.session.gate_check.load(session)
-        self.session.repeats.group(session)
+        and group the interleaved repeats into parametrized sets. A run with no gate, baseline or
+        gated benchmark loads no gate code, and one without benchmarks no repeat code."""
+        state = self.session
+        settings = state.settings
+        if (
+            settings.gates
+            or settings.baselines
+            or state.gate_check_made is not None  # --benchmark-compare's runs, kept
+            or any(has_marker_gates(item) for item in session.items)
+        ):
+            state.gate_check.load(session)
+        if any("ipu_benchmark" in getattr(item, "fixturenames", ()) for item in session.items):
+            state.repeats.group(session)
 
     def pytest_benchmark_compare_machine_info(self, compared_benchmark: Mapping[str, Any]) -> None:
         """Keep each run pytest-benchmark's ``--benchmark-compare`` loads; the last is the gates'
@@ -188,7 +201,8 @@ class Lifecycle:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
         """Before the first item of a parametrized set, its earlier interleaved repeats; ``True``
         (done) for an item whose earlier repeat failed. ``tryfirst``: before pytest runs the item."""
-        return self.session.repeats.before(item, nextitem)
+        repeats = self.session.repeats_made
+        return None if repeats is None else repeats.before(item, nextitem)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
@@ -200,8 +214,11 @@ class Lifecycle:
         report = yield
         if report.when in ("setup", "call") and report.failed:
             item.stash[FAILED_KEY] = True
-        self.session.repeats.made(report)
-        self.session.gate_check.ran(report)
+        repeats, gate_check = self.session.repeats_made, self.session.gate_check_made
+        if repeats is not None:
+            repeats.made(report)
+        if gate_check is not None:
+            gate_check.ran(report)
         return report
 
     @pytest.hookimpl(wrapper=True)
@@ -219,7 +236,8 @@ class Lifecycle:
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
         """An earlier repeat that did not fail is neither counted nor shown: the test's result is its
         last run's. ``tryfirst``: before pytest's own answer ("passed")."""
-        return ("", "", "") if self.session.repeats.hides(report) else None
+        repeats = self.session.repeats_made
+        return ("", "", "") if repeats is not None and repeats.hides(report) else None
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
@@ -242,67 +260,18 @@ class Lifecycle:
         self, config: pytest.Config, machine_info: dict[str, Any]
     ) -> None:
         """``machine_info["ipu"]``: the plugin version, each backend used as it describes itself, and
-        (under ``auto``) the default targets absent here with the reason."""
-        from pytest_ipu.placement import poprun
-        from pytest_ipu.placement import torchrun
-        from pytest_ipu.results import benchmark_json
-        from pytest_ipu.results import schema
+        (under ``auto``) the default targets absent here with the reason (``document``)."""
+        from pytest_ipu.pytest_plugin import document
 
-        session = self.session
-        # Keyed like the records' "target" (backend:device), whatever spelling the user asked for.
-        used = {
-            f"{b.name}:{b.device}": b.describe()
-            for _, (b, a) in sorted(session.backends.items(), key=lambda kv: str(kv[0]))
-            if b is not None and a.ok
-        }
-        device_info: dict[str, Any] = {
-            "schema": schema.SCHEMA_VERSION,
-            "pytest_ipu": pytest_ipu.__version__,
-            "backends": used,
-        }
-        if session.auto is not None:
-            device_info["absent"] = {str(t): why for t, why in session.auto[1]}
-        if session.poprun is not None:
-            from pytest_ipu.placement import poprun
-
-            device_info[poprun.KEY] = session.poprun.as_json()
-        if session.torchrun is not None:
-            device_info[torchrun.KEY] = session.torchrun.as_json()
-        config.hook.pytest_ipu_update_device_info(config=config, device_info=device_info)
-        benchmark_json.update_machine_info(machine_info, device_info)
+        document.update_machine_info(self.session, config, machine_info)
 
     def pytest_benchmark_update_json(self, output_json: dict[str, Any]) -> None:
         """The top-level ``pytest_ipu`` section: schema version, plugin version, settings and, when the
         run measured any, the energy of every ``ipu_power`` block (``power_blocks``) and, when it had
-        gates, every gate's verdict (``gates``)."""
-        from pytest_ipu.results import benchmark_json
-        from pytest_ipu.results import schema
+        gates, every gate's verdict (``gates``) (``document``)."""
+        from pytest_ipu.pytest_plugin import document
 
-        session = self.session
-        run_info: dict[str, Any] = {
-            "schema": schema.SCHEMA_VERSION,
-            "version": pytest_ipu.__version__,
-            "settings": session.settings.as_json(),
-        }
-        if session.power_blocks:
-            # Absent rather than empty: a run without blocks writes the section it always wrote.
-            from pytest_ipu.results import power_blocks
-
-            run_info[power_blocks.KEY] = [b.as_json() for b in session.power_blocks]
-        # Every benchmark's gates, not only those checked as each was measured (end_session checks
-        # the rest again: a no-op then).
-        session.gate_check.check()
-        if session.gate_check.verdicts:
-            run_info[benchmark_json.GATES_KEY] = [
-                {**v.as_json(), "line": v.line()} for v in session.gate_check.verdicts
-            ]
-        benchmark_json.update_json(output_json, run_info)
-        if session.torchrun is not None:
-            import json
-
-            # Kept for the merge at the end of the session, as pytest-benchmark writes it
-            # (parameters such as a Target become their str()).
-            session.launch_document = json.loads(json.dumps(output_json, default=str))
+        document.update_json(self.session, output_json)
 
     # -- the session's end ------------------------------------------------------------------------
 
@@ -335,7 +304,9 @@ class Lifecycle:
         if isinstance(excinfo.value, pytest.Session.Interrupted):
             return
         self._interrupted = True
-        self.session.gate_check.interrupted = True
+        gate_check = self.session.gate_check_made
+        if gate_check is not None:
+            gate_check.interrupted = True
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         """The session's end (``end_session``). A plain implementation, no ordering markers: pluggy
@@ -354,8 +325,11 @@ class Lifecycle:
                 # After pytest-benchmark saved this rank's file, on every rank: also on one that
                 # measured nothing, which pytest-benchmark never asks for its document.
                 self._finish_launch()
-            state.gate_check.check()
-            failed = self._save_failed or state.launch_error is not None or state.gate_check.failed
+            gate_check = state.gate_check_made
+            if gate_check is not None:
+                gate_check.check()
+            gates_failed = gate_check is not None and gate_check.failed
+            failed = self._save_failed or state.launch_error is not None or gates_failed
             if failed and session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.TESTS_FAILED
         finally:
@@ -407,7 +381,9 @@ class Lifecycle:
         if self.pending_json is not None and not self._json_written:
             self.pending_json.discard()
         self._interrupted = True
-        self.session.gate_check.interrupted = True
+        gate_check = self.session.gate_check_made
+        if gate_check is not None:
+            gate_check.interrupted = True
         if self._pytest_session is not None:
             self._pytest_session.exitstatus = pytest.ExitCode.INTERRUPTED
         self._say_not_saved("terminated (SIGTERM)" if isinstance(exc, RunTerminated) else "interrupted")
@@ -490,10 +466,11 @@ class Lifecycle:
         """Merge the launch's results on rank 0; a failure is one red line and a failed run."""
         from pytest_ipu.errors import RankError
         from pytest_ipu.placement import poprun
+        from pytest_ipu.pytest_plugin import launch
 
         state = self.session
         try:
-            _merge_launch(state, self._reporter())
+            launch.merge(state, self._reporter())
         except (RankError, poprun.MergeError, OSError) as exc:
             # Never a merged file from part of the launch.
             state.launch_error = str(exc) if str(exc).startswith("pytest-ipu:") else f"pytest-ipu: {exc}"
@@ -547,7 +524,9 @@ class Lifecycle:
         try:
             return (yield)
         finally:
-            self.session.gate_check.write_summary(terminalreporter)
+            gate_check = self.session.gate_check_made
+            if gate_check is not None:
+                gate_check.write_summary(terminalreporter)
 
     def pytest_unconfigure(self) -> None:
         """Leave a torchrun launch's process group, after the terminal summary (every rank first
@@ -575,16 +554,16 @@ class Lifecycle:
 
     def _leave(self, ranks: RankGroup) -> None:
         """Leave the launch: the rank ends at exit, with the run's exit status, without finalizing
-        the interpreter (``torchrun.end_at_exit``), its output flushed first. Tearing gloo's groups
+        the interpreter (``rank_group.end_at_exit``), its output flushed first. Tearing gloo's groups
         down cannot be made safe here: a group's destructor holds the GIL while it joins a worker
         thread that may need the GIL to free the tensors of the last collective (a deadlock no
         timeout ends), and a worker still alive when the interpreter finalizes aborts the process
         (SIGABRT). Ending the process ends those threads with it."""
         del ranks  # every rank got past the last barrier (or knows a peer is gone): nothing to wait for
-        from pytest_ipu.placement import torchrun
+        from pytest_ipu.placement import rank_group
 
         status = self._pytest_session.exitstatus if self._pytest_session is not None else 0
-        torchrun.end_at_exit(int(status))
+        rank_group.end_at_exit(int(status))
 
     def _reporter(self) -> Any:
         return self.session.config.pluginmanager.get_plugin("terminalreporter")
@@ -600,87 +579,6 @@ class Lifecycle:
             reporter.write_line(line, red=True)
         else:
             print(line)
-
-
-# -- torchrun -----------------------------------------------------------------------------------------
-
-
-def _merge_launch(state: IpuSession, reporter: Any) -> None:
-    """Gather every rank's document on rank 0, which merges them, writes the launch's file and gates
-    the merged records.
-
-    Every rank reaches this at the end of its session, also one that measured nothing (its
-    document is ``None``: pytest-benchmark wrote no file); a rank that does not within the rank
-    timeout is named (``RankError``) and the run fails: no merged file from part of a launch.
-    """
-    import json
-
-    from pytest_ipu.placement import poprun  # PopRun's merge, used for torchrun's ranks as well
-    from pytest_ipu.placement import torchrun
-    from pytest_ipu.results import atomic
-
-    rank = state.torchrun
-    merged_json = state.merged_json
-    if state.ranks_lost or merged_json is None:
-        return  # a rank failed or hangs (each keeps its own file), or there is nowhere to merge to
-    group = state.rank_group()
-    assert rank is not None
-    assert group is not None
-    group.barrier("the end of the run (writing the merged results)")
-    documents = group.gather(state.launch_document)
-    if documents is None or all(d is None for d in documents):
-        return  # not rank 0, or no rank measured anything
-
-    lacking = [str(i) for i, d in enumerate(documents) if not isinstance(d, dict)]
-    if lacking:
-        raise poprun.MergeError(
-            f"torchrun rank(s) {', '.join(lacking)} of {rank.count} measured no benchmark, so there is "
-            f"no merged {merged_json}: every rank must run the same benchmarks"
-        )
-    named = [
-        (torchrun.rank_json_path(merged_json, dataclasses.replace(rank, index=i)), d)
-        for i, d in enumerate(documents)
-        if isinstance(d, dict)
-    ]
-    merged = poprun.merge_documents(named)
-    if state.settings.scaling_baseline is not None:
-        from pytest_ipu.results import scaling_baseline
-
-        scaling_baseline.apply(merged, state.scaling_baseline(), str(state.settings.scaling_baseline))
-    atomic.write_text(merged_json, json.dumps(merged, indent=4) + "\n")
-    _gate_launch(state, merged)
-    state.launch_records = [
-        (b["fullname"], b["extra_info"]["ipu"])
-        for b in merged["benchmarks"]
-        if isinstance(b.get("extra_info", {}).get("ipu"), dict)
-    ]
-    if reporter is not None:
-        reporter.write_line(
-            f"pytest-ipu: merged {rank.count} torchrun rank(s), {len(merged['benchmarks'])} "
-            f"benchmark(s), into {merged_json}"
-        )
-
-
-def _gate_launch(state: IpuSession, merged: dict[str, Any]) -> None:
-    """The gates, on the launch's merged records: every rank's samples, the slowest rank's latency."""
-    from pytest_ipu.results import schema
-    from pytest_ipu.results.records import Measured
-    from pytest_ipu.results.records import group_name
-
-    own = {m.fullname: m for m in state.measured}
-    launch = [
-        Measured(
-            b["fullname"],
-            b["name"],
-            group_name(b.get("group"), b["name"]),
-            schema.from_json(b["extra_info"][schema.NAMESPACE]),
-            own[b["fullname"]].samples_s if b["fullname"] in own else (),
-            own[b["fullname"]].gates if b["fullname"] in own else (),
-        )
-        for b in merged["benchmarks"]
-        if isinstance(b.get("extra_info", {}).get(schema.NAMESPACE), dict)
-    ]
-    state.gate_check.check_launch(launch)
 
 
 # -- the summary --------------------------------------------------------------------------------------

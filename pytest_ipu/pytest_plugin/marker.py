@@ -133,6 +133,11 @@ def placement_request(item: pytest.Item) -> DeviceRequest:
         raise ConfigError(str(exc)) from None
 
 
+def has_marker_gates(item: pytest.Item) -> bool:
+    """Whether an ``ipu`` marker of ``item`` has ``gate=`` (a question that parses nothing)."""
+    return any("gate" in mark.kwargs for mark in item.iter_markers(MARKER))
+
+
 def marker_gates(item: pytest.Item) -> tuple[Gate, ...]:
     """The gates of ``item``'s closest ``ipu`` marker with ``gate=`` (one expression or a list of
     them); ``()`` when none. Raises ``ConfigError`` naming the node id for a bad expression."""

@@ -117,8 +117,11 @@ def pytest_configure(config: pytest.Config) -> None:
     options.warn_unknown_variables(config)
     # A bad --ipu-scaling-baseline stops the run before anything is measured (a usage error).
     session.scaling_baseline()
-    # So do gates in a run where pytest-benchmark times nothing (pytest-xdist, --benchmark-disable).
-    session.gate_check.configure(config)
+    # So do the run's own gates in a run where pytest-benchmark times nothing (pytest-xdist,
+    # --benchmark-disable). Without gates of its own, a run loads the gates' code only when it has
+    # something for them (a baseline, a gated benchmark: ``IpuSession.gate_check``).
+    if session.settings.gates:
+        session.gate_check.refuse_untimed(config)
     config.stash[SESSION_KEY] = session
     # Each pytest run (pytester runs many in one process) has its own plugin manager, so the hooks
     # go with the run.

@@ -17,9 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_ipu.errors import BackendUnavailable
-from pytest_ipu.pytest_plugin.gating import GateCheck
 from pytest_ipu.pytest_plugin.options import AUTO
-from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
 
 if TYPE_CHECKING:
     # Loaded by the methods that use them: the backends, power sources and launch descriptions
@@ -29,12 +27,14 @@ if TYPE_CHECKING:
     from pytest_ipu.backends.base import CompiledModel
     from pytest_ipu.backends.target import Target
     from pytest_ipu.devices.poprun import PopRunInstance
-    from pytest_ipu.placement.torchrun import RankGroup
-    from pytest_ipu.placement.torchrun import ScopedRanks
+    from pytest_ipu.placement.rank_group import RankGroup
+    from pytest_ipu.placement.rank_group import ScopedRanks
     from pytest_ipu.placement.torchrun import TorchrunRank
     from pytest_ipu.power.base import PowerSource
     from pytest_ipu.power.meter import PowerMeter
+    from pytest_ipu.pytest_plugin.gating import GateCheck
     from pytest_ipu.pytest_plugin.options import Settings
+    from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
     from pytest_ipu.results.gates import Gate
     from pytest_ipu.results.power_blocks import PowerBlock
     from pytest_ipu.results.records import IpuRecord
@@ -95,12 +95,48 @@ class IpuSession:
         self.backends: dict[Target, tuple[Backend | None, Availability]] = {}
         self.auto: tuple[list[Target], list[tuple[Target, str]]] | None = None
         self._meters: dict[tuple[str, str], tuple[PowerMeter | None, str]] = {}
-        #: The repeats of each benchmark and their interleaved schedule.
-        self.repeats = RepeatScheduler(settings)
-        #: The gates, checked as each benchmark is published; under torchrun with several ranks, on
-        #: rank 0 against the merged records.
-        self.gate_check = GateCheck(settings, self.measured)
-        self.gate_check.deferred = torchrun is not None and torchrun.count > 1
+        self._repeats: RepeatScheduler | None = None
+        self._gate_check: GateCheck | None = None
+
+    # -- repeats and gates: made when a run has something for them ---------------------------------
+
+    @property
+    def repeats(self) -> RepeatScheduler:
+        """The repeats of each benchmark and their interleaved schedule, made on first use: by the
+        collection of a benchmark, or by ``ipu_benchmark``."""
+        if self._repeats is None:
+            from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
+
+            self._repeats = RepeatScheduler(self.settings)
+        return self._repeats
+
+    @property
+    def repeats_made(self) -> RepeatScheduler | None:
+        """The repeat scheduler when one was made (``None``: nothing was repeated, and a hook has
+        nothing to ask it)."""
+        return self._repeats
+
+    @property
+    def gate_check(self) -> GateCheck:
+        """The gates, checked as each benchmark is published; under torchrun with several ranks, on
+        rank 0 against the merged records. Made on first use, reading at once how the run times
+        (``GateCheck.configure``): at configure time for the run's own gates (refused there when
+        nothing is timed), once collected for a baseline or a gated benchmark, else by the first
+        benchmark published."""
+        if self._gate_check is None:
+            from pytest_ipu.pytest_plugin.gating import GateCheck
+
+            gate_check = GateCheck(self.settings, self.measured)
+            gate_check.deferred = self.torchrun is not None and self.torchrun.count > 1
+            gate_check.configure(self.config)
+            self._gate_check = gate_check
+        return self._gate_check
+
+    @property
+    def gate_check_made(self) -> GateCheck | None:
+        """The gate check when one was made (``None``: the run has no gate, baseline or gated
+        benchmark, and a hook has nothing to tell it or ask it)."""
+        return self._gate_check
 
     @property
     def compiled(self) -> CompileCache:
@@ -256,7 +292,7 @@ class IpuSession:
         if self.torchrun is None:
             return None
         if self.ranks is None:
-            from pytest_ipu.placement.torchrun import RankGroup
+            from pytest_ipu.placement.rank_group import RankGroup
 
             self.ranks = RankGroup(self.torchrun, self.settings.rank_timeout_s)
         return self.ranks

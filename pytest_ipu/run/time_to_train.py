@@ -32,7 +32,7 @@ class TrainingRun(Protocol):
 
 
 class Agreement(Protocol):
-    """The ranks of a distributed launch (``placement.torchrun.RankGroup``)."""
+    """The ranks of a distributed launch (``placement.rank_group.RankGroup``)."""
 
     def barrier(self, what: str) -> None:
         """Return when every rank has reached ``what``."""

@@ -88,7 +88,8 @@ def test_benchmarking_a_plain_callable_imports_no_runtime(tmp_path: Path) -> Non
 
 #: The modules a pytest run loads before any test uses a pytest-ipu fixture: the glue of
 #: pytest_addoption and pytest_configure, the hooks' owners and the fixtures' declarations. Anything
-#: else (records, backends, measurement, devices, power, the launches' merging) loads on first use.
+#: else (records, backends, measurement, devices, power, the gates and the repeats, a launch's
+#: process group and merging, what a fixture's call does) loads on first use.
 START_UP = frozenset(
     {
         "pytest_ipu",
@@ -108,13 +109,11 @@ START_UP = frozenset(
         "pytest_ipu.pytest_plugin.fixtures.loadgen",
         "pytest_ipu.pytest_plugin.fixtures.power",
         "pytest_ipu.pytest_plugin.fixtures.train",
-        "pytest_ipu.pytest_plugin.gating",
         "pytest_ipu.pytest_plugin.hookspec",
         "pytest_ipu.pytest_plugin.lifecycle",
         "pytest_ipu.pytest_plugin.marker",
         "pytest_ipu.pytest_plugin.options",
         "pytest_ipu.pytest_plugin.plugin",
-        "pytest_ipu.pytest_plugin.repeats",
         "pytest_ipu.pytest_plugin.session",
         "pytest_ipu.run",
         "pytest_ipu.run.plan",

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from pytest_ipu.placement import torchrun
-from pytest_ipu.placement.torchrun import ProcessGroup
+from pytest_ipu.placement.rank_group import ProcessGroup
 from pytest_ipu.placement.torchrun import TorchrunRank
 
 #: What torchrun sets for rank 3 of a launch of two nodes of two ranks each.

@@ -23,8 +23,8 @@ import pytest
 
 from pytest_ipu.backends.base import TrainingRequest
 from pytest_ipu.backends.torch import TorchBackend
-from pytest_ipu.placement import torchrun
-from pytest_ipu.placement.torchrun import RankGroup
+from pytest_ipu.placement import rank_group
+from pytest_ipu.placement.rank_group import RankGroup
 from pytest_ipu.placement.torchrun import TorchrunRank
 
 torch = pytest.importorskip("torch")
@@ -165,13 +165,13 @@ def test_a_teardown_that_hangs_leaves_the_close_bounded(
 def test_end_at_exit_ends_with_the_status_after_the_output() -> None:
     script = (
         "import sys\n"
-        "from pytest_ipu.placement import torchrun\n"
-        "torchrun.end_at_exit(3)\n"
+        "from pytest_ipu.placement import rank_group\n"
+        "rank_group.end_at_exit(3)\n"
         "print('the last line', end='')\n"  # still buffered at exit: end_at_exit flushes it
         "sys.exit(0)\n"
     )
     # The package this test imported, wherever it was imported from.
-    env = {**os.environ, "PYTHONPATH": str(Path(torchrun.__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(rank_group.__file__).resolve().parents[2])}
     result = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120, check=False
     )

@@ -1,0 +1,91 @@
+"""The end of a torchrun launch, on every rank: each rank's document gathered on rank 0, which
+merges them (``placement.poprun``'s merge, shared with PopRun), writes the launch's file and gates the
+merged records.
+
+Loaded by ``lifecycle`` at the end of a session under torchrun only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import TYPE_CHECKING
+from typing import Any
+
+from pytest_ipu.placement import poprun  # PopRun's merge, used for torchrun's ranks as well
+from pytest_ipu.placement import torchrun
+from pytest_ipu.results import atomic
+from pytest_ipu.results import schema
+from pytest_ipu.results.records import Measured
+from pytest_ipu.results.records import group_name
+
+if TYPE_CHECKING:
+    from pytest_ipu.pytest_plugin.session import IpuSession
+
+
+def merge(state: IpuSession, reporter: Any) -> None:
+    """Gather every rank's document on rank 0, which merges them, writes the launch's file and gates
+    the merged records.
+
+    Every rank reaches this at the end of its session, also one that measured nothing (its
+    document is ``None``: pytest-benchmark wrote no file); a rank that does not within the rank
+    timeout is named (``RankError``) and the run fails: no merged file from part of a launch.
+    """
+    rank = state.torchrun
+    merged_json = state.merged_json
+    if state.ranks_lost or merged_json is None:
+        return  # a rank failed or hangs (each keeps its own file), or there is nowhere to merge to
+    group = state.rank_group()
+    assert rank is not None
+    assert group is not None
+    group.barrier("the end of the run (writing the merged results)")
+    documents = group.gather(state.launch_document)
+    if documents is None or all(d is None for d in documents):
+        return  # not rank 0, or no rank measured anything
+
+    lacking = [str(i) for i, d in enumerate(documents) if not isinstance(d, dict)]
+    if lacking:
+        raise poprun.MergeError(
+            f"torchrun rank(s) {', '.join(lacking)} of {rank.count} measured no benchmark, so there is "
+            f"no merged {merged_json}: every rank must run the same benchmarks"
+        )
+    named = [
+        (torchrun.rank_json_path(merged_json, dataclasses.replace(rank, index=i)), d)
+        for i, d in enumerate(documents)
+        if isinstance(d, dict)
+    ]
+    merged = poprun.merge_documents(named)
+    if state.settings.scaling_baseline is not None:
+        from pytest_ipu.results import scaling_baseline
+
+        scaling_baseline.apply(merged, state.scaling_baseline(), str(state.settings.scaling_baseline))
+    atomic.write_text(merged_json, json.dumps(merged, indent=4) + "\n")
+    _gate(state, merged)
+    state.launch_records = [
+        (b["fullname"], b["extra_info"]["ipu"])
+        for b in merged["benchmarks"]
+        if isinstance(b.get("extra_info", {}).get("ipu"), dict)
+    ]
+    if reporter is not None:
+        reporter.write_line(
+            f"pytest-ipu: merged {rank.count} torchrun rank(s), {len(merged['benchmarks'])} "
+            f"benchmark(s), into {merged_json}"
+        )
+
+
+def _gate(state: IpuSession, merged: dict[str, Any]) -> None:
+    """The gates, on the launch's merged records: every rank's samples, the slowest rank's latency."""
+    own = {m.fullname: m for m in state.measured}
+    launch = [
+        Measured(
+            b["fullname"],
+            b["name"],
+            group_name(b.get("group"), b["name"]),
+            schema.from_json(b["extra_info"][schema.NAMESPACE]),
+            own[b["fullname"]].samples_s if b["fullname"] in own else (),
+            own[b["fullname"]].gates if b["fullname"] in own else (),
+        )
+        for b in merged["benchmarks"]
+        if isinstance(b.get("extra_info", {}).get(schema.NAMESPACE), dict)
+    ]
+    state.gate_check.check_launch(launch)
