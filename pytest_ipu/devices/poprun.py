@@ -220,6 +220,17 @@ def instance_inventory(inventory: IpuInventory, device: PopRunDevice) -> Instanc
     return InstanceInventory(**fields, device=device)
 
 
+def placeable(inventory: IpuInventory, popdist_module: ModuleType | None = None) -> IpuInventory | str:
+    """The IPUs a backend may place on: ``inventory`` itself outside PopRun, only this instance's
+    device under it (every instance sees every IPU, so placing from all of them would give each
+    instance the same ids); the reason, as a string, when PopDist's device cannot be read."""
+    try:
+        device = instance_device(inventory, popdist_module)
+    except ValueError as exc:
+        return f"cannot place under PopRun: {exc}"
+    return inventory if device is None else instance_inventory(inventory, device)
+
+
 def device_for_model(inventory: InstanceInventory, needed: int, how: str) -> int | None:
     """The device id a model of ``needed`` IPUs (``how`` says what makes that number) compiles on
     under PopRun: the instance's whole device, or its first aligned part; ``None`` without a

@@ -176,12 +176,7 @@ class PopArtBackend(NamedBackend):
         found = ipu_inventory.discover(popart_module=popart)
         if isinstance(found, str):
             return found
-        # Every instance sees every IPU: placing from all of them would give each the same ids.
-        try:
-            device = poprun.instance_device(found, self._popdist)
-        except ValueError as exc:
-            return f"cannot place under PopRun: {exc}"
-        return found if device is None else poprun.instance_inventory(found, device)
+        return poprun.placeable(found, self._popdist)
 
     def _poprun_device_id(self, needed: int, label: str) -> int | None:
         """Under PopRun, the device id for a model on ``ipu`` (no id given): this instance's PopDist

@@ -161,13 +161,7 @@ class PopTorchBackend(NamedBackend):
         found = ipu_inventory.discover(poptorch_module=poptorch)
         if isinstance(found, str):
             return found
-        # Under PopRun every instance sees every IPU: placing from all of them would give each
-        # instance the same ids, so placement keeps to the device PopDist gives this instance.
-        try:
-            device = poprun.instance_device(found, self._popdist)
-        except ValueError as exc:
-            return f"cannot place under PopRun: {exc}"
-        return found if device is None else poprun.instance_inventory(found, device)
+        return poprun.placeable(found, self._popdist)
 
     def placement_options(self, replicas: int, stages: int) -> dict[str, object]:
         """``replication_factor`` for replicas; ``ipus`` pipeline stages (an ``nn.Sequential`` split
