@@ -336,7 +336,8 @@ def forget(config: pytest.Config, benchmark: Any) -> None:
 #: and whether that call is still running.
 _MEASURING = "_pytest_ipu_measuring"
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+# The bound as a string: collections.abc.Callable cannot be subscripted at run time before Python 3.9.
+_F = TypeVar("_F", bound="Callable[..., Any]")
 
 
 def one_per_test(benchmark: Any, caller: str, test: str, measure: _F) -> _F:
