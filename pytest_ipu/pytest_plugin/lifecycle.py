@@ -464,11 +464,15 @@ class Lifecycle:
 
     def _finish_launch(self) -> None:
         """Merge the launch's results on rank 0; a failure is one red line and a failed run."""
+        state = self.session
+        if state.ranks_lost or state.merged_json is None:
+            # Nothing to merge (``launch.merge`` returns too): the launch module stays unloaded, so a
+            # rank that lost its peers reaches its summary before torchrun's SIGTERM for the others.
+            return
         from pytest_ipu.errors import RankError
         from pytest_ipu.placement import poprun
         from pytest_ipu.pytest_plugin import launch
 
-        state = self.session
         try:
             launch.merge(state, self._reporter())
         except (RankError, poprun.MergeError, OSError) as exc:
