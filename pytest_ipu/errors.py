@@ -66,3 +66,9 @@ class LoadgenError(PytestIpuError):
 class RankError(PytestIpuError):
     """Another process of a distributed launch failed or did not arrive in time; the message names
     the rank(s) and what they were awaited for."""
+
+
+class RanksElsewhere(RankError):
+    """Every rank of a launch arrived at a barrier, but not all at the same place (one skipped a
+    benchmark, say). Unlike a lost rank, every peer is alive and found the same: each can still wait
+    for the others at the end of its run, so that each says where it was before the launch stops."""

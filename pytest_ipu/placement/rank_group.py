@@ -138,7 +138,9 @@ class RankGroup:
             raise self._lost(f"the check that every rank is at {what}", exc) from None
         elsewhere = [f"rank {i} at {p}" for i, p in enumerate(places) if p != what]
         if elsewhere:
-            raise RankError(
+            from pytest_ipu.errors import RanksElsewhere
+
+            raise RanksElsewhere(
                 f"pytest-ipu: rank {self.rank.index} of {self.rank.count} (torchrun) is at {what}, but "
                 f"{'; '.join(elsewhere)}: every rank must run the same benchmarks in the same order (one "
                 "skipped or deselected on some ranks only, say); the run stops here"

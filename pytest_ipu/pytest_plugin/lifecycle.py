@@ -470,6 +470,7 @@ class Lifecycle:
             # rank that lost its peers reaches its summary before torchrun's SIGTERM for the others.
             return
         from pytest_ipu.errors import RankError
+        from pytest_ipu.errors import RanksElsewhere
         from pytest_ipu.placement import poprun
         from pytest_ipu.pytest_plugin import launch
 
@@ -479,6 +480,7 @@ class Lifecycle:
             # Never a merged file from part of the launch.
             state.launch_error = str(exc) if str(exc).startswith("pytest-ipu:") else f"pytest-ipu: {exc}"
             state.ranks_lost = state.ranks_lost or isinstance(exc, RankError)
+            state.ranks_elsewhere = isinstance(exc, RanksElsewhere)
             self._say(state.launch_error)
 
     def _release(self) -> None:
@@ -549,7 +551,9 @@ class Lifecycle:
         from pytest_ipu.errors import RankError
 
         try:
-            if not state.ranks_lost:
+            if not state.ranks_lost or state.ranks_elsewhere:
+                # Every peer is alive (and, when elsewhere, stopping too): a rank that exited now
+                # would have torchrun stop the others before they said where they were.
                 ranks.barrier("the end of every rank's run")
         except RankError as exc:
             self._say(str(exc))

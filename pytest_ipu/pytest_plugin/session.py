@@ -81,6 +81,10 @@ class IpuSession:
         self.launch_error: str | None = None
         #: Set when a rank failed or hangs (a ``RankError``): no rank waits for the others again.
         self.ranks_lost = False
+        #: Set with ``ranks_lost`` when every rank is alive but was elsewhere (``RanksElsewhere``):
+        #: each still waits for the others at the end, so that none exits (and torchrun stops the
+        #: rest) before every rank has said where it was.
+        self.ranks_elsewhere = False
         #: This rank's pytest-benchmark document, kept for the merge (``None``: nothing measured).
         self.launch_document: dict[str, Any] | None = None
         self._scaling_baseline: dict[str, IpuRecord] | None = None

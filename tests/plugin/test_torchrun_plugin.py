@@ -147,6 +147,22 @@ def test_sum(ipu_benchmark, ipu_process_group):
     ipu_benchmark(lambda: sum(range(1000)), rounds=5, warmup_rounds=1)
 """
 
+#: A conftest under which rank 0 makes each test's report seconds late: a rank 1 that exits at the end
+#: of its run before rank 0 has reported would have torchrun stop rank 0 before it says where it was.
+RANK_0_REPORTS_LATE = """
+import os
+import time
+
+import pytest
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    if call.when == "call" and os.environ["RANK"] == "0":
+        time.sleep(3)
+    return (yield)
+"""
+
 #: Rank 1 stops answering after the first benchmark: before the second one's first step.
 HANG = f"""
 import time
@@ -507,6 +523,7 @@ def test_gates_are_decided_once_on_rank_0_against_the_merged_records(tmp_path: P
 
 
 def test_a_rank_that_skips_a_benchmark_stops_the_launch_naming_where_each_rank_is(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(RANK_0_REPORTS_LATE)
     running = _single_node(tmp_path, ONE_RANK_SKIPS, "--ipu-rank-timeout=120s")
     try:
         (launch,) = running.wait()
