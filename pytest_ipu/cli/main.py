@@ -363,11 +363,11 @@ def _main(argv: Sequence[str] | None) -> int:
         "and its verdict; exits 1 when a gate FAILs, 3 when one is INCONCLUSIVE (and none FAILs), 2 on "
         "bad input",
         description="Saved runs side by side: one row per metric, each later run's change against the first "
-        "and its verdict: 'same' (under 1%), 'better' or 'worse' (a t test of no change gives p < 0.01 on "
-        "the spread of the repeats, or of 3 or more runs before it), 'within noise' (it does not), "
-        "'not tested' (no variance estimate). Runs are files, or pytest-benchmark's saved-run ids and globs "
-        "('0001', '0001_abc', 'Linux-*/*') looked up in --storage, as 'pytest-benchmark compare' takes "
-        "them (docs/ci.md).",
+        "and its verdict: 'same' (its 99% interval lies within +/-1%), else 'better' or 'worse' (a t test "
+        "of no change gives p < 0.01 on the spread of the repeats, or of 3 or more runs before it), "
+        "'within noise' (it does not), 'not tested' (no variance estimate). Runs are files, or "
+        "pytest-benchmark's saved-run ids and globs ('0001', '0001_abc', 'Linux-*/*') looked up in "
+        "--storage, as 'pytest-benchmark compare' takes them (docs/ci.md).",
     )
     comparing.add_argument("files", nargs="+", metavar="RUN", help=RUN_HELP)
     _add_storage(comparing)

@@ -8,17 +8,29 @@ record (a plain pytest-benchmark file), since a record's latency figures are the
 Rows are grouped by benchmark group and sorted by the test's parameters (batch size first), so
 backends sit side by side.
 
-Each later run's change against the first gets a verdict (``Line.verdict``):
+Each later run's change against the first gets a verdict (``Line.verdict``, by ``judge``), from
+the variance estimate the gates use (``decide.evidence``): the spread of three or more runs before
+it (the change then measured against their geometric mean), else of the repeats of both sides
+(``--ipu-repeats``). On that estimate, a two-sided t test of "no change" gives p, and the same t
+distribution the two-sided ``1 - ALPHA`` interval of the change as a ratio (``Line.interval``). In
+this order:
 
-- ``same``: the values differ by less than ``SAME_WITHIN`` (1 %);
-- ``better`` / ``worse`` (each metric knows its better direction): a two-sided t test of "no
-  change" gives p < ``ALPHA`` on the variance estimate the gates use (``decide.evidence``): the
-  spread of three or more runs before it (against their geometric mean), else of the repeats of
-  both sides (``--ipu-repeats``);
-- ``within noise``: that test gives p >= ``ALPHA``;
 - ``not tested``: there is no variance estimate (one repeat a side and fewer than three runs
   before it, or a metric measured once per benchmark such as compile time): the change is shown,
-  and nothing is claimed about it.
+  and nothing is claimed about it, however small it is;
+- ``same``: the interval lies wholly within ``+/- SAME_WITHIN`` (1 %) of no change: the evidence
+  shows the two equivalent (the confidence-interval form of Schuirmann's two one-sided tests, TOST,
+  each at ``ALPHA / 2`` since the interval is the two-sided one). A change the test finds
+  significant whose interval is inside the band is still ``same``: real perhaps, too small to matter;
+- ``better`` / ``worse`` (each metric knows its better direction): the test gives p < ``ALPHA``
+  (the interval excludes no change), whatever the size of the change: a change under 1 % whose
+  interval reaches past the band is not shown to be equivalent, and the test says which way it went;
+- ``within noise``: p >= ``ALPHA``: the spread covers the change. A change under 1 % whose interval
+  is wider than the band is this, not ``same``: the evidence cannot tell it from a larger one.
+
+The size of the change alone never makes a verdict: a change of 0.5 % with an interval of
+-15 %..+16 % is ``within noise``. ``pytest-ipu ab``'s change column uses the same rule (``judge``) on
+its paired interval and p.
 
 Output as a terminal table, markdown (for CI step summaries) or CSV; values are shown by the units
 registry (``pytest_ipu.measure.units``), the CSV keeps raw SI values.
@@ -53,7 +65,8 @@ from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.records import Measured
 from pytest_ipu.results.records import group_name
 
-#: A change smaller than this (relative) is shown as "same": timer noise, not a difference.
+#: The band of "same": a change whose whole interval lies within +/- this (relative) is too small to
+#: matter (the module docstring's rule).
 SAME_WITHIN = 0.01
 #: Significance level of the verdicts' test of "no change": the gates' default level.
 ALPHA = 0.01
@@ -158,21 +171,32 @@ class Line:
 
     def verdict(self, index: int) -> str:
         """Run ``index`` against the first: ``same``, ``better``, ``worse``, ``within noise`` or ``not
-        tested`` (the module docstring's rule); empty when there is no ratio to judge."""
-        ratio = self.ratio(index)
-        if ratio is None:
+        tested`` (``judge``, the module docstring's rule); empty when there is no ratio to judge."""
+        if self.ratio(index) is None:
             return ""
-        if abs(ratio - 1) < SAME_WITHIN:
-            return SAME
         found = self.evidence(index)
         if found is None:
             return NOT_TESTED
-        if found.p_change() >= ALPHA:
-            return WITHIN_NOISE
-        # The direction the test found: with three or more runs before it, that is against their
-        # geometric mean, the reference the test measured from.
-        worse = found.shift > 0 if self.metric.better == "lower" else found.shift < 0
-        return WORSE if worse else BETTER
+        return judge(found.interval(ALPHA), found.p_change(), ALPHA, self.metric.better)
+
+
+def judge(interval: tuple[float, float] | None, p: float | None, alpha: float, better: units.Better) -> str:
+    """The verdict on a change (the module docstring's rule) from its two-sided ``1 - alpha``
+    interval as a ratio and the two-sided p of "no change" of the same test; both ``None`` without
+    a variance estimate. ``better`` is the metric's direction. The one owner of the verdicts of
+    ``pytest-ipu compare`` and of ``pytest-ipu ab``'s change column."""
+    if interval is None or p is None:
+        return NOT_TESTED
+    low, high = interval
+    if low > 1.0 - SAME_WITHIN and high < 1.0 + SAME_WITHIN:
+        return SAME
+    if p >= alpha:
+        return WITHIN_NOISE
+    # The interval is exp(shift -+ half): its geometric centre is the change the test measured (with
+    # three or more runs before it, against their geometric mean), and says which way it went.
+    rose = low * high > 1.0
+    worse = rose if better == "lower" else not rose
+    return WORSE if worse else BETTER
 
 
 @dataclass(frozen=True)
@@ -337,12 +361,17 @@ def format_change(line: Line, index: int) -> str:
     """``+12.0% worse (p<0.001)``, ``-3.1% better (p=0.0042)``, ``+2.0% within noise (p=0.41)``,
     ``+50.4% not tested``, ``same`` or ``-``."""
     ratio = line.ratio(index)
+    return describe(ratio, line.verdict(index), None if ratio is None else line.p_value(index))
+
+
+def describe(ratio: float | None, verdict: str, p: float | None = None) -> str:
+    """A change and its verdict in a cell: ``same`` alone (its interval lies within the band, so the
+    figure adds nothing), else the change in percent, the verdict and, when given, p; ``-`` without
+    a ratio."""
     if ratio is None:
         return "-"
-    verdict = line.verdict(index)
     if verdict == SAME:
         return SAME
-    p = line.p_value(index)
     tested = "" if p is None else f" ({decide.format_p(p)})"
     return f"{(ratio - 1) * 100:+.1f}% {verdict}{tested}"
 
@@ -477,8 +506,9 @@ def render_csv(comparison: Comparison) -> str:
 
 #: The note under a table that has verdicts: what decides them.
 VERDICT_NOTE = (
-    f"verdicts: better/worse when a two-sided t test of no change gives p < {ALPHA:g} (the spread of 3 or "
-    "more runs before it, else of both sides' repeats); within noise otherwise; same under 1%"
+    f"verdicts: same when the {1 - ALPHA:.0%} interval of the change lies within +/-{SAME_WITHIN:.0%}; "
+    f"else better/worse when a two-sided t test of no change gives p < {ALPHA:g} (the spread of 3 or more "
+    "runs before it, else of both sides' repeats); within noise otherwise"
 )
 #: The note when some change had no variance estimate.
 NOT_TESTED_NOTE = (
@@ -492,7 +522,8 @@ def _notes(comparison: Comparison) -> list[str]:
     notes = [f"missing: {m}" for m in comparison.missing]
     notes += [f"hardware: {h}" for h in comparison.hardware]
     verdicts = {line.verdict(i) for line in comparison.lines for i in range(1, len(line.values))}
-    if verdicts - {"", SAME}:
+    # "same" is a claim of the interval too: the note says what backs it.
+    if verdicts - {""}:
         notes.append(VERDICT_NOTE)
     if NOT_TESTED in verdicts:
         notes.append(NOT_TESTED_NOTE)

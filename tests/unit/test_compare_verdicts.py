@@ -1,5 +1,6 @@
-"""``pytest-ipu compare``'s verdicts: better and worse only on evidence, "within noise" when the
-spread covers the change, "not tested" without a variance estimate; and p-values as ``p<0.001``."""
+"""``pytest-ipu compare``'s verdicts: better and worse only on evidence, "same" only when the interval
+lies within 1 %, "within noise" when the spread covers the change, "not tested" without a variance
+estimate (however small the change); and p-values as ``p<0.001``."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ def test_a_metric_measured_once_per_benchmark_is_not_tested_whatever_the_repeats
     b = write(tmp_path / "b.json", slower_compile)
     comparison = compare.compare_runs([read_run(a), read_run(b)])
     by = {line.metric.name: line for line in comparison.lines}
-    assert by["latency.p50"].verdict(1) == "same"
+    assert by["latency.p50"].verdict(1) == "within noise"
     assert by["compile"].verdict(1) == "not tested"
     assert compare.format_change(by["compile"], 1) == "+50.0% not tested"
 
@@ -95,10 +96,59 @@ def test_the_not_tested_note_says_how_to_get_an_estimate(tmp_path: Path) -> None
     assert "worse" not in text.replace(compare.VERDICT_NOTE, "")
 
 
-def test_changes_under_one_percent_are_the_same(tmp_path: Path) -> None:
+def _inside_band(interval: tuple[float, float] | None) -> bool:
+    assert interval is not None
+    return interval[0] > 1 - compare.SAME_WITHIN and interval[1] < 1 + compare.SAME_WITHIN
+
+
+def test_a_change_under_one_percent_with_a_wide_interval_is_not_the_same(tmp_path: Path) -> None:
+    # Repeats 10 % apart, the sides 0.5 % apart: the interval spans far more than +/- 1 %.
     line = _line(tmp_path, [0.0010, 0.0011, 0.0009], [0.001005, 0.0011055, 0.0009045])
+    assert abs(line.ratio(1) - 1) < compare.SAME_WITHIN  # type: ignore[operator]
+    assert not _inside_band(line.interval(1))
+    assert line.verdict(1) == "within noise"
+    assert re.fullmatch(r"\+0\.5% within noise \(p=0\.\d+\)", compare.format_change(line, 1))
+
+
+def test_a_change_under_one_percent_with_a_tight_interval_is_the_same(tmp_path: Path) -> None:
+    # Repeats 0.1 % apart, the sides 0.3 % apart: the interval lies within +/- 1 %.
+    before = [0.0010, 0.001001, 0.000999]
+    line = _line(tmp_path, before, [v * 1.003 for v in before])
+    assert _inside_band(line.interval(1))
     assert line.verdict(1) == "same"
     assert compare.format_change(line, 1) == "same"
+    # 0.6 % with the same spread: the test finds the change, but all of it is within 1 %: still same.
+    significant = _line(tmp_path, before, [v * 1.006 for v in before])
+    p = significant.p_value(1)
+    assert p is not None
+    assert p < compare.ALPHA
+    assert _inside_band(significant.interval(1))
+    assert significant.verdict(1) == "same"
+
+
+def test_a_change_under_one_percent_found_by_a_wider_interval_is_better_or_worse(tmp_path: Path) -> None:
+    # Repeats 0.2 % apart, the sides 0.9 % apart: a change the test finds, not shown within 1 %.
+    before = [0.0010, 0.001002, 0.000998]
+    line = _line(tmp_path, before, [v * 1.009 for v in before])
+    p = line.p_value(1)
+    assert p is not None
+    assert p < compare.ALPHA
+    assert not _inside_band(line.interval(1))
+    assert line.verdict(1) == "worse"
+    assert _line(tmp_path, before, [v * 1.009 for v in before], metric="throughput").verdict(1) == "worse"
+
+
+def test_a_change_under_one_percent_without_a_variance_estimate_is_not_tested(tmp_path: Path) -> None:
+    line = _line(tmp_path, [0.0010], [0.001005])
+    assert abs(line.ratio(1) - 1) < compare.SAME_WITHIN  # type: ignore[operator]
+    assert line.interval(1) is None
+    assert line.verdict(1) == "not tested"
+    assert compare.format_change(line, 1) == "+0.5% not tested"
+    text = compare.render_table(
+        compare.compare_runs([read_run(tmp_path / "r0.json"), read_run(tmp_path / "r1.json")])
+    )
+    assert "same" not in text.replace(compare.VERDICT_NOTE, "")
+    assert text.splitlines()[-1] == compare.NOT_TESTED_NOTE
 
 
 def test_three_runs_before_it_judge_a_run_by_their_drift(tmp_path: Path) -> None:
