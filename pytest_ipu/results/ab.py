@@ -32,8 +32,10 @@ A value missing from a candidate run fails the gate (with the record's reason); 
 baseline run, or a value of 0 (no log-ratio), leaves it INCONCLUSIVE.
 
 The tables show, per benchmark and metric, the median over the pairs of each side, the
-geometric-mean ratio with its two-sided (1 - alpha) t interval, and p of a two-sided paired t test
-of "no change"; the gate lines carry the interval the verdict was read from.
+geometric-mean ratio with its two-sided (1 - alpha) t interval, p of a two-sided paired t test
+of "no change", and the change with ``pytest-ipu compare``'s verdict on that interval and p
+(``compare.judge``: ``same`` only when the interval lies within 1 % of no change, ``not tested``
+with one pair); the gate lines carry the interval the verdict was read from.
 """
 
 from __future__ import annotations
@@ -442,14 +444,11 @@ def _places(where: Sequence[str], pairs: int) -> str:
 # --- Rendering --------------------------------------------------------------------------------------
 
 
-def _change(ratio: float | None, metric: str) -> str:
-    """``+12.0% worse``, ``-3.1% better``, ``same`` (within ``compare.SAME_WITHIN``) or ``-``."""
-    if ratio is None:
-        return "-"
-    if abs(ratio - 1.0) < compare.SAME_WITHIN:
-        return "same"
-    worse = ratio > 1.0 if METRICS[metric].better == "lower" else ratio < 1.0
-    return f"{(ratio - 1.0) * 100:+.1f}% {'worse' if worse else 'better'}"
+def _change(summary: RatioSummary, metric: str, alpha: float) -> str:
+    """``+12.0% worse``, ``-3.1% better``, ``+0.4% within noise``, ``-23.1% not tested``, ``same`` or
+    ``-``: ``compare.judge``'s verdict on the paired interval and p (p has its own column)."""
+    verdict = compare.judge(summary.interval, summary.p, alpha, METRICS[metric].better)
+    return compare.describe(summary.ratio, verdict)
 
 
 def _confidence(result: ABResult) -> str:
@@ -465,6 +464,8 @@ def _legend(result: ABResult) -> list[str]:
         *plan,
         f"{result.pairs} pair(s) in ABBA order; values are medians over the pairs; ratio = geometric mean "
         f"of candidate/baseline per pair, with its {_confidence(result)} (t); p = paired t test of no change",
+        f"change: same when the {_confidence(result)} lies within +/-{compare.SAME_WITHIN:.0%}; else better "
+        f"or worse when p < {result.alpha:.3g}, within noise when not; not tested without a CI (one pair)",
     ]
 
 
@@ -491,7 +492,7 @@ def _cells(result: ABResult, lines: Sequence[Paired]) -> tuple[list[str], list[l
                 if summary.interval is None
                 else f"[{summary.interval[0]:.3f}, {summary.interval[1]:.3f}]",
                 "-" if summary.p is None else format_p_value(summary.p),
-                _change(summary.ratio, line.metric),
+                _change(summary, line.metric, result.alpha),
             ]
         )
     return header, rows

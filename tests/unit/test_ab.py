@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import stats
 from pytest_ipu.results import ab
+from pytest_ipu.results import compare
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
 from pytest_ipu.results import schema
@@ -364,12 +365,54 @@ def test_one_pair_tables_show_no_p() -> None:
     assert "1 pair: no variance estimate: use more --pairs" in table
     row = next(line for line in table.splitlines() if line.startswith("throughput"))
     # The CI and p columns are empty ("-"): one pair has no spread to estimate them from.
-    assert re.search(r"0\.769\s+-\s+-\s+-23\.1% worse$", row), row
+    # Nor a verdict: one pair says nothing of how much pairs differ, so the change is not tested.
+    assert re.search(r"0\.769\s+-\s+-\s+-23\.1% not tested$", row), row
     assert ab.gate_lines(result)[1].endswith(
         ": INCONCLUSIVE (1 pair); no variance estimate: use more --pairs"
     )
     assert not result.decided
     assert ab.exit_code(result) == 3  # a 30% drop, but one pair cannot tell
+
+
+def _change_cell(factors: list[float]) -> tuple[ab.RatioSummary, str]:
+    """test_x's latency.p50 summary and change cell when each pair's candidate is ``factors[i]``
+    times its baseline (the pairs drifting alike, as ``DRIFT``)."""
+    base, cand = [], []
+    for i, factor in enumerate(factors):
+        drift = DRIFT[i % len(DRIFT)]
+        base.append(_run(f"b{i}", _bench("test_x", drift, 1 / drift)))
+        cand.append(_run(f"c{i}", _bench("test_x", drift * factor, 1 / (drift * factor))))
+    result = ab.analyse(base, cand)
+    (line,) = (line for line in result.lines if line.metric == "latency.p50")
+    row = next(r for r in ab.render_table(result).splitlines() if r.startswith("latency.p50"))
+    return line.summary(result.alpha), row
+
+
+def _within_band(summary: ab.RatioSummary) -> bool:
+    assert summary.interval is not None
+    low, high = summary.interval
+    return low > 1 - compare.SAME_WITHIN and high < 1 + compare.SAME_WITHIN
+
+
+def test_ab_calls_a_change_under_one_percent_the_same_only_on_a_tight_interval() -> None:
+    # Pairs 0.5 % slower give or take 10 %: under 1 %, but the interval is far wider than +/- 1 %.
+    wide, row = _change_cell([1.10, 0.91, 1.06, 0.95, 1.0])
+    assert wide.ratio is not None
+    assert abs(wide.ratio - 1) < compare.SAME_WITHIN
+    assert not _within_band(wide)
+    assert wide.p is not None
+    assert wide.p >= decide.ALPHA
+    assert row.endswith(f"{(wide.ratio - 1) * 100:+.1f}% within noise"), row
+    # Pairs 0.5 % slower give or take 0.1 %: the interval lies within +/- 1 %, the same.
+    tight, row = _change_cell([1.004, 1.005, 1.006, 1.005, 1.005])
+    assert tight.ratio is not None
+    assert abs(tight.ratio - 1) < compare.SAME_WITHIN
+    assert _within_band(tight)
+    assert row.endswith(" same"), row
+    # One pair 0.5 % slower: no variance estimate, so nothing is claimed.
+    single, row = _change_cell([1.005])
+    assert single.interval is None
+    assert row.endswith("+0.5% not tested"), row
 
 
 def test_noisy_pairs_are_inconclusive_and_exit_3() -> None:
