@@ -8,6 +8,7 @@ Loaded by ``lifecycle``'s hooks when pytest-benchmark writes a document (``--ben
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -20,6 +21,7 @@ from pytest_ipu.results import schema
 
 if TYPE_CHECKING:
     from pytest_ipu.pytest_plugin.session import IpuSession
+    from pytest_ipu.results.decide import Verdict
 
 
 def update_machine_info(session: IpuSession, config: pytest.Config, machine_info: dict[str, Any]) -> None:
@@ -70,10 +72,14 @@ def update_json(session: IpuSession, output_json: dict[str, Any]) -> None:
     if gate_check is not None:
         gate_check.check()
     if gate_check is not None and gate_check.verdicts:
-        verdicts = gate_check.verdicts
-        run_info[benchmark_json.GATES_KEY] = [{**v.as_json(), "line": v.line()} for v in verdicts]
+        run_info[benchmark_json.GATES_KEY] = gates_json(gate_check.verdicts)
     benchmark_json.update_json(output_json, run_info)
     if session.torchrun is not None:
         # Kept for the merge at the end of the session, as pytest-benchmark writes it
         # (parameters such as a Target become their str()).
         session.launch_document = json.loads(json.dumps(output_json, default=str))
+
+
+def gates_json(verdicts: Sequence[Verdict]) -> list[dict[str, Any]]:
+    """The ``gates`` entries of a results file: each verdict's fields and its line, as printed."""
+    return [{**v.as_json(), "line": v.line()} for v in verdicts]

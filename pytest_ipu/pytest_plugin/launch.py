@@ -14,13 +14,16 @@ from typing import Any
 
 from pytest_ipu.placement import poprun  # PopRun's merge, used for torchrun's ranks as well
 from pytest_ipu.placement import torchrun
+from pytest_ipu.pytest_plugin import document
 from pytest_ipu.results import atomic
+from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import schema
 from pytest_ipu.results.records import Measured
 from pytest_ipu.results.records import group_name
 
 if TYPE_CHECKING:
     from pytest_ipu.pytest_plugin.session import IpuSession
+    from pytest_ipu.results.decide import Verdict
 
 
 def merge(state: IpuSession, reporter: Any) -> None:
@@ -59,8 +62,13 @@ def merge(state: IpuSession, reporter: Any) -> None:
         from pytest_ipu.results import scaling_baseline
 
         scaling_baseline.apply(merged, state.scaling_baseline(), str(state.settings.scaling_baseline))
+    verdicts = _gate(state, merged)
+    if verdicts:
+        # The launch's verdicts in the launch's file, as a single run's are in its own: gated
+        # before it is written (``compare`` and the report read them from there).
+        section = merged.setdefault(benchmark_json.TOP_LEVEL_KEY, {})
+        section[benchmark_json.GATES_KEY] = document.gates_json(verdicts)
     atomic.write_text(merged_json, json.dumps(merged, indent=4) + "\n")
-    _gate(state, merged)
     state.launch_records = [
         (b["fullname"], b["extra_info"]["ipu"])
         for b in merged["benchmarks"]
@@ -73,7 +81,7 @@ def merge(state: IpuSession, reporter: Any) -> None:
         )
 
 
-def _gate(state: IpuSession, merged: dict[str, Any]) -> None:
+def _gate(state: IpuSession, merged: dict[str, Any]) -> tuple[Verdict, ...]:
     """The gates, on the launch's merged records: every rank's samples, the slowest rank's latency."""
     own = {m.fullname: m for m in state.measured}
     launch = [
@@ -88,4 +96,4 @@ def _gate(state: IpuSession, merged: dict[str, Any]) -> None:
         for b in merged["benchmarks"]
         if isinstance(b.get("extra_info", {}).get(schema.NAMESPACE), dict)
     ]
-    state.gate_check.check_launch(launch)
+    return state.gate_check.check_launch(launch)

@@ -520,6 +520,11 @@ def test_gates_are_decided_once_on_rank_0_against_the_merged_records(tmp_path: P
         failed[0],
         throughput,
     )
+    # The launch's file carries the verdicts, as a single run's file does, each with its printed line.
+    gates = merged["pytest_ipu"]["gates"]
+    assert sorted(g["outcome"] for g in gates) == ["FAIL", "PASS"], gates
+    (failing,) = [g for g in gates if g["outcome"] == "FAIL"]
+    assert failing["line"] in failed[0], (failing, failed[0])
 
 
 def test_a_rank_that_skips_a_benchmark_stops_the_launch_naming_where_each_rank_is(tmp_path: Path) -> None:
