@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pytest_ipu.errors import CallTimeout
 from pytest_ipu.measure import timing as measure
 from pytest_ipu.measure.timing import MAX_AUTO_ROUNDS
+from tests.waiting import wait_for
 
 needs_alarm = pytest.mark.skipif(
     measure.TIMEOUT_SIGNAL is None or not hasattr(signal, "pthread_kill"),
@@ -506,8 +507,7 @@ class FakeTime:
 def _after_two_polls(dog: measure.Watchdog) -> None:
     """Wait until the watchdog has looked twice more: one full look after whatever the test changed."""
     target = dog.polls + 2
-    while dog.polls < target:
-        time.sleep(0.001)
+    wait_for(lambda: dog.polls >= target, "two more looks by the watchdog's thread", poll_s=0.001)
 
 
 def test_watchdog_counts_records_and_names_the_running_call() -> None:
