@@ -135,6 +135,16 @@ def test_plan_min_rounds_beats_the_cap():
     assert measure.plan_rounds(None, 1e-6, 2.0, MAX_AUTO_ROUNDS + 5) == MAX_AUTO_ROUNDS + 5
 
 
+@pytest.mark.parametrize("estimate_s", [0.0, 1e-6, 0.01, 10.0])
+def test_a_window_that_must_reach_the_budget_plans_every_round_the_time_box_may_need(estimate_s):
+    # An energy window: the time box alone ends its rounds, whatever the estimate said.
+    assert measure.plan_rounds(None, estimate_s, 5.0, 5, reach_budget=True) == MAX_AUTO_ROUNDS
+    assert measure.plan_rounds(None, estimate_s, 5.0, MAX_AUTO_ROUNDS + 5, reach_budget=True) == (
+        MAX_AUTO_ROUNDS + 5
+    )
+    assert measure.plan_rounds(7, estimate_s, 5.0, 5, reach_budget=True) == 7  # fixed rounds still win
+
+
 @settings(max_examples=100, deadline=None)
 @given(
     st.floats(min_value=1e-7, max_value=100.0),
