@@ -422,13 +422,15 @@ def test_a_signal_while_the_json_is_written_leaves_the_previous_file_and_says_on
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+    def writing() -> bool:
+        if (pytester.path / "writing.txt").exists():
+            return True
+        assert run.poll() is None, run.communicate()[0]
+        return False
+
     try:
         # The writer says it is writing (a hang guard bounds the wait, not the result).
-
-        def writing() -> bool:
-            assert run.poll() is None, run.communicate()[0]
-            return (pytester.path / "writing.txt").exists()
-
         wait_for(writing, "the inner run to start writing its JSON")
         run.send_signal(signum)
         output, _ = run.communicate(timeout=120)
@@ -511,8 +513,10 @@ def test_a_signal_to_the_parent_ends_its_repeat_worker_and_removes_its_folder(
         pid_file = pytester.path / "worker.pid"
 
         def started() -> bool:
+            if pid_file.exists() and pid_file.read_text():
+                return True
             assert parent.poll() is None, parent.communicate()[0]
-            return pid_file.exists() and bool(pid_file.read_text())
+            return False
 
         wait_for(started, "the repeat worker to start its model (worker.pid)")
         worker = int(pid_file.read_text())
