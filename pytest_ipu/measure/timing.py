@@ -181,13 +181,22 @@ class Calibration:
 HEADROOM = 1.25
 
 
-def plan_rounds(fixed: int | None, estimate_s: float, max_time_s: float, min_rounds: int) -> int:
+def plan_rounds(
+    fixed: int | None, estimate_s: float, max_time_s: float, min_rounds: int, reach_budget: bool = False
+) -> int:
     """Rounds to time: ``fixed`` if given, else as many as fit in ``HEADROOM`` x ``max_time_s``
     (the time box of ``timed_rounds`` ends them once the budget is reached), clamped to
-    ``[min_rounds, MAX_AUTO_ROUNDS]``."""
+    ``[min_rounds, MAX_AUTO_ROUNDS]``.
+
+    ``reach_budget``: the window must reach the budget (an energy window, the sensor's minimum), so
+    ``MAX_AUTO_ROUNDS`` and the time box ends them there: a count from ``estimate_s``, which a
+    machine busy while calibrating inflates, would end the rounds short of it."""
     if fixed is not None:
         return fixed
-    fit = MAX_AUTO_ROUNDS if estimate_s <= 0 else math.ceil(HEADROOM * max_time_s / estimate_s)
+    if reach_budget or estimate_s <= 0:
+        fit = MAX_AUTO_ROUNDS
+    else:
+        fit = math.ceil(HEADROOM * max_time_s / estimate_s)
     return max(min_rounds, min(fit, MAX_AUTO_ROUNDS))
 
 

@@ -241,11 +241,15 @@ def measure(
             estimate_s = timing.calibrate(
                 compiled.run, args, stretch_s, limit_s=budget_s, watch=watch
             ).estimate_s
-        planned = timing.plan_rounds(policy.rounds, estimate_s, budget_s, policy.min_rounds)
+        # An energy window must reach the sensor's minimum: those rounds end past the budget, not near
+        # it, and only the time box ends them (never a count planned from the estimate).
+        reach = auto and lockstep is None and meter is not None
+        planned = timing.plan_rounds(
+            policy.rounds, estimate_s, budget_s, policy.min_rounds, reach_budget=reach
+        )
         cap_s = policy.cap_s if auto else None
-        # An energy window must reach the sensor's minimum: those rounds end past the budget, not near it.
         box = (
-            timing.TimeBox(budget_s, policy.min_rounds, cap_s, nearest=meter is None)
+            timing.TimeBox(budget_s, policy.min_rounds, cap_s, nearest=not reach)
             if auto and lockstep is None
             else timing.TimeBox()
         )

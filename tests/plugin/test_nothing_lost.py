@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from tests.plugin.inner import SENTINEL_TEST
 from tests.plugin.inner import XDIST_VARIABLES
 from tests.plugin.inner import assert_usage_error
 from tests.unit import small_fs as small_file_system
+from tests.waiting import wait_for
 
 BENCH = """
 def test_sum(ipu_benchmark):
@@ -422,13 +422,16 @@ def test_a_signal_while_the_json_is_written_leaves_the_previous_file_and_says_on
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+    def writing() -> bool:
+        if (pytester.path / "writing.txt").exists():
+            return True
+        assert run.poll() is None, run.communicate()[0]
+        return False
+
     try:
         # The writer says it is writing (a hang guard bounds the wait, not the result).
-        deadline = time.monotonic() + 120
-        while not (pytester.path / "writing.txt").exists():
-            assert run.poll() is None, run.communicate()[0]
-            assert time.monotonic() < deadline, "the inner run never started writing"
-            time.sleep(0.01)
+        wait_for(writing, "the inner run to start writing its JSON")
         run.send_signal(signum)
         output, _ = run.communicate(timeout=120)
     finally:
@@ -508,11 +511,14 @@ def test_a_signal_to_the_parent_ends_its_repeat_worker_and_removes_its_folder(
     worker = None
     try:
         pid_file = pytester.path / "worker.pid"
-        deadline = time.monotonic() + 120  # a hang guard: the result never depends on it
-        while not pid_file.exists() or not pid_file.read_text():
+
+        def started() -> bool:
+            if pid_file.exists() and pid_file.read_text():
+                return True
             assert parent.poll() is None, parent.communicate()[0]
-            assert time.monotonic() < deadline, "the repeat worker never started its model"
-            time.sleep(0.01)
+            return False
+
+        wait_for(started, "the repeat worker to start its model (worker.pid)")
         worker = int(pid_file.read_text())
         # The worker runs, as the parent's child, with its folder, when the signal is sent.
         assert _parent_of(worker) == parent.pid

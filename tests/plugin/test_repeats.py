@@ -1,13 +1,16 @@
 """Independent repeats (``--ipu-repeats``): the interleaved order, pooling, process workers, and the
 flags a record carries (``unstable``, ``capped``), through inner pytest runs.
 
-Nothing here bounds wall time: orders are read from files the inner tests write, and flags are
-provoked by calls whose durations differ by a factor of ten or more.
+Nothing here bounds wall time: orders are read from files the inner tests write; ``unstable`` is
+provoked by a window clock that steps ten times further in one repeat than in the other (the
+throughputs, and so the spread, are then the same on any machine), ``capped`` by rounds that cannot
+all fit under the cap (a call lasts at least its sleep, however loaded the machine).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -217,27 +220,52 @@ def test_repeats_that_differ_are_flagged_unstable(
     monkeypatch.setenv("PYTEST_IPU_REPEATS", "2")
     pytester.makepyfile(
         test_drift="""
-import time
+import itertools
 from pathlib import Path
+
+import pytest
+
+from pytest_ipu.measure import timing
+
+#: How far the window's clock moves at each of its reads: a round lasts one step on it, and the
+#: second repeat's steps are ten times the first's.
+STEPS_NS = (2_000_000, 20_000_000)
+
+
+@pytest.fixture(autouse=True)
+def stepping_clock(monkeypatch):
+    # The window's clock (timed_rounds' injectable one) moves by a fixed step at each read, so the
+    # repeats' throughputs are what the steps make them on any machine, loaded or not.
+    marker = Path("ran")
+    step = STEPS_NS[1] if marker.exists() else STEPS_NS[0]
+    marker.touch()
+    reads = itertools.count(0, step)
+    real = timing.timed_rounds
+
+    def timed_rounds(*args, **kwargs):
+        return real(*args, clock=lambda: next(reads), **kwargs)
+
+    monkeypatch.setattr(timing, "timed_rounds", timed_rounds)
 
 
 def test_drift(ipu_benchmark):
-    # The second repeat is ten times slower: a spread no machine noise makes.
-    marker = Path("ran")
-    pause = 0.02 if marker.exists() else 0.002
-    marker.touch()
-    ipu_benchmark(lambda: time.sleep(pause), rounds=5)
+    ipu_benchmark(lambda: None, rounds=5)
 """
     )
     result = pytester.runpytest("--benchmark-json=out.json")
     result.assert_outcomes(passed=1)
     record = _records(pytester.path / "out.json")["test_drift"]
-    assert record["stability"]["unstable"] is True
-    assert record["stability"]["cv"] > 0.5
+    # One read opens the window and one ends each of its 5 rounds: 5 steps of 2 ms, then of 20 ms.
+    throughputs = [r["throughput_items_per_s"] for r in record["repeats"]]
+    assert throughputs == pytest.approx([500.0, 50.0], rel=1e-9)
+    # The spread between the repeats is their throughputs' coefficient of variation, and it decides.
+    cv = statistics.stdev(throughputs) / statistics.fmean(throughputs)
+    assert record["stability"]["cv"] == pytest.approx(cv, rel=1e-9)
+    assert (record["stability"]["threshold"], record["stability"]["unstable"]) == (0.05, True)
     result.stdout.fnmatch_lines(
         [
             "*unstable*",
-            "unstable: test_drift: throughput varied *% (cv) between 2 repeats, above 5%",
+            f"unstable: test_drift: throughput varied {cv * 100:.1f}% (cv) between 2 repeats, above 5%",
         ]
     )
 

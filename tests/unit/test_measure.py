@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from pytest_ipu.errors import CallTimeout
 from pytest_ipu.measure import timing as measure
 from pytest_ipu.measure.timing import MAX_AUTO_ROUNDS
+from tests.waiting import wait_for
 
 needs_alarm = pytest.mark.skipif(
     measure.TIMEOUT_SIGNAL is None or not hasattr(signal, "pthread_kill"),
@@ -132,6 +133,16 @@ def test_plan_auto_rounds(estimate_s, max_time_s, min_rounds, expected):
 
 def test_plan_min_rounds_beats_the_cap():
     assert measure.plan_rounds(None, 1e-6, 2.0, MAX_AUTO_ROUNDS + 5) == MAX_AUTO_ROUNDS + 5
+
+
+@pytest.mark.parametrize("estimate_s", [0.0, 1e-6, 0.01, 10.0])
+def test_a_window_that_must_reach_the_budget_plans_every_round_the_time_box_may_need(estimate_s):
+    # An energy window: the time box alone ends its rounds, whatever the estimate said.
+    assert measure.plan_rounds(None, estimate_s, 5.0, 5, reach_budget=True) == MAX_AUTO_ROUNDS
+    assert measure.plan_rounds(None, estimate_s, 5.0, MAX_AUTO_ROUNDS + 5, reach_budget=True) == (
+        MAX_AUTO_ROUNDS + 5
+    )
+    assert measure.plan_rounds(7, estimate_s, 5.0, 5, reach_budget=True) == 7  # fixed rounds still win
 
 
 @settings(max_examples=100, deadline=None)
@@ -506,8 +517,7 @@ class FakeTime:
 def _after_two_polls(dog: measure.Watchdog) -> None:
     """Wait until the watchdog has looked twice more: one full look after whatever the test changed."""
     target = dog.polls + 2
-    while dog.polls < target:
-        time.sleep(0.001)
+    wait_for(lambda: dog.polls >= target, "two more looks by the watchdog's thread", poll_s=0.001)
 
 
 def test_watchdog_counts_records_and_names_the_running_call() -> None:

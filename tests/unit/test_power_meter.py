@@ -25,6 +25,7 @@ from pytest_ipu.power.sampler import PowerSampler
 from pytest_ipu.power.sampler import Trace
 from pytest_ipu.results.records import PowerRecord
 from tests.fakes.fake_power import FakePowerSource
+from tests.waiting import wait_for
 
 S = 1_000_000_000  # ns per second
 T0 = 1_000 * S
@@ -63,16 +64,6 @@ def _trace(meter, clock, *, every_s=0.01, until_s=7.0, hz=100.0):
 #: A 6 s window inside the readings, its edges between readings.
 START, END = T0 + 505_000_000, T0 + 6_505_000_000
 WINDOW_S = 6.0
-#: How long a real-clock test waits for the sampling thread before it calls it a hang.
-HANG_S = 60.0
-
-
-def _wait_for(condition, what: str) -> None:
-    """Wait until ``condition()`` holds; fail only after ``HANG_S`` (a hang, not a slow machine)."""
-    deadline = time.monotonic() + HANG_S
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {HANG_S:g} s"
-        time.sleep(0.001)
 
 
 def _counter_error_j(watts: float, source: FakePowerSource, t_ns: list[int]) -> float:
@@ -395,7 +386,7 @@ def test_a_persistent_read_error_reports_the_window_invalid_instead_of_raising()
     with meter.sampling() as trace:
         start = time.perf_counter_ns()
         # the thread's first read (read 1) works and its second fails, however late they come
-        _wait_for(lambda: trace.error is not None, "failed read by the thread")
+        wait_for(lambda: trace.error is not None, "a failed read by the thread", poll_s=0.001)
         end = time.perf_counter_ns()
     result = meter.result(trace, start, end, items=1, rounds_fixed=True)
     assert not result.valid

@@ -20,19 +20,11 @@ from pytest_ipu.power.sampler import PowerSampler
 from pytest_ipu.power.sampler import Trace
 from pytest_ipu.power.sampler import next_deadline
 from tests.fakes.fake_power import FakePowerSource
+from tests.waiting import HANG_S
+from tests.waiting import wait_for
 
 MS = 1_000_000  # ns per millisecond
 T0 = 1_000_000 * MS  # where the fake clock starts (1000 s)
-#: How long a real-clock test waits for the sampling thread before it calls it a hang.
-HANG_S = 60.0
-
-
-def _wait_for(condition, what: str) -> None:
-    """Wait until ``condition()`` holds; fail only after ``HANG_S`` (a hang, not a slow machine)."""
-    deadline = time.monotonic() + HANG_S
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {HANG_S:g} s"
-        time.sleep(0.001)
 
 
 class FakeClock:
@@ -287,7 +279,7 @@ def test_start_and_stop_without_with():
     assert thread is not None
     assert thread.is_alive()
     assert thread.daemon  # never keeps the interpreter alive
-    _wait_for(lambda: len(trace.t_ns) >= 2, "reading by the thread")
+    wait_for(lambda: len(trace.t_ns) >= 2, "a reading by the thread", poll_s=0.001)
     assert sampler.stop() is trace
     assert not thread.is_alive()
     assert sampler._thread is None
@@ -305,7 +297,7 @@ def test_on_the_real_clock_every_grid_point_is_read_or_counted_as_missed():
     period = 5 * MS
     with sampler as trace:
         start = time.perf_counter_ns()
-        _wait_for(lambda: len(trace.t_ns) >= 6, "five readings by the thread")
+        wait_for(lambda: len(trace.t_ns) >= 6, "five readings by the thread", poll_s=0.001)
         end = time.perf_counter_ns()
     assert trace.error is None
     # readings bracket the window and increase strictly

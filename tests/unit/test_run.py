@@ -6,6 +6,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,9 +15,11 @@ from pytest_ipu.backends.base import GroupedModel
 from pytest_ipu.backends.host import wrap_callable
 from pytest_ipu.errors import CallTimeout
 from pytest_ipu.measure import stats
+from pytest_ipu.measure import timing
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import summarize_latency
 from pytest_ipu.placement.instances import ThreadInstances
+from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.report import terminal
 from pytest_ipu.results.records import RepeatRecord
 from pytest_ipu.results.records import identity
@@ -29,6 +32,7 @@ from pytest_ipu.run.benchmark import round_spread
 from pytest_ipu.run.benchmark import stability
 from pytest_ipu.run.plan import RoundsPolicy
 from tests.fakes.fake_pedantic import RecordingBenchmark
+from tests.fakes.fake_power import FakePowerSource
 
 
 def test_a_record_is_built_from_the_rounds_that_were_timed() -> None:
@@ -468,6 +472,48 @@ def test_auto_rounds_stop_warming_up_at_the_budget_and_record_how_many_ran() -> 
         meter=None,
     )
     assert result.record.warmup_rounds == 1
+
+
+@pytest.mark.parametrize("energy", [True, False])
+def test_an_energy_window_reaches_its_budget_whatever_the_estimate(
+    monkeypatch: pytest.MonkeyPatch, energy: bool
+) -> None:
+    # A warm-up estimate that a busy machine inflated fiftyfold (50 ms for a call of 1 ms): it plans
+    # ceil(1.25 x 0.1 s / 50 ms) = 3 rounds, and is past a tenth of the budget, so no calibration.
+    real = timing.warm_up
+
+    def inflated(*args: Any, **kwargs: Any) -> timing.WarmUp:
+        warm = real(*args, **kwargs)
+        return timing.WarmUp(warm.first_call_s, (0.05,) * len(warm.warmup_s))
+
+    monkeypatch.setattr(timing, "warm_up", inflated)
+    meter = PowerMeter(FakePowerSource(), idle_s=0, in_process=False) if energy else None
+    if meter is not None:
+        meter.open()
+    timer = RecordingBenchmark()
+    try:
+        record = measure(
+            wrap_callable(lambda: time.sleep(0.001)),
+            (),
+            items_per_call=1,
+            policy=RoundsPolicy(warmup_rounds=2, rounds=None, max_time_s=0.1, min_rounds=1, cap_s=60.0),
+            timer=timer,
+            round_times_s=lambda: timer.times_s,
+            meter=meter,
+        ).record
+    finally:
+        if meter is not None:
+            meter.close()
+    assert record.budget is not None
+    if energy:
+        # The window must reach the budget: the time box ended the rounds there, not the plan.
+        assert (record.budget.ended, record.window_s >= 0.1) == ("budget", True)
+        assert record.rounds > 3
+        assert record.power is not None
+        assert record.power.measured, record.power.reason
+    else:
+        # A throughput window keeps the plan: every planned round ran.
+        assert (record.budget.ended, record.rounds) == ("planned", 3)
 
 
 def test_fixed_rounds_run_every_warm_up_call_asked_for() -> None:
