@@ -48,9 +48,6 @@ from pytest_ipu.pytest_plugin import options
 from pytest_ipu.pytest_plugin.fixtures.common import FAILED_KEY
 from pytest_ipu.pytest_plugin.marker import MARKER
 from pytest_ipu.pytest_plugin.marker import has_marker_gates
-from pytest_ipu.pytest_plugin.marker import marker_gates
-from pytest_ipu.pytest_plugin.marker import marker_overrides
-from pytest_ipu.pytest_plugin.marker import placement_request
 from pytest_ipu.pytest_plugin.session import IpuSession
 
 if TYPE_CHECKING:
@@ -101,8 +98,10 @@ class Lifecycle:
         requested = self.session.settings.targets
         for mark in metafunc.definition.iter_markers("ipu"):
             if "backend" in mark.kwargs:
+                from pytest_ipu.pytest_plugin.option_values import parse_targets
+
                 try:
-                    requested = options.parser_for("targets")(mark.kwargs["backend"])
+                    requested = parse_targets(mark.kwargs["backend"])
                 except ValueError:
                     return  # reported with the node id at collection (pytest_collection_modifyitems)
                 break
@@ -121,7 +120,11 @@ class Lifecycle:
         """
         for item in items:
             if item.get_closest_marker(MARKER) is None:
-                continue  # nothing to check (and the placement rules stay unloaded)
+                continue  # nothing to check (and the marker's parsers stay unloaded)
+            from pytest_ipu.pytest_plugin.marker_keywords import marker_gates
+            from pytest_ipu.pytest_plugin.marker_keywords import marker_overrides
+            from pytest_ipu.pytest_plugin.marker_keywords import placement_request
+
             try:
                 marker_overrides(item)
                 placement_request(item)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from pytest_ipu.errors import BackendUnavailable
-from pytest_ipu.pytest_plugin.options import AUTO
+from pytest_ipu.pytest_plugin.settings import AUTO
 
 if TYPE_CHECKING:
     # Loaded by the methods that use them: the backends, power sources and launch descriptions
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from pytest_ipu.power.base import PowerSource
     from pytest_ipu.power.meter import PowerMeter
     from pytest_ipu.pytest_plugin.gating import GateCheck
-    from pytest_ipu.pytest_plugin.options import Settings
     from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
+    from pytest_ipu.pytest_plugin.settings import Settings
     from pytest_ipu.results.gates import Gate
     from pytest_ipu.results.power_blocks import PowerBlock
     from pytest_ipu.results.records import IpuRecord

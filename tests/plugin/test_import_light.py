@@ -115,6 +115,7 @@ START_UP = frozenset(
         "pytest_ipu.pytest_plugin.options",
         "pytest_ipu.pytest_plugin.plugin",
         "pytest_ipu.pytest_plugin.session",
+        "pytest_ipu.pytest_plugin.settings",
         "pytest_ipu.run",
         "pytest_ipu.run.plan",
     }
