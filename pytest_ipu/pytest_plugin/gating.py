@@ -249,10 +249,10 @@ class GateCheck:
     def _newest_complete_saved(self, config: pytest.Config) -> None:
         """``--benchmark-compare`` without a run loaded the newest saved run, which cannot be a
         baseline (a partial run): take the newest saved run before it that can, with a note."""
-        from pytest_ipu.pytest_plugin import bench_seam
+        from pytest_ipu.pytest_plugin.bench_seam import runs
         from pytest_ipu.results import benchmark_json
 
-        saved = bench_seam.saved_runs_compared(config)
+        saved = runs.saved_runs_compared(config)
         for path in reversed(saved[:-1]):
             try:
                 document = benchmark_json.read_document(path)

@@ -93,7 +93,6 @@ def test_benchmarking_a_plain_callable_imports_no_runtime(tmp_path: Path) -> Non
 START_UP = frozenset(
     {
         "pytest_ipu",
-        "pytest_ipu.backports",
         "pytest_ipu.errors",
         "pytest_ipu.placement",
         "pytest_ipu.placement.outputs",
