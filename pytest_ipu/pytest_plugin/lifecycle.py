@@ -15,17 +15,18 @@ The end of a session is ``end_session``, one function calling its steps in order
    (``pytest_keyboard_interrupt``: Ctrl-C, ``pytest.exit``) saves nothing: the files keep the last
    complete run, which a later ``--benchmark-compare`` picks (``saving``);
 2. merge: under torchrun, every rank's document gathered on rank 0 and merged into one file,
-   gated there (``launch``);
+   gated there (``launch_end``, ``launch``);
 3. gates: every gate not checked yet, and the exit code of a failed gate, merge or save;
 4. release: the power meters and compiled models.
 
 Then pytest's terminal reporter calls ``pytest_terminal_summary`` (the tables, the ``ipu_power``
 blocks, the targets; after pytest-benchmark's table, the gates), and ``pytest_unconfigure``
-leaves the torchrun launch once every rank is done.
+leaves the torchrun launch once every rank is done (``launch_end``).
 
 What a hook does only when a run has something for it is a module of its own, loaded then:
-``saving`` (step 1), ``launch`` (step 2), ``backend_params`` (the tests' targets),
-``terminal_section`` (the summary's tables) and ``document`` (pytest-benchmark's document).
+``saving`` (step 1), ``launch_end`` and ``launch`` (step 2, leaving the launch), ``backend_params``
+(the tests' targets), ``terminal_section`` (the summary's tables) and ``document``
+(pytest-benchmark's document).
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ from pytest_ipu.pytest_plugin.session import IpuSession
 if TYPE_CHECKING:
     # The backends and the launches' merging load when a run has something for them (every
     # pytest run registers these hooks: benchmarks/test_startup_cost.py).
-    from pytest_ipu.placement.rank_group import RankGroup
     from pytest_ipu.pytest_plugin.saving import RunSaving
     from pytest_ipu.results.atomic import PendingFile
 
@@ -300,7 +300,9 @@ class Lifecycle:
             if state.torchrun is not None:
                 # After pytest-benchmark saved this rank's file, on every rank: also on one that
                 # measured nothing, which pytest-benchmark never asks for its document.
-                self._finish_launch()
+                from pytest_ipu.pytest_plugin import launch_end
+
+                launch_end.finish(state, self._reporter(), self._say)
             gate_check = state.gate_check_made
             if gate_check is not None:
                 gate_check.check()
@@ -330,27 +332,6 @@ class Lifecycle:
         """pytest-benchmark's storage writer, routed (``RunSaving.write_saved_run``): the run's file
         written whole or not at all."""
         return self.saving.write_saved_run(target, data)
-
-    def _finish_launch(self) -> None:
-        """Merge the launch's results on rank 0; a failure is one red line and a failed run."""
-        state = self.session
-        if state.ranks_lost or state.merged_json is None:
-            # Nothing to merge (``launch.merge`` returns too): the launch module stays unloaded, so a
-            # rank that lost its peers reaches its summary before torchrun's SIGTERM for the others.
-            return
-        from pytest_ipu.errors import RankError
-        from pytest_ipu.errors import RanksElsewhere
-        from pytest_ipu.placement import poprun
-        from pytest_ipu.pytest_plugin import launch
-
-        try:
-            launch.merge(state, self._reporter())
-        except (RankError, poprun.MergeError, OSError) as exc:
-            # Never a merged file from part of the launch.
-            state.launch_error = str(exc) if str(exc).startswith("pytest-ipu:") else f"pytest-ipu: {exc}"
-            state.ranks_lost = state.ranks_lost or isinstance(exc, RankError)
-            state.ranks_elsewhere = isinstance(exc, RanksElsewhere)
-            self._say(state.launch_error)
 
     def _release(self) -> None:
         """Release every compiled model and power source, whatever happened (a warning says what
@@ -412,30 +393,10 @@ class Lifecycle:
         ranks = state.ranks
         if ranks is None:
             return
-        from pytest_ipu.errors import RankError
-
-        try:
-            if not state.ranks_lost or state.ranks_elsewhere:
-                # Every peer is alive (and, when elsewhere, stopping too): a rank that exited now
-                # would have torchrun stop the others before they said where they were.
-                ranks.barrier("the end of every rank's run")
-        except RankError as exc:
-            self._say(str(exc))
-        finally:
-            self._leave(ranks)
-
-    def _leave(self, ranks: RankGroup) -> None:
-        """Leave the launch: the rank ends at exit, with the run's exit status, without finalizing
-        the interpreter (``rank_group.end_at_exit``), its output flushed first. Tearing gloo's groups
-        down cannot be made safe here: a group's destructor holds the GIL while it joins a worker
-        thread that may need the GIL to free the tensors of the last collective (a deadlock no
-        timeout ends), and a worker still alive when the interpreter finalizes aborts the process
-        (SIGABRT). Ending the process ends those threads with it."""
-        del ranks  # every rank got past the last barrier (or knows a peer is gone): nothing to wait for
-        from pytest_ipu.placement import rank_group
+        from pytest_ipu.pytest_plugin import launch_end
 
         status = self._pytest_session.exitstatus if self._pytest_session is not None else 0
-        rank_group.end_at_exit(int(status))
+        launch_end.leave(state, ranks, int(status), self._say)
 
     def _reporter(self) -> Any:
         return self.session.config.pluginmanager.get_plugin("terminalreporter")
