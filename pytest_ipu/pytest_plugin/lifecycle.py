@@ -52,7 +52,7 @@ from pytest_ipu.pytest_plugin.marker import has_marker_gates
 from pytest_ipu.pytest_plugin.session import IpuSession
 
 if TYPE_CHECKING:
-    # The backends and the launches' merging load when a run has something for them (every
+    # The saving and the results' files load when a run has something for them (every
     # pytest run registers these hooks: benchmarks/test_startup_cost.py).
     from pytest_ipu.pytest_plugin.saving import RunSaving
     from pytest_ipu.results.atomic import PendingFile
