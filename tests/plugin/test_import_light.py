@@ -97,9 +97,6 @@ START_UP = frozenset(
     {
         "pytest_ipu",
         "pytest_ipu.errors",
-        "pytest_ipu.placement",
-        "pytest_ipu.placement.outputs",
-        "pytest_ipu.placement.torchrun",
         # SIGTERM unwinds every run as Ctrl-C does (its handler is set at the session's start).
         "pytest_ipu.processes",
         "pytest_ipu.pytest_plugin",
