@@ -11,7 +11,8 @@ pytest-benchmark's own plugin costs about 100 ms). Measured both with bytecode c
 case) and without it (a fresh clone, a read-only install, ``PYTHONDONTWRITEBYTECODE``): then every
 module is compiled from source in every run (``PYTHONPYCACHEPREFIX`` names an empty directory of the
 run's own, on both sides alike, so only the plugin's own compiling and importing differ). Also
-printed: how many pytest-ipu modules the plugin imports at start-up and whether numpy is among them.
+printed: how many pytest-ipu modules (and lines of source) the plugin imports at start-up and whether
+numpy is among them.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ _PROBE = """
 import json, sys
 import pytest_ipu.pytest_plugin.plugin
 mods = sorted(m for m in sys.modules if m.startswith("pytest_ipu"))
-print(json.dumps({"modules": mods, "numpy": "numpy" in sys.modules, "torch": "torch" in sys.modules}))
+# Lines of source compiled at start-up when no bytecode is cached (the uncached cost follows them).
+lines = sum(len(open(sys.modules[m].__file__, "rb").read().splitlines()) for m in mods)
+heavy = {name: name in sys.modules for name in ("numpy", "torch")}
+print(json.dumps({"modules": mods, "lines": lines, **heavy}))
 """
 
 
@@ -107,7 +111,7 @@ def test_startup_cost(tmp_path: Path, study_report: dict[str, list[str]], benchm
         f"added {added_ms:+.0f} ms ({verdict} <= {MAX_ADDED_MS:.0f} ms); without it (compiled from "
         f"source): {on_src * 1e3:.0f} ms vs {off_src * 1e3:.0f} ms: added {added_src_ms:+.0f} ms "
         f"({verdict_src} <= {MAX_ADDED_MS:.0f} ms); {RUNS} runs each, alternating; the plugin imports "
-        f"{len(loaded['modules'])} pytest-ipu modules at start-up, "
+        f"{len(loaded['modules'])} pytest-ipu modules ({loaded['lines']} lines) at start-up, "
         f"numpy {'yes' if loaded['numpy'] else 'no'}, torch {'yes' if loaded['torch'] else 'no'}; "
         f"other plugins off on both sides: {others or 'none installed'}"
     )
@@ -120,6 +124,7 @@ def test_startup_cost(tmp_path: Path, study_report: dict[str, list[str]], benchm
         "uncached_added_s": on_src - off_src,
         "runs": RUNS,
         "modules": loaded["modules"],
+        "lines": loaded["lines"],
         "numpy": loaded["numpy"],
     }
     # A benchmark of our own making, timed by pytest-benchmark too: one start-up with the plugin.

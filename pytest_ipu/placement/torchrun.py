@@ -24,6 +24,10 @@ from pytest_ipu.placement import outputs
 #: Where a rank's ``as_json()`` goes: ``machine_info["ipu"][KEY]`` and each record's ``KEY``.
 KEY = "torchrun"
 
+#: The variable torchrun's agent sets for its workers (and a user's shell does not): a process is
+#: under torchrun when it is set.
+RUN_ID = "TORCHELASTIC_RUN_ID"
+
 #: The variables torchrun sets for every worker that ``detect`` needs, and the field each gives.
 _VARIABLES: Mapping[str, str] = {
     "index": "RANK",
@@ -71,7 +75,7 @@ def detect(environ: Mapping[str, str] | None = None) -> TorchrunRank | None:
     value when one is missing or not a number, or when the rank is not below the world size.
     """
     env = os.environ if environ is None else environ
-    if "TORCHELASTIC_RUN_ID" not in env:
+    if RUN_ID not in env:
         return None
     values: dict[str, int] = {}
     for field, name in _VARIABLES.items():
@@ -83,7 +87,7 @@ def detect(environ: Mapping[str, str] | None = None) -> TorchrunRank | None:
                 f"{name}={text!r} in the environment: torchrun sets it to a whole number for every worker; "
                 "start pytest as `torchrun ... -m pytest`, not by hand with TORCHELASTIC_RUN_ID set"
             ) from None
-    rank = TorchrunRank(run_id=env["TORCHELASTIC_RUN_ID"], **values)
+    rank = TorchrunRank(run_id=env[RUN_ID], **values)
     if not (0 <= rank.index < rank.count and 0 <= rank.local_index < rank.local_count <= rank.count):
         raise ValueError(
             f"RANK={rank.index}, WORLD_SIZE={rank.count}, LOCAL_RANK={rank.local_index}, "

@@ -45,7 +45,7 @@ from typing import Any
 
 import pytest
 
-from pytest_ipu.pytest_plugin.options import Settings
+from pytest_ipu.pytest_plugin.settings import Settings
 
 if TYPE_CHECKING:
     from pytest_ipu.pytest_plugin.repeats import Untimed
@@ -182,7 +182,7 @@ class GateCheck:
         a run that times nothing; load the baseline, and stop the run when relative gates (the
         run's or a benchmark's own) have none."""
         from pytest_ipu.errors import ConfigError
-        from pytest_ipu.pytest_plugin.marker import marker_gates
+        from pytest_ipu.pytest_plugin.marker_keywords import marker_gates
 
         try:
             marked = {item.nodeid: marker_gates(item) for item in session.items}
@@ -249,10 +249,10 @@ class GateCheck:
     def _newest_complete_saved(self, config: pytest.Config) -> None:
         """``--benchmark-compare`` without a run loaded the newest saved run, which cannot be a
         baseline (a partial run): take the newest saved run before it that can, with a note."""
-        from pytest_ipu.pytest_plugin import bench_seam
+        from pytest_ipu.pytest_plugin.bench_seam import runs
         from pytest_ipu.results import benchmark_json
 
-        saved = bench_seam.saved_runs_compared(config)
+        saved = runs.saved_runs_compared(config)
         for path in reversed(saved[:-1]):
             try:
                 document = benchmark_json.read_document(path)

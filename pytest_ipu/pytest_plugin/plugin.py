@@ -9,13 +9,13 @@ on first use (``benchmarks/test_startup_cost.py`` measures what the plugin adds 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from typing import TYPE_CHECKING
 from typing import Any
 
 import pytest
 
-from pytest_ipu.placement import torchrun
 from pytest_ipu.pytest_plugin import bench_seam
 from pytest_ipu.pytest_plugin import hookspec
 from pytest_ipu.pytest_plugin import options
@@ -36,7 +36,10 @@ from pytest_ipu.pytest_plugin.session import SESSION_KEY
 from pytest_ipu.pytest_plugin.session import IpuSession
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pytest_ipu.devices.poprun import PopRunInstance
+    from pytest_ipu.placement.torchrun import TorchrunRank
 
 __all__ = [
     "ipu_backend",
@@ -84,8 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # whose trylast pytest_configure reads the option).
         instance = _poprun_instance(config.option)
         # Under torchrun likewise each rank (rank 0 also writes the merged file at the given path).
-        rank = torchrun.detect()
-        merged_json = None if rank is None else torchrun.configure_json_path(config.option, rank)
+        rank, merged_json = _torchrun_rank(config.option)
     except ValueError as exc:
         raise pytest.UsageError(f"pytest-ipu: {exc}") from None
     if rank is not None and rank.index > 0:
@@ -139,6 +141,23 @@ def _poprun_instance(option: Any) -> PopRunInstance | None:
     from pytest_ipu.placement import poprun
 
     return poprun.configure_json_path(option)
+
+
+#: The variable torchrun's agent sets for its workers (``placement.torchrun.RUN_ID``, which
+#: ``torchrun.detect`` reads first): without it no process is under torchrun. Spelled out, not
+#: imported: a run outside torchrun loads no launch code (tests/unit/test_torchrun.py checks the two agree).
+TORCHRUN_RUN_ID = "TORCHELASTIC_RUN_ID"
+
+
+def _torchrun_rank(option: Any) -> tuple[TorchrunRank | None, Path | None]:
+    """This torchrun rank (its output files tagged) and the merged file rank 0 writes, or
+    ``(None, None)`` outside torchrun, where ``placement.torchrun`` stays unloaded."""
+    if TORCHRUN_RUN_ID not in os.environ:
+        return None, None
+    from pytest_ipu.placement import torchrun
+
+    rank = torchrun.detect()
+    return rank, None if rank is None else torchrun.configure_json_path(option, rank)
 
 
 def _quiet_rank(config: pytest.Config) -> None:

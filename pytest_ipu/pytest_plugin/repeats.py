@@ -35,9 +35,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_ipu.errors import ConfigError
-from pytest_ipu.pytest_plugin.marker import marker_overrides
+from pytest_ipu.pytest_plugin.marker_keywords import marker_overrides
 from pytest_ipu.pytest_plugin.options import OPTIONS
-from pytest_ipu.pytest_plugin.options import Settings
+from pytest_ipu.pytest_plugin.settings import Settings
 
 if TYPE_CHECKING:
     from pytest_ipu.run.benchmark import Measurement

@@ -2,40 +2,34 @@
 launch and what was measured.
 
 No hooks: the fixtures and ``lifecycle`` (the hooks) read and fill it. It is made at every
-pytest start-up, so what only a benchmark needs (the compile cache, power meters, the JSON
-schema) is imported on first use.
+pytest start-up, so what only a benchmark needs is a module of its own, made on first use: the
+backends (``run_backends``), the power meters (``meters``), the compile cache, the repeats, the
+gates; and a measured benchmark is handed over by ``fixtures.publish``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
 import pytest
 
-from pytest_ipu.errors import BackendUnavailable
-from pytest_ipu.pytest_plugin.options import AUTO
-
 if TYPE_CHECKING:
     # Loaded by the methods that use them: the backends, power sources and launch descriptions
     # are a benchmark's, not every pytest run's.
     from pytest_ipu.backends.base import Availability
     from pytest_ipu.backends.base import Backend
-    from pytest_ipu.backends.base import CompiledModel
     from pytest_ipu.backends.target import Target
     from pytest_ipu.devices.poprun import PopRunInstance
     from pytest_ipu.placement.rank_group import RankGroup
     from pytest_ipu.placement.rank_group import ScopedRanks
     from pytest_ipu.placement.torchrun import TorchrunRank
-    from pytest_ipu.power.base import PowerSource
-    from pytest_ipu.power.meter import PowerMeter
     from pytest_ipu.pytest_plugin.gating import GateCheck
-    from pytest_ipu.pytest_plugin.options import Settings
+    from pytest_ipu.pytest_plugin.meters import RunMeters
     from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
-    from pytest_ipu.results.gates import Gate
+    from pytest_ipu.pytest_plugin.run_backends import RunBackends
+    from pytest_ipu.pytest_plugin.settings import Settings
     from pytest_ipu.results.power_blocks import PowerBlock
     from pytest_ipu.results.records import IpuRecord
     from pytest_ipu.results.records import Measured
@@ -96,9 +90,8 @@ class IpuSession:
         #: ``pytest_ipu.power_blocks`` and the terminal's "ipu_power blocks" table.
         self.power_blocks: list[PowerBlock] = []
         self._compiled: CompileCache | None = None
-        self.backends: dict[Target, tuple[Backend | None, Availability]] = {}
-        self.auto: tuple[list[Target], list[tuple[Target, str]]] | None = None
-        self._meters: dict[tuple[str, str], tuple[PowerMeter | None, str]] = {}
+        self._run_backends: RunBackends | None = None
+        self._meters: RunMeters | None = None
         self._repeats: RepeatScheduler | None = None
         self._gate_check: GateCheck | None = None
 
@@ -151,143 +144,36 @@ class IpuSession:
             self._compiled = CompileCache()
         return self._compiled
 
-    # -- backends ---------------------------------------------------------------------------------
+    # -- backends and power meters: made by the first test that needs them -------------------------
 
-    def backend(self, target: Target) -> tuple[Backend | None, Availability]:
-        """The backend for ``target`` (made once per run) and whether it can run here."""
-        if target not in self.backends:
-            from pytest_ipu import backends
-            from pytest_ipu.backends.base import Availability
+    @property
+    def run_backends(self) -> RunBackends:
+        """The run's backends, one per target, made on first use (``run_backends``)."""
+        if self._run_backends is None:
+            from pytest_ipu.pytest_plugin.run_backends import RunBackends
 
-            # A conftest's implementation first; the built-in registry answers last.
-            made = self.config.hook.pytest_ipu_make_backend(config=self.config, target=target)
-            if made is None:
-                made = backends.make_backend(
-                    target,
-                    self.settings.cache_dir,
-                    (self.settings.torch_threads, self.settings.torch_interop_threads),
-                )
-            found: Backend | None = made
-            availability = (
-                made.availability()
-                if made is not None
-                else Availability.no(backends.unknown_backend_reason(target))
-            )
-            self.backends[target] = (found, availability)
-        return self.backends[target]
+            self._run_backends = RunBackends(self.config, self.settings)
+        return self._run_backends
 
-    def backend_for(self, name: str, device: str | None) -> Backend:
-        """The backend for ``name:device``, made once per run; ``BackendUnavailable`` (the test skips)
-        when it cannot run here."""
-        from pytest_ipu.backends.target import Target
+    @property
+    def backends(self) -> dict[Target, tuple[Backend | None, Availability]]:
+        """Every target asked for, its backend and whether it runs here (empty: none was asked for)."""
+        return {} if self._run_backends is None else self._run_backends.backends
 
-        target = Target(name, device)
-        backend, availability = self.backend(target)
-        if backend is None or not availability.ok:
-            raise BackendUnavailable(f"pytest-ipu: target {target} is not available: {availability.reason}")
-        return backend
+    @property
+    def auto(self) -> tuple[list[Target], list[tuple[Target, str]]] | None:
+        """Under ``--ipu-backend=auto``, once asked: the default targets present, and those absent
+        with the reason (``None``: not asked)."""
+        return None if self._run_backends is None else self._run_backends.auto
 
-    def auto_targets(self) -> tuple[list[Target], list[tuple[Target, str]]]:
-        """``--ipu-backend=auto``: the default targets present here, and those absent with the reason."""
-        if self.auto is None:
-            from pytest_ipu import backends
+    @property
+    def meters(self) -> RunMeters:
+        """The run's power meters, opened on first use and closed by ``release`` (``meters``)."""
+        if self._meters is None:
+            from pytest_ipu.pytest_plugin.meters import RunMeters
 
-            present, absent = [], []
-            for target in backends.auto_candidates():
-                _, availability = self.backend(target)
-                if availability.ok:
-                    present.append(target)
-                else:
-                    absent.append((target, availability.reason))
-            self.auto = (present, absent)
-        return self.auto
-
-    def targets_for(self, requested: tuple[Target, ...]) -> list[Target]:
-        """Targets to parametrize: as requested, or for ``auto`` every default target present.
-
-        When ``auto`` finds nothing, every candidate is returned, so the tests skip (or fail under
-        ``--ipu-missing-sdk=fail``) with the reason instead of silently not existing.
-        """
-        if requested:
-            return list(requested)
-        present, absent = self.auto_targets()
-        return present or [t for t, _ in absent]
-
-    # -- power ------------------------------------------------------------------------------------
-
-    def model_meter(self, compiled: CompiledModel, choice: str) -> tuple[PowerMeter | None, str, str]:
-        """``power_meter`` for what a compiled model runs on: on IPU hardware exactly the IPUs it
-        holds (``power.metered_device``), never the partition. When its backend cannot say which,
-        those gcipuinfo names the processes running it as user of (``power.ipus_of_processes``);
-        when none is found, no meter, and the reason."""
-        from pytest_ipu import power
-
-        device = power.metered_device(compiled.device, compiled.ipu_ids)
-        if device is not None or choice == "off":
-            return self.power_meter(device or compiled.device, choice)
-        name = power.source_for_device(compiled.device) if choice == AUTO else choice
-        # The backend let the SDK choose: the IPUs gcipuinfo names the model's processes as user of.
-        found, lookup = power.ipus_of_processes(
-            None if name is None else self._partition_source(name, compiled.device),
-            _model_processes(compiled),
-            compiled.ipu_count,
-        )
-        device = power.metered_device(compiled.device, found)
-        if device is not None:
-            return self.power_meter(device, choice)
-        reason = power.UNKNOWN_IPUS.format(target=compiled.target, backend=compiled.backend, lookup=lookup)
-        return None, name or "none", reason
-
-    def _partition_source(self, name: str, device: str) -> PowerSource | None:
-        """Source ``name`` for every IPU of ``device``'s partition, as a conftest or the registry makes
-        it: asked which IPUs processes use, never opened (nothing is metered on it)."""
-        from pytest_ipu import power
-
-        partition = device.partition(":")[0]
-        made = self.config.hook.pytest_ipu_make_power_source(config=self.config, name=name, device=partition)
-        try:
-            source: PowerSource = made if made is not None else power.make_source(name, partition)
-        except Exception:  # an unknown name, or a device it cannot map: then no source says
-            return None
-        return source
-
-    def power_meter(self, device: str, choice: str) -> tuple[PowerMeter | None, str, str]:
-        """The open power meter for compute ``device`` (made once per run) under the test's
-        ``--ipu-power`` choice, its source name, and when there is none, the reason."""
-        if choice == "off":
-            return None, "off", "power measurement is off (--ipu-power=off or the test's marker)"
-        from pytest_ipu import power
-
-        name = power.source_for_device(device) if choice == AUTO else choice
-        if name is None:
-            return None, "none", f"no power source measures device {device!r}"
-        key = (name, device)
-        if key not in self._meters:
-            self._meters[key] = self._open_meter(name, device)
-        meter, reason = self._meters[key]
-        return meter, name, reason
-
-    def _open_meter(self, name: str, device: str) -> tuple[PowerMeter | None, str]:
-        from pytest_ipu import power
-        from pytest_ipu.power.base import PowerSourceError
-
-        made = self.config.hook.pytest_ipu_make_power_source(config=self.config, name=name, device=device)
-        try:
-            source: PowerSource = made if made is not None else power.make_source(name, device)
-        except Exception as exc:  # a third-party source, or a device string it cannot map
-            return None, f"{name} could not be set up for {device!r}: {type(exc).__name__}: {exc}"
-        availability = source.availability()
-        if not availability.ok:
-            return None, f"{name} unavailable: {availability.reason}"
-        from pytest_ipu.power.meter import PowerMeter
-
-        meter = PowerMeter(source, hz=self.settings.power_hz, idle_s=self.settings.idle_s)
-        try:
-            meter.open()
-        except PowerSourceError as exc:
-            meter.close()
-            return None, f"{name} failed to open: {exc}"
-        return meter, ""
+            self._meters = RunMeters(self.config, self.settings)
+        return self._meters
 
     # -- torchrun ---------------------------------------------------------------------------------
 
@@ -335,48 +221,6 @@ class IpuSession:
 
     # -- results ----------------------------------------------------------------------------------
 
-    def publish(
-        self,
-        item: pytest.Item,
-        extra_info: dict[str, Any],
-        record: IpuRecord,
-        samples_s: tuple[float, ...],
-        group: str,
-        gates: tuple[Gate, ...],
-    ) -> Measured:
-        """Keep a measured benchmark (``ipu_benchmark`` calls this once per benchmark) and give
-        pytest-benchmark its JSON form, ``extra_info["ipu"]``, after ``pytest_ipu_update_record``."""
-        from pytest_ipu.placement import poprun
-        from pytest_ipu.placement import torchrun
-        from pytest_ipu.results import benchmark_json
-        from pytest_ipu.results import schema
-        from pytest_ipu.results.records import Measured
-
-        if self.torchrun is None and self.settings.scaling_baseline is not None:
-            # One process measured the whole launch: its record is the launch's, scaled here. Under
-            # torchrun only the merged record is (rank 0, ``pytest_benchmark_update_json``).
-            from pytest_ipu.results import scaling_baseline
-
-            part = scaling_baseline.against(
-                record, self.scaling_baseline().get(item.nodeid), str(self.settings.scaling_baseline)
-            )
-            if part is not None:
-                record = dataclasses.replace(record, scaling=part)
-        measured = Measured(item.nodeid, item.name, group, record, samples_s, gates)
-        self.measured.append(measured)
-        data = schema.to_json(record)
-        if self.poprun is not None:
-            from pytest_ipu.placement import poprun
-
-            data[poprun.KEY] = self.poprun.as_json()
-        if self.torchrun is not None:
-            from pytest_ipu.placement import torchrun
-
-            data[torchrun.KEY] = self.torchrun.as_json()
-        self.config.hook.pytest_ipu_update_record(config=self.config, item=item, record=data)
-        benchmark_json.attach(extra_info, data)
-        return measured
-
     def add_power_block(
         self, test: str, device: str, power: PowerRecord, error: str | None = None
     ) -> PowerBlock:
@@ -399,24 +243,8 @@ class IpuSession:
     def release(self) -> list[str]:
         """Close every power meter and compiled model (once; later calls find nothing open); what
         could not be closed, one line each."""
-        meters, self._meters = [m for m, _ in self._meters.values() if m is not None], {}
-        errors = []
-        for meter in meters:
-            try:
-                meter.close()
-            except Exception as exc:
-                errors.append(f"power source {meter.source.name}: {exc}")
+        errors = [] if self._meters is None else self._meters.close()
         compiled, self._compiled = self._compiled, None
         if compiled is not None:
             errors.extend(compiled.close())
         return errors
-
-
-def _model_processes(compiled: CompiledModel) -> tuple[int, ...]:
-    """The processes whose calls run ``compiled``: a group's (its workers', or this process for
-    threads), else this process."""
-    from pytest_ipu.backends.base import Grouped
-
-    if isinstance(compiled, Grouped):
-        return compiled.group.process_ids()
-    return (os.getpid(),)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from pytest_ipu.pytest_plugin.marker import KEYWORDS
+from pytest_ipu.pytest_plugin.marker_keywords import KEYWORDS
 from pytest_ipu.pytest_plugin.options import OPTIONS
 from tests.plugin.inner import SENTINEL_TEST
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from pytest_ipu.backports import remove_prefix
-from pytest_ipu.pytest_plugin.marker import KEYWORDS
+from pytest_ipu.pytest_plugin.marker_keywords import KEYWORDS
 from pytest_ipu.pytest_plugin.options import OPTIONS
 from pytest_ipu.pytest_plugin.options import OptionSpec
 

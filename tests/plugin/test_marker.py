@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ipu.pytest_plugin.marker import KEYWORDS
+from pytest_ipu.pytest_plugin.marker_keywords import KEYWORDS
 from tests.plugin.inner import SENTINEL_TEST
 from tests.plugin.inner import assert_usage_error
 
@@ -299,7 +299,7 @@ def test_placement_keywords_combine_across_markers_closest_wins(pytester: pytest
 
         @pytest.mark.ipu(instances=2)
         def test_a(request):
-            from pytest_ipu.pytest_plugin.marker import placement_request
+            from pytest_ipu.pytest_plugin.marker_keywords import placement_request
             r = placement_request(request.node)
             assert (r.instances, r.replicas, r.ipus_per_instance) == (2, 2, 2)
         """

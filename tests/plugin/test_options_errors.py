@@ -206,7 +206,7 @@ def test_ipu_settings_sees_the_resolved_values(
     pytester.makeconftest(_PROVIDES_MINE_AND_OTHER)
     pytester.makepyfile(
         """
-        from pytest_ipu.pytest_plugin.options import Settings
+        from pytest_ipu.pytest_plugin.settings import Settings
         from pytest_ipu.backends.target import Target
 
         def test_settings(ipu_settings):

@@ -9,7 +9,7 @@ import pytest
 from pytest_ipu import backends
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.pytest_plugin import plugin
-from pytest_ipu.pytest_plugin.marker import KEYWORDS
+from pytest_ipu.pytest_plugin.marker_keywords import KEYWORDS
 from pytest_ipu.pytest_plugin.options import OPTIONS
 from pytest_ipu.results import records
 from pytest_ipu.results import schema

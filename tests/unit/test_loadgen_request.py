@@ -16,7 +16,7 @@ from pytest_ipu.loadgen.request import build
 def test_the_fixtures_documented_defaults_are_builds() -> None:
     """``ipu_loadgen`` passes its keywords to ``build``: the signature users read (the ``Loadgen``
     protocol) and the defaults ``build`` applies are the same."""
-    from pytest_ipu.pytest_plugin.fixtures.loadgen import Loadgen
+    from pytest_ipu.pytest_plugin.fixtures.callables import Loadgen
 
     documented = inspect.signature(Loadgen.__call__).parameters
     applied = inspect.signature(build).parameters

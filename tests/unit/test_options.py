@@ -1,4 +1,5 @@
-"""Option resolution (pytest_ipu.pytest_plugin.options): precedence, exact error messages, parsers, names."""
+"""Option resolution (pytest_ipu.pytest_plugin.options, option_values): precedence, exact error messages,
+parsers, names."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 
 from pytest_ipu.backends.target import Target
 from pytest_ipu.errors import ConfigError
+from pytest_ipu.pytest_plugin import option_values
 from pytest_ipu.pytest_plugin import options
-from pytest_ipu.pytest_plugin.options import Settings
+from pytest_ipu.pytest_plugin.settings import Settings
 
 # (ini key, CLI value, env value, ini value, settings field, parsed CLI, parsed env, parsed ini, default)
 PRECEDENCE = [
@@ -85,7 +87,7 @@ def test_defaults_resolve_to_settings_defaults():
 def test_each_default_parses_to_the_settings_default(spec):
     """A run that sets an option nowhere takes Settings' default without parsing the option's (no
     parser loads at start-up): the two must agree, and the option's default must parse."""
-    assert spec.parse(spec.default) == getattr(Settings(), spec.field)
+    assert option_values.parser_for(spec.field)(spec.default) == getattr(Settings(), spec.field)
 
 
 def test_unrelated_environment_is_ignored():
@@ -205,7 +207,7 @@ def test_an_unset_option_is_not_parsed(monkeypatch):
     [("2", 2.0), ("2s", 2.0), ("500ms", 0.5), (" 0.5 ", 0.5), ("2S", 2.0), ("1.5s", 1.5), (3, 3.0)],
 )
 def test_parse_seconds(text, seconds):
-    assert options.parse_seconds(text) == pytest.approx(seconds, rel=1e-12)
+    assert option_values.parse_seconds(text) == pytest.approx(seconds, rel=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -215,63 +217,63 @@ def test_parse_seconds_rejects(text):
     with pytest.raises(
         ValueError, match="expected a positive duration such as '2', '2s' or '500ms', at most a day"
     ):
-        options.parse_seconds(text)
+        option_values.parse_seconds(text)
 
 
 @pytest.mark.parametrize(("text", "rounds"), [("auto", None), ("AUTO", None), (" 10 ", 10), (1, 1)])
 def test_parse_rounds(text, rounds):
-    assert options.parse_rounds(text) == rounds
+    assert option_values.parse_rounds(text) == rounds
 
 
 @pytest.mark.parametrize("text", ["0", "-3", "1.5", "", "ten", True])
 def test_parse_rounds_rejects(text):
     with pytest.raises(ValueError, match="expected 'auto' or an integer from 1 to 1000000"):
-        options.parse_rounds(text)
+        option_values.parse_rounds(text)
 
 
 def test_parse_targets_auto_is_empty():
-    assert options.parse_targets("auto") == ()
-    assert options.parse_targets(" Auto ") == ()
+    assert option_values.parse_targets("auto") == ()
+    assert option_values.parse_targets(" Auto ") == ()
 
 
 def test_parse_targets_list():
-    assert options.parse_targets("torch:cpu,torch:cuda:0") == (
+    assert option_values.parse_targets("torch:cpu,torch:cuda:0") == (
         Target("torch", "cpu"),
         Target("torch", "cuda:0"),
     )
 
 
 def test_parse_targets_deduplicates_keeping_order():
-    got = options.parse_targets("torch:cuda, torch:cpu ,torch:cuda,,torch:cpu")
+    got = option_values.parse_targets("torch:cuda, torch:cpu ,torch:cuda,,torch:cpu")
     assert got == (Target("torch", "cuda"), Target("torch", "cpu"))
 
 
 @pytest.mark.parametrize("text", ["Torch", ":cpu", "torch:CPU", "torch:cuda:x", "torch:cpu,Torch", "to rch"])
 def test_parse_targets_rejects_bad_target(text):
     with pytest.raises(ValueError, match="expected a backend target such as"):
-        options.parse_targets(text)
+        option_values.parse_targets(text)
 
 
 @pytest.mark.parametrize("text", [",", "", " , ,"])
 def test_parse_targets_rejects_empty_list(text):
     with pytest.raises(ValueError, match="expected 'auto' or targets such as 'torch:cpu,torch:cuda'"):
-        options.parse_targets(text)
+        option_values.parse_targets(text)
 
 
 def test_parse_targets_rejects_empty_device():
     with pytest.raises(ValueError, match="expected a backend target such as"):
-        options.parse_targets("torch:")
+        option_values.parse_targets("torch:")
 
 
 def test_parse_dir_expands_the_home_directory():
-    assert options.parse_dir(" ~/models ") == Path.home() / "models"
-    assert options.parse_dir("rel/dir") == Path("rel/dir")
+    assert option_values.parse_dir(" ~/models ") == Path.home() / "models"
+    assert option_values.parse_dir("rel/dir") == Path("rel/dir")
 
 
 @pytest.mark.parametrize("text", ["", "   "])
 def test_parse_dir_rejects_empty(text):
     with pytest.raises(ValueError, match="expected a directory path"):
-        options.parse_dir(text)
+        option_values.parse_dir(text)
 
 
 def test_cache_dir_default_is_under_the_home_directory_not_the_working_directory():
@@ -317,12 +319,12 @@ def test_option_names_derive_from_flag(spec):
     assert spec.env == "PYTEST_IPU_" + stem.replace("-", "_").upper()
     assert spec.ini.startswith("ipu_")
     assert spec.env.startswith("PYTEST_IPU_")
-    assert options.parser_for(spec.field) is spec.parse
 
 
 def test_options_cover_every_setting_once():
     fields = [spec.field for spec in options.OPTIONS]
     assert sorted(fields) == sorted(f.name for f in dataclasses.fields(Settings))
+    assert sorted(option_values.PARSERS) == sorted(fields)
     assert len({spec.flag for spec in options.OPTIONS}) == len(options.OPTIONS)
     assert len({spec.env for spec in options.OPTIONS}) == len(options.OPTIONS)
 
@@ -339,7 +341,7 @@ def test_warmup_rounds_names():
 def test_min_rounds_limit_is_the_auto_plans_cap():
     from pytest_ipu.measure import timing
 
-    assert options.MAX_MIN_ROUNDS == timing.MAX_AUTO_ROUNDS
+    assert option_values.MAX_MIN_ROUNDS == timing.MAX_AUTO_ROUNDS
 
 
 @pytest.mark.parametrize(
@@ -354,25 +356,25 @@ def test_min_rounds_limit_is_the_auto_plans_cap():
     ],
 )
 def test_upper_limits_are_inclusive(field, largest, past):
-    parse = options.parser_for(field)
+    parse = option_values.parser_for(field)
     assert parse(largest) > 0
     with pytest.raises(ValueError, match="expected"):
         parse(past)
 
 
 def test_power_hz_below_a_tenth_of_a_hertz_is_refused():
-    assert options.parse_hz("0.1") == pytest.approx(0.1)
+    assert option_values.parse_hz("0.1") == pytest.approx(0.1)
     with pytest.raises(ValueError, match=r"from 0\.1 to 10000"):
-        options.parse_hz("1e-300")
+        option_values.parse_hz("1e-300")
 
 
 @pytest.mark.parametrize("field", ["gates", "baselines"])
 def test_an_empty_item_of_a_repeated_option_is_refused(field):
     with pytest.raises(ValueError, match="got an empty value"):
-        options.parser_for(field)([""])
+        option_values.parser_for(field)([""])
     # `none` and an unset environment variable still mean none; `;;` in one string is a separator.
-    assert options.parser_for(field)(["none"]) == ()
-    assert options.parser_for(field)("none;;none") == ()
+    assert option_values.parser_for(field)(["none"]) == ()
+    assert option_values.parser_for(field)("none;;none") == ()
 
 
 def test_unknown_pytest_ipu_variables_name_the_closest_option():

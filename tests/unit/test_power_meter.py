@@ -524,7 +524,7 @@ def test_open_error_propagates():
 
 
 def test_close_after_a_failed_open_releases_the_source():
-    """IpuSession._open_meter closes the meter after 'failed to open': that must reach the source,
+    """RunMeters._open_meter closes the meter after 'failed to open': that must reach the source,
     which may hold half-acquired handles (nvmlInit without nvmlShutdown)."""
     source = FakePowerSource(open_error="fake: half-initialised")
     meter = PowerMeter(source, idle_s=0)

@@ -7,7 +7,7 @@ import pytest
 from pytest_ipu import backends
 from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.target import parse_target
-from pytest_ipu.pytest_plugin import marker
+from pytest_ipu.pytest_plugin import marker_keywords as marker
 
 
 @pytest.mark.parametrize(

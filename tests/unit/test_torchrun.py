@@ -34,6 +34,15 @@ def test_outside_torchrun_there_is_no_rank() -> None:
     assert torchrun.detect({k: v for k, v in RANK_3.items() if k != "TORCHELASTIC_RUN_ID"}) is None
 
 
+def test_the_plugin_looks_for_torchrun_by_detects_variable() -> None:
+    """The plugin loads ``placement.torchrun`` only when torchrun's variable is set (a run outside
+    torchrun loads no launch code): the variable it checks is the one ``detect`` needs."""
+    from pytest_ipu.pytest_plugin import plugin
+
+    assert plugin.TORCHRUN_RUN_ID == torchrun.RUN_ID == "TORCHELASTIC_RUN_ID"
+    assert torchrun.detect({k: v for k, v in RANK_3.items() if k != plugin.TORCHRUN_RUN_ID}) is None
+
+
 def test_a_worker_reads_every_variable() -> None:
     rank = torchrun.detect(RANK_3)
     assert rank == TorchrunRank(index=3, count=4, local_index=1, local_count=2, node=1, run_id="job-7")

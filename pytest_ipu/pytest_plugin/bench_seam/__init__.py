@@ -1,8 +1,8 @@
-"""The one module that touches pytest-benchmark beyond its public hooks and its ``benchmark`` fixture.
+"""The one package that touches pytest-benchmark beyond its public hooks and its ``benchmark`` fixture.
 
 pytest-ipu composes with pytest-benchmark 4.0.0 (the last release for Python 3.8, the Poplar SDK
 3.4's Python) and every 5.x. Everything it needs that is not public, and how each version is
-bridged (``tests/unit/test_bench_seam.py`` fails if another module of ``pytest_ipu`` names any of it):
+bridged (``tests/unit/test_bench_seam.py`` fails if a module outside this package names any of it):
 
 =====================================  ========================  ===================  ==============
 need                                   4.0.0 - 5.1               5.2                  5.3 and later
@@ -29,24 +29,23 @@ How the differences are bridged:
   then hands pytest-benchmark a ``_JsonFile``, which opens the path only when pytest-benchmark writes
   (``with self.json as fh``), so the JSON goes through pytest-ipu's temporary file and is moved into
   place whole, as on 5.3. ``json_path`` reads the value as a path on every version.
-- ``teardown`` before 5.2: ``Timer.pedantic`` runs it at the start of the next round's setup and
+- ``teardown`` before 5.2: ``fixture.Timer.pedantic`` runs it at the start of the next round's setup and
   after the last round: the same point between rounds, after pytest-benchmark's bookkeeping of the
   round, where 5.2 calls it.
+
+This module is what a pytest run needs from its start: the ``--benchmark-json`` option and the
+routing of pytest-benchmark's saving. What only a benchmark needs is ``fixture`` (loaded by the
+first benchmark), what only a run that writes or compares files needs is ``runs``.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import inspect
 import os
 from collections.abc import Callable
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from typing import BinaryIO
-from typing import TypeVar
-from typing import cast
 
 import pytest
 
@@ -197,22 +196,6 @@ def set_json_path(option: Any, path: Path | None, shown: Path | None = None) -> 
 # -- the session ------------------------------------------------------------------------------------
 
 
-def wrap_json_writer(config: pytest.Config, after: Callable[[Callable[[], None]], None]) -> bool:
-    """Route pytest-benchmark's ``--benchmark-json`` write through ``after``: it gets a function
-    that writes the file and calls it itself (to move the file into place, or report a failure).
-    Returns whether pytest-benchmark has such a writer (``save_json``) to route."""
-    bench = getattr(config, "_benchmarksession", None)
-    save_json = getattr(bench, "save_json", None)
-    if not callable(save_json):
-        return False
-
-    def routed(output_json: Any) -> None:
-        after(lambda: save_json(output_json))
-
-    bench.save_json = routed  # type: ignore[union-attr]
-    return True
-
-
 def route_saving(
     config: pytest.Config,
     instead: Callable[[bool], bool],
@@ -261,171 +244,3 @@ def route_storage(config: pytest.Config, write: Callable[[Path, bytes], bool]) -
 
     storage.save = save  # type: ignore[union-attr]
     return True
-
-
-def saved_runs_compared(config: pytest.Config) -> list[Path]:
-    """The saved runs ``--benchmark-compare`` chose from, oldest first, when it was given without a
-    run (pytest-benchmark then compares against the newest, the last of them); empty when it named
-    a run, was not given, or the storage is not a folder (elasticsearch). The same query as
-    pytest-benchmark's ``storage.load()``: this machine's folder, ``NNNN_*.json``, sorted by name."""
-    bench = getattr(config, "_benchmarksession", None)
-    storage = getattr(bench, "storage", None)
-    # Only the file storage is a folder of runs (elasticsearch's ``query`` takes no glob).
-    if getattr(bench, "compare", None) is not True or type(storage).__name__ != "FileStorage":
-        return []
-    return [Path(p) for p in storage.query("[0-9][0-9][0-9][0-9]_")]  # type: ignore[union-attr]
-
-
-def save_without_benchmarks(config: pytest.Config) -> bool:
-    """Save the run's file as pytest-benchmark would, for a run that measured no benchmark (it then
-    saves nothing): ``--benchmark-json`` through its writer, ``--benchmark-save``/``-autosave``
-    through its storage. Returns whether anything was to be saved.
-
-    The document is made as pytest-benchmark's ``handle_saving`` makes it, through its public hooks
-    (machine and commit info, ``pytest_benchmark_generate_json`` with no benchmarks, then
-    ``pytest_benchmark_update_json``, where plugins add their sections). A disabled pytest-benchmark
-    saves nothing, and neither does this; nor does a session that has benchmarks (it saves them).
-    """
-    bench = getattr(config, "_benchmarksession", None)
-    if bench is None or bench.benchmarks or bench.disabled:
-        return False
-    save = bench.save or bench.autosave
-    if not (save or bench.json):
-        return False
-    hook = config.hook
-    machine_info = bench.get_machine_info()
-    commit_info = hook.pytest_benchmark_generate_commit_info(config=config)
-    hook.pytest_benchmark_update_commit_info(config=config, commit_info=commit_info)
-
-    def document(include_data: bool) -> dict[str, Any]:
-        output_json: dict[str, Any] = hook.pytest_benchmark_generate_json(
-            config=config,
-            benchmarks=[],
-            include_data=include_data,
-            machine_info=machine_info,
-            commit_info=commit_info,
-        )
-        hook.pytest_benchmark_update_json(config=config, benchmarks=[], output_json=output_json)
-        return output_json
-
-    if bench.json:
-        bench.save_json(document(True))
-    if save:
-        bench.storage.save(document(bench.save_data), save)
-    return True
-
-
-# -- the fixture ------------------------------------------------------------------------------------
-
-
-def forget(config: pytest.Config, benchmark: Any) -> None:
-    """Leave a timed run of the fixture out of pytest-benchmark's results: an earlier repeat of a
-    benchmark, timed by the same ``pedantic`` as the last one and pooled into its record, but not a
-    benchmark of its own in pytest-benchmark's table and JSON (which keep the last repeat's rounds)."""
-    stats = getattr(benchmark, "stats", None)
-    kept = getattr(getattr(config, "_benchmarksession", None), "benchmarks", None)
-    if stats is None or kept is None:
-        return
-    for i, entry in enumerate(kept):
-        if entry is stats:
-            del kept[i]
-            return
-
-
-#: The attribute of pytest-benchmark's fixture naming the pytest-ipu fixture that measures with it,
-#: and whether that call is still running.
-_MEASURING = "_pytest_ipu_measuring"
-
-# The bound as a string: collections.abc.Callable cannot be subscripted at run time before Python 3.9.
-_F = TypeVar("_F", bound="Callable[..., Any]")
-
-
-def one_per_test(benchmark: Any, caller: str, test: str, measure: _F) -> _F:
-    """``measure`` (the callable fixture ``caller`` returns), failing a second use of ``benchmark``
-    in ``test`` with one line in pytest-ipu's words.
-
-    pytest-ipu measures one benchmark per test: its record is the test's result, its gates fail the
-    test, and pytest-benchmark keeps one result per test (a second ``pedantic`` is its bare
-    "FixtureAlreadyUsed ... pedantic mode", which the user never called). A second call, after the
-    first or inside the model the first is measuring, is refused before it measures anything.
-    """
-
-    @functools.wraps(measure)
-    def once(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True
-        first, running = getattr(benchmark, _MEASURING, (None, False))
-        if first is None and getattr(benchmark, "_mode", None):
-            first = "pytest-benchmark's benchmark"  # the plain fixture, used by the test itself
-        if first is not None:
-            when = f"inside the model {first}(...) is measuring" if running else f"after {first}(...)"
-            pytest.fail(
-                f"pytest-ipu: {caller}(...) called {when} in {test}: pytest-ipu measures one benchmark "
-                "per test; measure each model in a test of its own (e.g. with @pytest.mark.parametrize "
-                "over the models)",
-                pytrace=False,
-            )
-        setattr(benchmark, _MEASURING, (caller, True))
-        try:
-            return measure(*args, **kwargs)
-        finally:
-            setattr(benchmark, _MEASURING, (caller, False))
-
-    return cast("_F", once)
-
-
-def mark_used(benchmark: Any) -> None:
-    """Tell pytest-benchmark its fixture was not forgotten (else it warns "Benchmark fixture was not
-    used at all in this test!") when the test measured without it or failed before it."""
-    benchmark.skipped = True
-
-
-class Timer:
-    """pytest-benchmark's ``benchmark`` fixture as pytest-ipu's timed loop uses it
-    (``measure.timing.PedanticBenchmark``), the same on every version."""
-
-    def __init__(self, fixture: Any) -> None:
-        self._fixture = fixture
-        self._takes_teardown = "teardown" in inspect.signature(fixture.pedantic).parameters
-
-    @property
-    def round_times(self) -> tuple[float, ...]:
-        """The seconds of each timed round pytest-benchmark kept, in order."""
-        return tuple(self._fixture.stats.stats.data)
-
-    def rounds_ended_early(self) -> None:
-        """The rounds were ended on purpose, by a raise from ``setup``: pytest-benchmark counted it
-        as an error (``has_error``) and would leave the benchmark out of its JSON; keep it."""
-        self._fixture.has_error = False
-
-    def pedantic(
-        self,
-        target: Callable[..., object],
-        args: Sequence[object] = (),
-        kwargs: dict[str, object] | None = None,
-        setup: Callable[[], object] | None = None,
-        teardown: Callable[..., object] | None = None,
-        rounds: int = 1,
-        warmup_rounds: int = 0,
-        iterations: int = 1,
-    ) -> object:
-        """``benchmark.pedantic`` with ``teardown`` on every version (before 5.2, run at the start of
-        the next round's ``setup`` and after the last round, as 5.2 runs it between rounds)."""
-        plain = {"args": args, "kwargs": kwargs, "rounds": rounds, "warmup_rounds": warmup_rounds}
-        if teardown is None or self._takes_teardown:
-            more = {} if teardown is None else {"teardown": teardown}
-            return self._fixture.pedantic(target, setup=setup, iterations=iterations, **plain, **more)
-        ran = [False]  # a round (or warm-up round) ran whose teardown is still to come
-
-        def teardown_then_setup() -> object:
-            if ran[0]:
-                ran[0] = False
-                teardown(*args, **(kwargs or {}))
-            given = setup() if setup is not None else None
-            ran[0] = True
-            return given
-
-        result = self._fixture.pedantic(target, setup=teardown_then_setup, iterations=iterations, **plain)
-        # pytest-benchmark 5.2 calls no teardown when disabled (the target ran once, untimed).
-        if ran[0] and self._fixture.enabled:
-            teardown(*args, **(kwargs or {}))
-        return result
