@@ -82,11 +82,13 @@ class Lifecycle:
         #: SIGTERM's handler for the run (``pytest_sessionstart`` to ``pytest_unconfigure``).
         self._sigterm = contextlib.ExitStack()
 
-    @property
     def saving(self) -> RunSaving:
         """Step 1 of ``end_session``, the run's files saved whole (``saving.RunSaving``), made on first
         use: by a run with ``--benchmark-json`` or a saved run, an interrupt, or ``ipu_power`` blocks
-        to save. Until then nothing was interrupted and nothing failed to save."""
+        to save. Until then nothing was interrupted and nothing failed to save.
+
+        A method, not a property: pytest before 8 reads every attribute of a registered plugin while
+        looking for fixtures, which would make it at start-up."""
         if self._saving is None:
             from pytest_ipu.pytest_plugin.saving import RunSaving
 
@@ -262,7 +264,7 @@ class Lifecycle:
 
         self._sigterm.enter_context(sigterm_raises(RunTerminated))
         if self.pending_json is not None:
-            self.saving.route_json(config)
+            self.saving().route_json(config)
         bench_seam.route_saving(config, self._save_instead, self._saving_interrupted)
         bench_seam.route_storage(config, self._write_saved_run)
 
@@ -278,7 +280,7 @@ class Lifecycle:
         baseline then lacks)."""
         if isinstance(excinfo.value, pytest.Session.Interrupted):
             return
-        self.saving.interrupted = True
+        self.saving().interrupted = True
         gate_check = self.session.gate_check_made
         if gate_check is not None:
             gate_check.interrupted = True
@@ -296,7 +298,7 @@ class Lifecycle:
         state = self.session
         try:
             if self.pending_json is not None:
-                self.saving.finish()
+                self.saving().finish()
             if state.torchrun is not None:
                 # After pytest-benchmark saved this rank's file, on every rank: also on one that
                 # measured nothing, which pytest-benchmark never asks for its document.
@@ -320,18 +322,18 @@ class Lifecycle:
         pytest-ipu's to save, is pytest-benchmark's to save as it does."""
         if self._saving is None and (has_benchmarks or not self.session.power_blocks):
             return False
-        return self.saving.save_instead(has_benchmarks)
+        return self.saving().save_instead(has_benchmarks)
 
     def _saving_interrupted(self, exc: KeyboardInterrupt) -> None:
         """Ctrl-C or SIGTERM (``RunTerminated``) while pytest-benchmark saved the results: the run ends
         as interrupted, with one line instead of a traceback (``RunSaving.interrupted_while_saving``)."""
         how = "terminated (SIGTERM)" if isinstance(exc, RunTerminated) else "interrupted"
-        self.saving.interrupted_while_saving(self._pytest_session, how)
+        self.saving().interrupted_while_saving(self._pytest_session, how)
 
     def _write_saved_run(self, target: Path, data: bytes) -> bool:
         """pytest-benchmark's storage writer, routed (``RunSaving.write_saved_run``): the run's file
         written whole or not at all."""
-        return self.saving.write_saved_run(target, data)
+        return self.saving().write_saved_run(target, data)
 
     def _release(self) -> None:
         """Release every compiled model and power source, whatever happened (a warning says what

@@ -6,7 +6,7 @@ pytest-benchmark writes ``--benchmark-json`` (and ``--benchmark-save``) in its o
 as it is written, a run that measured only ``ipu_power`` blocks is saved through the same writers,
 and an interrupted run saves nothing (the files keep the last complete run).
 
-Made on first use (``Lifecycle.saving``): by a run with ``--benchmark-json`` or a saved run, an
+Made on first use (``Lifecycle.saving()``): by a run with ``--benchmark-json`` or a saved run, an
 interrupt, or ``ipu_power`` blocks to save in pytest-benchmark's place. A run with none of these
 leaves pytest-benchmark's saving as it is and never loads this module.
 """
