@@ -19,14 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_ipu.placement import TORCHRUN_RUN_ID
 from pytest_ipu.placement import outputs
 
 #: Where a rank's ``as_json()`` goes: ``machine_info["ipu"][KEY]`` and each record's ``KEY``.
 KEY = "torchrun"
 
 #: The variable torchrun's agent sets for its workers (and a user's shell does not): a process is
-#: under torchrun when it is set.
-RUN_ID = "TORCHELASTIC_RUN_ID"
+#: under torchrun when it is set (``placement.TORCHRUN_RUN_ID``).
+RUN_ID = TORCHRUN_RUN_ID
 
 #: The variables torchrun sets for every worker that ``detect`` needs, and the field each gives.
 _VARIABLES: Mapping[str, str] = {

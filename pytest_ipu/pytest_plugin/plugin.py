@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from pytest_ipu.placement import TORCHRUN_RUN_ID
 from pytest_ipu.pytest_plugin import bench_seam
 from pytest_ipu.pytest_plugin import hookspec
 from pytest_ipu.pytest_plugin import options
@@ -141,12 +142,6 @@ def _poprun_instance(option: Any) -> PopRunInstance | None:
     from pytest_ipu.placement import poprun
 
     return poprun.configure_json_path(option)
-
-
-#: The variable torchrun's agent sets for its workers (``placement.torchrun.RUN_ID``, which
-#: ``torchrun.detect`` reads first): without it no process is under torchrun. Spelled out, not
-#: imported: a run outside torchrun loads no launch code (tests/unit/test_torchrun.py checks the two agree).
-TORCHRUN_RUN_ID = "TORCHELASTIC_RUN_ID"
 
 
 def _torchrun_rank(option: Any) -> tuple[TorchrunRank | None, Path | None]:

@@ -97,6 +97,8 @@ START_UP = frozenset(
     {
         "pytest_ipu",
         "pytest_ipu.errors",
+        # Its package docstring and the variable that says a run is under torchrun.
+        "pytest_ipu.placement",
         # SIGTERM unwinds every run as Ctrl-C does (its handler is set at the session's start).
         "pytest_ipu.processes",
         "pytest_ipu.pytest_plugin",
