@@ -73,7 +73,8 @@ class GateCheck:
     It reads the session's list of measured benchmarks (``measured``), the one list the tables and
     the JSON are made from too; the decision is ``decide.GateRunner``'s. The plugin and the
     lifecycle's hooks call it: ``refuse_untimed``, ``keep_compared`` and ``load`` before the tests,
-    ``check_item`` as each benchmark is published, ``check`` and ``write_summary`` at the end. A
+    ``check_item`` as each benchmark is published (``check_plain`` once the call of a test timed by
+    pytest-benchmark's own fixture is reported), ``check`` and ``write_summary`` at the end. A
     run with no gate, baseline or gated benchmark never makes one (``IpuSession.gate_check``).
     """
 

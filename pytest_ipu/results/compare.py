@@ -70,6 +70,7 @@ from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.gated import Candidate
 from pytest_ipu.results.plain import PlainBenchmark
 from pytest_ipu.results.plain import PlainMeasured
+from pytest_ipu.results.plain import cpu_name
 from pytest_ipu.results.plain import gated
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import Measured
@@ -269,9 +270,9 @@ def _sort_key(bench: StoredBenchmark) -> tuple[Any, ...]:
 def machine_summary(machine_info: Mapping[str, Any]) -> dict[str, str]:
     """What identifies the hardware of a run: the CPU, and each accelerator target's device name."""
     out: dict[str, str] = {}
-    cpu = machine_info.get("cpu")
-    if isinstance(cpu, Mapping) and cpu.get("brand_raw"):
-        out["cpu"] = str(cpu["brand_raw"])
+    cpu = cpu_name(machine_info)
+    if cpu is not None:
+        out["cpu"] = cpu
     ipu = machine_info.get(schema.NAMESPACE)
     backends = ipu.get("backends") if isinstance(ipu, Mapping) else None
     if isinstance(backends, Mapping):
