@@ -686,7 +686,9 @@ class GateRunner:
             if not chosen:
                 continue
             counterpart = counterparts.get(m.fullname)
-            before = gated(counterpart, base.machine_info) if counterpart is not None and base else None
+            before = None
+            if counterpart is not None and base is not None:
+                before = gated(counterpart, base.machine_info)
             relative = [g for g in chosen if g.kind == "relative"]
             if relative and before is None:
                 why = "is not in" if counterpart is None else f"{not_gated(counterpart)} in"
@@ -699,9 +701,8 @@ class GateRunner:
                     verdicts.append(check(gate, m.name, m.record, alpha=self.alpha))
                 elif before is not None:
                     verdicts.append(self._relative(gate, m, before))
-            known = before is not None and None not in (before.device_name, m.record.device_name)
-            if known and before is not None and before.device_name != m.record.device_name:
-                was, now = before.device_name, m.record.device_name
+            was, now = None if before is None else before.device_name, m.record.device_name
+            if was is not None and now is not None and was != now:
                 devices[f"the baseline ran {m.name} on {was!r}, this run on {now!r}"] = None
         return GateOutcome(
             tuple(verdicts), tuple(missing), tuple(f"different hardware: {d}" for d in devices)

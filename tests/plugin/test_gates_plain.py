@@ -238,3 +238,31 @@ def test_compare_gates_the_last_run_against_the_runs_before_it(
         "estimate); a pytest-benchmark benchmark has one value per run (its rounds are not independent "
         "repeats): give 3 or more baseline runs"
     ) in out
+
+
+def test_pytest_benchmarks_saved_runs_are_a_baseline_through_benchmark_compare(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_work=PLAIN)
+    pytester.runpytest("-p", "no:ipu", CLOCK, "--benchmark-autosave").assert_outcomes(passed=2)
+    (saved,) = (pytester.path / ".benchmarks").rglob("0001_*.json")
+    # pytest-benchmark warns that the machine info differs (pytest-ipu adds machine_info["ipu"]),
+    # which -W error would make an error.
+    result = pytester.runpytest(
+        CLOCK,
+        "--benchmark-compare",
+        "--ipu-gate=latency.p50:+20%",
+        "--ipu-inconclusive=warn",
+        "-W",
+        "ignore::pytest_benchmark.logger.PytestBenchmarkWarning",
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "2 gate check(s) on 2 benchmark(s) against --benchmark-compare: 0 PASS, 0 FAIL, 2 INCONCLUSIVE",
+            "INCONCLUSIVE (a warning: --ipu-inconclusive=warn) test_steady latency.p50: 1 ms -> 1 ms *"
+            "a pytest-benchmark benchmark has one value per run *",
+        ]
+    )
+    assert "SKIPPED" not in result.stdout.str()
+    assert saved.exists()
