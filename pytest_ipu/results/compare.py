@@ -234,6 +234,14 @@ def compare_runs(runs: Sequence[StoredRun]) -> Comparison:
         absent = [runs[i].path.name for i, mapping in enumerate(by_run) if fullname not in mapping]
         if absent:
             missing.append(f"{fullname}: not in {', '.join(absent)}")
+        partial = [
+            runs[i].path.name
+            for i, mapping in enumerate(by_run)
+            if fullname in mapping and mapping[fullname].pending is not None
+        ]
+        if partial:
+            # No gate reads such an entry (plain.gated): said here, once, not left out in silence.
+            missing.append(f"{fullname}: only a partial entry in {', '.join(partial)}: not gated there")
     groups = list(dict.fromkeys(group_name(b.group, b.name) for b in order.values()))
     lines = []
     for group in groups:

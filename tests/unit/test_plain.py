@@ -152,3 +152,17 @@ def test_ab_lists_a_partial_entry_as_missing() -> None:
         "pytest-ipu record was written) in candidate pair 1: not compared",
     )
     assert result.verdicts == ()
+
+
+def test_compare_names_a_partial_entry_and_gates_only_what_it_can_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(GOLDEN.read_text())
+    document["benchmarks"][0]["extra_info"] = {benchmark_json.PENDING_KEY: "ipu_benchmark"}
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps(document))
+    assert cli.main(["compare", str(GOLDEN), str(partial), "--gate", "time.median:+5%"]) == 3
+    out = capsys.readouterr().out
+    assert "missing: test_baseline.py::test_sum: only a partial entry in partial.json: not gated there" in out
+    assert "gates: 3 checked: 0 PASS, 0 FAIL, 3 INCONCLUSIVE" in out  # test_sum is not among them
+    assert cli.main(["compare", str(GOLDEN), str(partial), "--gate", "time.median:+5%", "--strict"]) == 1
