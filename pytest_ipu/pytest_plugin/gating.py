@@ -28,17 +28,22 @@ where it was given and the fix). Under pytest-xdist the controller does not coll
 name their markers' gated benchmarks (``workeroutput``) and the controller fails the run at its
 end. An interrupted run (``interrupted``) is not judged on what it did not reach.
 
-A baseline run that pytest-ipu did not write whole (no top-level ``pytest_ipu`` section: another
-tool's file; or no pytest-ipu record in any benchmark: an interrupted run's partial entry that
-pytest-benchmark saved) is skipped with a line saying so. ``--benchmark-compare`` given without a
-run compares against the newest saved run; when that one is skipped so, the newest complete saved
-run before it is the baseline, with a note. When every baseline run is skipped, relative gates
-have no baseline and the run stops as without one.
+Benchmarks of pytest-benchmark's own ``benchmark`` fixture (plain calls and ``pedantic``) are gated
+too, from pytest-benchmark's statistics (``plain``): in this run once the test's call passed
+(``check_plain``, which fails the test's report), in the baselines from what pytest-benchmark
+saved. A baseline run written without pytest-ipu is a baseline for them. An entry a pytest-ipu
+fixture began and never finished (``benchmark_json.PENDING_KEY``: its test stopped before the
+record was written) is no baseline for its benchmark, with a line saying so; a run with no entry a
+gate can read is skipped, with a line saying why. ``--benchmark-compare`` given without a run
+compares against the newest saved run; when that one is skipped so, the newest complete saved run
+before it is the baseline, with a note. When every baseline run is skipped, relative gates have no
+baseline and the run stops as without one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
@@ -52,6 +57,7 @@ if TYPE_CHECKING:
     from pytest_ipu.results.benchmark_json import StoredRun
     from pytest_ipu.results.decide import GateRunner
     from pytest_ipu.results.decide import Verdict
+    from pytest_ipu.results.gated import Candidate
     from pytest_ipu.results.records import Measured
 
 #: How the baseline from pytest-benchmark's storage is named in messages.
@@ -67,7 +73,8 @@ class GateCheck:
     It reads the session's list of measured benchmarks (``measured``), the one list the tables and
     the JSON are made from too; the decision is ``decide.GateRunner``'s. The plugin and the
     lifecycle's hooks call it: ``refuse_untimed``, ``keep_compared`` and ``load`` before the tests,
-    ``check_item`` as each benchmark is published, ``check`` and ``write_summary`` at the end. A
+    ``check_item`` as each benchmark is published (``check_plain`` once the call of a test timed by
+    pytest-benchmark's own fixture is reported), ``check`` and ``write_summary`` at the end. A
     run with no gate, baseline or gated benchmark never makes one (``IpuSession.gate_check``).
     """
 
@@ -89,6 +96,8 @@ class GateCheck:
         self._marker_relative = False
         #: Benchmarks already checked (as each was published), by full name.
         self._checked: set[str] = set()
+        #: The benchmarks of pytest-benchmark's own fixture that were gated, by node id.
+        self._plain: list[str] = []
         #: Under torchrun with several ranks: a rank's record is its share of the launch, so gates
         #: are decided only on rank 0, on the merged records (``check_launch``).
         self.deferred = False
@@ -212,12 +221,11 @@ class GateCheck:
             return  # nothing to load: the readers (and the schema) are never imported
         from pytest_ipu.results import benchmark_json
 
-        loaded: list[tuple[Mapping[str, Any], StoredRun]] = []
+        loaded: list[StoredRun] = []
         if self.settings.baselines:
             try:
                 for path in self.settings.baselines:
-                    data = benchmark_json.read_document(path)
-                    loaded.append((data, benchmark_json.parse_run(data, path)))
+                    loaded.append(benchmark_json.read_run(path))
             except benchmark_json.RunFileError as exc:
                 raise pytest.UsageError(f"pytest-ipu: --ipu-baseline: {exc}") from None
         elif self._compared:
@@ -225,13 +233,14 @@ class GateCheck:
                 many = len(self._compared) > 1
                 for i, compared in enumerate(self._compared):
                     name = Path(f"{COMPARE_SOURCE} run {i + 1}" if many else COMPARE_SOURCE)
-                    loaded.append((compared, benchmark_json.parse_run(compared, name)))
+                    loaded.append(benchmark_json.parse_run(compared, name))
             except benchmark_json.RunFileError as exc:
                 raise pytest.UsageError(f"pytest-ipu: the --benchmark-compare run: {exc}") from None
-        for document, run in loaded:
-            reason = _not_a_baseline(document, run)
+        for run in loaded:
+            reason = _not_a_baseline(run)
             if reason is None:
                 self.history.append(run)
+                self.skipped.extend(_partial_entries(run))
             else:
                 self.skipped.append(f"baseline {run.path} skipped: {reason}")
         if self._compared and not self.settings.baselines and not self.history:
@@ -255,13 +264,13 @@ class GateCheck:
         saved = runs.saved_runs_compared(config)
         for path in reversed(saved[:-1]):
             try:
-                document = benchmark_json.read_document(path)
-                run = benchmark_json.parse_run(document, path)
+                run = benchmark_json.read_run(path)
             except benchmark_json.RunFileError as exc:
                 self.skipped.append(f"baseline {path} skipped: {exc}")
                 continue
-            if _not_a_baseline(document, run) is None:
+            if _not_a_baseline(run) is None:
                 self.history.append(run)
+                self.skipped.extend(_partial_entries(run))
                 self.notes.append(
                     f"{COMPARE_SOURCE}: the newest saved run, {saved[-1]}, is partial; the gates compare "
                     f"against {path}, the newest complete one (pytest-benchmark's table shows the "
@@ -270,6 +279,34 @@ class GateCheck:
                 return
 
     # -- the check ----------------------------------------------------------------------------------
+
+    def check_plain(self, item: pytest.Item, report: pytest.TestReport) -> None:
+        """Once a gated test's call passed: gate what pytest-benchmark measured of its own
+        ``benchmark`` fixture (plain calls or ``pedantic``; ``plain.PlainBenchmark``) as an
+        ``ipu_benchmark`` is gated, and make the report a failure with the lines of the verdicts
+        that fail it. A test that a pytest-ipu fixture measured is gated as it publishes its record
+        (``check_item``); one that failed is not judged on numbers it did not finish."""
+        if report.when != "call" or not report.passed or item.nodeid not in self._gated:
+            return
+        if item.nodeid in self._checked:
+            return
+        from pytest_ipu.pytest_plugin.bench_seam.fixture import plain_result
+
+        result = plain_result(item)
+        if result is None:
+            return
+        from pytest_ipu.pytest_plugin.marker_keywords import marker_gates
+        from pytest_ipu.results.plain import PlainBenchmark
+        from pytest_ipu.results.plain import PlainMeasured
+
+        stats, samples_s = result
+        measured = PlainMeasured(item.nodeid, item.name, PlainBenchmark(stats, samples_s), marker_gates(item))
+        self._checked.add(item.nodeid)
+        self._plain.append(item.nodeid)
+        failed = [self._failure_line(v) for v in self._check([measured]) if self._fails(v)]
+        if failed:
+            report.outcome = "failed"
+            report.longrepr = "\n".join(failed)
 
     def check_item(self, measured: Measured) -> list[str]:
         """Check the gates of one benchmark as soon as it is measured, so that a failing gate fails
@@ -305,7 +342,7 @@ class GateCheck:
         """Check the gates on a torchrun launch's merged records (rank 0, once merged)."""
         return self._check(merged, launch=True)
 
-    def _check(self, measured: list[Measured], launch: bool = False) -> tuple[Verdict, ...]:
+    def _check(self, measured: Sequence[Candidate], launch: bool = False) -> tuple[Verdict, ...]:
         from pytest_ipu.pytest_plugin.repeats import in_worker
 
         if self.deferred and not launch:
@@ -343,7 +380,7 @@ class GateCheck:
 
         if in_worker() or self.verdicts or self.deferred or self.interrupted or not self._runs_tests:
             return None
-        if any(self.settings.gates or m.gates for m in self.measured):
+        if self._plain or any(self.settings.gates or m.gates for m in self.measured):
             why = (
                 "every gated benchmark is missing from the baseline"
                 if self.missing
@@ -449,19 +486,26 @@ def _untimed_message(gates: str, untimed: Untimed) -> str:
     return f"pytest-ipu: {gates} would check nothing: {option} {untimed.effect}; {untimed.fix}"
 
 
-def _not_a_baseline(document: Mapping[str, Any], run: StoredRun) -> str | None:
-    """Why a run cannot be a baseline (``None`` when it can): pytest-ipu did not write it, or did not
-    finish it (pytest-benchmark saves an interrupted run's benchmarks without our records)."""
-    from pytest_ipu.results import benchmark_json
+def _not_a_baseline(run: StoredRun) -> str | None:
+    """Why a run cannot be a baseline (``None`` when it can): not one of its benchmarks can be read by
+    a gate (``plain.gated``: each is a partial entry, or has no statistics). A run written without
+    pytest-ipu is a baseline for its plain pytest-benchmark benchmarks."""
+    from pytest_ipu.results import plain
 
-    if benchmark_json.TOP_LEVEL_KEY not in document:
+    if not any(plain.gated(b, run.machine_info) is not None for b in run.benchmarks):
         return (
-            f"not written by pytest-ipu (no top-level '{benchmark_json.TOP_LEVEL_KEY}' section); "
-            "use a run saved with pytest-ipu active"
-        )
-    if not any(b.record is not None for b in run.benchmarks):
-        return (
-            "no benchmark has a pytest-ipu record (extra_info['ipu']): a partial run (interrupted, "
-            "or benchmarks disabled); use a complete run"
+            "no benchmark in it can be gated (each is a partial entry of a test stopped before its "
+            "pytest-ipu record was written, or has no pytest-benchmark statistics); use a complete run"
         )
     return None
+
+
+def _partial_entries(run: StoredRun) -> list[str]:
+    """One line for each entry of a baseline run that no gate reads (``plain.not_gated``)."""
+    from pytest_ipu.results import plain
+
+    return [
+        f"baseline {run.path}: {b.fullname} {plain.not_gated(b)}: not a baseline for it"
+        for b in run.benchmarks
+        if plain.gated(b, run.machine_info) is None
+    ]

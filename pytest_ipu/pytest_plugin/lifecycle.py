@@ -185,13 +185,18 @@ class Lifecycle:
     def pytest_runtest_makereport(
         self, item: pytest.Item
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        """Mark an item whose setup or call failed, for ``ipu_benchmark``'s teardown: such a test
-        never reached its benchmark, and pytest-benchmark's "fixture was not used" warning would be
-        wrong. Keep the reports of an earlier repeat, which decide whether the test runs again."""
+        """Gate a test timed by pytest-benchmark's own fixture once its call passed (a failing gate
+        fails the call's report: ``gating``). Mark an item whose setup or call failed, for
+        ``ipu_benchmark``'s teardown: such a test never reached its benchmark, and pytest-benchmark's
+        "fixture was not used" warning would be wrong. Keep the reports of an earlier repeat, which
+        decide whether the test runs again."""
         report = yield
+        gate_check = self.session.gate_check_made
+        if gate_check is not None:
+            gate_check.check_plain(item, report)
         if report.when in ("setup", "call") and report.failed:
             item.stash[FAILED_KEY] = True
-        repeats, gate_check = self.session.repeats_made, self.session.gate_check_made
+        repeats = self.session.repeats_made
         if repeats is not None:
             repeats.made(report)
         if gate_check is not None:

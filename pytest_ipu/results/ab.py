@@ -6,7 +6,9 @@ decides.
 
 Decision rule
 -------------
-For each benchmark present in every run of both sides, and each metric, the paired log-ratios
+For each benchmark present in every run of both sides (from its pytest-ipu record, or for a
+benchmark of pytest-benchmark's own fixture from its statistics: ``plain``), and each metric, the
+paired log-ratios
 ``r_i = log(candidate_i / baseline_i)`` of the N pairs are the evidence: the two runs of a pair
 share the machine's state (clock, neighbours, thermal), so whatever drifts between pairs cancels
 within each ``r_i``, and the alternating order (A,B then B,A) cancels a linear drift across pairs.
@@ -56,10 +58,11 @@ from pytest_ipu.results import decide
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.catalog import METRICS
-from pytest_ipu.results.catalog import missing_reason
 from pytest_ipu.results.decide import Verdict
 from pytest_ipu.results.decide import format_p_value
 from pytest_ipu.results.gates import Gate
+from pytest_ipu.results.plain import gated
+from pytest_ipu.results.plain import not_gated
 from pytest_ipu.results.records import group_name
 
 #: Metrics every table shows (with every gated metric added), in the catalog's order.
@@ -316,8 +319,9 @@ def _gap(runs: Sequence[StoredRun], fullname: str, metric: str, side: str) -> st
     """Why the first run of ``side`` that lacks ``metric`` for ``fullname`` lacks it."""
     for index, run in enumerate(runs, start=1):
         bench = _find(run, fullname)
-        if bench is not None and bench.record is not None and bench.record.value(metric) is None:
-            return f"{side} pair {index}: {missing_reason(bench.record, metric)}"
+        figures = None if bench is None else gated(bench, run.machine_info)
+        if figures is not None and figures.value(metric) is None:
+            return f"{side} pair {index}: {figures.why_missing(metric)}"
     return None
 
 
@@ -335,9 +339,10 @@ def analyse(
     plan: str = "",
 ) -> ABResult:
     """Pair the runs (run ``i`` of each side is pair ``i``), then check every gate on every benchmark
-    that every run measured with a pytest-ipu record. Benchmarks missing from some run, or without
-    a record, are listed in ``missing``. ``plan`` describes the pairs for the legend. Raises
-    ``ValueError`` for unequal or no runs and for ``alpha`` outside (0, 0.5)."""
+    that every run measured with figures a gate can read (``plain.gated``: a pytest-ipu record, or
+    pytest-benchmark's statistics of a benchmark of its own fixture). Benchmarks missing from some
+    run, or only a partial entry there, are listed in ``missing``. ``plan`` describes the pairs for
+    the legend. Raises ``ValueError`` for unequal or no runs and for ``alpha`` outside (0, 0.5)."""
     decide.check_alpha(alpha)
     if len(baseline_runs) != len(candidate_runs) or not baseline_runs:
         raise ValueError(
@@ -358,18 +363,17 @@ def analyse(
             for i, run in enumerate(runs, start=1)
             if _find(run, fullname) is None
         ]
-        bare = [
-            f"{side} pair {i}"
+        bare = {
+            f"{side} pair {i}": b
             for side, runs in sides.items()
             for i, run in enumerate(runs, start=1)
-            if (b := _find(run, fullname)) is not None and b.record is None
-        ]
+            if (b := _find(run, fullname)) is not None and gated(b, run.machine_info) is None
+        }
         if absent:
             missing.append(f"{fullname}: not in {_places(absent, len(baseline_runs))}: not compared")
         elif bare:
-            missing.append(
-                f"{fullname}: no pytest-ipu record in {_places(bare, len(baseline_runs))}: not compared"
-            )
+            why = not_gated(next(iter(bare.values())))
+            missing.append(f"{fullname} {why} in {_places(list(bare), len(baseline_runs))}: not compared")
         else:
             complete.append(first)
     names = [b.name for b in complete]
@@ -381,10 +385,7 @@ def analyse(
         # Short names read better; two benchmarks of one name (in two files) need their full names.
         display = bench.name if names.count(bench.name) == 1 else bench.fullname
         values = {
-            side: {
-                metric: tuple(_value(_find(run, bench.fullname), metric) for run in runs)
-                for metric in metrics
-            }
+            side: {metric: tuple(_value(run, bench.fullname, metric) for run in runs) for metric in metrics}
             for side, runs in sides.items()
         }
         for metric in metrics:
@@ -425,8 +426,10 @@ def analyse(
     )
 
 
-def _value(bench: StoredBenchmark | None, metric: str) -> float | None:
-    return None if bench is None or bench.record is None else bench.record.value(metric)
+def _value(run: StoredRun, fullname: str, metric: str) -> float | None:
+    bench = _find(run, fullname)
+    figures = None if bench is None else gated(bench, run.machine_info)
+    return None if figures is None else figures.value(metric)
 
 
 def _places(where: Sequence[str], pairs: int) -> str:
@@ -604,7 +607,7 @@ def gate_lines(result: ABResult) -> list[str]:
     if not result.gates:
         return []
     if not result.verdicts:
-        return ["gates: nothing was checked: no benchmark was measured with a pytest-ipu record in every run"]
+        return ["gates: nothing was checked: no benchmark was measured, with figures to gate, in every run"]
     return [decide.summary(result.verdicts), *(v.line() for v in result.verdicts)]
 
 

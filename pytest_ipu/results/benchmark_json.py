@@ -24,6 +24,10 @@ from pytest_ipu.results.power_blocks import blocks_from_json
 
 #: Top-level key of the run-wide section pytest-ipu adds to the JSON.
 TOP_LEVEL_KEY = "pytest_ipu"
+#: The ``extra_info`` key a pytest-ipu fixture sets (to its name) when it begins measuring with
+#: pytest-benchmark's fixture; its record replaces it (``attach``). An entry that still has it is
+#: partial (the test stopped before the record was written), not a plain pytest-benchmark one.
+PENDING_KEY = "ipu_pending"
 
 
 class RunFileError(ValueError):
@@ -51,6 +55,9 @@ class StoredBenchmark:
     role: str | None = None
     #: How many rounds pytest-benchmark timed (``stats.rounds``); ``None`` when the file has none.
     rounds: int | None = None
+    #: The pytest-ipu fixture that began measuring this benchmark and never wrote its record
+    #: (``PENDING_KEY``): a partial entry; ``None`` for a complete or a plain one.
+    pending: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +93,9 @@ class StoredRun:
 
 
 def attach(extra_info: dict[str, Any], record: Mapping[str, Any]) -> None:
-    """Store a record under ``extra_info["ipu"]`` (the dict pytest-benchmark serialises)."""
+    """Store a record under ``extra_info["ipu"]`` (the dict pytest-benchmark serialises), in place
+    of the mark of a measurement begun (``PENDING_KEY``)."""
+    extra_info.pop(PENDING_KEY, None)
     extra_info[schema.NAMESPACE] = dict(record)
 
 
@@ -268,7 +277,18 @@ def _benchmark(bench: Mapping[str, Any], where: str, path: Path) -> StoredBenchm
         _time_stats(bench, where),
         role,
         _rounds(bench, where),
+        None if record is not None else _pending(extra or {}, where),
     )
+
+
+def _pending(extra: Mapping[str, Any], where: str) -> str | None:
+    """The fixture named by ``PENDING_KEY`` in ``extra_info`` (a string), ``None`` when absent."""
+    pending = extra.get(PENDING_KEY)
+    if pending is not None and not isinstance(pending, str):
+        raise RunFileError(
+            f"{where}: 'extra_info.{PENDING_KEY}' is {_show(pending)}: it must be a string; {_FIX}"
+        )
+    return pending
 
 
 #: How deeply a free-form value (a test parameter, ``machine_info``, ``commit_info``) may nest:

@@ -14,6 +14,12 @@ A metric's ``path`` is both its place in the record JSON and the attributes of t
 ``record.power.energy_j``), so the readers here walk it on a typed record. This module imports only
 the units registry, so the gate grammar, which ``pytest --help`` loads, can name the metrics
 without the records; the records are read by their attributes.
+
+A benchmark of pytest-benchmark's own ``benchmark`` fixture (a plain one: no pytest-ipu record) has
+the metrics whose ``plain`` says where pytest-benchmark keeps them (``PlainSource``): the latency
+figures are its statistics of the rounds (``latency.p50`` is its median), p90 and p99 quantiles of
+its per-round data where the file keeps them, and throughput its calls per second. pytest-benchmark's
+own names (``time.median``, ...) are ``ALIASES`` of those metrics (``canonical``).
 """
 
 from __future__ import annotations
@@ -34,6 +40,18 @@ def _walk(obj: Any, path: tuple[str, ...]) -> Any:
             return None
         obj = obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key)
     return obj
+
+
+@dataclass(frozen=True)
+class PlainSource:
+    """Where pytest-benchmark keeps a metric for a benchmark of its own ``benchmark`` fixture: one
+    of its time statistics (``stat``: ``min``, ``median``, ``mean``, ``max``), as it is or as calls
+    per second (``per_second``: ``1 / stat``), or a quantile of its per-round data (``quantile``,
+    0 to 1; only where the file keeps ``stats.data``)."""
+
+    stat: str | None = None
+    per_second: bool = False
+    quantile: float | None = None
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,9 @@ class Metric:
     #: Why a record has no value for it, as a gate's message says it (given the typed record);
     #: returning `None`, or left `None`, gives "the record has no value at <path>".
     missing: Callable[[Any], str | None] | None = None
+    #: Where pytest-benchmark keeps it for a benchmark of its own fixture; `None`: such a benchmark
+    #: has no value for it.
+    plain: PlainSource | None = None
 
     @property
     def better(self) -> units.Better:
@@ -120,8 +141,15 @@ def _cpu_missing(record: Any) -> str:
     return "no CPU time: the record predates it"
 
 
+#: pytest-benchmark's statistic of each latency figure (p90 and p99 it does not compute: they come
+#: from its per-round data).
+_PLAIN_STAT = {"min": "min", "p50": "median", "max": "max", "mean": "mean"}
+
+
 def _latency(key: str) -> Metric:
-    return Metric(f"latency.{key}", ("latency_s", key), "s", per_repeat=True)
+    stat = _PLAIN_STAT.get(key)
+    plain = PlainSource(stat=stat) if stat is not None else PlainSource(quantile=int(key[1:]) / 100.0)
+    return Metric(f"latency.{key}", ("latency_s", key), "s", per_repeat=True, plain=plain)
 
 
 def _power(name: str, key: str, unit: str) -> Metric:
@@ -138,7 +166,14 @@ METRICS: Mapping[str, Metric] = {
     m.name: m
     for m in (
         *(_latency(k) for k in ("min", "p50", "p90", "p99", "max", "mean")),
-        Metric("throughput", ("throughput_items_per_s",), "items/s", per_repeat=True),
+        # For a plain benchmark: calls per second, 1 / mean, pytest-benchmark's own "OPS".
+        Metric(
+            "throughput",
+            ("throughput_items_per_s",),
+            "items/s",
+            per_repeat=True,
+            plain=PlainSource(stat="mean", per_second=True),
+        ),
         # The process's CPU time per round (every thread: a runtime's worker threads are host work
         # too; and its instance worker processes'), which other processes barely move; the median
         # over the rounds.
@@ -174,6 +209,17 @@ METRICS: Mapping[str, Metric] = {
         _loadgen("early_stopping_latency", ("early_stopping_latency_s",), "s"),
     )
 }
+
+
+#: pytest-benchmark's names of its time statistics, accepted wherever a metric is named: each is the
+#: latency figure it is (a record's latency figures are the same rounds' statistics).
+ALIASES: Mapping[str, str] = {f"time.{stat}": f"latency.{key}" for key, stat in _PLAIN_STAT.items()}
+
+
+def canonical(name: str) -> str:
+    """The metric ``name`` stands for: an alias's metric (``time.median``: ``latency.p50``), else
+    ``name`` itself."""
+    return ALIASES.get(name, name)
 
 
 def missing_reason(record: Any, metric: str) -> str:

@@ -36,11 +36,16 @@ Output as a terminal table, markdown (for CI step summaries) or CSV; values are 
 registry (``pytest_ipu.measure.units``), the CSV keeps raw SI values.
 
 ``--gate`` expressions (see ``gates``) are checked by the same runner as the plugin's gates
-(``decide.GateRunner``): every later run against the first, and every run before it (the first
-included) is its history. So with four or more files, a later run has ``decide.HISTORY_MIN`` (3)
-or more runs before it, and its gates are decided by the run-to-run test against their drift
-(docs/ci.md). With two or three files there is too little history: the spread between each
-record's repeats decides, or with one repeat a side the threshold alone.
+(``decide.GateRunner``): the last run is the candidate, and every run before it is its history,
+the newest of them its baseline (as ``--ipu-baseline`` with several runs). The earlier runs are
+never judged against each other: noise among a main branch's own runs is their spread, the
+evidence, not a verdict. So with four or more files the last run has ``decide.HISTORY_MIN`` (3) or
+more runs before it, and its gates are decided by the run-to-run test against their drift
+(docs/ci.md). With two or three files there is too little history: the spread between the repeats
+of the last run's and its baseline's records decides, and without repeats (one repeat a side, or a
+plain pytest-benchmark benchmark, which has one value per run) the verdict is INCONCLUSIVE.
+Benchmarks of pytest-benchmark's own fixture are gated from its statistics (``plain``), under the
+metrics' names or pytest-benchmark's (``time.median`` is ``latency.p50``).
 A FAIL makes the exit code 1, an INCONCLUSIVE verdict (and no FAIL) 3, bad input 2.
 """
 
@@ -62,6 +67,12 @@ from pytest_ipu.results import gates
 from pytest_ipu.results import schema
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
+from pytest_ipu.results.gated import Candidate
+from pytest_ipu.results.plain import PlainBenchmark
+from pytest_ipu.results.plain import PlainMeasured
+from pytest_ipu.results.plain import cpu_name
+from pytest_ipu.results.plain import gated
+from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import Measured
 from pytest_ipu.results.records import group_name
 
@@ -223,6 +234,14 @@ def compare_runs(runs: Sequence[StoredRun]) -> Comparison:
         absent = [runs[i].path.name for i, mapping in enumerate(by_run) if fullname not in mapping]
         if absent:
             missing.append(f"{fullname}: not in {', '.join(absent)}")
+        partial = [
+            runs[i].path.name
+            for i, mapping in enumerate(by_run)
+            if fullname in mapping and mapping[fullname].pending is not None
+        ]
+        if partial:
+            # No gate reads such an entry (plain.gated): said here, once, not left out in silence.
+            missing.append(f"{fullname}: only a partial entry in {', '.join(partial)}: not gated there")
     groups = list(dict.fromkeys(group_name(b.group, b.name) for b in order.values()))
     lines = []
     for group in groups:
@@ -259,9 +278,9 @@ def _sort_key(bench: StoredBenchmark) -> tuple[Any, ...]:
 def machine_summary(machine_info: Mapping[str, Any]) -> dict[str, str]:
     """What identifies the hardware of a run: the CPU, and each accelerator target's device name."""
     out: dict[str, str] = {}
-    cpu = machine_info.get("cpu")
-    if isinstance(cpu, Mapping) and cpu.get("brand_raw"):
-        out["cpu"] = str(cpu["brand_raw"])
+    cpu = cpu_name(machine_info)
+    if cpu is not None:
+        out["cpu"] = cpu
     ipu = machine_info.get(schema.NAMESPACE)
     backends = ipu.get("backends") if isinstance(ipu, Mapping) else None
     if isinstance(backends, Mapping):
@@ -292,37 +311,32 @@ def hardware_differences(runs: Sequence[StoredRun]) -> list[str]:
 def check_gates(
     comparison: Comparison, gate_list: Sequence[gates.Gate], drift: float = decide.DRIFT
 ) -> list[decide.Verdict]:
-    """Every gate on every benchmark with a record, each later run against the first run, with the
-    runs before it as its history (the module docstring has the rule); ``decide.GateRunner`` decides,
+    """Every gate on every benchmark of the last run that a gate can read (``plain.gated``: a
+    pytest-ipu record, or pytest-benchmark's statistics of a plain benchmark), against the runs
+    before it as its history (the module docstring has the rule); ``decide.GateRunner`` decides,
     with the run-to-run drift allowance ``drift``.
 
-    Benchmarks missing from the first run and runs on other hardware are in the comparison's
-    ``missing`` and ``hardware`` notes.
+    Benchmarks missing from a run and runs on other hardware are in the comparison's ``missing`` and
+    ``hardware`` notes.
     """
-    runs = comparison.runs
-    verdicts: list[decide.Verdict] = []
-    for index, run in enumerate(runs[1:], start=1):
-        runner = decide.GateRunner(history=runs[:index], run_gates=gate_list, baseline=runs[0], drift=drift)
-        measured = [
-            Measured(
-                bench.fullname,
-                bench.name if len(runs) == 2 else f"{bench.name} ({run.path.name})",
-                group_name(bench.group, bench.name),
-                bench.record,
-                bench.samples_s or (),
-            )
-            for bench in run.benchmarks
-            if bench.record is not None
-        ]
-        verdicts.extend(runner.check(measured).verdicts)
-    return verdicts
+    *history, last = comparison.runs
+    runner = decide.GateRunner(history=history, run_gates=gate_list, drift=drift)
+    measured: list[Candidate] = []
+    for bench in last.benchmarks:
+        figures = gated(bench, last.machine_info)
+        if isinstance(figures, IpuRecord):
+            group = group_name(bench.group, bench.name)
+            measured.append(Measured(bench.fullname, bench.name, group, figures, bench.samples_s or ()))
+        elif isinstance(figures, PlainBenchmark):
+            measured.append(PlainMeasured(bench.fullname, bench.name, figures))
+    return list(runner.check(measured).verdicts)
 
 
 #: The gates' summary when gates were given and no benchmark could be checked: a failure, as in
 #: ``pytest-ipu ab`` (``ab.gate_lines``), since a gate that checked nothing guards nothing.
 NOTHING_CHECKED = (
-    "gates: nothing was checked: no benchmark with a pytest-ipu record is in both the first run and "
-    "a later one (compare runs of the same benchmarks)"
+    "gates: nothing was checked: no benchmark of the last run is in the runs before it with figures "
+    "a gate can read (compare runs of the same benchmarks)"
 )
 
 

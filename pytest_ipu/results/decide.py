@@ -56,9 +56,12 @@ Every gate of a run
 benchmark gets the run's gates, except where its own gates (its marker's) name the same metric
 (``effective_gates``). Its relative gates compare it with the benchmark of the same full name in
 the baseline run, its history is that benchmark's value of the gated metric in every baseline run
-that has it. A benchmark with relative gates but no counterpart in the baseline (or one without a
-pytest-ipu record) gets a line in ``missing`` instead of verdicts for them; a counterpart that ran
-on another device (by device name) gets a line in ``notes``.
+that has it. A benchmark is read as ``gated.Gated``: its pytest-ipu record, or what pytest-benchmark
+kept of a benchmark of its own fixture (``plain``), which has one value per run (a verdict without
+three baseline runs names that as its cause). A benchmark with relative gates but no counterpart in
+the baseline (or only a partial entry there) gets a line in ``missing`` instead of verdicts for
+them; a counterpart that ran on another device (by device name, where both know it) gets a line in
+``notes``.
 """
 
 from __future__ import annotations
@@ -75,9 +78,11 @@ from pytest_ipu.measure import stats
 from pytest_ipu.measure import units
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.catalog import METRICS
+from pytest_ipu.results.gated import Candidate
+from pytest_ipu.results.gated import Gated
 from pytest_ipu.results.gates import Gate
-from pytest_ipu.results.records import IpuRecord
-from pytest_ipu.results.records import Measured
+from pytest_ipu.results.plain import gated
+from pytest_ipu.results.plain import not_gated
 
 #: Significant figures of the values in a verdict's line.
 DIGITS = 4
@@ -364,8 +369,8 @@ def check_alpha(alpha: float) -> None:
 def check(
     gate: Gate,
     benchmark: str,
-    current: IpuRecord,
-    baseline: IpuRecord | None = None,
+    current: Gated,
+    baseline: Gated | None = None,
     *,
     alpha: float = ALPHA,
     history: Sequence[float] | None = None,
@@ -373,7 +378,8 @@ def check(
 ) -> Verdict:
     """Decide one gate for one benchmark by the rule of the module docstring.
 
-    ``current`` and ``baseline`` are the two typed records (their repeats are the evidence);
+    ``current`` and ``baseline`` are the two benchmarks' figures (``gated.Gated``: a pytest-ipu
+    record, or pytest-benchmark's of a plain benchmark; their repeats are the evidence);
     ``history`` holds the gated metric's value in every baseline run (the baseline's own included);
     with ``HISTORY_MIN`` or more of them their spread decides. ``drift`` is the run-to-run drift
     allowance of the repeat test. Raises ``ValueError`` for a relative gate without a baseline
@@ -382,7 +388,7 @@ def check(
     check_alpha(alpha)
     value = current.value(gate.metric)
     if value is None:
-        reason = f"no value in the current record: {METRICS[gate.metric].why_missing(current)}"
+        reason = f"no value in the current record: {current.why_missing(gate.metric)}"
         before = None if baseline is None else baseline.value(gate.metric)
         return Verdict(gate, benchmark, FAIL, before, None, None, None, reason)
     if gate.kind == "absolute":
@@ -391,14 +397,17 @@ def check(
         raise ValueError(f"relative gate {gate} on {benchmark}: no baseline record to compare with")
     before = baseline.value(gate.metric)
     if before is None:
-        reason = f"no value in the baseline: {METRICS[gate.metric].why_missing(baseline)}"
+        reason = f"no value in the baseline: {baseline.why_missing(gate.metric)}"
         return Verdict(gate, benchmark, INCONCLUSIVE, None, value, None, None, reason)
     found = evidence(
         value, current.repeat_values(gate.metric), baseline.repeat_values(gate.metric), history or ()
     )
     change = relative_change(before, value)
     if found is None:
-        if METRICS[gate.metric].per_repeat:
+        single = current.no_repeats() or baseline.no_repeats()
+        if single is not None:
+            advice = f"{single}: give {HISTORY_MIN} or more baseline runs"
+        elif METRICS[gate.metric].per_repeat:
             advice = f"one repeat on each side: use --ipu-repeats=3 or {HISTORY_MIN} or more baseline runs"
         else:
             advice = f"{gate.metric} is measured once per benchmark: give {HISTORY_MIN} or more baseline runs"
@@ -443,10 +452,13 @@ def check(
     return judged.verdict(gate, benchmark, before, value, method)
 
 
-def _check_bound(gate: Gate, benchmark: str, current: IpuRecord, value: float, alpha: float) -> Verdict:
+def _check_bound(gate: Gate, benchmark: str, current: Gated, value: float, alpha: float) -> Verdict:
     logs = [math.log(v) for v in _usable(current.repeat_values(gate.metric))]
     if len(logs) < 2:
-        if METRICS[gate.metric].per_repeat:
+        single = current.no_repeats()
+        if single is not None:
+            advice = f"{single}: no spread to bound the value by"
+        elif METRICS[gate.metric].per_repeat:
             advice = "one repeat: no spread to bound the value by; use --ipu-repeats=3"
         elif METRICS[gate.metric].runs is not None:
             advice = f"{gate.metric} has one value (one run kept): no spread to bound the value by"
@@ -661,8 +673,9 @@ class GateRunner:
             return f"{base.path} (and {others} earlier baseline run(s))"
         return str(base.path)
 
-    def check(self, measured: Sequence[Measured]) -> GateOutcome:
-        """Check every gate of every benchmark in ``measured``; benchmarks without gates are skipped."""
+    def check(self, measured: Sequence[Candidate]) -> GateOutcome:
+        """Check every gate of every benchmark in ``measured`` (``records.Measured``, or a plain
+        benchmark's ``plain.PlainMeasured``); benchmarks without gates are skipped."""
         base = self.base
         counterparts = {b.fullname: b for b in base.benchmarks} if base is not None else {}
         verdicts: list[Verdict] = []
@@ -673,10 +686,12 @@ class GateRunner:
             if not chosen:
                 continue
             counterpart = counterparts.get(m.fullname)
-            before = counterpart.record if counterpart is not None else None
+            before = None
+            if counterpart is not None and base is not None:
+                before = gated(counterpart, base.machine_info)
             relative = [g for g in chosen if g.kind == "relative"]
             if relative and before is None:
-                why = "is not in" if counterpart is None else "has no pytest-ipu record in"
+                why = "is not in" if counterpart is None else f"{not_gated(counterpart)} in"
                 missing.append(
                     f"{m.name} {why} the baseline ({self.baseline_name()}): its relative gates "
                     f"({', '.join(map(str, relative))}) were not checked"
@@ -686,14 +701,14 @@ class GateRunner:
                     verdicts.append(check(gate, m.name, m.record, alpha=self.alpha))
                 elif before is not None:
                     verdicts.append(self._relative(gate, m, before))
-            if before is not None and before.device_name != m.record.device_name:
-                was, now = before.device_name, m.record.device_name
+            was, now = None if before is None else before.device_name, m.record.device_name
+            if was is not None and now is not None and was != now:
                 devices[f"the baseline ran {m.name} on {was!r}, this run on {now!r}"] = None
         return GateOutcome(
             tuple(verdicts), tuple(missing), tuple(f"different hardware: {d}" for d in devices)
         )
 
-    def _relative(self, gate: Gate, m: Measured, before: IpuRecord) -> Verdict:
+    def _relative(self, gate: Gate, m: Candidate, before: Gated) -> Verdict:
         history = self.history_of(m.fullname, gate.metric)
         return check(gate, m.name, m.record, before, alpha=self.alpha, history=history, drift=self.drift)
 
@@ -702,7 +717,8 @@ class GateRunner:
         values = []
         for run in self.history:
             bench = next((b for b in run.benchmarks if b.fullname == fullname), None)
-            value = None if bench is None or bench.record is None else bench.record.value(metric)
+            figures = None if bench is None else gated(bench, run.machine_info)
+            value = None if figures is None else figures.value(metric)
             if value is not None:
                 values.append(value)
         return values

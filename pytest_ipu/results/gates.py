@@ -8,7 +8,8 @@ the marker::
     gate     := metric ":" sign number "%"        relative to the baseline
               | metric ("<" | ">") number unit     absolute bound
     metric   := a name of ``pytest_ipu.results.catalog.METRICS``, the registry of metrics
-                (docs/ci.md lists them with their units)
+                (docs/ci.md lists them with their units), or one of its ``ALIASES``
+                (pytest-benchmark's ``time.median`` is ``latency.p50``: the gate is on that metric)
     sign     := "+" for a metric that is better lower, "-" for one that is better higher
     number   := digits with an optional fraction and exponent (2, 2.5, .5, 2e-3)
 
@@ -44,6 +45,7 @@ from typing import Literal
 from typing import cast
 
 from pytest_ipu.measure import units
+from pytest_ipu.results.catalog import ALIASES
 from pytest_ipu.results.catalog import METRICS
 
 
@@ -219,6 +221,8 @@ class _Parser:
     def metric(self, token: _Token) -> str:
         if token.text in METRICS:
             return token.text
+        if token.text in ALIASES:
+            return ALIASES[token.text]
         close = difflib.get_close_matches(token.text.lower(), list(METRICS), n=1)
         guess = f"did you mean {close[0]!r}? " if close else ""
         raise self.fail(

@@ -617,6 +617,14 @@ class IpuRecord(Identity):
         (energy, compile) has one value whatever the repeats."""
         return METRICS[metric].repeat_values(self)
 
+    def why_missing(self, metric: str) -> str:
+        """Why the record has no value for ``metric``, as specific as the record allows."""
+        return METRICS[metric].why_missing(self)
+
+    def no_repeats(self) -> None:
+        """``None``: a record's metrics may have a value per repeat (``--ipu-repeats``)."""
+        return None
+
     @property
     def off_cpu(self) -> bool:
         """Whether the thread that ran the rounds of a host CPU target (device ``cpu`` or ``host``)

@@ -156,6 +156,44 @@ def test_a_20x_slower_candidate_fails_its_gate_in_abba_order(
     assert any(line.startswith("test_x throughput:") for line in out.splitlines())
 
 
+#: The example as a plain pytest-benchmark suite: its own ``benchmark`` fixture, no pytest-ipu fixture.
+PLAIN_EXAMPLE = """
+import os
+
+
+def test_x(benchmark):
+    benchmark(sum, range(int(os.environ.get("AB_WORK", "20000"))))
+"""
+
+
+def test_a_plain_pytest_benchmark_suite_is_paired_and_a_20x_slower_candidate_fails(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (project / "test_bench.py").write_text(PLAIN_EXAMPLE)
+    # pytest-benchmark's own budget per benchmark, cut to keep each side's run short.
+    quick = "--benchmark-max-time=0.05"
+    code, out, err = _ab(
+        [
+            "--baseline",
+            f"{_side()} {quick}",
+            "--candidate",
+            f"{_side('AB_WORK=400000')} {quick}",
+            "--pairs",
+            "4",
+            "--max-pairs",
+            "8",
+            "--gate",
+            "time.median:+100%",
+        ],
+        capsys,
+    )
+    assert code == 1, out + err
+    assert "missing:" not in out
+    (line,) = [line for line in out.splitlines() if line.startswith("test_x latency.p50:")]
+    assert "threshold +100%" in line
+    assert ": FAIL (paired: " in line
+
+
 def test_identical_sides_pass_a_generous_gate(
     project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

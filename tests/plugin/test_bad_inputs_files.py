@@ -272,12 +272,22 @@ ROWS: dict[str, Row] = {
     "merge an instance twice": Row(MERGE, _missing_instance, "pass each instance's file once", 2),
     # -- --ipu-baseline -------------------------------------------------------------------------------------
     "baseline partial": Row(
-        BASELINE, _baseline(doc={**_IPU, "benchmarks": [_PLAIN_BENCH]}), "no benchmark has a pytest-ipu", 4
+        BASELINE,
+        _baseline(
+            doc={**_IPU, "benchmarks": [{**_PLAIN_BENCH, "extra_info": {"ipu_pending": "ipu_benchmark"}}]}
+        ),
+        "no benchmark in it can be gated (each is a partial entry",
+        4,
     ),
     "baseline partial, no benchmarks": Row(
-        BASELINE, _baseline(doc={**_IPU, "benchmarks": []}), "a partial run", 4
+        BASELINE, _baseline(doc={**_IPU, "benchmarks": []}), "no benchmark in it can be gated", 4
     ),
-    "baseline foreign": Row(BASELINE, _baseline(doc={"benchmarks": [_PLAIN_BENCH]}), "not written by", 4),
+    "baseline without statistics": Row(
+        BASELINE,
+        _baseline(doc={"benchmarks": [{k: v for k, v in _PLAIN_BENCH.items() if k != "stats"}]}),
+        "no benchmark in it can be gated",
+        4,
+    ),
     "baseline empty": Row(BASELINE, _baseline(content=""), "not JSON", 4),
     "baseline truncated JSON": Row(BASELINE, _baseline(content='{"benchmarks": [{"na'), "not JSON", 4),
     "baseline a directory": Row(BASELINE, _baseline(directory=True), "cannot read", 4),

@@ -315,7 +315,7 @@ def test_gates_given_but_nothing_checked_exits_1() -> None:
     result = ab.analyse(base, cand, [_gate("throughput:-5%")])
     assert result.verdicts == ()
     assert ab.gate_lines(result) == [
-        "gates: nothing was checked: no benchmark was measured with a pytest-ipu record in every run"
+        "gates: nothing was checked: no benchmark was measured, with figures to gate, in every run"
     ]
     assert ab.exit_code(result) == 1
     assert ab.exit_code(ab.analyse(base, cand, [])) == 0  # no gates: nothing to fail

@@ -112,10 +112,11 @@ def _rename(run: dict[str, Any]) -> None:
 
 
 def _rename_and_drop_records(run: dict[str, Any]) -> None:
-    """No benchmark in common, and none with a record for an absolute gate to check."""
+    """No benchmark in common, and none a gate can read for an absolute gate to check: each entry is
+    partial (a pytest-ipu fixture began it and its test stopped before the record was written)."""
     _rename(run)
     for b in run["benchmarks"]:
-        b["extra_info"].clear()
+        b["extra_info"] = {"ipu_pending": "ipu_benchmark"}
 
 
 NAN, INF = float("nan"), float("inf")

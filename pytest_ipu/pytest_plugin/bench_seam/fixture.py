@@ -66,6 +66,10 @@ def one_per_test(benchmark: Any, caller: str, test: str, measure: _F) -> _F:
                 pytrace=False,
             )
         setattr(benchmark, _MEASURING, (caller, True))
+        from pytest_ipu.results.benchmark_json import PENDING_KEY
+
+        # Replaced by the record once measured: an entry that keeps it is partial, not a plain one.
+        benchmark.extra_info[PENDING_KEY] = caller
         try:
             return measure(*args, **kwargs)
         finally:
@@ -130,3 +134,23 @@ class Timer:
         if ran[0] and self._fixture.enabled:
             teardown(*args, **(kwargs or {}))
         return result
+
+
+def plain_result(item: pytest.Item) -> tuple[dict[str, float], tuple[float, ...]] | None:
+    """pytest-benchmark's time statistics (``benchmark_json.TIME_STATS``, seconds) and per-round
+    times of the test's own use of its ``benchmark`` fixture (plain calls or ``pedantic``); ``None``
+    when the test did not time with it, a pytest-ipu fixture measured with it (its record is the
+    test's result), or the timed function raised (pytest-benchmark leaves it out of its JSON)."""
+    funcargs = getattr(item, "funcargs", None)
+    fixture = funcargs.get("benchmark") if isinstance(funcargs, dict) else None
+    if fixture is None or getattr(fixture, _MEASURING, None) is not None:
+        return None
+    if getattr(fixture, "has_error", False) or not getattr(fixture, "enabled", True):
+        return None
+    stats = getattr(getattr(fixture, "stats", None), "stats", None)
+    data = getattr(stats, "data", None)
+    if not data:
+        return None
+    from pytest_ipu.results.benchmark_json import TIME_STATS
+
+    return {k: float(getattr(stats, k)) for k in TIME_STATS}, tuple(float(x) for x in data)
