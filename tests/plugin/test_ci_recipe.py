@@ -348,11 +348,6 @@ def test_the_ipu_benchmark_workflow_gates_a_pull_request_against_its_merge_base(
     _check_the_recipe(IPU_WORKFLOW, IPU_SUITE, tmp_path, {"PYTEST_IPU_MAX_TIME": "0.05s"})
 
 
-@pytest.mark.xfail(
-    reason="pytest-ipu ab does not judge benchmarks of pytest-benchmark's own fixture yet: they have no "
-    "pytest-ipu record",
-    strict=True,
-)
 def test_the_pytest_benchmark_workflow_gates_a_pull_request_against_its_merge_base(
     tmp_path: Path,
 ) -> None:
