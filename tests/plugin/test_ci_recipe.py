@@ -23,23 +23,21 @@ work: a busy machine makes a sleep longer, never shorter, so it cannot pass.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
-import sys
 import sysconfig
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-yaml = pytest.importorskip("yaml", reason="PyYAML is a test tool of the dev extra: pip install -e '.[dev]'")
+pytest.importorskip("yaml", reason="PyYAML is a test tool of the dev extra: pip install -e '.[dev]'")
+
+from benchmarks import workflow_steps as steps_module
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
 IPU_WORKFLOW = EXAMPLES / "perf-ab-ipu.yml"
 PLAIN_WORKFLOW = EXAMPLES / "perf-ab-pytest-benchmark.yml"
 #: The name of the step the test does not run (see the module docstring).
-INSTALL_STEP = "Install pytest-ipu and the project"
 #: No step may run longer: a hung step fails the test rather than the whole suite.
 STEP_TIMEOUT_S = 300
 #: The gate the test sets: far from the 50x slowdown, and wide enough that three pairs of an
@@ -119,17 +117,6 @@ def _tool(name: str) -> Path:
     return path
 
 
-def _workflow(path: Path) -> dict[str, Any]:
-    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    assert isinstance(loaded, dict), f"{path}: not a mapping"
-    return loaded
-
-
-def _steps(workflow: dict[str, Any]) -> list[dict[str, Any]]:
-    (job,) = workflow["jobs"].values()
-    return list(job["steps"])
-
-
 # --- Lint ------------------------------------------------------------------------------------------
 
 
@@ -154,11 +141,11 @@ def test_the_workflows_lint_clean_with_actionlint_and_shellcheck() -> None:
 
 @pytest.mark.parametrize("path", [IPU_WORKFLOW, PLAIN_WORKFLOW], ids=lambda p: p.name)
 def test_the_workflow_checks_out_history_pins_threads_and_keeps_its_runs(path: Path) -> None:
-    workflow = _workflow(path)
+    workflow = steps_module.load(path)
     env = workflow["env"]
     for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         assert env[variable] == "1", variable
-    steps = _steps(workflow)
+    steps = steps_module.steps(workflow)
     checkout = next(s for s in steps if str(s.get("uses", "")).startswith("actions/checkout@"))
     assert checkout["with"]["fetch-depth"] == 0  # the merge base must be in the clone
     upload = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact@"))
@@ -169,7 +156,7 @@ def test_the_workflow_checks_out_history_pins_threads_and_keeps_its_runs(path: P
         # A pipe hides its left side's exit code unless pipefail is set.
         if any("|" in line.split("#")[0].replace("||", "") for line in script.splitlines()):
             assert "set -o pipefail" in script, step.get("name")
-    (install,) = [s for s in steps if s.get("name") == INSTALL_STEP]
+    (install,) = [s for s in steps if s.get("name") == steps_module.INSTALL_STEP]
     lines = [line.strip() for line in install["run"].splitlines() if not line.strip().startswith("#")]
     clone = lines.index('git clone --depth 1 "$INSTALL_PYTEST_IPU_FROM" "$RUNNER_TEMP/pytest-ipu"')
     assert lines[clone + 1].startswith('python -m pip install "$RUNNER_TEMP/pytest-ipu')
@@ -186,133 +173,11 @@ def test_the_docs_show_the_ipu_workflow_as_it_is() -> None:
 # --- The steps, run --------------------------------------------------------------------------------
 
 
-def _git(cwd: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True)
-    return done.stdout
-
-
 def _pull_request(tmp_path: Path, suite: str, head_work: str) -> Path:
-    """The repository a runner checks out for a pull request: ``main`` holds the base commit (the
-    example project), and the pull request one commit more (``head_work`` appended to its code).
-    A full clone, as ``fetch-depth: 0`` makes it: ``origin/main`` is there."""
-    origin = tmp_path / "origin"
-    (origin / "benchmarks").mkdir(parents=True)
-    (origin / "work.py").write_text(WORK)
-    (origin / "benchmarks" / "test_small.py").write_text(suite)
-    _git(origin, "init", "-q", "-b", "main")
-    _git(origin, "add", ".")
-    _git(origin, "commit", "-q", "-m", "base")
-    workspace = tmp_path / "workspace"
-    _git(tmp_path, "clone", "-q", str(origin), str(workspace))
-    _git(workspace, "checkout", "-q", "-b", "pull-request")
-    (workspace / "work.py").write_text(WORK + head_work)
-    (workspace / "README").write_text("the pull request's commit\n")
-    _git(workspace, "add", ".")
-    _git(workspace, "commit", "-q", "-m", "head")
-    return workspace
-
-
-_EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
-
-
-def _expand(text: str, contexts: dict[str, dict[str, str]]) -> str:
-    """``${{ github.X }}`` and ``${{ env.X }}`` substituted; any other expression is an error here."""
-
-    def value(match: re.Match[str]) -> str:
-        context, _, name = match.group(1).partition(".")
-        assert context in contexts, f"cannot evaluate {match.group(0)}"
-        assert name in contexts[context], f"cannot evaluate {match.group(0)}: no {name} in {context}"
-        return contexts[context][name]
-
-    return _EXPRESSION.sub(value, text)
-
-
-def _shell(step: dict[str, Any], script: Path) -> list[str]:
-    """The command a Linux runner runs a ``run:`` script with (GitHub's defaults for bash)."""
-    shell = step.get("shell")
-    if shell is None:
-        return ["bash", "-e", str(script)]
-    assert shell == "bash", f"step {step.get('name')!r}: shell {shell!r} is not run by this test"
-    return ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script)]
-
-
-def _run_steps(
-    workflow_path: Path, workspace: Path, tmp_path: Path, knobs: dict[str, str]
-) -> tuple[int, str, str]:
-    """Run the workflow's run steps in order, as a runner would, until one fails: the last step's exit
-    code, the job summary and the steps' output."""
-    workflow = _workflow(workflow_path)
-    runner_temp = tmp_path / "runner-temp"
-    runner_temp.mkdir()
-    summary = tmp_path / "step-summary.md"
-    summary.touch()
-    github = {"base_ref": "main", "event_name": "pull_request", "workspace": str(workspace)}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST_", "GITHUB_"))}
-    env.pop("PYTEST_IPU_REPEATS", None)  # a runner sets none: the command chooses
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env.update(
-        {
-            "CI": "true",
-            "GITHUB_ACTIONS": "true",
-            "GITHUB_WORKSPACE": str(workspace),
-            "GITHUB_BASE_REF": "main",
-            "GITHUB_EVENT_NAME": "pull_request",
-            "GITHUB_STEP_SUMMARY": str(summary),
-            "RUNNER_TEMP": str(runner_temp),
-        }
-    )
-    env.update({k: _expand(str(v), {"github": github, "env": env}) for k, v in workflow["env"].items()})
-    env.update(knobs)
-    ran, output, code = [], [], 0
-    for number, step in enumerate(_steps(workflow)):
-        if "uses" in step or step.get("name") == INSTALL_STEP:
-            continue
-        assert "if" not in step, f"step {step.get('name')!r}: a condition this test does not evaluate"
-        files = {name: tmp_path / f"step{number}-{name}" for name in ("env", "path", "output")}
-        for file in files.values():
-            file.touch()
-        step_env = {
-            **env,
-            "GITHUB_ENV": str(files["env"]),
-            "GITHUB_PATH": str(files["path"]),
-            "GITHUB_OUTPUT": str(files["output"]),
-        }
-        step_env.update(
-            {k: _expand(str(v), {"github": github, "env": env}) for k, v in step.get("env", {}).items()}
-        )
-        script = tmp_path / f"step{number}.sh"
-        script.write_text(_expand(step["run"], {"github": github, "env": step_env}))
-        done = subprocess.run(
-            _shell(step, script),
-            cwd=workspace / step.get("working-directory", "."),
-            env=step_env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=STEP_TIMEOUT_S,
-        )
-        ran.append(step.get("name"))
-        output.append(f"--- step {step.get('name')!r}: exit {done.returncode}\n{done.stdout}{done.stderr}")
-        code = done.returncode
-        # What a step appends to GITHUB_ENV and GITHUB_PATH reaches the steps after it.
-        for line in files["env"].read_text().splitlines():
-            assert "<<" not in line, "multi-line GITHUB_ENV values are not read by this test"
-            name, _, value = line.partition("=")
-            env[name] = value
-        for line in reversed(files["path"].read_text().splitlines()):
-            env["PATH"] = os.pathsep.join([line, env["PATH"]])
-        if code != 0:
-            break
-    assert ran, f"{workflow_path.name}: no run step was executed"
-    return code, summary.read_text(), "\n".join(output)
+    """The example project on ``main``, and a pull request that appends ``head_work`` to its code."""
+    base = {"work.py": WORK, "benchmarks/test_small.py": suite}
+    head = {"work.py": WORK + head_work, "README": "the pull request's commit\n"}
+    return steps_module.pull_request(tmp_path, base, head)
 
 
 def _gate_lines(summary: str) -> list[str]:
@@ -324,7 +189,9 @@ def _check_the_recipe(workflow: Path, suite: str, tmp_path: Path, budget: dict[s
 
     # Unchanged code: every gate PASSes, the job is green, the runs are kept for the artifact.
     same = _pull_request(tmp_path / "same", suite, "\n# a comment: nothing measured changes\n")
-    code, summary, output = _run_steps(workflow, same, tmp_path / "same", knobs)
+    code, summary, output = steps_module.run_steps(
+        workflow, same, tmp_path / "same", knobs, timeout_s=STEP_TIMEOUT_S
+    )
     assert code == 0, output
     lines = _gate_lines(summary)
     assert len(lines) == 3, summary
@@ -333,13 +200,15 @@ def _check_the_recipe(workflow: Path, suite: str, tmp_path: Path, budget: dict[s
 
     # One benchmark 50x slower: the gate step exits 1 and the summary names that benchmark alone.
     slower = _pull_request(tmp_path / "slower", suite, SLOWER)
-    code, summary, output = _run_steps(workflow, slower, tmp_path / "slower", knobs)
+    code, summary, output = steps_module.run_steps(
+        workflow, slower, tmp_path / "slower", knobs, timeout_s=STEP_TIMEOUT_S
+    )
     assert code == 1, output
     failed = [line for line in _gate_lines(summary) if ": FAIL (" in line]
     assert len(failed) == 1, summary
     assert failed[0].startswith("- test_sort_numbers "), summary
     # No worktree of the runs is left in the checkout.
-    assert _git(slower, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert steps_module.git(slower, "worktree", "list", "--porcelain").count("worktree ") == 1
 
 
 def test_the_ipu_benchmark_workflow_gates_a_pull_request_against_its_merge_base(
