@@ -41,6 +41,10 @@ included) is its history. So with four or more files, a later run has ``decide.H
 or more runs before it, and its gates are decided by the run-to-run test against their drift
 (docs/ci.md). With two or three files there is too little history: the spread between each
 record's repeats decides, or with one repeat a side the threshold alone.
+All the verdicts of one comparison are one job: a FAIL counts only when it is beyond the threshold
+at the job's family-wise level too (``family``: Holm's step-down at ``--job-alpha``, 1 % by
+default), else it is INCONCLUSIVE, saying so. The gate lines are the job's summary on one screen
+(``job_summary``; ``--verbose`` lists every verdict that is not a PASS).
 A FAIL makes the exit code 1, an INCONCLUSIVE verdict (and no FAIL) 3, bad input 2.
 """
 
@@ -58,7 +62,9 @@ from typing import Any
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import units
 from pytest_ipu.results import decide
+from pytest_ipu.results import family
 from pytest_ipu.results import gates
+from pytest_ipu.results import job_summary
 from pytest_ipu.results import schema
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
@@ -290,11 +296,16 @@ def hardware_differences(runs: Sequence[StoredRun]) -> list[str]:
 
 
 def check_gates(
-    comparison: Comparison, gate_list: Sequence[gates.Gate], drift: float = decide.DRIFT
+    comparison: Comparison,
+    gate_list: Sequence[gates.Gate],
+    drift: float = decide.DRIFT,
+    job_alpha: float = family.JOB_ALPHA,
 ) -> list[decide.Verdict]:
     """Every gate on every benchmark with a record, each later run against the first run, with the
     runs before it as its history (the module docstring has the rule); ``decide.GateRunner`` decides,
-    with the run-to-run drift allowance ``drift``.
+    with the run-to-run drift allowance ``drift``; then the job's rule over all of them
+    (``family.adjust`` at ``job_alpha``: a FAIL not beyond the threshold at the job's family-wise
+    level is INCONCLUSIVE).
 
     Benchmarks missing from the first run and runs on other hardware are in the comparison's
     ``missing`` and ``hardware`` notes.
@@ -315,7 +326,7 @@ def check_gates(
             if bench.record is not None
         ]
         verdicts.extend(runner.check(measured).verdicts)
-    return verdicts
+    return list(family.adjust(verdicts, job_alpha))
 
 
 #: The gates' summary when gates were given and no benchmark could be checked: a failure, as in
@@ -326,14 +337,17 @@ NOTHING_CHECKED = (
 )
 
 
-def gate_lines(gate_list: Sequence[gates.Gate], verdicts: Sequence[decide.Verdict]) -> list[str]:
-    """The gates' summary line, then the line of each verdict that is not a PASS; empty when no gate
-    was given."""
+def gate_lines(
+    gate_list: Sequence[gates.Gate], verdicts: Sequence[decide.Verdict], verbose: bool = False
+) -> list[str]:
+    """The gates' summary line, then ``job_summary.lines``: every FAIL, each undecided benchmark
+    once, the rest folded (``verbose``: the line of each verdict that is not a PASS); empty when no
+    gate was given."""
     if not gate_list:
         return []
     if not verdicts:
         return [NOTHING_CHECKED]
-    return [decide.summary(verdicts), *(v.line() for v in verdicts if not v.passed)]
+    return [decide.summary(verdicts), *job_summary.lines(verdicts, verbose=verbose)]
 
 
 def exit_code(

@@ -159,6 +159,10 @@ def test_one_repeat_a_side_is_inconclusive_and_fails_unless_told_otherwise(
         "test_changing latency.p50: 1 ms -> 10 ms (+900.0%, threshold +50%): INCONCLUSIVE (no variance "
         "estimate); one repeat on each side: use --ipu-repeats=3 or 3 or more baseline runs"
     )
+    folded = (
+        "latency.p50: one repeat: no threshold can be decided (one repeat on each side: use --ipu-repeats=3 "
+        "or 3 or more baseline runs)"
+    )
     result = pytester.runpytest(*ARGS, *gate)
     # Not a pass, even for a tenfold change: the evidence cannot tell it from noise.
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -168,17 +172,23 @@ def test_one_repeat_a_side_is_inconclusive_and_fails_unless_told_otherwise(
             "pytest-ipu gate INCONCLUSIVE (fails under --ipu-inconclusive=fail; 'warn' or 'pass' accepts "
             f"it): {verdict}",
             "3 gate check(s) on 3 benchmark(s) against base.json: 0 PASS, 0 FAIL, 3 INCONCLUSIVE",
-            f"INCONCLUSIVE (fails the run) {verdict}",
+            "job: a FAIL is one at the 1% family-wise level (Holm over 3 gate check(s)); INCONCLUSIVE fails "
+            "the run",
+            f"INCONCLUSIVE (fails the run) test_changing: {folded}",
         ]
     )
-    warned = pytester.runpytest(*ARGS, *gate, "--ipu-inconclusive=warn")
+    # Each undecided benchmark once in the summary; pytest -v lists every verdict's own line.
+    assert sum(line.startswith("INCONCLUSIVE (fails the run) test_changing") for line in result.outlines) == 1
+    warned = pytester.runpytest(*ARGS, *gate, "--ipu-inconclusive=warn", "-v")
     assert warned.ret == pytest.ExitCode.OK
     warned.assert_outcomes(passed=3)
     warned.stdout.fnmatch_lines([f"INCONCLUSIVE (a warning: --ipu-inconclusive=warn) {verdict}"])
     monkeypatch.setenv("PYTEST_IPU_INCONCLUSIVE", "pass")
     accepted = pytester.runpytest(*ARGS, *gate)
     assert accepted.ret == pytest.ExitCode.OK
-    accepted.stdout.fnmatch_lines([f"INCONCLUSIVE (accepted as a pass: --ipu-inconclusive=pass) {verdict}"])
+    accepted.stdout.fnmatch_lines(
+        [f"INCONCLUSIVE (accepted as a pass: --ipu-inconclusive=pass) test_changing: {folded}"]
+    )
 
 
 def test_no_change_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -202,9 +212,8 @@ def test_a_change_within_the_drift_allowance_of_the_threshold_is_inconclusive(
     result.stdout.fnmatch_lines(
         [
             "3 gate check(s) on 3 benchmark(s) against base.json: 0 PASS, 0 FAIL, 3 INCONCLUSIVE",
-            "INCONCLUSIVE (a warning: *) test_changing latency.p50: 1 ms -> 1 ms (+0.0%, threshold +3%), *"
-            "the change is within the run-to-run drift allowance (+5.0%) of the threshold: give 3 or more "
-            "baseline runs, whose drift is measured",
+            "INCONCLUSIVE (a warning: *) test_changing: latency.p50: spread 0.0% between repeats, 5% drift "
+            "allowance: smallest threshold this evidence decides: +5.0%",
         ]
     )
     # A smaller allowance, for a machine whose runs agree better, decides it.
@@ -250,8 +259,8 @@ def test_absolute_gates_need_no_baseline(pytester: pytest.Pytester) -> None:
     assert once.ret == pytest.ExitCode.TESTS_FAILED
     once.stdout.fnmatch_lines(
         [
-            "INCONCLUSIVE (fails the run) test_changing latency.p50: 1 ms, bound < 1 s: INCONCLUSIVE (no "
-            "variance estimate); one repeat: no spread to bound the value by; use --ipu-repeats=3"
+            "INCONCLUSIVE (fails the run) test_changing: latency.p50: one repeat: no threshold can be "
+            "decided (one repeat: no spread to bound the value by; use --ipu-repeats=3)"
         ]
     )
 
