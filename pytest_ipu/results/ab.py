@@ -28,6 +28,14 @@ or O'Brien-Fleming's boundaries, but valid without their normal-increments model
 skipped because time ran out only makes it more so). Peeking after every pair with the
 fixed-sample test would not keep the error rates.
 
+The verdicts of a look are one job (``family``): each look spends ``job_alpha / L`` of the job's
+level for FAIL, Holm's step-down over the undecided gates in a family of every gate compared. A
+benchmark whose gates are all decided at a look is settled (``Settled``): it keeps that look's
+verdicts, is read from the pairs it had then, and the command runs later pairs without it. The
+error rates still hold: each verdict is one look's, the union bound over the looks covers
+whichever look it came from whether or not other benchmarks went on, and Holm's rule with the
+whole family's size stays valid on any part of the family.
+
 A value missing from a candidate run fails the gate (with the record's reason); one missing from a
 baseline run, or a value of 0 (no log-ratio), leaves it INCONCLUSIVE.
 

@@ -288,6 +288,38 @@ def test_the_command_adds_pairs_while_a_gate_is_inconclusive_and_exits_3(
     assert "job: a FAIL is one at the 0.333% family-wise level (Holm over 1 gate check(s))" in out
 
 
+def test_the_command_measures_only_the_undecided_benchmarks_after_a_look(
+    sides: Sides, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Batch 8: 1 % slower in every pair (PASS at the first look); batch 4: about 5 % slower, give or
+    # take 10 % a pair (never decided).
+    noisy = (1.15, 0.95, 1.12, 0.98)
+    for pair in range(1, 5):
+        steady = MS * (1 + pair / 1000)
+        write(sides.folder / f"A-{pair}.json", bench(4, MS, 4 / MS), bench(8, steady, 8 / steady))
+        b4, b8 = MS * noisy[pair - 1], 1.01 * steady
+        write(sides.folder / f"B-{pair}.json", bench(4, b4, 4 / b4), bench(8, b8, 8 / b8))
+    code, out, err = _ab(sides, capsys, "--pairs", "2", "--max-pairs", "4", "--gate", "latency.p50:+5%")
+    assert code == 3, out + err
+    decided = "--deselect=tests/test_mlp.py::test_mlp[torch-cpu-8]"
+    runs = (sides.folder / "deselected.txt").read_text().splitlines()
+    # Pairs 1 and 2 ran both; pairs 3 and 4 (after the look at 2) left the decided benchmark out.
+    assert runs == [
+        "A1",
+        "B1",
+        "B2",
+        "A2",
+        f"A3 {decided}",
+        f"B3 {decided}",
+        f"B4 {decided}",
+        f"A4 {decided}",
+    ]
+    assert "pytest-ipu ab: after 2 pair(s): 1 benchmark(s) decided, 1 still measured" in err
+    # The decided one keeps its PASS from the look at 2 pairs; the other is judged on all 4.
+    assert "gates: 2 checked: 1 PASS, 0 FAIL, 1 INCONCLUSIVE" in out
+    assert "tests/test_mlp.py::test_mlp[torch-cpu-8] (2 pairs)" in out
+
+
 def test_the_command_without_gates_runs_the_pairs_asked_for(
     sides: Sides, capsys: pytest.CaptureFixture[str]
 ) -> None:
