@@ -462,7 +462,6 @@ class GateCheck:
                 "warn": "a warning: --ipu-inconclusive=warn",
                 "pass": "accepted as a pass: --ipu-inconclusive=pass",
             }[policy]
-            # The line of the job's rule comes before the verdicts it shaped.
             say(f"job: {job}; INCONCLUSIVE {undecided}")
             label = f"INCONCLUSIVE ({undecided})"
             if terminalreporter.config.getoption("verbose", 0) > 0:
