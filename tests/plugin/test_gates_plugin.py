@@ -191,6 +191,32 @@ def test_one_repeat_a_side_is_inconclusive_and_fails_unless_told_otherwise(
     )
 
 
+def test_the_summary_names_each_undecided_benchmark_once_and_the_json_keeps_every_verdict(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _baseline(pytester, monkeypatch)  # one repeat: nothing decides, on either metric
+    gate = ("--ipu-baseline=base.json", "--ipu-gate=latency.p50:+50%", "--ipu-gate=latency.mean:+50%")
+    result = pytester.runpytest(*ARGS, *gate, "--ipu-inconclusive=warn", "--benchmark-json=out.json")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "6 gate check(s) on 3 benchmark(s) against base.json: 0 PASS, 0 FAIL, 6 INCONCLUSIVE",
+            "job: a FAIL is one at the 1% family-wise level (Holm over 6 gate check(s)); INCONCLUSIVE a "
+            "warning: --ipu-inconclusive=warn",
+            "INCONCLUSIVE (a warning: --ipu-inconclusive=warn) test_changing: latency.p50, latency.mean: one "
+            "repeat: no threshold can be decided *",
+        ]
+    )
+    undecided = [line for line in result.outlines if line.startswith("INCONCLUSIVE (a warning")]
+    assert [line.split()[4] for line in undecided] == ["test_steady[1]:", "test_steady[4]:", "test_changing:"]
+    recorded = json.loads((pytester.path / "out.json").read_text())["pytest_ipu"]["gates"]
+    assert len(recorded) == 6
+    assert {v["noise"] for v in recorded} == {"one repeat"}
+    # pytest -v: every verdict on its own line.
+    verbose = pytester.runpytest(*ARGS, *gate, "--ipu-inconclusive=warn", "-v")
+    assert sum(line.startswith("INCONCLUSIVE (a warning") for line in verbose.outlines) == 6
+
+
 def test_no_change_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     _baseline(pytester, monkeypatch, REPEATS)
     result = pytester.runpytest(*ARGS, REPEATS, "--ipu-baseline=base.json", "--ipu-gate=latency.p50:+50%")
