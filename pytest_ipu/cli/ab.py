@@ -309,14 +309,35 @@ def _run_one(
     return out, log, done.returncode, command
 
 
-#: Asked at each look with the runs so far (baseline, candidate): whether every verdict is decided.
-Decided = typing.Callable[[typing.Sequence[StoredRun], typing.Sequence[StoredRun]], bool]
+@dataclass(frozen=True)
+class Look:
+    """What a look at the verdicts found: whether every verdict is decided (``done``: no more
+    pairs), the benchmarks whose gates are all decided (``settled``, pytest node ids: later pairs do
+    not run them) and those still open (``undecided``)."""
+
+    done: bool
+    settled: tuple[str, ...] = ()
+    undecided: tuple[str, ...] = ()
+
+    def deselect(self) -> list[str]:
+        """pytest arguments that leave the settled benchmarks out of later runs: ``--deselect`` of
+        each, since the user's paths and ``-k`` still choose the rest (node ids as pytest-benchmark
+        saves them, relative to pytest's rootdir, are what ``--deselect`` reads). ``--deselect``
+        matches by prefix: a settled id that begins an open one (``test_a`` of ``test_ab``) is run
+        on, and its later pairs are not read."""
+        kept = [n for n in self.settled if not any(u != n and u.startswith(n) for u in self.undecided)]
+        return [f"--deselect={n}" for n in kept]
+
+
+#: Asked at each look with the runs so far (baseline, candidate): what the look decided.
+Decided = typing.Callable[[typing.Sequence[StoredRun], typing.Sequence[StoredRun]], Look]
 
 
 def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outcome:
     """Run both sides in ABBA order, pair after pair, and read their JSON back: up to the first of
     ``plan.looks`` where ``decided`` says every verdict is decided (without it, all the pairs),
-    starting no pair once ``plan.max_time_s`` has passed.
+    starting no pair once ``plan.max_time_s`` has passed. After a look, later pairs run only the
+    benchmarks it left undecided (``Look.deselect``).
 
     Raises ``SideError`` for a side that cannot be set up, ``RunFailed`` for a run that exits with
     a code other than 0 and 1 or writes no JSON. Worktrees and the temporary directory (everything
@@ -348,18 +369,23 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
         order = abba_order(plan.pairs)
         started = time.monotonic()
         stopped = ""
+        narrowed: list[str] = []
         for count, (pair, role) in enumerate(order, start=1):
             side = prepared[role].side
             if count % 2 == 1 and pair > 1:
                 # The first run of a pair: first, did the last look decide, or has time run out?
                 done = pair - 1
-                if (
-                    done in plan.looks
-                    and decided is not None
-                    and decided(runs["baseline"], runs["candidate"])
-                ):
-                    stopped = f"every gate decided after {done} pair(s) (looks at {_counts(plan.looks)})"
-                    break
+                if done in plan.looks and decided is not None:
+                    look = decided(runs["baseline"], runs["candidate"])
+                    if look.done:
+                        stopped = f"every gate decided after {done} pair(s) (looks at {_counts(plan.looks)})"
+                        break
+                    narrowed = look.deselect()
+                    if look.settled:
+                        progress(
+                            f"pytest-ipu ab: after {done} pair(s): {len(look.settled)} benchmark(s) decided, "
+                            f"{len(look.undecided)} still measured"
+                        )
                 if time.monotonic() - started > plan.max_time_s:
                     stopped = (
                         f"--max-time {plan.max_time_s:g}s reached after {done} pair(s): no new pair started"
@@ -367,7 +393,7 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
                     break
             of = f"/{len(order)}" if len(plan.looks) == 1 else f" (of at most {len(order)})"
             progress(f"pytest-ipu ab: run {count}{of}: pair {pair} {role}: {side.label}")
-            out, log, code, command = _run_one(prepared[role], pair, directory, pytest_args)
+            out, log, code, command = _run_one(prepared[role], pair, directory, (*pytest_args, *narrowed))
             if code not in (0, 1) or not out.exists():
                 why = f"exit {code}" + (f", {_EXIT_HINTS[code]}" if code in _EXIT_HINTS else "")
                 # A full disk fails the run's write of its JSON, and of its log (Python then exits

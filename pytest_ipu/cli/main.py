@@ -36,6 +36,7 @@ from pytest_ipu.report import power_blocks as block_report
 from pytest_ipu.report import terminal as report
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import compare
+from pytest_ipu.results import family
 from pytest_ipu.results import gates
 from pytest_ipu.results import storage
 from pytest_ipu.results.power_blocks import PowerBlock
@@ -108,9 +109,17 @@ def _merge(out: Path, paths: Sequence[Path]) -> int:
     return 0
 
 
-def _compare(
-    paths: Sequence[Path], gate_texts: Sequence[str], fmt: str, strict: bool, drift_text: str
-) -> int:
+def _job_alpha(text: str) -> float | None:
+    """``--job-alpha``'s level, or ``None`` after printing why it is not one."""
+    try:
+        return units.parse_level(text)
+    except ValueError as exc:
+        print(f"pytest-ipu: --job-alpha {text!r}: {exc}", file=sys.stderr)
+        return None
+
+
+def _compare(args: argparse.Namespace, paths: Sequence[Path]) -> int:
+    gate_texts, fmt, strict, drift_text = args.gate, args.format, args.strict, args.drift
     if len(paths) < 2:
         got = f"{len(paths)} ({paths[0]})" if paths else "0"
         print(
@@ -129,6 +138,9 @@ def _compare(
     except ValueError as exc:
         print(f"pytest-ipu: --drift {drift_text!r}: {exc}", file=sys.stderr)
         return 2
+    job_alpha = _job_alpha(args.job_alpha)
+    if job_alpha is None:
+        return 2
     try:
         runs = [benchmark_json.read_run(path) for path in paths]
     except benchmark_json.RunFileError as exc:
@@ -136,8 +148,8 @@ def _compare(
         return 2
     comparison = compare.compare_runs(runs)
     print(compare.RENDERERS[fmt](comparison))
-    verdicts = compare.check_gates(comparison, gate_list, drift=drift)
-    lines = compare.gate_lines(gate_list, verdicts)
+    verdicts = compare.check_gates(comparison, gate_list, drift=drift, job_alpha=job_alpha)
+    lines = compare.gate_lines(gate_list, verdicts, verbose=args.verbose)
     if lines:
         print("\n".join(("", *(f"- {line}" if fmt == "markdown" else line for line in lines))))
     if strict and comparison.missing:
@@ -192,8 +204,11 @@ def _ab(args: argparse.Namespace) -> int:
     except gates.GateError as exc:
         print(f"pytest-ipu: --gate: {exc}", file=sys.stderr)
         return 2
+    job_alpha = _job_alpha(args.job_alpha)
+    if job_alpha is None:
+        return 2
     # Pairs are added only while a gate is INCONCLUSIVE: without gates, --pairs is the number.
-    schedule = ab.Sequential(args.pairs, most if gate_list else args.pairs, args.alpha)
+    schedule = ab.Sequential(args.pairs, most if gate_list else args.pairs, args.alpha, job_alpha)
     pytest_args = [*(["-k", args.k] if args.k is not None else []), *args.pytest_args]
     try:
         cwd = Path.cwd()
@@ -207,10 +222,21 @@ def _ab(args: argparse.Namespace) -> int:
             args.max_time,
         )
 
-        def decided(baseline: Sequence[StoredRun], candidate: Sequence[StoredRun]) -> bool:
-            looked = ab.analyse(baseline, candidate, gate_list, alpha=schedule.alpha_per_look)
+        # Benchmarks decided at a look keep that look's verdicts; later pairs run only the others.
+        settled: dict[str, ab.Settled] = {}
+
+        def decided(baseline: Sequence[StoredRun], candidate: Sequence[StoredRun]) -> ab_runner.Look:
+            looked = ab.analyse(
+                baseline,
+                candidate,
+                gate_list,
+                alpha=schedule.alpha_per_look,
+                job_alpha=schedule.job_alpha_per_look,
+                settled=settled,
+            )
             progress(f"pytest-ipu ab: after {len(baseline)} pair(s): {decide.summary(looked.verdicts)}")
-            return looked.decided
+            settled.update(looked.settle())
+            return ab_runner.Look(looked.decided, tuple(settled), looked.undecided())
 
         outcome = ab_runner.run(plan, progress, decided if gate_list else None)
     except (ab_runner.SideError, ab_runner.RunFailed) as exc:
@@ -228,11 +254,13 @@ def _ab(args: argparse.Namespace) -> int:
         outcome.candidate,
         gate_list,
         alpha=schedule.alpha_per_look,
+        job_alpha=schedule.job_alpha_per_look,
         labels=(plan.baseline.label, plan.candidate.label),
         plan=schedule.describe() + stopped,
+        settled=settled,
     )
     print(ab.RENDERERS[args.format](result))
-    lines = ab.gate_lines(result)
+    lines = ab.gate_lines(result, verbose=args.verbose)
     if lines:
         print("\n".join(("", *(f"- {line}" if args.format == "markdown" else line for line in lines))))
     if outcome.directory is not None:
@@ -329,6 +357,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def _add_job(parser: argparse.ArgumentParser) -> None:
+    """The options of a command's gates taken as one job: its level for FAIL, and the full listing."""
+    parser.add_argument(
+        "--job-alpha",
+        default=family.level(family.JOB_ALPHA),
+        metavar="SHARE",
+        help="the job's level for FAIL: unchanged code FAILs some gate of the job at most this often "
+        "(Holm's step-down over every gate check; docs/ci.md; default %(default)s)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="list every gate verdict's line, not the one-screen summary (every FAIL, each undecided "
+        "benchmark once)",
+    )
+
+
 def _add_storage(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-s",
@@ -390,6 +436,7 @@ def _main(argv: Sequence[str] | None) -> int:
     comparing.add_argument(
         "--strict", action="store_true", help="a benchmark missing from any run makes the exit code 1"
     )
+    _add_job(comparing)
     reporting = sub.add_parser(
         "report",
         help="plots (PNG, SVG) and a self-contained HTML page of saved runs; given a storage folder, the "
@@ -482,6 +529,7 @@ def _main(argv: Sequence[str] | None) -> int:
     ab_parser.add_argument(
         "--strict", action="store_true", help="a benchmark missing from any run makes the exit code 1"
     )
+    _add_job(ab_parser)
     ab_parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="passed to pytest")
     hist = sub.add_parser(
         "history",
@@ -591,7 +639,7 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command == "summary":
             return _summary(files)
         if args.command == "compare":
-            return _compare(files, args.gate, args.format, args.strict, args.drift)
+            return _compare(args, files)
         from pytest_ipu.report import html as html_report  # matplotlib only when a report is asked for
 
         return html_report.main(files, args.output, args.references)

@@ -310,3 +310,14 @@ def parse_share(value: object) -> float:
     if not 0.0 < share <= 1.0:
         raise ValueError("expected a share such as '5%' or '0.05', above 0 and at most 100%")
     return share
+
+
+def parse_level(value: object) -> float:
+    """A test's level (a chance of a wrong verdict) such as ``1%`` or ``0.01``, within (0, 0.5)."""
+    try:
+        level = parse_share(value)
+    except ValueError:
+        level = 1.0
+    if not level < 0.5:
+        raise ValueError("expected a level such as '1%' or '0.01', above 0 and below 50%")
+    return level

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from pytest_ipu.results.decide import GateRunner
     from pytest_ipu.results.decide import Verdict
     from pytest_ipu.results.gated import Candidate
+    from pytest_ipu.results.gates import Gate
     from pytest_ipu.results.records import Measured
 
 #: How the baseline from pytest-benchmark's storage is named in messages.
@@ -81,7 +82,11 @@ class GateCheck:
     def __init__(self, settings: Settings, measured: list[Measured]) -> None:
         self.settings = settings
         self.measured = measured
-        self.verdicts: list[Verdict] = []
+        #: Each gate's verdict by its own rule, in the order checked (``verdicts``: the job's).
+        self.gate_verdicts: list[Verdict] = []
+        #: The gates of each selected gated benchmark, by node id, once collected: how many gate
+        #: checks the job plans (the family's size for ``family.adjust``).
+        self._planned: dict[str, tuple[Gate, ...]] = {}
         #: Gated benchmarks the baseline lacks (their relative gates were not checked).
         self.missing: list[str] = []
         #: Other things the reader should know (a baseline from different hardware).
@@ -205,6 +210,7 @@ class GateCheck:
             for item in session.items
             if _is_benchmark(item) and (self.settings.gates or marked[item.nodeid])
         }
+        self._planned = {nodeid: marked[nodeid] for nodeid in self._gated}
         if self.untimed is not None:
             self._refuse_untimed_markers(session.config, [n for n in self._gated if marked[n]])
             return  # nothing will be measured: no baseline is needed
@@ -311,9 +317,35 @@ class GateCheck:
     def check_item(self, measured: Measured) -> list[str]:
         """Check the gates of one benchmark as soon as it is measured, so that a failing gate fails
         its own test; the lines of the verdicts that fail it (FAIL, and INCONCLUSIVE under
-        ``--ipu-inconclusive=fail``), each with its verdict first; empty when none does."""
+        ``--ipu-inconclusive=fail``), each with its verdict first; empty when none does.
+
+        A FAIL fails the test only when it is already beyond the threshold at the job's level
+        (``verdicts``: Holm's step-down over the verdicts so far, in a family of every gate check
+        the run plans). Later benchmarks can only add to those FAILs, never undo one; a FAIL they
+        add is the job's at the end (the summary's line, the run's exit status)."""
         self._checked.add(measured.fullname)
-        return [self._failure_line(v) for v in self._check([measured]) if self._fails(v)]
+        new = self._check([measured])
+        if not new:
+            return []
+        return [self._failure_line(v) for v in self.verdicts[-len(new) :] if self._fails(v)]
+
+    @property
+    def verdicts(self) -> tuple[Verdict, ...]:
+        """The job's verdicts (``family.adjust``): each gate's verdict, except that a FAIL not
+        beyond the threshold at the job's family-wise level (``--ipu-job-alpha``) is INCONCLUSIVE.
+        The family is every gate check the run planned when its tests were collected, or the
+        checks made if more."""
+        if not self.gate_verdicts:
+            return ()
+        from pytest_ipu.results import family
+
+        return family.adjust(self.gate_verdicts, self.settings.job_alpha, size=self._family_size())
+
+    def _family_size(self) -> int:
+        """How many gate checks the run plans: each selected gated benchmark's effective gates."""
+        from pytest_ipu.results.decide import effective_gates
+
+        return sum(len(effective_gates(self.settings.gates, own)) for own in self._planned.values())
 
     def _fails(self, verdict: Verdict) -> bool:
         """Whether ``verdict`` fails its test and the run: a FAIL always, an INCONCLUSIVE one by policy."""
@@ -339,8 +371,10 @@ class GateCheck:
         self._check([m for m in self.measured if m.fullname not in self._checked])
 
     def check_launch(self, merged: list[Measured]) -> tuple[Verdict, ...]:
-        """Check the gates on a torchrun launch's merged records (rank 0, once merged)."""
-        return self._check(merged, launch=True)
+        """Check the gates on a torchrun launch's merged records (rank 0, once merged): the job's
+        verdicts on them."""
+        new = self._check(merged, launch=True)
+        return self.verdicts[-len(new) :] if new else ()
 
     def _check(self, measured: Sequence[Candidate], launch: bool = False) -> tuple[Verdict, ...]:
         from pytest_ipu.pytest_plugin.repeats import in_worker
@@ -350,7 +384,7 @@ class GateCheck:
         if in_worker() or (not self.settings.gates and not any(m.gates for m in measured)):
             return ()  # nothing to decide: the decision rule (and numpy) is never loaded
         outcome = self._runner().check(measured)
-        self.verdicts.extend(outcome.verdicts)
+        self.gate_verdicts.extend(outcome.verdicts)
         self.missing.extend(outcome.missing)
         self.notes.extend(v for v in outcome.notes if v not in self.notes)
         return outcome.verdicts
@@ -378,7 +412,7 @@ class GateCheck:
         check was made, as the summary's line; ``None`` when a gate was checked or none was asked."""
         from pytest_ipu.pytest_plugin.repeats import in_worker
 
-        if in_worker() or self.verdicts or self.deferred or self.interrupted or not self._runs_tests:
+        if in_worker() or self.gate_verdicts or self.deferred or self.interrupted or not self._runs_tests:
             return None
         if self._plain or any(self.settings.gates or m.gates for m in self.measured):
             why = (
@@ -421,8 +455,8 @@ class GateCheck:
 
     @property
     def failed(self) -> bool:
-        """Whether a gate failed (or was inconclusive under ``--ipu-inconclusive=fail``), a benchmark
-        is missing from the baseline under ``fail``, or the gates checked nothing."""
+        """Whether a gate failed the job (or was inconclusive under ``--ipu-inconclusive=fail``), a
+        benchmark is missing from the baseline under ``fail``, or the gates checked nothing."""
         return (
             any(self._fails(v) for v in self.verdicts)
             or (self.settings.baseline_missing == "fail" and bool(self.missing))
@@ -432,14 +466,18 @@ class GateCheck:
     # -- the report ---------------------------------------------------------------------------------
 
     def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """After the tables: one line per failed gate, then the notes; a count of what passed. Gates
-        that checked nothing are one red line saying why."""
+        """After the tables, the job's summary on one screen: the counts and the job's rule, every
+        FAIL, each undecided benchmark once (``job_summary``; pytest's ``-v`` lists every verdict),
+        then the notes. Gates that checked nothing are one red line saying why."""
         unchecked = self._unchecked()
-        if not self.verdicts and not self.missing and not self.notes and not self.skipped and not unchecked:
+        verdicts = self.verdicts
+        if not verdicts and not self.missing and not self.notes and not self.skipped and not unchecked:
             return
         terminalreporter.section("pytest-ipu gates")
         from pytest_ipu.report import text
         from pytest_ipu.results import decide
+        from pytest_ipu.results import family
+        from pytest_ipu.results import job_summary
 
         width = text.terminal_width()
 
@@ -448,20 +486,35 @@ class GateCheck:
             for part in text.wrap([line], width):
                 terminalreporter.write_line(part, **markup)
 
-        if self.verdicts or self.measured:
+        if verdicts or self.measured:
             against = f" against {self._baseline_name()}" if self.baseline is not None else ""
-            benchmarks = len({v.benchmark for v in self.verdicts})
-            counts = ", ".join(f"{sum(v.outcome == o for v in self.verdicts)} {o}" for o in decide.OUTCOMES)
-            say(f"{len(self.verdicts)} gate check(s) on {benchmarks} benchmark(s){against}: {counts}")
-        policy = self.settings.inconclusive
-        for verdict in self.verdicts:
-            if verdict.failed:
-                say(f"FAILED {verdict.line()}", red=True)
-            elif verdict.inconclusive and policy == "fail":
-                say(f"INCONCLUSIVE (fails the run) {verdict.line()}", red=True)
-            elif verdict.inconclusive:
-                accepted = "a warning" if policy == "warn" else "accepted as a pass"
-                say(f"INCONCLUSIVE ({accepted}: --ipu-inconclusive={policy}) {verdict.line()}", yellow=True)
+            benchmarks = len({v.benchmark for v in verdicts})
+            counts = ", ".join(f"{sum(v.outcome == o for v in verdicts)} {o}" for o in decide.OUTCOMES)
+            say(f"{len(verdicts)} gate check(s) on {benchmarks} benchmark(s){against}: {counts}")
+        if verdicts:
+            job = family.describe(self.settings.job_alpha, max(self._family_size(), family.tested(verdicts)))
+            policy = self.settings.inconclusive
+            undecided = {
+                "fail": "fails the run",
+                "warn": "a warning: --ipu-inconclusive=warn",
+                "pass": "accepted as a pass: --ipu-inconclusive=pass",
+            }[policy]
+            say(f"job: {job}; INCONCLUSIVE {undecided}")
+            label = f"INCONCLUSIVE ({undecided})"
+            if terminalreporter.config.getoption("verbose", 0) > 0:
+                # pytest -v: every verdict that is not a PASS, each its own line.
+                folded = [
+                    f"FAILED {v.line()}" if v.failed else f"{label} {v.line()}"
+                    for v in verdicts
+                    if not v.passed
+                ]
+            else:
+                folded = job_summary.lines(
+                    verdicts, unfold="pytest -v lists them", label=label, failed_label="FAILED"
+                )
+            for line in folded:
+                bad = policy == "fail" or line.startswith("FAILED")
+                say(line, **({"red": True} if bad else {"yellow": True}))
         if unchecked:
             say(f"FAILED {unchecked}", red=True)
         policy = "fails the run" if self.settings.baseline_missing == "fail" else "a warning"

@@ -233,6 +233,13 @@ def parse_share(value: object) -> float:
     return units.parse_share(value)
 
 
+def parse_level(value: object) -> float:
+    """A test's level such as ``1%`` or ``0.01``, within (0, 0.5) (``measure.units`` owns the rule)."""
+    from pytest_ipu.measure import units
+
+    return units.parse_level(value)
+
+
 def parse_baselines(value: object) -> tuple[Path, ...]:
     """pytest-benchmark JSON files to gate against (a list, or ``;`` between them), each a path or a
     glob pattern (``.benchmarks/*/*.json``, expanded in sorted order); ``none`` for none."""
@@ -281,6 +288,7 @@ PARSERS: Mapping[str, Callable[[object], Any]] = {
     "baseline_missing": _choice(("warn", "fail")),
     "inconclusive": _choice(("fail", "warn", "pass")),
     "drift": parse_share,
+    "job_alpha": parse_level,
 }
 
 

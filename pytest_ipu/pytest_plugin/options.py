@@ -256,6 +256,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "run-to-run drift allowed for when a gate's only noise estimate is the spread between one "
         "run's repeats (fewer than 3 baseline runs): the verdict's interval is widened by it",
     ),
+    OptionSpec(
+        "job_alpha",
+        "--ipu-job-alpha",
+        "SHARE",
+        "1%",
+        "the job's level for FAIL: unchanged code FAILs some gate of the run at most this often (Holm's "
+        "step-down over every gate check); a gate's FAIL beyond it only is INCONCLUSIVE",
+    ),
 )
 
 

@@ -51,6 +51,7 @@ class Settings:
     baseline_missing: str = "warn"
     inconclusive: str = "fail"
     drift: float = 0.05
+    job_alpha: float = 0.01
     repeats: int = 3
     repeat_mode: str = "interleaved"
     time_cap: TimeCap = field(default_factory=TimeCap)

@@ -30,6 +30,14 @@ or O'Brien-Fleming's boundaries, but valid without their normal-increments model
 skipped because time ran out only makes it more so). Peeking after every pair with the
 fixed-sample test would not keep the error rates.
 
+The verdicts of a look are one job (``family``): each look spends ``job_alpha / L`` of the job's
+level for FAIL, Holm's step-down over the undecided gates in a family of every gate compared. A
+benchmark whose gates are all decided at a look is settled (``Settled``): it keeps that look's
+verdicts, is read from the pairs it had then, and the command runs later pairs without it. The
+error rates still hold: each verdict is one look's, the union bound over the looks covers
+whichever look it came from whether or not other benchmarks went on, and Holm's rule with the
+whole family's size stays valid on any part of the family.
+
 A value missing from a candidate run fails the gate (with the record's reason); one missing from a
 baseline run, or a value of 0 (no log-ratio), leaves it INCONCLUSIVE.
 
@@ -43,6 +51,7 @@ with one pair); the gate lines carry the interval the verdict was read from.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import statistics
@@ -55,6 +64,8 @@ from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import stats
 from pytest_ipu.results import compare
 from pytest_ipu.results import decide
+from pytest_ipu.results import family
+from pytest_ipu.results import job_summary
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.catalog import METRICS
@@ -181,14 +192,17 @@ def check_paired(
         if n < 2 or len(positive) < n:
             method = f"absolute bound on the candidate over {n} pair(s)"
             why = NO_VARIANCE if n < 2 else "a value of 0 leaves no log to bound"
-            return Verdict(gate, benchmark, decide.INCONCLUSIVE, None, value, None, None, method, why)
-        judged = decide.judge_bound(
-            gate, [math.log(v) for v in positive], alpha, more="pairs", option="--max-pairs"
-        )
+            noise = "one pair" if n < 2 else "a value of 0"
+            return Verdict(
+                gate, benchmark, decide.INCONCLUSIVE, None, value, None, None, method, why, None, noise
+            )
+        logs_now = [math.log(v) for v in positive]
+        judged = decide.judge_bound(gate, logs_now, alpha, more="pairs", option="--max-pairs")
         method = (
             f"absolute bound on the candidate's geometric mean over {n} pairs (df {n - 1}, alpha {alpha:.3g})"
         )
-        return judged.verdict(gate, benchmark, None, value, method)
+        noise = f"spread {statistics.stdev(logs_now) * 100:.1f}% between pairs"
+        return judged.verdict(gate, benchmark, None, value, method, noise)
     if any(v is None for v in baseline):
         reason = f"no value in the baseline: {baseline_gap or 'missing from a run'}"
         return Verdict(
@@ -206,13 +220,34 @@ def check_paired(
     change = math.exp(statistics.fmean(logs)) - 1.0
     if n < 2:
         return Verdict(
-            gate, benchmark, decide.INCONCLUSIVE, before, after, change, None, "1 pair", NO_VARIANCE
+            gate,
+            benchmark,
+            decide.INCONCLUSIVE,
+            before,
+            after,
+            change,
+            None,
+            "1 pair",
+            NO_VARIANCE,
+            None,
+            "one pair",
         )
     centre, se = _mean_se(logs)
     judged = decide.judge(gate, centre, se, n - 1, alpha, more="pairs", option="--max-pairs", n=n)
     method = f"paired: {n} ABBA pairs' log-ratios (df {n - 1}, alpha {alpha:.3g})"
+    noise = f"spread {statistics.stdev(logs) * 100:.1f}% between pairs"
     return Verdict(
-        gate, benchmark, judged.outcome, before, after, change, judged.interval, method, judged.advice
+        gate,
+        benchmark,
+        judged.outcome,
+        before,
+        after,
+        change,
+        judged.interval,
+        method,
+        judged.advice,
+        judged.p_fail,
+        noise,
     )
 
 
@@ -231,9 +266,12 @@ class Sequential:
     first: int = 5
     most: int = 20
     alpha: float = decide.ALPHA
+    #: The job's level for FAIL over every gate and look together (``family``).
+    job_alpha: float = family.JOB_ALPHA
 
     def __post_init__(self) -> None:
         decide.check_alpha(self.alpha)
+        decide.check_alpha(self.job_alpha)
         if not 1 <= self.first <= self.most:
             raise ValueError(f"need 1 <= first ({self.first}) <= most ({self.most}) pairs")
 
@@ -249,6 +287,11 @@ class Sequential:
     def alpha_per_look(self) -> float:
         """The level each look tests at: ``alpha`` spent evenly over the looks."""
         return self.alpha / len(self.looks)
+
+    @property
+    def job_alpha_per_look(self) -> float:
+        """The job's level for FAIL at each look: ``job_alpha`` spent evenly over the looks."""
+        return self.job_alpha / len(self.looks)
 
     def describe(self) -> str:
         """One line for the legend: the looks and the levels."""
@@ -285,6 +328,15 @@ class Paired:
 
 
 @dataclass(frozen=True)
+class Settled:
+    """A benchmark whose gates were all decided at a look: the pairs it had then (later pairs do
+    not run it) and the job's verdicts on its gates at that look, kept as they were."""
+
+    pairs: int
+    verdicts: tuple[Verdict, ...]
+
+
+@dataclass(frozen=True)
 class ABResult:
     """Everything ``pytest-ipu ab`` reports: the paired values, the gates' verdicts, the
     benchmarks not measured by every run, and how the sides were named."""
@@ -298,6 +350,12 @@ class ABResult:
     gates: tuple[Gate, ...] = ()
     #: How the pairs were planned and why they stopped, for the legend (empty: a fixed count).
     plan: str = ""
+    #: The full name of each verdict's benchmark, in the verdicts' order.
+    fullnames: tuple[str, ...] = ()
+    #: The benchmarks decided at an earlier look, by full name (``Settled``).
+    settled: Mapping[str, Settled] = dataclasses.field(default_factory=dict)
+    #: The job's level for FAIL these verdicts were read at (``family``; of one look).
+    job_alpha: float = family.JOB_ALPHA
 
     @property
     def failed(self) -> tuple[Verdict, ...]:
@@ -313,6 +371,22 @@ class ABResult:
     def decided(self) -> bool:
         """Whether no verdict is INCONCLUSIVE (the sequential plan stops then)."""
         return not self.inconclusive
+
+    def undecided(self) -> tuple[str, ...]:
+        """The full names of the benchmarks with an INCONCLUSIVE verdict, in order."""
+        names = (f for f, v in zip_strict(self.fullnames, self.verdicts) if v.inconclusive)
+        return tuple(dict.fromkeys(names))
+
+    def settle(self) -> dict[str, Settled]:
+        """Every benchmark whose gates are all decided (PASS or FAIL), the earlier ones included,
+        with this result's pairs and verdicts for those decided now."""
+        out = dict(self.settled)
+        open_ = set(self.undecided())
+        for fullname, verdict in zip_strict(self.fullnames, self.verdicts):
+            if fullname not in open_ and fullname not in self.settled:
+                kept = out.get(fullname)
+                out[fullname] = Settled(self.pairs, (*(kept.verdicts if kept else ()), verdict))
+        return out
 
 
 def _gap(runs: Sequence[StoredRun], fullname: str, metric: str, side: str) -> str | None:
@@ -335,15 +409,22 @@ def analyse(
     gate_list: Sequence[Gate] = (),
     *,
     alpha: float = decide.ALPHA,
+    job_alpha: float = family.JOB_ALPHA,
     labels: tuple[str, str] = (BASELINE, CANDIDATE),
     plan: str = "",
+    settled: Mapping[str, Settled] | None = None,
 ) -> ABResult:
     """Pair the runs (run ``i`` of each side is pair ``i``), then check every gate on every benchmark
     that every run measured with figures a gate can read (``plain.gated``: a pytest-ipu record, or
-    pytest-benchmark's statistics of a benchmark of its own fixture). Benchmarks missing from some
-    run, or only a partial entry there, are listed in ``missing``. ``plan`` describes the pairs for
-    the legend. Raises ``ValueError`` for unequal or no runs and for ``alpha`` outside (0, 0.5)."""
+    pytest-benchmark's statistics of a benchmark of its own fixture), and take them as one job
+    (``family.adjust`` at ``job_alpha`` over every gate, the settled ones' included). A benchmark in
+    ``settled`` (decided at an earlier look) is read from the pairs it had then and keeps its
+    verdicts. Benchmarks missing from some run, or only a partial entry there, are listed in
+    ``missing``. ``plan`` describes the pairs for the legend. Raises ``ValueError`` for unequal or no
+    runs and for ``alpha`` or ``job_alpha`` outside (0, 0.5)."""
     decide.check_alpha(alpha)
+    decide.check_alpha(job_alpha)
+    settled = dict(settled or {})
     if len(baseline_runs) != len(candidate_runs) or not baseline_runs:
         raise ValueError(
             f"need N >= 1 pairs of runs, got {len(baseline_runs)} baseline and "
@@ -356,17 +437,22 @@ def analyse(
             order.setdefault(bench.fullname, bench)
     missing: list[str] = []
     complete: list[StoredBenchmark] = []
+
+    def runs_of(fullname: str, runs: Sequence[StoredRun]) -> Sequence[StoredRun]:
+        # A settled benchmark was not run after the look that decided it.
+        return runs[: settled[fullname].pairs] if fullname in settled else runs
+
     for fullname, first in order.items():
         absent = [
             f"{side} pair {i}"
             for side, runs in sides.items()
-            for i, run in enumerate(runs, start=1)
+            for i, run in enumerate(runs_of(fullname, runs), start=1)
             if _find(run, fullname) is None
         ]
         bare = {
             f"{side} pair {i}": b
             for side, runs in sides.items()
-            for i, run in enumerate(runs, start=1)
+            for i, run in enumerate(runs_of(fullname, runs), start=1)
             if (b := _find(run, fullname)) is not None and gated(b, run.machine_info) is None
         }
         if absent:
@@ -381,13 +467,18 @@ def analyse(
     metrics = [m for m in METRICS if m in shown]
     lines: list[Paired] = []
     verdicts: list[Verdict] = []
+    fullnames: list[str] = []
     for bench in complete:
         # Short names read better; two benchmarks of one name (in two files) need their full names.
         display = bench.name if names.count(bench.name) == 1 else bench.fullname
         values = {
-            side: {metric: tuple(_value(run, bench.fullname, metric) for run in runs) for metric in metrics}
+            side: {
+                metric: tuple(_value(run, bench.fullname, metric) for run in runs_of(bench.fullname, runs))
+                for metric in metrics
+            }
             for side, runs in sides.items()
         }
+        kept = settled.get(bench.fullname)
         for metric in metrics:
             before, after = values[BASELINE][metric], values[CANDIDATE][metric]
             line = Paired(
@@ -403,6 +494,9 @@ def analyse(
             if any(v is not None for v in (*before, *after)):
                 lines.append(line)
             for gate in (g for g in gate_list if g.metric == metric):
+                if kept is not None:
+                    continue
+                fullnames.append(bench.fullname)
                 verdicts.append(
                     check_paired(
                         gate,
@@ -414,6 +508,15 @@ def analyse(
                         candidate_gap=line.candidate_gap,
                     )
                 )
+        if kept is not None:
+            fullnames.extend(bench.fullname for _ in kept.verdicts)
+            verdicts.extend(kept.verdicts)
+    # The job's rule over the gates decided now, in the family of every gate (the settled ones'
+    # included): each look spends its share of the job's level (``Sequential.job_alpha_per_look``).
+    fresh = [i for i, f in enumerate(fullnames) if f not in settled]
+    adjusted = family.adjust([verdicts[i] for i in fresh], job_alpha, size=len(verdicts))
+    for i, verdict in zip_strict(fresh, adjusted):
+        verdicts[i] = verdict
     return ABResult(
         labels,
         len(baseline_runs),
@@ -423,6 +526,9 @@ def analyse(
         tuple(missing),
         tuple(gate_list),
         plan,
+        tuple(fullnames),
+        settled,
+        job_alpha,
     )
 
 
@@ -461,6 +567,9 @@ def _confidence(result: ABResult) -> str:
 def _legend(result: ABResult) -> list[str]:
     base, cand = result.labels
     plan = [result.plan] if result.plan else []
+    if result.gates:
+        # The job's rule: a gate's FAIL counts at the job's family-wise level (its look's share).
+        plan.append(f"job: {family.describe(result.job_alpha, len(result.verdicts))}")
     return [
         f"baseline: {base}",
         f"candidate: {cand}",
@@ -503,6 +612,12 @@ def _cells(result: ABResult, lines: Sequence[Paired]) -> tuple[list[str], list[l
 
 def _notes(result: ABResult) -> list[str]:
     notes = [f"missing: {m}" for m in result.missing]
+    earlier = {f: s.pairs for f, s in result.settled.items() if s.pairs < result.pairs}
+    if earlier:
+        notes.append(
+            f"{len(earlier)} benchmark(s) decided at an earlier look kept that look's verdicts and were not "
+            f"run after it: {', '.join(f'{f} ({n} pairs)' for f, n in earlier.items())}"
+        )
     if result.pairs < 2:
         notes.append(f"1 pair: {NO_VARIANCE}")
     return notes
@@ -600,15 +715,18 @@ RENDERERS: Mapping[str, Callable[[ABResult], str]] = {
 FORMATS = tuple(RENDERERS)
 
 
-def gate_lines(result: ABResult) -> list[str]:
-    """The gates' summary line, then every verdict's line (as ``pytest-ipu compare`` writes them);
-    empty when no gate was given. Every verdict is listed, passes included: an A/B run is costly, and
-    the interval of a pass shows how close it came."""
+def gate_lines(result: ABResult, verbose: bool = False) -> list[str]:
+    """The gates' summary line, then the job's summary on one screen (``job_summary.lines``: every
+    FAIL, each undecided benchmark once, the rest folded); ``verbose`` lists every verdict's line,
+    passes included (the interval of a pass shows how close it came). Empty when no gate was given."""
     if not result.gates:
         return []
     if not result.verdicts:
         return ["gates: nothing was checked: no benchmark was measured, with figures to gate, in every run"]
-    return [decide.summary(result.verdicts), *(v.line() for v in result.verdicts)]
+    return [
+        decide.summary(result.verdicts),
+        *job_summary.lines(result.verdicts, verbose=verbose, passes=True),
+    ]
 
 
 def exit_code(result: ABResult, strict: bool = False) -> int:

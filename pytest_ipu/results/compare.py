@@ -46,6 +46,10 @@ of the last run's and its baseline's records decides, and without repeats (one r
 plain pytest-benchmark benchmark, which has one value per run) the verdict is INCONCLUSIVE.
 Benchmarks of pytest-benchmark's own fixture are gated from its statistics (``plain``), under the
 metrics' names or pytest-benchmark's (``time.median`` is ``latency.p50``).
+All the verdicts of one comparison are one job: a FAIL counts only when it is beyond the threshold
+at the job's family-wise level too (``family``: Holm's step-down at ``--job-alpha``, 1 % by
+default), else it is INCONCLUSIVE, saying so. The gate lines are the job's summary on one screen
+(``job_summary``; ``--verbose`` lists every verdict that is not a PASS).
 A FAIL makes the exit code 1, an INCONCLUSIVE verdict (and no FAIL) 3, bad input 2.
 """
 
@@ -63,7 +67,9 @@ from typing import Any
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import units
 from pytest_ipu.results import decide
+from pytest_ipu.results import family
 from pytest_ipu.results import gates
+from pytest_ipu.results import job_summary
 from pytest_ipu.results import schema
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
@@ -309,12 +315,17 @@ def hardware_differences(runs: Sequence[StoredRun]) -> list[str]:
 
 
 def check_gates(
-    comparison: Comparison, gate_list: Sequence[gates.Gate], drift: float = decide.DRIFT
+    comparison: Comparison,
+    gate_list: Sequence[gates.Gate],
+    drift: float = decide.DRIFT,
+    job_alpha: float = family.JOB_ALPHA,
 ) -> list[decide.Verdict]:
     """Every gate on every benchmark of the last run that a gate can read (``plain.gated``: a
     pytest-ipu record, or pytest-benchmark's statistics of a plain benchmark), against the runs
     before it as its history (the module docstring has the rule); ``decide.GateRunner`` decides,
-    with the run-to-run drift allowance ``drift``.
+    with the run-to-run drift allowance ``drift``; then the job's rule over all of them
+    (``family.adjust`` at ``job_alpha``: a FAIL not beyond the threshold at the job's family-wise
+    level is INCONCLUSIVE).
 
     Benchmarks missing from a run and runs on other hardware are in the comparison's ``missing`` and
     ``hardware`` notes.
@@ -329,7 +340,7 @@ def check_gates(
             measured.append(Measured(bench.fullname, bench.name, group, figures, bench.samples_s or ()))
         elif isinstance(figures, PlainBenchmark):
             measured.append(PlainMeasured(bench.fullname, bench.name, figures))
-    return list(runner.check(measured).verdicts)
+    return list(family.adjust(runner.check(measured).verdicts, job_alpha))
 
 
 #: The gates' summary when gates were given and no benchmark could be checked: a failure, as in
@@ -340,14 +351,17 @@ NOTHING_CHECKED = (
 )
 
 
-def gate_lines(gate_list: Sequence[gates.Gate], verdicts: Sequence[decide.Verdict]) -> list[str]:
-    """The gates' summary line, then the line of each verdict that is not a PASS; empty when no gate
-    was given."""
+def gate_lines(
+    gate_list: Sequence[gates.Gate], verdicts: Sequence[decide.Verdict], verbose: bool = False
+) -> list[str]:
+    """The gates' summary line, then ``job_summary.lines``: every FAIL, each undecided benchmark
+    once, the rest folded (``verbose``: the line of each verdict that is not a PASS); empty when no
+    gate was given."""
     if not gate_list:
         return []
     if not verdicts:
         return [NOTHING_CHECKED]
-    return [decide.summary(verdicts), *(v.line() for v in verdicts if not v.passed)]
+    return [decide.summary(verdicts), *job_summary.lines(verdicts, verbose=verbose)]
 
 
 def exit_code(

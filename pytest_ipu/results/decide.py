@@ -20,7 +20,8 @@ scale, ``log(current / baseline)`` for a lower-is-better metric, its negative fo
 ``-log(1 - t)`` for a higher-is-better metric), the verdict is FAIL when ``w - q s > m``, PASS when
 ``w + q s < m``, INCONCLUSIVE otherwise. A wrong FAIL (the true change within the threshold) and a
 wrong PASS (the true change beyond it) each have probability at most ``alpha`` (``ALPHA`` = 5 %),
-whatever the noise: more noise makes more INCONCLUSIVE verdicts, never more passes.
+whatever the noise: more noise makes more INCONCLUSIVE verdicts, never more passes. A job of many
+gates bounds its wrong FAILs over all of them (``family``, on each verdict's ``p_fail``).
 
 The evidence, in order:
 
@@ -117,15 +118,27 @@ class Judgement:
     interval: tuple[float, float]
     #: For INCONCLUSIVE: the changes this evidence could have decided, and what would decide it.
     advice: str = ""
+    #: The one-sided p of "the change is within the threshold" (``p_fail``): FAIL is ``p_fail < alpha``.
+    p_fail: float | None = None
 
     def verdict(
-        self, gate: Gate, benchmark: str, baseline: float | None, current: float, method: str
+        self, gate: Gate, benchmark: str, baseline: float | None, current: float, method: str, noise: str = ""
     ) -> Verdict:
         """This judgement as the verdict of ``gate`` on ``benchmark`` (``baseline`` ``None`` for an
-        absolute gate), its change computed from the two values."""
+        absolute gate), its change computed from the two values; ``noise`` is ``Verdict.noise``."""
         change = None if baseline is None else relative_change(baseline, current)
         return Verdict(
-            gate, benchmark, self.outcome, baseline, current, change, self.interval, method, self.advice
+            gate,
+            benchmark,
+            self.outcome,
+            baseline,
+            current,
+            change,
+            self.interval,
+            method,
+            self.advice,
+            self.p_fail,
+            noise,
         )
 
 
@@ -166,12 +179,29 @@ def judge(
     low, high = worse - reach, worse + reach
     ratio = (_exp(sign * low), _exp(sign * high))
     interval = (min(ratio), max(ratio))
+    p = p_fail(gate, shift, scale, df, allowance)
     if low > m:
-        return Judgement(FAIL, interval)
+        return Judgement(FAIL, interval, p_fail=p)
     if high < m:
-        return Judgement(PASS, interval)
+        return Judgement(PASS, interval, p_fail=p)
     evidence = _Evidence(scale, df, alpha, n, one_run)
-    return Judgement(INCONCLUSIVE, interval, _advice(gate, worse, reach, allowance, more, option, evidence))
+    advice = _advice(gate, worse, reach, allowance, more, option, evidence)
+    return Judgement(INCONCLUSIVE, interval, advice, p)
+
+
+def p_fail(gate: Gate, shift: float, scale: float, df: int, allowance: float = 0.0) -> float:
+    """The one-sided p of the FAIL side's test of a relative gate: of "the change is within the
+    threshold" (worse by at most ``margin``), from ``judge``'s ``shift``, ``scale``, ``df`` and
+    ``allowance``. ``judge`` FAILs exactly when it is below ``alpha``: ``w - allowance - q s > m``
+    is ``t_sf((w - allowance - m) / s, df) < alpha``. A family of gates (``family``) adjusts it."""
+    m = margin(gate)
+    if math.isinf(m):
+        return 1.0  # a threshold of -100% or less: nothing is beyond it
+    excess = orient(gate) * shift - allowance - m
+    if scale <= 0.0:
+        # Runs that agree exactly: only which side of the threshold the change lies on decides.
+        return 0.0 if excess > 0.0 else 1.0
+    return stats.t_sf(excess / scale, df)
 
 
 #: The most repeats, pairs or baseline runs an INCONCLUSIVE verdict's advice counts up to.
@@ -248,10 +278,14 @@ def judge_bound(
     low, high = _exp(centre - reach), _exp(centre + reach)
     bound = gate.threshold
     below = gate.op == "<"
+    # The FAIL side's test of "the value is within the bound", on the same centre, spread and df.
+    excess = (centre - math.log(bound)) if below else (math.log(bound) - centre)
+    se = spread / math.sqrt(n)
+    p = (0.0 if excess >= 0.0 else 1.0) if se <= 0.0 else stats.t_sf(excess / se, n - 1)
     if (high < bound) if below else (low > bound):
-        return Judgement(PASS, (low, high))
+        return Judgement(PASS, (low, high), p_fail=p)
     if (low >= bound) if below else (high <= bound):
-        return Judgement(FAIL, (low, high))
+        return Judgement(FAIL, (low, high), p_fail=p)
     unit = METRICS[gate.metric].unit
     shown = f"[{units.format_value(low, unit, 3)}, {units.format_value(high, unit, 3)}]"
     return Judgement(
@@ -259,6 +293,7 @@ def judge_bound(
         (low, high),
         f"the {more}' interval {shown} contains the bound: more {more} (now {n}; {option}), "
         "fewer threads or a quieter runner would decide it",
+        p,
     )
 
 
@@ -275,7 +310,13 @@ class Verdict:
     ``interval`` is the ``1 - 2 alpha`` interval the verdict was read from (of the ratio current /
     baseline, or of the value for an absolute gate), drift allowance included; ``None`` without a
     variance estimate. ``method`` says how the verdict was reached; ``advice``, for an
-    INCONCLUSIVE one, what could have been decided and what would decide it.
+    INCONCLUSIVE one, what could have been decided and what would decide it. ``p_fail`` is the
+    one-sided p of the FAIL side's test, of "the change is within the threshold" (``decide.p_fail``;
+    a per-gate FAIL is ``p_fail < alpha``), from the same estimate as the interval: what the job's
+    family-wise rule (``family``) adjusts; ``None`` where the verdict was not a test (no variance
+    estimate, a missing value). ``noise`` names, in a few words, what the interval's width rests on
+    (``spread 6.9% between runs``, ``one repeat``): the cause the job's summary gives for a
+    benchmark it cannot decide.
     """
 
     gate: Gate
@@ -287,6 +328,8 @@ class Verdict:
     interval: tuple[float, float] | None
     method: str
     advice: str = ""
+    p_fail: float | None = None
+    noise: str = ""
 
     @property
     def passed(self) -> bool:
@@ -342,6 +385,8 @@ class Verdict:
             "interval": None if self.interval is None else list(self.interval),
             "method": self.method,
             "advice": self.advice,
+            "p_fail": self.p_fail,
+            "noise": self.noise,
         }
 
 
@@ -409,10 +454,22 @@ def check(
             advice = f"{single}: give {HISTORY_MIN} or more baseline runs"
         elif METRICS[gate.metric].per_repeat:
             advice = f"one repeat on each side: use --ipu-repeats=3 or {HISTORY_MIN} or more baseline runs"
+            noise = "one repeat"
         else:
             advice = f"{gate.metric} is measured once per benchmark: give {HISTORY_MIN} or more baseline runs"
+            noise = "one value per run"
         return Verdict(
-            gate, benchmark, INCONCLUSIVE, before, value, change, None, "no variance estimate", advice
+            gate,
+            benchmark,
+            INCONCLUSIVE,
+            before,
+            value,
+            change,
+            None,
+            "no variance estimate",
+            advice,
+            None,
+            noise,
         )
     if found.source == "run-to-run":
         baseline_value = math.exp(math.log(value) - found.shift)
@@ -431,7 +488,8 @@ def check(
             n=found.baseline,
             one_run=True,
         )
-        return judged.verdict(gate, benchmark, baseline_value, value, method)
+        noise = f"spread {found.spread * 100:.1f}% between runs"
+        return judged.verdict(gate, benchmark, baseline_value, value, method, noise)
     allowance = math.log1p(drift)
     method = (
         f"repeats: {found.current} current vs {found.baseline} baseline repeats (log scale, spread "
@@ -449,7 +507,8 @@ def check(
         option="--ipu-repeats",
         n=max(found.current, found.baseline),
     )
-    return judged.verdict(gate, benchmark, before, value, method)
+    noise = f"spread {found.spread * 100:.1f}% between repeats, {drift * 100:g}% drift allowance"
+    return judged.verdict(gate, benchmark, before, value, method, noise)
 
 
 def _check_bound(gate: Gate, benchmark: str, current: Gated, value: float, alpha: float) -> Verdict:
@@ -464,14 +523,28 @@ def _check_bound(gate: Gate, benchmark: str, current: Gated, value: float, alpha
             advice = f"{gate.metric} has one value (one run kept): no spread to bound the value by"
         else:
             advice = f"{gate.metric} is measured once per benchmark: no spread to bound the value by"
-        return Verdict(gate, benchmark, INCONCLUSIVE, None, value, None, None, "no variance estimate", advice)
+        noise = "one repeat" if METRICS[gate.metric].per_repeat else "one value per run"
+        return Verdict(
+            gate,
+            benchmark,
+            INCONCLUSIVE,
+            None,
+            value,
+            None,
+            None,
+            "no variance estimate",
+            advice,
+            None,
+            noise,
+        )
     judged = judge_bound(gate, logs, alpha)
     what = "runs" if METRICS[gate.metric].runs is not None else "repeats"
     method = (
         f"absolute bound on the interval of {len(logs)} {what}' geometric mean "
         f"(df {len(logs) - 1}, alpha {alpha:.3g})"
     )
-    return judged.verdict(gate, benchmark, None, value, method)
+    spread = math.sqrt(math.fsum((x - _mean(logs)) ** 2 for x in logs) / (len(logs) - 1))
+    return judged.verdict(gate, benchmark, None, value, method, f"spread {spread * 100:.1f}% between {what}")
 
 
 def _exp(x: float) -> float:

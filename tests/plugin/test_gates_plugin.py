@@ -159,6 +159,10 @@ def test_one_repeat_a_side_is_inconclusive_and_fails_unless_told_otherwise(
         "test_changing latency.p50: 1 ms -> 10 ms (+900.0%, threshold +50%): INCONCLUSIVE (no variance "
         "estimate); one repeat on each side: use --ipu-repeats=3 or 3 or more baseline runs"
     )
+    folded = (
+        "latency.p50: one repeat: no threshold can be decided (one repeat on each side: use --ipu-repeats=3 "
+        "or 3 or more baseline runs)"
+    )
     result = pytester.runpytest(*ARGS, *gate)
     # Not a pass, even for a tenfold change: the evidence cannot tell it from noise.
     assert result.ret == pytest.ExitCode.TESTS_FAILED
@@ -168,17 +172,49 @@ def test_one_repeat_a_side_is_inconclusive_and_fails_unless_told_otherwise(
             "pytest-ipu gate INCONCLUSIVE (fails under --ipu-inconclusive=fail; 'warn' or 'pass' accepts "
             f"it): {verdict}",
             "3 gate check(s) on 3 benchmark(s) against base.json: 0 PASS, 0 FAIL, 3 INCONCLUSIVE",
-            f"INCONCLUSIVE (fails the run) {verdict}",
+            "job: a FAIL is one at the 1% family-wise level (Holm over 3 gate check(s)); INCONCLUSIVE fails "
+            "the run",
+            f"INCONCLUSIVE (fails the run) test_changing: {folded}",
         ]
     )
-    warned = pytester.runpytest(*ARGS, *gate, "--ipu-inconclusive=warn")
+    # Each undecided benchmark once in the summary; pytest -v lists every verdict's own line.
+    assert sum(line.startswith("INCONCLUSIVE (fails the run) test_changing") for line in result.outlines) == 1
+    warned = pytester.runpytest(*ARGS, *gate, "--ipu-inconclusive=warn", "-v")
     assert warned.ret == pytest.ExitCode.OK
     warned.assert_outcomes(passed=3)
     warned.stdout.fnmatch_lines([f"INCONCLUSIVE (a warning: --ipu-inconclusive=warn) {verdict}"])
     monkeypatch.setenv("PYTEST_IPU_INCONCLUSIVE", "pass")
     accepted = pytester.runpytest(*ARGS, *gate)
     assert accepted.ret == pytest.ExitCode.OK
-    accepted.stdout.fnmatch_lines([f"INCONCLUSIVE (accepted as a pass: --ipu-inconclusive=pass) {verdict}"])
+    accepted.stdout.fnmatch_lines(
+        [f"INCONCLUSIVE (accepted as a pass: --ipu-inconclusive=pass) test_changing: {folded}"]
+    )
+
+
+def test_the_summary_names_each_undecided_benchmark_once_and_the_json_keeps_every_verdict(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _baseline(pytester, monkeypatch)  # one repeat: nothing decides, on either metric
+    gate = ("--ipu-baseline=base.json", "--ipu-gate=latency.p50:+50%", "--ipu-gate=latency.mean:+50%")
+    result = pytester.runpytest(*ARGS, *gate, "--ipu-inconclusive=warn", "--benchmark-json=out.json")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(
+        [
+            "6 gate check(s) on 3 benchmark(s) against base.json: 0 PASS, 0 FAIL, 6 INCONCLUSIVE",
+            "job: a FAIL is one at the 1% family-wise level (Holm over 6 gate check(s)); INCONCLUSIVE a "
+            "warning: --ipu-inconclusive=warn",
+            "INCONCLUSIVE (a warning: --ipu-inconclusive=warn) test_changing: latency.p50, latency.mean: one "
+            "repeat: no threshold can be decided *",
+        ]
+    )
+    undecided = [line for line in result.outlines if line.startswith("INCONCLUSIVE (a warning")]
+    assert [line.split()[4] for line in undecided] == ["test_steady[1]:", "test_steady[4]:", "test_changing:"]
+    recorded = json.loads((pytester.path / "out.json").read_text())["pytest_ipu"]["gates"]
+    assert len(recorded) == 6
+    assert {v["noise"] for v in recorded} == {"one repeat"}
+    # pytest -v: every verdict on its own line.
+    verbose = pytester.runpytest(*ARGS, *gate, "--ipu-inconclusive=warn", "-v")
+    assert sum(line.startswith("INCONCLUSIVE (a warning") for line in verbose.outlines) == 6
 
 
 def test_no_change_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -202,9 +238,8 @@ def test_a_change_within_the_drift_allowance_of_the_threshold_is_inconclusive(
     result.stdout.fnmatch_lines(
         [
             "3 gate check(s) on 3 benchmark(s) against base.json: 0 PASS, 0 FAIL, 3 INCONCLUSIVE",
-            "INCONCLUSIVE (a warning: *) test_changing latency.p50: 1 ms -> 1 ms (+0.0%, threshold +3%), *"
-            "the change is within the run-to-run drift allowance (+5.0%) of the threshold: give 3 or more "
-            "baseline runs, whose drift is measured",
+            "INCONCLUSIVE (a warning: *) test_changing: latency.p50: spread 0.0% between repeats, 5% drift "
+            "allowance: smallest threshold this evidence decides: +5.0%",
         ]
     )
     # A smaller allowance, for a machine whose runs agree better, decides it.
@@ -250,8 +285,8 @@ def test_absolute_gates_need_no_baseline(pytester: pytest.Pytester) -> None:
     assert once.ret == pytest.ExitCode.TESTS_FAILED
     once.stdout.fnmatch_lines(
         [
-            "INCONCLUSIVE (fails the run) test_changing latency.p50: 1 ms, bound < 1 s: INCONCLUSIVE (no "
-            "variance estimate); one repeat: no spread to bound the value by; use --ipu-repeats=3"
+            "INCONCLUSIVE (fails the run) test_changing: latency.p50: one repeat: no threshold can be "
+            "decided (one repeat: no spread to bound the value by; use --ipu-repeats=3)"
         ]
     )
 

@@ -281,9 +281,12 @@ def test_analyse_gates_every_benchmark_and_shows_the_metrics() -> None:
     assert ab.exit_code(result) == 1
     lines = ab.gate_lines(result)
     assert lines[0] == "gates: 4 checked: 2 PASS, 2 FAIL, 0 INCONCLUSIVE"
-    # Every verdict, passes included: an A/B run is costly, and a pass's interval shows how close it came.
-    assert lines[1:] == [v.line() for v in result.verdicts]
-    assert any(": PASS (paired: 4 ABBA pairs' log-ratios (df 3, alpha 0.05))" in line for line in lines)
+    # One screen: every FAIL; the passes are counted.
+    assert lines[1:] == [v.line() for v in result.failed]
+    # --verbose: every verdict, passes included (a pass's interval shows how close it came).
+    every = ab.gate_lines(result, verbose=True)
+    assert every[1:] == [v.line() for v in result.verdicts]
+    assert any(": PASS (paired: 4 ABBA pairs' log-ratios (df 3, alpha 0.05))" in line for line in every)
 
 
 def test_identical_runs_pass() -> None:
@@ -367,8 +370,9 @@ def test_one_pair_tables_show_no_p() -> None:
     # The CI and p columns are empty ("-"): one pair has no spread to estimate them from.
     # Nor a verdict: one pair says nothing of how much pairs differ, so the change is not tested.
     assert re.search(r"0\.769\s+-\s+-\s+-23\.1% not tested$", row), row
-    assert ab.gate_lines(result)[1].endswith(
-        ": INCONCLUSIVE (1 pair); no variance estimate: use more --pairs"
+    assert ab.gate_lines(result)[1] == (
+        "INCONCLUSIVE test_x: throughput: one pair: no threshold can be decided (no variance estimate: use "
+        "more --pairs)"
     )
     assert not result.decided
     assert ab.exit_code(result) == 3  # a 30% drop, but one pair cannot tell

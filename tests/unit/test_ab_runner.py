@@ -36,6 +36,9 @@ pair = out.name.split("-")[0][len("pair"):]
 here = Path(sys.argv[0]).parent
 with open(here / "order.txt", "a") as order:
     order.write(f"{label} {pair}\\n")
+with open(here / "deselected.txt", "a") as deselected:
+    chosen = [a for a in sys.argv if a.startswith("--deselect=")]
+    deselected.write(" ".join([f"{label}{pair}", *chosen]) + "\\n")
 shutil.copyfile(here / f"{label}-{pair}.json", out)
 """
 
@@ -109,9 +112,9 @@ class Looks:
         self.at = at
         self.seen: list[tuple[int, int]] = []
 
-    def __call__(self, baseline: Sequence[StoredRun], candidate: Sequence[StoredRun]) -> bool:
+    def __call__(self, baseline: Sequence[StoredRun], candidate: Sequence[StoredRun]) -> ab_runner.Look:
         self.seen.append((len(baseline), len(candidate)))
-        return self.at is not None and len(baseline) >= self.at
+        return ab_runner.Look(self.at is not None and len(baseline) >= self.at)
 
 
 def _p50s(runs: Sequence[StoredRun]) -> list[float]:
@@ -148,6 +151,31 @@ def test_run_stops_at_the_first_look_that_decides(sides: Sides) -> None:
     assert outcome.directory is None  # without keep, removed
     assert progress[0] == f"pytest-ipu ab: run 1 (of at most 10): pair 1 baseline: {sides.spec('A')}"
     assert list(Path(tempfile.gettempdir()).iterdir()) == []
+
+
+def test_later_pairs_run_only_the_benchmarks_a_look_left_undecided(sides: Sides) -> None:
+    # The look after pair 2 settles test_a (and test_b, whose id begins the open test_bb's:
+    # --deselect matches prefixes, so that one runs on).
+    look = ab_runner.Look(False, ("t.py::test_a", "t.py::test_b"), ("t.py::test_bb", "t.py::test_c[1]"))
+    seen: list[int] = []
+
+    def decided(baseline: Sequence[StoredRun], candidate: Sequence[StoredRun]) -> ab_runner.Look:
+        seen.append(len(baseline))
+        return look
+
+    progress: list[str] = []
+    ab_runner.run(sides.plan((2, 3, 4)), progress.append, decided)
+    assert seen == [2, 3]
+    runs = (sides.folder / "deselected.txt").read_text().splitlines()
+    # Pairs 1 and 2 ran everything; every run after the first look leaves test_a out, by its node id.
+    assert runs == [
+        "A1",
+        "B1",
+        "B2",
+        "A2",
+        *(f"{label} --deselect=t.py::test_a" for label in ("A3", "B3", "B4", "A4")),
+    ]
+    assert "pytest-ipu ab: after 2 pair(s): 2 benchmark(s) decided, 2 still measured" in progress
 
 
 def test_run_goes_to_the_most_pairs_while_undecided(sides: Sides) -> None:
@@ -226,7 +254,9 @@ def test_the_command_stops_at_the_first_look_when_every_gate_passes(
     sides: Sides, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # B is 1 % slower in every pair: the paired ratios agree exactly, all within +5 %.
-    code, out, err = _ab(sides, capsys, "--pairs", "2", "--max-pairs", "4", "--gate", "latency.p50:+5%")
+    code, out, err = _ab(
+        sides, capsys, "--pairs", "2", "--max-pairs", "4", "--gate", "latency.p50:+5%", "--verbose"
+    )
     assert code == 0, out + err
     assert sides.order() == _abba(2)
     assert "pytest-ipu ab: after 2 pair(s): gates: 1 checked: 1 PASS, 0 FAIL, 0 INCONCLUSIVE" in err
@@ -250,8 +280,44 @@ def test_the_command_adds_pairs_while_a_gate_is_inconclusive_and_exits_3(
     ]
     assert "stopped: the most pairs (4, --max-pairs) run" in out
     assert "gates: 1 checked: 0 PASS, 0 FAIL, 1 INCONCLUSIVE" in out
-    # At the threshold itself: no number of pairs would decide it, and the line says so.
-    assert "too close to the threshold for more pairs to decide it" in out
+    # The undecided benchmark once, with its cause and the smallest threshold its pairs decide.
+    assert (
+        "INCONCLUSIVE test_mlp[torch-cpu-4]: latency.p50: spread 9.6% between pairs: smallest threshold "
+        "this evidence decides: +24.8%"
+    ) in out
+    assert "job: a FAIL is one at the 0.333% family-wise level (Holm over 1 gate check(s))" in out
+
+
+def test_the_command_measures_only_the_undecided_benchmarks_after_a_look(
+    sides: Sides, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Batch 8: 1 % slower in every pair (PASS at the first look); batch 4: about 5 % slower, give or
+    # take 10 % a pair (never decided).
+    noisy = (1.15, 0.95, 1.12, 0.98)
+    for pair in range(1, 5):
+        steady = MS * (1 + pair / 1000)
+        write(sides.folder / f"A-{pair}.json", bench(4, MS, 4 / MS), bench(8, steady, 8 / steady))
+        b4, b8 = MS * noisy[pair - 1], 1.01 * steady
+        write(sides.folder / f"B-{pair}.json", bench(4, b4, 4 / b4), bench(8, b8, 8 / b8))
+    code, out, err = _ab(sides, capsys, "--pairs", "2", "--max-pairs", "4", "--gate", "latency.p50:+5%")
+    assert code == 3, out + err
+    decided = "--deselect=tests/test_mlp.py::test_mlp[torch-cpu-8]"
+    runs = (sides.folder / "deselected.txt").read_text().splitlines()
+    # Pairs 1 and 2 ran both; pairs 3 and 4 (after the look at 2) left the decided benchmark out.
+    assert runs == [
+        "A1",
+        "B1",
+        "B2",
+        "A2",
+        f"A3 {decided}",
+        f"B3 {decided}",
+        f"B4 {decided}",
+        f"A4 {decided}",
+    ]
+    assert "pytest-ipu ab: after 2 pair(s): 1 benchmark(s) decided, 1 still measured" in err
+    # The decided one keeps its PASS from the look at 2 pairs; the other is judged on all 4.
+    assert "gates: 2 checked: 1 PASS, 0 FAIL, 1 INCONCLUSIVE" in out
+    assert "tests/test_mlp.py::test_mlp[torch-cpu-8] (2 pairs)" in out
 
 
 def test_the_command_without_gates_runs_the_pairs_asked_for(

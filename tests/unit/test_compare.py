@@ -146,11 +146,26 @@ def test_cli_exit_codes(runs: tuple[Path, Path], tmp_path: Path, capsys: pytest.
     out = capsys.readouterr().out
     tail = out.rstrip().splitlines()[-2:]
     assert tail[0] == "gates: 3 checked: 2 PASS, 0 FAIL, 1 INCONCLUSIVE"
+    # The undecided benchmark once, with the cause and the smallest threshold it decides.
+    assert tail[1].startswith("INCONCLUSIVE test_mlp[torch-cpu-10]: latency.p50: spread ")
+    assert ", 5% drift allowance: smallest threshold this evidence decides: +" in tail[1]
+    # --verbose: the verdict's own line, with what would decide it.
+    assert cli.main(["compare", a, b, "--gate", "latency.p50:+25%", "--verbose"]) == 3
+    tail = capsys.readouterr().out.rstrip().splitlines()[-2:]
     assert tail[1].startswith("test_mlp[torch-cpu-10] latency.p50: 10 ms -> 13 ms (+30.0%, threshold +25%)")
     assert tail[1].endswith("give 3 or more baseline runs, whose drift is measured")
-    # --drift narrows the allowance: at 1 % the repeats show the 30 % beyond +25 %.
-    assert cli.main(["compare", a, b, "--gate", "latency.p50:+25%", "--drift", "1%"]) == 1
-    assert "widened by the 1% run-to-run drift allowance" in capsys.readouterr().out
+    # --drift narrows the allowance: at 1 % the repeats show the 30 % beyond +25 % for this gate
+    # alone (p=0.011 of "within"), not at the job's 1 % family-wise level over its 3 gate checks.
+    narrow = ["compare", a, b, "--gate", "latency.p50:+25%", "--drift", "1%"]
+    assert cli.main([*narrow, "--verbose"]) == 3
+    out = capsys.readouterr().out
+    assert "widened by the 1% run-to-run drift allowance" in out
+    assert "not beyond the threshold at the job's 1% family-wise level: its one-sided p=0.011 of" in out
+    # At a 5 % job level Holm's first step is 5 % / 3 = 0.0167: a FAIL of the job.
+    assert cli.main([*narrow, "--job-alpha", "5%"]) == 1
+    assert "bad" not in capsys.readouterr().err
+    assert cli.main([*narrow, "--job-alpha", "50%"]) == 2
+    assert "--job-alpha '50%': expected a level such as '1%'" in capsys.readouterr().err
     assert cli.main(["compare", a, b, "--gate", "latency.p50<11ms"]) == 1  # b's 13 ms breaks the bound
     capsys.readouterr()
 

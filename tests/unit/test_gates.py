@@ -1104,7 +1104,7 @@ def test_as_json_is_plain_json_and_round_trips():
         assert json.loads(json.dumps(data, allow_nan=False)) == data
         assert set(data) == {
             "benchmark", "gate", "metric", "outcome", "baseline", "current", "change", "interval", "method",
-            "advice",
+            "advice", "p_fail", "noise",
         }  # fmt: skip
         assert data["outcome"] == verdict.outcome
         assert gates.parse(str(data["gate"])) == verdict.gate

@@ -1,0 +1,109 @@
+"""The job's verdict: every gate of a CI job as one family, so that unchanged code rarely FAILs it.
+
+A job checks many gates (69 benchmarks with two gates each is 138 checks). Each gate's own rule
+(``decide``) FAILs a change within its threshold at most ``alpha`` (5 %) of the time; over 138
+independent checks some gate would FAIL in all but ``0.95 ** 138`` (under 0.1 %) of the jobs. The
+job's verdict bounds the chance of *any* wrong FAIL instead.
+
+The rule
+--------
+Each gate's FAIL is a one-sided test of "the change is within the threshold", whose p is
+``Verdict.p_fail`` (``decide.p_fail``: the same estimate, scale and degrees of freedom as the
+verdict's interval; the gate FAILs on its own exactly when it is below ``alpha``). Over the job's
+``K`` tests, Holm's step-down (S. Holm, "A simple sequentially rejective multiple test procedure",
+Scandinavian Journal of Statistics 6(2), 1979, pp. 65-70): sort the p's, ``p(1) <= ... <= p(K)``;
+reject ``p(i)`` while ``p(i) <= job_alpha / (K - i + 1)``, and stop at the first that is not. The
+chance that a gate whose true change is within its threshold FAILs the job is then at most
+``job_alpha`` (``JOB_ALPHA``, 1 %), whatever the dependence between the gates (benchmarks that
+share a machine share its noise), and Holm rejects everything Bonferroni (``job_alpha / K`` each)
+would, and more.
+
+A gate FAILs the job when its own rule FAILs *and* Holm rejects its test. A FAIL of the gate's own
+rule that Holm does not reject becomes INCONCLUSIVE, saying so ("not beyond the threshold at the
+job's 1% family-wise level"). PASS and INCONCLUSIVE verdicts are left as they are: a PASS keeps its
+per-gate guarantee (a wrong PASS at most ``alpha`` per gate). A FAIL that is no test (the current
+record lacks the value) stays a FAIL: what the gate asks for was not delivered.
+
+The family's size
+-----------------
+``size`` may exceed the tests at hand: Holm's rule with ``K`` at least the whole family, applied to
+any part of it, keeps the bound (the first wrongly rejected test of the part has at most ``K - m0``
+rejections before it, ``m0`` the tests whose change is within the threshold, so its p is at most
+``job_alpha / m0``: the step of Holm's own proof), and with ``K`` fixed, adding tests never undoes
+a rejection. So the in-run gate can decide each benchmark's test as it is published, with ``K`` the
+gate checks planned when the tests were collected, and ``pytest-ipu ab`` each of its looks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Final
+
+from pytest_ipu.results import decide
+from pytest_ipu.results.decide import Verdict
+
+#: The default job-level alpha for FAIL: unchanged code FAILs a job at most this often.
+JOB_ALPHA: Final = 0.01
+#: How the advice of a FAIL made INCONCLUSIVE by the job's rule begins.
+NOT_AT_JOB_LEVEL: Final = "not beyond the threshold at the job's"
+
+
+def holm(p_values: Sequence[float], alpha: float, size: int = 0) -> list[bool]:
+    """Holm's step-down (the module docstring): for each p, whether it is rejected at family-wise
+    level ``alpha`` in a family of ``max(size, len(p_values))`` tests."""
+    family = max(size, len(p_values))
+    rejected = [False] * len(p_values)
+    for rank, index in enumerate(sorted(range(len(p_values)), key=lambda i: p_values[i])):
+        if p_values[index] > alpha / (family - rank):
+            break
+        rejected[index] = True
+    return rejected
+
+
+def tested(verdicts: Sequence[Verdict]) -> int:
+    """How many of ``verdicts`` are tests of "within the threshold" (they have a ``p_fail``)."""
+    return sum(v.p_fail is not None for v in verdicts)
+
+
+def adjust(verdicts: Sequence[Verdict], alpha: float = JOB_ALPHA, size: int = 0) -> tuple[Verdict, ...]:
+    """The job's verdicts (the module docstring's rule): each FAIL whose test Holm does not reject
+    at ``alpha`` over a family of ``max(size, tested(verdicts))`` becomes INCONCLUSIVE, naming why;
+    every other verdict is returned as it is, in order. Raises ``ValueError`` for ``alpha`` outside
+    (0, 0.5)."""
+    decide.check_alpha(alpha)
+    indices = [i for i, v in enumerate(verdicts) if v.p_fail is not None]
+    p_values = [float(verdicts[i].p_fail or 0.0) for i in indices]
+    family = max(size, len(p_values))
+    rejected = dict(zip(indices, holm(p_values, alpha, family)))
+    # The rank of each test, for the step its p had to pass.
+    rank = {
+        index: r for r, index in enumerate(sorted(indices, key=lambda i: float(verdicts[i].p_fail or 0.0)))
+    }
+    out = []
+    for i, verdict in enumerate(verdicts):
+        if not verdict.failed or verdict.p_fail is None or rejected[i]:
+            out.append(verdict)
+            continue
+        step = alpha / (family - rank[i])
+        if verdict.p_fail > step:
+            holm_said = f"is above Holm's step {step:.2g} ({level(alpha)} / {family - rank[i]})"
+        else:
+            holm_said = f"is within its Holm step ({step:.2g}), but a smaller p before it was not"
+        why = (
+            f"{NOT_AT_JOB_LEVEL} {level(alpha)} family-wise level: its one-sided "
+            f"p={verdict.p_fail:.2g} of 'within the threshold' {holm_said}, over {family} gate "
+            "checks"
+        )
+        out.append(dataclasses.replace(verdict, outcome=decide.INCONCLUSIVE, advice=why))
+    return tuple(out)
+
+
+def level(alpha: float) -> str:
+    """``1%`` for 0.01: a level as a percentage."""
+    return f"{alpha * 100:.3g}%"
+
+
+def describe(alpha: float, family: int) -> str:
+    """How the job's verdict was reached, for a summary line."""
+    return f"a FAIL is one at the {level(alpha)} family-wise level (Holm over {family} gate check(s))"

@@ -1,0 +1,102 @@
+"""The job's gate summary on one screen: every FAIL, then each undecided benchmark once, the rest folded.
+
+After the counts line (the caller's), the lines are:
+
+1. every FAIL verdict's line (the benchmark and gate a regression was found in);
+2. one line per benchmark with an INCONCLUSIVE verdict, not one per gate: its undecided metrics,
+   grouped where they say the same (``latency.p50`` and ``latency.mean`` of a one-round benchmark
+   hold the same number and the same noise), each group with the cause (``Verdict.noise``: ``one
+   value per run``, ``one repeat``, ``spread 12.0% between runs``; or that it FAILed its own gate
+   but not at the job's family-wise level) and the smallest threshold this evidence decides (the
+   far end of its interval: a threshold past it would PASS);
+3. past ``MAX_LINES`` lines, one line that folds the rest ("and 40 more INCONCLUSIVE benchmarks").
+
+``verbose`` lists every verdict's own line instead (passes too, where asked). The run's JSON keeps
+every verdict whatever is shown (``pytest_ipu.gates``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytest_ipu.measure import units
+from pytest_ipu.results import family
+from pytest_ipu.results.catalog import METRICS
+from pytest_ipu.results.decide import Verdict
+
+#: Lines after the counts line before the rest is folded: with the counts, the section's title and
+#: the fold's own line, a 24-line terminal.
+MAX_LINES = 20
+
+
+def lines(
+    verdicts: Sequence[Verdict],
+    *,
+    verbose: bool = False,
+    passes: bool = False,
+    limit: int = MAX_LINES,
+    unfold: str = "--verbose lists them",
+    label: str = "INCONCLUSIVE",
+    failed_label: str = "",
+) -> list[str]:
+    """The summary's lines after its counts (the module docstring); ``passes`` lists the PASS
+    verdicts' lines too under ``verbose``; ``unfold`` says how to see what was folded; ``label``
+    begins each undecided benchmark's line, ``failed_label`` (when given) each FAIL's."""
+    if verbose:
+        return [v.line() for v in verdicts if passes or not v.passed]
+    head = f"{failed_label} " if failed_label else ""
+    failed = [f"{head}{v.line()}" for v in verdicts if v.failed]
+    undecided = undecided_lines(verdicts, label)
+    shown = (failed + undecided)[:limit]
+    hidden_failed = max(0, len(failed) - limit)
+    hidden_undecided = len(undecided) - max(0, limit - len(failed))
+    folded = []
+    if hidden_failed:
+        folded.append(f"{hidden_failed} more FAIL(s)")
+    if hidden_undecided > 0:
+        folded.append(f"{hidden_undecided} more INCONCLUSIVE benchmark(s)")
+    if folded:
+        shown.append(f"and {' and '.join(folded)}: {unfold}")
+    return shown
+
+
+def undecided_lines(verdicts: Sequence[Verdict], label: str = "INCONCLUSIVE") -> list[str]:
+    """One line per benchmark with an INCONCLUSIVE verdict, in the verdicts' order, each beginning
+    with ``label``."""
+    by_benchmark: dict[str, dict[str, list[str]]] = {}
+    for verdict in verdicts:
+        if not verdict.inconclusive:
+            continue
+        groups = by_benchmark.setdefault(verdict.benchmark, {})
+        groups.setdefault(f"{cause(verdict)}: {decidable(verdict)}", []).append(verdict.gate.metric)
+    out = []
+    for benchmark, groups in by_benchmark.items():
+        parts = [f"{', '.join(dict.fromkeys(metrics))}: {text}" for text, metrics in groups.items()]
+        out.append(f"{label} {benchmark}: {' | '.join(parts)}")
+    return out
+
+
+def cause(verdict: Verdict) -> str:
+    """Why ``verdict`` could not decide, in a few words."""
+    if verdict.advice.startswith(family.NOT_AT_JOB_LEVEL):
+        return f"FAILs its own gate, {verdict.advice}"
+    if verdict.noise:
+        return verdict.noise
+    return verdict.method
+
+
+def decidable(verdict: Verdict) -> str:
+    """The smallest threshold (relative gate) this verdict's evidence would decide, or the interval
+    of the value (absolute gate); what is missing when it has no interval."""
+    if verdict.interval is None:
+        return f"no threshold can be decided ({verdict.advice or verdict.method})"
+    low, high = verdict.interval
+    metric = METRICS[verdict.gate.metric]
+    if verdict.gate.kind == "absolute":
+        shown = ", ".join(units.format_value(v, metric.unit, 3) for v in (low, high))
+        return f"the value's interval [{shown}] contains the bound"
+    if metric.better == "higher":
+        smallest = f"-{(1.0 - low) * 100:.1f}%" if low < 1.0 else "any"
+    else:
+        smallest = f"+{(high - 1.0) * 100:.1f}%" if high > 1.0 else "any"
+    return f"smallest threshold this evidence decides: {smallest}"
