@@ -452,6 +452,7 @@ def check(
         single = current.no_repeats() or baseline.no_repeats()
         if single is not None:
             advice = f"{single}: give {HISTORY_MIN} or more baseline runs"
+            noise = "one value per run"
         elif METRICS[gate.metric].per_repeat:
             advice = f"one repeat on each side: use --ipu-repeats=3 or {HISTORY_MIN} or more baseline runs"
             noise = "one repeat"
@@ -523,7 +524,7 @@ def _check_bound(gate: Gate, benchmark: str, current: Gated, value: float, alpha
             advice = f"{gate.metric} has one value (one run kept): no spread to bound the value by"
         else:
             advice = f"{gate.metric} is measured once per benchmark: no spread to bound the value by"
-        noise = "one repeat" if METRICS[gate.metric].per_repeat else "one value per run"
+        noise = "one repeat" if single is None and METRICS[gate.metric].per_repeat else "one value per run"
         return Verdict(
             gate,
             benchmark,
