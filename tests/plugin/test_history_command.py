@@ -81,4 +81,4 @@ def test_history_names_the_commit_that_made_it_slower(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("worse +")
     assert f"at {shas[STEP_AT - 1][:8]}" in lines[0]
-    assert lines[1].startswith("1 change point(s) in 1 series of 12 run(s)")
+    assert lines[1].startswith("1 change point(s) at 1 commit(s) in 1 series of 12 run(s)")

@@ -164,35 +164,43 @@ def _steady(
 NOISE = [1.00, 1.02, 0.99, 1.01, 0.98, 1.00, 1.01, 0.99, 1.02, 1.00, 0.99, 1.01, 1.00, 0.98]
 
 
+def _changes(found: history.History) -> list[changes.Change]:
+    return changes.analyse(found)[0]
+
+
 def test_a_regression_in_the_newest_commits_fails_the_check(tmp_path: Path) -> None:
     found = _steady(tmp_path, NOISE[:9] + [v * 1.5 for v in NOISE[9:]])
-    found_changes = changes.analyse(found)
-    assert [(c.commit, c.previous, c.worse) for c in found_changes] == [("c10", "c09", True)]
-    [verdict] = changes.check(found, found_changes, 0.10)
+    result = changes.report(found, 0.10)
+    assert [(c.commit, c.previous, c.worse) for c in result.changes] == [("c10", "c09", True)]
+    [verdict] = result.verdicts
     assert verdict.outcome == decide.FAIL
     assert "from c10" in verdict.reason
     assert changes.exit_code([verdict]) == decide.EXIT_FAIL
     # An older regression, before the newest 3 commits, is not the newest commits' doing.
-    [old] = changes.check(found, found_changes, 0.10, recent=3)
+    [old] = changes.report(found, 0.10, recent=3).verdicts
     assert old.outcome == decide.PASS
 
 
 def test_newest_commits_too_few_to_tell_are_inconclusive(tmp_path: Path) -> None:
-    found = _steady(tmp_path, [*NOISE[:12], 1.5, 1.52])
-    assert changes.analyse(found) == []
-    [verdict] = changes.check(found, [], 0.10)
+    found = _steady(tmp_path, [*NOISE[:13], 1.5])
+    result = changes.report(found, 0.10)
+    assert result.changes == ()
+    [verdict] = result.verdicts
     assert verdict.outcome == decide.INCONCLUSIVE
     assert "newest 2 commit(s) from c13" in verdict.reason
+    assert "run the benchmarks 1 more time(s)" in verdict.reason
     assert changes.exit_code([verdict]) == decide.EXIT_INCONCLUSIVE
 
 
 def test_a_steady_series_passes_and_a_short_one_is_inconclusive(tmp_path: Path) -> None:
     found = _steady(tmp_path, NOISE)
-    [verdict] = changes.check(found, changes.analyse(found), 0.05)
+    [verdict] = changes.report(found, 0.05).verdicts
     assert verdict.outcome == decide.PASS
     assert changes.exit_code([verdict]) == decide.EXIT_PASS
     short = _steady(tmp_path / "short", NOISE[:4])
-    assert changes.check(short, [], 0.05)[0].outcome == decide.INCONCLUSIVE
+    [verdict] = changes.report(short, 0.05).verdicts
+    assert verdict.outcome == decide.INCONCLUSIVE
+    assert verdict.reason.startswith("only 4 run(s): a change needs 3 runs on each side")
 
 
 def test_an_improvement_is_listed_after_regressions_and_does_not_fail(tmp_path: Path) -> None:
@@ -209,12 +217,12 @@ def test_an_improvement_is_listed_after_regressions_and_does_not_fail(tmp_path: 
             dirty=number == 8,
         )
     found = _load(tmp_path, machines=[MACHINE], metrics=["time.mean"])
-    listed = changes.analyse(found)
-    assert [(c.series.name, c.commit, c.worse) for c in listed] == [
+    result = changes.report(found, 0.1)
+    assert [(c.series.name, c.commit, c.worse) for c in result.changes] == [
         ("test_a", "c08", True),
         ("test_b", "c05", False),
     ]
-    verdicts = {v.series.name: v.outcome for v in changes.check(found, listed, 0.1)}
+    verdicts = {v.series.name: v.outcome for v in result.verdicts}
     assert verdicts == {"test_a": decide.FAIL, "test_b": decide.PASS}
 
 
@@ -304,8 +312,8 @@ def test_report_of_a_storage_draws_the_history_with_its_change_points(
         )
     out = tmp_path / "out"
     assert cli.main(["report", str(tmp_path / "storage"), "--machine", MACHINE, "-o", str(out)]) == 0
-    # Four time statistics of two benchmarks, each with its change point, each drawn.
-    assert "history of 8 series, 8 change point(s), 8 figure(s)" in capsys.readouterr().out
+    # The default metric (time.median) of two benchmarks, each with its change point, each drawn.
+    assert "history of 2 series, 2 change point(s), 2 figure(s)" in capsys.readouterr().out
     page = (out / "index.html").read_text()
     # The summary table, newest change first: c08 (test_a, worse) before c05 (test_b, better).
     table = page.split("<h2>Change points, newest first</h2>")[1].split("</table>")[0]
@@ -313,9 +321,9 @@ def test_report_of_a_storage_draws_the_history_with_its_change_points(
     # c08 was measured with uncommitted changes: its change points say so, c05's do not.
     assert "c08 (dirty)" in table
     assert "c05 (dirty)" not in table
-    assert page.count("data:image/svg+xml;base64,") == 8
+    assert page.count("data:image/svg+xml;base64,") == 2
     assert "http://" not in page.replace("http://www.w3.org", "")  # no server, no remote resource
-    assert len(list(out.glob("history-*-test_a-time.*.png"))) == 4
+    assert len(list(out.glob("history-*-test_a-time.median.png"))) == 1
 
 
 def test_report_refuses_folders_and_files_together(
@@ -336,10 +344,11 @@ def test_a_change_at_a_commit_measured_with_uncommitted_changes_says_so(
     [series] = found.series
     assert [p.commit for p in series.points if p.dirty] == ["c10"]
     assert any(n.startswith("1 run(s) made with uncommitted changes") for n in found.notes)
-    [change] = changes.analyse(found)
+    result = changes.report(found, 0.10)
+    [change] = result.changes
     assert (change.commit, change.dirty) == ("c10", True)
     assert change.line().endswith(changes.DIRTY_NOTE)
-    [verdict] = changes.check(found, [change], 0.10)
+    [verdict] = result.verdicts
     assert verdict.outcome == decide.FAIL
     assert "from c10 (dirty: its runs had uncommitted changes" in verdict.reason
     args = ["history", str(tmp_path), "--machine", MACHINE, "--metric", "time.mean"]
@@ -353,7 +362,7 @@ def test_a_change_at_a_commit_measured_with_uncommitted_changes_says_so(
 
 def test_a_clean_history_marks_nothing_dirty(tmp_path: Path) -> None:
     found = _steady(tmp_path, NOISE[:9] + [v * 1.5 for v in NOISE[9:]])
-    [change] = changes.analyse(found)
+    [change] = _changes(found)
     assert not change.dirty
     assert "DIRTY" not in change.line()
     assert not any("uncommitted" in n for n in found.notes)
