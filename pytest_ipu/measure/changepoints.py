@@ -29,6 +29,16 @@ by more than their own run-to-run noise allows. The method:
   Benjamini-Hochberg pass over those tests: benchmarks that stepped with it but are too weak to be
   found alone are found with the commit's pooled evidence (``ChangePoint.pooled``).
 
+Where a change starts among noisy runs is then placed again (``_place``): the best split takes a
+run of the old level that happens to lie near the new level (a run slowed by a busy machine just
+before a slowdown) as the new level's first, and blames the commit before the one that caused it.
+Within ``RADIUS`` commits of the split, the change starts where the runs there are most likely,
+each judged by a kernel density estimate of the residuals of the runs clear of the split around
+their side's median (the series' own noise shape: for Gaussian noise this is the least-squares
+split; for skewed, two-humped benchmark noise it tells a spike of the old level from the new
+level). Then change points of several series within ``RADIUS`` commits of each other are placed at
+one commit (``_align``): the one where their t statistics, squared and summed, are largest.
+
 Each change point gives the first commit of the new level, the geometric means of the runs back to
 the previous change point and on to the next (the levels before and after), the relative change of
 those and its 95 % interval (Welch's t interval of the difference of the logarithms' means), and
@@ -61,10 +71,13 @@ IntArray = npt.NDArray[np.int64]
 FDR = 0.05
 #: The fewest runs on either side of a change point (two would leave one degree of freedom a side).
 MIN_RUNS = 3
-#: The chance of finding a step of the size ``Noise.smallest_step`` states.
+#: The chance of finding a step of the size ``Noise.smallest_step`` states (at the level ``FDR``
+#: gives the history's first change point: the strictest).
 POWER = 0.9
 #: The confidence of a change point's interval.
 CONFIDENCE = 0.95
+#: How far (commits) the change points of several series may lie apart and be placed at one commit.
+RADIUS = 2
 
 
 @dataclass(frozen=True)
@@ -113,8 +126,14 @@ class Noise:
     sd: float
     #: The runs of the series.
     runs: int
-    #: The two-sided level a first change point must reach in this history (``FDR`` over the tests).
-    alpha: float
+    #: The tests of the whole history (each series' first test is one): a first change point must
+    #: reach ``FDR / tests``, divided again by the splits it is the best of.
+    tests: int = 1
+
+    def alpha(self, runs: int) -> float:
+        """The two-sided level the best split of ``runs`` runs must reach to be a first change point
+        (one run a commit: every split between ``MIN_RUNS`` runs from either end is a candidate)."""
+        return FDR / max(1, self.tests) / max(1, runs - 2 * MIN_RUNS + 1)
 
     def smallest_step(self, left: int | None = None, right: int | None = None) -> float:
         """The smallest relative step found with ``POWER`` probability at a split of ``left`` and
@@ -123,15 +142,23 @@ class Noise:
             left, right = self.runs // 2, self.runs - self.runs // 2
         if left < MIN_RUNS or right < MIN_RUNS or not math.isfinite(self.sd):
             return math.inf
-        return math.exp(_reach(self.alpha) * self.sd * math.sqrt(1.0 / left + 1.0 / right)) - 1.0
+        reach = _reach(self.alpha(max(self.runs, left + right)))
+        return math.exp(reach * self.sd * math.sqrt(1.0 / left + 1.0 / right)) - 1.0
 
     def runs_needed(self, step: float) -> int:
         """The fewest runs, split halfway, in which a relative ``step`` is found with ``POWER``
         probability (at least ``2 * MIN_RUNS``)."""
         if not math.isfinite(self.sd):
             return 2 * MIN_RUNS
-        per_side = (_reach(self.alpha) * self.sd / math.log1p(abs(step))) ** 2 * 2.0
-        return max(2 * MIN_RUNS, 2 * math.ceil(per_side))
+        runs = 2 * MIN_RUNS
+        # More runs mean more splits to choose from, and a stricter level: iterate to a fixed point.
+        for _ in range(60):
+            per_side = (_reach(self.alpha(runs)) * self.sd / math.log1p(abs(step))) ** 2 * 2.0
+            needed = max(2 * MIN_RUNS, 2 * math.ceil(per_side))
+            if needed <= runs:
+                return runs
+            runs = needed
+        return runs
 
 
 def _reach(alpha: float) -> float:
@@ -256,8 +283,10 @@ def find(
     for test in tests:
         if test.kept:
             kept[test.series].append(test.split)
+    for number, (x, starts) in enumerate(prepared):
+        kept[number] = _placed(x, starts, sorted(kept[number]), min_runs)
+    _align(samples, prepared, kept, min_runs)
     _pool(samples, prepared, kept, pooled, fdr, min_runs)
-    first = fdr / max(1, len(tests))
     out: list[list[ChangePoint]] = []
     noises: list[Noise] = []
     by_split = {(t.series, t.split): t for t in tests if t.kept}
@@ -273,8 +302,126 @@ def find(
                 _describe(x, edges[j - 1], split, edges[j + 1], int(commits[split]), p, t, found is None)
             )
         out.append(points)
-        noises.append(Noise(_noise(x, edges), len(x), first))
+        noises.append(Noise(_noise(x, edges), len(x), max(1, len(tests))))
     return out, noises
+
+
+def _placed(x: FloatArray, starts: IntArray, splits: list[int], min_runs: int) -> list[int]:
+    """Each split moved, within ``RADIUS`` commits, to where the runs there are most likely (the
+    module docstring's placement), between its neighbours."""
+    out: list[int] = []
+    for j, split in enumerate(splits):
+        below = out[-1] if out else 0
+        above = splits[j + 1] if j + 1 < len(splits) else len(x)
+        out.append(_place(x, starts, below, split, above, min_runs))
+    return out
+
+
+def _log_density(at: FloatArray, sample: FloatArray, bandwidth: float) -> FloatArray:
+    """The log of a Gaussian kernel density estimate of ``sample`` at each of ``at``."""
+    z = -0.5 * ((at[:, None] - sample[None, :]) / bandwidth) ** 2
+    top = z.max(axis=1)
+    # log-sum-exp: a run far from every residual still gets a finite, comparable log density.
+    total: FloatArray = top + np.log(np.exp(z - top[:, None]).sum(axis=1))
+    return total - math.log(len(sample) * bandwidth * math.sqrt(2.0 * math.pi))
+
+
+def _place(x: FloatArray, starts: IntArray, below: int, split: int, above: int, min_runs: int) -> int:
+    """The most likely start of the new level among the commit starts within ``RADIUS`` commits of
+    ``split``: the runs there each judged by a kernel density estimate (Gaussian, Silverman's
+    bandwidth) of the residuals of the runs clear of them around their side's median; ``split``
+    when those residuals have no spread."""
+    allowed = _splits(starts, below, above, min_runs)
+    at = int(np.searchsorted(allowed, split))
+    near = allowed[max(0, at - RADIUS) : at + RADIUS + 1]
+    low, high = int(near[0]), int(near[-1])
+    if high <= low or low - below < 2 or above - high < 2:
+        return split
+    left, right = x[below:low], x[high:above]
+    level_left, level_right = float(np.median(left)), float(np.median(right))
+    sample = np.concatenate([left - level_left, right - level_right])
+    q25, q75 = np.percentile(sample, [25, 75])
+    spread = min(float(sample.std(ddof=1)), float(q75 - q25) / 1.34)
+    bandwidth = 0.9 * spread * len(sample) ** -0.2
+    if not bandwidth > 0:
+        return split
+    between = x[low:high]
+    as_left = np.concatenate([[0.0], np.cumsum(_log_density(between - level_left, sample, bandwidth))])
+    as_right = np.concatenate(
+        [np.cumsum(_log_density(between - level_right, sample, bandwidth)[::-1])[::-1], [0.0]]
+    )
+    # A split at run low + i: the first i runs between are the old level, the rest the new one.
+    score = np.asarray([as_left[c - low] + as_right[c - low] for c in near])
+    best = near[score >= score.max() - 1e-9]
+    return int(best[np.argmin(np.abs(best - split))])
+
+
+def _align(
+    samples: Sequence[Sample],
+    prepared: Sequence[tuple[FloatArray, IntArray]],
+    kept: list[list[int]],
+    min_runs: int,
+) -> None:
+    """Place the change points of series that changed within ``RADIUS`` commits of each other at one
+    commit: the one where the sum of their squared t statistics (each series' evidence for a step
+    there, within its segment) is largest. Each series' own best split is pulled off by its own
+    noise; a commit that moved many benchmarks is where their evidence, summed, points."""
+    where: dict[str, list[tuple[int, int]]] = {}
+    for number, splits in enumerate(kept):
+        sample = samples[number]
+        if not sample.ids:
+            continue
+        for split in splits:
+            where.setdefault(sample.ids[int(sample.commits[split])], []).append((number, split))
+    if len(where) < 1 or sum(len(v) for v in where.values()) < 2:
+        return
+    moved: set[tuple[int, int]] = set()
+    # The events with the most series first: they decide where their neighbours' changes go.
+    for event in sorted(where, key=lambda e: -len(where[e])):
+        score: dict[str, float] = {}
+        members: list[tuple[int, int]] = []
+        for number, splits in enumerate(kept):
+            sample = samples[number]
+            if not sample.ids or event not in sample.ids:
+                continue
+            at = sample.ids.index(event)
+            near = [
+                s for s in splits if abs(int(sample.commits[s]) - at) <= RADIUS and (number, s) not in moved
+            ]
+            if len(near) != 1:
+                continue
+            members.append((number, near[0]))
+        if len(members) < 2:
+            continue
+        for number, split in members:
+            x, starts = prepared[number]
+            sample = samples[number]
+            others = sorted(s for s in kept[number] if s != split)
+            below = max([0, *(s for s in others if s < split)])
+            above = min([len(x), *(s for s in others if s > split)])
+            allowed = _splits(starts, below, above, min_runs)
+            if len(allowed) == 0:
+                continue
+            t = _t(x, below, above, allowed)
+            for candidate, value in zip(allowed, t):
+                commit_id = sample.ids[int(sample.commits[candidate])]
+                score[commit_id] = score.get(commit_id, 0.0) + float(value) ** 2
+        if not score:
+            continue
+        target = max(score, key=lambda c: score[c])
+        for number, split in members:
+            sample = samples[number]
+            if target not in sample.ids:
+                continue
+            commit = sample.ids.index(target)
+            x, starts = prepared[number]
+            new = int(starts[commit - 1]) if 0 < commit <= len(starts) else split
+            others = sorted(s for s in kept[number] if s != split)
+            below = max([0, *(s for s in others if s < split)])
+            above = min([len(x), *(s for s in others if s > split)])
+            if new - below >= min_runs and above - new >= min_runs:
+                kept[number] = [new if s == split else s for s in kept[number]]
+                moved.add((number, new))
 
 
 def _pooled_test(x: FloatArray, start: int, split: int, end: int) -> tuple[float, float]:

@@ -359,7 +359,7 @@ def _verdict(
             )
     # What the newest commits can show is judged on the noise of the level they would leave.
     spread = statistics.stdev(level) if len(level) > 1 else math.nan
-    seen = changepoints.Noise(spread, len(level), noise.alpha)
+    seen = changepoints.Noise(spread, len(level), noise.tests)
     smallest = seen.smallest_step(max(len(level), MIN_RUNS), MIN_RUNS)
     if smallest > threshold:
         shown = f"{smallest * 100:.0f}%" if math.isfinite(smallest) else "none"
