@@ -168,7 +168,7 @@ class Event:
         sizes = sorted(abs(c.found.change) * 100 for c in self.changes)
         timed = all(c.series.unit in ("s", "items/s") for c in self.changes)
         word = ("slower" if self.worse else "faster") if timed else ("worse" if self.worse else "better")
-        names = [c.series.name for c in self.changes]
+        names = sorted(c.series.name for c in self.changes)
         listed = ", ".join(names[:LISTED]) + (
             f" and {len(names) - LISTED} more" if len(names) > LISTED else ""
         )
@@ -231,24 +231,24 @@ def blind_spots(found: History) -> str | None:
         return None
     # A change can start at commit c when MIN_RUNS runs lie before it and MIN_RUNS from it on.
     before = [sum(counts[:c]) for c in range(len(counts))]
-    first = [c for c in range(len(counts)) if before[c] < MIN_RUNS]
-    last = [c for c in range(len(counts)) if sum(counts) - before[c] < MIN_RUNS]
+    first = [c for c in range(1, len(counts)) if before[c] < MIN_RUNS]
+    last = [c for c in range(1, len(counts)) if sum(counts) - before[c] < MIN_RUNS and c not in first]
+    ids = series.points
     parts = []
     if first:
         parts.append(
-            f"the first {len(first)} commit(s) ({', '.join(series.points[c].commit[:SHORT] for c in first)}) "
-            f"cannot start a change ({MIN_RUNS - counts[0]} more run(s) of "
-            f"{series.points[0].commit[:SHORT]} would judge the second)"
+            f"at {', '.join(ids[c].commit[:SHORT] for c in first)} (fewer than {MIN_RUNS} runs before "
+            f"it; {MIN_RUNS - counts[0]} more run(s) of {ids[0].commit[:SHORT]} would judge "
+            f"{ids[1].commit[:SHORT]})"
         )
     if last:
-        newest = series.points[-1]
         parts.append(
-            f"the newest {len(last)} ({', '.join(series.points[c].commit[:SHORT] for c in last)}) cannot "
-            f"start one yet ({MIN_RUNS - counts[-1]} more run(s) of {newest.commit[:SHORT]} would judge it)"
+            f"at {', '.join(ids[c].commit[:SHORT] for c in last)} (fewer than {MIN_RUNS} runs from it "
+            f"on; {MIN_RUNS - counts[-1]} more run(s) of {ids[-1].commit[:SHORT]} would judge it)"
         )
     if not parts:
         return None
-    return f"blind spots: {' and '.join(parts)}: each side of a change needs {MIN_RUNS} runs"
+    return f"blind spots: a change {' or '.join(parts)} cannot be found"
 
 
 def unseen(found: History, noises: Sequence[Noise], step: float) -> list[str]:
@@ -344,19 +344,6 @@ def _verdict(
     while tail < n and sum(counts[n - tail - 1 :]) < MIN_RUNS:
         tail += 1
     level = [math.log(v) for p in series.points[start : n - tail] for v in p.values]
-    if tail and len(level) >= MIN_RUNS:
-        newer = [math.log(v) for p in series.points[n - tail :] for v in p.values]
-        shift = sum(newer) / len(newer) - sum(level) / len(level)
-        worse = math.expm1(shift) if series.better == "lower" else -math.expm1(shift)
-        if worse > threshold:
-            first = series.points[n - tail]
-            return SeriesVerdict(
-                series,
-                decide.INCONCLUSIVE,
-                f"the newest {tail} commit(s) from {first.commit[:SHORT]} are {worse * 100:.1f}% worse than "
-                f"the {len(level)} run(s) before them, beyond {limit}, but a change needs {MIN_RUNS} runs "
-                f"after it: run the benchmarks {MIN_RUNS - sum(counts[n - tail :])} more time(s) to tell",
-            )
     # What the newest commits can show is judged on the noise of the level they would leave.
     spread = statistics.stdev(level) if len(level) > 1 else math.nan
     seen = changepoints.Noise(spread, len(level), noise.tests)
@@ -370,6 +357,19 @@ def _verdict(
             f"step a change at its newest commits can show is {shown}; a {limit} step needs "
             f"{seen.runs_needed(threshold):,} runs",
         )
+    if tail and len(level) >= MIN_RUNS:
+        newer = [math.log(v) for p in series.points[n - tail :] for v in p.values]
+        shift = sum(newer) / len(newer) - sum(level) / len(level)
+        worse = math.expm1(shift) if series.better == "lower" else -math.expm1(shift)
+        if worse > threshold:
+            first = series.points[n - tail]
+            return SeriesVerdict(
+                series,
+                decide.INCONCLUSIVE,
+                f"the newest {tail} commit(s) from {first.commit[:SHORT]} are {worse * 100:.1f}% worse than "
+                f"the {len(level)} run(s) before them, beyond {limit}, but a change needs {MIN_RUNS} runs "
+                f"after it: run the benchmarks {MIN_RUNS - sum(counts[n - tail :])} more time(s) to tell",
+            )
     return SeriesVerdict(
         series, decide.PASS, f"no regression beyond {limit} in the newest {min(recent, n)} commits"
     )

@@ -366,3 +366,135 @@ def test_a_clean_history_marks_nothing_dirty(tmp_path: Path) -> None:
     assert not change.dirty
     assert "DIRTY" not in change.line()
     assert not any("uncommitted" in n for n in found.notes)
+
+
+def _history_cli(tmp_path: Path, *args: str) -> list[str]:
+    return ["history", str(tmp_path), "--machine", MACHINE, *args]
+
+
+@pytest.mark.parametrize(
+    ("newest", "reason"),
+    [
+        ('{"benchmarks": [{"name": "test_a", "stats": {"median": NaN}}]', "not JSON"),
+        (None, "time.median 0 is not above 0, which no measurement can be"),
+        (1e308, "time.median 1e+308 s is beyond a day a call"),
+    ],
+)
+def test_the_check_refuses_a_history_whose_newest_run_was_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], newest: object, reason: str
+) -> None:
+    _steady(tmp_path, NOISE)
+    path = tmp_path / MACHINE / "0015_c15_x.json"
+    if isinstance(newest, str):
+        path.write_text(newest)
+    else:
+        _save(tmp_path / MACHINE, 15, "c15", [_plain("test_a", 0.0 if newest is None else float(newest))])
+        path = next((tmp_path / MACHINE).glob("0015_*.json"))
+    # Without the check the run is left out with a note; the history of the others is shown.
+    assert cli.main(_history_cli(tmp_path)) == 0
+    assert str(path) in capsys.readouterr().out
+    # With it, the run the job just made cannot be judged: bad input, naming the file and why.
+    assert cli.main(_history_cli(tmp_path, "--fail-on-regression", "5%")) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert f"the newest run {path} was left out" in err
+    assert reason in err
+
+
+def test_an_older_run_left_out_does_not_stop_the_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _steady(tmp_path, NOISE)
+    (tmp_path / MACHINE / "0001_c01_x.json").write_text("{")
+    assert cli.main(_history_cli(tmp_path, "--fail-on-regression", "10%")) == 0
+    assert "0001_c01_x.json: not JSON" in capsys.readouterr().out
+
+
+def test_when_every_run_is_left_out_the_message_gives_the_causes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    folder.mkdir()
+    for number in (1, 2):
+        (folder / f"000{number}_c{number}_x.json").write_text('{"benchmarks": [NaN]}')
+    assert cli.main(_history_cli(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "2 run(s) left out, such as" in err
+    assert "0001_c1_x.json: benchmarks[0] is not a pytest-benchmark benchmark object (and 1 more)" in err
+    assert "pass --machine" not in err
+
+
+def test_each_benchmark_is_one_series_of_the_gates_metric_and_equal_metrics_fold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    for number in range(1, 5):
+        single = {**_plain("test_one", 1.0), "stats": dict.fromkeys(("min", "median", "mean", "max"), 1.0)}
+        _save(folder, number, f"c{number}", [_plain("test_a", 1.0), single], commit_time=_minute(number))
+    default = _load(tmp_path, machines=[MACHINE])
+    assert [(s.name, s.metrics) for s in default.series] == [
+        ("test_a", "time.median"),
+        ("test_one", "time.median"),
+    ]
+    every = _load(tmp_path, machines=[MACHINE], metrics=[history.ALL])
+    labels = [s.label for s in every.series]
+    # test_a: min and max differ, median and mean are the same numbers; a single round: all four.
+    assert labels == [
+        "test_a time.min",
+        "test_a time.median=time.mean",
+        "test_a time.max",
+        "test_one time.min=time.median=time.mean=time.max",
+    ]
+
+
+def test_a_records_default_series_is_its_throughput(tmp_path: Path) -> None:
+    _save(tmp_path / MACHINE, 1, "c1", [run_files.bench(4, 0.001, 4000.0)])
+    [series] = _load(tmp_path, machines=[MACHINE]).series
+    assert series.metric == "throughput"
+
+
+def test_benchmarks_that_step_at_one_commit_are_one_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    for number, value in enumerate(NOISE, start=1):
+        faster = 0.7 if number >= 6 else 1.0
+        benches = [_plain(f"test_{k}", value * faster * (1 + k / 10)) for k in range(4)]
+        benches.append(_plain("test_steady", value))
+        _save(folder, number, f"c{number:02d}", benches, commit_time=_minute(number))
+    assert cli.main(_history_cli(tmp_path)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("c06: 4 benchmarks ")
+    assert lines[0].endswith("% faster (test_0, test_1, test_2, test_3)")
+    assert all(line.startswith("  better -") and "at c06" in line for line in lines[1:5])
+    assert lines[5].startswith("4 change point(s) at 1 commit(s) in 5 series")
+
+
+def test_blind_spots_and_series_too_noisy_for_the_step_are_stated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    wild = [1.0, 3.1, 0.4, 2.2, 0.9, 5.0, 0.5, 1.7, 0.3, 2.8, 1.2, 0.6, 4.1, 0.8]
+    for number, (value, noisy) in enumerate(zip(NOISE, wild), start=1):
+        _save(
+            folder,
+            number,
+            f"c{number:02d}",
+            [_plain("test_quiet", value), _plain("test_wild", noisy)],
+            commit_time=_minute(number),
+        )
+    assert cli.main(_history_cli(tmp_path, "--fail-on-regression", "10%")) == 3
+    out = capsys.readouterr().out
+    assert (
+        "note: blind spots: a change at c02, c03 (fewer than 3 runs before it; 2 more run(s) of c01 would "
+        "judge c02) or at c13, c14 (fewer than 3 runs from it on; 2 more run(s) of c14 would judge it) "
+        "cannot be found"
+    ) in out
+    [unseen] = [line for line in out.splitlines() if line.startswith("note: cannot see a 10% step")]
+    assert "test_wild time.median" in unseen
+    assert "a 10% step needs" in unseen
+    verdicts = [line for line in out.splitlines() if line.startswith("INCONCLUSIVE")]
+    assert len(verdicts) == 1
+    assert verdicts[0].startswith("INCONCLUSIVE test_wild time.median")
+    assert "too noisy to judge a 10% regression" in verdicts[0]
