@@ -497,8 +497,9 @@ def _main(argv: Sequence[str] | None) -> int:
         "worst first; with --fail-on-regression, exits 1 when the newest commits start a regression beyond "
         "the threshold, 3 when it cannot tell, 2 on bad input",
         description="Read the runs --benchmark-autosave keeps (a storage folder, default --storage, or run "
-        "files), build one series per benchmark, metric and machine ordered by commit, and find its change "
-        "points by E-Divisive means with a permutation test (docs/ci.md).",
+        "files), build one series per benchmark and machine ordered by commit, and find the change points of "
+        "all series together: every run is evidence, a change must stand out from its series' noise, and "
+        "false change points are held to 5%% of those reported (docs/ci.md).",
     )
     hist.add_argument(
         "sources",
@@ -524,13 +525,15 @@ def _main(argv: Sequence[str] | None) -> int:
         action="append",
         default=[],
         metavar="NAME",
-        help="a metric to follow, e.g. throughput or time.mean (repeatable; default: every one present)",
+        help="a metric to follow, e.g. throughput or time.mean, or 'all' (repeatable; default: each "
+        "benchmark's gate metric, throughput for a pytest-ipu record, time.median for a plain benchmark)",
     )
     hist.add_argument(
         "--fail-on-regression",
         metavar="SHARE",
         help="exit 1 when a regression beyond SHARE (e.g. 5%%) starts among the newest --recent commits, 3 "
-        "when it cannot tell yet (too few commits after the change), 0 otherwise",
+        "when it cannot tell (too few runs after the change, or too much noise), 2 when the newest run was "
+        "left out (unreadable or impossible values), 0 otherwise",
     )
     hist.add_argument(
         "--recent",

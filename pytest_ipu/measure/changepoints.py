@@ -36,8 +36,7 @@ Within ``RADIUS`` commits of the split, the change starts where the runs there a
 each judged by a kernel density estimate of the residuals of the runs clear of the split around
 their side's median (the series' own noise shape: for Gaussian noise this is the least-squares
 split; for skewed, two-humped benchmark noise it tells a spike of the old level from the new
-level). Then change points of several series within ``RADIUS`` commits of each other are placed at
-one commit (``_align``): the one where their t statistics, squared and summed, are largest.
+level).
 
 Each change point gives the first commit of the new level, the geometric means of the runs back to
 the previous change point and on to the next (the levels before and after), the relative change of
@@ -76,7 +75,7 @@ MIN_RUNS = 3
 POWER = 0.9
 #: The confidence of a change point's interval.
 CONFIDENCE = 0.95
-#: How far (commits) the change points of several series may lie apart and be placed at one commit.
+#: How far (commits) ``_place`` may move a change from the best split.
 RADIUS = 2
 
 
@@ -280,16 +279,15 @@ def find(
     _keep(tests, fdr)
     kept: list[list[int]] = [[] for _ in samples]
     pooled: set[tuple[int, int]] = set()
-    for test in tests:
-        if test.kept:
-            kept[test.series].append(test.split)
+    by_split: dict[tuple[int, int], _Test] = {}
     for number, (x, starts) in enumerate(prepared):
-        kept[number] = _placed(x, starts, sorted(kept[number]), min_runs)
-    _align(samples, prepared, kept, min_runs)
+        own = sorted((t for t in tests if t.kept and t.series == number), key=lambda t: t.split)
+        kept[number] = _placed(x, starts, [t.split for t in own], min_runs)
+        # A change keeps its test's evidence where placement moved it.
+        by_split.update(((number, split), test) for split, test in zip(kept[number], own))
     _pool(samples, prepared, kept, pooled, fdr, min_runs)
     out: list[list[ChangePoint]] = []
     noises: list[Noise] = []
-    by_split = {(t.series, t.split): t for t in tests if t.kept}
     for number, (sample, (x, _)) in enumerate(zip(samples, prepared)):
         edges = [0, *sorted(kept[number]), len(x)]
         commits = np.asarray(sample.commits, dtype=np.int64)
@@ -299,7 +297,9 @@ def find(
             found = by_split.get((number, split))
             t, p = (found.t, found.p) if found else _pooled_test(x, edges[j - 1], split, edges[j + 1])
             points.append(
-                _describe(x, edges[j - 1], split, edges[j + 1], int(commits[split]), p, t, found is None)
+                _describe(
+                    x, edges[j - 1], split, edges[j + 1], int(commits[split]), p, t, (number, split) in pooled
+                )
             )
         out.append(points)
         noises.append(Noise(_noise(x, edges), len(x), max(1, len(tests))))
@@ -356,74 +356,6 @@ def _place(x: FloatArray, starts: IntArray, below: int, split: int, above: int, 
     return int(best[np.argmin(np.abs(best - split))])
 
 
-def _align(
-    samples: Sequence[Sample],
-    prepared: Sequence[tuple[FloatArray, IntArray]],
-    kept: list[list[int]],
-    min_runs: int,
-) -> None:
-    """Place the change points of series that changed within ``RADIUS`` commits of each other at one
-    commit: the one where the sum of their squared t statistics (each series' evidence for a step
-    there, within its segment) is largest. Each series' own best split is pulled off by its own
-    noise; a commit that moved many benchmarks is where their evidence, summed, points."""
-    where: dict[str, list[tuple[int, int]]] = {}
-    for number, splits in enumerate(kept):
-        sample = samples[number]
-        if not sample.ids:
-            continue
-        for split in splits:
-            where.setdefault(sample.ids[int(sample.commits[split])], []).append((number, split))
-    if len(where) < 1 or sum(len(v) for v in where.values()) < 2:
-        return
-    moved: set[tuple[int, int]] = set()
-    # The events with the most series first: they decide where their neighbours' changes go.
-    for event in sorted(where, key=lambda e: -len(where[e])):
-        score: dict[str, float] = {}
-        members: list[tuple[int, int]] = []
-        for number, splits in enumerate(kept):
-            sample = samples[number]
-            if not sample.ids or event not in sample.ids:
-                continue
-            at = sample.ids.index(event)
-            near = [
-                s for s in splits if abs(int(sample.commits[s]) - at) <= RADIUS and (number, s) not in moved
-            ]
-            if len(near) != 1:
-                continue
-            members.append((number, near[0]))
-        if len(members) < 2:
-            continue
-        for number, split in members:
-            x, starts = prepared[number]
-            sample = samples[number]
-            others = sorted(s for s in kept[number] if s != split)
-            below = max([0, *(s for s in others if s < split)])
-            above = min([len(x), *(s for s in others if s > split)])
-            allowed = _splits(starts, below, above, min_runs)
-            if len(allowed) == 0:
-                continue
-            t = _t(x, below, above, allowed)
-            for candidate, value in zip(allowed, t):
-                commit_id = sample.ids[int(sample.commits[candidate])]
-                score[commit_id] = score.get(commit_id, 0.0) + float(value) ** 2
-        if not score:
-            continue
-        target = max(score, key=lambda c: score[c])
-        for number, split in members:
-            sample = samples[number]
-            if target not in sample.ids:
-                continue
-            commit = sample.ids.index(target)
-            x, starts = prepared[number]
-            new = int(starts[commit - 1]) if 0 < commit <= len(starts) else split
-            others = sorted(s for s in kept[number] if s != split)
-            below = max([0, *(s for s in others if s < split)])
-            above = min([len(x), *(s for s in others if s > split)])
-            if new - below >= min_runs and above - new >= min_runs:
-                kept[number] = [new if s == split else s for s in kept[number]]
-                moved.add((number, new))
-
-
 def _pooled_test(x: FloatArray, start: int, split: int, end: int) -> tuple[float, float]:
     """The t statistic and p-value of one given split of ``x[start:end]`` (no choice of split)."""
     t = float(_t(x, start, end, np.asarray([split], dtype=np.int64))[0])
@@ -469,8 +401,11 @@ def _pool(
             _, p = _pooled_test(x, below, split, above)
             candidates.append((number, split, p))
     threshold = _step_up([p for _, _, p in candidates], fdr)
-    for number, split, p in candidates:
-        if p <= threshold:
+    # The strongest first: a weaker one too near a change already kept (two events a commit or two
+    # apart) stays out.
+    for number, split, p in sorted(candidates, key=lambda c: c[2]):
+        near = any(abs(split - other) < min_runs for other in kept[number])
+        if p <= threshold and not near:
             kept[number].append(split)
             pooled.add((number, split))
 
