@@ -251,22 +251,24 @@ def blind_spots(found: History) -> str | None:
     return f"blind spots: a change {' or '.join(parts)} cannot be found"
 
 
-def unseen(found: History, noises: Sequence[Noise], step: float) -> list[str]:
-    """One line per series whose noise and runs cannot show a relative ``step``: its noise, the
-    smallest step it can show, and the runs a step of that size needs."""
-    lines = []
+def unseen(found: History, noises: Sequence[Noise], step: float) -> str | None:
+    """One line naming each series whose noise and runs cannot show a relative ``step``, with its
+    run-to-run noise, the smallest step it can show, and the runs a step of that size needs;
+    ``None`` when every series can."""
+    named = []
     for series, noise in zip(found.series, noises):
         smallest = noise.smallest_step()
         if smallest <= step:
             continue
-        shown = "no step (too few runs)" if not math.isfinite(smallest) else f"{smallest * 100:.0f}%"
-        noisy = f"run-to-run noise {noise.sd * 100:.1f}%, " if math.isfinite(noise.sd) else ""
-        lines.append(
-            f"cannot see a {step * 100:g}% step: {series.label} [{series.machine}]: {noisy}{noise.runs} "
-            f"run(s): the smallest step it can show is {shown}; a {step * 100:g}% step needs "
-            f"{noise.runs_needed(step):,} runs"
-        )
-    return lines
+        shown = "none" if not math.isfinite(smallest) else f"{smallest * 100:.0f}%"
+        noisy = f"noise {noise.sd * 100:.1f}%, " if math.isfinite(noise.sd) else ""
+        named.append(f"{series.label} ({noisy}smallest {shown}, needs {noise.runs_needed(step):,} runs)")
+    if not named:
+        return None
+    return (
+        f"cannot see a {step * 100:g}% step, {len(named)} series (run-to-run noise, the smallest step "
+        f"their runs can show, the runs a {step * 100:g}% step needs): {'; '.join(named)}"
+    )
 
 
 @dataclass(frozen=True)
@@ -424,7 +426,7 @@ def _notes(report: Report) -> list[str]:
     return (
         [f"note: {n}" for n in report.history.notes]
         + ([f"note: {blind}"] if blind else [])
-        + [f"note: {line}" for line in unseen(report.history, report.noises, report.step)]
+        + [f"note: {line}" for line in [unseen(report.history, report.noises, report.step)] if line]
     )
 
 

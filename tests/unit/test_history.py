@@ -492,8 +492,9 @@ def test_blind_spots_and_series_too_noisy_for_the_step_are_stated(
         "cannot be found"
     ) in out
     [unseen] = [line for line in out.splitlines() if line.startswith("note: cannot see a 10% step")]
-    assert "test_wild time.median" in unseen
-    assert "a 10% step needs" in unseen
+    assert unseen.startswith("note: cannot see a 10% step, 1 series (")
+    assert "test_wild time.median (noise " in unseen
+    assert "test_quiet" not in unseen
     verdicts = [line for line in out.splitlines() if line.startswith("INCONCLUSIVE")]
     assert len(verdicts) == 1
     assert verdicts[0].startswith("INCONCLUSIVE test_wild time.median")
