@@ -10,7 +10,9 @@ by more than their own run-to-run noise allows. The method:
   ``MIN_RUNS`` runs on each side (three commits of one run, or one commit of three runs). The
   split is tested only between commits: runs of one commit are never on two sides.
 - **The test.** Values are compared as logarithms (benchmark noise scales with the level and is
-  skewed; a change is a ratio). At each allowed split, Student's two-sample t statistic with the
+  skewed; a change is a ratio), each run held within a factor ``OUTLIER`` (2) of the level
+  of the runs around it, or ``CLIP`` (5) robust standard deviations where the series spreads
+  wider (``tamed``). At each allowed split, Student's two-sample t statistic with the
   variance pooled over both sides (the noise, in logarithms, is the same before and after a change
   of level; pooling keeps the test sound when one side has only three runs). The split with the
   largest ``|t|`` is the candidate; its p-value is the two-sided t test's, multiplied by the number
@@ -75,6 +77,11 @@ MIN_RUNS = 3
 POWER = 0.9
 #: The confidence of a change point's interval.
 CONFIDENCE = 0.95
+#: The most a run may differ from the level of the runs around it (``tamed``): a factor, or where
+#: the series spreads wider, robust standard deviations (1.4826 median absolute deviations) of the
+#: runs from their levels.
+OUTLIER = 2.0
+CLIP = 5.0
 #: How far (commits) ``_place`` may move a change from the best split.
 RADIUS = 2
 
@@ -191,7 +198,30 @@ def _prepare(sample: Sample) -> tuple[FloatArray, IntArray]:
     if len(commits) and (commits[0] < 0 or np.any(np.diff(commits) < 0)):
         raise ValueError("commits must be numbered from 0, in the order of the runs")
     starts = np.flatnonzero(np.diff(commits) != 0) + 1
-    return np.log(values), starts.astype(np.int64)
+    return tamed(np.log(values)), starts.astype(np.int64)
+
+
+def tamed(x: FloatArray) -> FloatArray:
+    """The logarithms ``x`` with each run held within a factor ``OUTLIER`` of its neighbourhood's
+    level (the median of the ``2 * MIN_RUNS + 1`` runs around it), or ``CLIP`` robust standard
+    deviations of the runs' distances from their levels where that is wider: a call preempted for a
+    whole time slice of a busy machine, ten or a hundred times its usual time, counts as a run
+    twice as slow, not as a noise that hides every change. A change of level moves the medians
+    with it (a level of ``MIN_RUNS + 1`` runs or more holds most of the window), so its runs are
+    not held."""
+    width = 2 * MIN_RUNS + 1
+    if len(x) < width:
+        return x
+    padded = np.pad(x, width // 2, mode="edge")
+    level = np.median(np.lib.stride_tricks.sliding_window_view(padded, width), axis=1)
+    residual = x - level
+    # Only a run beyond twice (or half) its level, and far beyond its series' own spread, is held:
+    # the two humps of a busy machine's noise, a tenth apart, stay as they are (held, they would
+    # make neighbouring runs alike and the test too sure).
+    spread = 1.4826 * float(np.median(np.abs(residual)))
+    bound = max(math.log(OUTLIER), CLIP * spread)
+    out: FloatArray = level + np.clip(residual, -bound, bound)
+    return out
 
 
 def _splits(starts: IntArray, start: int, end: int, min_runs: int) -> IntArray:
@@ -280,9 +310,11 @@ def find(
     kept: list[list[int]] = [[] for _ in samples]
     pooled: set[tuple[int, int]] = set()
     by_split: dict[tuple[int, int], _Test] = {}
-    for number, (x, starts) in enumerate(prepared):
+    for number, ((_, starts), sample) in enumerate(zip(prepared, samples)):
         own = sorted((t for t in tests if t.kept and t.series == number), key=lambda t: t.split)
-        kept[number] = _placed(x, starts, [t.split for t in own], min_runs)
+        # Placed by the runs as measured: their noise's own shape, spikes and all, tells them apart.
+        raw = np.log(np.asarray(sample.values, dtype=np.float64))
+        kept[number] = _placed(raw, starts, [t.split for t in own], min_runs)
         # A change keeps its test's evidence where placement moved it.
         by_split.update(((number, split), test) for split, test in zip(kept[number], own))
     _pool(samples, prepared, kept, pooled, fdr, min_runs)

@@ -193,3 +193,18 @@ def test_a_spike_of_the_old_level_just_before_a_step_is_not_taken_as_its_start(a
     noise[at] = 0.0
     x = (1.0 + noise) * np.where(np.arange(60) >= at, 1.10, 1.0)
     assert [c.index for c in changepoints.detect(x)] == [at]
+
+
+def test_a_run_preempted_for_a_time_slice_neither_hides_a_step_nor_makes_one() -> None:
+    x = _noise(24, seed=31)
+    x[12:] *= 1.5
+    # Two calls that took a whole time slice of a busy machine: a hundred times their usual time.
+    x[4] *= 100.0
+    x[18] *= 100.0
+    assert [c.index for c in changepoints.detect(x)] == [12]
+    steady = _noise(24, seed=32)
+    steady[[3, 15, 16]] *= 80.0
+    assert changepoints.detect(steady) == []
+    # Held at twice their neighbourhood's level, not dropped: they still count as slow runs.
+    held = np.exp(changepoints.tamed(np.log(steady)))
+    assert held[15] == pytest.approx(2.0, rel=0.05)
