@@ -275,22 +275,25 @@ def _search(
 
 
 def _step_up(p_values: Sequence[float], fdr: float) -> float:
-    """Benjamini-Hochberg: the largest p-value kept (``-1`` when none is)."""
+    """Benjamini-Hochberg: the level ``k * fdr / m`` of the largest rank ``k`` whose p-value is at most
+    it; every p-value at or below it is kept (``-1`` when none is)."""
     ordered = sorted(p_values)
     m = len(ordered)
-    threshold = -1.0
+    level = -1.0
     for rank, p in enumerate(ordered, start=1):
         if p <= rank * fdr / m:
-            threshold = p
-    return threshold
+            level = rank * fdr / m
+    return level
 
 
-def _keep(tests: list[_Test], fdr: float) -> None:
-    """Mark the tests Benjamini-Hochberg keeps over all of them, each only below a kept parent."""
+def _keep(tests: list[_Test], fdr: float) -> float:
+    """Mark the tests Benjamini-Hochberg keeps over all of them, each only below a kept parent;
+    return its level (``_step_up``)."""
     threshold = _step_up([t.p for t in tests], fdr)
     for test in tests:  # parents come before their children
         parent_kept = test.parent is None or tests[test.parent].kept
         test.kept = parent_kept and test.p <= threshold
+    return threshold
 
 
 def find(
@@ -306,36 +309,60 @@ def find(
     tests: list[_Test] = []
     for number, (x, starts) in enumerate(prepared):
         _search(number, x, starts, fdr, min_runs, tests)
-    _keep(tests, fdr)
+    first = _keep(tests, fdr)
     kept: list[list[int]] = [[] for _ in samples]
     pooled: set[tuple[int, int]] = set()
-    by_split: dict[tuple[int, int], _Test] = {}
     for number, ((_, starts), sample) in enumerate(zip(prepared, samples)):
-        own = sorted((t for t in tests if t.kept and t.series == number), key=lambda t: t.split)
+        own = sorted(t.split for t in tests if t.kept and t.series == number)
         # Placed by the runs as measured: their noise's own shape, spikes and all, tells them apart.
         raw = np.log(np.asarray(sample.values, dtype=np.float64))
-        kept[number] = _placed(raw, starts, [t.split for t in own], min_runs)
-        # A change keeps its test's evidence where placement moved it.
-        by_split.update(((number, split), test) for split, test in zip(kept[number], own))
-    _pool(samples, prepared, kept, pooled, fdr, min_runs)
+        kept[number] = _placed(raw, starts, own, min_runs)
+    second = _pool(samples, prepared, kept, pooled, fdr, min_runs)
     out: list[list[ChangePoint]] = []
     noises: list[Noise] = []
-    for number, (sample, (x, _)) in enumerate(zip(samples, prepared)):
-        edges = [0, *sorted(kept[number]), len(x)]
+    for number, (sample, (x, starts)) in enumerate(zip(samples, prepared)):
+        tested = _confirmed(x, starts, kept[number], pooled, number, first, second, min_runs)
+        edges = [0, *(split for split, _, _ in tested), len(x)]
         commits = np.asarray(sample.commits, dtype=np.int64)
-        points = []
-        for j in range(1, len(edges) - 1):
-            split = edges[j]
-            found = by_split.get((number, split))
-            t, p = (found.t, found.p) if found else _pooled_test(x, edges[j - 1], split, edges[j + 1])
-            points.append(
-                _describe(
-                    x, edges[j - 1], split, edges[j + 1], int(commits[split]), p, t, (number, split) in pooled
-                )
-            )
+        points = [
+            _describe(x, edges[j], split, edges[j + 2], int(commits[split]), p, t, (number, split) in pooled)
+            for j, (split, t, p) in enumerate(tested)
+        ]
         out.append(points)
         noises.append(Noise(_noise(x, edges), len(x), max(1, len(tests))))
     return out, noises
+
+
+def _confirmed(
+    x: FloatArray,
+    starts: IntArray,
+    splits: list[int],
+    pooled: set[tuple[int, int]],
+    number: int,
+    first: float,
+    second: float,
+    min_runs: int,
+) -> list[tuple[int, float, float]]:
+    """Each change point tested again between its final neighbours (its split's t there; p times
+    the splits of that segment, or alone for a pooled one), the weakest that no longer reaches its
+    pass's Benjamini-Hochberg level dropped and the rest tested again: ``(split, t, p)`` in order.
+    A split found while a larger change shared its segment is judged on its own segment, so its
+    p-value agrees with its levels and interval."""
+    current = sorted(splits)
+    while True:
+        edges = [0, *current, len(x)]
+        tested = []
+        for j, split in enumerate(current):
+            below, above = edges[j], edges[j + 2]
+            t = float(_t(x, below, above, np.asarray([split], dtype=np.int64))[0])
+            alone = (number, split) in pooled
+            choices = 1 if alone else max(1, len(_splits(starts, below, above, min_runs)))
+            tested.append((split, t, _p(t, above - below - 2, choices), second if alone else first))
+        failing = [c for c in tested if c[2] > c[3]]
+        if not failing:
+            return [(split, t, p) for split, t, p, _ in tested]
+        weakest = max(failing, key=lambda c: c[2])
+        current.remove(weakest[0])
 
 
 def _placed(x: FloatArray, starts: IntArray, splits: list[int], min_runs: int) -> list[int]:
@@ -401,9 +428,9 @@ def _pool(
     pooled: set[tuple[int, int]],
     fdr: float,
     min_runs: int,
-) -> None:
-    """Test every series at each commit where another series changed (the module docstring), and add
-    the splits a second Benjamini-Hochberg pass keeps to ``kept``."""
+) -> float:
+    """Test every series at each commit where another series changed (the module docstring), add
+    the splits a second Benjamini-Hochberg pass keeps to ``kept``, and return that pass's level."""
     events = {
         samples[s].ids[int(samples[s].commits[split])]
         for s, splits in enumerate(kept)
@@ -411,7 +438,7 @@ def _pool(
         if samples[s].ids
     }
     if not events:
-        return
+        return -1.0
     candidates: list[tuple[int, int, float]] = []
     for number, (sample, (x, starts)) in enumerate(zip(samples, prepared)):
         if not sample.ids:
@@ -440,6 +467,7 @@ def _pool(
         if p <= threshold and not near:
             kept[number].append(split)
             pooled.add((number, split))
+    return threshold
 
 
 def _noise(x: FloatArray, edges: Sequence[int]) -> float:
