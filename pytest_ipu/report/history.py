@@ -1,13 +1,13 @@
 """The history view of ``pytest-ipu report STORAGE``: each benchmark's metric against commit, with
 the runs' spread and the change points marked (presentation only).
 
-Which series are drawn (``drawn``): every benchmark's headline metric (``HEADLINE``: throughput for
-a pytest-ipu record, pytest-benchmark's mean time for a plain benchmark), and every other series
-with a change point. A figure shows one point per commit, oldest left: the median of the commit's
-runs, with a bar from the smallest to the largest run where it had several; the level of each
-stretch between change points as a horizontal line (the mean the change's size is measured on);
-and each change point as a vertical dashed line before its first commit, red for worse and green
-for better, labelled with the commit and the change. A commit with a run made from a work tree with
+Which series are drawn (``drawn``): every benchmark's headline metric (``HEADLINE``, the history's
+default: throughput for a pytest-ipu record, pytest-benchmark's median time for a plain benchmark),
+and every other series with a change point. A figure shows one point per commit, oldest left: the
+median of the commit's runs, with a bar from the smallest to the largest run where it had several;
+the mean of the points of each stretch between change points as a horizontal line; and each change
+point as a vertical dashed line before its first commit, red for worse and green for better,
+labelled with the commit and the change. A commit with a run made from a work tree with
 uncommitted changes (``Point.dirty``) is drawn as a hollow point, and a change point there is
 labelled "dirty": the change may be those changes rather than the commit.
 
@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from pytest_ipu.measure import units
 from pytest_ipu.report import plots
 from pytest_ipu.results import changes as found_changes
+from pytest_ipu.results import history as history_series
 from pytest_ipu.results.changes import Change
 from pytest_ipu.results.changes import Report
 from pytest_ipu.results.history import Series
@@ -33,8 +34,8 @@ from pytest_ipu.results.history import Series
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-#: The metric drawn for every benchmark, the first of these it has.
-HEADLINE = ("throughput", "time.mean")
+#: The metric drawn for every benchmark, the first of these it has: the history's default series.
+HEADLINE = history_series.DEFAULT_METRICS
 #: At most this many commit ids label the x axis (evenly thinned beyond).
 MAX_TICKS = 24
 WORSE_COLOUR = "#c62828"
@@ -108,8 +109,8 @@ def draw(series: Series, marked: Sequence[Change]) -> Figure:
     factor, unit = units.axis_scale([p.value for p in points], series.unit)
     notes = [
         "one point per commit: the median of its runs, the bar from the smallest to the largest run; "
-        "horizontal lines: the mean level between change points; dashed: a change point, before the "
-        "first commit of the new level"
+        "horizontal lines: the mean of the points between change points; dashed: a change point, before "
+        "the first commit of the new level"
     ]
     if any(p.dirty for p in points):
         notes.append("hollow: a commit with run(s) made from a work tree with uncommitted changes (dirty)")
