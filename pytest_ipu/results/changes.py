@@ -31,8 +31,10 @@ The CI verdict (``check``, with a threshold such as ``5%``), per series, in the 
   threshold; or a series of fewer than ``2 x MIN_RUNS`` runs;
 - PASS: otherwise.
 
-The exit code is the gates' (``decide.exit_code``'s constants): 1 on a FAIL, else 3 on an
-INCONCLUSIVE verdict, else 0. The command refuses (exit 2) to judge a history whose newest run, or
+A series the newest run did not measure (a benchmark it skipped or no longer has) is not judged:
+the check's summary counts such series and a line names them. The exit code is the gates'
+(``decide.exit_code``'s constants): 1 on a FAIL, else 3 on an INCONCLUSIVE verdict, else 0. The
+command refuses (exit 2) to judge a history whose newest run, or
 an entry of it, was left out (``History.newest_left_out``): the run a CI job just made is the one
 to judge.
 """
@@ -301,14 +303,26 @@ def check(
     threshold: float,
     recent: int = RECENT,
 ) -> list[SeriesVerdict]:
-    """The verdict of every series on its newest ``recent`` commits (the module docstring's rule)."""
+    """The verdict of every series on its newest ``recent`` commits (the module docstring's rule); a
+    series the newest run has no value of is not judged (``absent``)."""
     by_series: dict[int, list[Change]] = {}
     for change in changes:
         by_series.setdefault(id(change.series), []).append(change)
+    skipped = {id(s) for s in absent(found)}
     return [
         _verdict(s, by_series.get(id(s), []), noise, threshold, recent)
         for s, noise in zip(found.series, noises)
+        if id(s) not in skipped
     ]
+
+
+def absent(found: History) -> list[Series]:
+    """The series without a value from the newest run (a benchmark it did not measure): the check
+    cannot judge the newest run on them."""
+    if found.newest is None:
+        return []
+    newest = str(found.newest)
+    return [s for s in found.series if not s.points or newest not in s.points[-1].files]
 
 
 def _verdict(
@@ -434,9 +448,16 @@ def _verdict_lines(report: Report) -> list[str]:
     if report.threshold is None:
         return []
     counts = ", ".join(f"{sum(v.outcome == o for v in report.verdicts)} {o}" for o in decide.OUTCOMES)
-    return [f"regression check ({report.threshold * 100:g}%): {counts}"] + [
-        v.line() for v in report.verdicts if v.outcome != decide.PASS
-    ]
+    missing = absent(report.history)
+    lines = [f"regression check ({report.threshold * 100:g}%): {counts}"]
+    if missing:
+        lines[0] += f"; {len(missing)} series not judged"
+        lines.append(
+            f"not judged: {len(missing)} series the newest run ({report.history.newest}) did not measure: "
+            + ", ".join(s.label for s in missing[:LISTED])
+            + (f" and {len(missing) - LISTED} more" if len(missing) > LISTED else "")
+        )
+    return lines + [v.line() for v in report.verdicts if v.outcome != decide.PASS]
 
 
 def render_table(report: Report) -> str:

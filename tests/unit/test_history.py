@@ -378,6 +378,8 @@ def _history_cli(tmp_path: Path, *args: str) -> list[str]:
         ('{"benchmarks": [{"name": "test_a", "stats": {"median": NaN}}]', "not JSON"),
         (None, "time.median 0 is not above 0, which no measurement can be"),
         (1e308, "time.median 1e+308 s is beyond a day a call"),
+        (-0.5, "a time must be a finite number of seconds >= 0"),
+        (float("inf"), "a time must be a finite number of seconds >= 0"),
     ],
 )
 def test_the_check_refuses_a_history_whose_newest_run_was_left_out(
@@ -499,3 +501,17 @@ def test_blind_spots_and_series_too_noisy_for_the_step_are_stated(
     assert len(verdicts) == 1
     assert verdicts[0].startswith("INCONCLUSIVE test_wild time.median")
     assert "too noisy to judge a 10% regression" in verdicts[0]
+
+
+def test_a_benchmark_the_newest_run_did_not_measure_is_not_judged_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    for number, value in enumerate(NOISE, start=1):
+        benches = [_plain("test_a", value)] + ([_plain("test_gone", value)] if number < len(NOISE) else [])
+        _save(folder, number, f"c{number:02d}", benches, commit_time=_minute(number))
+    assert cli.main(_history_cli(tmp_path, "--fail-on-regression", "10%")) == 0
+    out = capsys.readouterr().out
+    assert "regression check (10%): 1 PASS, 0 FAIL, 0 INCONCLUSIVE; 1 series not judged" in out
+    assert "not judged: 1 series the newest run (" in out
+    assert out.rstrip().endswith("did not measure: test_gone time.median")
