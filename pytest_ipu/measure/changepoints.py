@@ -40,10 +40,21 @@ their side's median (the series' own noise shape: for Gaussian noise this is the
 split; for skewed, two-humped benchmark noise it tells a spike of the old level from the new
 level).
 
-Each change point gives the first commit of the new level, the geometric means of the runs back to
-the previous change point and on to the next (the levels before and after), the relative change of
-those and its 95 % interval (Welch's t interval of the difference of the logarithms' means), and
-the p-value of its test.
+Once all are placed, each change point is tested again between its final neighbours (``_confirmed``:
+its split's t there, times the splits of that segment, or alone for a pooled one); the weakest that
+no longer reaches its pass's Benjamini-Hochberg level is dropped and the rest tested again, as Otava
+merges the change points of its windows. A split found while a larger change shared its segment
+is so judged on its own segment, and its p-value agrees with its levels and interval.
+
+Each change point gives the first commit of the new level, the geometric means of the (held) runs
+back to the previous change point and on to the next (the levels before and after), the relative
+change of those and its 95 % interval (Welch's t interval of the difference of the logarithms'
+means), and the p-value of that last test.
+
+Apache Otava (and Hunter, MongoDB's performance CI) search the same way with E-Divisive means and a
+permutation test per series; here the test is parametric on the logarithms, so that a p-value
+small enough for a false discovery rate over hundreds of series costs no permutations, and a
+series of ten runs can reach it.
 
 What a series can see (``Noise``): its run-to-run noise is the standard deviation of the
 logarithms around their levels (pooled over the segments between change points); the smallest
@@ -58,7 +69,6 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from dataclasses import field
 
 import numpy as np
 import numpy.typing as npt
@@ -183,12 +193,12 @@ class _Test:
     t: float
     p: float
     parent: int | None
-    pooled: bool = False
-    kept: bool = field(default=False)
+    kept: bool = False
 
 
 def _prepare(sample: Sample) -> tuple[FloatArray, IntArray]:
-    """The logarithms of the values and the run index where each commit after the first begins."""
+    """The logarithms of the values, held (``tamed``), and the run index where each commit after the
+    first begins."""
     values = np.asarray(sample.values, dtype=np.float64)
     commits = np.asarray(sample.commits, dtype=np.int64)
     if values.ndim != 1 or commits.shape != values.shape:
