@@ -430,8 +430,8 @@ def _summary(report: Report) -> str:
     return (
         f"{len(report.changes)} change point(s) at {len(events(report.changes))} commit(s) in "
         f"{len(found.series)} series of {found.runs} run(s), up to {commits} commits, machine "
-        f"{', '.join(found.machines)} (false change points held to {changepoints.FDR * 100:g}% of those "
-        "reported)"
+        f"{', '.join(found.machines)} (false discovery rate {changepoints.FDR * 100:g}% over all "
+        "series)"
     )
 
 
