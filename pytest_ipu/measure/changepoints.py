@@ -93,7 +93,7 @@ CONFIDENCE = 0.95
 OUTLIER = 2.0
 CLIP = 5.0
 #: How far (commits) ``_place`` may move a change from the best split.
-RADIUS = 3
+RADIUS = 2
 
 
 @dataclass(frozen=True)
