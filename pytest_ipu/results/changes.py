@@ -317,12 +317,14 @@ def check(
 
 
 def absent(found: History) -> list[Series]:
-    """The series without a value from the newest run (a benchmark it did not measure): the check
-    cannot judge the newest run on them."""
-    if found.newest is None:
-        return []
-    newest = str(found.newest)
-    return [s for s in found.series if not s.points or newest not in s.points[-1].files]
+    """The series without a value from their machine's newest run (a benchmark it did not measure):
+    the check cannot judge the newest run on them."""
+    out = []
+    for series in found.series:
+        newest = found.newest.get(series.machine)
+        if newest is not None and (not series.points or str(newest) not in series.points[-1].files):
+            out.append(series)
+    return out
 
 
 def _verdict(
@@ -453,7 +455,8 @@ def _verdict_lines(report: Report) -> list[str]:
     if missing:
         lines[0] += f"; {len(missing)} series not judged"
         lines.append(
-            f"not judged: {len(missing)} series the newest run ({report.history.newest}) did not measure: "
+            f"not judged: {len(missing)} series the newest run of their machine did not measure "
+            f"({', '.join(str(report.history.newest[m]) for m in sorted({s.machine for s in missing}))}): "
             + ", ".join(s.label for s in missing[:LISTED])
             + (f" and {len(missing) - LISTED} more" if len(missing) > LISTED else "")
         )

@@ -28,7 +28,7 @@ of files given by path (or by saved-run id and glob, the ``storage`` rule); ``lo
   benchmarks without our records): it stays out of every series, with a note.
 - A value no measurement can have (not finite, 0 or below, or a time beyond a day a call:
   ``impossible``) stays out with a note naming the file, the benchmark and the value.
-- What stayed out is kept as ``History.left_out`` (file and reason) beside the run that is newest
+- What stayed out is kept as ``History.left_out`` (file and reason) beside each machine's newest run
   (``History.newest``, by pytest-benchmark's run counter in the file name, then the file's time), so
   that a CI check can tell that the run it was asked to judge is not in the series.
 - A run recorded from a work tree with uncommitted changes (``commit_info.dirty``) measured its
@@ -162,12 +162,14 @@ class History:
     notes: tuple[str, ...]
     #: The runs and entries left out, with why (also among ``notes``).
     left_out: tuple[LeftOut, ...] = ()
-    #: The newest run file of the machines asked for, read or not (``None`` when none was found).
-    newest: Path | None = None
+    #: Each machine's newest run file, read or not (a file that could not be read counts for the
+    #: machine of its storage folder, or for every machine outside one).
+    newest: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
     def newest_left_out(self) -> list[LeftOut]:
-        """What stayed out of the newest run: the run itself, or entries of it."""
-        return [e for e in self.left_out if self.newest is not None and e.path == self.newest]
+        """What stayed out of a machine's newest run: the run itself, or entries of it."""
+        newest = set(self.newest.values())
+        return [e for e in self.left_out if e.path in newest]
 
 
 def impossible(value: float, unit: str) -> str | None:
@@ -303,8 +305,10 @@ def load(
     notes: list[str] = []
     left_out: list[LeftOut] = []
     runs: list[StoredRun] = [benchmark_json.read_run(path) for path in given]
-    # The runs of the machines asked for, read or not: the newest of them is the one a CI check judges.
-    candidates: list[Path] = []
+    # The runs of the machines asked for, read or not: each machine's newest is the one a CI check
+    # judges. A file that cannot be read is its folder's machine's, where the storage names one.
+    candidates: dict[str, list[Path]] = {}
+    unplaced: list[Path] = []
     for path in found:
         try:
             runs.append(benchmark_json.read_run(path))
@@ -313,9 +317,10 @@ def load(
             message = str(exc)
             prefix = f"{path}: "
             left_out.append(LeftOut(path, message[len(prefix) :] if message.startswith(prefix) else message))
-            # Its machine is its folder's, where pytest-benchmark's storage names one.
-            if not _is_machine_folder(path) or _wanted(path.parent.name, wanted):
-                candidates.append(path)
+            if not _is_machine_folder(path):
+                unplaced.append(path)
+            elif _wanted(path.parent.name, wanted):
+                candidates.setdefault(path.parent.name, []).append(path)
     kept: list[_Run] = []
     others: dict[str, int] = {}
     for run in runs:
@@ -323,7 +328,7 @@ def load(
         if not _wanted(machine, wanted):
             others[machine] = others.get(machine, 0) + 1
             continue
-        candidates.append(run.path)
+        candidates.setdefault(machine, []).append(run.path)
         commit = str(run.commit_info.get("id") or "")
         if commit in NO_COMMIT:
             reason = f"no commit id (commit_info.id {commit!r}): it was made outside a git repository"
@@ -346,7 +351,7 @@ def load(
     for machine, count in sorted(others.items()):
         notes.append(f"{count} run(s) of machine {machine} left out (--machine {machine} shows them)")
     series = _build(kept, metrics, notes, left_out)
-    newest = max(candidates, key=newness) if candidates else None
+    newest = {machine: max([*paths, *unplaced], key=newness) for machine, paths in candidates.items()}
     return History(
         tuple(series),
         tuple(sorted({r.machine for r in kept})),
