@@ -37,7 +37,7 @@ a commit, with 95 % Wilson intervals: false change points per series (A/A and st
 missed steps per size (10 % steps: all, and those the history said its noise could show), found
 steps at the right commit, and drift series with a change. The targets (false change points at
 most 5 % of series, 10 % steps missed at most 3 %, at least 90 % at the right commit) are printed
-beside, MET or MISSES: figures of this machine, never a failure of ``make bench``.
+beside, "meets" or "MISSES": figures of this machine, never a failure of ``make bench``.
 """
 
 from __future__ import annotations
@@ -221,7 +221,7 @@ def _accuracy(noise: np.ndarray, shape: str, runs: int, lines: list[str]) -> Non
     false_rate = tally.false / tally.series
     lines.append(
         f"false change points per series: {_wilson(tally.false, tally.series)} "
-        f"(target <= {FALSE_TARGET:.0%}: {'MET' if false_rate <= FALSE_TARGET else 'MISSES'})"
+        f"(target <= {FALSE_TARGET:.0%}: {'meets' if false_rate <= FALSE_TARGET else 'MISSES'})"
     )
     for step in STEPS:
         total, found = tally.steps.get(step, 0), tally.found.get(step, 0)
@@ -229,7 +229,7 @@ def _accuracy(noise: np.ndarray, shape: str, runs: int, lines: list[str]) -> Non
         if step == 0.10:
             missed = (total - found) / total if total else 1.0
             target = (
-                f" (target <= {MISSED_TARGET:.0%}: {'MET' if missed <= MISSED_TARGET else 'MISSES'}); "
+                f" (target <= {MISSED_TARGET:.0%}: {'meets' if missed <= MISSED_TARGET else 'MISSES'}); "
                 "of those its "
                 f"noise could show: missed {_wilson(tally.visible - tally.visible_found, tally.visible)}"
             )
@@ -238,7 +238,7 @@ def _accuracy(noise: np.ndarray, shape: str, runs: int, lines: list[str]) -> Non
     right_rate = tally.right / found_all if found_all else 0.0
     lines.append(
         f"found steps at the right commit: {_wilson(tally.right, found_all)} (target >= {RIGHT_TARGET:.0%}: "
-        f"{'MET' if right_rate >= RIGHT_TARGET else 'MISSES'}; within {NEAR} commits counts as found)"
+        f"{'meets' if right_rate >= RIGHT_TARGET else 'MISSES'}; within {NEAR} commits counts as found)"
     )
     lines.append(
         f"slow drifts ({DRIFT_PER_COMMIT * 100:g}% a commit over {DRIFT_COMMITS} commits): a change "
@@ -320,7 +320,7 @@ def _scale(tmp_path: Path, lines: list[str]) -> None:
         lines.append(
             f"read and judge {runs:,} saved runs ({BENCHMARKS} benchmarks each, {RUNS_A_COMMIT} a commit), "
             "files "
-            f"read included: {took:.2f} s (target < {target:g} s: {'MET' if took < target else 'MISSES'}); "
+            f"read included: {took:.2f} s (target < {target:g} s: {'meets' if took < target else 'MISSES'}); "
             f"{len(result.changes)} change point(s) in {len(read.series)} series"
         )
     rng = np.random.default_rng(7)
