@@ -2,42 +2,54 @@
 
 Scale
 -----
-- Analysis: one 10,000-commit series (A/A noise with two steps) through ``changepoints.detect``;
-  target under 1 s. Timed ``REPEATS`` times, the best and the slowest printed; with the time of a
-  100-commit series measured beside it (the analysis is linear in the series' length: a ratio of
-  about 100 without overhead).
-- Load: a storage of 1,000 saved runs of 50 benchmarks each (pytest-ipu records, as autosave keeps
-  them: no per-round data), written here, read by ``history.find_runs`` and ``history.load`` into
-  the series of every metric; target "seconds".
+- Read and judge: storages of 3,000 and 10,000 saved runs (2 benchmarks each, pytest-ipu records
+  as autosave keeps them, three runs a commit), written here, then ``history.find_runs``,
+  ``history.load`` and ``changes.report`` with a 5 % check, files read included; targets under
+  5 s and under 15 s.
+- Analysis alone: one 10,000-run series with two steps through ``changepoints.detect``.
 
 Accuracy
 --------
-The noise is measured, not drawn from a formula: ``NOISE_RUNS`` short real runs on this machine
-(each the median of ``ROUNDS`` timed calls of a small numpy sort, as a benchmark's run reports
-its median), as relative deviations from their median. Every series is ``LENGTH`` commits of those
-deviations resampled with replacement (seeded), times a level of 1, with one of (once with one run
-a commit, once with three, whose median is the commit's point as ``history`` makes it):
+The noise is measured, not drawn from a formula, with two CPU hogs spinning beside the measuring
+process (``support.cpu_hog``, as other jobs on a shared runner): ``NOISE_RUNS`` real runs of a small
+numpy sort, in two shapes, as relative deviations from their median:
 
-- nothing (A/A): every change point reported is false;
-- a step of 3 %, 5 % or 10 % at a random commit (at least ``EDGE`` from either end);
-- a slow drift: 0.25 % a commit over ``DRIFT_COMMITS`` commits (8 % in all), which has no commit
-  to name: its change points are counted apart, neither false nor right.
+- ``median of 50 calls``: each run the median of ``ROUNDS`` timed calls, as a benchmark's run
+  reports it;
+- ``single call``: each run one call, as a ``pedantic`` benchmark of one round reports it (skewed,
+  with the large spread of a microbenchmark on a busy machine).
 
-A reported change point within ``NEAR`` commits of the injected step has found it (the first one
-that does; any other is false); it is at the right commit when its index is the step's. Printed:
-false alarms (false change points over all reported on A/A and step series, with counts), missed
-steps per size, the share of found steps at the right commit, and the drift series in which a
-change was reported. The targets (at most 5 % false, at most 3 % of 10 % steps missed, at least
-90 % at the right commit) are printed beside, MET or MISSED: figures of this machine, never a
-failure of ``make bench``.
+For each shape, and with one and with three runs a commit, ``HISTORIES`` histories are analysed
+whole (every series of a history together, as ``pytest-ipu history`` does). Each history holds
+series of ``LENGTH`` commits of that noise resampled with replacement (seeded), times a level of 1:
+
+- ``AA`` series with no change: every change point reported is false;
+- ``PER_STEP`` series with a step of 3 %, 5 % or 10 % at a random commit (at least ``EDGE`` commits
+  from either end);
+- a family of ``FAMILY`` related series that step together by 10 % at one commit, each with its own
+  level (real-shaped: many benchmarks moved by one commit);
+- ``PER_STEP`` slow drifts: 0.25 % a commit over ``DRIFT_COMMITS`` commits (8 % in all), which has
+  no commit to name: their change points are counted apart, neither false nor right.
+
+A change point within ``NEAR`` commits of the injected step has found it (the nearest; any other is
+false); it is at the right commit when it names the step's commit. Printed for each shape and runs
+a commit, with 95 % Wilson intervals: false change points per series (A/A and stepped series),
+missed steps per size (10 % steps: all, and those the history said its noise could show), found
+steps at the right commit, and drift series with a change. The targets (false change points at
+most 5 % of series, 10 % steps missed at most 3 %, at least 90 % at the right commit) are printed
+beside, "meets" or "MISSES": figures of this machine, never a failure of ``make bench``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -46,41 +58,48 @@ import numpy as np
 from benchmarks import gate_accuracy_support as support
 from pytest_ipu.measure import changepoints
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.results import changes
 from pytest_ipu.results import history
 from pytest_ipu.results import records
 from pytest_ipu.results import schema
 
 SECTION = "pytest-ipu history: scale and accuracy"
-#: Real runs measured for the noise, and timed calls per run.
+#: Real runs measured for each noise shape, and timed calls per run of the "median" shape.
 NOISE_RUNS = 400
 ROUNDS = 50
-#: Commits per accuracy series, series per kind, and the closest a step comes to either end.
-LENGTH = 60
-SERIES = 150
-EDGE = 8
+#: Commits per accuracy series, histories per shape and runs a commit, and the closest a step comes
+#: to either end.
+LENGTH = 40
+HISTORIES = 4
+EDGE = 4
+#: Series of each kind in one history.
+AA = 30
+PER_STEP = 10
+FAMILY = 12
 #: How far (commits) a change point may be from the step it is counted as finding.
 NEAR = 3
 STEPS = (0.03, 0.05, 0.10)
-#: Runs of each commit: one, as a CI job with autosave makes, and three (a point is their median).
 RUNS_PER_COMMIT = (1, 3)
 DRIFT_PER_COMMIT = 0.0025
 DRIFT_COMMITS = 32
-#: The scale study's sizes.
+#: The scale study's storages (runs), benchmarks a run, runs a commit, and their targets (seconds).
+SCALE = ((3_000, 5.0), (10_000, 15.0))
+BENCHMARKS = 2
+RUNS_A_COMMIT = 3
 LONG = 10_000
-SHORT = 100
-#: Timings of each implementation on the long series (alternating, the best kept: the least
-#: disturbed by other jobs on the machine).
-REPEATS = 3
-RUNS = 1_000
-BENCHMARKS = 50
+#: The targets.
+FALSE_TARGET = 0.05
+MISSED_TARGET = 0.03
+RIGHT_TARGET = 0.90
 
 
-def _measured_noise() -> np.ndarray:
-    """Relative deviations of ``NOISE_RUNS`` real runs' medians from their median."""
+def _measured_noise(rounds: int) -> np.ndarray:
+    """Relative deviations of ``NOISE_RUNS`` real runs (each the median of ``rounds`` calls) from
+    their median."""
     medians = []
     for _ in range(NOISE_RUNS):
         times = []
-        for _ in range(ROUNDS):
+        for _ in range(rounds):
             start = time.perf_counter_ns()
             support.sort()
             times.append(time.perf_counter_ns() - start)
@@ -89,108 +108,142 @@ def _measured_noise() -> np.ndarray:
     return values / np.median(values) - 1.0
 
 
+def _wilson(hits: int, total: int) -> str:
+    """``hits / total`` as a percentage with its 95 % Wilson interval."""
+    if total == 0:
+        return "- (none)"
+    z = 1.959964
+    p = hits / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    low, high = max(0.0, centre - half) * 100, min(1.0, centre + half) * 100
+    return f"{hits} of {total} = {p * 100:.1f}% [{low:.1f}, {high:.1f}]"
+
+
 @dataclass
 class _Tally:
-    reported: int = 0
+    series: int = 0
     false: int = 0
-    steps: int = 0
-    found: int = 0
+    steps: dict[float, int] = field(default_factory=dict)
+    found: dict[float, int] = field(default_factory=dict)
+    visible: int = 0
+    visible_found: int = 0
     right: int = 0
+    drifts: int = 0
 
 
-def _score(found: list[changepoints.ChangePoint], step_at: int | None, tally: _Tally) -> None:
-    tally.reported += len(found)
-    hit = None
-    if step_at is not None:
-        tally.steps += 1
-        near = [c for c in found if abs(c.index - step_at) <= NEAR]
-        if near:
-            hit = min(near, key=lambda c: abs(c.index - step_at))
-            tally.found += 1
-            tally.right += hit.index == step_at
-    tally.false += sum(1 for c in found if c is not hit)
+@dataclass
+class _Planted:
+    sample: changepoints.Sample
+    step: float | None
+    at: int | None
+    drift: bool = False
 
 
-def _commits(rng: np.random.Generator, noise: np.ndarray, runs: int) -> np.ndarray:
-    """``LENGTH`` commits of resampled noise around 1: each the median of ``runs`` runs, as
-    ``history`` makes one point of a commit's runs."""
-    points: np.ndarray = 1.0 + np.median(rng.choice(noise, (LENGTH, runs)), axis=1)
-    return points
+def _series(
+    rng: np.random.Generator, noise: np.ndarray, runs: int, level: float
+) -> tuple[np.ndarray, list[int]]:
+    values = level * (1.0 + rng.choice(noise, LENGTH * runs))
+    return values, [c for c in range(LENGTH) for _ in range(runs)]
 
 
-def _accuracy(noise: np.ndarray, runs: int, lines: list[str]) -> None:
-    rng = np.random.default_rng(2026)
-    lines.append(f"-- {runs} run(s) a commit (a point is their median):")
-    total = _Tally()
-    per_step = {}
-    for kind in (None, *STEPS):
-        tally = _Tally()
-        for _ in range(SERIES):
-            series = _commits(rng, noise, runs)
-            step_at = None
-            if kind is not None:
-                step_at = int(rng.integers(EDGE, LENGTH - EDGE + 1))
-                series[step_at:] *= 1.0 + kind
-            _score(changepoints.detect(series), step_at, tally)
-        per_step[kind] = tally
-        for name in ("reported", "false", "steps", "found", "right"):
-            setattr(total, name, getattr(total, name) + getattr(tally, name))
-    drifted = 0
-    for _ in range(SERIES):
-        series = _commits(rng, noise, runs)
-        start = int(rng.integers(EDGE, LENGTH - DRIFT_COMMITS))
+def _history(rng: np.random.Generator, noise: np.ndarray, runs: int) -> list[_Planted]:
+    ids = [f"c{c}" for c in range(LENGTH)]
+    planted = []
+
+    def add(
+        values: np.ndarray, commits: list[int], step: float | None, at: int | None, drift: bool = False
+    ) -> None:
+        planted.append(_Planted(changepoints.Sample(list(values), commits, ids), step, at, drift))
+
+    for _ in range(AA):
+        add(*_series(rng, noise, runs, 1.0), None, None)
+    for step in STEPS:
+        for _ in range(PER_STEP):
+            values, commits = _series(rng, noise, runs, 1.0)
+            at = int(rng.integers(EDGE, LENGTH - EDGE + 1))
+            values[at * runs :] *= 1.0 + step
+            add(values, commits, step, at)
+    at = int(rng.integers(EDGE, LENGTH - EDGE + 1))
+    for member in range(FAMILY):
+        values, commits = _series(rng, noise, runs, 1.0 + member / 4)
+        values[at * runs :] *= 0.90
+        add(values, commits, 0.10, at)
+    for _ in range(PER_STEP):
+        values, commits = _series(rng, noise, runs, 1.0)
+        start = int(rng.integers(EDGE, LENGTH - DRIFT_COMMITS + 1)) if LENGTH > DRIFT_COMMITS + EDGE else 0
         ramp = np.clip(np.arange(LENGTH) - start, 0, DRIFT_COMMITS) * DRIFT_PER_COMMIT
-        drifted += bool(changepoints.detect(series * (1.0 + ramp)))
-    aa = per_step[None]
-    false_rate = total.false / total.reported if total.reported else 0.0
+        add(values * np.repeat(1.0 + ramp, runs), commits, None, None, drift=True)
+    return planted
+
+
+def _score(
+    planted: Sequence[_Planted],
+    found: Sequence[list[changepoints.ChangePoint]],
+    noises: Sequence[changepoints.Noise],
+    runs: int,
+    tally: _Tally,
+) -> None:
+    for plant, points, noise in zip(planted, found, noises):
+        if plant.drift:
+            tally.drifts += bool(points)
+            continue
+        tally.series += 1
+        hit = None
+        if plant.step is not None and plant.at is not None:
+            at = plant.at
+            tally.steps[plant.step] = tally.steps.get(plant.step, 0) + 1
+            near = [c for c in points if abs(c.index - at) <= NEAR]
+            if near:
+                hit = min(near, key=lambda c: abs(c.index - at))
+                tally.found[plant.step] = tally.found.get(plant.step, 0) + 1
+                tally.right += hit.index == at
+            if (
+                plant.step == 0.10
+                and noise.smallest_step(plant.at * runs, (LENGTH - plant.at) * runs) <= 0.10
+            ):
+                tally.visible += 1
+                tally.visible_found += hit is not None
+        tally.false += sum(1 for c in points if c is not hit)
+
+
+def _accuracy(noise: np.ndarray, shape: str, runs: int, lines: list[str]) -> None:
+    rng = np.random.default_rng(2026 + runs)
+    tally = _Tally()
+    for _ in range(HISTORIES):
+        planted = _history(rng, noise, runs)
+        points, noises = changepoints.find([p.sample for p in planted])
+        _score(planted, points, noises, runs, tally)
     lines.append(
-        f"false change points: {total.false} of {total.reported} reported = {false_rate * 100:.1f}% "
-        f"(target <= 5%: {'MET' if false_rate <= 0.05 else 'MISSED'}); on A/A series alone: {aa.false} in "
-        f"{SERIES} series"
+        f"-- {shape}, {runs} run(s) a commit ({HISTORIES} histories of "
+        f"{AA + 3 * PER_STEP + FAMILY + PER_STEP} series, {LENGTH} commits):"
+    )
+    false_rate = tally.false / tally.series
+    lines.append(
+        f"false change points per series: {_wilson(tally.false, tally.series)} "
+        f"(target <= {FALSE_TARGET:.0%}: {'meets' if false_rate <= FALSE_TARGET else 'MISSES'})"
     )
     for step in STEPS:
-        t = per_step[step]
-        missed = t.steps - t.found
+        total, found = tally.steps.get(step, 0), tally.found.get(step, 0)
         target = ""
         if step == 0.10:
-            target = f" (target <= 3%: {'MET' if missed <= 0.03 * t.steps else 'MISSED'})"
-        lines.append(
-            f"{step * 100:.0f}% steps: missed {missed} of {t.steps} = {missed / t.steps * 100:.1f}%{target}; "
-            f"found at the right commit {t.right} of {t.found}"
-        )
-    right_rate = total.right / total.found if total.found else 0.0
+            missed = (total - found) / total if total else 1.0
+            target = (
+                f" (target <= {MISSED_TARGET:.0%}: {'meets' if missed <= MISSED_TARGET else 'MISSES'}); "
+                "of those its "
+                f"noise could show: missed {_wilson(tally.visible - tally.visible_found, tally.visible)}"
+            )
+        lines.append(f"{step * 100:.0f}% steps missed: {_wilson(total - found, total)}{target}")
+    found_all = sum(tally.found.values())
+    right_rate = tally.right / found_all if found_all else 0.0
     lines.append(
-        f"found steps at the right commit: {total.right} of {total.found} = {right_rate * 100:.1f}% "
-        f"(target >= 90%: {'MET' if right_rate >= 0.90 else 'MISSED'}; within {NEAR} commits counts as found)"
+        f"found steps at the right commit: {_wilson(tally.right, found_all)} (target >= {RIGHT_TARGET:.0%}: "
+        f"{'meets' if right_rate >= RIGHT_TARGET else 'MISSES'}; within {NEAR} commits counts as found)"
     )
     lines.append(
-        f"slow drifts ({DRIFT_PER_COMMIT * 100:g}% a commit over {DRIFT_COMMITS} commits): a change reported "
-        f"in {drifted} of {SERIES} series"
-    )
-
-
-def _scale(noise: np.ndarray, lines: list[str]) -> None:
-    rng = np.random.default_rng(7)
-    long = 1.0 + rng.choice(noise, LONG)
-    long[LONG // 3 :] *= 1.10
-    long[2 * LONG // 3 :] *= 0.95
-    short = long[:SHORT]
-    start = time.perf_counter()
-    changepoints.detect(short)
-    short_s = time.perf_counter() - start
-    times: list[float] = []
-    found: list[int] = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        found = [c.index for c in changepoints.detect(long)]
-        times.append(time.perf_counter() - start)
-    long_s = min(times)
-    lines.append(
-        f"analysis of a {LONG:,}-commit series: {long_s:.3f} s (target < 1 s: "
-        f"{'MET' if max(times) < 1.0 else 'MISSED'}; slowest of {REPEATS} {max(times):.3f} s), "
-        f"{len(found)} change point(s) at {found} (steps at {LONG // 3} and {2 * LONG // 3}); "
-        f"a {SHORT}-commit series "
-        f"{short_s * 1000:.1f} ms, ratio {long_s / short_s:.0f}"
+        f"slow drifts ({DRIFT_PER_COMMIT * 100:g}% a commit over {DRIFT_COMMITS} commits): a change "
+        "reported in "
+        f"{tally.drifts} of {HISTORIES * PER_STEP} series"
     )
 
 
@@ -219,16 +272,16 @@ def _record(p50: float) -> dict[str, Any]:
     )
 
 
-def _load(tmp_path: Path, lines: list[str]) -> None:
-    folder = tmp_path / "storage" / history.this_machine()
+def _storage(root: Path, runs: int) -> Path:
+    folder = root / history.this_machine()
     folder.mkdir(parents=True)
     template = _record(0.001)
     rng = np.random.default_rng(3)
-    for run in range(RUNS):
+    for run in range(runs):
         benchmarks = []
         for number in range(BENCHMARKS):
             p50 = 0.001 * (1 + number / 10) * (1 + 0.01 * rng.standard_normal())
-            record = json.loads(json.dumps(template))
+            record = dict(template)
             record["latency_s"] = {
                 k: v * p50 / 0.001 if isinstance(v, float) else v for k, v in template["latency_s"].items()
             }
@@ -243,39 +296,65 @@ def _load(tmp_path: Path, lines: list[str]) -> None:
                     "extra_info": {"ipu": record},
                 }
             )
-        commit = f"{run:040x}"
+        commit = f"{run // RUNS_A_COMMIT:040x}"
         document = {
             "machine_info": {},
-            "commit_info": {"id": commit, "time": "2026-01-01T00:00:00+00:00", "dirty": False},
+            "commit_info": {"id": commit, "time": f"2026-01-01T00:00:{run // RUNS_A_COMMIT % 60:02d}+00:00"},
             "datetime": f"2026-01-02T{run // 3600:02d}:{run // 60 % 60:02d}:{run % 60:02d}",
             "benchmarks": benchmarks,
         }
-        (folder / f"{run + 1:04d}_{commit[:7]}_x.json").write_text(json.dumps(document))
-    size = sum(p.stat().st_size for p in folder.iterdir())
+        (folder / f"{run + 1:05d}_{commit[:7]}_x.json").write_text(json.dumps(document))
+    return root
+
+
+def _scale(tmp_path: Path, lines: list[str]) -> None:
+    for runs, target in SCALE:
+        root = _storage(tmp_path / f"storage-{runs}", runs)
+        start = time.perf_counter()
+        given, found = history.find_runs([str(root)], "unused")
+        read = history.load(given, found)
+        result = changes.report(read, 0.05)
+        changes.render_table(result)
+        took = time.perf_counter() - start
+        assert read.runs == runs
+        lines.append(
+            f"read and judge {runs:,} saved runs ({BENCHMARKS} benchmarks each, {RUNS_A_COMMIT} a commit), "
+            "files "
+            f"read included: {took:.2f} s (target < {target:g} s: {'meets' if took < target else 'MISSES'}); "
+            f"{len(result.changes)} change point(s) in {len(read.series)} series"
+        )
+    rng = np.random.default_rng(7)
+    long = np.exp(0.01 * rng.standard_normal(LONG))
+    long[LONG // 3 :] *= 1.10
+    long[2 * LONG // 3 :] *= 0.95
     start = time.perf_counter()
-    given, found = history.find_runs([str(tmp_path / "storage")], "unused")
-    read = history.load(given, found)
-    load_s = time.perf_counter() - start
-    assert read.runs == RUNS
-    assert all(len(s.points) == RUNS for s in read.series)
+    found_at = [c.index for c in changepoints.detect(long)]
     lines.append(
-        f"load of {RUNS:,} saved runs x {BENCHMARKS} benchmarks ({size / 1e6:.0f} MB): {load_s:.2f} s into "
-        f"{len(read.series)} series of {RUNS} commits ({load_s / RUNS * 1000:.2f} ms a run)"
+        f"analysis of one {LONG:,}-run series: {time.perf_counter() - start:.3f} s, change point(s) at "
+        f"{found_at} "
+        f"(steps at {LONG // 3} and {2 * LONG // 3})"
     )
 
 
 def test_history_scale_and_accuracy(tmp_path: Path, study_report: dict[str, list[str]]) -> None:
-    """Measure and print (the module docstring): analysis and load times, accuracy rates with counts."""
+    """Measure and print (the module docstring): read and analysis times, accuracy rates with their
+    intervals."""
     lines = study_report.setdefault(SECTION, [])
-    noise = _measured_noise()
-    _scale(noise, lines)
-    _load(tmp_path, lines)
-    lines.append(
-        f"noise: {NOISE_RUNS} real runs (median of {ROUNDS} calls of a numpy sort each), relative spread "
-        f"sd {noise.std() * 100:.2f}%, 5-95% {np.percentile(noise, 5) * 100:+.2f}% to "
-        f"{np.percentile(noise, 95) * 100:+.2f}%; {SERIES} series of {LENGTH} commits per kind"
-    )
-    for runs in RUNS_PER_COMMIT:
-        _accuracy(noise, runs, lines)
-    # The experiment itself worked: every kind of series was analysed.
-    assert len(lines) == 3 + 7 * len(RUNS_PER_COMMIT)
+    _scale(tmp_path, lines)
+    with contextlib.ExitStack() as stack:
+        hogs = [stack.enter_context(support.cpu_hog()) for _ in range(2)]
+        shapes = {
+            f"median of {ROUNDS} calls": _measured_noise(ROUNDS),
+            "single call": _measured_noise(1),
+        }
+    lines += [hog.line() for hog in hogs]
+    for shape, noise in shapes.items():
+        lines.append(
+            f"noise, {shape}: {NOISE_RUNS} real runs of a numpy sort beside two CPU hogs, relative spread sd "
+            f"{noise.std() * 100:.2f}%, 5-95% {np.percentile(noise, 5) * 100:+.2f}% to "
+            f"{np.percentile(noise, 95) * 100:+.2f}%"
+        )
+        for runs in RUNS_PER_COMMIT:
+            _accuracy(noise, shape, runs, lines)
+    # The experiment itself worked: every kind of history was analysed.
+    assert len(lines) == len(SCALE) + 1 + 2 + 2 * (1 + 7 * len(RUNS_PER_COMMIT))

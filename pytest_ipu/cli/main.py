@@ -295,11 +295,19 @@ def _history(args: argparse.Namespace) -> int:
     except (history.HistoryError, storage.RunLookupError, benchmark_json.RunFileError) as exc:
         print(f"pytest-ipu: {exc}", file=sys.stderr)
         return 2
-    found_changes = changes.analyse(read)
-    verdicts = changes.check(read, found_changes, threshold, args.recent) if threshold is not None else []
-    result = changes.Report(read, tuple(found_changes), tuple(verdicts), threshold)
+    newest = read.newest_left_out()
+    if threshold is not None and newest:
+        # The run a CI job just made is the one to judge: judging the older ones instead would pass it.
+        print(
+            f"pytest-ipu: --fail-on-regression: the newest run {newest[0].path} was left out "
+            f"({newest[0].reason}), so it cannot be judged; correct or remove the file, or run the "
+            "benchmarks again",
+            file=sys.stderr,
+        )
+        return 2
+    result = changes.report(read, threshold, args.recent)
     print(changes.RENDERERS[args.format](result))
-    return changes.exit_code(verdicts)
+    return changes.exit_code(result.verdicts)
 
 
 def _targets() -> int:
@@ -537,8 +545,9 @@ def _main(argv: Sequence[str] | None) -> int:
         "worst first; with --fail-on-regression, exits 1 when the newest commits start a regression beyond "
         "the threshold, 3 when it cannot tell, 2 on bad input",
         description="Read the runs --benchmark-autosave keeps (a storage folder, default --storage, or run "
-        "files), build one series per benchmark, metric and machine ordered by commit, and find its change "
-        "points by E-Divisive means with a permutation test (docs/ci.md).",
+        "files), build one series per benchmark and machine ordered by commit, and find the change points of "
+        "all series together: every run is evidence, a change must stand out from its series' noise, and "
+        "false change points are held to 5%% of those reported (docs/ci.md).",
     )
     hist.add_argument(
         "sources",
@@ -564,13 +573,15 @@ def _main(argv: Sequence[str] | None) -> int:
         action="append",
         default=[],
         metavar="NAME",
-        help="a metric to follow, e.g. throughput or time.mean (repeatable; default: every one present)",
+        help="a metric to follow, e.g. throughput or time.mean, or 'all' (repeatable; default: each "
+        "benchmark's gate metric, throughput for a pytest-ipu record, time.median for a plain benchmark)",
     )
     hist.add_argument(
         "--fail-on-regression",
         metavar="SHARE",
         help="exit 1 when a regression beyond SHARE (e.g. 5%%) starts among the newest --recent commits, 3 "
-        "when it cannot tell yet (too few commits after the change), 0 otherwise",
+        "when it cannot tell (too few runs after the change, or too much noise), 2 when the newest run was "
+        "left out (unreadable or impossible values), 0 otherwise",
     )
     hist.add_argument(
         "--recent",

@@ -1,62 +1,72 @@
-"""Change points of a series: E-Divisive means with a permutation test (pure numbers).
+"""Change points of many series at once: every run is evidence, noise decides, and the false
+discoveries are controlled across all series (pure numbers).
 
-The method is Matteson and James' E-Divisive (D. S. Matteson, N. A. James, "A Nonparametric
-Approach for Multiple Change Point Analysis of Multivariate Data", Journal of the American
-Statistical Association 109(505), 2014; the R package ``ecp``), the method MongoDB's performance
-CI and Hunter / Apache Otava run over benchmark histories. It is chosen over a fit of a
-piecewise-constant function with a penalty (asv's step detection) because it assumes no noise
-distribution (benchmark times are skewed, with outliers) and its significance test gives every
-change point a p-value, which a CI verdict and a reader can weigh.
+A series is runs, each of a commit (``Sample``: the runs' values in commit order and the commit of
+each). A change point is a commit where the level changes: the runs before it and from it on differ
+by more than their own run-to-run noise allows. The method:
 
-For a segment ``x[0:n]`` and a split ``tau`` (left ``x[:tau]``, right ``x[tau:]``, ``m`` and ``k``
-points), the statistic is the energy distance of the two sides scaled by their sizes:
+- **Every run is a point.** The runs of a commit are not folded into one value: three runs a
+  commit give three times the evidence, and a change may start at any commit with at least
+  ``MIN_RUNS`` runs on each side (three commits of one run, or one commit of three runs). The
+  split is tested only between commits: runs of one commit are never on two sides.
+- **The test.** Values are compared as logarithms (benchmark noise scales with the level and is
+  skewed; a change is a ratio), each run held within a factor ``OUTLIER`` (2) of the level
+  of the runs around it, or ``CLIP`` (5) robust standard deviations where the series spreads
+  wider (``tamed``). At each allowed split, Student's two-sample t statistic with the
+  variance pooled over both sides (the noise, in logarithms, is the same before and after a change
+  of level; pooling keeps the test sound when one side has only three runs). The split with the
+  largest ``|t|`` is the candidate; its p-value is the two-sided t test's, multiplied by the number
+  of splits it was the best of (Bonferroni: the price of choosing the best split, which makes the
+  p-value of a pure-noise series uniform or larger whatever its length).
+- **Binary segmentation.** A segment whose best split has p at most ``FDR`` is split there, and each
+  side is searched the same way (Vostrikova's binary segmentation, the search E-Divisive and
+  Otava's first step use); each search is one test.
+- **False discoveries across the history.** Every test of every series is one hypothesis; the
+  Benjamini-Hochberg step-up procedure over all of them keeps the expected share of false change
+  points among those reported at most ``FDR`` (5 %), however many series a history has: with
+  hundreds of series and no change, no change point is reported in about 95 % of histories. A
+  split is kept only when its parent segment's split was kept.
+- **One commit, many benchmarks.** A commit where some series changed is tested again in every other
+  series, at that commit alone (no choice of split, so no Bonferroni factor), with a second
+  Benjamini-Hochberg pass over those tests: benchmarks that stepped with it but are too weak to be
+  found alone are found with the commit's pooled evidence (``ChangePoint.pooled``).
 
-    Q(tau) = m k / (m + k) * (2/(m k) sum|x_i - y_j| - sum_{i<i'}|x_i - x_i'| / C(m, 2)
-                                                   - sum_{j<j'}|y_j - y_j'| / C(k, 2))
+Where a change starts among noisy runs is then placed again (``_place``): the best split takes a
+run of the old level that happens to lie near the new level (a run slowed by a busy machine just
+before a slowdown) as the new level's first, and blames the commit before the one that caused it.
+Within ``RADIUS`` commits of the split, the change starts where the runs there are most likely,
+each judged by a kernel density estimate of the residuals of the runs clear of the split around
+their side's median (the series' own noise shape: for Gaussian noise this is the least-squares
+split; for skewed, two-humped benchmark noise it tells a spike of the old level from the new
+level).
 
-(the moment index alpha = 1). The best split maximises it; it is significant when fewer than a
-share ``alpha`` of random permutations of the points reach as high a maximum. Further change
-points are found by bisection: the best split over all current segments, tested against
-permutations within each segment, until one is not significant (Matteson and James, section 3).
+Once all are placed, each change point is tested again between its final neighbours (``_confirmed``:
+its split's t there, times the splits of that segment, or alone for a pooled one); the weakest that
+no longer reaches its pass's Benjamini-Hochberg level is dropped and the rest tested again, as Otava
+merges the change points of its windows. A split found while a larger change shared its segment
+is so judged on its own segment, and its p-value agrees with its levels and interval.
 
-Two things keep it fast (10,000 points well under a second):
+Each change point gives the first commit of the new level, the geometric means of the (held) runs
+back to the previous change point and on to the next (the levels before and after), the relative
+change of those and its 95 % interval (Welch's t interval of the difference of the logarithms'
+means), and the p-value of that last test.
 
-- All splits at once: two sums per point of the pairwise distances (each point's distance to all,
-  and to the points before it) give every split's three sums in a few vectorised numpy
-  operations, and a batch of permutations is one array; the first test of every window of a long
-  series is one batch too (``_first_splits``).
-- Windows, as Otava analyses long series: a series longer than ``window`` points is cut into
-  windows of ``window`` points that overlap by half; each is bisected on its own, and each
-  change point is kept from the window whose centre it lies nearest (two found within
-  ``min_size`` of each other from neighbouring windows are one: the stronger is kept). A change
-  is then judged against the ``window / 2`` or so points on each side of it, which also keeps an
-  old change from hiding a new one nearby. The permutation test stops early (Besag and Clifford's
-  sequential test, as ``ecp`` uses Gandy's): once enough permutations reach the observed
-  statistic that the p-value cannot fall to ``alpha``, the rest are not drawn; batches start
-  small and double, so a window without a change is mostly settled after a few permutations.
+Apache Otava (and Hunter, MongoDB's performance CI) search the same way with E-Divisive means and a
+permutation test per series; here the test is parametric on the logarithms, so that a p-value
+small enough for a false discovery rate over hundreds of series costs no permutations, and a
+series of ten runs can reach it.
 
-Permutations are drawn from a generator seeded by ``seed`` and the window's position, so the
-same series always gives the same change points and p-values.
-
-Where a change point falls among noisy points is then refined (``_place``): E-Divisive's best
-split takes a point of the old level that happens to lie near the new level (a run slowed by a
-busy machine just before a slowdown) as the new level's first point, so the commit blamed is one
-too early. Within ``RADIUS`` points of the split, the index is the one under which the points there
-are most likely, each judged by a kernel density estimate (Gaussian, Silverman's bandwidth) of the
-residuals of the points on either side that are clear of the split, relative to their side's
-median (the series' own noise shape: for Gaussian noise this is the least-squares split; for
-skewed, two-humped benchmark noise it tells a spike of the old level from the new level). Ties
-keep E-Divisive's index; the p-value and statistic stay those of the tested split.
-
-Each change point says where (the first index of the new level), its p-value, the mean of the
-points between it and its neighbouring change points on each side (the levels before and after),
-the relative change of those means and its 95 % interval (Welch's t interval of the difference of
-the means, divided by the mean before).
+What a series can see (``Noise``): its run-to-run noise is the standard deviation of the
+logarithms around their levels (pooled over the segments between change points); the smallest
+step a split of ``m`` and ``k`` runs finds with ``POWER`` (90 %) probability at the history's
+first Benjamini-Hochberg level is ``exp((z(alpha/2) + z(POWER)) * noise * sqrt(1/m + 1/k)) - 1``
+(the normal approximation of the t test), and the runs a step needs, split halfway, follow from it.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -66,366 +76,445 @@ import numpy.typing as npt
 from pytest_ipu.measure import stats
 
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
-#: The significance level of each split's permutation test.
-ALPHA = 0.01
-#: The most permutations drawn for one test (the p-value's resolution is 1 / (PERMUTATIONS + 1)).
-PERMUTATIONS = 199
-#: Permutations are drawn in batches, the first of this many, each next one twice the last; the
-#: test stops after a batch once the p-value cannot reach ``alpha`` any more. Under no change the
-#: test stops after a few permutations (half of the time after the first batch): small first
-#: batches spare most of the work, doubling keeps the batches few where it goes on.
-BATCH = 4
-#: The fewest points on either side of a change point (each side needs two for its within-sum).
-MIN_SIZE = 3
-#: Points per window of a long series (Otava's default window is 50 points).
-WINDOW = 64
-#: Rows of permutations per ``q_profile`` call when many windows are tested together.
-CHUNK = 256
-#: How far (points) ``_place`` may move a change point from E-Divisive's split.
-RADIUS = 3
+#: The share of false change points among those reported that the search allows (Benjamini-Hochberg).
+FDR = 0.05
+#: The fewest runs on either side of a change point (two would leave one degree of freedom a side).
+MIN_RUNS = 3
+#: The chance of finding a step of the size ``Noise.smallest_step`` states (at the level ``FDR``
+#: gives the history's first change point: the strictest).
+POWER = 0.9
 #: The confidence of a change point's interval.
 CONFIDENCE = 0.95
+#: The most a run may differ from the level of the runs around it (``tamed``): a factor, or where
+#: the series spreads wider, robust standard deviations (1.4826 median absolute deviations) of the
+#: runs from their levels.
+OUTLIER = 2.0
+CLIP = 5.0
+#: How far (commits) ``_place`` may move a change from the best split.
+RADIUS = 2
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One series: the runs' values (positive) and the commit of each, commits numbered from 0 in
+    order (a run's commit is never before the previous run's); ``ids`` names each commit (the pooled
+    step matches commits across series by it)."""
+
+    values: Sequence[float]
+    commits: Sequence[int]
+    ids: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
 class ChangePoint:
-    """A change of level at ``index``: the first point of the new level, with its evidence."""
+    """A change of level at commit ``index``: the first commit of the new level, with its evidence."""
 
-    #: The first index of the new level (the points before it are the old level).
+    #: The first commit (by number) of the new level.
     index: int
-    #: The permutation test's p-value of the split (Besag and Clifford's estimate when it stopped early).
+    #: The p-value of its test (the best split's, times the splits it was chosen among).
     p_value: float
-    #: The split's E-Divisive statistic.
-    q: float
-    #: The mean of the points from the previous change point (or the start) to ``index``.
+    #: The test's t statistic (positive: the level went up).
+    t: float
+    #: The geometric mean of the runs from the previous change point (or the start) to ``index``.
     before: float
-    #: The mean of the points from ``index`` to the next change point (or the end).
+    #: The geometric mean of the runs from ``index`` to the next change point (or the end).
     after: float
-    #: The 95 % interval of the relative change ``after / before - 1`` (Welch's t interval of the
-    #: difference of the means over ``before``); ``nan`` where a side has one point or the mean is 0.
+    #: The 95 % interval of the relative change ``after / before - 1``; ``nan`` where a side has one run.
     low: float
     high: float
+    #: Found by the pooled test of a commit where other series changed, not by this series alone.
+    pooled: bool = False
 
     @property
     def change(self) -> float:
-        """The relative change of the mean, ``after / before - 1`` (``nan`` when ``before`` is 0)."""
-        return self.after / self.before - 1.0 if self.before != 0 else math.nan
+        """The relative change of the level, ``after / before - 1``."""
+        return self.after / self.before - 1.0
 
 
-def q_profile(batch: FloatArray, min_size: int = MIN_SIZE) -> FloatArray:
-    """Every split's statistic for each row of ``batch`` (shape ``(b, n)``): an array ``(b, n + 1)``
-    whose column ``tau`` is Q of the split before index ``tau``, ``-inf`` where a side would have
-    fewer than ``min_size`` points."""
-    b, n = batch.shape
-    out = np.full((b, n + 1), -np.inf)
-    if n < 2 * min_size:
-        return out
-    distances = batch[:, :, None] - batch[:, None, :]
-    np.abs(distances, out=distances)
-    # Two sums per point instead of 2-D prefix sums (a third of the passes over b x n x n):
-    # row[i] = sum_j |x_i - x_j| and earlier[j] = sum_{i<j} |x_j - x_i|. Over the points before
-    # tau, row sums count each left pair twice and each cross pair once; earlier sums count each
-    # left pair once.
-    row = distances.sum(axis=2)
-    earlier = np.einsum("bij,ij->bi", distances, np.tri(n, k=-1))
-    zero = np.zeros((b, 1))
-    rows_before = np.concatenate([zero, row.cumsum(axis=1)], axis=1)
-    pairs_before = np.concatenate([zero, earlier.cumsum(axis=1)], axis=1)
-    tau = np.arange(min_size, n - min_size + 1)
-    m = tau.astype(np.float64)
+@dataclass(frozen=True)
+class Noise:
+    """What a series can see: its run-to-run noise and the smallest step its runs can find."""
+
+    #: The standard deviation of the logarithms of the runs around their levels (about the relative
+    #: spread of one run); ``nan`` with too few runs to tell.
+    sd: float
+    #: The runs of the series.
+    runs: int
+    #: The tests of the whole history (each series' first test is one): a first change point must
+    #: reach ``FDR / tests``, divided again by the splits it is the best of.
+    tests: int = 1
+
+    def alpha(self, runs: int) -> float:
+        """The two-sided level the best split of ``runs`` runs must reach to be a first change point
+        (one run a commit: every split between ``MIN_RUNS`` runs from either end is a candidate)."""
+        return FDR / max(1, self.tests) / max(1, runs - 2 * MIN_RUNS + 1)
+
+    def smallest_step(self, left: int | None = None, right: int | None = None) -> float:
+        """The smallest relative step found with ``POWER`` probability at a split of ``left`` and
+        ``right`` runs (default: halfway); ``inf`` when the series is too short to split."""
+        if left is None or right is None:
+            left, right = self.runs // 2, self.runs - self.runs // 2
+        if left < MIN_RUNS or right < MIN_RUNS or not math.isfinite(self.sd):
+            return math.inf
+        reach = _reach(self.alpha(max(self.runs, left + right)))
+        return math.exp(reach * self.sd * math.sqrt(1.0 / left + 1.0 / right)) - 1.0
+
+    def runs_needed(self, step: float) -> int:
+        """The fewest runs, split halfway, in which a relative ``step`` is found with ``POWER``
+        probability (at least ``2 * MIN_RUNS``)."""
+        if not math.isfinite(self.sd):
+            return 2 * MIN_RUNS
+        runs = 2 * MIN_RUNS
+        # More runs mean more splits to choose from, and a stricter level: iterate to a fixed point.
+        for _ in range(60):
+            per_side = (_reach(self.alpha(runs)) * self.sd / math.log1p(abs(step))) ** 2 * 2.0
+            needed = max(2 * MIN_RUNS, 2 * math.ceil(per_side))
+            if needed <= runs:
+                return runs
+            runs = needed
+        return runs
+
+
+def _reach(alpha: float) -> float:
+    normal = statistics.NormalDist()
+    return normal.inv_cdf(1.0 - alpha / 2.0) + normal.inv_cdf(POWER)
+
+
+@dataclass
+class _Test:
+    """One tested segment ``[start, end)`` of series ``series`` (run indices) and its best split."""
+
+    series: int
+    start: int
+    end: int
+    split: int
+    t: float
+    p: float
+    parent: int | None
+    kept: bool = False
+
+
+def _prepare(sample: Sample) -> tuple[FloatArray, IntArray]:
+    """The logarithms of the values, held (``tamed``), and the run index where each commit after the
+    first begins."""
+    values = np.asarray(sample.values, dtype=np.float64)
+    commits = np.asarray(sample.commits, dtype=np.int64)
+    if values.ndim != 1 or commits.shape != values.shape:
+        raise ValueError("values and commits must be 1-D series of the same length")
+    if len(values) and not (np.all(np.isfinite(values)) and np.all(values > 0)):
+        raise ValueError("values must be finite numbers > 0")
+    if len(commits) and (commits[0] < 0 or np.any(np.diff(commits) < 0)):
+        raise ValueError("commits must be numbered from 0, in the order of the runs")
+    starts = np.flatnonzero(np.diff(commits) != 0) + 1
+    return tamed(np.log(values)), starts.astype(np.int64)
+
+
+def tamed(x: FloatArray) -> FloatArray:
+    """The logarithms ``x`` with each run held within a factor ``OUTLIER`` of its neighbourhood's
+    level (the median of the ``2 * MIN_RUNS + 1`` runs around it), or ``CLIP`` robust standard
+    deviations of the runs' distances from their levels where that is wider: a call preempted for a
+    whole time slice of a busy machine, ten or a hundred times its usual time, counts as a run
+    twice as slow, not as a noise that hides every change. A change of level moves the medians
+    with it (a level of ``MIN_RUNS + 1`` runs or more holds most of the window), so its runs are
+    not held."""
+    width = 2 * MIN_RUNS + 1
+    if len(x) < width:
+        return x
+    padded = np.pad(x, width // 2, mode="edge")
+    level = np.median(np.lib.stride_tricks.sliding_window_view(padded, width), axis=1)
+    residual = x - level
+    # Only a run beyond twice (or half) its level, and far beyond its series' own spread, is held:
+    # the two humps of a busy machine's noise, a tenth apart, stay as they are (held, they would
+    # make neighbouring runs alike and the test too sure).
+    spread = 1.4826 * float(np.median(np.abs(residual)))
+    bound = max(math.log(OUTLIER), CLIP * spread)
+    out: FloatArray = level + np.clip(residual, -bound, bound)
+    return out
+
+
+def _splits(starts: IntArray, start: int, end: int, min_runs: int) -> IntArray:
+    """The allowed splits of ``[start, end)``: commit starts with ``min_runs`` runs on each side."""
+    allowed: IntArray = starts[(starts >= start + min_runs) & (starts <= end - min_runs)]
+    return allowed
+
+
+def _t(x: FloatArray, start: int, end: int, splits: IntArray) -> FloatArray:
+    """Student's pooled two-sample t of ``x[start:split]`` against ``x[split:end]`` at each split."""
+    segment = x[start:end] - x[start:end].mean()
+    n = len(segment)
+    total = np.concatenate([[0.0], np.cumsum(segment)])
+    squares = np.concatenate([[0.0], np.cumsum(segment * segment)])
+    at = splits - start
+    m = at.astype(np.float64)
     k = n - m
-    within_left = pairs_before[:, tau]
-    cross = rows_before[:, tau] - 2.0 * within_left
-    within_right = rows_before[:, n:] / 2.0 - rows_before[:, tau] + within_left
-    energy = 2.0 * cross / (m * k) - within_left / (m * (m - 1) / 2.0) - within_right / (k * (k - 1) / 2.0)
-    out[:, tau] = m * k / (m + k) * energy
-    return out
+    left_sum, right_sum = total[at], total[n] - total[at]
+    within = squares[n] - left_sum**2 / m - right_sum**2 / k
+    pooled = np.maximum(within, 0.0) / (n - 2)
+    diff = right_sum / k - left_sum / m
+    scale = np.sqrt(pooled * (1.0 / m + 1.0 / k))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t: FloatArray = np.where(scale > 0, diff / scale, np.where(diff == 0, 0.0, np.sign(diff) * np.inf))
+    return t
 
 
-def _best(values: FloatArray, bounds: Sequence[tuple[int, int]], min_size: int) -> tuple[int, float]:
-    """The best split over the segments ``bounds`` of ``values``: its index and statistic (``-inf``
-    when no segment can be split)."""
-    best_index, best_q = -1, -math.inf
-    for start, end in bounds:
-        profile = q_profile(values[None, start:end], min_size)[0]
-        at = int(np.argmax(profile))
-        if profile[at] > best_q:
-            best_index, best_q = start + at, float(profile[at])
-    return best_index, best_q
+def _p(t: float, df: float, tests: int) -> float:
+    """The two-sided p-value of ``t``, times ``tests`` (at most 1)."""
+    return min(1.0, 2.0 * stats.t_sf(abs(t), df) * tests)
 
 
-def _p_value(
-    values: FloatArray,
-    bounds: Sequence[tuple[int, int]],
-    observed: float,
-    rng: np.random.Generator,
-    alpha: float,
-    permutations: int,
-    min_size: int,
-) -> float:
-    """The permutation test of the best split: permute the points within each segment, take the best
-    split over all segments, count how often it reaches ``observed``; stops early once the p-value
-    cannot reach ``alpha`` (then Besag and Clifford's estimate, reached / drawn)."""
-    reached = drawn = 0
-    # The count of reaching permutations at which the full test's p-value must exceed alpha.
-    give_up = max(1, math.floor(alpha * (permutations + 1)))
-    batch = BATCH
-    while drawn < permutations:
-        size = min(batch, permutations - drawn)
-        batch *= 2
-        best = np.full(size, -np.inf)
-        for start, end in bounds:
-            if end - start < 2 * min_size:
-                continue
-            segment = np.broadcast_to(values[start:end], (size, end - start))
-            shuffled = rng.permuted(segment, axis=1)
-            best = np.maximum(best, q_profile(shuffled, min_size).max(axis=1))
-        # A tiny tolerance: a permutation that is the series itself must count as reaching it.
-        reached += int(np.count_nonzero(best >= observed * (1.0 - 1e-12)))
-        drawn += size
-        if reached >= give_up and drawn < permutations:
-            return reached / drawn
-    return (reached + 1) / (drawn + 1)
-
-
-def _first_splits(
-    windows: FloatArray,
-    rngs: Sequence[np.random.Generator],
-    alpha: float,
-    permutations: int,
-    min_size: int,
-) -> list[tuple[int, float, float] | None]:
-    """The first step of E-Divisive on every window (the rows of ``windows``) at once: each window's
-    best split and its permutation test (``_p_value``'s, with the same early stop), as (index,
-    p-value, statistic), ``None`` where it is not significant. One array holds the permutations of
-    every window still undecided: a long series' hundreds of windows cost a few large numpy
-    operations rather than many small ones."""
-    count, width = windows.shape
-    profile = q_profile(windows, min_size)
-    at = profile.argmax(axis=1)
-    observed = profile[np.arange(count), at]
-    reached = np.zeros(count, dtype=np.int64)
-    drawn = 0
-    give_up = max(1, math.floor(alpha * (permutations + 1)))
-    # A window that cannot be split, or whose best split does not separate anything, is settled.
-    open_ = [w for w in range(count) if np.isfinite(observed[w]) and observed[w] > 0]
-    stopped: dict[int, float] = {}
-    batch = BATCH
-    while open_ and drawn < permutations:
-        size = min(batch, permutations - drawn)
-        batch *= 2
-        shuffled = np.concatenate(
-            [rngs[w].permuted(np.broadcast_to(windows[w], (size, width)), axis=1) for w in open_]
-        )
-        # Chunks of about CHUNK rows keep the b x n x n arrays in the caches' reach.
-        best = np.concatenate(
-            [q_profile(shuffled[i : i + CHUNK], min_size).max(axis=1) for i in range(0, len(shuffled), CHUNK)]
-        ).reshape(len(open_), size)
-        targets = observed[open_] * (1.0 - 1e-12)
-        reached[open_] += np.count_nonzero(best >= targets[:, None], axis=1)
-        drawn += size
-        still = []
-        for w in open_:
-            if reached[w] >= give_up and drawn < permutations:
-                stopped[w] = float(reached[w] / drawn)
-            else:
-                still.append(w)
-        open_ = still
-    out: list[tuple[int, float, float] | None] = []
-    for w in range(count):
-        if not (np.isfinite(observed[w]) and observed[w] > 0):
-            out.append(None)
+def _search(
+    number: int, x: FloatArray, starts: IntArray, fdr: float, min_runs: int, tests: list[_Test]
+) -> None:
+    """Binary segmentation of series ``number``: each segment's best split is a test; a segment whose
+    best split has p <= ``fdr`` is split and both sides searched."""
+    pending: list[tuple[int, int, int | None]] = [(0, len(x), None)]
+    while pending:
+        start, end, parent = pending.pop()
+        splits = _splits(starts, start, end, min_runs)
+        if len(splits) == 0:
             continue
-        p = stopped.get(w, float((reached[w] + 1) / (drawn + 1)))
-        out.append((int(at[w]), p, float(observed[w])) if p <= alpha else None)
-    return out
+        t = _t(x, start, end, splits)
+        best = int(np.argmax(np.abs(t)))
+        p = _p(float(t[best]), end - start - 2, len(splits))
+        tests.append(_Test(number, start, end, int(splits[best]), float(t[best]), p, parent))
+        if p <= fdr:
+            here = len(tests) - 1
+            pending += [(start, int(splits[best]), here), (int(splits[best]), end, here)]
 
 
-def _bisect(
-    values: FloatArray,
-    rng: np.random.Generator,
-    alpha: float,
-    permutations: int,
-    min_size: int,
-    found: list[tuple[int, float, float]],
+def _step_up(p_values: Sequence[float], fdr: float) -> float:
+    """Benjamini-Hochberg: the level ``k * fdr / m`` of the largest rank ``k`` whose p-value is at most
+    it; every p-value at or below it is kept (``-1`` when none is)."""
+    ordered = sorted(p_values)
+    m = len(ordered)
+    level = -1.0
+    for rank, p in enumerate(ordered, start=1):
+        if p <= rank * fdr / m:
+            level = rank * fdr / m
+    return level
+
+
+def _keep(tests: list[_Test], fdr: float) -> float:
+    """Mark the tests Benjamini-Hochberg keeps over all of them, each only below a kept parent;
+    return its level (``_step_up``)."""
+    threshold = _step_up([t.p for t in tests], fdr)
+    for test in tests:  # parents come before their children
+        parent_kept = test.parent is None or tests[test.parent].kept
+        test.kept = parent_kept and test.p <= threshold
+    return threshold
+
+
+def find(
+    samples: Sequence[Sample], *, fdr: float = FDR, min_runs: int = MIN_RUNS
+) -> tuple[list[list[ChangePoint]], list[Noise]]:
+    """The change points of every series (by commit, in order) and what each series can see (the
+    module docstring's method)."""
+    if not 0.0 < fdr < 1.0:
+        raise ValueError(f"fdr must be within (0, 1), got {fdr}")
+    if min_runs < 2:
+        raise ValueError(f"min_runs must be at least 2, got {min_runs}")
+    prepared = [_prepare(s) for s in samples]
+    tests: list[_Test] = []
+    for number, (x, starts) in enumerate(prepared):
+        _search(number, x, starts, fdr, min_runs, tests)
+    first = _keep(tests, fdr)
+    kept: list[list[int]] = [[] for _ in samples]
+    pooled: set[tuple[int, int]] = set()
+    for number, ((_, starts), sample) in enumerate(zip(prepared, samples)):
+        own = sorted(t.split for t in tests if t.kept and t.series == number)
+        # Placed by the runs as measured: their noise's own shape, spikes and all, tells them apart.
+        raw = np.log(np.asarray(sample.values, dtype=np.float64))
+        kept[number] = _placed(raw, starts, own, min_runs)
+    second = _pool(samples, prepared, kept, pooled, fdr, min_runs)
+    out: list[list[ChangePoint]] = []
+    noises: list[Noise] = []
+    for number, (sample, (x, starts)) in enumerate(zip(samples, prepared)):
+        tested = _confirmed(x, starts, kept[number], pooled, number, first, second, min_runs)
+        edges = [0, *(split for split, _, _ in tested), len(x)]
+        commits = np.asarray(sample.commits, dtype=np.int64)
+        points = [
+            _describe(x, edges[j], split, edges[j + 2], int(commits[split]), p, t, (number, split) in pooled)
+            for j, (split, t, p) in enumerate(tested)
+        ]
+        out.append(points)
+        noises.append(Noise(_noise(x, edges), len(x), max(1, len(tests))))
+    return out, noises
+
+
+def _confirmed(
+    x: FloatArray,
+    starts: IntArray,
+    splits: list[int],
+    pooled: set[tuple[int, int]],
+    number: int,
+    first: float,
+    second: float,
+    min_runs: int,
 ) -> list[tuple[int, float, float]]:
-    """E-Divisive on one window, from the significant splits ``found`` so far: all of them as
-    (index, p-value, statistic)."""
+    """Each change point tested again between its final neighbours (its split's t there; p times
+    the splits of that segment, or alone for a pooled one), the weakest that no longer reaches its
+    pass's Benjamini-Hochberg level dropped and the rest tested again: ``(split, t, p)`` in order.
+    A split found while a larger change shared its segment is judged on its own segment, so its
+    p-value agrees with its levels and interval."""
+    current = sorted(splits)
     while True:
-        edges = [0, *sorted(i for i, _, _ in found), len(values)]
-        bounds = list(zip(edges[:-1], edges[1:]))
-        index, q = _best(values, bounds, min_size)
-        if index < 0 or not q > 0:
-            return found
-        p = _p_value(values, bounds, q, rng, alpha, permutations, min_size)
-        if p > alpha:
-            return found
-        found.append((index, p, q))
-
-
-def _windows(n: int, window: int) -> list[int]:
-    """The start of each window over ``n`` points: every ``window // 2``, the last ending at ``n``."""
-    if n <= window:
-        return [0]
-    step = window // 2
-    starts = list(range(0, n - window, step))
-    return [*starts, n - window]
-
-
-def detect(
-    values: Sequence[float] | FloatArray,
-    *,
-    alpha: float = ALPHA,
-    permutations: int = PERMUTATIONS,
-    min_size: int = MIN_SIZE,
-    window: int = WINDOW,
-    seed: int = 0,
-) -> list[ChangePoint]:
-    """The change points of ``values`` in order of index (the module docstring's method)."""
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"alpha must be within (0, 1), got {alpha}")
-    if min_size < 2:
-        raise ValueError(f"min_size must be at least 2, got {min_size}")
-    if window < 4 * min_size:
-        raise ValueError(f"window must be at least 4 x min_size ({4 * min_size}), got {window}")
-    series = np.asarray(values, dtype=np.float64)
-    if series.ndim != 1 or not np.all(np.isfinite(series)):
-        raise ValueError("values must be a 1-D series of finite numbers")
-    n = len(series)
-    starts = _windows(n, window)
-    centres = [s + min(window, n) / 2.0 for s in starts]
-    candidates: list[tuple[int, float, float]] = []
-    rngs = [np.random.default_rng([seed, start]) for start in starts]
-    windows = np.stack([series[start : start + window] for start in starts])
-    for number, (start, first) in enumerate(
-        zip(starts, _first_splits(windows, rngs, alpha, permutations, min_size))
-    ):
-        if first is None:
-            continue
-        for index, p, q in _bisect(windows[number], rngs[number], alpha, permutations, min_size, [first]):
-            where = start + index
-            # Kept by the window whose centre is nearest (ties to the earlier window).
-            nearest = min(range(len(starts)), key=lambda w: (abs(where - centres[w]), w))
-            if nearest == number:
-                candidates.append((where, p, q))
-    kept: list[tuple[int, float, float]] = []
-    for candidate in sorted(candidates):
-        if kept and candidate[0] - kept[-1][0] < min_size:
-            # One change found from two windows: keep the stronger finding.
-            if (candidate[1], -candidate[2]) < (kept[-1][1], -kept[-1][2]):
-                kept[-1] = candidate
-            continue
-        kept.append(candidate)
-    if len(starts) > 1:
-        kept = _confirm(series, kept, np.random.default_rng([seed, n]), alpha, permutations, min_size, window)
-    placed: list[tuple[int, float, float]] = []
-    for j, (index, p, q) in enumerate(kept):
-        start = placed[-1][0] if placed else 0
-        end = kept[j + 1][0] if j + 1 < len(kept) else n
-        placed.append((_place(series, start, index, end, min_size), p, q))
-    kept = placed
-    edges = [0, *(i for i, _, _ in kept), n]
-    return [_describe(series, edges[j], index, edges[j + 2], p, q) for j, (index, p, q) in enumerate(kept)]
-
-
-def _confirm(
-    series: FloatArray,
-    kept: list[tuple[int, float, float]],
-    rng: np.random.Generator,
-    alpha: float,
-    permutations: int,
-    min_size: int,
-    window: int,
-) -> list[tuple[int, float, float]]:
-    """The windows' change points tested again, each on the points between its neighbours (at most
-    ``window`` on each side): its split's statistic there against the best split of permutations of
-    those points. The weakest that fails is dropped and the rest tested again, until all pass (as
-    Otava merges its windows' change points). Each kept one gets the p-value of this test.
-
-    A window tests many splits of few points, and a long series has many windows: this second test,
-    on more points, is what keeps noise from adding up to false change points along a long series.
-    """
-    while kept:
-        edges = [0, *(i for i, _, _ in kept), len(series)]
+        edges = [0, *current, len(x)]
         tested = []
-        for j, (index, _, _) in enumerate(kept):
-            start, end = max(edges[j], index - window), min(edges[j + 2], index + window)
-            segment = series[start:end]
-            q = float(q_profile(segment[None, :], min_size)[0, index - start])
-            p = _p_value(segment, [(0, len(segment))], q, rng, alpha, permutations, min_size)
-            tested.append((index, p, q))
-        weakest = max(range(len(tested)), key=lambda j: (tested[j][1], -tested[j][2]))
-        if tested[weakest][1] <= alpha:
-            return tested
-        kept = [c for j, c in enumerate(kept) if j != weakest]
-    return kept
+        for j, split in enumerate(current):
+            below, above = edges[j], edges[j + 2]
+            t = float(_t(x, below, above, np.asarray([split], dtype=np.int64))[0])
+            alone = (number, split) in pooled
+            choices = 1 if alone else max(1, len(_splits(starts, below, above, min_runs)))
+            tested.append((split, t, _p(t, above - below - 2, choices), second if alone else first))
+        failing = [c for c in tested if c[2] > c[3]]
+        if not failing:
+            return [(split, t, p) for split, t, p, _ in tested]
+        weakest = max(failing, key=lambda c: c[2])
+        current.remove(weakest[0])
+
+
+def _placed(x: FloatArray, starts: IntArray, splits: list[int], min_runs: int) -> list[int]:
+    """Each split moved, within ``RADIUS`` commits, to where the runs there are most likely (the
+    module docstring's placement), between its neighbours."""
+    out: list[int] = []
+    for j, split in enumerate(splits):
+        below = out[-1] if out else 0
+        above = splits[j + 1] if j + 1 < len(splits) else len(x)
+        out.append(_place(x, starts, below, split, above, min_runs))
+    return out
 
 
 def _log_density(at: FloatArray, sample: FloatArray, bandwidth: float) -> FloatArray:
     """The log of a Gaussian kernel density estimate of ``sample`` at each of ``at``."""
     z = -0.5 * ((at[:, None] - sample[None, :]) / bandwidth) ** 2
     top = z.max(axis=1)
-    # log-sum-exp: a point far from every residual still gets a finite, comparable log density.
+    # log-sum-exp: a run far from every residual still gets a finite, comparable log density.
     total: FloatArray = top + np.log(np.exp(z - top[:, None]).sum(axis=1))
     return total - math.log(len(sample) * bandwidth * math.sqrt(2.0 * math.pi))
 
 
-def _place(series: FloatArray, start: int, index: int, end: int, min_size: int) -> int:
-    """The most likely first index of the new level within ``RADIUS`` of ``index`` (the module
-    docstring), the change's neighbours at ``start`` and ``end``; ``index`` when the points clear of
-    the split have no spread to estimate a density from."""
-    low, high = max(start + min_size, index - RADIUS), min(end - min_size, index + RADIUS)
-    if high <= low:
-        return index
-    left, right = series[start:low], series[high:end]
+def _place(x: FloatArray, starts: IntArray, below: int, split: int, above: int, min_runs: int) -> int:
+    """The most likely start of the new level among the commit starts within ``RADIUS`` commits of
+    ``split``: the runs there each judged by a kernel density estimate (Gaussian, Silverman's
+    bandwidth) of the residuals of the runs clear of them around their side's median; ``split``
+    when those residuals have no spread."""
+    allowed = _splits(starts, below, above, min_runs)
+    at = int(np.searchsorted(allowed, split))
+    near = allowed[max(0, at - RADIUS) : at + RADIUS + 1]
+    low, high = int(near[0]), int(near[-1])
+    if high <= low or low - below < 2 or above - high < 2:
+        return split
+    left, right = x[below:low], x[high:above]
     level_left, level_right = float(np.median(left)), float(np.median(right))
-    # Benchmark noise scales with the level: residuals relative to it where the levels allow.
-    relative = level_left > 0 and level_right > 0
-
-    def residual(values: FloatArray, level: float) -> FloatArray:
-        out: FloatArray = values / level - 1.0 if relative else values - level
-        return out
-
-    sample = np.concatenate([residual(left, level_left), residual(right, level_right)])
+    sample = np.concatenate([left - level_left, right - level_right])
     q25, q75 = np.percentile(sample, [25, 75])
     spread = min(float(sample.std(ddof=1)), float(q75 - q25) / 1.34)
     bandwidth = 0.9 * spread * len(sample) ** -0.2
     if not bandwidth > 0:
-        return index
-    between = series[low:high]
-    as_left = _log_density(residual(between, level_left), sample, bandwidth)
-    as_right = _log_density(residual(between, level_right), sample, bandwidth)
-    # Split at low + s: the first s points between are the old level, the rest the new one.
-    score = np.concatenate([[0.0], np.cumsum(as_left)]) + np.concatenate(
-        [np.cumsum(as_right[::-1])[::-1], [0.0]]
+        return split
+    between = x[low:high]
+    as_left = np.concatenate([[0.0], np.cumsum(_log_density(between - level_left, sample, bandwidth))])
+    as_right = np.concatenate(
+        [np.cumsum(_log_density(between - level_right, sample, bandwidth)[::-1])[::-1], [0.0]]
     )
-    splits = np.arange(low, high + 1)
-    best = splits[score >= score.max() - 1e-9]
-    return int(best[np.argmin(np.abs(best - index))])
+    # A split at run low + i: the first i runs between are the old level, the rest the new one.
+    score = np.asarray([as_left[c - low] + as_right[c - low] for c in near])
+    best = near[score >= score.max() - 1e-9]
+    return int(best[np.argmin(np.abs(best - split))])
 
 
-def _describe(series: FloatArray, start: int, index: int, end: int, p: float, q: float) -> ChangePoint:
-    """A change point with the levels of ``series[start:index]`` and ``series[index:end]``."""
-    left, right = series[start:index], series[index:end]
-    before, after = float(left.mean()), float(right.mean())
-    low = high = math.nan
-    if len(left) > 1 and len(right) > 1 and before != 0:
-        low, high = _interval(left, right, before)
-    return ChangePoint(index, p, q, before, after, low, high)
+def _pooled_test(x: FloatArray, start: int, split: int, end: int) -> tuple[float, float]:
+    """The t statistic and p-value of one given split of ``x[start:end]`` (no choice of split)."""
+    t = float(_t(x, start, end, np.asarray([split], dtype=np.int64))[0])
+    return t, _p(t, end - start - 2, 1)
 
 
-def _interval(left: FloatArray, right: FloatArray, before: float) -> tuple[float, float]:
-    """Welch's ``CONFIDENCE`` interval of ``mean(right) - mean(left)``, over ``before``, as a
-    relative change (the mean before taken as known: its own error is in the difference's)."""
-    var_left = float(left.var(ddof=1)) / len(left)
-    var_right = float(right.var(ddof=1)) / len(right)
+def _pool(
+    samples: Sequence[Sample],
+    prepared: Sequence[tuple[FloatArray, IntArray]],
+    kept: list[list[int]],
+    pooled: set[tuple[int, int]],
+    fdr: float,
+    min_runs: int,
+) -> float:
+    """Test every series at each commit where another series changed (the module docstring), add
+    the splits a second Benjamini-Hochberg pass keeps to ``kept``, and return that pass's level."""
+    events = {
+        samples[s].ids[int(samples[s].commits[split])]
+        for s, splits in enumerate(kept)
+        for split in splits
+        if samples[s].ids
+    }
+    if not events:
+        return -1.0
+    candidates: list[tuple[int, int, float]] = []
+    for number, (sample, (x, starts)) in enumerate(zip(samples, prepared)):
+        if not sample.ids:
+            continue
+        own = sorted(kept[number])
+        own_commits = {int(sample.commits[s]) for s in own}
+        for commit, commit_id in enumerate(sample.ids):
+            if commit_id not in events or commit == 0:
+                continue
+            # A change of its own at or next to the commit is the same event, placed by its own runs.
+            if own_commits & {commit - 1, commit, commit + 1}:
+                continue
+            split = int(starts[commit - 1]) if commit - 1 < len(starts) else len(x)
+            edges = [0, *own, len(x)]
+            below = max(e for e in edges if e < split) if split < len(x) else len(x)
+            above = min((e for e in edges if e > split), default=len(x))
+            if split - below < min_runs or above - split < min_runs:
+                continue
+            _, p = _pooled_test(x, below, split, above)
+            candidates.append((number, split, p))
+    threshold = _step_up([p for _, _, p in candidates], fdr)
+    # The strongest first: a weaker one too near a change already kept (two events a commit or two
+    # apart) stays out.
+    for number, split, p in sorted(candidates, key=lambda c: c[2]):
+        near = any(abs(split - other) < min_runs for other in kept[number])
+        if p <= threshold and not near:
+            kept[number].append(split)
+            pooled.add((number, split))
+    return threshold
+
+
+def _noise(x: FloatArray, edges: Sequence[int]) -> float:
+    """The pooled standard deviation of ``x`` around the mean of each segment between ``edges``."""
+    residuals = [x[a:b] - x[a:b].mean() for a, b in zip(edges[:-1], edges[1:]) if b > a]
+    df = len(x) - (len(edges) - 1)
+    if df < 1:
+        return math.nan
+    return math.sqrt(float(sum(float((r * r).sum()) for r in residuals)) / df)
+
+
+def _describe(
+    x: FloatArray, start: int, split: int, end: int, commit: int, p: float, t: float, pooled: bool
+) -> ChangePoint:
+    """A change point with the levels of ``x[start:split]`` and ``x[split:end]`` (logarithms)."""
+    left, right = x[start:split], x[split:end]
     shift = float(right.mean() - left.mean())
-    spread = var_left + var_right
-    if spread == 0:
-        return shift / before, shift / before
-    # Welch-Satterthwaite degrees of freedom.
-    df = spread**2 / (var_left**2 / (len(left) - 1) + var_right**2 / (len(right) - 1))
-    half = stats.t_isf((1.0 - CONFIDENCE) / 2.0, df) * math.sqrt(spread)
-    low, high = (shift - half) / before, (shift + half) / before
-    return (low, high) if before > 0 else (high, low)
+    low = high = math.nan
+    if len(left) > 1 and len(right) > 1:
+        var = float(left.var(ddof=1)) / len(left) + float(right.var(ddof=1)) / len(right)
+        if var == 0:
+            low = high = math.expm1(shift)
+        else:
+            # Welch-Satterthwaite degrees of freedom.
+            df = var**2 / (
+                (float(left.var(ddof=1)) / len(left)) ** 2 / (len(left) - 1)
+                + (float(right.var(ddof=1)) / len(right)) ** 2 / (len(right) - 1)
+            )
+            half = stats.t_isf((1.0 - CONFIDENCE) / 2.0, df) * math.sqrt(var)
+            low, high = math.expm1(shift - half), math.expm1(shift + half)
+    before, after = math.exp(float(left.mean())), math.exp(float(right.mean()))
+    return ChangePoint(commit, p, t, before, after, low, high, pooled)
+
+
+def detect(values: Sequence[float] | FloatArray, commits: Sequence[int] | None = None) -> list[ChangePoint]:
+    """The change points of one series (``find`` on it alone); ``commits`` defaults to one run a
+    commit."""
+    numbers = list(range(len(values))) if commits is None else list(commits)
+    [found], _ = find([Sample(list(values), numbers)])
+    return found

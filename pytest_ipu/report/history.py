@@ -1,13 +1,14 @@
 """The history view of ``pytest-ipu report STORAGE``: each benchmark's metric against commit, with
 the runs' spread and the change points marked (presentation only).
 
-Which series are drawn (``drawn``): every benchmark's headline metric (``HEADLINE``: throughput for
-a pytest-ipu record, pytest-benchmark's mean time for a plain benchmark), and every other series
-with a change point. A figure shows one point per commit, oldest left: the median of the commit's
-runs, with a bar from the smallest to the largest run where it had several; the level of each
-stretch between change points as a horizontal line (the mean the change's size is measured on);
-and each change point as a vertical dashed line before its first commit, red for worse and green
-for better, labelled with the commit and the change. A commit with a run made from a work tree with
+Which series are drawn (``drawn``): every benchmark's headline metric (``HEADLINE``, the history's
+default: throughput for a pytest-ipu record, pytest-benchmark's median time for a plain benchmark),
+and every other series with a change point. A figure shows one point per commit, oldest left: the
+median of the commit's runs, with a bar from the smallest to the largest run where it had several;
+the level of each stretch between change points (the geometric mean of its runs, the levels a
+change is measured between) as a horizontal line; and each change
+point as a vertical dashed line before its first commit, red for worse and green for better,
+labelled with the commit and the change. A commit with a run made from a work tree with
 uncommitted changes (``Point.dirty``) is drawn as a hollow point, and a change point there is
 labelled "dirty": the change may be those changes rather than the commit.
 
@@ -20,12 +21,14 @@ benchmark and metric, the change, its interval and p-value; a dirty commit's id 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pytest_ipu.measure import units
 from pytest_ipu.report import plots
 from pytest_ipu.results import changes as found_changes
+from pytest_ipu.results import history as history_series
 from pytest_ipu.results.changes import Change
 from pytest_ipu.results.changes import Report
 from pytest_ipu.results.history import Series
@@ -33,8 +36,8 @@ from pytest_ipu.results.history import Series
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-#: The metric drawn for every benchmark, the first of these it has.
-HEADLINE = ("throughput", "time.mean")
+#: The metric drawn for every benchmark, the first of these it has: the history's default series.
+HEADLINE = history_series.DEFAULT_METRICS
 #: At most this many commit ids label the x axis (evenly thinned beyond).
 MAX_TICKS = 24
 WORSE_COLOUR = "#c62828"
@@ -108,8 +111,8 @@ def draw(series: Series, marked: Sequence[Change]) -> Figure:
     factor, unit = units.axis_scale([p.value for p in points], series.unit)
     notes = [
         "one point per commit: the median of its runs, the bar from the smallest to the largest run; "
-        "horizontal lines: the mean level between change points; dashed: a change point, before the "
-        "first commit of the new level"
+        "horizontal lines: the level between change points (the geometric mean of its runs, the levels a "
+        "change is measured between); dashed: a change point, before the first commit of the new level"
     ]
     if any(p.dirty for p in points):
         notes.append("hollow: a commit with run(s) made from a work tree with uncommitted changes (dirty)")
@@ -124,8 +127,11 @@ def draw(series: Series, marked: Sequence[Change]) -> Figure:
         # Hollow over the filled point: the commit's level is not the commit's alone.
         ax.plot(dirty, [y[i] for i in dirty], "o", ms=7, mfc="white", mec=POINT_COLOUR, mew=1.5)
     edges = [0, *(c.found.index for c in marked), len(points)]
-    for start, end in zip(edges[:-1], edges[1:]):
-        level = sum(y[start:end]) / (end - start)
+    # The levels each change is measured between; a series without one, the median of its points.
+    levels = [c.found.before / factor for c in marked[:1]] + [c.found.after / factor for c in marked]
+    if not levels:
+        levels = [statistics.median(y)]
+    for (start, end), level in zip(zip(edges[:-1], edges[1:]), levels):
         ax.hlines(level, start - 0.4, end - 0.6, colors="#555555", linewidth=1.2)
     for change in marked:
         colour = WORSE_COLOUR if change.worse else BETTER_COLOUR

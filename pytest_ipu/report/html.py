@@ -755,7 +755,7 @@ def _history_page(found: Report_, chosen: Sequence[Series_], figures: Sequence[_
     read = found.history
     sub = (
         f"{read.runs} run(s) of machine {', '.join(read.machines)}, {len(read.series)} series, "
-        f"{len(found.changes)} change point(s) (E-Divisive means, permutation test: docs/ci.md)"
+        f"{len(found.changes)} change point(s) (docs/ci.md: history across commits)"
     )
     head = ["commit", "benchmark", "metric", "machine", "change", "interval", "p", "before", "after"]
     numeric = {"change", "interval", "p", "before", "after"}
@@ -803,7 +803,7 @@ def history_main(sources: Sequence[str], storage_uri: str, machines: Sequence[st
     try:
         given, found_files = history.find_runs(sources, storage_uri)
         read = history.load(given, found_files, machines)
-        found = changes.Report(read, tuple(changes.analyse(read)))
+        found = changes.report(read)
         files = write_history(found, out_dir)
     except (history.HistoryError, storage.RunLookupError, benchmark_json.RunFileError, ReportError) as exc:
         print(f"pytest-ipu: {exc}", file=sys.stderr)

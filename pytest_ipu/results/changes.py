@@ -1,32 +1,49 @@
-"""``pytest-ipu history``: the change points of every series, the CI verdict on the newest commits,
+"""``pytest-ipu history``: the change points of every series, the CI verdict on the newest commit,
 and their text, markdown and JSON forms.
 
-Each series (``history.Series``) is searched for change points by E-Divisive means
-(``measure.changepoints``, seeded: the same storage always gives the same answer). A change point
-is named by the first commit of the new level, with the last commit of the old one, the relative
-change of the mean level, its 95 % interval and the p-value of the split; it is ``worse`` or
-``better`` as the metric's unit says. Where a run of that first commit was made from a work tree
-with uncommitted changes (``Point.dirty``), every form says so: the change may be those changes,
-not the commit. Change points are listed worst first: regressions before
-improvements, each by the size of its change.
+The series of a history (``history.Series``) are searched together (``measure.changepoints.find``:
+every run is evidence, a change must stand out from its series' own run-to-run noise, and the share
+of false change points is held at 5 % across all series; seeded nowhere: the same storage always
+gives the same answer). A change point is named by the first commit of the new level, with the last
+commit of the old one, the relative change of the level, its 95 % interval and the p-value of its
+test; it is ``worse`` or ``better`` as the metric's unit says. Where a run of that first commit was
+made from a work tree with uncommitted changes (``Point.dirty``), every form says so: the change
+may be those changes, not the commit.
+
+Change points of one commit and one direction are one event (``Event``): "ddc2871: 12 benchmarks
+20.1 to 37.0% faster", with each benchmark's line under it. Events are listed worst first:
+regressions before improvements, each by the size of its largest change.
+
+What the history cannot see is said once (``blind_spots``, ``unseen``): the first and newest commits
+that cannot start a change with the runs at hand (each side of a change needs
+``changepoints.MIN_RUNS`` runs), with the runs that would judge them; and each series whose noise
+and runs cannot show a step of the size asked (the ``--fail-on-regression`` share, else ``STEP``),
+with the smallest step they can show and the runs a step of that size needs.
 
 The CI verdict (``check``, with a threshold such as ``5%``), per series, in the gates' language:
 
 - FAIL: a regression change point among the newest ``recent`` commits whose whole interval lies
   beyond the threshold;
-- INCONCLUSIVE: such a regression whose interval straddles the threshold; or newest commits, too
-  few to be a level of their own (fewer than ``MIN_SIZE``), worse than the level before them by
-  more than the threshold; or a series too short to search (fewer than ``2 x MIN_SIZE`` commits);
+- INCONCLUSIVE: such a regression whose interval straddles the threshold; or a series whose noise
+  and runs cannot show a step of the threshold at its newest commits (the smallest step a change
+  with ``MIN_RUNS`` runs after it can show is beyond the threshold); or newest commits with too few
+  runs to start a change of their own, worse than the level before them by more than the
+  threshold; or a series of fewer than ``2 x MIN_RUNS`` runs;
 - PASS: otherwise.
 
-The exit code is the gates' (``decide.exit_code``'s constants): 1 on a FAIL, else 3 on an
-INCONCLUSIVE verdict, else 0.
+A series the newest run did not measure (a benchmark it skipped or no longer has) is not judged:
+the check's summary counts such series and a line names them. The exit code is the gates'
+(``decide.exit_code``'s constants): 1 on a FAIL, else 3 on an INCONCLUSIVE verdict, else 0. The
+command refuses (exit 2) to judge a history whose newest run, or
+an entry of it, was left out (``History.newest_left_out``): the run a CI job just made is the one
+to judge.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -35,6 +52,7 @@ from typing import Any
 
 from pytest_ipu.measure import changepoints
 from pytest_ipu.measure import units
+from pytest_ipu.measure.changepoints import Noise
 from pytest_ipu.results import compare
 from pytest_ipu.results import decide
 from pytest_ipu.results import history
@@ -44,14 +62,18 @@ from pytest_ipu.results.history import Series
 #: The version of the JSON form (docs/json-schema.md).
 JSON_VERSION = 1
 FORMATS = ("table", "markdown", "json")
-#: The fewest commits on either side of a change point (``changepoints.MIN_SIZE``).
-MIN_SIZE = changepoints.MIN_SIZE
+#: The fewest runs on either side of a change point (``changepoints.MIN_RUNS``).
+MIN_RUNS = changepoints.MIN_RUNS
 #: How many of the newest commits the CI verdict looks at for a new regression, by default.
 RECENT = 10
+#: The step whose visibility each series is judged on when no threshold is given.
+STEP = 0.10
 #: What a change at a dirty commit says after its line.
 DIRTY_NOTE = "  DIRTY: run(s) of this commit had uncommitted changes, which may be the cause"
 #: How many characters of a commit id are shown.
 SHORT = 8
+#: How many benchmark names an event's line lists before "and N more".
+LISTED = 12
 
 
 @dataclass(frozen=True)
@@ -96,7 +118,8 @@ class Change:
         unit = self.series.unit
         return (
             f"{'worse' if self.worse else 'better'} {_percent(found.change)} "
-            f"[{_percent(found.low)}, {_percent(found.high)}] p={found.p_value:.3g}  "
+            f"[{_percent(found.low)}, {_percent(found.high)}] p={found.p_value:.3g}"
+            f"{' (pooled)' if found.pooled else ''}  "
             f"{self.series.label}  at {self.commit[:SHORT]} (after {self.previous[:SHORT]}): "
             f"{units.format_value(found.before, unit)} -> {units.format_value(found.after, unit)}  "
             f"[{self.series.machine}]{DIRTY_NOTE if self.dirty else ''}"
@@ -108,6 +131,7 @@ class Change:
         return {
             "benchmark": self.series.fullname,
             "metric": self.series.metric,
+            "same_metrics": list(self.series.same),
             "machine": self.series.machine,
             "commit": self.commit,
             "previous_commit": self.previous,
@@ -118,8 +142,43 @@ class Change:
             "change": found.change,
             "interval": [_finite(found.low), _finite(found.high)],
             "p_value": found.p_value,
+            "pooled": found.pooled,
             "dirty": self.dirty,
         }
+
+
+@dataclass(frozen=True)
+class Event:
+    """The change points of one commit, machine and direction: one event of the history."""
+
+    changes: tuple[Change, ...]
+
+    @property
+    def commit(self) -> str:
+        """The commit every change of the event starts at."""
+        return self.changes[0].commit
+
+    @property
+    def worse(self) -> bool:
+        """Whether the event made its benchmarks worse."""
+        return self.changes[0].worse
+
+    def lines(self) -> list[str]:
+        """One line for a single change; for several, a heading line and each change's line under it."""
+        if len(self.changes) == 1:
+            return [self.changes[0].line()]
+        sizes = sorted(abs(c.found.change) * 100 for c in self.changes)
+        timed = all(c.series.unit in ("s", "items/s") for c in self.changes)
+        word = ("slower" if self.worse else "faster") if timed else ("worse" if self.worse else "better")
+        names = sorted(c.series.name for c in self.changes)
+        listed = ", ".join(names[:LISTED]) + (
+            f" and {len(names) - LISTED} more" if len(names) > LISTED else ""
+        )
+        head = (
+            f"{self.commit[:SHORT]}: {len(self.changes)} benchmarks {sizes[0]:.1f} to {sizes[-1]:.1f}% "
+            f"{word} ({listed})"
+        )
+        return [head] + [f"  {c.line()}" for c in self.changes]
 
 
 def _finite(value: float) -> float | None:
@@ -136,14 +195,82 @@ def severity(change: Change) -> tuple[bool, float]:
     return (not change.worse, -(size if math.isfinite(size) else 0.0))
 
 
-def analyse(found: History, seed: int = 0) -> list[Change]:
-    """Every series' change points, worst first."""
-    out = [
-        Change(series, point)
+def samples(found: History) -> list[changepoints.Sample]:
+    """Each series as the change point search reads it: every run, with its commit's number."""
+    return [
+        changepoints.Sample(
+            [v for p in series.points for v in p.values],
+            [i for i, p in enumerate(series.points) for _ in p.values],
+            [p.commit for p in series.points],
+        )
         for series in found.series
-        for point in changepoints.detect([p.value for p in series.points], seed=seed)
     ]
-    return sorted(out, key=severity)
+
+
+def analyse(found: History) -> tuple[list[Change], list[Noise]]:
+    """Every series' change points, worst first, and what each series can see."""
+    points, noises = changepoints.find(samples(found))
+    out = [Change(series, point) for series, each in zip(found.series, points) for point in each]
+    return sorted(out, key=severity), noises
+
+
+def events(changes: Sequence[Change]) -> list[Event]:
+    """The change points grouped by commit, machine and direction, worst first."""
+    grouped: dict[tuple[str, str, bool], list[Change]] = {}
+    for change in sorted(changes, key=severity):
+        grouped.setdefault((change.commit, change.series.machine, change.worse), []).append(change)
+    return sorted((Event(tuple(g)) for g in grouped.values()), key=lambda e: severity(e.changes[0]))
+
+
+def blind_spots(found: History) -> str | None:
+    """Which first and newest commits cannot start a change with the runs at hand, and the runs that
+    would judge them (of the series with the most commits); ``None`` when every commit can."""
+    if not found.series:
+        return None
+    series = max(found.series, key=lambda s: (len(s.points), s.runs))
+    counts = [len(p.values) for p in series.points]
+    if sum(counts) < 2 * MIN_RUNS:
+        return None
+    # A change can start at commit c when MIN_RUNS runs lie before it and MIN_RUNS from it on.
+    before = [sum(counts[:c]) for c in range(len(counts))]
+    first = [c for c in range(1, len(counts)) if before[c] < MIN_RUNS]
+    last = [c for c in range(1, len(counts)) if sum(counts) - before[c] < MIN_RUNS and c not in first]
+    ids = series.points
+    parts = []
+    if first:
+        parts.append(
+            f"at {', '.join(ids[c].commit[:SHORT] for c in first)} (fewer than {MIN_RUNS} runs before "
+            f"it; {MIN_RUNS - counts[0]} more run(s) of {ids[0].commit[:SHORT]} would judge "
+            f"{ids[1].commit[:SHORT]})"
+        )
+    if last:
+        parts.append(
+            f"at {', '.join(ids[c].commit[:SHORT] for c in last)} (fewer than {MIN_RUNS} runs from it "
+            f"on; {MIN_RUNS - counts[-1]} more run(s) of {ids[-1].commit[:SHORT]} would judge it)"
+        )
+    if not parts:
+        return None
+    return f"blind spots: a change {' or '.join(parts)} cannot be found"
+
+
+def unseen(found: History, noises: Sequence[Noise], step: float) -> str | None:
+    """One line naming each series whose noise and runs cannot show a relative ``step``, with its
+    run-to-run noise, the smallest step it can show, and the runs a step of that size needs;
+    ``None`` when every series can."""
+    named = []
+    for series, noise in zip(found.series, noises):
+        smallest = noise.smallest_step()
+        if smallest <= step:
+            continue
+        shown = "none" if not math.isfinite(smallest) else f"{smallest * 100:.0f}%"
+        noisy = f"noise {noise.sd * 100:.1f}%, " if math.isfinite(noise.sd) else ""
+        named.append(f"{series.label} ({noisy}smallest {shown}, needs {noise.runs_needed(step):,} runs)")
+    if not named:
+        return None
+    return (
+        f"cannot see a {step * 100:g}% step, {len(named)} series (run-to-run noise, the smallest step "
+        f"their runs can show, the runs a {step * 100:g}% step needs): {'; '.join(named)}"
+    )
 
 
 @dataclass(frozen=True)
@@ -170,30 +297,53 @@ class SeriesVerdict:
 
 
 def check(
-    found: History, changes: Sequence[Change], threshold: float, recent: int = RECENT
+    found: History,
+    changes: Sequence[Change],
+    noises: Sequence[Noise],
+    threshold: float,
+    recent: int = RECENT,
 ) -> list[SeriesVerdict]:
-    """The verdict of every series on its newest ``recent`` commits (the module docstring's rule)."""
+    """The verdict of every series on its newest ``recent`` commits (the module docstring's rule); a
+    series the newest run has no value of is not judged (``absent``)."""
     by_series: dict[int, list[Change]] = {}
     for change in changes:
         by_series.setdefault(id(change.series), []).append(change)
-    return [_verdict(s, by_series.get(id(s), []), threshold, recent) for s in found.series]
+    skipped = {id(s) for s in absent(found)}
+    return [
+        _verdict(s, by_series.get(id(s), []), noise, threshold, recent)
+        for s, noise in zip(found.series, noises)
+        if id(s) not in skipped
+    ]
 
 
-def _verdict(series: Series, changes: Sequence[Change], threshold: float, recent: int) -> SeriesVerdict:
+def absent(found: History) -> list[Series]:
+    """The series without a value from their machine's newest run (a benchmark it did not measure):
+    the check cannot judge the newest run on them."""
+    out = []
+    for series in found.series:
+        newest = found.newest.get(series.machine)
+        if newest is not None and (not series.points or str(newest) not in series.points[-1].files):
+            out.append(series)
+    return out
+
+
+def _verdict(
+    series: Series, changes: Sequence[Change], noise: Noise, threshold: float, recent: int
+) -> SeriesVerdict:
     n = len(series.points)
     limit = f"{threshold * 100:g}%"
-    if n < 2 * MIN_SIZE:
+    if series.runs < 2 * MIN_RUNS:
         return SeriesVerdict(
             series,
             decide.INCONCLUSIVE,
-            f"only {n} commit(s): a change needs {MIN_SIZE} commits on each side; run the benchmarks on "
-            "more commits",
+            f"only {series.runs} run(s): a change needs {MIN_RUNS} runs on each side; run the benchmarks "
+            "more times (--benchmark-autosave each time)",
         )
     newest = sorted((c for c in changes if c.worse and c.found.index >= n - recent), key=severity)
     for change in newest:
         size, low, high = change.worsening
         where = (
-            f"{change.series.metric} {_percent(size)} [{_percent(low)}, {_percent(high)}] "
+            f"{change.series.metrics} {_percent(size)} [{_percent(low)}, {_percent(high)}] "
             f"p={change.found.p_value:.3g} from {change.commit[:SHORT]}"
             f"{' (dirty: its runs had uncommitted changes, which may be the cause)' if change.dirty else ''}"
         )
@@ -205,25 +355,38 @@ def _verdict(series: Series, changes: Sequence[Change], threshold: float, recent
                 decide.INCONCLUSIVE,
                 f"regression {where}: its interval straddles {limit}; benchmark more commits to narrow it",
             )
-    values = [p.value for p in series.points]
+    counts = [len(p.values) for p in series.points]
     start = max([c.found.index for c in changes] + [0])
-    # The longest such tail first: it says the most about where the newest level began.
-    for tail in range(MIN_SIZE - 1, 0, -1):
-        level = values[start : n - tail]
-        if len(level) < MIN_SIZE:
-            continue
-        before = sum(level) / len(level)
-        after = sum(values[n - tail :]) / tail
-        if before == 0:
-            continue
-        worse = after / before - 1.0 if series.better == "lower" else 1.0 - after / before
+    # The newest commits that cannot start a change of their own: fewer than MIN_RUNS runs in all.
+    tail = 0
+    while tail < n and sum(counts[n - tail - 1 :]) < MIN_RUNS:
+        tail += 1
+    level = [math.log(v) for p in series.points[start : n - tail] for v in p.values]
+    # What the newest commits can show is judged on the noise of the level they would leave.
+    spread = statistics.stdev(level) if len(level) > 1 else math.nan
+    seen = changepoints.Noise(spread, len(level), noise.tests)
+    smallest = seen.smallest_step(max(len(level), MIN_RUNS), MIN_RUNS)
+    if smallest > threshold:
+        shown = f"{smallest * 100:.0f}%" if math.isfinite(smallest) else "none"
+        return SeriesVerdict(
+            series,
+            decide.INCONCLUSIVE,
+            f"too noisy to judge a {limit} regression: run-to-run noise {spread * 100:.1f}%, the smallest "
+            f"step a change at its newest commits can show is {shown}; a {limit} step needs "
+            f"{seen.runs_needed(threshold):,} runs",
+        )
+    if tail and len(level) >= MIN_RUNS:
+        newer = [math.log(v) for p in series.points[n - tail :] for v in p.values]
+        shift = sum(newer) / len(newer) - sum(level) / len(level)
+        worse = math.expm1(shift) if series.better == "lower" else -math.expm1(shift)
         if worse > threshold:
+            first = series.points[n - tail]
             return SeriesVerdict(
                 series,
                 decide.INCONCLUSIVE,
-                f"the newest {tail} commit(s) from {series.points[n - tail].commit[:SHORT]} are "
-                f"{worse * 100:.1f}% worse than the {len(level)} before them, beyond {limit}, but a change "
-                f"needs {MIN_SIZE} commits after it: benchmark {MIN_SIZE - tail} more commit(s) to tell",
+                f"the newest {tail} commit(s) from {first.commit[:SHORT]} are {worse * 100:.1f}% worse than "
+                f"the {len(level)} run(s) before them, beyond {limit}, but a change needs {MIN_RUNS} runs "
+                f"after it: run the benchmarks {MIN_RUNS - sum(counts[n - tail :])} more time(s) to tell",
             )
     return SeriesVerdict(
         series, decide.PASS, f"no regression beyond {limit} in the newest {min(recent, n)} commits"
@@ -241,21 +404,45 @@ def exit_code(verdicts: Sequence[SeriesVerdict]) -> int:
 
 @dataclass(frozen=True)
 class Report:
-    """What ``pytest-ipu history`` prints: the history read, its change points, and the verdicts
-    (none without a threshold)."""
+    """What ``pytest-ipu history`` prints: the history read, its change points, what each series
+    can see, and the verdicts (none without a threshold)."""
 
     history: History
     changes: tuple[Change, ...]
     verdicts: tuple[SeriesVerdict, ...] = ()
     threshold: float | None = None
+    noises: tuple[Noise, ...] = ()
+
+    @property
+    def step(self) -> float:
+        """The step each series' visibility is judged on: the threshold, else ``STEP``."""
+        return STEP if self.threshold is None else self.threshold
+
+
+def report(found: History, threshold: float | None = None, recent: int = RECENT) -> Report:
+    """The whole analysis of a history: change points, noise, and the verdicts with a threshold."""
+    found_changes, noises = analyse(found)
+    verdicts = check(found, found_changes, noises, threshold, recent) if threshold is not None else []
+    return Report(found, tuple(found_changes), tuple(verdicts), threshold, tuple(noises))
 
 
 def _summary(report: Report) -> str:
     found = report.history
     commits = max((len(s.points) for s in found.series), default=0)
     return (
-        f"{len(report.changes)} change point(s) in {len(found.series)} series of {found.runs} run(s), "
-        f"up to {commits} commits, machine {', '.join(found.machines)}"
+        f"{len(report.changes)} change point(s) at {len(events(report.changes))} commit(s) in "
+        f"{len(found.series)} series of {found.runs} run(s), up to {commits} commits, machine "
+        f"{', '.join(found.machines)} (false discovery rate {changepoints.FDR * 100:g}% over all "
+        "series)"
+    )
+
+
+def _notes(report: Report) -> list[str]:
+    blind = blind_spots(report.history)
+    return (
+        [f"note: {n}" for n in report.history.notes]
+        + ([f"note: {blind}"] if blind else [])
+        + [f"note: {line}" for line in [unseen(report.history, report.noises, report.step)] if line]
     )
 
 
@@ -263,16 +450,24 @@ def _verdict_lines(report: Report) -> list[str]:
     if report.threshold is None:
         return []
     counts = ", ".join(f"{sum(v.outcome == o for v in report.verdicts)} {o}" for o in decide.OUTCOMES)
-    return [f"regression check ({report.threshold * 100:g}%): {counts}"] + [
-        v.line() for v in report.verdicts if v.outcome != decide.PASS
-    ]
+    missing = absent(report.history)
+    lines = [f"regression check ({report.threshold * 100:g}%): {counts}"]
+    if missing:
+        lines[0] += f"; {len(missing)} series not judged"
+        lines.append(
+            f"not judged: {len(missing)} series the newest run of their machine did not measure "
+            f"({', '.join(str(report.history.newest[m]) for m in sorted({s.machine for s in missing}))}): "
+            + ", ".join(s.label for s in missing[:LISTED])
+            + (f" and {len(missing) - LISTED} more" if len(missing) > LISTED else "")
+        )
+    return lines + [v.line() for v in report.verdicts if v.outcome != decide.PASS]
 
 
 def render_table(report: Report) -> str:
-    """One line per change point, worst first; the summary, notes and verdicts after."""
-    lines = [c.line() for c in report.changes] + [_summary(report)]
-    lines += [f"note: {n}" for n in report.history.notes]
-    return "\n".join(lines + _verdict_lines(report))
+    """One line per event (a commit's change points, each under it), worst first; the summary, notes
+    and verdicts after."""
+    lines = [line for event in events(report.changes) for line in event.lines()] + [_summary(report)]
+    return "\n".join(lines + _notes(report) + _verdict_lines(report))
 
 
 def render_markdown(report: Report) -> str:
@@ -281,30 +476,43 @@ def render_markdown(report: Report) -> str:
     rows = [
         [
             c.series.name,
-            c.series.metric,
+            c.series.metrics,
             f"`{c.commit[:SHORT]}`{' dirty' if c.dirty else ''}",
             f"{'worse' if c.worse else 'better'} {_percent(c.found.change)}",
             f"{_percent(c.found.low)} to {_percent(c.found.high)}",
-            f"{c.found.p_value:.3g}",
+            f"{c.found.p_value:.3g}{' (pooled)' if c.found.pooled else ''}",
             units.format_value(c.found.before, c.series.unit),
             units.format_value(c.found.after, c.series.unit),
         ]
-        for c in report.changes
+        for event in events(report.changes)
+        for c in event.changes
     ]
     out = compare.markdown_table(header, rows, left=3) if rows else []
     out += ["", _summary(report)]
-    extra = [f"note: {n}" for n in report.history.notes] + _verdict_lines(report)
+    extra = _notes(report) + _verdict_lines(report)
     if extra:
         out += [""] + [f"- {line}" for line in extra]
     return "\n".join(out)
 
 
-def _series_json(series: Series, changes: Sequence[Change]) -> dict[str, Any]:
+def _series_json(
+    series: Series, changes: Sequence[Change], noise: Noise | None, step: float
+) -> dict[str, Any]:
+    smallest = noise.smallest_step() if noise else math.nan
     return {
         "benchmark": series.fullname,
         "name": series.name,
         "group": series.group,
         "metric": series.metric,
+        "same_metrics": list(series.same),
+        "noise": None
+        if noise is None
+        else {
+            "sd": _finite(noise.sd),
+            "smallest_step": _finite(smallest),
+            "step": step,
+            "runs_needed": noise.runs_needed(step),
+        },
         "unit": series.unit,
         "better": series.better,
         "machine": series.machine,
@@ -330,7 +538,19 @@ def render_json(report: Report) -> str:
         "history_version": JSON_VERSION,
         **history.describe(report.history),
         "change_points": [c.as_json() for c in report.changes],
-        "series": [_series_json(s, report.changes) for s in report.history.series],
+        "events": [
+            {
+                "commit": e.commit,
+                "direction": "worse" if e.worse else "better",
+                "benchmarks": [c.series.fullname for c in e.changes],
+            }
+            for e in events(report.changes)
+        ],
+        "blind_spots": blind_spots(report.history),
+        "series": [
+            _series_json(s, report.changes, n, report.step)
+            for s, n in zip(report.history.series, report.noises or [None] * len(report.history.series))
+        ],
         "check": None
         if report.threshold is None
         else {

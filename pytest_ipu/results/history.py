@@ -14,13 +14,23 @@ of files given by path (or by saved-run id and glob, the ``storage`` rule); ``lo
   on the commit axis and stays out, with a note.
 - Points are ordered by the commit's time (``commit_info.time``; the author's time, then the run's
   own time, where absent), then by the time of the commit's first run: commits made within the
-  same second keep the order in which they were measured. All runs of one commit are one point:
-  its value is the median of the runs' values, its spread their minimum and maximum.
+  same second keep the order in which they were measured. A commit is one point holding every
+  run's value (each run is evidence of its own to the change point search); its shown value is
+  the median of the runs', its spread their minimum and maximum.
 - A metric is read as ``compare`` reads it (``compare.RECORD_METRICS``, the registry
   ``catalog.METRICS``; pytest-benchmark's own ``time.*`` statistics only for a benchmark that no
-  run has a pytest-ipu record of). A benchmark's entry without a record in a run where other runs
+  run has a pytest-ipu record of). By default each benchmark has one series, of the metric a gate
+  would use (``DEFAULT_METRICS``: throughput for a record, ``time.median`` for a plain one);
+  ``metrics`` names others (``ALL``: every one). Metrics of one benchmark that hold the same numbers
+  at every run (a single round: min = median = mean = max) are one series, named by all of them.
+  A benchmark's entry without a record in a run where other runs
   of the benchmark have one is a partial entry (pytest-benchmark saves an interrupted run's
   benchmarks without our records): it stays out of every series, with a note.
+- A value no measurement can have (not finite, 0 or below, or a time beyond a day a call:
+  ``impossible``) stays out with a note naming the file, the benchmark and the value.
+- What stayed out is kept as ``History.left_out`` (file and reason) beside each machine's newest run
+  (``History.newest``, by pytest-benchmark's run counter in the file name, then the file's time), so
+  that a CI check can tell that the run it was asked to judge is not in the series.
 - A run recorded from a work tree with uncommitted changes (``commit_info.dirty``) measured its
   commit plus those changes: it stays in, and its point is marked dirty (``Point.dirty``), so that
   a change found there is not blamed on the commit without saying so; a note counts such runs.
@@ -28,8 +38,10 @@ of files given by path (or by saved-run id and glob, the ``storage`` rule); ``lo
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import fnmatch
+import math
 import platform
 import statistics
 import sys
@@ -49,10 +61,24 @@ from pytest_ipu.results.records import group_name
 
 #: Commit ids pytest-benchmark writes when the run was not in a repository.
 NO_COMMIT = ("", "unknown", "unversioned")
+#: The metric a benchmark's series follows by default, the first it has: the one a gate reads.
+DEFAULT_METRICS = ("throughput", "time.median")
+#: The ``metrics`` value that keeps every metric.
+ALL = "all"
+#: The longest time a call can take that a saved run is believed to hold (a day).
+LONGEST_CALL_S = 86_400.0
 
 
 class HistoryError(ValueError):
     """Input that gives no history: the message is one line naming the value, its source and the fix."""
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A run file, or a benchmark's entry in it, that stayed out of every series, and why."""
+
+    path: Path
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -77,7 +103,7 @@ class Point:
 
     @property
     def value(self) -> float:
-        """The median of the runs' values: the point the change points are found on."""
+        """The median of the runs' values: the commit's value as tables and figures show it."""
         return float(statistics.median(self.values))
 
     @property
@@ -102,6 +128,8 @@ class Series:
     unit: str
     machine: str
     points: tuple[Point, ...]
+    #: Other metrics of the benchmark holding the same numbers at every run (folded into this one).
+    same: tuple[str, ...] = ()
 
     @property
     def better(self) -> str:
@@ -109,9 +137,19 @@ class Series:
         return compare.METRIC_BY_NAME[self.metric].better
 
     @property
+    def metrics(self) -> str:
+        """The metric, and those folded into it (``time.min=time.median``)."""
+        return "=".join((self.metric, *self.same))
+
+    @property
     def label(self) -> str:
         """How tables name the series: the benchmark and the metric."""
-        return f"{self.name} {self.metric}"
+        return f"{self.name} {self.metrics}"
+
+    @property
+    def runs(self) -> int:
+        """The runs of every commit."""
+        return sum(len(p.values) for p in self.points)
 
 
 @dataclass(frozen=True)
@@ -122,6 +160,39 @@ class History:
     machines: tuple[str, ...]
     runs: int
     notes: tuple[str, ...]
+    #: The runs and entries left out, with why (also among ``notes``).
+    left_out: tuple[LeftOut, ...] = ()
+    #: Each machine's newest run file, read or not (a file that could not be read counts for the
+    #: machine of its storage folder, or for every machine outside one).
+    newest: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+
+    def newest_left_out(self) -> list[LeftOut]:
+        """What stayed out of a machine's newest run: the run itself, or entries of it."""
+        newest = set(self.newest.values())
+        return [e for e in self.left_out if e.path in newest]
+
+
+def impossible(value: float, unit: str) -> str | None:
+    """Why ``value`` of a metric in ``unit`` is no measurement (``None`` when it can be one): not a
+    finite number, 0 or below, or a time beyond ``LONGEST_CALL_S`` a call."""
+    if not math.isfinite(value):
+        return f"{value} is not a finite number"
+    if value <= 0:
+        return f"{value:g} is not above 0"
+    if unit == "s" and value > LONGEST_CALL_S:
+        return f"{value:g} s is beyond a day a call"
+    return None
+
+
+def newness(path: Path) -> tuple[int, float]:
+    """How new a run file is: pytest-benchmark's run counter (the ``NNNN`` its autosave names start
+    with; -1 without one), then the file's modification time."""
+    head = path.name.split("_", 1)[0]
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        mtime = 0.0
+    return (int(head) if head.isdigit() else -1, mtime)
 
 
 def this_machine() -> str:
@@ -223,30 +294,46 @@ def load(
     cannot be read raises ``benchmark_json.RunFileError``; one ``found`` in a storage folder is
     left out with a note (a half-written file must not stop the history of the others).
     ``machines``: the machine ids (or globs) to keep, default ``this_machine()``; ``metrics``: the
-    metrics to build series of, default every one a benchmark has."""
-    unknown = [m for m in metrics if m not in compare.METRIC_BY_NAME]
+    metrics to build series of, default each benchmark's ``DEFAULT_METRICS`` one, ``ALL`` every one."""
+    unknown = [m for m in metrics if m != ALL and m not in compare.METRIC_BY_NAME]
     if unknown:
         raise HistoryError(
-            f"--metric {unknown[0]!r}: no such metric; give one of {', '.join(compare.METRIC_BY_NAME)}"
+            f"--metric {unknown[0]!r}: no such metric; give one of {', '.join(compare.METRIC_BY_NAME)}, "
+            f"or {ALL}"
         )
+    wanted = list(machines) or [this_machine()]
     notes: list[str] = []
+    left_out: list[LeftOut] = []
     runs: list[StoredRun] = [benchmark_json.read_run(path) for path in given]
+    # The runs of the machines asked for, read or not: each machine's newest is the one a CI check
+    # judges. A file that cannot be read is its folder's machine's, where the storage names one.
+    candidates: dict[str, list[Path]] = {}
+    unplaced: list[Path] = []
     for path in found:
         try:
             runs.append(benchmark_json.read_run(path))
         except benchmark_json.RunFileError as exc:
             notes.append(f"{exc} (left out)")
-    wanted = list(machines) or [this_machine()]
+            message = str(exc)
+            prefix = f"{path}: "
+            left_out.append(LeftOut(path, message[len(prefix) :] if message.startswith(prefix) else message))
+            if not _is_machine_folder(path):
+                unplaced.append(path)
+            elif _wanted(path.parent.name, wanted):
+                candidates.setdefault(path.parent.name, []).append(path)
     kept: list[_Run] = []
     others: dict[str, int] = {}
     for run in runs:
         machine = machine_id(run)
-        if not any(fnmatch.fnmatchcase(machine, pattern) for pattern in wanted):
+        if not _wanted(machine, wanted):
             others[machine] = others.get(machine, 0) + 1
             continue
+        candidates.setdefault(machine, []).append(run.path)
         commit = str(run.commit_info.get("id") or "")
         if commit in NO_COMMIT:
-            notes.append(f"{run.path}: no commit id (commit_info.id {commit!r}): left out")
+            reason = f"no commit id (commit_info.id {commit!r}): it was made outside a git repository"
+            notes.append(f"{run.path}: {reason}: left out")
+            left_out.append(LeftOut(run.path, reason))
             continue
         ran = _instant(run.datetime) or _EPOCH
         time = run.commit_info.get("time") or run.commit_info.get("author_time")
@@ -254,13 +341,7 @@ def load(
         dirty = run.commit_info.get("dirty") is True
         kept.append(_Run(run, machine, commit, time if when is not None else None, (when or ran, ran), dirty))
     if not kept:
-        seen = (
-            f"; it has runs of {', '.join(f'{m} ({n})' for m, n in sorted(others.items()))}" if others else ""
-        )
-        raise HistoryError(
-            f"no run of machine {' or '.join(wanted)} with a commit id{seen}: pass --machine ID (a glob "
-            "such as '*' takes every machine)"
-        )
+        raise HistoryError(_nothing_kept(wanted, others, left_out))
     unclean = sum(r.dirty for r in kept)
     if unclean:
         notes.append(
@@ -269,8 +350,42 @@ def load(
         )
     for machine, count in sorted(others.items()):
         notes.append(f"{count} run(s) of machine {machine} left out (--machine {machine} shows them)")
-    series = _build(kept, metrics, notes)
-    return History(tuple(series), tuple(sorted({r.machine for r in kept})), len(kept), tuple(notes))
+    series = _build(kept, metrics, notes, left_out)
+    newest = {machine: max([*paths, *unplaced], key=newness) for machine, paths in candidates.items()}
+    return History(
+        tuple(series),
+        tuple(sorted({r.machine for r in kept})),
+        len(kept),
+        tuple(notes),
+        tuple(left_out),
+        newest,
+    )
+
+
+def _wanted(machine: str, wanted: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(machine, pattern) for pattern in wanted)
+
+
+def _is_machine_folder(path: Path) -> bool:
+    """Whether ``path`` lies in a folder named as pytest-benchmark names a machine's runs."""
+    return path.parent.name.count("-") >= 3 and path.parent.name.endswith("bit")
+
+
+def _nothing_kept(wanted: Sequence[str], others: Mapping[str, int], left_out: Sequence[LeftOut]) -> str:
+    """Why no run is left to build a history of: the causes, most telling first, and the fix."""
+    machines = " or ".join(wanted)
+    seen = f"; it has runs of {', '.join(f'{m} ({n})' for m, n in sorted(others.items()))}" if others else ""
+    if left_out:
+        first = left_out[0]
+        more = f" (and {len(left_out) - 1} more)" if len(left_out) > 1 else ""
+        return (
+            f"no run of machine {machines} to build a history of: {len(left_out)} run(s) left out, such as "
+            f"{first.path}: {first.reason}{more}{seen}; correct or remove those files"
+        )
+    return (
+        f"no run of machine {machines} with a commit id{seen}: pass --machine ID (a glob such as '*' takes "
+        "every machine)"
+    )
 
 
 def _commit_order(runs: Sequence[_Run]) -> list[str]:
@@ -281,7 +396,9 @@ def _commit_order(runs: Sequence[_Run]) -> list[str]:
     return sorted(first, key=lambda commit: first[commit])
 
 
-def _build(runs: list[_Run], metrics: Sequence[str], notes: list[str]) -> list[Series]:
+def _build(
+    runs: list[_Run], metrics: Sequence[str], notes: list[str], left_out: list[LeftOut]
+) -> list[Series]:
     out: list[Series] = []
     for machine in sorted({r.machine for r in runs}):
         on_machine = sorted((r for r in runs if r.machine == machine), key=lambda r: r.order[1])
@@ -294,31 +411,78 @@ def _build(runs: list[_Run], metrics: Sequence[str], notes: list[str]) -> list[S
             recorded = any(b.record is not None for _, b in found)
             if recorded:
                 partial = [r.run.path for r, b in found if b.record is None]
-                notes.extend(
-                    f"{path}: {fullname}: no pytest-ipu record (a partial entry): left out"
-                    for path in partial
-                )
+                for path in partial:
+                    reason = f"{fullname}: no pytest-ipu record (a partial entry)"
+                    notes.append(f"{path}: {reason}: left out")
+                    left_out.append(LeftOut(path, reason))
                 found = [(r, b) for r, b in found if b.record is not None]
             candidates = compare.RECORD_METRICS if recorded else compare.TIME_METRICS
             bench = found[0][1]
-            for metric in candidates:
-                if metrics and metric.name not in metrics:
-                    continue
-                points = _points(found, metric, order)
+            group = group_name(bench.group, bench.name)
+            built: list[tuple[compare.CompareMetric, tuple[Point, ...]]] = []
+            for metric in _chosen(candidates, metrics):
+                points = _points(fullname, found, metric, order, notes, left_out)
                 if points:
-                    group = group_name(bench.group, bench.name)
-                    out.append(Series(fullname, bench.name, group, metric.name, metric.unit, machine, points))
+                    built.append((metric, points))
+                    if not metrics:
+                        break  # the default: the first metric the benchmark has
+            out += _folded(fullname, bench.name, group, machine, built)
+    return out
+
+
+def _chosen(
+    candidates: Sequence[compare.CompareMetric], metrics: Sequence[str]
+) -> list[compare.CompareMetric]:
+    """The metrics to follow of those a benchmark may have: the ones asked for, every one, or by
+    default the first of ``DEFAULT_METRICS`` (then the first it has, when it has none of them)."""
+    if ALL in metrics:
+        return list(candidates)
+    if metrics:
+        return [m for m in candidates if m.name in metrics]
+    first = [m for name in DEFAULT_METRICS for m in candidates if m.name == name]
+    return first + [m for m in candidates if m not in first]
+
+
+def _folded(
+    fullname: str,
+    name: str,
+    group: str,
+    machine: str,
+    built: Sequence[tuple[compare.CompareMetric, tuple[Point, ...]]],
+) -> list[Series]:
+    """One series per distinct set of numbers: metrics holding the same values at every run are one."""
+    out: list[Series] = []
+    for metric, points in built:
+        key = [(p.commit, p.values) for p in points]
+        for number, series in enumerate(out):
+            if series.unit == metric.unit and [(p.commit, p.values) for p in series.points] == key:
+                out[number] = dataclasses.replace(series, same=(*series.same, metric.name))
+                break
+        else:
+            out.append(Series(fullname, name, group, metric.name, metric.unit, machine, points))
     return out
 
 
 def _points(
-    found: Sequence[tuple[_Run, StoredBenchmark]], metric: compare.CompareMetric, order: Mapping[str, int]
+    fullname: str,
+    found: Sequence[tuple[_Run, StoredBenchmark]],
+    metric: compare.CompareMetric,
+    order: Mapping[str, int],
+    notes: list[str],
+    left_out: list[LeftOut],
 ) -> tuple[Point, ...]:
     by_commit: dict[str, list[tuple[_Run, float]]] = {}
     for run, bench in found:
         value = metric.read(bench)
-        if value is not None:
-            by_commit.setdefault(run.commit, []).append((run, value))
+        if value is None:
+            continue
+        problem = impossible(value, metric.unit)
+        if problem is not None:
+            reason = f"{fullname}: {metric.name} {problem}, which no measurement can be"
+            notes.append(f"{run.run.path}: {reason}: left out")
+            left_out.append(LeftOut(run.run.path, reason))
+            continue
+        by_commit.setdefault(run.commit, []).append((run, value))
     points = []
     for commit in sorted(by_commit, key=lambda c: order[c]):
         measured = by_commit[commit]

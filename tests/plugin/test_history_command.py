@@ -1,6 +1,7 @@
-"""``pytest-ipu history`` end to end: a git project whose benchmark's work comes from a file, a
-dozen commits of which one triples that work, ``pytest --benchmark-autosave`` at each commit, and
-the command then names that commit, and no other, as the one change point.
+"""``pytest-ipu history`` end to end: a git project whose benchmark's work comes from a file, ten
+commits of which the sixth triples that work, ``pytest --benchmark-autosave`` once at each commit,
+and the command then names that commit, and no other, as the one change point; a newest run that
+cannot be read makes the check exit 2 naming it.
 
 The inner runs are in-process (``pytester``), a few tenths of a second each. The step is 3x, far
 beyond any noise a loaded machine adds to a busy loop, so the test cannot flake on load; how small
@@ -26,9 +27,9 @@ def test_loop(ipu_benchmark):
     n = int(Path(__file__).with_name("work.txt").read_text())
     ipu_benchmark(lambda: sum(range(n)), rounds=15)
 """
-#: The commits, and the one (by position) that triples the work.
-COMMITS = 12
-STEP_AT = 7
+#: The commits, and the one (by position) that triples the work: a new project's first ten runs.
+COMMITS = 10
+STEP_AT = 6
 
 
 def _git(pytester: pytest.Pytester, *args: str, date: str = "") -> str:
@@ -81,4 +82,12 @@ def test_history_names_the_commit_that_made_it_slower(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("worse +")
     assert f"at {shas[STEP_AT - 1][:8]}" in lines[0]
-    assert lines[1].startswith("1 change point(s) in 1 series of 12 run(s)")
+    assert lines[1].startswith(f"1 change point(s) at 1 commit(s) in 1 series of {COMMITS} run(s)")
+
+    # The newest run is unreadable (a NaN where a time should be): the check cannot judge it.
+    newest = machines[0] / f"{COMMITS + 1:04d}_{shas[-1][:7]}_later.json"
+    newest.write_text('{"benchmarks": [{"name": "test_loop", "fullname": "t", "stats": {"median": NaN}}]}')
+    assert cli.main(["history", "--fail-on-regression", "50%"]) == 2
+    err = capsys.readouterr().err
+    assert f"the newest run {newest.relative_to(pytester.path)} was left out" in err
+    assert "a time must be a finite number" in err

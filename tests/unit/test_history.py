@@ -164,35 +164,43 @@ def _steady(
 NOISE = [1.00, 1.02, 0.99, 1.01, 0.98, 1.00, 1.01, 0.99, 1.02, 1.00, 0.99, 1.01, 1.00, 0.98]
 
 
+def _changes(found: history.History) -> list[changes.Change]:
+    return changes.analyse(found)[0]
+
+
 def test_a_regression_in_the_newest_commits_fails_the_check(tmp_path: Path) -> None:
     found = _steady(tmp_path, NOISE[:9] + [v * 1.5 for v in NOISE[9:]])
-    found_changes = changes.analyse(found)
-    assert [(c.commit, c.previous, c.worse) for c in found_changes] == [("c10", "c09", True)]
-    [verdict] = changes.check(found, found_changes, 0.10)
+    result = changes.report(found, 0.10)
+    assert [(c.commit, c.previous, c.worse) for c in result.changes] == [("c10", "c09", True)]
+    [verdict] = result.verdicts
     assert verdict.outcome == decide.FAIL
     assert "from c10" in verdict.reason
     assert changes.exit_code([verdict]) == decide.EXIT_FAIL
     # An older regression, before the newest 3 commits, is not the newest commits' doing.
-    [old] = changes.check(found, found_changes, 0.10, recent=3)
+    [old] = changes.report(found, 0.10, recent=3).verdicts
     assert old.outcome == decide.PASS
 
 
 def test_newest_commits_too_few_to_tell_are_inconclusive(tmp_path: Path) -> None:
-    found = _steady(tmp_path, [*NOISE[:12], 1.5, 1.52])
-    assert changes.analyse(found) == []
-    [verdict] = changes.check(found, [], 0.10)
+    found = _steady(tmp_path, [*NOISE[:13], 1.5])
+    result = changes.report(found, 0.10)
+    assert result.changes == ()
+    [verdict] = result.verdicts
     assert verdict.outcome == decide.INCONCLUSIVE
     assert "newest 2 commit(s) from c13" in verdict.reason
+    assert "run the benchmarks 1 more time(s)" in verdict.reason
     assert changes.exit_code([verdict]) == decide.EXIT_INCONCLUSIVE
 
 
 def test_a_steady_series_passes_and_a_short_one_is_inconclusive(tmp_path: Path) -> None:
     found = _steady(tmp_path, NOISE)
-    [verdict] = changes.check(found, changes.analyse(found), 0.05)
+    [verdict] = changes.report(found, 0.05).verdicts
     assert verdict.outcome == decide.PASS
     assert changes.exit_code([verdict]) == decide.EXIT_PASS
     short = _steady(tmp_path / "short", NOISE[:4])
-    assert changes.check(short, [], 0.05)[0].outcome == decide.INCONCLUSIVE
+    [verdict] = changes.report(short, 0.05).verdicts
+    assert verdict.outcome == decide.INCONCLUSIVE
+    assert verdict.reason.startswith("only 4 run(s): a change needs 3 runs on each side")
 
 
 def test_an_improvement_is_listed_after_regressions_and_does_not_fail(tmp_path: Path) -> None:
@@ -209,12 +217,12 @@ def test_an_improvement_is_listed_after_regressions_and_does_not_fail(tmp_path: 
             dirty=number == 8,
         )
     found = _load(tmp_path, machines=[MACHINE], metrics=["time.mean"])
-    listed = changes.analyse(found)
-    assert [(c.series.name, c.commit, c.worse) for c in listed] == [
+    result = changes.report(found, 0.1)
+    assert [(c.series.name, c.commit, c.worse) for c in result.changes] == [
         ("test_a", "c08", True),
         ("test_b", "c05", False),
     ]
-    verdicts = {v.series.name: v.outcome for v in changes.check(found, listed, 0.1)}
+    verdicts = {v.series.name: v.outcome for v in result.verdicts}
     assert verdicts == {"test_a": decide.FAIL, "test_b": decide.PASS}
 
 
@@ -304,8 +312,8 @@ def test_report_of_a_storage_draws_the_history_with_its_change_points(
         )
     out = tmp_path / "out"
     assert cli.main(["report", str(tmp_path / "storage"), "--machine", MACHINE, "-o", str(out)]) == 0
-    # Four time statistics of two benchmarks, each with its change point, each drawn.
-    assert "history of 8 series, 8 change point(s), 8 figure(s)" in capsys.readouterr().out
+    # The default metric (time.median) of two benchmarks, each with its change point, each drawn.
+    assert "history of 2 series, 2 change point(s), 2 figure(s)" in capsys.readouterr().out
     page = (out / "index.html").read_text()
     # The summary table, newest change first: c08 (test_a, worse) before c05 (test_b, better).
     table = page.split("<h2>Change points, newest first</h2>")[1].split("</table>")[0]
@@ -313,9 +321,9 @@ def test_report_of_a_storage_draws_the_history_with_its_change_points(
     # c08 was measured with uncommitted changes: its change points say so, c05's do not.
     assert "c08 (dirty)" in table
     assert "c05 (dirty)" not in table
-    assert page.count("data:image/svg+xml;base64,") == 8
+    assert page.count("data:image/svg+xml;base64,") == 2
     assert "http://" not in page.replace("http://www.w3.org", "")  # no server, no remote resource
-    assert len(list(out.glob("history-*-test_a-time.*.png"))) == 4
+    assert len(list(out.glob("history-*-test_a-time.median.png"))) == 1
 
 
 def test_report_refuses_folders_and_files_together(
@@ -336,10 +344,11 @@ def test_a_change_at_a_commit_measured_with_uncommitted_changes_says_so(
     [series] = found.series
     assert [p.commit for p in series.points if p.dirty] == ["c10"]
     assert any(n.startswith("1 run(s) made with uncommitted changes") for n in found.notes)
-    [change] = changes.analyse(found)
+    result = changes.report(found, 0.10)
+    [change] = result.changes
     assert (change.commit, change.dirty) == ("c10", True)
     assert change.line().endswith(changes.DIRTY_NOTE)
-    [verdict] = changes.check(found, [change], 0.10)
+    [verdict] = result.verdicts
     assert verdict.outcome == decide.FAIL
     assert "from c10 (dirty: its runs had uncommitted changes" in verdict.reason
     args = ["history", str(tmp_path), "--machine", MACHINE, "--metric", "time.mean"]
@@ -353,7 +362,188 @@ def test_a_change_at_a_commit_measured_with_uncommitted_changes_says_so(
 
 def test_a_clean_history_marks_nothing_dirty(tmp_path: Path) -> None:
     found = _steady(tmp_path, NOISE[:9] + [v * 1.5 for v in NOISE[9:]])
-    [change] = changes.analyse(found)
+    [change] = _changes(found)
     assert not change.dirty
     assert "DIRTY" not in change.line()
     assert not any("uncommitted" in n for n in found.notes)
+
+
+def _history_cli(tmp_path: Path, *args: str) -> list[str]:
+    return ["history", str(tmp_path), "--machine", MACHINE, *args]
+
+
+@pytest.mark.parametrize(
+    ("newest", "reason"),
+    [
+        ('{"benchmarks": [{"name": "test_a", "stats": {"median": NaN}}]', "not JSON"),
+        (None, "time.median 0 is not above 0, which no measurement can be"),
+        (1e308, "time.median 1e+308 s is beyond a day a call"),
+        (-0.5, "a time must be a finite number of seconds >= 0"),
+        (float("inf"), "a time must be a finite number of seconds >= 0"),
+    ],
+)
+def test_the_check_refuses_a_history_whose_newest_run_was_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], newest: object, reason: str
+) -> None:
+    _steady(tmp_path, NOISE)
+    path = tmp_path / MACHINE / "0015_c15_x.json"
+    if isinstance(newest, str):
+        path.write_text(newest)
+    else:
+        _save(tmp_path / MACHINE, 15, "c15", [_plain("test_a", 0.0 if newest is None else float(newest))])
+        path = next((tmp_path / MACHINE).glob("0015_*.json"))
+    # Without the check the run is left out with a note; the history of the others is shown.
+    assert cli.main(_history_cli(tmp_path)) == 0
+    assert str(path) in capsys.readouterr().out
+    # With it, the run the job just made cannot be judged: bad input, naming the file and why.
+    assert cli.main(_history_cli(tmp_path, "--fail-on-regression", "5%")) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert f"the newest run {path} was left out" in err
+    assert reason in err
+
+
+def test_an_older_run_left_out_does_not_stop_the_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _steady(tmp_path, NOISE)
+    (tmp_path / MACHINE / "0001_c01_x.json").write_text("{")
+    assert cli.main(_history_cli(tmp_path, "--fail-on-regression", "10%")) == 0
+    assert "0001_c01_x.json: not JSON" in capsys.readouterr().out
+
+
+def test_when_every_run_is_left_out_the_message_gives_the_causes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    folder.mkdir()
+    for number in (1, 2):
+        (folder / f"000{number}_c{number}_x.json").write_text('{"benchmarks": [NaN]}')
+    assert cli.main(_history_cli(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "2 run(s) left out, such as" in err
+    assert "0001_c1_x.json: benchmarks[0] is not a pytest-benchmark benchmark object (and 1 more)" in err
+    assert "pass --machine" not in err
+
+
+def test_each_benchmark_is_one_series_of_the_gates_metric_and_equal_metrics_fold(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    for number in range(1, 5):
+        single = {**_plain("test_one", 1.0), "stats": dict.fromkeys(("min", "median", "mean", "max"), 1.0)}
+        _save(folder, number, f"c{number}", [_plain("test_a", 1.0), single], commit_time=_minute(number))
+    default = _load(tmp_path, machines=[MACHINE])
+    assert [(s.name, s.metrics) for s in default.series] == [
+        ("test_a", "time.median"),
+        ("test_one", "time.median"),
+    ]
+    every = _load(tmp_path, machines=[MACHINE], metrics=[history.ALL])
+    labels = [s.label for s in every.series]
+    # test_a: min and max differ, median and mean are the same numbers; a single round: all four.
+    assert labels == [
+        "test_a time.min",
+        "test_a time.median=time.mean",
+        "test_a time.max",
+        "test_one time.min=time.median=time.mean=time.max",
+    ]
+
+
+def test_a_records_default_series_is_its_throughput(tmp_path: Path) -> None:
+    _save(tmp_path / MACHINE, 1, "c1", [run_files.bench(4, 0.001, 4000.0)])
+    [series] = _load(tmp_path, machines=[MACHINE]).series
+    assert series.metric == "throughput"
+
+
+def test_benchmarks_that_step_at_one_commit_are_one_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    for number, value in enumerate(NOISE, start=1):
+        faster = 0.7 if number >= 6 else 1.0
+        benches = [_plain(f"test_{k}", value * faster * (1 + k / 10)) for k in range(4)]
+        benches.append(_plain("test_steady", value))
+        _save(folder, number, f"c{number:02d}", benches, commit_time=_minute(number))
+    assert cli.main(_history_cli(tmp_path)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("c06: 4 benchmarks ")
+    assert lines[0].endswith("% faster (test_0, test_1, test_2, test_3)")
+    assert all(line.startswith("  better -") and "at c06" in line for line in lines[1:5])
+    assert lines[5].startswith("4 change point(s) at 1 commit(s) in 5 series")
+
+
+def test_blind_spots_and_series_too_noisy_for_the_step_are_stated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    wild = [1.0, 3.1, 0.4, 2.2, 0.9, 5.0, 0.5, 1.7, 0.3, 2.8, 1.2, 0.6, 4.1, 0.8]
+    for number, (value, noisy) in enumerate(zip(NOISE, wild), start=1):
+        _save(
+            folder,
+            number,
+            f"c{number:02d}",
+            [_plain("test_quiet", value), _plain("test_wild", noisy)],
+            commit_time=_minute(number),
+        )
+    assert cli.main(_history_cli(tmp_path, "--fail-on-regression", "10%")) == 3
+    out = capsys.readouterr().out
+    assert (
+        "note: blind spots: a change at c02, c03 (fewer than 3 runs before it; 2 more run(s) of c01 would "
+        "judge c02) or at c13, c14 (fewer than 3 runs from it on; 2 more run(s) of c14 would judge it) "
+        "cannot be found"
+    ) in out
+    [unseen] = [line for line in out.splitlines() if line.startswith("note: cannot see a 10% step")]
+    assert unseen.startswith("note: cannot see a 10% step, 1 series (")
+    assert "test_wild time.median (noise " in unseen
+    assert "test_quiet" not in unseen
+    verdicts = [line for line in out.splitlines() if line.startswith("INCONCLUSIVE")]
+    assert len(verdicts) == 1
+    assert verdicts[0].startswith("INCONCLUSIVE test_wild time.median")
+    assert "too noisy to judge a 10% regression" in verdicts[0]
+
+
+def test_a_benchmark_the_newest_run_did_not_measure_is_not_judged_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    for number, value in enumerate(NOISE, start=1):
+        benches = [_plain("test_a", value)] + ([_plain("test_gone", value)] if number < len(NOISE) else [])
+        _save(folder, number, f"c{number:02d}", benches, commit_time=_minute(number))
+    assert cli.main(_history_cli(tmp_path, "--fail-on-regression", "10%")) == 0
+    out = capsys.readouterr().out
+    assert "regression check (10%): 1 PASS, 0 FAIL, 0 INCONCLUSIVE; 1 series not judged" in out
+    assert "not judged: 1 series the newest run of their machine did not measure (" in out
+    assert out.rstrip().endswith(".json): test_gone time.median")
+
+
+def test_each_machine_is_judged_on_its_own_newest_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for number, value in enumerate(NOISE, start=1):
+        _save(
+            tmp_path / MACHINE,
+            number,
+            f"c{number:02d}",
+            [_plain("test_a", value)],
+            commit_time=_minute(number),
+        )
+    # The other machine's runs are newer by their counter, and it has only an older commit's runs.
+    for number in range(1, 8):
+        _save(
+            tmp_path / DARWIN,
+            20 + number,
+            f"c{number:02d}",
+            [_plain("test_a", 1.0 + number / 1000)],
+            commit_time=_minute(number),
+            machine=OTHER,
+        )
+    (tmp_path / DARWIN / "0028_c08_x.json").write_text("{")
+    code = cli.main(["history", str(tmp_path), "--machine", "*", "--fail-on-regression", "10%"])
+    captured = capsys.readouterr()
+    # Darwin's newest run cannot be read: the check refuses, naming that file, not Linux's.
+    assert code == 2
+    assert "0028_c08_x.json was left out" in captured.err
+    (tmp_path / DARWIN / "0028_c08_x.json").unlink()
+    assert cli.main(["history", str(tmp_path), "--machine", "*", "--fail-on-regression", "10%"]) == 0
+    assert "not judged" not in capsys.readouterr().out
