@@ -16,10 +16,12 @@ with this interpreter (``sys.executable -m pytest``), from the worktree's counte
 working directory, with the worktree's root first on ``PYTHONPATH`` so that its own code is
 imported. Worktrees and temporary files are removed on every path, Ctrl-C and SIGTERM included.
 
-Each run is ``<prefix> [-k EXPR] [pytest args] -p no:cacheprovider --benchmark-json=FILE -q``,
-with ``PYTEST_IPU_REPEATS=1`` in its environment unless the caller set that variable (not empty)
-or passed ``--ipu-repeats`` (the pairs are the repeats; the variable overrides an ini file's
-``ipu_repeats``). Its output goes to a log file next to its JSON.
+Each run is ``<prefix> [-k EXPR] [pytest args] [--benchmark-max-time=T] -p no:cacheprovider
+--benchmark-json=FILE -q``, with ``PYTEST_IPU_REPEATS=1`` and ``PYTEST_IPU_MAX_TIME`` in its
+environment unless the caller chose them (the variable, not empty, or the option): the pairs are
+the repeats, and the runs of a side share one plain run's time budget (``share``: 2 s / pairs for
+``ipu_benchmark``, 1 s / pairs for pytest-benchmark's fixture; the variables override an ini
+file's ``ipu_repeats`` and ``ipu_max_time``). Its output goes to a log file next to its JSON.
 
 Nothing here prints: progress lines go to a callback (the command writes them to stderr).
 """
@@ -55,6 +57,14 @@ MAX_PAIRS = 1000
 TAIL_LINES = 20
 #: The environment variable of ``--ipu-repeats``, set to 1 unless the caller chose otherwise.
 REPEATS_ENV = "PYTEST_IPU_REPEATS"
+#: The environment variable of ``--ipu-max-time``, set to the run's share of the budget (``share``)
+#: unless the caller chose one.
+MAX_TIME_ENV = "PYTEST_IPU_MAX_TIME"
+#: A benchmark's time budget in one plain run: pytest-ipu's default ``--ipu-max-time``
+#: (``Settings.max_time_s``, 2 s) and pytest-benchmark's default ``--benchmark-max-time`` (1 s, its
+#: ``pytest_addoption``). The runs of ``ab`` share them: see ``share``.
+IPU_MAX_TIME_S = 2.0
+BENCHMARK_MAX_TIME_S = 1.0
 
 Role = Literal["baseline", "candidate"]
 Progress = typing.Callable[[str], None]
@@ -253,14 +263,39 @@ def _worktree(side: Side, scratch: Path, cwd: Path, progress: Progress) -> Itera
             progress(f"pytest-ipu ab: removed worktree {path} by hand: {removed.stderr.strip()}")
 
 
-def _environment(prepared: _Prepared, pytest_args: Sequence[str]) -> dict[str, str]:
+def share(pairs: int) -> tuple[str, str]:
+    """Each run's time budget per benchmark, as the values of ``--ipu-max-time`` and
+    ``--benchmark-max-time``: a plain run's budgets divided by the pairs before the first look. The
+    pairs are the repeats, so the runs of one side together measure each benchmark as long as one
+    plain run does, and the whole job (both sides) twice as long, plus a start-up per run: a job
+    that decides at its first look costs about two plain runs, and later pairs only measure the
+    benchmarks still undecided."""
+    return f"{IPU_MAX_TIME_S / pairs:.3g}s", f"{BENCHMARK_MAX_TIME_S / pairs:.3g}"
+
+
+def _chosen(option: str, variable: str | None, pytest_args: Sequence[str]) -> bool:
+    """Whether the caller chose ``option`` (in the pytest arguments or ``PYTEST_ADDOPTS``) or set
+    ``variable`` (an empty one counts as unset, as the plugin reads it)."""
+    if variable is not None and os.environ.get(variable, "").strip():
+        return True
+    words = [*pytest_args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
+    return any(w == option or w.startswith(f"{option}=") for w in words)
+
+
+def budget_args(pairs: int, pytest_args: Sequence[str]) -> list[str]:
+    """pytest-benchmark's share of the budget (``share``) as an argument, unless the caller chose
+    ``--benchmark-max-time``."""
+    if _chosen("--benchmark-max-time", None, pytest_args):
+        return []
+    return [f"--benchmark-max-time={share(pairs)[1]}"]
+
+
+def _environment(prepared: _Prepared, pytest_args: Sequence[str], pairs: int = 1) -> dict[str, str]:
     env = dict(os.environ)
-    # An empty variable counts as unset, as the plugin reads it.
-    user_repeats = bool(os.environ.get(REPEATS_ENV, "").strip()) or any(
-        a.startswith("--ipu-repeats") for a in pytest_args
-    )
-    if not user_repeats:
+    if not _chosen("--ipu-repeats", REPEATS_ENV, pytest_args):
         env[REPEATS_ENV] = "1"  # the pairs are the repeats
+    if not _chosen("--ipu-max-time", MAX_TIME_ENV, pytest_args):
+        env[MAX_TIME_ENV] = share(pairs)[0]  # and they share one run's budget
     if prepared.pythonpath is not None:
         rest = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = str(prepared.pythonpath) + (os.pathsep + rest if rest else "")
@@ -287,20 +322,29 @@ _EXIT_HINTS = {
 
 
 def _run_one(
-    prepared: _Prepared, pair: int, directory: Path, pytest_args: Sequence[str]
+    prepared: _Prepared, pair: int, directory: Path, pytest_args: Sequence[str], pairs: int = 1
 ) -> tuple[Path, Path, int, list[str]]:
-    """One pytest run of one side: its JSON, its log, its exit code and its command."""
+    """One pytest run of one side, measuring each benchmark for its share of a plain run's budget
+    over ``pairs`` (``share``): its JSON, its log, its exit code and its command."""
     role = prepared.side.role
     out = directory / f"pair{pair}-{role}.json"
     log = directory / f"pair{pair}-{role}.log"
     out.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this one's
-    command = [*prepared.prefix, *pytest_args, "-p", "no:cacheprovider", f"--benchmark-json={out}", "-q"]
+    command = [
+        *prepared.prefix,
+        *pytest_args,
+        *budget_args(pairs, pytest_args),
+        "-p",
+        "no:cacheprovider",
+        f"--benchmark-json={out}",
+        "-q",
+    ]
     with log.open("w", encoding="utf-8") as sink:
         # subprocess.run kills and reaps the child when anything (Ctrl-C included) interrupts the wait.
         done = subprocess.run(
             command,
             cwd=prepared.cwd,
-            env=_environment(prepared, pytest_args),
+            env=_environment(prepared, pytest_args, pairs),
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -393,7 +437,9 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
                     break
             of = f"/{len(order)}" if len(plan.looks) == 1 else f" (of at most {len(order)})"
             progress(f"pytest-ipu ab: run {count}{of}: pair {pair} {role}: {side.label}")
-            out, log, code, command = _run_one(prepared[role], pair, directory, (*pytest_args, *narrowed))
+            out, log, code, command = _run_one(
+                prepared[role], pair, directory, (*pytest_args, *narrowed), plan.looks[0]
+            )
             if code not in (0, 1) or not out.exists():
                 why = f"exit {code}" + (f", {_EXIT_HINTS[code]}" if code in _EXIT_HINTS else "")
                 # A full disk fails the run's write of its JSON, and of its log (Python then exits
