@@ -202,7 +202,15 @@ class Lifecycle:
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         """Mark an item whose call was interrupted (Ctrl-C, ``pytest.exit``) as failed, like one whose
         call raised: its benchmark never finished, and pytest-benchmark's "fixture was not used"
-        warning, raised as the session ends, would be wrong (and an error under ``-W error``)."""
+        warning, raised as the session ends, would be wrong (and an error under ``-W error``).
+
+        Before a benchmark's call, a sample of the machine's speed when one is due
+        (``machine_speed``): what the gates tell a level shift of the machine by."""
+        if "benchmark" in getattr(item, "fixturenames", ()):
+            from pytest_ipu.pytest_plugin.repeats import in_worker
+
+            if not in_worker():  # the process that started a repeat worker samples and gates
+                self.session.speed().between()
         try:
             return (yield)
         except (KeyboardInterrupt, pytest.exit.Exception):

@@ -59,6 +59,7 @@ from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import units
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
+from pytest_ipu.results import level_shift
 from pytest_ipu.results import schema
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
@@ -314,7 +315,7 @@ def check_gates(
             for bench in run.benchmarks
             if bench.record is not None
         ]
-        verdicts.extend(runner.check(measured).verdicts)
+        verdicts.extend(level_shift.check(runner, measured, run.machine_speed).verdicts)
     return verdicts
 
 

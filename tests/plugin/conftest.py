@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy  # noqa: F401
 import pytest
 
+from pytest_ipu.pytest_plugin import machine_speed
+from tests.fakes.machine_speed import steady_probe
 from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import XDIST_VARIABLES
 
@@ -20,3 +22,6 @@ def _inner_run_options(monkeypatch: pytest.MonkeyPatch) -> None:
     # One repeat unless a test asks for more: most plugin tests check what one measurement gives
     # (tests/plugin/test_repeats.py covers repeats).
     monkeypatch.setenv("PYTEST_IPU_REPEATS", "1")
+    # A steady machine: the inner runs' verdicts must not depend on how busy this one is between
+    # runs (tests/plugin/test_machine_speed_plugin.py samples the real one).
+    monkeypatch.setattr(machine_speed, "new_probe", steady_probe)
