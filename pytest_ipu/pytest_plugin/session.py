@@ -97,6 +97,10 @@ class IpuSession:
         self._repeats: RepeatScheduler | None = None
         self._gate_check: GateCheck | None = None
         self._speed: RunSpeed | None = None
+        #: Whether the first benchmark looked at the BLAS and OpenMP threads (``blas_threads``), and
+        #: the line the terminal summary then prints (``None``: nothing to say).
+        self.blas_checked = False
+        self.blas_notice: str | None = None
 
     # -- repeats and gates: made when a run has something for them ---------------------------------
 

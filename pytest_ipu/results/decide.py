@@ -44,7 +44,12 @@ benchmark (energy, compile time), there is no interval: INCONCLUSIVE.
 
 A value the current record lacks FAILs any gate, with the record's reason (for power, why it was
 not measured): what the gate asks for was not delivered. A value the baseline lacks makes the
-gate INCONCLUSIVE: there is nothing to compare with.
+gate INCONCLUSIVE: there is nothing to compare with; so does a baseline whose value follows another
+definition of the metric (``catalog.Metric.unlike``: a throughput of the window against one of the
+median round), "unlike figures".
+
+``GateRunner`` judges the benchmarks' figures alone; ``level_shift.check`` runs it and then takes
+back the verdicts that a level shift of the machine since the baselines' time could explain.
 
 Energy, power, compile and first-call times are measured once per benchmark, not per repeat:
 only baseline runs can give them a spread. ``benchmarks/test_gate_accuracy.py`` measures the
@@ -694,6 +699,13 @@ class GateRunner:
         )
 
     def _relative(self, gate: Gate, m: Measured, before: IpuRecord) -> Verdict:
+        # A metric whose definition changed (throughput: the median round's, once the window's)
+        # compares only like with like: a baseline of the other definition cannot decide.
+        baselines = (b.record for run in self.history for b in run.benchmarks if b.fullname == m.fullname)
+        unlike = METRICS[gate.metric].unlike(m.record, before, *baselines)
+        if unlike is not None:
+            then, now = before.value(gate.metric), m.record.value(gate.metric)
+            return Verdict(gate, m.name, INCONCLUSIVE, then, now, None, None, "unlike figures", unlike)
         history = self.history_of(m.fullname, gate.metric)
         return check(gate, m.name, m.record, before, alpha=self.alpha, history=history, drift=self.drift)
 
