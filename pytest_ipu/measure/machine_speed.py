@@ -17,8 +17,8 @@ while a slower core or a shared cache moves them all):
 A sample's ``level_s`` is the geometric mean of the two medians: one number per sample whose log
 the level-shift rule averages. Beside it each sample keeps the 1-minute load average and the
 share of the machine's CPU time other processes and the hypervisor (steal) took since the sample
-before (``contention``). One sample costs about 10 ms on a 2020s x86 core; a run takes at most
-``MAX_SAMPLES``.
+before (``contention``). One sample cost 15 ms on a shared 2-core machine at load 5 (docs/ci.md,
+level shifts of the machine); a run takes at most ``MAX_SAMPLES``.
 
 Pure apart from the clock and the kernels, both injectable (tests pass fakes); no pytest here.
 """

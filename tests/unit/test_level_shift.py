@@ -167,23 +167,3 @@ def test_the_samples_are_read_back_and_checked(tmp_path: Path) -> None:
     ):
         read_run(path)
     assert read_run(_run(tmp_path / "old.json", 1e-3, None)).machine_speed is None  # older files
-
-
-def test_a_throughput_gate_compares_only_like_figures(tmp_path: Path) -> None:
-    # The baseline predates the median round's throughput (only the window's); the run has both.
-    base = tmp_path / "base.json"
-    now = tmp_path / "now.json"
-    run_files.write(base, run_files.bench(1, 1e-3, 1000.0))
-    entry = run_files.bench(1, 1e-3, 900.0)
-    entry["extra_info"]["ipu"]["median_throughput_items_per_s"] = 1000.0
-    run_files.write(now, entry)
-    runs = [read_run(base), read_run(now)]
-    (verdict,) = compare.check_gates(compare.compare_runs(runs), [gates.parse("throughput:-5%")])
-    assert verdict.outcome == "INCONCLUSIVE"
-    assert verdict.method == "unlike figures"
-    assert (
-        "throughput is median_throughput_items_per_s in some records, throughput_items_per_s in others"
-        in (verdict.advice)
-    )
-    (latency,) = compare.check_gates(compare.compare_runs(runs), [gates.parse("latency.p50:+5%")])
-    assert latency.method != "unlike figures"  # other metrics are alike
