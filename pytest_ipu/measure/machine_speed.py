@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+import typing
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,8 +51,9 @@ WORKLOAD = (
     f"{NUMPY_SIZE} float64; level = their geometric mean"
 )
 
-#: A kernel: runs once; the caller times it.
-Kernel = Callable[[], object]
+#: A kernel: runs once; the caller times it (``typing``'s Callable: Python 3.8 cannot subscript
+#: ``collections.abc.Callable`` at run time).
+Kernel = typing.Callable[[], object]
 
 
 def python_kernel() -> int:
