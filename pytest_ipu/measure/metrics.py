@@ -72,6 +72,25 @@ def throughput(items: float, window_s: float) -> float:
     return items / window_s
 
 
+def median_round_throughput(items_per_round: float, round_times_s: Sequence[float]) -> float | None:
+    """Items per round over the median round's wall time: the throughput of a typical round.
+
+    One round is one call of every instance, started together and ended when the slowest is done,
+    so with several instances this is their summed rate over the median round. A round that a
+    neighbour's time slice (or a collection pause) stretched moves the window's throughput
+    (``throughput``), which counts every round's time, but not this median, as it moves no
+    ``latency.p50``: the figure a gate judges throughput by (docs/numbers.md). ``None`` when the
+    median round took no time the timer could see (no rate to state)."""
+    if items_per_round < 0:
+        raise ValueError(f"items per round must be >= 0, got {items_per_round}")
+    if not round_times_s:
+        raise ValueError("no round times to take the median of")
+    median = statistics.median(round_times_s)
+    if median < 0:
+        raise ValueError(f"round times must be >= 0 s, got a median of {median}")
+    return items_per_round / median if median > 0 else None
+
+
 #: The off-CPU share at which a host CPU benchmark is flagged ``off-cpu`` (``IpuRecord.off_cpu``).
 OFF_CPU_FLAG = 0.25
 

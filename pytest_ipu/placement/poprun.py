@@ -52,6 +52,10 @@ AGGREGATION: Mapping[str, str] = {
         "side by side throughout); null without the window edges"
     ),
     "rounds": "the timed rounds of all instances together",
+    "median_throughput_items_per_s": (
+        "not kept: each instance's median round is its own, so the throughput metric of a launch reads "
+        "its window's figure (throughput_items_per_s)"
+    ),
     "latency_s": (
         "per statistic, the worst (largest) value of any instance; each instance's own summary is in "
         "its record under poprun.instances"
@@ -388,6 +392,11 @@ def _merge_records(
     else:
         merged["throughput_items_per_s"] = items / merged["window_s"] if merged["window_s"] > 0 else rates
         merged["sum_of_ranks_items_per_s"] = rates
+    # Each instance's median round is its own: a launch's rate is its window's figure alone.
+    merged.pop("median_throughput_items_per_s", None)
+    for repeat in merged.get("repeats") or ():
+        if isinstance(repeat, dict):
+            repeat.pop("median_throughput_items_per_s", None)
     merged["rounds"] = sum(int(r["rounds"]) for r in records)
     stats = [stat for stat in first["latency_s"] if all(stat in r["latency_s"] for r in records)]
     merged["latency_s"] = {stat: max(float(r["latency_s"][stat]) for r in records) for stat in stats}

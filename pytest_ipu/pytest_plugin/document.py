@@ -53,8 +53,9 @@ def update_machine_info(session: IpuSession, config: pytest.Config, machine_info
 
 def update_json(session: IpuSession, output_json: dict[str, Any]) -> None:
     """The top-level ``pytest_ipu`` section: schema version, plugin version, settings and, when the
-    run measured any, the energy of every ``ipu_power`` block (``power_blocks``) and, when it had
-    gates, every gate's verdict (``gates``). Under torchrun the document is kept for the launch's
+    run measured any, the energy of every ``ipu_power`` block (``power_blocks``), the run's samples
+    of its machine's speed (``machine_speed``) and, when it had gates, every gate's verdict
+    (``gates``). Under torchrun the document is kept for the launch's
     merge (``IpuSession.launch_document``)."""
     run_info: dict[str, Any] = {
         "schema": schema.SCHEMA_VERSION,
@@ -66,6 +67,13 @@ def update_json(session: IpuSession, output_json: dict[str, Any]) -> None:
         from pytest_ipu.results import power_blocks
 
         run_info[power_blocks.KEY] = [b.as_json() for b in session.power_blocks]
+    from pytest_ipu.pytest_plugin.repeats import in_worker
+
+    if not in_worker():
+        # The last sample of the machine's speed, before the gates still to check read it.
+        measured_speed = session.speed().final()
+        if measured_speed is not None:
+            run_info[benchmark_json.MACHINE_SPEED_KEY] = measured_speed.as_json()
     # Every benchmark's gates, not only those checked as each was measured (end_session checks
     # the rest again: a no-op then).
     gate_check = session.gate_check_made

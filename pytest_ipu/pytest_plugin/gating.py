@@ -42,6 +42,7 @@ baseline and the run stops as without one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +54,7 @@ import pytest
 from pytest_ipu.pytest_plugin.settings import Settings
 
 if TYPE_CHECKING:
+    from pytest_ipu.measure.machine_speed import MachineSpeed
     from pytest_ipu.pytest_plugin.repeats import Untimed
     from pytest_ipu.results.benchmark_json import StoredRun
     from pytest_ipu.results.decide import GateRunner
@@ -122,6 +124,9 @@ class GateCheck:
         self.interrupted = False
         #: Whether this run runs tests (``False`` under ``--collect-only``: no gate is asked to check).
         self._runs_tests = True
+        #: This run's samples of its machine's speed so far (``IpuSession`` sets it): what a level
+        #: shift since the baselines' time is told by (``results.level_shift``).
+        self.machine_speed: Callable[[], MachineSpeed | None] = lambda: None
 
     # -- benchmarks that are not timed ----------------------------------------------------------------
 
@@ -383,10 +388,17 @@ class GateCheck:
             return ()  # a rank's share of a launch: rank 0 checks the merged records
         if in_worker() or (not self.settings.gates and not any(m.gates for m in measured)):
             return ()  # nothing to decide: the decision rule (and numpy) is never loaded
-        outcome = self._runner().check(measured)
+        from pytest_ipu.results import level_shift
+
+        outcome = level_shift.check(self._runner(), measured, self.machine_speed())
         self.gate_verdicts.extend(outcome.verdicts)
         self.missing.extend(outcome.missing)
-        self.notes.extend(v for v in outcome.notes if v not in self.notes)
+        for note in outcome.notes:
+            if note.startswith(level_shift.NOTE_PREFIX):
+                # The machine's level as the newest samples have it, once.
+                self.notes[:] = [n for n in self.notes if not n.startswith(level_shift.NOTE_PREFIX)]
+            if note not in self.notes:
+                self.notes.append(note)
         return outcome.verdicts
 
     def _runner(self) -> GateRunner:

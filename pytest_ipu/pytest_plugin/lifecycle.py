@@ -207,7 +207,21 @@ class Lifecycle:
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         """Mark an item whose call was interrupted (Ctrl-C, ``pytest.exit``) as failed, like one whose
         call raised: its benchmark never finished, and pytest-benchmark's "fixture was not used"
-        warning, raised as the session ends, would be wrong (and an error under ``-W error``)."""
+        warning, raised as the session ends, would be wrong (and an error under ``-W error``).
+
+        Before a benchmark's call, a sample of the machine's speed when one is due
+        (``machine_speed``): what the gates tell a level shift of the machine by; and, once a run,
+        whether BLAS and OpenMP threads are pinned (``blas_threads``: the summary warns if not)."""
+        if "benchmark" in getattr(item, "fixturenames", ()):
+            from pytest_ipu.pytest_plugin.repeats import in_worker
+
+            if not in_worker():  # the process that started a repeat worker samples, gates and warns
+                self.session.speed().between()
+                if not self.session.blas_checked:
+                    from pytest_ipu.pytest_plugin import blas_threads
+
+                    self.session.blas_checked = True
+                    self.session.blas_notice = blas_threads.notice()
         try:
             return (yield)
         except (KeyboardInterrupt, pytest.exit.Exception):
@@ -374,6 +388,8 @@ class Lifecycle:
         and whose second half the short test summary.
         """
         state = self.session
+        if state.blas_notice is not None:
+            terminalreporter.write_line(state.blas_notice, yellow=True)
         # A run with nothing to show loads no report module (every plain pytest run ends here).
         if state.measured or state.power_blocks or state.auto is not None:
             from pytest_ipu.pytest_plugin import terminal_section

@@ -168,8 +168,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "--ipu-torch-threads",
         "N",
         AUTO,
-        "intra-op threads of the torch backend (torch.set_num_threads); 'auto' keeps torch's default "
-        "(one per core), which oversubscribes a machine that other jobs share",
+        "intra-op threads of the torch backend (torch.set_num_threads), and of numpy's BLAS and OpenMP "
+        "where OMP_NUM_THREADS, OPENBLAS_NUM_THREADS, MKL_NUM_THREADS are unset; 'auto' keeps the "
+        "defaults (one per core), which oversubscribe a machine that other jobs share",
     ),
     OptionSpec(
         "torch_interop_threads",

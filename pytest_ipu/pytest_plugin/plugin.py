@@ -118,6 +118,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config, options.settings_from_config(config), poprun=instance, torchrun=rank, merged_json=merged_json
     )
     options.warn_unknown_variables(config)
+    if session.settings.torch_threads is not None:
+        # BLAS and OpenMP threads pinned with torch's, before numpy loads (``blas_threads``).
+        from pytest_ipu.pytest_plugin import blas_threads
+
+        blas_threads.pin(session.settings.torch_threads)
     # A bad --ipu-scaling-baseline stops the run before anything is measured (a usage error).
     session.scaling_baseline()
     # So do the run's own gates in a run where pytest-benchmark times nothing (pytest-xdist,

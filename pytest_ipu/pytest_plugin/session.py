@@ -22,10 +22,12 @@ if TYPE_CHECKING:
     from pytest_ipu.backends.base import Backend
     from pytest_ipu.backends.target import Target
     from pytest_ipu.devices.poprun import PopRunInstance
+    from pytest_ipu.measure.machine_speed import MachineSpeed
     from pytest_ipu.placement.rank_group import RankGroup
     from pytest_ipu.placement.rank_group import ScopedRanks
     from pytest_ipu.placement.torchrun import TorchrunRank
     from pytest_ipu.pytest_plugin.gating import GateCheck
+    from pytest_ipu.pytest_plugin.machine_speed import RunSpeed
     from pytest_ipu.pytest_plugin.meters import RunMeters
     from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
     from pytest_ipu.pytest_plugin.run_backends import RunBackends
@@ -94,6 +96,11 @@ class IpuSession:
         self._meters: RunMeters | None = None
         self._repeats: RepeatScheduler | None = None
         self._gate_check: GateCheck | None = None
+        self._speed: RunSpeed | None = None
+        #: Whether the first benchmark looked at the BLAS and OpenMP threads (``blas_threads``), and
+        #: the line the terminal summary then prints (``None``: nothing to say).
+        self.blas_checked = False
+        self.blas_notice: str | None = None
 
     # -- repeats and gates: made when a run has something for them ---------------------------------
 
@@ -126,6 +133,7 @@ class IpuSession:
             gate_check = GateCheck(self.settings, self.measured)
             gate_check.deferred = self.torchrun is not None and self.torchrun.count > 1
             gate_check.configure(self.config)
+            gate_check.machine_speed = self._speed_so_far
             self._gate_check = gate_check
         return self._gate_check
 
@@ -134,6 +142,19 @@ class IpuSession:
         """The gate check when one was made (``None``: the run has no gate, baseline or gated
         benchmark, and a hook has nothing to tell it or ask it)."""
         return self._gate_check
+
+    def speed(self) -> RunSpeed:
+        """The run's samples of its machine's speed, made by the first benchmark or document
+        (``machine_speed``)."""
+        if self._speed is None:
+            from pytest_ipu.pytest_plugin.machine_speed import RunSpeed
+
+            self._speed = RunSpeed()
+        return self._speed
+
+    def _speed_so_far(self) -> MachineSpeed | None:
+        """The samples of the machine's speed taken so far (``None``: none yet)."""
+        return None if self._speed is None else self._speed.current()
 
     @property
     def compiled(self) -> CompileCache:

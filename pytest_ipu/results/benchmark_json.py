@@ -17,6 +17,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from pytest_ipu.measure import machine_speed as speed
 from pytest_ipu.results import records
 from pytest_ipu.results import schema
 from pytest_ipu.results.power_blocks import PowerBlock
@@ -75,13 +76,16 @@ class StoredVerdict:
 OUTCOMES = ("PASS", "FAIL", "INCONCLUSIVE")
 #: The top-level section's key of the gate verdicts.
 GATES_KEY = "gates"
+#: The top-level section's key of the run's samples of its machine's speed (``measure.machine_speed``).
+MACHINE_SPEED_KEY = "machine_speed"
 
 
 @dataclass(frozen=True)
 class StoredRun:
     """A whole saved run: where it came from, the machine it ran on, its benchmarks, the energy
-    of its ``ipu_power`` blocks (none in files written before they were kept) and the verdicts of
-    its gates (none when it had no gates)."""
+    of its ``ipu_power`` blocks (none in files written before they were kept), the verdicts of
+    its gates (none when it had no gates) and its samples of the machine's speed (``None`` in files
+    written before they were kept, or without pytest-ipu)."""
 
     path: Path
     machine_info: Mapping[str, Any]
@@ -90,6 +94,7 @@ class StoredRun:
     benchmarks: tuple[StoredBenchmark, ...]
     power_blocks: tuple[PowerBlock, ...] = ()
     gates: tuple[StoredVerdict, ...] = ()
+    machine_speed: speed.MachineSpeed | None = None
 
 
 def attach(extra_info: dict[str, Any], record: Mapping[str, Any]) -> None:
@@ -188,6 +193,7 @@ def parse_run(data: object, path: Path) -> StoredRun:
         tuple(out),
         _power_blocks(section, path),
         _verdicts(section, path),
+        _machine_speed(section, path),
     )
 
 
@@ -229,6 +235,17 @@ def _verdicts(section: Mapping[str, Any] | None, path: Path) -> tuple[StoredVerd
             )
         out.append(StoredVerdict(*(str(f) for f in fields)))
     return tuple(out)
+
+
+def _machine_speed(section: Mapping[str, Any] | None, path: Path) -> speed.MachineSpeed | None:
+    """The run's samples of its machine's speed; ``None`` when the section has none."""
+    data = None if section is None else section.get(MACHINE_SPEED_KEY)
+    if data is None:
+        return None
+    try:
+        return speed.from_json(data, f"'{TOP_LEVEL_KEY}.{MACHINE_SPEED_KEY}'")
+    except speed.MachineSpeedError as exc:
+        raise RunFileError(f"{path}: {exc}; {_FIX}") from None
 
 
 def _power_blocks(section: Mapping[str, Any] | None, path: Path) -> tuple[PowerBlock, ...]:

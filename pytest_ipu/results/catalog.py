@@ -79,6 +79,11 @@ class Metric:
     #: Where pytest-benchmark keeps it for a benchmark of its own fixture; `None`: such a benchmark
     #: has no value for it.
     plain: PlainSource | None = None
+    #: Where a record that has nothing at `path` keeps the metric as it was defined before (a record
+    #: written before `path` was kept, or one with no rounds to define it by); `None` for nowhere.
+    #: `definition` says which a record's value comes from, and figures of two definitions are
+    #: never compared (`unlike`).
+    fallback: tuple[str, ...] | None = None
 
     @property
     def better(self) -> units.Better:
@@ -88,8 +93,29 @@ class Metric:
     def value(self, record: Any) -> float | None:
         """The metric's value in a typed record (``IpuRecord``) or repeat (``RepeatRecord``), SI
         units; ``None`` when the record has none."""
-        value = _walk(record, self.path)
+        value = _walk(record, self._path(record))
         return None if value is None else float(value)
+
+    def _path(self, record: Any) -> tuple[str, ...]:
+        """``path``, or ``fallback`` where the record has nothing at ``path``."""
+        if self.fallback is not None and _walk(record, self.path) is None:
+            return self.fallback
+        return self.path
+
+    def definition(self, record: Any) -> str:
+        """Which definition a record's value follows: its JSON path, dotted."""
+        return ".".join(self._path(record))
+
+    def unlike(self, *records: Any) -> str | None:
+        """Why the records' values of this metric cannot be compared (they follow different
+        definitions: ``fallback``), naming both; ``None`` when they can."""
+        kinds = {self.definition(r) for r in records if r is not None}
+        if len(kinds) < 2:
+            return None
+        return (
+            f"{self.name} is {' in some records, '.join(sorted(kinds))} in others: unlike figures; "
+            f"compare records that both have {'.'.join(self.path)} (save the baselines again)"
+        )
 
     def repeat_values(self, record: Any) -> tuple[float, ...]:
         """The metric's independent measurements in a typed record: the runs it keeps (``runs``),
@@ -99,7 +125,9 @@ class Metric:
             if kept is not None:
                 return tuple(float(v) for v in kept)
         if self.per_repeat and record.repeats:
-            each = [_walk(r, self.path) for r in record.repeats]
+            # The record's own definition in every repeat: a pooled figure and its repeats alike.
+            path = self._path(record)
+            each = [_walk(r, path) for r in record.repeats]
             if all(v is not None for v in each):
                 return tuple(float(v) for v in each)
         value = self.value(record)
@@ -166,13 +194,17 @@ METRICS: Mapping[str, Metric] = {
     m.name: m
     for m in (
         *(_latency(k) for k in ("min", "p50", "p90", "p99", "max", "mean")),
-        # For a plain benchmark: calls per second, 1 / mean, pytest-benchmark's own "OPS".
+        # Items per round over the median round (docs/numbers.md): the rounds' throughput, which a
+        # neighbour's time slice in one round does not move; the window's figure where a record has
+        # no rounds to take a median of, or predates it. For a plain benchmark the same, from its
+        # statistics: calls per second over its median round, 1 / median.
         Metric(
             "throughput",
-            ("throughput_items_per_s",),
+            ("median_throughput_items_per_s",),
             "items/s",
             per_repeat=True,
-            plain=PlainSource(stat="mean", per_second=True),
+            fallback=("throughput_items_per_s",),
+            plain=PlainSource(stat="median", per_second=True),
         ),
         # The process's CPU time per round (every thread: a runtime's worker threads are host work
         # too; and its instance worker processes'), which other processes barely move; the median

@@ -70,6 +70,7 @@ from pytest_ipu.results import decide
 from pytest_ipu.results import family
 from pytest_ipu.results import gates
 from pytest_ipu.results import job_summary
+from pytest_ipu.results import level_shift
 from pytest_ipu.results import schema
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
@@ -259,10 +260,36 @@ def compare_runs(runs: Sequence[StoredRun]) -> Comparison:
             plain = any(b is not None and b.record is None for b in present)
             for metric in METRICS if plain else RECORD_METRICS:
                 values = tuple(None if b is None else metric.read(b) for b in present)
+                values = _alike(values, present, metric.name, [r.path.name for r in runs], missing)
                 if any(v is not None for v in values):
                     repeats = tuple(() if b is None else metric.read_repeats(b) for b in present)
                     lines.append(Line(group, bench.name, metric, values, repeats))
     return Comparison(tuple(runs), tuple(lines), tuple(missing), tuple(hardware_differences(runs)))
+
+
+def _alike(
+    values: tuple[float | None, ...],
+    present: Sequence[StoredBenchmark | None],
+    metric: str,
+    names: Sequence[str],
+    missing: list[str],
+) -> tuple[float | None, ...]:
+    """``values`` with those of another definition of ``metric`` than the first run's
+    (``catalog.Metric.unlike``: a throughput of the window against one of the median round) left
+    out, each with a line in ``missing``: unlike figures are never compared."""
+    known = schema.METRICS.get(metric)
+    first = present[0].record if present and present[0] is not None else None
+    if known is None or known.fallback is None or first is None:
+        return values
+    kept = list(values)
+    for i, bench in enumerate(present[1:], start=1):
+        if bench is not None and bench.record is not None and known.unlike(first, bench.record):
+            kept[i] = None
+            missing.append(
+                f"{bench.fullname}: {metric} in {names[i]} is {known.definition(bench.record)}, in "
+                f"{names[0]} {known.definition(first)}: unlike figures, not compared"
+            )
+    return tuple(kept)
 
 
 def _sort_key(bench: StoredBenchmark) -> tuple[Any, ...]:
@@ -340,7 +367,8 @@ def check_gates(
             measured.append(Measured(bench.fullname, bench.name, group, figures, bench.samples_s or ()))
         elif isinstance(figures, PlainBenchmark):
             measured.append(PlainMeasured(bench.fullname, bench.name, figures))
-    return list(family.adjust(runner.check(measured).verdicts, job_alpha))
+    outcome = level_shift.check(runner, measured, last.machine_speed)
+    return list(family.adjust(outcome.verdicts, job_alpha))
 
 
 #: The gates' summary when gates were given and no benchmark could be checked: a failure, as in

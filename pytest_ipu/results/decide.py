@@ -45,7 +45,12 @@ benchmark (energy, compile time), there is no interval: INCONCLUSIVE.
 
 A value the current record lacks FAILs any gate, with the record's reason (for power, why it was
 not measured): what the gate asks for was not delivered. A value the baseline lacks makes the
-gate INCONCLUSIVE: there is nothing to compare with.
+gate INCONCLUSIVE: there is nothing to compare with; so does a baseline whose value follows another
+definition of the metric (``catalog.Metric.unlike``: a throughput of the window against one of the
+median round), "unlike figures".
+
+``GateRunner`` judges the benchmarks' figures alone; ``level_shift.check`` runs it and then takes
+back the verdicts that a level shift of the machine since the baselines' time could explain.
 
 Energy, power, compile and first-call times are measured once per benchmark, not per repeat:
 only baseline runs can give them a spread. ``benchmarks/test_gate_accuracy.py`` measures the
@@ -84,6 +89,7 @@ from pytest_ipu.results.gated import Gated
 from pytest_ipu.results.gates import Gate
 from pytest_ipu.results.plain import gated
 from pytest_ipu.results.plain import not_gated
+from pytest_ipu.results.records import IpuRecord
 
 #: Significant figures of the values in a verdict's line.
 DIGITS = 4
@@ -783,6 +789,16 @@ class GateRunner:
         )
 
     def _relative(self, gate: Gate, m: Candidate, before: Gated) -> Verdict:
+        # A metric whose definition changed (throughput: the median round's, once the window's)
+        # compares only like with like: a baseline of the other definition cannot decide. Only
+        # records have definitions to differ (a plain benchmark's figures are pytest-benchmark's).
+        baselines = (b.record for run in self.history for b in run.benchmarks if b.fullname == m.fullname)
+        unlike = METRICS[gate.metric].unlike(
+            *(r for r in (m.record, before, *baselines) if isinstance(r, IpuRecord))
+        )
+        if unlike is not None:
+            then, now = before.value(gate.metric), m.record.value(gate.metric)
+            return Verdict(gate, m.name, INCONCLUSIVE, then, now, None, None, "unlike figures", unlike)
         history = self.history_of(m.fullname, gate.metric)
         return check(gate, m.name, m.record, before, alpha=self.alpha, history=history, drift=self.drift)
 

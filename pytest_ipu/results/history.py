@@ -57,6 +57,7 @@ from pytest_ipu.results import compare
 from pytest_ipu.results import storage
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
+from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.records import group_name
 
 #: Commit ids pytest-benchmark writes when the run was not in a repository.
@@ -421,7 +422,8 @@ def _build(
             group = group_name(bench.group, bench.name)
             built: list[tuple[compare.CompareMetric, tuple[Point, ...]]] = []
             for metric in _chosen(candidates, metrics):
-                points = _points(fullname, found, metric, order, notes, left_out)
+                alike = _alike(found, metric.name, fullname, notes) if recorded else found
+                points = _points(fullname, alike, metric, order, notes, left_out)
                 if points:
                     built.append((metric, points))
                     if not metrics:
@@ -461,6 +463,26 @@ def _folded(
         else:
             out.append(Series(fullname, name, group, metric.name, metric.unit, machine, points))
     return out
+
+
+def _alike(
+    found: Sequence[tuple[_Run, StoredBenchmark]], metric: str, fullname: str, notes: list[str]
+) -> Sequence[tuple[_Run, StoredBenchmark]]:
+    """The runs whose ``metric`` follows the newest run's definition (``catalog.Metric.definition``:
+    a throughput of the median round, or of the window in records before it); the others are left
+    out with a note, so that no change point marks a change of definition."""
+    known = METRICS.get(metric)
+    if known is None or known.fallback is None or not found:
+        return found
+    newest = known.definition(found[-1][1].record)
+    kept = [(r, b) for r, b in found if known.definition(b.record) == newest]
+    left = [b for _, b in found if known.definition(b.record) != newest]
+    if left:
+        notes.append(
+            f"{fullname}: {metric}: {len(left)} older run(s) left out: their {metric} is "
+            f"{known.definition(left[0].record)}, the newest runs' {newest} (unlike figures)"
+        )
+    return kept
 
 
 def _points(

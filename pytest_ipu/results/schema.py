@@ -113,6 +113,12 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
         "stability": None if record.stability is None else record.stability.as_json(),
         "contention": None if record.contention is None else record.contention.as_json(),
         "cpu": None if record.cpu is None else record.cpu.as_json(),
+        # Absent, not null, where there is none: such records are written as they always were.
+        **(
+            {}
+            if record.median_throughput_items_per_s is None
+            else {"median_throughput_items_per_s": record.median_throughput_items_per_s}
+        ),
         # The training parts are absent, not null, from inference records: those are written as
         # they always were.
         **{
@@ -188,6 +194,7 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
         instances=None if data.get("instances") is None else _each(data, "instances", _instance),
         device_latency=_free(data, "device_latency"),
         repeats=() if data.get("repeats") is None else _each(data, "repeats", _repeat),
+        median_throughput_items_per_s=_number_or_none(data, "median_throughput_items_per_s"),
         budget=_part(data, "budget", _budget),
         stability=_part(data, "stability", _stability),
         contention=_part(data, "contention", _contention),
@@ -582,6 +589,7 @@ def _repeat(data: Mapping[str, Any], at: str) -> RepeatRecord:
         process=_text(data, "process", at, default="this"),
         cpu=_part(data, "cpu", _cpu, at),
         start_unix_s=_number_or_none(data, "start_unix_s", at),
+        median_throughput_items_per_s=_number_or_none(data, "median_throughput_items_per_s", at),
     )
 
 

@@ -297,6 +297,7 @@ def measure(
     calls, instances = instance_calls(compiled, samples)
     latency = metrics.summarize_latency(calls)
     throughput = metrics.throughput(items * window.rounds, window_s)
+    median_throughput = metrics.median_round_throughput(items, samples) if samples else None
     cpu = cpu_time(compiled, window, items * window.rounds)
     repeat = records.RepeatRecord(
         index=index,
@@ -308,6 +309,7 @@ def measure(
         process=process,
         cpu=cpu,
         start_unix_s=None if window.start_unix_ns is None else window.start_unix_ns * 1e-9,
+        median_throughput_items_per_s=median_throughput,
     )
     budget = records.BudgetRecord(
         budget_s=budget_s if auto else None,
@@ -333,6 +335,7 @@ def measure(
         latency_s=latency,
         window_s=window_s,
         throughput_items_per_s=throughput,
+        median_throughput_items_per_s=median_throughput,
         compile_s=compiled.compile_s,
         compile_cached=compiled.compile_cached,
         first_call_s=warm.first_call_s,
@@ -527,6 +530,7 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
         latency_s=metrics.summarize_latency(calls) if calls else last.latency_s,
         window_s=window_s,
         throughput_items_per_s=metrics.throughput(items, window_s),
+        median_throughput_items_per_s=_pooled_median_throughput(last, samples),
         first_call_s=parts[0].record.first_call_s,
         repeats=repeats,
         budget=budget,
@@ -538,6 +542,16 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
     return Measurement(record, samples, calls)
 
 
+def _pooled_median_throughput(last: records.IpuRecord, samples: Sequence[float]) -> float | None:
+    """Items per round over the median round of every repeat's rounds together; ``None`` where the
+    repeats have no median-round figure (no rounds kept). A round completes ``items_per_call`` of
+    every instance: the last repeat's own figure times its median round gives that count back."""
+    if last.median_throughput_items_per_s is None or not samples:
+        return None
+    instances = len(last.instances) if last.instances else 1
+    return metrics.median_round_throughput(last.items_per_call * instances, samples)
+
+
 def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
     return records.RepeatRecord(
         index=index,
@@ -546,4 +560,5 @@ def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
         latency_s=record.latency_s,
         throughput_items_per_s=record.throughput_items_per_s,
         cpu=record.cpu,
+        median_throughput_items_per_s=record.median_throughput_items_per_s,
     )

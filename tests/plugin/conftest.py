@@ -8,6 +8,9 @@ from __future__ import annotations
 import numpy  # noqa: F401
 import pytest
 
+from pytest_ipu.pytest_plugin import blas_threads
+from pytest_ipu.pytest_plugin import machine_speed
+from tests.fakes.machine_speed import steady_probe
 from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import XDIST_VARIABLES
 
@@ -20,3 +23,10 @@ def _inner_run_options(monkeypatch: pytest.MonkeyPatch) -> None:
     # One repeat unless a test asks for more: most plugin tests check what one measurement gives
     # (tests/plugin/test_repeats.py covers repeats).
     monkeypatch.setenv("PYTEST_IPU_REPEATS", "1")
+    # A steady machine: the inner runs' verdicts must not depend on how busy this one is between
+    # runs (tests/plugin/test_machine_speed_plugin.py samples the real one).
+    monkeypatch.setattr(machine_speed, "new_probe", steady_probe)
+    # BLAS and OpenMP threads pinned as docs/ci.md asks of a CI job (a run warns where they are not:
+    # tests/plugin/test_blas_threads_plugin.py).
+    for name in blas_threads.VARIABLES:
+        monkeypatch.setenv(name, "1")

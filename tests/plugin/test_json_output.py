@@ -44,6 +44,7 @@ RECORD_KEYS = {
     "latency_unsupported",
     "window_s",
     "throughput_items_per_s",
+    "median_throughput_items_per_s",
     "compile_s",
     "compile_cached",
     "first_call_s",
@@ -327,7 +328,9 @@ def test_machine_info_describes_the_torch_cpu_backend(torch_run: TorchRun) -> No
 
 
 def test_top_level_section_has_schema_version_and_settings(torch_run: TorchRun) -> None:
-    top = torch_run.data["pytest_ipu"]
+    top = dict(torch_run.data["pytest_ipu"])
+    # The run's samples of its machine's speed (tests/plugin/test_machine_speed_plugin.py has them).
+    assert set(top.pop("machine_speed")) == {"workload", "cost_s", "samples"}
     assert top == {
         "schema": 2,
         "version": pytest_ipu.__version__,

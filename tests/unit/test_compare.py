@@ -402,3 +402,31 @@ def test_compare_reads_the_host_cost_and_gates_it(tmp_path: Path, capsys: pytest
     )
     assert cli.main(["compare", str(a), str(b), "--gate", "host_cpu_per_item<20ms"]) == 0
     capsys.readouterr()
+
+
+def test_a_throughput_gate_compares_only_like_figures(tmp_path: Path) -> None:
+    # The baseline predates the median round's throughput (only the window's); the run has both.
+    base = tmp_path / "base.json"
+    now = tmp_path / "now.json"
+    write(base, bench(1, 1e-3, 1000.0))
+    entry = bench(1, 1e-3, 900.0)
+    entry["extra_info"]["ipu"]["median_throughput_items_per_s"] = 1000.0
+    write(now, entry)
+    runs = [read_run(base), read_run(now)]
+    (verdict,) = compare.check_gates(compare.compare_runs(runs), [gates.parse("throughput:-5%")])
+    assert verdict.outcome == "INCONCLUSIVE"
+    assert verdict.method == "unlike figures"
+    assert (
+        "throughput is median_throughput_items_per_s in some records, throughput_items_per_s in others"
+        in (verdict.advice)
+    )
+    (latency,) = compare.check_gates(compare.compare_runs(runs), [gates.parse("latency.p50:+5%")])
+    assert latency.method != "unlike figures"  # other metrics are alike
+
+    # The table leaves the unlike figure out, naming it, rather than show a change of definition.
+    table = compare.compare_runs(runs)
+    (line,) = [ln for ln in table.lines if ln.metric.name == "throughput"]
+    assert line.values == (1000.0, None)  # the baseline's window figure; the unlike one left out
+    assert any(
+        "throughput in now.json is median_throughput_items_per_s, in base.json" in m for m in table.missing
+    )

@@ -547,3 +547,23 @@ def test_each_machine_is_judged_on_its_own_newest_run(
     (tmp_path / DARWIN / "0028_c08_x.json").unlink()
     assert cli.main(["history", str(tmp_path), "--machine", "*", "--fail-on-regression", "10%"]) == 0
     assert "not judged" not in capsys.readouterr().out
+
+
+def test_runs_whose_throughput_has_another_definition_are_left_out_with_a_note(tmp_path: Path) -> None:
+    folder = tmp_path / MACHINE
+    # Two runs before the median round's throughput was kept (only the window's), three after.
+    for i in range(5):
+        bench = run_files.bench(1, 1e-3, 900.0)
+        if i >= 2:
+            bench["extra_info"]["ipu"]["median_throughput_items_per_s"] = 1000.0
+        _save(folder, i + 1, f"c{i}", [bench], commit_time=_minute(i), ran=f"2026-01-02T10:00:0{i}")
+    found = _load(tmp_path, machines=[MACHINE], metrics=["throughput", "latency.p50"])
+    by_metric = {s.metric: s for s in found.series}
+    assert [p.commit for p in by_metric["throughput"].points] == ["c2", "c3", "c4"]
+    assert {p.value for p in by_metric["throughput"].points} == {1000.0}
+    assert len(by_metric["latency.p50"].points) == 5  # one definition: every run
+    assert any(
+        "throughput: 2 older run(s) left out: their throughput is throughput_items_per_s, the newest runs' "
+        "median_throughput_items_per_s (unlike figures)" in note
+        for note in found.notes
+    )

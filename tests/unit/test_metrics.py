@@ -193,3 +193,31 @@ def test_pooled_cpu_time_is_the_median_of_the_repeats_and_the_share_of_their_win
     assert pooled.host_cores == pytest.approx(60.0 / 70.0)
     with pytest.raises(ValueError, match="no repeats"):
         metrics.pool_cpu_time([])
+
+
+def test_one_slow_round_moves_the_window_throughput_but_not_the_median_rounds() -> None:
+    steady = [0.001] * 10
+    # The same rounds, one of them stretched by a neighbour's 50 ms time slice.
+    stretched = [0.001] * 9 + [0.051]
+
+    def window(rounds: list[float]) -> float:
+        return metrics.throughput(8 * len(rounds), math.fsum(rounds))
+
+    assert window(stretched) < window(steady) / 5  # the window's figure takes the whole slice
+    assert metrics.median_round_throughput(8, stretched) == metrics.median_round_throughput(8, steady)
+    assert metrics.median_round_throughput(8, steady) == pytest.approx(8000.0)
+
+
+@pytest.mark.parametrize(
+    ("items", "rounds", "message"),
+    [(-1, [0.001], "items per round must be >= 0, got -1"), (1, [], "no round times"), (1, [-1.0], ">= 0 s")],
+)
+def test_a_median_round_throughput_needs_items_and_rounds_of_some_length(
+    items: float, rounds: list[float], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        metrics.median_round_throughput(items, rounds)
+
+
+def test_a_median_round_of_no_measurable_time_gives_no_rate() -> None:
+    assert metrics.median_round_throughput(4, [0.0, 0.0, 0.001]) is None

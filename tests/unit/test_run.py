@@ -162,6 +162,30 @@ def test_one_repeat_records_itself_its_budget_and_the_contention_around_its_wind
     assert result.calls_s == result.samples_s
 
 
+def test_the_throughput_a_gate_judges_is_the_median_rounds_and_one_slow_round_does_not_move_it() -> None:
+    # The rounds' times as pytest-benchmark's timer took them: one stretched by a neighbour.
+    rounds = [0.002, 0.002, 0.002, 0.002, 0.002, 0.002, 0.080]
+    result = measure(
+        wrap_callable(lambda _batch: None),
+        ([1, 2, 3, 4],),
+        items_per_call=None,
+        policy=RoundsPolicy(warmup_rounds=0, rounds=7, max_time_s=1.0, min_rounds=1),
+        timer=RecordingBenchmark(),
+        round_times_s=lambda: rounds,
+        meter=None,
+    )
+    record = result.record
+    assert record.median_throughput_items_per_s == pytest.approx(4 / 0.002)
+    assert record.repeats[0].median_throughput_items_per_s == record.median_throughput_items_per_s
+    assert record.value("throughput") == record.median_throughput_items_per_s
+    assert record.repeat_values("throughput") == (record.median_throughput_items_per_s,)
+    # The window's figure stays in the record, as the tables show it.
+    assert record.throughput_items_per_s == 4 * 7 / record.window_s
+    # Pooled repeats: items per round over the median of every repeat's rounds.
+    pooled = pool([result, result], "interleaved", unstable_threshold=0.05).record
+    assert pooled.median_throughput_items_per_s == pytest.approx(4 / 0.002)
+
+
 def test_pooled_repeats_sum_rounds_and_windows_and_keep_each_summary() -> None:
     calls: list[str] = []
     parts = [_repeat(calls, index=1, rounds=5), _repeat(calls, index=2, rounds=7, others=0.3)]
