@@ -131,6 +131,9 @@ ROWS = [
     cli("--ipu-contended=-5%", "-5%", "expected a share such as '5%' or '0.05'"),
     cli("--ipu-drift=0", "0", "expected a share such as '5%' or '0.05'"),
     ini("ipu_drift = small", "small", "from ini key ipu_drift"),
+    cli("--ipu-job-alpha=0", "0", "expected a level such as '1%' or '0.01', above 0 and below 50%"),
+    cli("--ipu-job-alpha=60%", "60%", "expected a level such as '1%' or '0.01', above 0 and below 50%"),
+    env("PYTEST_IPU_JOB_ALPHA=rare", "rare", "expected a level such as '1%' or '0.01'"),
     ini("ipu_contended = lots", "lots", "from ini key ipu_contended"),
     # -- power sampling rate ---------------------------------------------------------------------------
     cli("--ipu-power-hz=0", "0", "expected 'auto' or a rate in Hz from 0.1 to 10000"),
