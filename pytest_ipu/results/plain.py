@@ -5,7 +5,8 @@ where kept, its per-round data.
 Which metrics it has is the registry's (``catalog.Metric.plain``): ``latency.min``, ``latency.p50``
 (its median), ``latency.mean`` and ``latency.max`` from its statistics; ``latency.p90`` and
 ``latency.p99`` from its per-round data (``stats.data``: in ``--benchmark-json`` files, and in saved
-runs with ``--benchmark-save-data``); ``throughput`` as calls per second over the median round (``1 / median``).
+runs with ``--benchmark-save-data``); ``throughput`` as calls per second over the median round
+(``1 / median``).
 It has one value per run for each: pytest-benchmark has no independent repeats, so only baseline
 runs give a gate its noise (``no_repeats``). What it cannot give (CPU time, energy, compile time) is
 named by ``why_missing``, which a verdict quotes.
