@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Callable
 from collections.abc import Generator
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -280,7 +281,9 @@ class Lifecycle:
         baseline then lacks)."""
         if isinstance(excinfo.value, pytest.Session.Interrupted):
             return
-        self.saving().interrupted = True
+        saving = self.saving()
+        saving.interrupted = True
+        saving.how = _how_stopped(excinfo.value)
         gate_check = self.session.gate_check_made
         if gate_check is not None:
             gate_check.interrupted = True
@@ -327,13 +330,12 @@ class Lifecycle:
     def _saving_interrupted(self, exc: KeyboardInterrupt) -> None:
         """Ctrl-C or SIGTERM (``RunTerminated``) while pytest-benchmark saved the results: the run ends
         as interrupted, with one line instead of a traceback (``RunSaving.interrupted_while_saving``)."""
-        how = "terminated (SIGTERM)" if isinstance(exc, RunTerminated) else "interrupted"
-        self.saving().interrupted_while_saving(self._pytest_session, how)
+        self.saving().interrupted_while_saving(self._pytest_session, _how_stopped(exc))
 
-    def _write_saved_run(self, target: Path, data: bytes) -> bool:
+    def _write_saved_run(self, next_name: Callable[[], Path], data: bytes) -> Path | None:
         """pytest-benchmark's storage writer, routed (``RunSaving.write_saved_run``): the run's file
-        written whole or not at all."""
-        return self.saving().write_saved_run(target, data)
+        written whole or not at all, under a name no other run has."""
+        return self.saving().write_saved_run(next_name, data)
 
     def _release(self) -> None:
         """Release every compiled model and power source, whatever happened (a warning says what
@@ -414,3 +416,9 @@ class Lifecycle:
             reporter.write_line(line, red=True)
         else:
             print(line)
+
+
+def _how_stopped(exc: BaseException) -> str:
+    """How an interrupted run stopped, as its "not saved" line begins: ``terminated (SIGTERM)`` for a
+    SIGTERM (``RunTerminated``), else ``interrupted`` (Ctrl-C, ``pytest.exit``)."""
+    return "terminated (SIGTERM)" if isinstance(exc, RunTerminated) else "interrupted"

@@ -14,8 +14,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from typing import cast
 
 import pytest
 
@@ -584,3 +589,55 @@ def test_autosave_onto_a_full_file_system_saves_nothing_and_says_one_line(
     # The storage keeps its complete run, and nothing half-written beside it.
     assert _runs(storage) == ["0001"]
     assert first.read_bytes() == complete
+
+
+# -- runs saving into one storage at the same moment ---------------------------------------------------
+
+
+def _routed_storage(path: Path, say: Callable[[str], None]) -> Any:
+    """A pytest-benchmark file storage at ``path`` whose writer is routed as a run's is
+    (``bench_seam.route_storage`` to ``RunSaving.write_saved_run``): one run's saving, in-process."""
+    from pytest_benchmark.storage.file import FileStorage
+
+    from pytest_ipu.pytest_plugin import bench_seam
+    from pytest_ipu.pytest_plugin.saving import RunSaving
+
+    class Logger:
+        def info(self, text: str) -> None:
+            say(text)
+
+    storage = FileStorage(path, logger=Logger(), default_machine_id="Linux-CPython-3.8-64bit")
+    config: Any = SimpleNamespace(_benchmarksession=SimpleNamespace(storage=storage))
+    saving = RunSaving(cast(Any, None), None, say)
+    assert bench_seam.route_storage(config, saving.write_saved_run)
+    return storage
+
+
+def test_runs_saving_into_one_storage_at_once_keep_every_run_under_its_own_name(tmp_path: Path) -> None:
+    # Every writer chooses its name from the same storage at the same moment, behind a barrier, under
+    # the same save name (autosave's commit and second): the kernel, not a check before the write,
+    # must give each a name of its own.
+    writers = 8
+    said: list[list[str]] = [[] for _ in range(writers)]
+    storages = [_routed_storage(tmp_path, said[i].append) for i in range(writers)]
+    barrier = threading.Barrier(writers)
+
+    def save(index: int) -> None:
+        barrier.wait()
+        storages[index].save({"benchmarks": [], "writer": index}, "abc123_20260101_000000")
+
+    threads = [threading.Thread(target=save, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    files = sorted(tmp_path.rglob("*"))
+    files = [f for f in files if f.is_file()]
+    # Every run is kept, each in a file of its own (no temporary file is left), and each writer said
+    # where its own run went.
+    assert sorted(json.loads(f.read_text())["writer"] for f in files) == list(range(writers))
+    assert [f.name for f in files] == [f"{n:04}_abc123_20260101_000000.json" for n in range(1, writers + 1)]
+    for index, lines in enumerate(said):
+        (line,) = lines
+        assert line.startswith("Saved benchmark data in: "), lines
+        assert json.loads(Path(line.split(": ", 1)[1]).read_text())["writer"] == index
