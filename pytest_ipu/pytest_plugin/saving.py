@@ -32,6 +32,14 @@ if TYPE_CHECKING:
 MAX_NAME_TRIES = 100
 
 
+def _fix(error: OSError, writable: str) -> str:
+    """The fix a failed write's line names: ``writable`` (a writable place), after "free space" only
+    where the file system was full (a read-only one or a permission is not cured by space)."""
+    return (
+        f"free space, or {writable}" if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else writable
+    )
+
+
 class RunSaving:
     """What the run saved and how: the ``--benchmark-json`` file pytest-benchmark writes at a temporary
     path and that is moved into place whole, the storage's saved run, and whether the run was
@@ -109,9 +117,7 @@ class RunSaving:
             fix = "save again"
         except OSError as exc:
             reason = str(exc.strerror or exc)
-            fix = "pass a writable --benchmark-storage"
-            if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                fix = f"free space, or {fix}"
+            fix = _fix(exc, "pass a writable --benchmark-storage")
         self.failed = True
         self._say(
             f"pytest-ipu: cannot save the run into the benchmark storage as {target}: {reason}; "
@@ -156,7 +162,7 @@ class RunSaving:
         self.failed = True
         self._say(
             f"pytest-ipu: --benchmark-json={pending.target}: cannot write the results: "
-            f"{error.strerror or error}; the file was left as it was (free space or pass a writable path)"
+            f"{error.strerror or error}; the file was left as it was ({_fix(error, 'pass a writable path')})"
         )
 
     def save_instead(self, has_benchmarks: bool) -> bool:

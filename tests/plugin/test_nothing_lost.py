@@ -256,9 +256,11 @@ def test_gates_with_every_gated_benchmark_skipped_fail_the_run(pytester: pytest.
 # -- interrupted runs ---------------------------------------------------------------------------------
 
 #: The second benchmark stops the run as asked by STOP: Ctrl-C (a KeyboardInterrupt) inside its
-#: measured call, as a user's Ctrl-C lands; ``pytest.exit``; or a failure (``-x`` then stops).
+#: measured call, as a user's Ctrl-C lands; SIGTERM to the run (a cancelled CI job); ``pytest.exit``;
+#: or a failure (``-x`` then stops).
 STOPPING = """
 import os
+import signal
 
 import pytest
 
@@ -271,6 +273,8 @@ def stop():
     how = os.environ.get("STOP")
     if how == "ctrl-c":
         raise KeyboardInterrupt
+    if how == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)
     if how == "exit":
         pytest.exit("stopped by the test")
     if how == "fail":
@@ -292,9 +296,12 @@ def _saved(directory: Path) -> list[str]:
     return sorted(p.name[:4] for p in (directory / ".benchmarks").rglob("*.json"))
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "exit"])
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [("ctrl-c", "interrupted"), ("exit", "interrupted"), ("sigterm", "terminated (SIGTERM)")],
+)
 def test_an_interrupted_run_saves_nothing_and_says_so(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str, said: str
 ) -> None:
     pytester.makepyfile(test_bench=STOPPING)
     pytester.runpytest(*SAVING).assert_outcomes(passed=3)
@@ -302,9 +309,9 @@ def test_an_interrupted_run_saves_nothing_and_says_so(
     monkeypatch.setenv("STOP", how)
     result = pytester.runpytest(*SAVING, no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    lines = [line for line in result.outlines if line.startswith("pytest-ipu: interrupted")]
+    lines = [line for line in result.outlines if line.startswith("pytest-ipu: ")]
     assert lines == [
-        "pytest-ipu: interrupted: results not saved, out.json keeps the previous complete run; "
+        f"pytest-ipu: {said}: results not saved, out.json keeps the previous complete run; "
         "no run was saved into file://./.benchmarks"
     ]
     assert (pytester.path / "out.json").read_bytes() == complete
@@ -641,3 +648,50 @@ def test_runs_saving_into_one_storage_at_once_keep_every_run_under_its_own_name(
         (line,) = lines
         assert line.startswith("Saved benchmark data in: "), lines
         assert json.loads(Path(line.split(": ", 1)[1]).read_text())["writer"] == index
+
+
+# -- a read-only file system, a folder where the file goes -------------------------------------------
+
+
+def test_json_onto_a_read_only_file_system_says_one_line(pytester: pytest.Pytester, small_fs: Path) -> None:
+    small_file_system.read_only(small_fs)
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest_subprocess(f"--benchmark-json={small_fs}/out.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    lines = [line for line in result.outlines if line.startswith("pytest-ipu:")]
+    assert lines == [
+        f"pytest-ipu: --benchmark-json={small_fs}/out.json: cannot write the results: Read-only file "
+        "system; the file was left as it was (pass a writable path)"
+    ]
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_storage_folder_on_a_read_only_file_system_names_the_cause(
+    pytester: pytest.Pytester, small_fs: Path
+) -> None:
+    small_file_system.read_only(small_fs)
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest_subprocess(
+        "--benchmark-autosave", f"--benchmark-storage=file://{small_fs}/storage"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    lines = [line for line in result.outlines if line.startswith("pytest-ipu:")]
+    assert len(lines) == 1, result.outlines
+    assert lines[0].startswith(
+        f"pytest-ipu: cannot save the run into the benchmark storage as {small_fs}/storage/"
+    )
+    assert lines[0].endswith(
+        ": Read-only file system; nothing was saved there (pass a writable --benchmark-storage)"
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_json_naming_a_folder_is_refused_before_any_test(pytester: pytest.Pytester) -> None:
+    (pytester.path / "adir").mkdir()
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest("--benchmark-json=adir")
+    assert_usage_error(
+        pytester, result, "--benchmark-json=adir: is a directory; pass the path of the JSON file to write"
+    )
+    assert "Wrote benchmark data" not in result.stdout.str()
+    assert list((pytester.path / "adir").iterdir()) == []
