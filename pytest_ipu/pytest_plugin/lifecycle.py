@@ -188,10 +188,16 @@ class Lifecycle:
     ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         """Mark an item whose setup or call failed, for ``ipu_benchmark``'s teardown: such a test
         never reached its benchmark, and pytest-benchmark's "fixture was not used" warning would be
-        wrong. Keep the reports of an earlier repeat, which decide whether the test runs again."""
+        wrong. Keep the reports of an earlier repeat, which decide whether the test runs again. A
+        benchmark whose test failed before its record was made is left out of the saved results."""
         report = yield
         if report.when in ("setup", "call") and report.failed:
             item.stash[FAILED_KEY] = True
+        benchmark = getattr(item, "funcargs", {}).get("benchmark")
+        if report.when in ("call", "teardown") and report.failed and benchmark is not None:
+            from pytest_ipu.pytest_plugin.bench_seam import fixture as bench_fixture
+
+            bench_fixture.leave_out_unfinished(benchmark)
         repeats, gate_check = self.session.repeats_made, self.session.gate_check_made
         if repeats is not None:
             repeats.made(report)

@@ -695,3 +695,40 @@ def test_json_naming_a_folder_is_refused_before_any_test(pytester: pytest.Pytest
     )
     assert "Wrote benchmark data" not in result.stdout.str()
     assert list((pytester.path / "adir").iterdir()) == []
+
+
+# -- a test that failed after its rounds ----------------------------------------------------------------
+
+#: Both tests' rounds run whole; ``test_broken``'s record is never made (the hook that completes it
+#: raises, as a sampler that died after the rounds does), ``test_gated_out`` fails after its record.
+AFTER_THE_ROUNDS = """
+def test_kept(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=3, warmup_rounds=0)
+
+
+def test_broken(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=3, warmup_rounds=0)
+
+
+def test_asserted(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=3, warmup_rounds=0)
+    assert False, "after the measurement"
+"""
+
+BREAK_RECORD = """
+def pytest_ipu_update_record(config, item, record):
+    if item.name == "test_broken":
+        raise RuntimeError("the power sampler died")
+"""
+
+
+def test_a_benchmark_whose_test_failed_before_its_record_is_not_saved(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(BREAK_RECORD)
+    pytester.makepyfile(test_bench=AFTER_THE_ROUNDS)
+    result = pytester.runpytest(*SAVING)
+    result.assert_outcomes(passed=1, failed=2)
+    # pytest-benchmark timed all three; the one without a record is no measurement: saved in
+    # neither file. The one that failed after its record was measured whole and is kept.
+    for path in [pytester.path / "out.json", *(pytester.path / ".benchmarks").rglob("*.json")]:
+        names = [b["name"] for b in json.loads(path.read_text())["benchmarks"]]
+        assert names == ["test_kept", "test_asserted"], path

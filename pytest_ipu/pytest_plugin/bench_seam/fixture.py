@@ -74,6 +74,20 @@ def one_per_test(benchmark: Any, caller: str, test: str, measure: _F) -> _F:
     return cast("_F", once)
 
 
+def leave_out_unfinished(benchmark: Any) -> None:
+    """Leave ``benchmark`` out of pytest-benchmark's results when a pytest-ipu fixture measured with it
+    and its test failed before the record was attached (``extra_info["ipu"]``): a power sampler that
+    died, a timeout after the rounds. pytest-benchmark leaves out a benchmark whose timed call raised
+    (``has_error``), but keeps one that failed after its rounds, and its times would be read as a
+    measurement by every later comparison. A benchmark with its record (failed by a gate, or by an
+    assertion after the call) was measured whole and is kept."""
+    from pytest_ipu.results.schema import NAMESPACE
+
+    measured_by_us = getattr(benchmark, _MEASURING, None) is not None
+    if measured_by_us and NAMESPACE not in (getattr(benchmark, "extra_info", None) or {}):
+        benchmark.has_error = True
+
+
 def mark_used(benchmark: Any) -> None:
     """Tell pytest-benchmark its fixture was not forgotten (else it warns "Benchmark fixture was not
     used at all in this test!") when the test measured without it or failed before it."""
