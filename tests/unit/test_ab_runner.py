@@ -5,12 +5,15 @@ it ran in. The sequential plan's stops: at a look that decides, at the most pair
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import tempfile
 import types
+from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -310,3 +313,47 @@ def test_a_full_disk_under_keep_is_named_as_the_cause(sides: Sides, tmp_path: Pa
         assert "did a test use ipu_benchmark" not in str(failed.value)
         # The probe that found it left nothing behind.
         assert sorted(p.name for p in keep.iterdir()) == ["filler", "pair1-baseline.log"]
+
+
+def _zero_p50(run: dict[str, Any]) -> None:
+    run["benchmarks"][0]["extra_info"]["ipu"]["latency_s"]["p50"] = 0.0
+
+
+def _infinite_p50(run: dict[str, Any]) -> None:
+    run["benchmarks"][0]["extra_info"]["ipu"]["latency_s"]["p50"] = float("inf")
+
+
+def _negative_median(run: dict[str, Any]) -> None:
+    run["benchmarks"][0]["stats"]["median"] = -0.001
+
+
+def _twice(run: dict[str, Any]) -> None:
+    run["benchmarks"].append(json.loads(json.dumps(run["benchmarks"][0])))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (_zero_p50, "'latency_s.p50' is 0.0: a timed call takes at least the timer's resolution"),
+        (_infinite_p50, "'latency_s.p50' is inf: it must be a finite number >= 0"),
+        (_negative_median, "'stats.median' is -0.001: a time must be a finite number of seconds >= 0"),
+        (_twice, "is in it twice: a run has one result per benchmark"),
+    ],
+    ids=["zero", "infinite", "negative", "duplicated"],
+)
+def test_a_baseline_run_no_measurement_can_give_stops_ab_in_one_line(
+    sides: Sides, capsys: pytest.CaptureFixture[str], mutate: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    # The baseline's first run is broken: never gated, never a pass; the bad-input exit, naming the
+    # side, the pair, the file and the value.
+    path = sides.folder / "A-1.json"
+    document = json.loads(path.read_text())
+    mutate(document)
+    path.write_text(json.dumps(document))
+    code, out, err = _ab(sides, capsys, "--pairs", "2", "--gate", "latency.p50:+5%")
+    assert code == 2, out + err
+    (line,) = [line for line in err.splitlines() if line.startswith("pytest-ipu: ")]
+    assert line.startswith("pytest-ipu: the baseline side (")
+    assert "in pair 1: " in line
+    assert message in line
+    assert "PASS" not in out + err
