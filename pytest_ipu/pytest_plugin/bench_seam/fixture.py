@@ -75,17 +75,38 @@ def one_per_test(benchmark: Any, caller: str, test: str, measure: _F) -> _F:
 
 
 def leave_out_unfinished(benchmark: Any) -> None:
-    """Leave ``benchmark`` out of pytest-benchmark's results when a pytest-ipu fixture measured with it
-    and its test failed before the record was attached (``extra_info["ipu"]``): a power sampler that
-    died, a timeout after the rounds. pytest-benchmark leaves out a benchmark whose timed call raised
-    (``has_error``), but keeps one that failed after its rounds, and its times would be read as a
-    measurement by every later comparison. A benchmark with its record (failed by a gate, or by an
-    assertion after the call) was measured whole and is kept."""
+    """Leave ``benchmark`` out of pytest-benchmark's results when its test failed and it has no
+    pytest-ipu record (``extra_info["ipu"]``): a power sampler that died or a timeout after the
+    rounds, a second benchmark refused, a plain ``benchmark`` whose test then failed.
+    pytest-benchmark leaves out a benchmark whose timed call raised (``has_error``), but keeps one
+    that failed after its rounds, and its times would be read as a measurement by every later
+    comparison. A benchmark with its record (failed by a gate, or by an assertion after the call)
+    was measured whole by pytest-ipu and is kept."""
     from pytest_ipu.results.schema import NAMESPACE
 
-    measured_by_us = getattr(benchmark, _MEASURING, None) is not None
-    if measured_by_us and NAMESPACE not in (getattr(benchmark, "extra_info", None) or {}):
+    if NAMESPACE not in (getattr(benchmark, "extra_info", None) or {}):
         benchmark.has_error = True
+
+
+def never_called(item: pytest.Item, benchmark: Any, caller: str) -> None:
+    """After a test that asked for ``caller`` (a fixture that measures) and never called it: say so in
+    pytest-ipu's words, a ``PytestIpuWarning`` naming the test and the fixture, in place of
+    pytest-benchmark's "Benchmark fixture was not used at all in this test!", which names a fixture
+    the test never asked for."""
+    from pytest_ipu.errors import PytestIpuWarning
+
+    # Called, used by the test itself, or a skipped test (pytest-benchmark sets ``skipped``).
+    if getattr(benchmark, _MEASURING, None) is not None or getattr(benchmark, "_mode", None):
+        return
+    if getattr(benchmark, "skipped", False):
+        return
+    mark_used(benchmark)
+    item.warn(
+        PytestIpuWarning(
+            f"pytest-ipu: {item.name} asked for {caller} and never called it: nothing was measured; "
+            f"call {caller}(...) in the test, or drop the fixture from it"
+        )
+    )
 
 
 def mark_used(benchmark: Any) -> None:
