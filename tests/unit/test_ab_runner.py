@@ -6,7 +6,10 @@ it ran in. The sequential plan's stops: at a look that decides, at the most pair
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
+import subprocess
 import sys
 import tempfile
 import types
@@ -23,6 +26,7 @@ from pytest_ipu.results.benchmark_json import StoredRun
 from tests.unit import small_fs
 from tests.unit.run_files import bench
 from tests.unit.run_files import write
+from tests.waiting import wait_for
 
 MS = 1e-3
 
@@ -357,3 +361,50 @@ def test_a_baseline_run_no_measurement_can_give_stops_ab_in_one_line(
     assert "in pair 1: " in line
     assert message in line
     assert "PASS" not in out + err
+
+
+#: Stands in for pytest that never ends: notes its process id, then waits to be stopped.
+WAITING_PYTEST = """
+import os
+import sys
+import threading
+from pathlib import Path
+
+Path(sys.argv[1]).write_text(str(os.getpid()))
+threading.Event().wait()
+"""
+
+
+def test_sigint_to_ab_stops_its_side_and_removes_its_files(tmp_path: Path) -> None:
+    # Ctrl-C to ab itself while a side runs (a SIGINT to its process alone, as a CI runner sends):
+    # exit 130 with one line, the side's process stopped, no temporary folder left.
+    script = tmp_path / "waiting_pytest.py"
+    script.write_text(WAITING_PYTEST)
+    pid_file = tmp_path / "side.pid"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    side = shlex.join([sys.executable, "-I", str(script), str(pid_file)])
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    ab = subprocess.Popen(
+        [sys.executable, "-m", "pytest_ipu.cli.main", "ab", "--baseline", side, "--candidate", side],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text(), "the first side to start")
+        side_pid = int(pid_file.read_text())
+        ab.send_signal(signal.SIGINT)
+        out, err = ab.communicate(timeout=120)
+    finally:
+        if ab.poll() is None:
+            ab.kill()
+            ab.wait()
+    assert ab.returncode == 130, out + err
+    assert err.strip().splitlines()[-1] == "pytest-ipu: ab interrupted; worktrees and temporary files removed"
+    assert "Traceback" not in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(side_pid, 0)  # reaped by ab: no zombie left either
+    assert list(scratch.iterdir()) == []
