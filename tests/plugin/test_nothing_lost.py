@@ -732,3 +732,76 @@ def test_a_benchmark_whose_test_failed_before_its_record_is_not_saved(pytester: 
     for path in [pytester.path / "out.json", *(pytester.path / ".benchmarks").rglob("*.json")]:
         names = [b["name"] for b in json.loads(path.read_text())["benchmarks"]]
         assert names == ["test_kept", "test_asserted"], path
+
+
+# -- a folder this user cannot write ---------------------------------------------------------------------
+
+#: The user the save runs as when the suite runs as root (root writes any folder): nobody.
+NOBODY = 65534
+
+#: Saves a run into the storage folder given, as a run's routed writer does, as a user that is not
+#: root (nobody, where the suite runs as root: the modules are loaded first, as root, since nobody
+#: may not read this interpreter's files), and prints what it said as JSON.
+SAVE_AS_A_USER = """
+import json
+import os
+import sys
+from types import SimpleNamespace
+
+from pytest_benchmark.storage.file import FileStorage
+
+from pytest_ipu.pytest_plugin import bench_seam
+from pytest_ipu.pytest_plugin.saving import RunSaving
+from pytest_ipu.results import atomic  # noqa: F401  (the writer's, loaded before the user changes)
+
+said = []
+
+
+class Logger:
+    def info(self, text):
+        said.append(text)
+
+
+storage = FileStorage(sys.argv[1], logger=Logger(), default_machine_id="Linux-CPython-3.8-64bit")
+saving = RunSaving(None, None, said.append)
+config = SimpleNamespace(_benchmarksession=SimpleNamespace(storage=storage))
+assert bench_seam.route_storage(config, saving.write_saved_run)
+if os.geteuid() == 0:
+    os.setgid(int(sys.argv[2]))
+    os.setuid(int(sys.argv[2]))
+storage.save({"benchmarks": []}, "abc123_20260101_000000")
+print(json.dumps(said))
+"""
+
+
+def test_a_storage_folder_this_user_cannot_write_names_the_cause() -> None:
+    import shutil
+    import tempfile
+
+    # Not under pytest's own temporary folder, which only its owner may enter.
+    top = Path(tempfile.mkdtemp(prefix="pytest-ipu-unwritable-"))
+    machine = top / "storage" / "Linux-CPython-3.8-64bit"
+    try:
+        machine.mkdir(parents=True)
+        # Readable and searchable by everyone, writable by its owner only (root), and not by this
+        # user either where it is not root.
+        for folder in (top, top / "storage"):
+            folder.chmod(0o755)
+        machine.chmod(0o555)
+        done = subprocess.run(
+            [sys.executable, "-c", SAVE_AS_A_USER, str(machine.parent), str(NOBODY)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == [
+            f"pytest-ipu: cannot save the run into the benchmark storage as {machine}/"
+            "0001_abc123_20260101_000000.json: Permission denied; nothing was saved there (pass a "
+            "writable --benchmark-storage)"
+        ]
+        assert list(machine.iterdir()) == []
+    finally:
+        if machine.exists():
+            machine.chmod(0o755)
+        shutil.rmtree(top)
