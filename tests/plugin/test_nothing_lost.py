@@ -6,6 +6,7 @@ writer says it is writing); nothing here depends on timing."""
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import importlib.util
 import json
@@ -620,10 +621,20 @@ def _routed_storage(path: Path, say: Callable[[str], None]) -> Any:
     return storage
 
 
-def test_runs_saving_into_one_storage_at_once_keep_every_run_under_its_own_name(tmp_path: Path) -> None:
+@pytest.mark.parametrize("links", [True, False], ids=["hard links", "no hard links"])
+def test_runs_saving_into_one_storage_at_once_keep_every_run_under_its_own_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: bool
+) -> None:
     # Every writer chooses its name from the same storage at the same moment, behind a barrier, under
     # the same save name (autosave's commit and second): the kernel, not a check before the write,
-    # must give each a name of its own.
+    # must give each a name of its own; also on a file system without hard links (FAT, some network
+    # file systems), where the name is claimed by an exclusive create.
+    if not links:
+
+        def no_link(*args: object, **kwargs: object) -> None:
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+        monkeypatch.setattr(os, "link", no_link)
     writers = 8
     said: list[list[str]] = [[] for _ in range(writers)]
     storages = [_routed_storage(tmp_path, said[i].append) for i in range(writers)]
