@@ -47,6 +47,7 @@ from typing import Literal
 
 from pytest_ipu.backports import remove_prefix
 from pytest_ipu.processes import sigterm_raises
+from pytest_ipu.processes import stop_command
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results.benchmark_json import StoredRun
 
@@ -340,17 +341,28 @@ def _run_one(
         "-q",
     ]
     with log.open("w", encoding="utf-8") as sink:
-        # subprocess.run kills and reaps the child when anything (Ctrl-C included) interrupts the wait.
-        done = subprocess.run(
+        run = subprocess.Popen(
             command,
             cwd=prepared.cwd,
             env=_environment(prepared, pytest_args, pairs),
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.STDOUT,
-            check=False,
         )
-    return out, log, done.returncode, command
+        try:
+            returncode = run.wait()
+        except BaseException:
+            # Ctrl-C or SIGTERM to ab alone (a CI runner signals one process): the side is asked to
+            # stop first, so that its pytest ends its own workers and samplers and removes its files,
+            # then killed if it does not, and reaped either way (subprocess.run would SIGKILL it at
+            # once, orphaning its children, and leave it unreaped after a Ctrl-C).
+            stop_command(run, SIDE_GRACE_S)
+            raise
+    return out, log, returncode, command
+
+
+#: How long a side asked to stop (SIGTERM) has to end before it is killed.
+SIDE_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)

@@ -286,7 +286,10 @@ class SamplerProcess:
             reason = "it was closed" if self._closed else self._broken
             raise PowerSourceError(f"{self.name}: the sampler process cannot serve {what}: {reason}")
         try:
-            self._conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+            try:
+                self._conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+            except OSError:  # BrokenPipeError, ConnectionResetError: the child is gone
+                raise self._gone(f"before {what}") from None
             reply = self._receive(self._reply_timeout_s, what)
         except BaseException as exc:
             self._release(f"{what} was interrupted ({_describe(exc)})")
@@ -302,10 +305,20 @@ class SamplerProcess:
                 raise PowerSourceError(f"{self.name}: the sampler process {self._broken}")
             reply: tuple[Any, ...] = self._conn.recv()
         except (EOFError, OSError):
-            self._process.join(1.0)
-            self._broken = f"it ended (exit code {self._process.exitcode}) while {what}"
-            raise PowerSourceError(f"{self.name}: the sampler process {self._broken}") from None
+            raise self._gone(f"while {what}") from None
         return reply
+
+    def _gone(self, when: str) -> PowerSourceError:
+        """The error of a child that ended (killed, out of memory, crashed) ``when`` it was asked
+        for something: it names the sampler, its process id, its exit code and the fix; the process
+        serves no more windows."""
+        self._process.join(1.0)
+        ended = f"(pid {self.pid}) ended with exit code {self._process.exitcode} {when}"
+        self._broken = f"it {ended}"
+        return PowerSourceError(
+            f"{self.name}: the sampler process {ended}; find what ended it (a kill, the "
+            "out-of-memory killer), or measure without power (--ipu-power=off)"
+        )
 
     def close(self) -> None:
         """Ask the child to close its source and exit; stop it if it does not. ``PowerSourceError``

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Callable
 from collections.abc import Generator
 from collections.abc import Iterator
 from collections.abc import Mapping
@@ -189,8 +190,15 @@ class Lifecycle:
         fails the call's report: ``gating``). Mark an item whose setup or call failed, for
         ``ipu_benchmark``'s teardown: such a test never reached its benchmark, and pytest-benchmark's
         "fixture was not used" warning would be wrong. Keep the reports of an earlier repeat, which
-        decide whether the test runs again."""
+        decide whether the test runs again. A benchmark whose test failed before its record was
+        made is left out of the saved results."""
         report = yield
+        # Before the gate: a test its gate fails was measured whole, and its entry stays.
+        benchmark = getattr(item, "funcargs", {}).get("benchmark")
+        if report.when in ("call", "teardown") and report.failed and benchmark is not None:
+            from pytest_ipu.pytest_plugin.bench_seam import fixture as bench_fixture
+
+            bench_fixture.leave_out_unfinished(benchmark)
         gate_check = self.session.gate_check_made
         if gate_check is not None:
             gate_check.check_plain(item, report)
@@ -299,7 +307,9 @@ class Lifecycle:
         baseline then lacks)."""
         if isinstance(excinfo.value, pytest.Session.Interrupted):
             return
-        self.saving().interrupted = True
+        saving = self.saving()
+        saving.interrupted = True
+        saving.how = _how_stopped(excinfo.value)
         gate_check = self.session.gate_check_made
         if gate_check is not None:
             gate_check.interrupted = True
@@ -346,13 +356,12 @@ class Lifecycle:
     def _saving_interrupted(self, exc: KeyboardInterrupt) -> None:
         """Ctrl-C or SIGTERM (``RunTerminated``) while pytest-benchmark saved the results: the run ends
         as interrupted, with one line instead of a traceback (``RunSaving.interrupted_while_saving``)."""
-        how = "terminated (SIGTERM)" if isinstance(exc, RunTerminated) else "interrupted"
-        self.saving().interrupted_while_saving(self._pytest_session, how)
+        self.saving().interrupted_while_saving(self._pytest_session, _how_stopped(exc))
 
-    def _write_saved_run(self, target: Path, data: bytes) -> bool:
+    def _write_saved_run(self, next_name: Callable[[], Path], data: bytes) -> Path | None:
         """pytest-benchmark's storage writer, routed (``RunSaving.write_saved_run``): the run's file
-        written whole or not at all."""
-        return self.saving().write_saved_run(target, data)
+        written whole or not at all, under a name no other run has."""
+        return self.saving().write_saved_run(next_name, data)
 
     def _release(self) -> None:
         """Release every compiled model and power source, whatever happened (a warning says what
@@ -435,3 +444,9 @@ class Lifecycle:
             reporter.write_line(line, red=True)
         else:
             print(line)
+
+
+def _how_stopped(exc: BaseException) -> str:
+    """How an interrupted run stopped, as its "not saved" line begins: ``terminated (SIGTERM)`` for a
+    SIGTERM (``RunTerminated``), else ``interrupted`` (Ctrl-C, ``pytest.exit``)."""
+    return "terminated (SIGTERM)" if isinstance(exc, RunTerminated) else "interrupted"

@@ -198,14 +198,18 @@ def _listed(value: object, expected: str) -> list[str]:
 
     An empty item of a list is an error: ``--ipu-gate=`` is a flag given without its value (a shell
     variable that expanded to nothing, say), as ``--ipu-rounds=`` is; ``;;`` in a string is a separator.
+    A source given and empty (a variable of spaces, an ini key without lines) is an error too: it
+    would mean "none" in silence, as ``PYTEST_IPU_GATE="$GATES"`` with ``$GATES`` unset does.
     """
     if not isinstance(value, (list, tuple)):
         texts = str(value).split(";")
-        # Separators and nothing else (`PYTEST_IPU_GATE=';;'`) would silently mean "none".
-        if len(texts) > 1 and not any(t.strip() for t in texts):
-            raise ValueError(f"{expected}, got only ';' separators; write 'none' for none")
+        if not any(t.strip() for t in texts):
+            got = "only ';' separators" if len(texts) > 1 else "an empty value"
+            raise ValueError(f"{expected}, got {got}; write 'none' for none")
         return texts
     texts = [str(v) for v in value]
+    if not texts:
+        raise ValueError(f"{expected}, got an empty value; write 'none' for none")
     if any(not t.strip() for t in texts):
         raise ValueError(f"{expected}, got an empty value")
     return texts

@@ -268,6 +268,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
 )
 
 
+#: What pytest reads for a multiple option's ini key that the ini file does not have: not ``[]``,
+#: which is the key given without lines (``ipu_gate =``), an error for a gate source.
+INI_ABSENT: tuple[str, ...] = ()
+
+
 def add_options(parser: pytest.Parser) -> None:
     """Register the ``ipu`` option group and the matching ini keys."""
     group = parser.getgroup("ipu", "pytest-ipu: benchmark models on IPUs, GPUs and CPUs")
@@ -282,7 +287,7 @@ def add_options(parser: pytest.Parser) -> None:
             help=f"{spec.help} (default: {spec.default}; env {spec.env}; ini {spec.ini})".replace("%", "%%"),
         )
         if spec.multiple:
-            parser.addini(spec.ini, f"{spec.help} (one per line)", type="linelist", default=[])
+            parser.addini(spec.ini, f"{spec.help} (one per line)", type="linelist", default=INI_ABSENT)
         else:
             parser.addini(spec.ini, f"{spec.help} (default: {spec.default})", default=None)
 
@@ -331,11 +336,13 @@ def _pick(
 ) -> tuple[object, str]:
     if cli.get(spec.ini) is not None:
         return cli[spec.ini], "the command line"
-    # An empty variable counts as unset, like an empty ini value (`PYTEST_IPU_ROUNDS= pytest`).
-    if environ.get(spec.env, "").strip():
+    # An empty variable counts as unset, like an empty ini value (`PYTEST_IPU_ROUNDS= pytest`); but
+    # an empty gate or baseline source would switch the gates off in silence, so its parser refuses it.
+    if environ.get(spec.env, "").strip() or (spec.multiple and spec.env in environ):
         return environ[spec.env], f"environment variable {spec.env}"
     ini_value = ini.get(spec.ini)
-    if ini_value not in (None, "", []):
+    # A multiple option's key absent from the ini file reads as ``INI_ABSENT``; given without lines, as [].
+    if ini_value not in (None, "", [], INI_ABSENT) or (spec.multiple and ini_value == []):
         return ini_value, f"ini key {spec.ini} in {ini_path or 'the ini file'}"
     return spec.default, DEFAULT_SOURCE
 

@@ -100,6 +100,12 @@ def pytest_configure(config: pytest.Config) -> None:
     json_path = bench_seam.json_path(config.option)
     pending = None
     if json_path is not None:
+        if json_path.is_dir():
+            # Else pytest-benchmark says "Wrote benchmark data in: DIR" before the move onto it fails.
+            raise pytest.UsageError(
+                f"pytest-ipu: --benchmark-json={json_path}: is a directory; "
+                "pass the path of the JSON file to write"
+            )
         config.stash[JSON_PATH_KEY] = json_path
     if json_path is not None and not hasattr(config, "workerinput"):
         from pytest_ipu.results.atomic import PendingFile

@@ -356,6 +356,20 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def _ended(returncode: int) -> str:
+    """How a worker ended, as its failure says it: ``exited 1``, or the signal that killed it
+    (``was killed by SIGKILL (exit -9)``: the out-of-memory killer, a kill) rather than a bare -9."""
+    if returncode < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by {name} (exit {returncode})"
+    return f"exited {returncode}"
+
+
 def run_workers(item: pytest.Item, count: int, settings: Settings) -> list[Measurement]:
     """Measure ``count`` repeats of ``item`` (the first ``count`` of ``count + 1``), each in a fresh
     ``python -m pytest`` worker process, one after the other; raise ``RepeatError`` naming the
@@ -420,7 +434,7 @@ def _workers(item: pytest.Item, count: int, settings: Settings) -> Iterator[Meas
                         stream.close()
             tail = "\n".join((stdout + stderr).strip().splitlines()[-15:])
             if worker.returncode != 0 or not out.exists():
-                raise RepeatError(f"{who} exited {worker.returncode}: {' '.join(command)}\n{tail}")
+                raise RepeatError(f"{who} {_ended(worker.returncode)}: {' '.join(command)}\n{tail}")
             run = benchmark_json.read_run(out)
             mine = [b for b in run.benchmarks if b.record is not None]
             if len(mine) != 1:

@@ -14,7 +14,6 @@ leaves pytest-benchmark's saving as it is and never loads this module.
 from __future__ import annotations
 
 import errno
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +26,18 @@ from pytest_ipu.pytest_plugin.bench_seam import runs
 if TYPE_CHECKING:
     from pytest_ipu.pytest_plugin.session import IpuSession
     from pytest_ipu.results.atomic import PendingFile
+
+
+#: How many names ``RunSaving.write_saved_run`` tries when runs saving at the same moment take them.
+MAX_NAME_TRIES = 100
+
+
+def _fix(error: OSError, writable: str) -> str:
+    """The fix a failed write's line names: ``writable`` (a writable place), after "free space" only
+    where the file system was full (a read-only one or a permission is not cured by space)."""
+    return (
+        f"free space, or {writable}" if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else writable
+    )
 
 
 class RunSaving:
@@ -52,6 +63,9 @@ class RunSaving:
         self.interrupted = False
         #: Whether the ``--benchmark-json`` file was moved into place, whole.
         self._json_written = False
+        #: How an interrupted run stopped, as its "not saved" line begins: ``interrupted`` (Ctrl-C,
+        #: ``pytest.exit``) or ``terminated (SIGTERM)``.
+        self.how = "interrupted"
 
     def route_json(self, config: pytest.Config) -> None:
         """Route pytest-benchmark's ``--benchmark-json`` writer through ``_save_and_move`` (at the
@@ -77,25 +91,39 @@ class RunSaving:
             raise
         self._json_written = True
 
-    def write_saved_run(self, target: Path, data: bytes) -> bool:
-        """pytest-benchmark's storage writer, routed (``--benchmark-save``/``-autosave``): the run's
-        file written whole or not at all; a failure is one line and a failed run, and the storage
-        keeps what it had."""
+    def write_saved_run(self, next_name: Callable[[], Path], data: bytes) -> Path | None:
+        """pytest-benchmark's storage writer, routed (``--benchmark-save``/``-autosave``): the run's file
+        written whole or not at all, under the name ``next_name`` gives, or the next one where a run
+        saving into the same storage at the same moment took it (the kernel claims the name:
+        ``atomic.write_new``). Returns the path written; a failure is one line and a failed run
+        (``None``), and the storage keeps what it had."""
         from pytest_ipu.results import atomic
 
+        target = next_name()
         try:
-            if target.exists():  # as pytest-benchmark's own writer, which asserts it
-                raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(target))
-            atomic.write_bytes(target, data)
+            for _ in range(MAX_NAME_TRIES):
+                try:
+                    atomic.write_new(target, data)
+                    return target
+                except FileExistsError:
+                    target = next_name()
+                except FileNotFoundError:
+                    if target.parent.is_dir():
+                        raise
+                    # pytest-benchmark ignores why it could not make the folder; making it here
+                    # names the cause (a read-only file system, a permission) instead of ENOENT.
+                    target.parent.mkdir(parents=True, exist_ok=True)
+            reason = f"{MAX_NAME_TRIES} names up to {target.name} were taken by runs saving at the same time"
+            fix = "save again"
         except OSError as exc:
-            self.failed = True
-            self._say(
-                f"pytest-ipu: cannot save the run into the benchmark storage as {target}: "
-                f"{exc.strerror or exc}; nothing was saved there (free space, or pass a writable "
-                "--benchmark-storage)"
-            )
-            return False
-        return True
+            reason = str(exc.strerror or exc)
+            fix = _fix(exc, "pass a writable --benchmark-storage")
+        self.failed = True
+        self._say(
+            f"pytest-ipu: cannot save the run into the benchmark storage as {target}: {reason}; "
+            f"nothing was saved there ({fix})"
+        )
+        return None
 
     def interrupted_while_saving(self, pytest_session: pytest.Session | None, how: str) -> None:
         """Ctrl-C or SIGTERM while pytest-benchmark saved the results: the run ends as interrupted,
@@ -134,7 +162,7 @@ class RunSaving:
         self.failed = True
         self._say(
             f"pytest-ipu: --benchmark-json={pending.target}: cannot write the results: "
-            f"{error.strerror or error}; the file was left as it was (free space or pass a writable path)"
+            f"{error.strerror or error}; the file was left as it was ({_fix(error, 'pass a writable path')})"
         )
 
     def save_instead(self, has_benchmarks: bool) -> bool:
@@ -143,7 +171,7 @@ class RunSaving:
         of ``--benchmark-save``/``--benchmark-autosave`` gets a partial run (one line says so); a
         run that measured only ``ipu_power`` blocks is saved here."""
         if self.interrupted:
-            self._say_not_saved()
+            self._say_not_saved(self.how)
             return True
         return not has_benchmarks and self._save_power_blocks_alone()
 

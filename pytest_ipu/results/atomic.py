@@ -8,7 +8,10 @@ cache's files are 0o644 whatever the umask). The process umask is never changed,
 it: it is process-wide, so a file another thread creates meanwhile would get the wrong mode; the
 temporary file is created with mode 0o666 and the kernel applies the umask. ``PendingFile`` does
 the same for a file another program writes (pytest-benchmark's ``--benchmark-json``): it writes a
-temporary path, which is renamed onto the target only once written whole.
+temporary path, which is renamed onto the target only once written whole. ``write_new`` writes a
+file that must not replace another (a run saved into the benchmark storage): the kernel claims the
+name (a hard link, or an exclusive create), so two writers choosing one name at once never both
+"succeed" with one file left.
 """
 
 from __future__ import annotations
@@ -63,6 +66,38 @@ def write_bytes(target: Path, data: bytes, mode: int | None = None) -> None:
         os.fsync(handle.fileno())
 
 
+#: What ``os.link`` gives on a file system without hard links (FAT, some network and FUSE file
+#: systems): the name is then claimed by an exclusive create instead.
+_NO_HARD_LINKS = frozenset(
+    {errno.EPERM, errno.ENOSYS, errno.EMLINK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP)}
+)
+
+
+def write_new(target: Path, data: bytes) -> None:
+    """Write ``data`` whole as ``target``, a file that must not exist yet: ``FileExistsError`` when it
+    does, also when another writer creates it at the same moment (never check-then-replace, which
+    lets the second writer overwrite the first's file). Synced to disk before it is published."""
+    temporary = create_temporary(target)
+    try:
+        with temporary.open("wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            # A hard link publishes the whole file under a name only if that name is free.
+            os.link(temporary, target)
+        except OSError as exc:
+            if exc.errno not in _NO_HARD_LINKS:
+                raise
+            # No hard links here: claim the name first (empty for a moment), then rename the whole
+            # file onto it.
+            claim = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+            os.close(os.open(target, claim, 0o666))
+            temporary.replace(target)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
 def write_text(target: Path, text: str) -> None:
     """``write_bytes`` of ``text`` in UTF-8."""
     write_bytes(target, text.encode("utf-8"))
@@ -99,4 +134,10 @@ class PendingFile:
 
     def discard(self) -> None:
         """Remove the temporary file, if any: whatever it holds may be half-written."""
-        self.temporary.unlink(missing_ok=True)
+        try:
+            self.temporary.unlink()
+        except OSError:
+            # A read-only file system refuses even the removal of a file that was never created
+            # (EROFS, not ENOENT): there is nothing to remove then.
+            if os.path.lexists(self.temporary):
+                raise

@@ -183,6 +183,7 @@ def parse_run(data: object, path: Path) -> StoredRun:
         if not isinstance(bench, dict):
             raise RunFileError(f"{path}: benchmarks[{index}] is not a pytest-benchmark benchmark object")
         out.append(_benchmark(bench, f"{path}: benchmarks[{index}]", path))
+    _once_each(out, path)
     assert isinstance(data, dict)  # a list of benchmarks was found in it
     section = _section(data, path)
     return StoredRun(
@@ -195,6 +196,19 @@ def parse_run(data: object, path: Path) -> StoredRun:
         _verdicts(section, path),
         _machine_speed(section, path),
     )
+
+
+def _once_each(benchmarks: list[StoredBenchmark], path: Path) -> None:
+    """A run holds each benchmark once (pytest-benchmark keeps one result per test): a file with one
+    twice (two runs joined by hand) is refused, as every reader would pick a different copy."""
+    seen: set[str] = set()
+    for bench in benchmarks:
+        if bench.fullname in seen:
+            raise RunFileError(
+                f"{path}: benchmark {bench.fullname!r} is in it twice: a run has one result per "
+                f"benchmark; {_FIX}"
+            )
+        seen.add(bench.fullname)
 
 
 def _section(data: Mapping[str, Any], path: Path) -> Mapping[str, Any] | None:
@@ -377,11 +391,23 @@ def _samples(bench: Mapping[str, Any], where: str) -> tuple[float, ...] | None:
         return None
     if not isinstance(data, list):
         raise RunFileError(f"{where}: 'stats.data' is {_show(data)}: it must be a list of times; {_FIX}")
-    return tuple(_time(x, where, f"stats.data[{i}]") for i, x in enumerate(data)) or None
+    return tuple(_call(x, where, f"stats.data[{i}]") for i, x in enumerate(data)) or None
+
+
+def _call(value: Any, where: str, key: str) -> float:
+    """The time of timed calls (a round, its min, median, mean or max): ``_time``, and a time a call
+    can take (``schema.call_time_problem``: more than 0 s, at most a day)."""
+    number = _time(value, where, key)
+    problem = schema.call_time_problem(number)
+    if problem is not None:
+        raise RunFileError(f"{where}: '{key}' is {_show(value)}: {problem}; {_FIX}")
+    return number
 
 
 #: The time statistics of pytest-benchmark's ``stats`` that ``StoredBenchmark.stats`` keeps.
 TIME_STATS = ("min", "median", "mean", "max", "stddev", "iqr")
+#: Those that are times of calls (the others are spreads, 0 for rounds that all took as long).
+CALL_STATS = ("min", "median", "mean", "max")
 
 
 def _rounds(bench: Mapping[str, Any], where: str) -> int | None:
@@ -403,4 +429,5 @@ def _time_stats(bench: Mapping[str, Any], where: str) -> dict[str, float]:
         return {}
     if not isinstance(stats, dict):
         raise RunFileError(f"{where}: 'stats' is {_show(stats)}: it must be a JSON object; {_FIX}")
-    return {k: _time(stats[k], where, f"stats.{k}") for k in TIME_STATS if stats.get(k) is not None}
+    read = {k: _call if k in CALL_STATS else _time for k in TIME_STATS}
+    return {k: read[k](stats[k], where, f"stats.{k}") for k in TIME_STATS if stats.get(k) is not None}

@@ -204,7 +204,12 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
         scaling=_part(data, "scaling", _scaling),
         loadgen=_part(data, "loadgen", _loadgen),
     )
-    _check_items(record.throughput_items_per_s, record.window_s, record.rounds, record.items_per_call, "")
+    # Calls at a time: one per instance; LoadGen keeps many queries in flight, so its rate is left
+    # to the count check.
+    concurrency = MAX_COUNT if record.loadgen is not None else max(1, len(record.instances or ()))
+    _check_items(
+        record.throughput_items_per_s, record.window_s, record.rounds, record.items_per_call, "", concurrency
+    )
     for i, repeat in enumerate(record.repeats):
         _check_items(
             repeat.throughput_items_per_s,
@@ -212,6 +217,7 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
             repeat.rounds,
             record.items_per_call,
             f"repeats[{i}].",
+            concurrency,
         )
     # A record merged from a launch's processes (a section marked ``merged``) keeps one process's
     # repeats beside the launch's pooled figures: those are not its repeats pooled.
@@ -221,11 +227,14 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
     return record
 
 
-def _check_items(throughput: float, window_s: float, rounds: int, items_per_call: int, at: str) -> None:
+def _check_items(
+    throughput: float, window_s: float, rounds: int, items_per_call: int, at: str, concurrency: int
+) -> None:
     """A throughput must stand for a count of items in its window that a run can hold: 1e308 items/s
     over a window of milliseconds is no measurement, and would print as hundreds of digits and make
     every ratio against it meaningless. Rounds that ran calls of items completed some: their
-    throughput is never 0."""
+    throughput is never 0. Nor can ``concurrency`` calls at a time (instances, queries in flight)
+    complete items faster than the timer resolves a call."""
     if throughput == 0 and rounds > 0 and items_per_call > 0:
         raise _bad(
             f"{at}throughput_items_per_s",
@@ -239,6 +248,13 @@ def _check_items(throughput: float, window_s: float, rounds: int, items_per_call
             throughput,
             f"over its window of {window_s:.4g} s that is {items:.3g} items, more than a run can count "
             f"(at most {MAX_COUNT})",
+        )
+    if items_per_call > 0 and throughput * MIN_CALL_S > items_per_call * concurrency:
+        raise _bad(
+            f"{at}throughput_items_per_s",
+            throughput,
+            f"{items_per_call} items a call at that rate means calls shorter than the timer's "
+            f"resolution ({MIN_CALL_S:g} s)",
         )
 
 
@@ -451,15 +467,42 @@ def _each(
 
 def _latency(lat: Mapping[str, Any], at: str, rounds: int, unsupported: tuple[str, ...]) -> LatencySummary:
     return LatencySummary(
-        min=_number(lat, "min", at),
-        p50=_number(lat, "p50", at),
-        p90=_number(lat, "p90", at),
-        p99=_number(lat, "p99", at),
-        max=_number(lat, "max", at),
-        mean=_number(lat, "mean", at),
+        min=_call_time(lat, "min", at, rounds),
+        p50=_call_time(lat, "p50", at, rounds),
+        p90=_call_time(lat, "p90", at, rounds),
+        p99=_call_time(lat, "p99", at, rounds),
+        max=_call_time(lat, "max", at, rounds),
+        mean=_call_time(lat, "mean", at, rounds),
         rounds=rounds,
         unsupported=unsupported,
     )
+
+
+def _call_time(data: Mapping[str, Any], key: str, at: str, rounds: int) -> float:
+    """A latency of timed calls: a time a call can take (``call_time_problem``) once rounds ran."""
+    value = _number(data, key, at)
+    problem = call_time_problem(value) if rounds > 0 else None
+    if problem is not None:
+        raise _bad(at + key, value, problem)
+    return value
+
+
+#: The longest a timed call may take: a latency beyond a day is no measurement (the longest
+#: budget and call timeout the options allow is a day too).
+MAX_CALL_S = 86400.0
+#: The shortest a timed call may take: the timers' resolution (``time.perf_counter_ns``); a call
+#: timed at 0 s, or a rate that implies calls shorter than this, is no measurement.
+MIN_CALL_S = 1e-9
+
+
+def call_time_problem(seconds: float) -> str | None:
+    """Why ``seconds`` (finite, >= 0) cannot be the time of a timed call, or ``None`` when it can:
+    the one rule every reader of saved runs applies to a latency (a record's, pytest-benchmark's)."""
+    if seconds < MIN_CALL_S:
+        return f"a timed call takes at least the timer's resolution ({MIN_CALL_S:g} s), so it must be > 0"
+    if seconds > MAX_CALL_S:
+        return f"a call beyond a day ({MAX_CALL_S:g} s) is no measurement"
+    return None
 
 
 def _parity(data: Mapping[str, Any], at: str) -> ParityRecord:

@@ -10,6 +10,7 @@ in-process pytester runs (tests/plugin/test_json_output.py says why).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +39,9 @@ class BadCall:
     needs_loadgen: bool = False
     #: False where the failure is an assertion with a traceback (parity), not a one-line report.
     one_line: bool = True
+    #: The inner test's fixtures, where the body alone does not say (by default the pytest-ipu
+    #: fixture the body calls).
+    fixtures: str = ""
 
     @property
     def name(self) -> str:
@@ -192,6 +196,13 @@ ROWS = [
         "ipu_benchmark(noop, (), rounds=2)\n    ipu_benchmark(noop, (), rounds=2)",
         "pytest-ipu: ipu_benchmark(...) called after ipu_benchmark(...) in test_ipu_benchmark_twice: "
         "pytest-ipu measures one benchmark per test; measure each model in a test of its own",
+    ),
+    BadCall(
+        "ipu_benchmark after benchmark",
+        "benchmark(noop)\n    ipu_benchmark(noop, (), rounds=2)",
+        "pytest-ipu: ipu_benchmark(...) called after pytest-benchmark's benchmark(...) in "
+        "test_ipu_benchmark_after_benchmark: pytest-ipu measures one benchmark per test",
+        fixtures="benchmark, ipu_benchmark",
     ),
     BadCall(
         "ipu_benchmark nested",
@@ -364,7 +375,7 @@ def _inner_file(rows: list[BadCall]) -> str:
     parts = [HEADER]
     for row in rows:
         marker = f"@pytest.mark.ipu({row.marker})\n" if row.marker else ""
-        fixtures = next(
+        fixtures = row.fixtures or next(
             (name for name in ("ipu_compile", "ipu_loadgen") if f"{name}(" in row.test_body), "ipu_benchmark"
         )
         parts.append(f"\n\n{marker}def {row.name}({fixtures}):\n    {row.test_body}\n")
@@ -426,3 +437,63 @@ def test_a_bad_call_fails_its_test_with_one_line_naming_it(
         # pytest.fail(..., pytrace=False): the report is the message itself, one line.
         assert message.startswith("Failed: pytest-ipu: ")
         assert "\n" not in message.strip()
+
+
+# -- the fixtures where a test is not a benchmark, or its call is long --------------------------------
+
+NOT_A_BENCHMARK = """
+import time
+
+import pytest
+
+
+def test_asks_and_never_calls(ipu_benchmark):
+    pass
+
+
+def test_skipped(ipu_benchmark):
+    pytest.skip("not here")
+
+
+def test_plain_then_ipu(benchmark, ipu_benchmark):
+    benchmark(lambda: None)
+    ipu_benchmark(lambda: None, (), rounds=2)
+
+
+def test_long_call(ipu_benchmark):
+    # Twenty times the budget below: as a 40 s call under the default --ipu-max-time of 2 s.
+    record = ipu_benchmark(lambda: time.sleep(0.2), ())
+    assert record.rounds == 1
+    assert {"capped", "over-budget"} <= set(record.flags)
+"""
+
+
+def test_a_test_that_measures_nothing_or_too_long_says_so(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_fixtures=NOT_A_BENCHMARK)
+    # The suite's -W error would make the warning below an error: shown as a warning here.
+    warnings = ("-W", "default::pytest_ipu.errors.PytestIpuWarning")
+    result = pytester.runpytest(
+        "--benchmark-json=out.json", "--ipu-max-time=10ms", "--ipu-power=off", "-rf", *warnings
+    )
+    result.assert_outcomes(passed=2, failed=1, skipped=1, warnings=1)
+    # The fixture never called: one warning in pytest-ipu's words (not pytest-benchmark's "Benchmark
+    # fixture was not used at all"), none for the skipped test.
+    text = result.stdout.str()
+    assert "Benchmark fixture was not used" not in text
+    result.stdout.fnmatch_lines(
+        [
+            "*PytestIpuWarning: pytest-ipu: test_asks_and_never_calls asked for ipu_benchmark and never "
+            "called it: nothing was measured; call ipu_benchmark(...) in the test, or drop the fixture "
+            "from it"
+        ]
+    )
+    # A benchmark after pytest-benchmark's own fails in one line; the failed test's plain benchmark is
+    # not saved as a measurement. The long call is one round, flagged, and saved.
+    result.stdout.fnmatch_lines(
+        [
+            "pytest-ipu: ipu_benchmark(...) called after pytest-benchmark's benchmark(...) in "
+            "test_plain_then_ipu: pytest-ipu measures one benchmark per test; *"
+        ]
+    )
+    names = [b["name"] for b in json.loads((pytester.path / "out.json").read_text())["benchmarks"]]
+    assert names == ["test_long_call"]

@@ -219,14 +219,23 @@ def _baseline(content: str | None = None, doc: Any = None, directory: bool = Fal
 
 def _nan_baseline(d: Path, mp: pytest.MonkeyPatch) -> Path:
     """A pytest-ipu run whose record says its p50 was NaN (written by hand: the plugin never does)."""
-    from tests.unit.run_files import record
+    return _p50_baseline(float("nan"))(d, mp)
 
-    written = record(batch=1, p50=0.001, throughput=1000.0)
-    written["latency_s"]["p50"] = float("nan")
-    bench = {**_PLAIN_BENCH, "extra_info": {"ipu": written}}
-    path = d / "base.json"
-    path.write_text(json.dumps({**_IPU, "benchmarks": [bench]}))
-    return path
+
+def _p50_baseline(p50: float, copies: int = 1):  # type: ignore[no-untyped-def]
+    """A pytest-ipu run whose record says its p50 was ``p50``, its benchmark ``copies`` times."""
+
+    def setup(d: Path, mp: pytest.MonkeyPatch) -> Path:
+        from tests.unit.run_files import record
+
+        written = record(batch=1, p50=0.001, throughput=1000.0)
+        written["latency_s"]["p50"] = p50
+        bench = {**_PLAIN_BENCH, "extra_info": {"ipu": written}}
+        path = d / "base.json"
+        path.write_text(json.dumps({**_IPU, "benchmarks": [bench] * copies}))
+        return path
+
+    return setup
 
 
 _PLAIN_BENCH = {"name": "test_sum", "fullname": "test_bad.py::test_sum", "stats": {"mean": 0.1}}
@@ -297,6 +306,16 @@ ROWS: dict[str, Row] = {
     ),
     "baseline a JSON list": Row(BASELINE, _baseline(content="[]"), "no 'benchmarks' list", 4),
     "baseline with a NaN p50": Row(BASELINE, _nan_baseline, "'latency_s.p50' is nan", 4),
+    # A time no timed call can take, and a benchmark twice: refused as every reader refuses them.
+    "baseline with a p50 of 0 s": Row(
+        BASELINE, _p50_baseline(0.0), "'latency_s.p50' is 0.0: a timed call takes at least", 4
+    ),
+    "baseline with a p50 of 1e308 s": Row(
+        BASELINE, _p50_baseline(1e308), "'latency_s.p50' is 1e+308: a call beyond a day", 4
+    ),
+    "baseline with a benchmark twice": Row(
+        BASELINE, _p50_baseline(0.001, copies=2), "benchmark 'test_bad.py::test_sum' is in it twice", 4
+    ),
 }
 
 

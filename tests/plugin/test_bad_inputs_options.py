@@ -149,6 +149,29 @@ ROWS = [
     env("PYTEST_IPU_GATE=latency.p99<", "latency.p99<", "environment variable PYTEST_IPU_GATE"),
     env("PYTEST_IPU_GATE=;;", ";;", "got only ';' separators; write 'none' for none"),
     env("PYTEST_IPU_BASELINE= ; ", " ; ", "got only ';' separators; write 'none' for none"),
+    # A gate source given and empty (`PYTEST_IPU_GATE="$GATES"` with $GATES unset, `ipu_gate =`)
+    # would switch every gate off in silence.
+    env(
+        "PYTEST_IPU_GATE=  ",
+        "'  ' for --ipu-gate from environment variable PYTEST_IPU_GATE",
+        "got an empty value; write 'none' for none",
+    ),
+    env(
+        "PYTEST_IPU_GATE=",
+        "'' for --ipu-gate from environment variable PYTEST_IPU_GATE",
+        "got an empty value; write 'none' for none",
+    ),
+    env(
+        "PYTEST_IPU_BASELINE= ",
+        "' ' for --ipu-baseline from environment variable PYTEST_IPU_BASELINE",
+        "got an empty value; write 'none' for none",
+    ),
+    ini("ipu_gate =", "'' for --ipu-gate from ini key ipu_gate", "got an empty value; write 'none' for none"),
+    ini(
+        "ipu_baseline =   ",
+        "'' for --ipu-baseline from ini key ipu_baseline",
+        "got an empty value; write 'none' for none",
+    ),
     cli("--ipu-baseline=", "", "expected a pytest-benchmark JSON path, a glob or 'none', got an empty value"),
     cli("--ipu-baseline=no-such-dir/*.json", "no-such-dir/*.json", "no file matches 'no-such-dir/*.json'"),
     # -- the marker's own keywords ---------------------------------------------------------------------
@@ -232,3 +255,20 @@ def test_every_option_and_marker_keyword_has_a_row() -> None:
     keywords = {row.how[0].partition("=")[0] for row in ROWS if row.where == MARKER}
     assert set(KEYWORDS) <= keywords | {"round"}
     assert len(ROWS) >= 60
+
+
+@pytest.mark.parametrize("value", ["[]", '""'])
+def test_an_empty_gate_list_in_pyproject_stops_the_run_with_one_line(
+    pytester: pytest.Pytester, value: str
+) -> None:
+    # pyproject.toml as the ini file: an empty list or string is the key given without gates.
+    pytester.makepyprojecttoml(f"[tool.pytest.ini_options]\nipu_gate = {value}\n")
+    pytester.makepyfile(test_sentinel=SENTINEL_TEST)
+    result = pytester.runpytest("--ipu-backend=torch:cpu")
+    assert result.ret == USAGE
+    assert [line for line in result.errlines if line.strip()] == [
+        "ERROR: pytest-ipu: invalid value '' for --ipu-gate from ini key ipu_gate in "
+        f"{pytester.path / 'pyproject.toml'}: expected a gate expression such as 'throughput:-5%' or "
+        "'none', got an empty value; write 'none' for none"
+    ]
+    assert not (pytester.path / "ran.txt").exists(), "a test ran despite the usage error"

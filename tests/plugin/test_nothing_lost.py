@@ -6,6 +6,7 @@ writer says it is writing); nothing here depends on timing."""
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import importlib.util
 import json
@@ -14,8 +15,13 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from typing import cast
 
 import pytest
 
@@ -251,9 +257,11 @@ def test_gates_with_every_gated_benchmark_skipped_fail_the_run(pytester: pytest.
 # -- interrupted runs ---------------------------------------------------------------------------------
 
 #: The second benchmark stops the run as asked by STOP: Ctrl-C (a KeyboardInterrupt) inside its
-#: measured call, as a user's Ctrl-C lands; ``pytest.exit``; or a failure (``-x`` then stops).
+#: measured call, as a user's Ctrl-C lands; SIGTERM to the run (a cancelled CI job); ``pytest.exit``;
+#: or a failure (``-x`` then stops).
 STOPPING = """
 import os
+import signal
 
 import pytest
 
@@ -266,6 +274,8 @@ def stop():
     how = os.environ.get("STOP")
     if how == "ctrl-c":
         raise KeyboardInterrupt
+    if how == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)
     if how == "exit":
         pytest.exit("stopped by the test")
     if how == "fail":
@@ -287,9 +297,12 @@ def _saved(directory: Path) -> list[str]:
     return sorted(p.name[:4] for p in (directory / ".benchmarks").rglob("*.json"))
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "exit"])
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [("ctrl-c", "interrupted"), ("exit", "interrupted"), ("sigterm", "terminated (SIGTERM)")],
+)
 def test_an_interrupted_run_saves_nothing_and_says_so(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, how: str, said: str
 ) -> None:
     pytester.makepyfile(test_bench=STOPPING)
     pytester.runpytest(*SAVING).assert_outcomes(passed=3)
@@ -297,9 +310,9 @@ def test_an_interrupted_run_saves_nothing_and_says_so(
     monkeypatch.setenv("STOP", how)
     result = pytester.runpytest(*SAVING, no_reraise_ctrlc=True)
     assert result.ret == pytest.ExitCode.INTERRUPTED
-    lines = [line for line in result.outlines if line.startswith("pytest-ipu: interrupted")]
+    lines = [line for line in result.outlines if line.startswith("pytest-ipu: ")]
     assert lines == [
-        "pytest-ipu: interrupted: results not saved, out.json keeps the previous complete run; "
+        f"pytest-ipu: {said}: results not saved, out.json keeps the previous complete run; "
         "no run was saved into file://./.benchmarks"
     ]
     assert (pytester.path / "out.json").read_bytes() == complete
@@ -586,3 +599,222 @@ def test_autosave_onto_a_full_file_system_saves_nothing_and_says_one_line(
     # The storage keeps its complete run, and nothing half-written beside it.
     assert _runs(storage) == ["0001"]
     assert first.read_bytes() == complete
+
+
+# -- runs saving into one storage at the same moment ---------------------------------------------------
+
+
+def _routed_storage(path: Path, say: Callable[[str], None]) -> Any:
+    """A pytest-benchmark file storage at ``path`` whose writer is routed as a run's is
+    (``bench_seam.route_storage`` to ``RunSaving.write_saved_run``): one run's saving, in-process."""
+    from pytest_benchmark.storage.file import FileStorage
+
+    from pytest_ipu.pytest_plugin import bench_seam
+    from pytest_ipu.pytest_plugin.saving import RunSaving
+
+    class Logger:
+        def info(self, text: str) -> None:
+            say(text)
+
+    storage = FileStorage(path, logger=Logger(), default_machine_id="Linux-CPython-3.8-64bit")
+    config: Any = SimpleNamespace(_benchmarksession=SimpleNamespace(storage=storage))
+    saving = RunSaving(cast(Any, None), None, say)
+    assert bench_seam.route_storage(config, saving.write_saved_run)
+    return storage
+
+
+@pytest.mark.parametrize("links", [True, False], ids=["hard links", "no hard links"])
+def test_runs_saving_into_one_storage_at_once_keep_every_run_under_its_own_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, links: bool
+) -> None:
+    # Every writer chooses its name from the same storage at the same moment, behind a barrier, under
+    # the same save name (autosave's commit and second): the kernel, not a check before the write,
+    # must give each a name of its own; also on a file system without hard links (FAT, some network
+    # file systems), where the name is claimed by an exclusive create.
+    if not links:
+
+        def no_link(*args: object, **kwargs: object) -> None:
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+        monkeypatch.setattr(os, "link", no_link)
+    writers = 8
+    said: list[list[str]] = [[] for _ in range(writers)]
+    storages = [_routed_storage(tmp_path, said[i].append) for i in range(writers)]
+    barrier = threading.Barrier(writers)
+
+    def save(index: int) -> None:
+        barrier.wait()
+        storages[index].save({"benchmarks": [], "writer": index}, "abc123_20260101_000000")
+
+    threads = [threading.Thread(target=save, args=(i,)) for i in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    files = sorted(tmp_path.rglob("*"))
+    files = [f for f in files if f.is_file()]
+    # Every run is kept, each in a file of its own (no temporary file is left), and each writer said
+    # where its own run went.
+    assert sorted(json.loads(f.read_text())["writer"] for f in files) == list(range(writers))
+    assert [f.name for f in files] == [f"{n:04}_abc123_20260101_000000.json" for n in range(1, writers + 1)]
+    for index, lines in enumerate(said):
+        (line,) = lines
+        assert line.startswith("Saved benchmark data in: "), lines
+        assert json.loads(Path(line.split(": ", 1)[1]).read_text())["writer"] == index
+
+
+# -- a read-only file system, a folder where the file goes -------------------------------------------
+
+
+def test_json_onto_a_read_only_file_system_says_one_line(pytester: pytest.Pytester, small_fs: Path) -> None:
+    small_file_system.read_only(small_fs)
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest_subprocess(f"--benchmark-json={small_fs}/out.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    lines = [line for line in result.outlines if line.startswith("pytest-ipu:")]
+    assert lines == [
+        f"pytest-ipu: --benchmark-json={small_fs}/out.json: cannot write the results: Read-only file "
+        "system; the file was left as it was (pass a writable path)"
+    ]
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_storage_folder_on_a_read_only_file_system_names_the_cause(
+    pytester: pytest.Pytester, small_fs: Path
+) -> None:
+    small_file_system.read_only(small_fs)
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest_subprocess(
+        "--benchmark-autosave", f"--benchmark-storage=file://{small_fs}/storage"
+    )
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    lines = [line for line in result.outlines if line.startswith("pytest-ipu:")]
+    assert len(lines) == 1, result.outlines
+    assert lines[0].startswith(
+        f"pytest-ipu: cannot save the run into the benchmark storage as {small_fs}/storage/"
+    )
+    assert lines[0].endswith(
+        ": Read-only file system; nothing was saved there (pass a writable --benchmark-storage)"
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_json_naming_a_folder_is_refused_before_any_test(pytester: pytest.Pytester) -> None:
+    (pytester.path / "adir").mkdir()
+    pytester.makepyfile(test_bench=BENCH)
+    result = pytester.runpytest("--benchmark-json=adir")
+    assert_usage_error(
+        pytester, result, "--benchmark-json=adir: is a directory; pass the path of the JSON file to write"
+    )
+    assert "Wrote benchmark data" not in result.stdout.str()
+    assert list((pytester.path / "adir").iterdir()) == []
+
+
+# -- a test that failed after its rounds ----------------------------------------------------------------
+
+#: Both tests' rounds run whole; ``test_broken``'s record is never made (the hook that completes it
+#: raises, as a sampler that died after the rounds does), ``test_gated_out`` fails after its record.
+AFTER_THE_ROUNDS = """
+def test_kept(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=3, warmup_rounds=0)
+
+
+def test_broken(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=3, warmup_rounds=0)
+
+
+def test_asserted(ipu_benchmark):
+    ipu_benchmark(lambda: None, rounds=3, warmup_rounds=0)
+    assert False, "after the measurement"
+"""
+
+BREAK_RECORD = """
+def pytest_ipu_update_record(config, item, record):
+    if item.name == "test_broken":
+        raise RuntimeError("the power sampler died")
+"""
+
+
+def test_a_benchmark_whose_test_failed_before_its_record_is_not_saved(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(BREAK_RECORD)
+    pytester.makepyfile(test_bench=AFTER_THE_ROUNDS)
+    result = pytester.runpytest(*SAVING)
+    result.assert_outcomes(passed=1, failed=2)
+    # pytest-benchmark timed all three; the one without a record is no measurement: saved in
+    # neither file. The one that failed after its record was measured whole and is kept.
+    for path in [pytester.path / "out.json", *(pytester.path / ".benchmarks").rglob("*.json")]:
+        names = [b["name"] for b in json.loads(path.read_text())["benchmarks"]]
+        assert names == ["test_kept", "test_asserted"], path
+
+
+# -- a folder this user cannot write ---------------------------------------------------------------------
+
+#: The user the save runs as when the suite runs as root (root writes any folder): nobody.
+NOBODY = 65534
+
+#: Saves a run into the storage folder given, as a run's routed writer does, as a user that is not
+#: root (nobody, where the suite runs as root: the modules are loaded first, as root, since nobody
+#: may not read this interpreter's files), and prints what it said as JSON.
+SAVE_AS_A_USER = """
+import json
+import os
+import sys
+from types import SimpleNamespace
+
+from pytest_benchmark.storage.file import FileStorage
+
+from pytest_ipu.pytest_plugin import bench_seam
+from pytest_ipu.pytest_plugin.saving import RunSaving
+from pytest_ipu.results import atomic  # noqa: F401  (the writer's, loaded before the user changes)
+
+said = []
+
+
+class Logger:
+    def info(self, text):
+        said.append(text)
+
+
+storage = FileStorage(sys.argv[1], logger=Logger(), default_machine_id="Linux-CPython-3.8-64bit")
+saving = RunSaving(None, None, said.append)
+config = SimpleNamespace(_benchmarksession=SimpleNamespace(storage=storage))
+assert bench_seam.route_storage(config, saving.write_saved_run)
+if os.geteuid() == 0:
+    os.setgid(int(sys.argv[2]))
+    os.setuid(int(sys.argv[2]))
+storage.save({"benchmarks": []}, "abc123_20260101_000000")
+print(json.dumps(said))
+"""
+
+
+def test_a_storage_folder_this_user_cannot_write_names_the_cause() -> None:
+    import shutil
+    import tempfile
+
+    # Not under pytest's own temporary folder, which only its owner may enter.
+    top = Path(tempfile.mkdtemp(prefix="pytest-ipu-unwritable-"))
+    machine = top / "storage" / "Linux-CPython-3.8-64bit"
+    try:
+        machine.mkdir(parents=True)
+        # Readable and searchable by everyone, writable by its owner only (root), and not by this
+        # user either where it is not root.
+        for folder in (top, top / "storage"):
+            folder.chmod(0o755)
+        machine.chmod(0o555)
+        done = subprocess.run(
+            [sys.executable, "-c", SAVE_AS_A_USER, str(machine.parent), str(NOBODY)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout) == [
+            f"pytest-ipu: cannot save the run into the benchmark storage as {machine}/"
+            "0001_abc123_20260101_000000.json: Permission denied; nothing was saved there (pass a "
+            "writable --benchmark-storage)"
+        ]
+        assert list(machine.iterdir()) == []
+    finally:
+        if machine.exists():
+            machine.chmod(0o755)
+        shutil.rmtree(top)

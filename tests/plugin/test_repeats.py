@@ -214,6 +214,30 @@ def test_w(ipu_benchmark):
     )
 
 
+def test_a_killed_worker_fails_the_test_naming_the_signal(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Killed as the out-of-memory killer kills: the test fails in one line naming the worker and the
+    # signal, not a bare exit code.
+    monkeypatch.setenv("PYTEST_IPU_REPEATS", "2")
+    pytester.makepyfile(
+        test_worker="""
+import os
+import signal
+
+def test_w(ipu_benchmark):
+    if os.environ.get("PYTEST_IPU_REPEAT_WORKER"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    ipu_benchmark(lambda: None, rounds=3)
+"""
+    )
+    result = pytester.runpytest("--ipu-repeat-mode=process")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["pytest-ipu: repeat worker 1 of test_worker.py::test_w was killed by SIGKILL (exit -9): *"]
+    )
+
+
 def test_repeats_that_differ_are_flagged_unstable(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,3 +34,8 @@ def fill(mount: Path, leave: int) -> None:
     free = stats.f_bavail * stats.f_frsize
     with (mount / "filler").open("wb") as out:
         out.write(b"\0" * max(free - leave, 0))
+
+
+def read_only(mount: Path) -> None:
+    """Remount the file system at ``mount`` read-only (writes then fail with EROFS, for real)."""
+    subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True, capture_output=True)

@@ -5,12 +5,18 @@ it ran in. The sequential plan's stops: at a look that decides, at the most pair
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import signal
+import subprocess
 import sys
 import tempfile
 import types
+from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +26,7 @@ from pytest_ipu.results.benchmark_json import StoredRun
 from tests.unit import small_fs
 from tests.unit.run_files import bench
 from tests.unit.run_files import write
+from tests.waiting import wait_for
 
 MS = 1e-3
 
@@ -376,3 +383,94 @@ def test_a_full_disk_under_keep_is_named_as_the_cause(sides: Sides, tmp_path: Pa
         assert "did a test use ipu_benchmark" not in str(failed.value)
         # The probe that found it left nothing behind.
         assert sorted(p.name for p in keep.iterdir()) == ["filler", "pair1-baseline.log"]
+
+
+def _zero_p50(run: dict[str, Any]) -> None:
+    run["benchmarks"][0]["extra_info"]["ipu"]["latency_s"]["p50"] = 0.0
+
+
+def _infinite_p50(run: dict[str, Any]) -> None:
+    run["benchmarks"][0]["extra_info"]["ipu"]["latency_s"]["p50"] = float("inf")
+
+
+def _negative_median(run: dict[str, Any]) -> None:
+    run["benchmarks"][0]["stats"]["median"] = -0.001
+
+
+def _twice(run: dict[str, Any]) -> None:
+    run["benchmarks"].append(json.loads(json.dumps(run["benchmarks"][0])))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (_zero_p50, "'latency_s.p50' is 0.0: a timed call takes at least the timer's resolution"),
+        (_infinite_p50, "'latency_s.p50' is inf: it must be a finite number >= 0"),
+        (_negative_median, "'stats.median' is -0.001: a time must be a finite number of seconds >= 0"),
+        (_twice, "is in it twice: a run has one result per benchmark"),
+    ],
+    ids=["zero", "infinite", "negative", "duplicated"],
+)
+def test_a_baseline_run_no_measurement_can_give_stops_ab_in_one_line(
+    sides: Sides, capsys: pytest.CaptureFixture[str], mutate: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    # The baseline's first run is broken: never gated, never a pass; the bad-input exit, naming the
+    # side, the pair, the file and the value.
+    path = sides.folder / "A-1.json"
+    document = json.loads(path.read_text())
+    mutate(document)
+    path.write_text(json.dumps(document))
+    code, out, err = _ab(sides, capsys, "--pairs", "2", "--gate", "latency.p50:+5%")
+    assert code == 2, out + err
+    (line,) = [line for line in err.splitlines() if line.startswith("pytest-ipu: ")]
+    assert line.startswith("pytest-ipu: the baseline side (")
+    assert "in pair 1: " in line
+    assert message in line
+    assert "PASS" not in out + err
+
+
+#: Stands in for pytest that never ends: notes its process id, then waits to be stopped.
+WAITING_PYTEST = """
+import os
+import sys
+import threading
+from pathlib import Path
+
+Path(sys.argv[1]).write_text(str(os.getpid()))
+threading.Event().wait()
+"""
+
+
+def test_sigint_to_ab_stops_its_side_and_removes_its_files(tmp_path: Path) -> None:
+    # Ctrl-C to ab itself while a side runs (a SIGINT to its process alone, as a CI runner sends):
+    # exit 130 with one line, the side's process stopped, no temporary folder left.
+    script = tmp_path / "waiting_pytest.py"
+    script.write_text(WAITING_PYTEST)
+    pid_file = tmp_path / "side.pid"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    side = shlex.join([sys.executable, "-I", str(script), str(pid_file)])
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    ab = subprocess.Popen(
+        [sys.executable, "-m", "pytest_ipu.cli.main", "ab", "--baseline", side, "--candidate", side],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: pid_file.exists() and pid_file.read_text(), "the first side to start")
+        side_pid = int(pid_file.read_text())
+        ab.send_signal(signal.SIGINT)
+        out, err = ab.communicate(timeout=120)
+    finally:
+        if ab.poll() is None:
+            ab.kill()
+            ab.wait()
+    assert ab.returncode == 130, out + err
+    assert err.strip().splitlines()[-1] == "pytest-ipu: ab interrupted; worktrees and temporary files removed"
+    assert "Traceback" not in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(side_pid, 0)  # reaped by ab: no zombie left either
+    assert list(scratch.iterdir()) == []

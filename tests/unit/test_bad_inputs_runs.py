@@ -105,6 +105,11 @@ def _pooled(throughput: float) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
+def _twice(run: dict[str, Any]) -> None:
+    """The first benchmark a second time, as two runs joined by hand would have it."""
+    run["benchmarks"].append(json.loads(json.dumps(run["benchmarks"][0])))
+
+
 def _rename(run: dict[str, Any]) -> None:
     """No benchmark in common with the baseline."""
     for b in run["benchmarks"]:
@@ -286,6 +291,55 @@ ROWS = [
     BadRun("stats median NaN", _stats_set("median", NAN), "compare", "'stats.median' is nan"),
     BadRun("stats min negative", _stats_set("min", -1.0), "summary", "'stats.min' is -1.0"),
     BadRun("stats max 400 digits", _stats_set("max", HUGE), "report", "'stats.max' is 1000"),
+    # Times no timed call can take: 0 s (below the timer's resolution) and beyond a day; and a rate
+    # that means calls shorter than the timer resolves. The same rule for the record and for
+    # pytest-benchmark's own statistics, in every reader.
+    BadRun(
+        "p50 0 s",
+        _set("latency_s", "p50", value=0.0),
+        "compare",
+        "'latency_s.p50' is 0.0: a timed call takes at least the timer's resolution (1e-09 s), so it "
+        "must be > 0",
+        gates=("latency.p50:+5%",),
+    ),
+    BadRun(
+        "min 0 s", _set("latency_s", "min", value=0), "summary", "'latency_s.min' is 0.0: a timed call takes"
+    ),
+    BadRun(
+        "p99 1e308 s",
+        _set("latency_s", "p99", value=1e308),
+        "report",
+        "'latency_s.p99' is 1e+308: a call beyond a day (86400 s) is no measurement",
+    ),
+    BadRun(
+        "repeat max two days",
+        _with_part("repeats", [{**REPEAT, "latency_s": {**REPEAT["latency_s"], "max": 172800.0}}]),
+        "compare",
+        "'repeats[0].latency_s.max' is 172800.0: a call beyond a day",
+    ),
+    BadRun(
+        "throughput beyond the timer",
+        _set("throughput_items_per_s", value=1e10),
+        "compare",
+        "'throughput_items_per_s' is 10000000000.0: 2 items a call at that rate means calls shorter than "
+        "the timer's resolution (1e-09 s)",
+        gates=("throughput:-5%",),
+    ),
+    BadRun("sample 0 s", _sample(0.0), "compare", "'stats.data[3]' is 0.0: a timed call takes at least"),
+    BadRun("stats median 0 s", _stats_set("median", 0), "summary", "'stats.median' is 0: a timed call"),
+    BadRun(
+        "stats max 1e308 s", _stats_set("max", 1e308), "report", "'stats.max' is 1e+308: a call beyond a day"
+    ),
+    # A benchmark twice in one run: each reader would pick a different copy.
+    BadRun(
+        "a benchmark twice",
+        _twice,
+        "compare",
+        "is in it twice: a run has one result per benchmark; give the JSON file pytest-benchmark wrote",
+        gates=("throughput:-5%",),
+        names="benchmark 'tests/test_mlp.py::test_mlp[torch-cpu-2]' is in it twice",
+    ),
+    BadRun("a benchmark twice, summary", _twice, "summary", "is in it twice", names="benchmark"),
     # Item 2: what used to be a traceback.
     BadRun(
         "group is a number", _bench_set("group", 5), "compare", "'group' is 5: it must be a string or null"

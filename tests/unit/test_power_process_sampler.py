@@ -9,6 +9,8 @@ window, a process that is alive or not. The achieved rates are measured by bench
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import time
 
 import pytest
@@ -271,3 +273,29 @@ def test_the_fake_gcipuinfo_module_pickles_as_its_ipus_and_settings():
     assert copy.call_latency_s == 0.001
     assert copy.update_ok is False
     assert copy.events == []  # what the original recorded stays with it
+
+
+def test_a_killed_sampler_process_is_named_with_its_pid_and_the_fix():
+    # Killed between windows (a kill, the out-of-memory killer): the next request finds its pipe
+    # broken, which must be one error naming the sampler, its process and the fix, not a bare
+    # BrokenPipeError.
+    process = SamplerProcess(FakePowerSource())
+    pid = process.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    process._process.join()
+    try:
+        with pytest.raises(PowerSourceError) as raised:
+            process.window(100.0).start()
+        assert str(raised.value) == (
+            f"fake: the sampler process (pid {pid}) ended with exit code -9 before starting a window; "
+            "find what ended it (a kill, the out-of-memory killer), or measure without power "
+            "(--ipu-power=off)"
+        )
+        with pytest.raises(
+            PowerSourceError, match=rf"cannot serve starting a window: it \(pid {pid}\) ended"
+        ):
+            process.window(100.0).start()
+    finally:
+        process.close()
+    assert not alive(pid)

@@ -39,18 +39,20 @@ text = st.text(max_size=20)
 
 
 optional = st.none() | finite
+# A timed call's latency: at least the timer's resolution, at most a day, as the reader demands.
+call_time = st.floats(min_value=schema.MIN_CALL_S, max_value=schema.MAX_CALL_S)
 plain = st.none() | st.booleans() | count | text
 
 
 @st.composite
 def latencies(draw: Any, rounds: int | None = None) -> LatencySummary:
     return LatencySummary(
-        min=draw(finite),
-        p50=draw(finite),
-        p90=draw(finite),
-        p99=draw(finite),
-        max=draw(finite),
-        mean=draw(finite),
+        min=draw(call_time),
+        p50=draw(call_time),
+        p90=draw(call_time),
+        p99=draw(call_time),
+        max=draw(call_time),
+        mean=draw(call_time),
         rounds=draw(count) if rounds is None else rounds,
         unsupported=tuple(draw(st.lists(st.sampled_from(["p50", "p90", "p99"]), unique=True))),
     )

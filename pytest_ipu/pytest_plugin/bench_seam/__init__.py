@@ -223,13 +223,14 @@ def route_saving(
     bench.handle_saving = routed  # type: ignore[union-attr]
 
 
-def route_storage(config: pytest.Config, write: Callable[[Path, bytes], bool]) -> bool:
+def route_storage(config: pytest.Config, write: Callable[[Callable[[], Path], bytes], Path | None]) -> bool:
     """Route the file storage's writer (``--benchmark-save``/``-autosave``: ``storage.save``) through
-    ``write``, which writes the file whole or not at all and returns whether it did: pytest-benchmark
-    opens the run's ``NNNN_name.json`` in place, so a full disk or an interrupt left it truncated, a
-    run that later readers call "not JSON". The same name, content and log line as pytest-benchmark's
-    own ``FileStorage.save`` (4.0.0 to 5.x). Returns whether there was a file storage to route
-    (elasticsearch's is left as it is)."""
+    ``write``, which writes the file whole or not at all under a name no other file has, asking
+    ``next_name`` again when the name it was given was taken meanwhile, and returns the path it
+    wrote or ``None``: pytest-benchmark opens the run's ``NNNN_name.json`` in place, so a full disk
+    or an interrupt left it truncated, a run that later readers call "not JSON". The same names,
+    content and log line as pytest-benchmark's own ``FileStorage.save`` (4.0.0 to 5.x). Returns
+    whether there was a file storage to route (elasticsearch's is left as it is)."""
     bench = getattr(config, "_benchmarksession", None)
     storage = getattr(bench, "storage", None)
     if type(storage).__name__ != "FileStorage":
@@ -237,9 +238,14 @@ def route_storage(config: pytest.Config, write: Callable[[Path, bytes], bool]) -
     from pytest_benchmark.utils import safe_dumps
 
     def save(output_json: Any, save: str) -> None:
-        target = Path(storage.get(f"{storage._next_num}_{save}.json"))  # type: ignore[union-attr]
+        def next_name() -> Path:
+            # The number after the storage's highest, asked afresh: a run saving beside this one
+            # may have taken the last one.
+            return Path(storage.get(f"{storage._next_num}_{save}.json"))  # type: ignore[union-attr]
+
         text: str = safe_dumps(output_json, ensure_ascii=True, indent=4)  # type: ignore[no-untyped-call]
-        if write(target, text.encode()):
+        target = write(next_name, text.encode())
+        if target is not None:
             storage.logger.info(f"Saved benchmark data in: {target}")  # type: ignore[union-attr]
 
     storage.save = save  # type: ignore[union-attr]

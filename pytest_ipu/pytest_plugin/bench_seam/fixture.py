@@ -78,6 +78,41 @@ def one_per_test(benchmark: Any, caller: str, test: str, measure: _F) -> _F:
     return cast("_F", once)
 
 
+def leave_out_unfinished(benchmark: Any) -> None:
+    """Leave ``benchmark`` out of pytest-benchmark's results when its test failed and it has no
+    pytest-ipu record (``extra_info["ipu"]``): a power sampler that died or a timeout after the
+    rounds, a second benchmark refused, a plain ``benchmark`` whose test then failed.
+    pytest-benchmark leaves out a benchmark whose timed call raised (``has_error``), but keeps one
+    that failed after its rounds, and its times would be read as a measurement by every later
+    comparison. A benchmark with its record (failed by a gate, or by an assertion after the call)
+    was measured whole by pytest-ipu and is kept."""
+    from pytest_ipu.results.schema import NAMESPACE
+
+    if NAMESPACE not in (getattr(benchmark, "extra_info", None) or {}):
+        benchmark.has_error = True
+
+
+def never_called(item: pytest.Item, benchmark: Any, caller: str) -> None:
+    """After a test that asked for ``caller`` (a fixture that measures) and never called it: say so in
+    pytest-ipu's words, a ``PytestIpuWarning`` naming the test and the fixture, in place of
+    pytest-benchmark's "Benchmark fixture was not used at all in this test!", which names a fixture
+    the test never asked for."""
+    from pytest_ipu.errors import PytestIpuWarning
+
+    # Called, used by the test itself, or a skipped test (pytest-benchmark sets ``skipped``).
+    if getattr(benchmark, _MEASURING, None) is not None or getattr(benchmark, "_mode", None):
+        return
+    if getattr(benchmark, "skipped", False):
+        return
+    mark_used(benchmark)
+    item.warn(
+        PytestIpuWarning(
+            f"pytest-ipu: {item.name} asked for {caller} and never called it: nothing was measured; "
+            f"call {caller}(...) in the test, or drop the fixture from it"
+        )
+    )
+
+
 def mark_used(benchmark: Any) -> None:
     """Tell pytest-benchmark its fixture was not forgotten (else it warns "Benchmark fixture was not
     used at all in this test!") when the test measured without it or failed before it."""
