@@ -6,6 +6,7 @@ The t distribution (``t_sf`` and ``t_isf``, for the performance gates' tests on 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -65,6 +66,9 @@ def t_sf(t: float, df: float) -> float:
     return float(special.stdtr(df, -t))
 
 
+# Memoised: a comparison of many runs asks for the same few quantiles (its level, at each count of runs
+# or repeats) thousands of times.
+@functools.lru_cache(maxsize=4096)
 def t_isf(p: float, df: float) -> float:
     """The ``t`` with P(T > t) = ``p`` (0 < p < 1), for ``df`` > 0 degrees of freedom: SciPy's
     ``stdtrit``, with one Newton step on ``t_sf``.
