@@ -355,11 +355,7 @@ def _samples(bench: Mapping[str, Any], where: str) -> tuple[float, ...] | None:
         raise RunFileError(f"{where}: 'stats.data' is {_show(data)}: it must be a list of times; {_FIX}")
     # Hundreds of thousands of rounds in a file: floats that are all >= 0 with a finite sum (no NaN, no
     # infinity) are checked whole, at C speed; anything else is checked one by one, for the message.
-    if (
-        all(type(x) is float for x in data)
-        and (not data or min(data) >= 0.0)
-        and math.isfinite(math.fsum(data))
-    ):
+    if all(type(x) is float for x in data) and (not data or min(data) >= 0.0) and math.isfinite(sum(data)):
         return tuple(data) or None
     return tuple(_time(x, where, f"stats.data[{i}]") for i, x in enumerate(data)) or None
 
