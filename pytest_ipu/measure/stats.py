@@ -74,9 +74,9 @@ def t_isf(p: float, df: float) -> float:
     ``stdtrit``, with one Newton step on ``t_sf``.
 
     The step is there for older SciPy (the 3.8 floors' among them), whose ``stdtrit`` ends its search
-    at about 3e-9 relative error; one step on a tail accurate to 1e-14 squares that error away, and
-    moves the quantile of a newer SciPy by less than 1e-15. It is one step, not a search: the
-    quantile is SciPy's.
+    at about 3e-9 relative error; one step on a tail accurate to 1e-14 squares that error away. Checked
+    against 40-digit arithmetic (mpmath) for df from 0.5 to 1e7 and p down to 1e-8: within 3e-15
+    relative on SciPy 1.6 and 1.17 alike. It is one step, not a search: the quantile is SciPy's.
     """
     if not 0.0 < p < 1.0:
         raise ValueError(f"p must be within (0, 1), got {p}")
