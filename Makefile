@@ -124,8 +124,8 @@ unit: $(STAMP)
 # a set of floors applies (tests/floor_pins.py reads them from pyproject.toml, environment markers and
 # all). First Python 3.8 as the Poplar SDK 3.4 runs it: torch 2.0.1 (PopTorch asserts it), numpy
 # 1.22.3 and protobuf 3.17.3 (PopART's pins), setuptools 75.3 (3.8's last), pytest-benchmark 4.0.0,
-# the whole suite, two workers. Then this Python (3.11) at its own floors (numpy, onnx, onnxscript and
-# matplotlib differ from 3.8's), running the tests of what those packages do (FLOOR_TESTS); torch
+# the whole suite, two workers. Then this Python (3.11) at its own floors (numpy, scipy, onnx, onnxscript
+# and matplotlib differ from 3.8's), running the tests of what those packages do (FLOOR_TESTS); torch
 # there is the dev pin, so that torch's dynamo exporter, the one user of onnxscript, runs at
 # onnxscript's floor. pytest-ipu itself is installed with its extras against the pins, as a user's
 # pip would install it. A set-up from nothing downloads torch 2.0.1's CUDA build for Python 3.8
@@ -141,7 +141,8 @@ FLOOR_EXTRAS := .[torch,onnx,nvidia,report,loadgen]
 FLOOR_TESTS := tests/unit/test_onnx_export.py tests/unit/test_onnxruntime_backend.py \
 	tests/plugin/test_onnx_plugin.py tests/unit/test_plots.py tests/unit/test_html_report.py \
 	tests/unit/test_scaling_report.py tests/unit/test_loadgen_report.py tests/unit/test_measure.py \
-	tests/unit/test_bench_seam.py tests/plugin/test_bench_seam_json.py tests/plugin/test_json_output.py
+	tests/unit/test_bench_seam.py tests/plugin/test_bench_seam_json.py tests/plugin/test_json_output.py \
+	tests/unit/test_stats.py tests/unit/test_stats_significance.py tests/unit/test_decide_advice.py
 
 # $(call floor_env,VENV,PYTHON): make VENV with PYTHON at that Python's floors.
 floor_env = $(call quietly,$(1),\

@@ -41,6 +41,7 @@ _SUMMARIES = pytest.StashKey[typing.Dict[str, str]]()
 SELF_CHECKS = frozenset(
     {
         "test_gate_accuracy.py",
+        "test_gate_cost.py",
         "test_gil.py",
         "test_harness_overhead.py",
         "test_history.py",

@@ -1,11 +1,12 @@
-"""Percentiles, how many samples a percentile needs, and Student's t tail (pure).
+"""Percentiles, how many samples a percentile needs, and Student's t tail.
 
-The t distribution is written here without scipy: ``t_sf`` and ``t_isf``, used by the
-performance gates' tests on repeats and runs (``pytest_ipu.results.decide``).
+The t distribution (``t_sf`` and ``t_isf``, for the performance gates' tests on repeats and runs,
+``pytest_ipu.results.decide``) is SciPy's, imported on first use.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -51,57 +52,50 @@ def is_supported(q: float, n: int) -> bool:
 
 
 # --- Student's t distribution, for the gates' tests on repeats and runs ----------------------------
-
-
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """The regularized incomplete beta function I_x(a, b), by its continued fraction (modified
-    Lentz), evaluated where it converges fast and mirrored (I_x(a, b) = 1 - I_{1-x}(b, a)) elsewhere."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    if x > (a + 1.0) / (a + b + 2.0):
-        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
-    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    fraction = d
-    for m in range(1, 500):
-        # The even and the odd step of the continued fraction.
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            fraction *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return math.exp(log_front) * fraction / a
+# From SciPy's special functions (``scipy.special``: the t distribution's own, without the import cost of
+# ``scipy.stats``), imported on first use: a run without gates never loads SciPy.
 
 
 def t_sf(t: float, df: float) -> float:
-    """P(T > t) for Student's t distribution with ``df`` degrees of freedom (``df`` > 0)."""
+    """P(T > t) for Student's t distribution with ``df`` degrees of freedom (``df`` > 0): SciPy's
+    ``stdtr`` (accurate to about 1e-14 relative, in every SciPy this package supports)."""
     if not df > 0:
         raise ValueError(f"degrees of freedom must be > 0, got {df}")
-    if math.isinf(t):
-        return 0.0 if t > 0 else 1.0
-    tail = 0.5 * _incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
-    return tail if t >= 0 else 1.0 - tail
+    from scipy import special
+
+    return float(special.stdtr(df, -t))
 
 
+# Memoised: a comparison of many runs asks for the same few quantiles (its level, at each count of runs
+# or repeats) thousands of times.
+@functools.lru_cache(maxsize=4096)
 def t_isf(p: float, df: float) -> float:
-    """The ``t`` with P(T > t) = ``p`` (0 < p < 1), by bisection on ``t_sf``."""
+    """The ``t`` with P(T > t) = ``p`` (0 < p < 1), for ``df`` > 0 degrees of freedom: SciPy's
+    ``stdtrit``, with one Newton step on ``t_sf``.
+
+    The step is there for older SciPy (the 3.8 floors' among them), whose ``stdtrit`` ends its search
+    at about 3e-9 relative error; one step on a tail accurate to 1e-14 squares that error away. Checked
+    against 40-digit arithmetic (mpmath) for df from 0.5 to 1e7 and p down to 1e-8: within 3e-15
+    relative on SciPy 1.6 and 1.17 alike. It is one step, not a search: the quantile is SciPy's.
+    """
     if not 0.0 < p < 1.0:
         raise ValueError(f"p must be within (0, 1), got {p}")
-    low, high = -1e6, 1e6
-    for _ in range(200):
-        middle = (low + high) / 2.0
-        if t_sf(middle, df) > p:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2.0
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df}")
+    from scipy import special
+
+    # Sign by the side of the median p is on: far out (p = 1e-300) SciPy's search can end at an
+    # infinity of either sign.
+    t = math.copysign(abs(float(special.stdtrit(df, p))), 0.5 - p)
+    density = _t_density(t, df)
+    if math.isfinite(t) and density > 0.0:
+        t += (t_sf(t, df) - p) / density
+    return t
+
+
+def _t_density(t: float, df: float) -> float:
+    """The density of Student's t distribution at ``t`` (its closed form, on the log scale)."""
+    if math.isinf(t):
+        return 0.0
+    log_norm = math.lgamma((df + 1.0) / 2.0) - math.lgamma(df / 2.0) - 0.5 * math.log(df * math.pi)
+    return math.exp(log_norm - (df + 1.0) / 2.0 * math.log1p(t * t / df))

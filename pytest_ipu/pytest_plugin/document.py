@@ -55,8 +55,9 @@ def update_json(session: IpuSession, output_json: dict[str, Any]) -> None:
     """The top-level ``pytest_ipu`` section: schema version, plugin version, settings and, when the
     run measured any, the energy of every ``ipu_power`` block (``power_blocks``), the run's samples
     of its machine's speed (``machine_speed``) and, when it had gates, every gate's verdict
-    (``gates``). Under torchrun the document is kept for the launch's
-    merge (``IpuSession.launch_document``)."""
+    (``gates``). The per-round times of pytest-ipu's benchmarks leave the document unless
+    ``--benchmark-save-data`` asks for them (``benchmark_json.drop_round_data``). Under torchrun the
+    document is kept for the launch's merge (``IpuSession.launch_document``)."""
     run_info: dict[str, Any] = {
         "schema": schema.SCHEMA_VERSION,
         "version": pytest_ipu.__version__,
@@ -82,6 +83,8 @@ def update_json(session: IpuSession, output_json: dict[str, Any]) -> None:
     if gate_check is not None and gate_check.verdicts:
         run_info[benchmark_json.GATES_KEY] = gates_json(gate_check.verdicts)
     benchmark_json.update_json(output_json, run_info)
+    if not getattr(session.config.option, "benchmark_save_data", False):
+        benchmark_json.drop_round_data(output_json)
     if session.torchrun is not None:
         # Kept for the merge at the end of the session, as pytest-benchmark writes it
         # (parameters such as a Target become their str()).

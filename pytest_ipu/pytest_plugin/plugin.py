@@ -115,11 +115,6 @@ def pytest_configure(config: pytest.Config) -> None:
         bench_seam.set_json_path(config.option, pending.temporary, shown=pending.target)
     else:
         bench_seam.set_json_path(config.option, json_path)
-    # Saved runs keep their per-round times (pytest-benchmark's --benchmark-save-data, which it
-    # leaves off): a run saved today is then as complete as --benchmark-json, for `pytest-benchmark
-    # compare --histogram` or any later analysis of the rounds.
-    if hasattr(config.option, "benchmark_save_data"):
-        config.option.benchmark_save_data = True
     session = IpuSession(
         config, options.settings_from_config(config), poprun=instance, torchrun=rank, merged_json=merged_json
     )

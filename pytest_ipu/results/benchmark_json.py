@@ -114,6 +114,19 @@ def update_json(output_json: dict[str, Any], run_info: Mapping[str, Any]) -> Non
     output_json[TOP_LEVEL_KEY] = dict(run_info)
 
 
+def drop_round_data(output_json: dict[str, Any]) -> None:
+    """Remove pytest-benchmark's per-round times (``stats.data``) from every benchmark that carries a
+    pytest-ipu record: its repeats' summaries are what the gates, ``compare``, ``history`` and the
+    report read, and the rounds of a fast call are megabytes (a float a line, 100,000 rounds a
+    benchmark at most). pytest-benchmark's statistics of the rounds stay; a benchmark without a
+    record (pytest-benchmark's own) is left as pytest-benchmark wrote it."""
+    for bench in output_json.get("benchmarks") or ():
+        extra = bench.get("extra_info") if isinstance(bench, dict) else None
+        stats = bench.get("stats") if isinstance(bench, dict) else None
+        if isinstance(extra, dict) and schema.NAMESPACE in extra and isinstance(stats, dict):
+            stats.pop("data", None)
+
+
 def load_run(path: Path) -> list[StoredBenchmark]:
     """Read the benchmarks of a pytest-benchmark JSON file; raises ``RunFileError`` on bad input."""
     return list(read_run(path).benchmarks)
@@ -391,6 +404,15 @@ def _samples(bench: Mapping[str, Any], where: str) -> tuple[float, ...] | None:
         return None
     if not isinstance(data, list):
         raise RunFileError(f"{where}: 'stats.data' is {_show(data)}: it must be a list of times; {_FIX}")
+    # Hundreds of thousands of rounds in a file: floats that are all times a call can take (the rule
+    # of ``_call``) with a finite sum (no NaN, no infinity) are checked whole, at C speed; anything
+    # else is checked one by one, for the message.
+    if (
+        all(type(x) is float for x in data)
+        and (not data or (min(data) >= schema.MIN_CALL_S and max(data) <= schema.MAX_CALL_S))
+        and math.isfinite(sum(data))
+    ):
+        return tuple(data) or None
     return tuple(_call(x, where, f"stats.data[{i}]") for i, x in enumerate(data)) or None
 
 

@@ -62,6 +62,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from pytest_ipu.backports import zip_strict
@@ -156,6 +157,10 @@ class Line:
     metric: CompareMetric
     values: tuple[float | None, ...]
     repeats: tuple[tuple[float, ...], ...] = ()
+    #: Each run's evidence once found: its cell, its p, the CSV and the notes under the table all ask.
+    _found: dict[int, decide.Evidence | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def ratio(self, index: int) -> float | None:
         """Run ``index``'s value over the first run's; ``None`` when either is missing or zero."""
@@ -167,11 +172,14 @@ class Line:
     def evidence(self, index: int) -> decide.Evidence | None:
         """The variance estimate of run ``index``'s change, as a gate would have it: the runs before
         it (the first included) as its history, else both sides' repeats; ``None`` when there is none."""
-        value = self.values[index]
-        if value is None or self.values[0] is None:
-            return None
-        history = [v for v in self.values[:index] if v is not None]
-        return decide.evidence(value, self._repeats(index), self._repeats(0), history)
+        if index not in self._found:
+            value = self.values[index]
+            found = None
+            if value is not None and self.values[0] is not None:
+                history = [v for v in self.values[:index] if v is not None]
+                found = decide.evidence(value, self._repeats(index), self._repeats(0), history)
+            self._found[index] = found
+        return self._found[index]
 
     def _repeats(self, index: int) -> tuple[float, ...]:
         return self.repeats[index] if self.repeats else ()

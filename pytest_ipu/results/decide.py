@@ -227,19 +227,33 @@ class _Evidence:
 
     def needed(self, gap: float) -> int | None:
         """About how many measurements would bring the interval's statistical half-width under
-        ``gap``; ``None`` when no count up to ``ADVICE_MAX`` would."""
+        ``gap``: the fewest ``k`` above ``n`` (up to ``ADVICE_MAX``) whose ``reach(k)`` is below it;
+        ``None`` when no count up to ``ADVICE_MAX`` would.
+
+        ``reach`` falls as ``k`` grows (more degrees of freedom, a smaller standard error), so the
+        first such ``k`` is found by bisection: about ten quantiles, not one per count.
+        """
         if self.n < 1 or self.scale <= 0.0:
             return None
-        for k in range(self.n + 1, ADVICE_MAX + 1):
-            if self.one_run:
-                # One new run against k baseline runs: s = sd * sqrt(1 + 1/k), never below sd.
-                sd = self.scale / math.sqrt(1.0 + 1.0 / self.n)
-                reach = stats.t_isf(self.alpha, k - 1) * sd * math.sqrt(1.0 + 1.0 / k)
+        low, high = self.n + 1, ADVICE_MAX
+        if low > high or self.reach(high) >= gap:
+            return None
+        while low < high:  # invariant: reach(high) < gap, and every k below low has reach(k) >= gap
+            middle = (low + high) // 2
+            if self.reach(middle) < gap:
+                high = middle
             else:
-                reach = stats.t_isf(self.alpha, self.df + k - self.n) * self.scale * math.sqrt(self.n / k)
-            if reach < gap:
-                return k
-        return None
+                low = middle + 1
+        return high
+
+    def reach(self, k: int) -> float:
+        """The statistical half-width of the interval with ``k`` measurements (``k`` > ``n``) where
+        there are ``n``, at the same spread."""
+        if self.one_run:
+            # One new run against k baseline runs: s = sd * sqrt(1 + 1/k), never below sd.
+            sd = self.scale / math.sqrt(1.0 + 1.0 / self.n)
+            return stats.t_isf(self.alpha, k - 1) * sd * math.sqrt(1.0 + 1.0 / k)
+        return stats.t_isf(self.alpha, self.df + k - self.n) * self.scale * math.sqrt(self.n / k)
 
 
 def _advice(

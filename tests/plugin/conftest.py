@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-# numpy is imported here, before any in-process (pytester) run: the plugin loads it only on first
-# use, inside such a run, and pytester then drops the modules the run imported; a second import
-# of numpy < 2 warns "The NumPy module was reloaded", which -W error makes a failure.
+# numpy and SciPy's special functions are imported here, before any in-process (pytester) run: the
+# plugin loads them only on first use (SciPy with the first gate decided), inside such a run, and
+# pytester then drops the modules the run imported; a second import of numpy < 2 warns "The NumPy
+# module was reloaded", which -W error makes a failure, and one of numpy's extension modules that
+# SciPy loads (numpy.fft's) refuses to load twice in a process.
 import numpy  # noqa: F401
 import pytest
+import scipy.special  # noqa: F401
 
 from pytest_ipu.pytest_plugin import blas_threads
 from pytest_ipu.pytest_plugin import machine_speed

@@ -1,5 +1,5 @@
-"""Loading pytest-ipu imports no deep-learning runtime: ``pytest --help`` and benchmarks of plain callables
-work on machines without one, and cost no runtime start-up where they have one.
+"""Loading pytest-ipu imports no deep-learning runtime (nor SciPy): ``pytest --help`` and benchmarks of
+plain callables work on machines without one, and cost no runtime start-up where they have one.
 
 Each check is a fresh interpreter (this process may have imported anything by now).
 """
@@ -14,7 +14,8 @@ from pathlib import Path
 
 from pytest_ipu.backports import remove_prefix
 
-HEAVY = ("torch", "poptorch", "popart", "onnxruntime", "onnx", "pynvml", "matplotlib")
+#: Runtimes, and what only some commands need: SciPy's distributions load with the first gate decided.
+HEAVY = ("torch", "poptorch", "popart", "onnxruntime", "onnx", "pynvml", "matplotlib", "scipy")
 
 REPORT = f"""
 import json, sys

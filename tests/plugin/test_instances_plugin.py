@@ -36,7 +36,9 @@ def test_replicas_need_an_ipu(ipu_compile, ipu_benchmark):
 
 def test_instances_share_a_cpu_and_throughput_counts_both(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_copies=TESTS)
-    result = pytester.runpytest_subprocess(*INNER_ADDOPTS.split(), "--benchmark-json=out.json")
+    result = pytester.runpytest_subprocess(
+        *INNER_ADDOPTS.split(), "--benchmark-json=out.json", "--benchmark-save-data"
+    )
     result.assert_outcomes(passed=1, failed=1)
     # The marker's mistake fails its test in one line, without a traceback through the placement
     # code and without pytest-benchmark's "fixture was not used" warning (the test never got there).

@@ -178,6 +178,8 @@ def torch_run(tmp_path_factory: pytest.TempPathFactory) -> TorchRun:
             "error",
             "--strict-markers",
             "--benchmark-json=out.json",
+            # The per-round times stay in the document (by default they leave it): checked below.
+            "--benchmark-save-data",
             f"--ipu-rounds={ROUNDS}",
             "--ipu-warmup-rounds=1",
             "--ipu-backend=torch:cpu",
@@ -502,3 +504,48 @@ def test_auto_rounds_fill_the_time_budget(pytester: pytest.Pytester, monkeypatch
     assert data["pytest_ipu"]["settings"]["max_time_s"] == 0.05
     # The table has no p90 column, so its footnote names p99 only.
     result.stdout.fnmatch_lines(["* too few rounds for this percentile (p99 needs >= 100): *"])
+
+
+ROUND_DATA_FILE = """
+def test_ours(ipu_benchmark):
+    ipu_benchmark(lambda: sum(range(10)), rounds=7)
+
+
+def test_theirs(benchmark):
+    benchmark.pedantic(lambda: sum(range(10)), rounds=7)
+"""
+
+
+def test_per_round_times_stay_only_when_asked_for(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pytest-ipu benchmark's per-round times leave the document (its repeats' summaries are what
+    every reader uses) unless ``--benchmark-save-data`` keeps them, in ``--benchmark-json`` and in
+    saved runs alike; pytest-benchmark's own benchmark keeps what pytest-benchmark writes."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)  # under xdist, pytest-benchmark would disable itself
+    pytester.makepyfile(test_rounds=ROUND_DATA_FILE)
+
+    def documents(*extra: str) -> list[dict[str, dict[str, Any]]]:
+        storage = pytester.path / f"storage{len(extra)}"
+        result = pytester.runpytest(
+            "-W", "error", "--benchmark-json=out.json", f"--benchmark-storage={storage}",
+            "--benchmark-save=run", "--ipu-repeats=1", *extra,
+        )  # fmt: skip
+        result.assert_outcomes(passed=2)
+        (saved,) = storage.rglob("*.json")
+        return [
+            {b["name"]: b["stats"] for b in json.loads(path.read_text())["benchmarks"]}
+            for path in (pytester.path / "out.json", saved)
+        ]
+
+    json_stats, saved_stats = documents()
+    for stats in (json_stats, saved_stats):
+        assert "data" not in stats["test_ours"]
+        # pytest-benchmark's statistics of the rounds stay.
+        assert (stats["test_ours"]["rounds"], stats["test_ours"]["median"] > 0) == (7, True)
+    assert len(json_stats["test_theirs"]["data"]) == 7  # --benchmark-json always has them
+    assert "data" not in saved_stats["test_theirs"]  # a saved run only with --benchmark-save-data
+    for stats in documents("--benchmark-save-data"):
+        assert len(stats["test_ours"]["data"]) == len(stats["test_theirs"]["data"]) == 7

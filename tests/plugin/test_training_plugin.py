@@ -193,6 +193,8 @@ def _inner_run(path: Path, *args: str) -> InnerRun:
         "-rs",
         "--junitxml=junit.xml",
         "--benchmark-json=out.json",
+        # The per-round times (a time-to-train benchmark's: its runs) stay in the document.
+        "--benchmark-save-data",
         "--ipu-power=off",
         "--ipu-repeats=1",
         "--ipu-max-time=0.2s",

@@ -502,7 +502,7 @@ def test_looks_grow_by_one_to_half_and_end_at_the_most(first: int, extra: int) -
 @pytest.fixture
 def memoised_quantiles(monkeypatch: pytest.MonkeyPatch) -> None:
     """``stats.t_isf`` memoised: thousands of simulated verdicts ask for the same few quantiles, and
-    each is a bisection."""
+    each is a call into SciPy."""
     monkeypatch.setattr(stats, "t_isf", functools.lru_cache(maxsize=None)(stats.t_isf))
 
 

@@ -110,6 +110,42 @@ def test_read_run_keeps_machine_params_and_samples_and_says_when_samples_are_abs
     assert [b.samples_s for b in run.benchmarks] == [(0.001, 0.005), None]
 
 
+@pytest.mark.parametrize(
+    ("data", "read"),
+    [
+        ([0.001, 0.0, 2.5e-7], (0.001, 0.0, 2.5e-7)),  # plain floats: checked whole
+        ([1, 0.5], (1.0, 0.5)),  # a whole number: checked one by one, read the same
+        ([1e308, 1e308], (1e308, 1e308)),  # a sum past what a float holds, each time finite
+    ],
+)
+def test_per_round_times_read_whole_or_one_by_one_alike(tmp_path, data, read):
+    bench = _bench("t", None)
+    bench["stats"]["data"] = data
+    [stored] = benchmark_json.load_run(_write(tmp_path, _run(bench)))
+    assert stored.samples_s == read
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-1e-9", "true"])
+def test_a_bad_per_round_time_among_many_is_named_by_its_index(tmp_path, bad):
+    bench = _bench("t", None)
+    bench["stats"]["data"] = [0.001] * 1000
+    text = json.dumps(_run(bench)).replace("0.001]", f"{bad}]", 1)
+    path = tmp_path / "run.json"
+    path.write_text(text, encoding="utf-8")
+    assert "'stats.data[999]'" in _load_error(path)
+
+
+def test_dropping_round_data_leaves_other_tools_benchmarks_and_statistics() -> None:
+    ours = _bench("ours", {schema.NAMESPACE: schema.to_json(RECORD)})
+    theirs = _bench("theirs", None)
+    partial = _bench("partial", {"other": 1})
+    document = _run(ours, theirs, partial)
+    benchmark_json.drop_round_data(document)
+    assert "data" not in ours["stats"]
+    assert ours["stats"]["rounds"] == 120  # pytest-benchmark's statistics stay
+    assert theirs["stats"]["data"] == partial["stats"]["data"] == [0.001, 0.005]
+
+
 def test_load_run_of_empty_run(tmp_path):
     assert benchmark_json.load_run(_write(tmp_path, _run())) == []
 

@@ -921,7 +921,7 @@ def test_the_test_is_against_the_threshold_not_against_no_change():
 @pytest.fixture
 def memoised_quantiles(monkeypatch: pytest.MonkeyPatch) -> None:
     """``stats.t_isf`` memoised: thousands of simulated verdicts ask for the same few quantiles, and
-    each is a bisection."""
+    each is a call into SciPy."""
     monkeypatch.setattr(stats, "t_isf", functools.lru_cache(maxsize=None)(stats.t_isf))
 
 
