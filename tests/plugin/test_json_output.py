@@ -353,6 +353,7 @@ def test_top_level_section_has_schema_version_and_settings(torch_run: TorchRun) 
             "baseline_missing": "warn",
             "inconclusive": "fail",
             "drift": 0.05,
+            "job_alpha": 0.01,
             "repeats": 1,
             "repeat_mode": "interleaved",
             "time_cap": "3x",

@@ -113,9 +113,9 @@ def test_read_run_keeps_machine_params_and_samples_and_says_when_samples_are_abs
 @pytest.mark.parametrize(
     ("data", "read"),
     [
-        ([0.001, 0.0, 2.5e-7], (0.001, 0.0, 2.5e-7)),  # plain floats: checked whole
+        ([0.001, 1e-6, 2.5e-7], (0.001, 1e-6, 2.5e-7)),  # plain floats: checked whole
         ([1, 0.5], (1.0, 0.5)),  # a whole number: checked one by one, read the same
-        ([1e308, 1e308], (1e308, 1e308)),  # a sum past what a float holds, each time finite
+        ([86400.0, 3600.0], (86400.0, 3600.0)),  # up to a day a call, the longest a reader takes
     ],
 )
 def test_per_round_times_read_whole_or_one_by_one_alike(tmp_path, data, read):
