@@ -25,12 +25,20 @@ IMAGE_SHAPE = (3, 224, 224)
 #: Seconds the gate-accuracy benchmark measures for by default (``--gate-accuracy-budget``): short
 #: enough for ``make bench``; a study of the rates themselves wants 600 s or more.
 GATE_ACCURACY_BUDGET_S = 60.0
+#: Seconds the gate-recipe study starts episodes for (``--gate-recipe-budget``), once it has one of
+#: each kind: one episode of each on a 2-core machine; rates worth quoting want 1800 or more
+#: (``make bench-full``).
+GATE_RECIPE_BUDGET_S = 120.0
 
 
 # PopART refuses to import once onnx is imported (an SDK quirk, docs/ipu.md). Importing it first, where
 # the SDK is enabled, lets the popart targets run in the same session as the ONNX Runtime ones.
 with contextlib.suppress(Exception):
     importlib.import_module("popart")
+
+#: The gate-recipe study's family of benchmarks runs in a throwaway repository of its own
+#: (``test_gate_recipe.py``), never as part of the studies.
+collect_ignore = ["gate_family"]
 
 _REPORT = pytest.StashKey[typing.Dict[str, typing.List[str]]]()
 _SUMMARIES = pytest.StashKey[typing.Dict[str, str]]()
@@ -42,6 +50,7 @@ SELF_CHECKS = frozenset(
     {
         "test_gate_accuracy.py",
         "test_gate_cost.py",
+        "test_gate_recipe.py",
         "test_gil.py",
         "test_harness_overhead.py",
         "test_history.py",
@@ -288,6 +297,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="SECONDS",
         help="seconds test_gate_accuracy measures for, after a minimum of episodes of each kind "
         f"(default: {GATE_ACCURACY_BUDGET_S:g}; 600 or more for rates worth quoting)",
+    )
+    parser.addoption(
+        "--gate-recipe-budget",
+        default=GATE_RECIPE_BUDGET_S,
+        type=_seconds,
+        metavar="SECONDS",
+        help="seconds test_gate_recipe starts new episodes for, once it has one of each kind "
+        f"(default: {GATE_RECIPE_BUDGET_S:g}; 1800 or more for rates worth quoting)",
+    )
+    parser.addoption(
+        "--gate-recipe-strict",
+        action="store_true",
+        help="fail test_gate_recipe when a target is missed (by default it reports MISSES)",
     )
     parser.addoption(
         "--c2-batches-per-step",
