@@ -113,6 +113,11 @@ class Job:
     output: str
 
     @property
+    def counts(self) -> str:
+        """The job summary's count of its gates' verdicts (``gates: 20 checked: ...``)."""
+        return next((line[2:] for line in self.summary.splitlines() if line.startswith("- gates:")), "")
+
+    @property
     def verdict(self) -> str:
         """The job's verdict as CI sees it: PASS (0), FAIL (1), INCONCLUSIVE (3), ERROR (other)."""
         return {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE"}.get(self.status, "ERROR")

@@ -188,8 +188,13 @@ def test_gate_recipe(
             named = ", ".join(sorted(e.job.failed)) or "none"
             slowed = f" ({e.slowed})" if e.slowed else ""
             lines.append(
-                f"episode {e.kind}{slowed}: {e.job.verdict} in {e.job.seconds:.0f} s; FAIL lines: {named}"
+                f"episode {e.kind}{slowed}: {e.job.verdict} in {e.job.seconds:.0f} s ({e.job.counts}); "
+                f"FAIL lines: {named}"
             )
+            # The undecided benchmarks, one line each, as the job summary names them.
+            lines += [
+                f"  {line[2:]}" for line in e.job.summary.splitlines() if line.startswith("- INCONCLUSIVE")
+            ]
     lines.append(f"measured in {measured_s:.0f} s (budget {budget_s:g} s)")
     lines += [f"MISSES {m}" for m in study.misses]
     total = len(study.rows)
