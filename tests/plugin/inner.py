@@ -24,3 +24,20 @@ def assert_usage_error(pytester: pytest.Pytester, result: pytest.RunResult, mess
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert [line for line in result.errlines if line.strip()] == [f"ERROR: pytest-ipu: {message}"]
     assert not (pytester.path / "ran.txt").exists(), "a test ran despite the usage error"
+
+
+#: The ``gate_clock`` module of the gate tests' inner runs (``--benchmark-timer=gate_clock.now``).
+GATE_CLOCK = """
+# pytest-benchmark's timer in these runs: it moves only when a call says how long it took.
+_ns = 0
+
+
+def now():
+    return _ns * 1e-9
+
+
+def work(seconds):
+    global _ns
+    __import__("time").sleep(seconds)  # real time passes too: the throughput window is wall time
+    _ns += round(seconds * 1e9)
+"""

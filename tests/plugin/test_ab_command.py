@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.workflow_steps import git as _git
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.cli import ab as ab_runner
 from pytest_ipu.cli import main as cli
@@ -352,18 +353,6 @@ def test_bad_input_is_one_line_and_exit_2(
 
 
 # --- Git revisions ----------------------------------------------------------------------------------
-
-
-def _git(repo: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@example.com",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@example.com",
-    }
-    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True)
-    return done.stdout
 
 
 @pytest.fixture

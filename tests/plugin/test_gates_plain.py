@@ -18,21 +18,7 @@ from pathlib import Path
 import pytest
 
 from pytest_ipu.cli import main as cli
-
-GATE_CLOCK = """
-# pytest-benchmark's timer in these runs: it moves only when a call says how long it took.
-_ns = 0
-
-
-def now():
-    return _ns * 1e-9
-
-
-def work(seconds):
-    global _ns
-    __import__("time").sleep(seconds)
-    _ns += round(seconds * 1e9)
-"""
+from tests.plugin.inner import GATE_CLOCK
 
 PLAIN = """
 import os

@@ -28,22 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.plugin.inner import GATE_CLOCK
 from tests.plugin.inner import assert_usage_error
-
-GATE_CLOCK = """
-# pytest-benchmark's timer in these runs: it moves only when a call says how long it took.
-_ns = 0
-
-
-def now():
-    return _ns * 1e-9
-
-
-def work(seconds):
-    global _ns
-    __import__("time").sleep(seconds)  # real time passes too: the throughput window is wall time
-    _ns += round(seconds * 1e9)
-"""
 
 BENCH = """
 import os

@@ -74,11 +74,11 @@ def test_the_real_probe_is_recorded_and_read_back(
     assert 2 <= len(section["samples"]) <= 3
     assert section["samples"][0]["at_s"] == 0.0
     assert section["samples"][0]["others_share"] is None
-    assert all(s["python_s"] > 0 and s["numpy_s"] > 0 for s in section["samples"])
     speed = read_run(pytester.path / "run.json").machine_speed
     assert speed is not None
+    # Read back as written, every sample and the probe's own cost.
+    assert speed.as_json() == section
     assert speed.level_s() is not None
-    assert speed.cost_s > 0
 
 
 def test_a_run_without_benchmarks_samples_nothing(
