@@ -16,7 +16,11 @@ Three steps:
    device: a child that passes its time limit is killed with its process group, and the doctor
    goes on. A fresh process also imports ``popart`` before anything can import ``onnx``, as PopART
    demands.
-3. **Findings**: each known incompatibility that holds, in one line with its fix.
+3. **IPU devices**, where popart is installed: PopART's two enumerations (``enumerateDevices`` with
+   ``numIpus=1`` and with 2, 4, ...), read in a child process too, and the translation of each
+   multi-IPU device's ``driverIds`` into ``gc-info -l`` ids (``devices.driver_ids``), with every
+   mismatch as a finding: placement and energy rely on that translation.
+4. **Findings**: each known incompatibility that holds, in one line with its fix.
 
 The exit code is 0 when every present target and source worked, 1 when one failed. Nothing here
 needs the network.
@@ -113,12 +117,34 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class DeviceListing:
+    """PopART's device listing as the doctor read it: ``status`` ``works`` (``table`` is
+    ``DeviceTable.as_json()`` and ``lines`` its text), ``absent`` or ``FAILED`` (``detail`` says why)."""
+
+    status: Status
+    detail: str
+    table: Mapping[str, Any] = field(default_factory=dict)
+    lines: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        """Plain JSON values, for ``--format json``."""
+        return {
+            "status": self.status,
+            "detail": self.detail,
+            "table": dict(self.table),
+            "lines": list(self.lines),
+        }
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything the doctor found; ``exit_code`` is 0 when no present target or source failed."""
 
     installed: tuple[Installed, ...]
     checks: tuple[Check, ...]
     findings: tuple[Finding, ...]
+    #: PopART's two enumerations and their driver-id translation; ``None`` where not read.
+    devices: DeviceListing | None = None
 
     @property
     def exit_code(self) -> int:
@@ -140,6 +166,7 @@ class Report:
             "checks": [{**asdict(c), "facts": dict(c.facts)} for c in self.checks],
             "findings": [{"problem": f.problem, "fix": f.fix, "line": f.line()} for f in self.findings],
             "ipu_present": self.ipu_present,
+            "ipu_devices": None if self.devices is None else self.devices.as_json(),
             "exit_code": self.exit_code,
         }
 
@@ -362,6 +389,50 @@ def probe_all(
     return checks
 
 
+#: The name ``only`` gives to the IPU device listing (``diagnose``).
+DEVICES = "ipu-devices"
+
+
+def read_devices(machine: Machine, timeout_s: float) -> DeviceListing:
+    """PopART's two enumerations and their translation, read in a child process (``devices_main``)
+    killed after ``timeout_s``, as a probe is: popart may wait for a driver."""
+    with tempfile.TemporaryDirectory(prefix="pytest-ipu-doctor-") as tmp:
+        child = run_child(["pytest_ipu.cli.doctor", "devices"], machine, timeout_s, Path(tmp))
+    if child.data is None:
+        return DeviceListing("FAILED", child.failure)
+    data = child.data
+    return DeviceListing(data["status"], data["detail"], data.get("table", {}), tuple(data.get("lines", ())))
+
+
+def devices_main() -> int:
+    """The listing process: ``DeviceTable`` of ``import popart``, printed as one JSON line."""
+    from pytest_ipu.devices import driver_ids
+
+    try:
+        popart = import_sdk("popart")
+    except Exception as exc:
+        result: dict[str, object] = {
+            "status": "absent",
+            "detail": f"popart is not importable: {_one_line(exc)}",
+        }
+    else:
+        try:
+            table = driver_ids.read(popart)
+        except Exception as exc:
+            traceback.print_exc()
+            result = {"status": "FAILED", "detail": f"enumerateDevices failed: {_one_line(exc)}"}
+        else:
+            result = {
+                "status": "works",
+                "detail": f"{len(table.singles)} single-IPU and {len(table.multis)} multi-IPU device(s), "
+                f"{len(table.mismatches)} mismatch(es)",
+                "table": table.as_json(),
+                "lines": table.lines(),
+            }
+    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    return 0
+
+
 # -- the probe process's side --------------------------------------------------------------------------
 
 
@@ -569,10 +640,22 @@ def _major_minor(version: str | None) -> str | None:
     return f"{match.group(1)}.{match.group(2)}" if match else None
 
 
-def findings(rows: Sequence[Installed], checks: Sequence[Check], machine: Machine) -> list[Finding]:
+def findings(
+    rows: Sequence[Installed],
+    checks: Sequence[Check],
+    machine: Machine,
+    devices: DeviceListing | None = None,
+) -> list[Finding]:
     """The known incompatibilities that hold, each with its fix."""
     env = machine.environ
-    found: list[Finding] = []
+    found: list[Finding] = [
+        Finding(
+            f"PopART's device listing: {mismatch}",
+            "the IPUs of such a device stay unknown (its energy is not measured, and placement cannot use "
+            "it); send the file of `pytest-ipu doctor --first-contact DIR`, which records both enumerations",
+        )
+        for mismatch in (devices.table.get("mismatches", ()) if devices is not None else ())
+    ]
     torch = _version_of(rows, "torch")
     poptorch = _version_of(rows, "poptorch")
     popart = _version_of(rows, "popart")
@@ -663,7 +746,10 @@ def diagnose(
     check the incompatibilities."""
     rows = installed(machine)
     checks = probe_all(machine, timeout_s, include_opt_in, only)
-    return Report(tuple(rows), tuple(checks), tuple(findings(rows, checks, machine)))
+    devices = None
+    if _version_of(rows, "popart") and (only is None or DEVICES in only):
+        devices = read_devices(machine, timeout_s)
+    return Report(tuple(rows), tuple(checks), tuple(findings(rows, checks, machine, devices)), devices)
 
 
 def _on_ipu_hardware(target: str) -> bool:
@@ -686,10 +772,16 @@ def render(report: Report) -> str:
     for item in report.installed:
         version = item.version or "absent"
         lines.append(f"  {item.name:{width}}  {version}{'  (' + item.detail + ')' if item.detail else ''}")
-    name_width = max(len("target / power source"), *(len(c.name) for c in report.checks))
+    name_width = max([len("target / power source"), *(len(c.name) for c in report.checks)])
     lines += ["", f"{'target / power source':{name_width}}  {'status':8}  detail"]
     for check in report.checks:
         lines.append(f"{check.name:{name_width}}  {check.status:8}  {check.detail}")
+    if report.devices is not None:
+        lines += [
+            "",
+            f"IPU devices (PopART's enumerateDevices; driverIds -> gc-info -l ids): {report.devices.detail}",
+        ]
+        lines += [f"  {line}" for line in report.devices.lines]
     lines += ["", ipu_line(report), ""]
     if report.findings:
         lines.append("incompatibilities:")
@@ -736,7 +828,10 @@ def _probe_entry(argv: Sequence[str]) -> int:
     probe = sub.add_parser("probe", help="probe one target or power source (the doctor's child process)")
     probe.add_argument("kind", choices=("target", "power"))
     probe.add_argument("name")
+    sub.add_parser("devices", help="read PopART's device listing (the doctor's child process)")
     args = parser.parse_args(argv)
+    if args.command == "devices":
+        return devices_main()
     return probe_main(args.kind, args.name)
 
 

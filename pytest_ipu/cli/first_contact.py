@@ -11,8 +11,9 @@ The steps (``STEPS``), in order:
 - ``gcipuinfo``: ``getDevices()`` verbatim (before and after the refreshes), which of the documented
   names the module has, and the latency of ``updateData()`` over ``UPDATE_CALLS`` calls;
 - ``popart_devices`` and ``poptorch_devices``: the devices ``DeviceManager().enumerateDevices(numIpus=n)``
-  lists for n = 1, 2, 4, ... (id, numIpus, driverIds), and PopTorch's ``ipuHardwareIsAvailable(n)``
-  and ``ipuHardwareVersion()``;
+  lists for n = 1, 2, 4, ... (id, numIpus, driverIds), the translation of each multi-IPU device's
+  ``driverIds`` through the single IPUs' into ``gc-info -l`` ids with every mismatch
+  (``devices.driver_ids``), and PopTorch's ``ipuHardwareIsAvailable(n)`` and ``ipuHardwareVersion()``;
 - ``popdist``: under PopRun, every popdist getter's raw value, the instance ``poprun.detect`` reads
   from them, the IPUs ``poprun.instance_device`` places it on and PopRun's environment variables;
   otherwise "not under PopRun" and why;
@@ -63,6 +64,7 @@ from pytest_ipu.backends.base import WorkerBackend
 from pytest_ipu.backends.target import parse_target
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.cli import doctor
+from pytest_ipu.devices import driver_ids
 from pytest_ipu.devices import inventory
 from pytest_ipu.devices import poprun
 from pytest_ipu.placement.instances import InstanceSpec
@@ -253,7 +255,12 @@ def _popart_devices(_: Path) -> dict[str, Any]:
         if not listed:
             break
         size *= 2
-    return {"enumerateDevices": by_size}
+    # The translation the plugin places and meters by: each multi-IPU device's driverIds mapped
+    # through the single IPUs' driver ids to gc-info -l ids, and whatever does not fit.
+    return {
+        "enumerateDevices": by_size,
+        "driver_id_translation": _answer(lambda: driver_ids.read(popart).as_json()),
+    }
 
 
 def _hardware_available(poptorch: Any, ipus: int) -> bool:

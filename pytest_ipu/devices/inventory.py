@@ -11,9 +11,13 @@
 3. PopTorch's ``ipuHardwareIsAvailable(n)`` and ``ipuHardwareVersion()`` (sections 0.1 and 6): only
    the size of the largest power-of-two device and the architecture.
 
-Multi-IPU device ids (which ``ipu:N`` names a group of IPUs) are read from PopART's
-``enumerateDevices(numIpus=n)`` and each device's ``driverIds`` whenever popart is importable; only
-without it are they derived from ``gc-info -l``'s numbering, and the inventory's notes say so.
+Multi-IPU device ids (which ``ipu:N`` names a group of IPUs) are read from PopART whenever popart
+is importable: ``enumerateDevices(numIpus=1)`` maps each single IPU's driver id to its id, and each
+multi-IPU device's ``driverIds`` are translated through that map (``devices.driver_ids``: nothing
+public says driver ids are ``gc-info -l``'s ids, so none is taken for one). Only without popart are
+the ids derived from ``gc-info -l``'s numbering, and the inventory's notes say so, as they say every
+mismatch the two enumerations show and any difference between PopART's single-IPU ids and
+gcipuinfo's.
 
 Each module is imported lazily (or injected by tests), so importing this module imports no SDK,
 torch or onnx. A missing SDK is not an error: ``discover`` then returns the reason as a string.
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from pytest_ipu.devices import driver_ids
 from pytest_ipu.devices.allocate import Inventory
 from pytest_ipu.devices.request import MAX_IPUS_PER_INSTANCE
 from pytest_ipu.devices.request import is_power_of_two
@@ -90,9 +95,12 @@ class IpuInventory:
     source: str
     simulator: bool = False
     notes: tuple[str, ...] = ()
-    #: Multi-IPU devices as the SDK lists them: ``(driver ids ascending, device id)`` pairs; empty
-    #: when no SDK listing was available (``multi_device_id`` then derives ids).
+    #: Multi-IPU devices as the SDK lists them: ``(single-IPU ids ascending, device id)`` pairs, the
+    #: ids translated from the device's ``driverIds``; empty when no SDK listing was available
+    #: (``multi_device_id`` then derives ids).
     devices: tuple[tuple[tuple[int, ...], int], ...] = ()
+    #: PopART's two enumerations and their driver-id translation (``None``: popart gave none).
+    id_table: driver_ids.DeviceTable | None = None
 
     def __post_init__(self) -> None:
         ids = [ipu.id for ipu in self.ipus]
@@ -133,6 +141,17 @@ class IpuInventory:
             "notes": list(self.notes),
         }
 
+    def ipus_of_driver_ids(self, ids: tuple[int, ...]) -> tuple[int, ...]:
+        """The ``gc-info -l`` ids (ascending) of the IPUs an acquired PopART device names by its
+        ``driverIds``, translated through PopART's single-IPU listing; ``ValueError`` (one line)
+        without that listing or for a driver id it does not have."""
+        if self.id_table is None:
+            raise ValueError(
+                f"driverIds {list(ids)}: this inventory has no PopART listing to translate driver ids "
+                f"through ({self.source}); enable popart so that enumerateDevices can be read"
+            )
+        return self.id_table.ipu_ids(ids)
+
     def placement_inventory(self) -> Inventory:
         """The ``Inventory`` to allocate from: every IPU, grouped into boards by serial."""
         return Inventory(
@@ -146,7 +165,8 @@ class IpuInventory:
 
         A group of one IPU is that IPU's id. A larger group must be a power of two of consecutive
         ids starting at a multiple of its size, as multi-IPU devices are. Its id is the one the SDK
-        listed for those driver ids (``devices``); only an inventory without that listing derives it.
+        listed for the device whose ``driverIds`` translate to those ids (``devices``); only an
+        inventory without that listing derives it.
 
         Derived numbering (an assumption): ``gc-info -l`` lists the single IPUs ``0..N-1`` first,
         then every 2-IPU device, then every 4-IPU device, and so on, each size in ascending order of
@@ -219,6 +239,9 @@ class IpuInventory:
         ids = self.ids
         if device_id in ids:
             return (device_id,)
+        listed = {number: group for group, number in self.devices}
+        if device_id in listed and set(listed[device_id]).issubset(ids):
+            return listed[device_id]
         size = 2
         while size <= len(ids):
             for start in range(0, ids[-1] + 1, size):
@@ -286,9 +309,10 @@ def discover(
         if isinstance(found, str):
             failures.append(f"{name}: {found}")
             continue
-        devices, note = _device_table(found, popart_module if name != "popart" else module)
-        notes = (*failures, *found.notes, *((note,) if note else ()))
-        return IpuInventory(found.ipus, found.source, notes=notes, devices=devices)
+        table, table_notes = _device_table(found, popart_module if name != "popart" else module)
+        notes = (*failures, *found.notes, *table_notes)
+        devices = () if table is None else table.devices
+        return IpuInventory(found.ipus, found.source, notes=notes, devices=devices, id_table=table)
     return f"no IPU found ({'; '.join(failures)}); {_FIX}"
 
 
@@ -301,27 +325,31 @@ DERIVED_IDS = (
 
 def _device_table(
     inventory: IpuInventory, popart: ModuleType | None
-) -> tuple[tuple[tuple[tuple[int, ...], int], ...], str]:
-    """The multi-IPU devices PopART lists (``enumerateDevices(numIpus=n)`` for every power of two
-    up to the IPU count, each device's ``driverIds``), and a note when they could not be read."""
-    if inventory.count < 2:
-        return (), ""
+) -> tuple[driver_ids.DeviceTable | None, tuple[str, ...]]:
+    """PopART's two enumerations and their translation (``devices.driver_ids``), with notes: why
+    there is none (multi-IPU ids are then derived), each mismatch, and single-IPU ids that are not
+    the inventory's. A single IPU needs no table unless popart was given (its backend translates
+    the acquired device's ``driverIds``)."""
     if popart is None:
+        if inventory.count < 2:
+            return None, ()
         failures: list[str] = []
         popart = _import("popart", failures)
         if popart is None:
-            return (), DERIVED_IDS.format(why="; ".join(failures))
-    table: dict[tuple[int, ...], int] = {}
+            return None, (DERIVED_IDS.format(why="; ".join(failures)),)
     try:
-        manager = popart.DeviceManager()
-        size = 2
-        while size <= inventory.count:
-            for device in manager.enumerateDevices(numIpus=size):
-                table[tuple(sorted(int(i) for i in device.driverIds))] = int(device.id)
-            size *= 2
+        table = driver_ids.read(popart, max(inventory.count, 1))
     except Exception as exc:  # an SDK failing to answer: fall back to the derived numbering, said so
-        return (), DERIVED_IDS.format(why=f"popart enumerateDevices failed: {_one_line(exc)}")
-    return tuple(sorted(table.items())), ""
+        why = f"popart enumerateDevices failed: {_one_line(exc)}"
+        return None, ((DERIVED_IDS.format(why=why),) if inventory.count > 1 else ())
+    notes = [f"PopART device listing: {m}" for m in table.mismatches]
+    singles = {d.id for d in table.singles}
+    if singles and singles != set(inventory.ids):
+        notes.append(
+            f"PopART device listing: its single-IPU ids ({_id_ranges(tuple(sorted(singles)))}) are not "
+            f"{inventory.source}'s ({_id_ranges(inventory.ids) or 'none'})"
+        )
+    return table, tuple(notes)
 
 
 def _import(name: str, failures: list[str]) -> ModuleType | None:

@@ -14,7 +14,11 @@ What it imitates:
   ``ImportError`` when ``onnx`` is already in ``sys.modules``;
 - ``DeviceManager()``, a singleton per fake module, over ``configure(ipus=N)`` IPUs:
   ``enumerateDevices`` lists single IPUs with ids ``0..N-1`` and then each power-of-two group
-  (as ``gc-info -l`` numbers them); ``tryAcquireAvailableDevice`` (3.4 only) returns ``None`` when
+  (as ``gc-info -l`` numbers them); a hardware device's ``driverIds`` are *not* those ids (nothing
+  public says they are): IPU ``k`` has driver id ``driver_id_base + N - 1 - k`` (``DRIVER_ID_BASE``
+  unless configured; ``configure(driver_id_base=None)`` makes them equal), so code that takes a
+  driver id for a ``gc-info -l`` id names IPUs that do not exist, or the wrong ones;
+  ``tryAcquireAvailableDevice`` (3.4 only) returns ``None`` when
   no device is free and raises for a count that is not a power of two; ``acquireAvailableDevice``
   raises the SDK's "Failed to acquire device with N IPUs..." on 3.4 but returns ``None`` on 2.3
   (``make_module(sdk="2.3")``, which also has no ``try...`` methods); acquire-by-id, the IPU Model
@@ -96,6 +100,9 @@ _ARCHITECTURES = {"ipu1": (1216, 256 * 1024), "ipu2": (1472, 624 * 1024), "ipu21
 #: What ``DeviceInfo.version`` gives for an attached hardware IPU: the driver version
 #: ``"major.minor.point"`` (``willow/src/popx/devicexmanager.cpp:350-362``); the value is the fake's.
 DRIVER_VERSION = "1.0.59"
+#: Driver id of the last IPU; the others count up from it, in reverse order of their ``gc-info -l``
+#: ids, so that neither an offset nor an order carries over from one numbering to the other.
+DRIVER_ID_BASE = 64
 
 
 # -- exceptions, as popart.cpp registers them ------------------------------------------------------
@@ -179,6 +186,8 @@ class FakeIpuSystem:
     #: The id of the first multi-IPU device; ``None``: right after the single IPUs ``0..N-1``. No SDK
     #: source states gc-info's numbering, so tests move it to check that ids are read, not derived.
     multi_id_base: int | None = None
+    #: ``DeviceInfo.driverIds`` of IPU ``k`` is ``driver_id_base + ipus - 1 - k``; ``None``: ``k`` itself.
+    driver_id_base: int | None = DRIVER_ID_BASE
     #: IPU indices held by another process: attaching to a device that includes them fails.
     busy: set[int] = field(default_factory=set)
     #: Injected failures: ``{"prepareDevice": "oom" | "error", "weightsFromHost" | "run" | "detach"
@@ -209,6 +218,10 @@ class FakeIpuSystem:
         if kind is not None:
             raise popart_exception(f"fake: failure injected at {point}")
 
+    def driver_id(self, index: int) -> int:
+        """The driver id of IPU ``index`` (its ``gc-info -l`` id)."""
+        return index if self.driver_id_base is None else self.driver_id_base + self.ipus - 1 - index
+
     def attached_count(self) -> int:
         """IPUs attached through this fake module now."""
         return len(self.attached)
@@ -230,10 +243,12 @@ def make_module(ipus: int = 1, sdk: str = "3.4") -> types.ModuleType:
         architecture: str | None = None,
         multi_id_base: int | None = None,
         compile_s: float | None = None,
+        driver_id_base: int | str | None = "unchanged",
     ) -> None:
         """Change the machine: IPU count, SDK behaviour, IPUs busy elsewhere, injected failures, the
-        hardware IPUs' architecture (``ipu1``: a C2 card's; ``ipu2``: the default), and the simulated
-        compile time ``prepareDevice`` spends holding the GIL."""
+        hardware IPUs' architecture (``ipu1``: a C2 card's; ``ipu2``: the default), the simulated
+        compile time ``prepareDevice`` spends holding the GIL, and the driver ids' base
+        (``driver_id_base``; ``None``: driver ids equal to the ``gc-info -l`` ids)."""
         if ipus is not None:
             system.ipus = ipus
         if compile_s is not None:
@@ -244,6 +259,8 @@ def make_module(ipus: int = 1, sdk: str = "3.4") -> types.ModuleType:
             system.architecture = architecture
         if multi_id_base is not None:
             system.multi_id_base = multi_id_base
+        if driver_id_base != "unchanged":
+            system.driver_id_base = None if driver_id_base is None else int(driver_id_base)
         if sdk is not None:
             system.sdk = module.__version__ = _full_version(sdk)
             module.DeviceManager = _manager_class(system)
@@ -367,9 +384,14 @@ class DeviceInfo:
 
     @property
     def driverIds(self) -> list[int]:
-        """The single-IPU driver ids the device is made of; an offline IPU gives ``[0]``
-        (``devicexmanager.hpp:205``)."""
-        return [0] if self._type == DeviceType.OfflineIpu else list(self._ipus)
+        """The driver ids of the IPUs the device is made of (``FakeIpuSystem.driver_id``, not their
+        ``gc-info -l`` ids); an offline IPU gives ``[0]`` (``devicexmanager.hpp:205``), the IPU Model
+        its IPUs' indices."""
+        if self._type == DeviceType.OfflineIpu:
+            return [0]
+        if self._type == DeviceType.Ipu:
+            return [self._system.driver_id(i) for i in self._ipus]
+        return list(self._ipus)
 
     def attach(self) -> bool:
         """Attach to every IPU of the device; ``False`` if another device or process holds one."""

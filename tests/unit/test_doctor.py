@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ import sys
 from tests.fakes import fake_popart
 if "onnx" in sys.modules:
     raise ImportError(fake_popart.IMPORT_ERROR)
-sys.modules[__name__] = fake_popart.make_module(ipus=0)
+sys.modules[__name__] = fake_popart.make_module(ipus={ipus})
 """
 #: ``import poptorch`` gives the PopTorch fake, on a machine without IPU hardware.
 POPTORCH_SHIM = """
@@ -41,12 +42,12 @@ sys.modules[__name__] = fake_poptorch
 """
 
 
-def _sdk_dir(tmp_path: Path, *, poptorch_extra: str = "", startup: str = "") -> Path:
+def _sdk_dir(tmp_path: Path, *, poptorch_extra: str = "", startup: str = "", popart_ipus: int = 0) -> Path:
     """A directory as the SDK's enable script would put on ``PYTHONPATH``: popart, poptorch with its
     wheel's metadata (version 3.4.0), and optionally a ``sitecustomize`` run at interpreter start-up."""
     site = tmp_path / "sdk"
     site.mkdir()
-    (site / "popart.py").write_text(POPART_SHIM)
+    (site / "popart.py").write_text(POPART_SHIM.format(ipus=popart_ipus))
     (site / "poptorch.py").write_text(POPTORCH_SHIM.format(extra=textwrap.dedent(poptorch_extra)))
     info = site / "poptorch-3.4.0.dist-info"
     info.mkdir()
@@ -60,7 +61,7 @@ def _sdk_dir(tmp_path: Path, *, poptorch_extra: str = "", startup: str = "") -> 
 def sdk_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Makes a ``Machine`` whose probes (and this process's look-ups) find the SDK fakes."""
 
-    def make(**kwargs: str) -> Machine:
+    def make(**kwargs: Any) -> Machine:
         site = _sdk_dir(tmp_path, **kwargs)
         monkeypatch.syspath_prepend(str(site))  # the doctor's own look-ups (find_spec, metadata)
         environ = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "OMPI_"))}
@@ -101,6 +102,37 @@ def test_the_ipu_model_targets_run_with_the_sdk_fakes(sdk_machine):
     assert installed["popart"].version == "present"  # on PYTHONPATH, without package metadata
     # Each probe ran in a process of its own, where popart was imported before anything imported onnx.
     assert not any(c.facts["onnx_imported_first"] for c in report.checks)
+
+
+def test_the_doctor_prints_both_enumerations_and_the_driver_id_translation(sdk_machine):
+    # Four IPUs whose driver ids (67..64) are not their gc-info -l ids (0..3).
+    report = doctor.diagnose(sdk_machine(popart_ipus=4), timeout_s=300, only=[doctor.DEVICES])
+    assert report.devices is not None
+    assert report.devices.status == "works"
+    assert report.devices.detail == "4 single-IPU and 3 multi-IPU device(s), 0 mismatch(es)"
+    text = doctor.render(report)
+    assert (
+        "IPU devices (PopART's enumerateDevices; driverIds -> gc-info -l ids): 4 single-IPU and 3 "
+        "multi-IPU device(s), 0 mismatch(es)\n  numIpus=1: 4 device(s) (id <- driverIds)\n    0 <- [67]\n"
+    ) in text
+    assert "\n    4 (2 IPUs): [67, 66] -> [0, 1]\n" in text
+    assert report.as_json()["ipu_devices"]["table"]["driver_id_to_device_id"] == {
+        "64": 3,
+        "65": 2,
+        "66": 1,
+        "67": 0,
+    }
+    assert not any(f.problem.startswith("PopART's device listing") for f in report.findings)
+
+
+def test_a_device_listing_mismatch_is_a_finding(tmp_path):
+    listing = doctor.DeviceListing(
+        "works", "", {"mismatches": ["2-IPU device 2 lists driver id(s) 12, which no single-IPU device has"]}
+    )
+    (finding,) = doctor.findings([], [], _machine(tmp_path), listing)
+    assert finding.problem == (
+        "PopART's device listing: 2-IPU device 2 lists driver id(s) 12, which no single-IPU device has"
+    )
 
 
 def test_poptorch_with_another_torch_is_one_line_with_the_fix(sdk_machine):

@@ -23,6 +23,7 @@ from pytest_ipu import __version__
 from pytest_ipu.cli import first_contact
 from pytest_ipu.cli import main as cli
 from pytest_ipu.cli.doctor import Machine
+from pytest_ipu.devices import driver_ids
 from tests.fakes import fake_gcipuinfo
 from tests.fakes import fake_popart
 
@@ -196,7 +197,13 @@ def test_the_file_holds_every_step_on_a_machine_with_ipus(tmp_path, capsys):
         assert [(d["id"], d["numIpus"], d["driverIds"]) for d in devices] == [
             (d.id, d.numIpus, list(d.driverIds)) for d in listed
         ]
-    assert [d["driverIds"] for d in enumerated["2"]] == [[0, 1], [2, 3]]
+    # The fake's driver ids are not gc-info's ids: each pair's IPUs come from the translation.
+    assert [d["driverIds"] for d in enumerated["2"]] == [[67, 66], [65, 64]]
+    translation = _ok(data, "popart_devices")["driver_id_translation"]
+    assert translation == driver_ids.read(fake_popart.make_module(ipus=4)).as_json()
+    assert [d["ipu_ids"] for d in translation["multi_ipu_devices"]] == [[0, 1], [2, 3], [0, 1, 2, 3]]
+    assert translation["driver_ids_differ_from_device_ids"] is True
+    assert translation["mismatches"] == []
     poptorch = _ok(data, "poptorch_devices")
     assert poptorch["ipuHardwareIsAvailable"] == {"1": True, "2": True, "4": True, "8": False}
     assert poptorch["ipuHardwareVersion"] == 2

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_ipu.devices import driver_ids
 from pytest_ipu.devices import inventory as ipu_inventory
 from pytest_ipu.devices.allocate import Inventory
 from pytest_ipu.devices.inventory import IpuInfo
@@ -173,8 +174,14 @@ def test_multi_ipu_device_ids_are_read_from_enumerate_devices(no_sdk: None, sour
     assert isinstance(found, IpuInventory)
     assert found.source == source
     manager = popart.DeviceManager()
-    listed = {tuple(d.driverIds): d.id for n in (2, 4) for d in manager.enumerateDevices(numIpus=n)}
+    devices = [d for n in (2, 4) for d in manager.enumerateDevices(numIpus=n)]
+    # Each device's IPUs are its driverIds translated through the single IPUs' listing: the fake's
+    # driver ids are not gc-info's ids, as nothing public says they are.
+    assert [list(d.driverIds) for d in devices] == [[67, 66], [65, 64], [67, 66, 65, 64]]
+    table = driver_ids.read(popart)
+    listed = {table.ipu_ids(d.driverIds): d.id for d in devices}
     assert listed == {(0, 1): 100, (2, 3): 101, (0, 1, 2, 3): 102}
+    assert found.id_table == table
     assert {group: found.multi_device_id(group) for group in listed} == listed
     assert found.multi_device_id((3,)) == 3
     # And back: each device id names the IPUs the SDK listed for it.
@@ -372,12 +379,13 @@ def test_multi_device_ids_on_16_ipus(group: tuple[int, ...], device_id: int) -> 
 
 @pytest.mark.parametrize("ipus", [1, 2, 4, 6, 8, 16, 64])
 def test_multi_device_ids_match_popart_enumerate_devices(ipus: int) -> None:
-    manager = fake_popart.make_module(ipus=ipus).DeviceManager()
+    popart = fake_popart.make_module(ipus=ipus)
+    manager, table = popart.DeviceManager(), driver_ids.read(popart)
     inventory = _hardware(ipus)
     size, checked = 1, 0
     while size <= ipus:
         for device in manager.enumerateDevices(numIpus=size):
-            assert inventory.multi_device_id(tuple(device.driverIds)) == device.id, device
+            assert inventory.multi_device_id(table.ipu_ids(device.driverIds)) == device.id, device
             checked += 1
         size *= 2
     assert checked == sum(ipus // (1 << k) for k in range(ipus.bit_length()) if 1 << k <= ipus)
@@ -456,12 +464,13 @@ def test_single_ipu_ids_need_no_contiguous_inventory() -> None:
 @pytest.mark.parametrize("ipus", [1, 2, 4, 8, 16])
 def test_members_are_the_ipus_of_every_device_id(ipus: int) -> None:
     """``members`` inverts ``multi_device_id``: the IPUs each device id of PopART's listing is made of."""
-    manager = fake_popart.make_module(ipus=ipus).DeviceManager()
+    popart = fake_popart.make_module(ipus=ipus)
+    manager, table = popart.DeviceManager(), driver_ids.read(popart)
     inventory = _hardware(ipus)
     size = 1
     while size <= ipus:
         for device in manager.enumerateDevices(numIpus=size):
-            assert inventory.members(device.id) == tuple(device.driverIds), device
+            assert inventory.members(device.id) == table.ipu_ids(device.driverIds), device
         size *= 2
 
 

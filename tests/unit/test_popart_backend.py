@@ -182,7 +182,10 @@ def test_the_compile_reports_its_phases_and_facts(backend, opset11_exporter):
         # the architecture, and the driver version an attached IPU reports (not the architecture)
         "ipu_version": "ipu2",
         "driver_version": fake_popart.DRIVER_VERSION,
+        # device 0's driver id, which is not its gc-info -l id (IPU 0 of the fake's 2)
+        "driver_ids": [fake_popart.DRIVER_ID_BASE + 1],
     }
+    assert compiled.ipu_ids == (0,)  # translated through enumerateDevices(numIpus=1)
     json.dumps(dict(compiled.info))  # plain JSON
     # batches_per_step's default (None) resolves to 1 without pipelining
     assert dict(compiled.options) == {**OPTIONS, "batches_per_step": 1}
@@ -1320,8 +1323,8 @@ def test_the_fake_device_versions_are_the_sdks(fake):
     assert (listed.version, listed.ipuVersion) == ("<unknown-ipu-unattached>", "ipu2")
     assert repr(listed) == (
         "Device Type:ipu Connection Type:Always Id:2 Version:<unknown-ipu-unattached> NumIPUs:2 "
-        "NumTilesPerIPU:1472 DeviceIds: {0,1}"
-    )
+        "NumTilesPerIPU:1472 DeviceIds: {65,64}"
+    )  # DeviceInfo::toString prints the driver ids, which are not gc-info's 0 and 1
     device = manager.tryAcquireAvailableDevice(1)
     assert (device.version, device.ipuVersion) == (fake_popart.DRIVER_VERSION, "ipu2")
     device.detach()

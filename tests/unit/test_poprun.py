@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pytest_ipu.cli import main as cli
+from pytest_ipu.devices import driver_ids
 from pytest_ipu.devices import poprun as poprun_devices
 from pytest_ipu.devices.inventory import IpuInfo
 from pytest_ipu.devices.inventory import IpuInventory
@@ -145,12 +146,15 @@ def test_a_directly_built_instance_is_checked_too() -> None:
 
 def test_fake_device_ids_follow_gc_info_numbering() -> None:
     # 4 instances x 1 replica x 2 IPUs on 8 IPUs: instance i holds the i-th pair.
-    pairs = fake_popart.make_module(ipus=8).DeviceManager().enumerateDevices(numIpus=2)
+    popart = fake_popart.make_module(ipus=8)
+    pairs = popart.DeviceManager().enumerateDevices(numIpus=2)
+    table = driver_ids.read(popart)
     inventory = IpuInventory(tuple(IpuInfo(i) for i in range(8)), "test")
     for device in pairs:
         fake_popdist.configure(device.id - 8, 4, ipus_per_replica=2)
         assert fake_popdist.getDeviceId() == device.id
-        assert inventory.multi_device_id(tuple(device.driverIds)) == device.id
+        # The pair's IPUs are its driverIds translated, not the driver ids themselves.
+        assert inventory.multi_device_id(table.ipu_ids(device.driverIds)) == device.id
 
 
 # -- the device PopDist gives each instance --------------------------------------------------------

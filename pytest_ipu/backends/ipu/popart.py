@@ -72,6 +72,7 @@ from pytest_ipu.backends.ipu.popart_onnx import Prepared
 from pytest_ipu.backends.ipu.popart_runner import Runner
 from pytest_ipu.backends.ipu.popart_runner import as_array
 from pytest_ipu.backends.ipu.popart_runner import layout
+from pytest_ipu.devices import driver_ids
 from pytest_ipu.devices import inventory as ipu_inventory
 from pytest_ipu.devices import poprun
 from pytest_ipu.devices.inventory import IpuInventory
@@ -367,7 +368,7 @@ class PopArtBackend(NamedBackend):
             phases_s=phases,
             info=info,
             simulator=self.simulator,
-            ipu_ids=None if self.simulator else _driver_ids(device),
+            ipu_ids=None if self.simulator else _held_ipus(popart, device, info),
         )
 
 
@@ -598,14 +599,25 @@ def _device_info(device: Any, simulator: bool) -> dict[str, Any]:
     }
 
 
-def _driver_ids(device: Any) -> tuple[int, ...] | None:
-    """The single IPUs of an acquired hardware device (``DeviceInfo.driverIds``, which PopART gives
-    for the device it chose under ``ipu`` too), ascending; ``None`` if the SDK does not say."""
+def _held_ipus(popart: ModuleType, device: Any, info: dict[str, Any]) -> tuple[int, ...] | None:
+    """The ``gc-info -l`` ids (ascending) of the single IPUs an acquired hardware device is made of:
+    its ``driverIds`` translated through PopART's single-IPU listing (``devices.driver_ids``; the
+    driver ids are not taken for ``gc-info -l`` ids). ``None`` when they cannot be, with the reason
+    in ``info["ipu_ids_unknown"]``: the energy of unknown IPUs is not charged to the model."""
     try:
-        ids = tuple(sorted(int(i) for i in device.driverIds))
-    except Exception:  # an SDK without the property, or an odd value: the IPUs stay unknown
+        given = tuple(int(i) for i in device.driverIds)
+    except Exception as exc:  # an SDK without the property, or an odd value
+        info["ipu_ids_unknown"] = f"DeviceInfo.driverIds unreadable: {exc}"
         return None
-    return ids or None
+    info["driver_ids"] = list(given)
+    if not given:
+        info["ipu_ids_unknown"] = "DeviceInfo.driverIds is empty"
+        return None
+    try:
+        return driver_ids.read(popart).ipu_ids(given)
+    except Exception as exc:  # the listing failed, or a driver id it does not have: both say why
+        info["ipu_ids_unknown"] = " ".join(str(exc).split()) or type(exc).__name__
+        return None
 
 
 def _acquire(

@@ -1,0 +1,182 @@
+"""PopART's ``driverIds`` and the ids ``gc-info -l`` prints: the table that translates one into the other.
+
+A multi-IPU device says which IPUs it is made of only through ``DeviceInfo.driverIds``, Poplar's
+``Device::getDriverIDs()`` (popart ``willow/include/popart/popx/devicexmanager.hpp:74-76``). Nothing
+public says those are the ids ``gc-info -l`` prints, which gcipuinfo lists as ``"id"``, which
+``acquireDeviceById`` takes and which power readings are keyed by: the header's one line calls them
+"the version of the drivers on the IPU" (``devicemanager.hpp:207``), and PopART's own accessor for
+a device's single-IPU ids, ``getChildIds`` (Poplar's ``DeviceManager::getChildDeviceIds``,
+``willow/src/popx/devicexmanager.cpp:333-348``), has no Python binding. So nothing here assumes it.
+The table is read from two enumerations of ``DeviceManager().enumerateDevices``:
+
+1. ``numIpus=1``: every single IPU, its device id (``gc-info -l``'s) and its one driver id, which
+   gives the map *driver id -> device id*;
+2. ``numIpus=n`` for n = 2, 4, ...: every multi-IPU device, its id and its driver ids, translated
+   through that map into the ids of the single IPUs it is made of.
+
+What does not fit (a single IPU with other than one driver id, a driver id two single IPUs share, a
+multi-IPU device with a driver id no single IPU has, or with as many driver ids as it has not IPUs)
+is a *mismatch*: kept, said in one line, and never guessed around. ``pytest-ipu doctor`` and
+``doctor --first-contact`` print both enumerations and the translation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+#: Largest device size asked for: PopTorch reserves at most 64 IPUs per process, and no partition a
+#: benchmark runs on is larger.
+MAX_DEVICE_IPUS = 64
+
+
+@dataclass(frozen=True)
+class ListedDevice:
+    """One device as ``enumerateDevices`` listed it: its id, size and driver ids (in listing order),
+    and the ``gc-info -l`` ids of its single IPUs (ascending), ``None`` where a driver id has no single
+    IPU to translate to."""
+
+    id: int
+    num_ipus: int
+    driver_ids: tuple[int, ...]
+    ipu_ids: tuple[int, ...] | None
+
+    def as_json(self) -> dict[str, object]:
+        """Plain JSON, in PopART's spelling for what it gives (``numIpus``, ``driverIds``)."""
+        return {
+            "id": self.id,
+            "numIpus": self.num_ipus,
+            "driverIds": list(self.driver_ids),
+            "ipu_ids": None if self.ipu_ids is None else list(self.ipu_ids),
+        }
+
+
+@dataclass(frozen=True)
+class DeviceTable:
+    """Both enumerations, the translation they give, and every mismatch found.
+
+    ``singles`` are the ``numIpus=1`` devices, ``multis`` the larger ones, each in listing order.
+    """
+
+    singles: tuple[ListedDevice, ...]
+    multis: tuple[ListedDevice, ...]
+    mismatches: tuple[str, ...] = ()
+
+    @property
+    def translation(self) -> dict[int, int]:
+        """Driver id -> ``gc-info -l`` id, from every single IPU that lists exactly one driver id."""
+        return {d.driver_ids[0]: d.id for d in self.singles if len(d.driver_ids) == 1}
+
+    @property
+    def ids_differ(self) -> bool:
+        """Whether some single IPU's driver id is not its device id (then only the translation is right)."""
+        return any(driver != device for driver, device in self.translation.items())
+
+    @property
+    def devices(self) -> tuple[tuple[tuple[int, ...], int], ...]:
+        """The multi-IPU devices whose driver ids all translate: ``(single-IPU ids, device id)`` pairs."""
+        return tuple(sorted((d.ipu_ids, d.id) for d in self.multis if d.ipu_ids is not None))
+
+    def ipu_ids(self, driver_ids: Iterable[int]) -> tuple[int, ...]:
+        """The ``gc-info -l`` ids (ascending) of the IPUs with these driver ids (an acquired device's
+        ``driverIds``); ``ValueError`` naming any driver id no single IPU has."""
+        given = [int(i) for i in driver_ids]
+        table = self.translation
+        unknown = [i for i in given if i not in table]
+        if unknown:
+            raise ValueError(
+                f"driverIds {given}: driver id(s) {', '.join(map(str, unknown))} belong to no single IPU of "
+                f"enumerateDevices(numIpus=1) (its driver ids: {sorted(table) or 'none'}); run `pytest-ipu "
+                "doctor` to see both enumerations"
+            )
+        return tuple(sorted(table[i] for i in given))
+
+    def as_json(self) -> dict[str, object]:
+        """Plain JSON: both enumerations, the translation (driver id -> device id) and the mismatches."""
+        return {
+            "single_ipu_devices": [d.as_json() for d in self.singles],
+            "multi_ipu_devices": [d.as_json() for d in self.multis],
+            "driver_id_to_device_id": {str(k): v for k, v in sorted(self.translation.items())},
+            "driver_ids_differ_from_device_ids": self.ids_differ,
+            "mismatches": list(self.mismatches),
+        }
+
+    def lines(self) -> list[str]:
+        """The table as text, one line per device: ``doctor``'s section."""
+        out = [f"numIpus=1: {len(self.singles)} device(s) (id <- driverIds)"]
+        out += [f"  {d.id} <- {list(d.driver_ids)}" for d in self.singles]
+        out.append(f"numIpus>1: {len(self.multis)} device(s) (id: driverIds -> gc-info ids)")
+        out += [
+            f"  {d.id} ({d.num_ipus} IPUs): {list(d.driver_ids)} -> "
+            f"{'untranslatable' if d.ipu_ids is None else list(d.ipu_ids)}"
+            for d in self.multis
+        ]
+        same = "differ from" if self.ids_differ else "equal"
+        out.append(f"driver ids {same} the device ids; placement and energy use the translated ids")
+        out += [f"MISMATCH: {m}" for m in self.mismatches]
+        return out
+
+
+def read(popart: ModuleType, max_ipus: int = MAX_DEVICE_IPUS) -> DeviceTable:
+    """Both enumerations of ``popart.DeviceManager()`` (``numIpus=1``, then 2, 4, ... up to
+    ``max_ipus`` or the first size with no device) and their translation. The SDK's own exceptions
+    pass through: the caller says what failed."""
+    manager = popart.DeviceManager()
+    singles = [_listed(d) for d in manager.enumerateDevices(numIpus=1)]
+    multis: list[tuple[int, int, tuple[int, ...]]] = []
+    size = 2
+    while size <= max(max_ipus, 1):
+        listed = [_listed(d) for d in manager.enumerateDevices(numIpus=size)]
+        if not listed:
+            break
+        multis.extend(listed)
+        size *= 2
+    return build(singles, multis)
+
+
+def build(
+    singles: Iterable[tuple[int, int, tuple[int, ...]]], multis: Iterable[tuple[int, int, tuple[int, ...]]]
+) -> DeviceTable:
+    """The table of ``(id, numIpus, driverIds)`` rows of both enumerations, with its mismatches."""
+    mismatches: list[str] = []
+    one: list[ListedDevice] = []
+    owner: dict[int, int] = {}
+    for device_id, num_ipus, driver_ids in singles:
+        one.append(ListedDevice(device_id, num_ipus, driver_ids, (device_id,)))
+        if len(driver_ids) != 1:
+            mismatches.append(
+                f"single-IPU device {device_id} lists driverIds {list(driver_ids)}, not exactly one; its "
+                "driver id is unknown"
+            )
+            continue
+        driver = driver_ids[0]
+        if driver in owner:
+            mismatches.append(
+                f"single-IPU devices {owner[driver]} and {device_id} both list driver id {driver}; it "
+                f"translates to {owner[driver]} only"
+            )
+            continue
+        owner[driver] = device_id
+    many: list[ListedDevice] = []
+    for device_id, num_ipus, driver_ids in multis:
+        unknown = [i for i in driver_ids if i not in owner]
+        translated = None if unknown else tuple(sorted(owner[i] for i in driver_ids))
+        if unknown:
+            mismatches.append(
+                f"{num_ipus}-IPU device {device_id} lists driver id(s) {', '.join(map(str, unknown))}, which "
+                "no single-IPU device has: its IPUs are unknown"
+            )
+        elif len(set(driver_ids)) != num_ipus:
+            mismatches.append(
+                f"{num_ipus}-IPU device {device_id} lists {len(set(driver_ids))} distinct driver id(s) "
+                f"{list(driver_ids)}, not {num_ipus}"
+            )
+        many.append(ListedDevice(device_id, num_ipus, driver_ids, translated))
+    return DeviceTable(tuple(one), tuple(many), tuple(mismatches))
+
+
+def _listed(device: Any) -> tuple[int, int, tuple[int, ...]]:
+    """``(id, numIpus, driverIds)`` of a ``DeviceInfo`` as plain ints (pybind11 gives a list)."""
+    return int(device.id), int(device.numIpus), tuple(int(i) for i in device.driverIds)
