@@ -44,6 +44,14 @@ compile fails (see ``PoplarExecutor._check_distributed``), unless the options ar
 the instance compiles its local replicas on PopDist's device and trains on its own batches only
 (the other instances' gradients, which the real launch averages in, do not exist here).
 
+Compile time: ``compilationTime()`` exists from PopTorch 3.3 on (``configure(sdk="3.2")`` makes an
+older PopTorch, whose executors have no such attribute); it raises as PopTorch's does, and returns
+``None`` after an executable-cache hit, as PopTorch's does (its progress bar, which times the
+compilation, never runs when the executable is loaded). The executable cache
+(``enableExecutableCaching(path)``) is a file per compiled graph in that directory, keyed by the
+model, the inputs' shapes and dtypes and the options that shape the graph: a second compile of the
+same graph, in any process, is a hit.
+
 The machine has 4 Mk2 IPUs unless ``configure(ipus=..., version=...)`` says otherwise; ``reset()``
 frees them and forgets what was recorded (``executors`` and ``options_passed``). Where a test shares
 the host between processes (``tests.fakes.ipu_users``), attaching records this process as the IPUs'
@@ -56,6 +64,7 @@ from __future__ import annotations
 import copy
 import datetime
 import enum
+import hashlib
 import inspect
 import logging
 import math
@@ -66,6 +75,7 @@ from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -213,6 +223,8 @@ DEFAULT_CALL_S = 0.002
 class _Machine:
     ipus: int = 4
     version: int = 2
+    #: The PopTorch release imitated, as ``(major, minor)``: before 3.3 there is no ``compilationTime``.
+    sdk: tuple[int, int] = (3, 4)
     #: Simulated seconds per device iteration (``None``: ``call_s`` per call): each call holds the GIL
     #: that long per micro-batch, and the perf counters show it.
     iteration_s: float | None = None
@@ -273,10 +285,15 @@ def configure(
     version: int | None = None,
     iteration_s: float | None = None,
     call_s: float | None = None,
+    sdk: str | None = None,
 ) -> None:
     """Set the fake machine: its IPU count, its ``ipuHardwareVersion()`` (1, 2, 21, or -1 for unknown),
-    and the simulated device time, which each call spends holding the GIL: ``iteration_s`` per
-    micro-batch (the perf counters show it), else ``call_s`` per call."""
+    the simulated device time, which each call spends holding the GIL: ``iteration_s`` per
+    micro-batch (the perf counters show it), else ``call_s`` per call; and the PopTorch release
+    imitated (``sdk="3.2"``: no ``compilationTime``; ``reset()`` goes back to 3.4)."""
+    if sdk is not None:
+        major, minor = (int(x) for x in sdk.split(".")[:2])
+        _MACHINE.sdk = (major, minor)
     if ipus is not None:
         _MACHINE.ipus = ipus
     if version is not None:
@@ -755,7 +772,8 @@ class _Executable:
     device_id: int | None
     ipus: tuple[int, ...]
     hardware: bool
-    compile_time: datetime.timedelta
+    #: ``None`` after an executable-cache hit: nothing was compiled, so nothing was timed.
+    compile_time: datetime.timedelta | None
     attached: bool = False
     last_run_s: float = 0.0
 
@@ -951,17 +969,42 @@ class PoplarExecutor:
                 )
                 num_ipus = rounded
             device = self._acquire(num_ipus)
+        cached = self._cache_file(args)
+        hit = cached is not None and cached.exists()
+        if cached is not None and not hit:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text("fake_poptorch executable\n")
         self._executable = _Executable(
             num_ipus,
             stages,
             device[0] if device else None,
             device[1] if device else (),
             hardware,
-            datetime.timedelta(seconds=time.perf_counter() - start),
+            None if hit else datetime.timedelta(seconds=time.perf_counter() - start),
             attached=hardware,
         )
         self._is_attached = hardware
         self._timestamps = [[[] for _ in args], [[] for _ in args], [[]], [[]]]
+
+    def _cache_file(self, args: tuple[Any, ...]) -> Path | None:
+        """The executable-cache file of this graph (``None`` without caching): one per model, input
+        shapes and dtypes, and the options that shape the compiled graph."""
+        popart = self._options._Popart.options
+        if not popart.get("enableEngineCaching") or not popart.get("cachePath"):
+            return None
+        o = self._options
+        key = repr(
+            (
+                repr(self._model),
+                [(tuple(a.shape), str(a.dtype)) for a in args if isinstance(a, torch.Tensor)],
+                o.replication_factor,
+                o.device_iterations,
+                o.Training.gradient_accumulation,
+                int(o.output_mode),
+                self._training,
+            )
+        )
+        return Path(str(popart["cachePath"])) / f"{hashlib.sha256(key.encode()).hexdigest()}.popef"
 
     def _check_memory_proportions(self, stages: int) -> None:
         """PopART's range check on every IPU the model uses.
@@ -1319,8 +1362,17 @@ class PoplarExecutor:
             raise createPoptorchError("Please run the model at least once before obtaining cycle count.")
         return int(self._executable.last_run_s * 1.33e9)
 
-    def compilationTime(self) -> datetime.timedelta:
-        """How long the last compilation took."""
+    @property
+    def compilationTime(self) -> Callable[[], datetime.timedelta | None]:
+        """``compilationTime()``, from PopTorch 3.3 on: an older fake's executors have no such
+        attribute (``AttributeError``, as on the real 3.2)."""
+        if _MACHINE.sdk < (3, 3):
+            raise AttributeError("'PoplarExecutor' object has no attribute 'compilationTime'")
+        return self._compilation_time
+
+    def _compilation_time(self) -> datetime.timedelta | None:
+        """How long the last compilation took; ``None`` when the executable came from the cache
+        (``self._options._progress_bar.compilation_time``, ``_poplar_executor.py:1200-1221``)."""
         if self._executable is None:
             raise createPoptorchError("Please compile the model before obtaining compilation time.")
         if not self._options._show_compilation_progress_bar:

@@ -247,6 +247,51 @@ def test_compile_happens_inside_compile_and_attaches():
         compiled.close()
 
 
+def test_after_an_executable_cache_hit_the_compile_time_is_unknown_with_the_reason(tmp_path):
+    # PopTorch's compilationTime() is None when the executable came from its cache: nothing was
+    # compiled, so PopTorch timed nothing. The record says so; it never shows a compile of 0 s.
+    options = {"executable_cache_dir": str(tmp_path / "cache")}
+    first = make_backend().compile(mlp(), (batch(),), "fp32", options)
+    first.close()
+    assert first.phases_s["graph_compilation"] >= 0
+    assert "graph_compilation_unknown" not in first.info
+    assert len(list((tmp_path / "cache").iterdir())) == 1  # the fake's cached executable
+    second = make_backend().compile(mlp(), (batch(),), "fp32", options)
+    try:
+        assert fake_poptorch.executors[-1].compilationTime() is None
+        assert "graph_compilation" not in second.phases_s
+        assert second.info["graph_compilation_unknown"] == (
+            "compilationTime() returned None: PopTorch times only a compilation it watched, and none ran "
+            "(the executable came from PopTorch's executable cache)"
+        )
+    finally:
+        second.close()
+    # Another graph (another batch shape) is not in the cache: compiled, and timed.
+    third = make_backend().compile(mlp(), (batch(16),), "fp32", options)
+    third.close()
+    assert "graph_compilation" in third.phases_s
+
+
+def test_before_poptorch_3_3_there_is_no_compilation_time_and_the_record_says_so():
+    fake_poptorch.configure(sdk="3.2")
+    compiled = make_backend().compile(mlp(), (batch(),), "fp32", {})
+    try:
+        assert not hasattr(fake_poptorch.executors[-1], "compilationTime")
+        assert "graph_compilation" not in compiled.phases_s
+        assert compiled.info["graph_compilation_unknown"] == (
+            "this PopTorch has no compilationTime() (it exists from PopTorch 3.3 on)"
+        )
+    finally:
+        compiled.close()
+
+
+def test_the_fake_compilation_time_raises_as_poptorchs_does():
+    executor = fake_poptorch.inferenceModel(mlp())
+    with pytest.raises(fake_poptorch.Error) as raised:
+        executor.compilationTime()
+    assert raised.value.message == "Please compile the model before obtaining compilation time."
+
+
 # -- options ------------------------------------------------------------------------------------
 
 

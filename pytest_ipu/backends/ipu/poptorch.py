@@ -1,8 +1,15 @@
 """The PopTorch backend: torch models compiled by PopTorch (Poplar SDK 3.x) and run on Graphcore IPUs.
 
 poptorch (and torch) are imported lazily, or injected for tests, so importing this module costs
-nothing. Written against PopTorch 3.4, the last SDK release (September 2023); every call used here
-exists unchanged since SDK 2.1 (``getLatency`` and the perf counters) or 2.4 (``outputMode``).
+nothing. Written against PopTorch 3.4, the last SDK release (September 2023). The calls used here
+exist unchanged since SDK 2.1 (``getLatency`` and the perf counters) or 2.4 (``outputMode``), but
+one: ``PoplarExecutor.compilationTime()`` exists from PopTorch 3.3 only (absent from the
+``sdk/poptorch/3.2.0`` tag, present at ``3.3.0``), raises unless ``showCompilationProgressBar`` is on
+(the default), and returns ``None`` when no compilation was watched: after an executable-cache hit
+PopTorch loads the executable and its progress bar never runs (``_options_impl.ProgressBar``). The
+record then has no ``graph_compilation`` phase and its ``compile_info`` says why
+(``graph_compilation_unknown``); the compile's wall time (``compile_s``) is measured around it either
+way, never taken as 0.
 
 One call of a compiled model runs ``device_iterations x replication_factor x gradient_accumulation``
 micro-batches on the device, so its items are the inputs' whole leading dimension.
@@ -390,7 +397,7 @@ class PopTorchBackend(NamedBackend):
         _HANDLES[run] = handle
         used = handle.executor.options
         info = _info(poptorch, used, opts, ipu_id, _version(poptorch))
-        phases = _compile_phases(handle.executor)
+        phases = _compile_phases(handle.executor, info)
         return CountedModel(
             target=target,
             backend=self._name,
@@ -552,13 +559,28 @@ def _largest_device(poptorch: ModuleType) -> int | None:
     return largest
 
 
-def _compile_phases(executor: Any) -> dict[str, float]:
-    """The compile's phases PopTorch timed: its graph compilation, when it reports one."""
+def _compile_phases(executor: Any, info: dict[str, object]) -> dict[str, float]:
+    """The compile's phases PopTorch timed: its graph compilation, when it reports one; otherwise
+    why not, in ``info["graph_compilation_unknown"]`` (never a phase of 0 s)."""
+    # An SDK version difference, not a capability: PopTorch before 3.3 has no such method.
+    method = getattr(executor, "compilationTime", None)
+    if method is None:
+        info["graph_compilation_unknown"] = (
+            "this PopTorch has no compilationTime() (it exists from PopTorch 3.3 on)"
+        )
+        return {}
     try:
-        elapsed = executor.compilationTime()
-    except Exception:
-        elapsed = None  # no progress bar, or the executable came from the cache
-    return {} if elapsed is None else {"graph_compilation": float(elapsed.total_seconds())}
+        elapsed = method()
+    except Exception as exc:  # showCompilationProgressBar(False), or the model was not compiled
+        info["graph_compilation_unknown"] = f"compilationTime() raised: {_sdk_message(exc)}"
+        return {}
+    if elapsed is None:
+        info["graph_compilation_unknown"] = (
+            "compilationTime() returned None: PopTorch times only a compilation it watched, and none "
+            "ran (the executable came from PopTorch's executable cache)"
+        )
+        return {}
+    return {"graph_compilation": float(elapsed.total_seconds())}
 
 
 def _compiled(make: Callable[[], Any], examples: Sequence[object], name: str, target: str) -> Any:

@@ -229,7 +229,7 @@ def compile_training(
     }
     if instance is not None:
         facts["poprun"] = instance.as_json()
-    phases = _compile_phases(handle.executor)
+    phases = _compile_phases(handle.executor, facts)
     return CountedTrainingStep(
         target=target,
         backend=name,
