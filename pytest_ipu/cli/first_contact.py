@@ -8,8 +8,10 @@ The steps (``STEPS``), in order:
 - ``host`` and ``versions``: the platform and CPUs; Python, pytest-ipu, the SDK and packages as the
   doctor finds them without importing anything, then the SDK's modules and torch and numpy as they
   report themselves once imported (popart first, before anything could import onnx);
-- ``gcipuinfo``: ``getDevices()`` verbatim (before and after the refreshes), which of the documented
-  names the module has, and the latency of ``updateData()`` over ``UPDATE_CALLS`` calls;
+- ``gcipuinfo``: ``getDevices()`` verbatim (before and after the refreshes), the exact attribute
+  names it returned and how many devices list each key the plugin reads (``attribute_names``),
+  which of the documented names the module has, and the latency of ``updateData()`` over
+  ``UPDATE_CALLS`` calls;
 - ``popart_devices`` and ``poptorch_devices``: the devices ``DeviceManager().enumerateDevices(numIpus=n)``
   lists for n = 1, 2, 4, ... (id, numIpus, driverIds), the translation of each multi-IPU device's
   ``driverIds`` through the single IPUs' into ``gc-info -l`` ids with every mismatch
@@ -192,6 +194,27 @@ GCIPUINFO_OBJECT_NAMES = (
 )
 
 
+def attribute_names(devices: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The exact attribute names ``getDevices()`` returned (every name, sorted, and each device's),
+    and for each key the plugin reads (``gcipuinfo_keys``) how many devices listed it: the names a
+    later SDK or system can be checked against."""
+    names = sorted({str(name) for device in devices for name in device})
+    return {
+        "names": names,
+        "per_device": [sorted(str(name) for name in device) for device in devices],
+        "read_by_the_plugin": {key: sum(key in device for device in devices) for key in gcipuinfo_keys()},
+        "devices": len(devices),
+    }
+
+
+def gcipuinfo_keys() -> tuple[str, ...]:
+    """The ``getDevices()`` keys the plugin reads: ``power.gcipuinfo``'s ``KEY_*`` constants, whose
+    spellings are inferred (that module's docstring says from what)."""
+    from pytest_ipu.power import gcipuinfo
+
+    return tuple(value for name, value in sorted(vars(gcipuinfo).items()) if name.startswith("KEY_"))
+
+
 def seconds_summary(values: Sequence[float]) -> dict[str, Any]:
     """``{"calls", "min_s", "median_s", "max_s"}`` of ``values`` (seconds)."""
     return {
@@ -216,6 +239,7 @@ def _gcipuinfo(_workdir: Path) -> dict[str, Any]:
         returned.append(ok)
     return {
         "devices": devices,
+        "attribute_names": attribute_names(devices),
         "devices_after_updates": [dict(device) for device in info.getDevices()],
         "devices_as_json": _answer(info.getDevicesAsJSON) if hasattr(info, "getDevicesAsJSON") else None,
         "module_has": {name: hasattr(module, name) for name in GCIPUINFO_MODULE_NAMES},

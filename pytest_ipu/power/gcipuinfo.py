@@ -34,6 +34,24 @@ is not documented (``gc-info`` prints them; the library's documentation calls so
 internal). Where an IPU has no ``"ipu power"`` and its listing lacks either key, the source is
 unavailable with ``NO_BOARD_POWER`` and the reason, so energy is recorded as not measured.
 
+**Which spellings are documented, and which are inferred.** No Python binding of gcipuinfo is
+public: its documentation describes the C++ API (and says the Python one is "very similar"), so
+every Python spelling used here is inferred from callers, and each key from ``gc-info -i``'s output:
+
+- seen in callers' code (wandb's IPU monitor; Graphcore's own PopTorch GNN benchmark and power
+  script): ``gcipuinfo.gcipuinfo()``, ``getDevices()`` returning mappings (``dict(device)``),
+  ``setUpdateMode(True)``, ``getNamedAttributeForAll(gcipuinfo.IpuPower)``, and the keys ``"id"``,
+  ``"user process id"``, ``"clock"`` and ``"ipu power"`` read from ``getDevices()``;
+- from the C++ API reference only, spelled as there: ``updateData()`` and
+  ``DiscoverActivePartitionIPUs``;
+- from ``gc-info -i``'s output only (the command-line tools' "Device attributes" chapter), never
+  seen read from ``getDevices()``: ``"total board power"``, ``"board serial number"``,
+  ``"board type"``, ``"board ipu index"`` and ``"ipu architecture"``; that ``getDevices()`` exports
+  them at all, with these spellings, is inferred.
+
+``pytest-ipu doctor --first-contact`` records the exact attribute names ``getDevices()`` returned
+on a real system, and which of this module's ``KEY_*`` keys were among them.
+
 Kind: ``instant_power``. What the power attributes measure (an instantaneous sample or an average
 over some window) and how often they update are not documented; we treat them as instantaneous
 (so they are integrated with the trapezoid rule) because that is the least assuming choice for a

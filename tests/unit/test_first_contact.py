@@ -183,6 +183,21 @@ def test_the_file_holds_every_step_on_a_machine_with_ipus(tmp_path, capsys):
     assert gcipuinfo["devices"] == listing
     assert json.loads(gcipuinfo["devices_as_json"]) == listing
     assert all(gcipuinfo["object_has"].values())
+    # The exact names getDevices() returned, and how many of the M2000's 4 IPUs list each key the
+    # plugin reads: an idle IPU lists no "user process id", an M2000 no "total board power".
+    names = gcipuinfo["attribute_names"]
+    assert names["names"] == sorted({key for device in listing for key in device})
+    assert names["per_device"] == [sorted(device) for device in listing]
+    assert names["read_by_the_plugin"] == {
+        "id": 4,
+        "ipu architecture": 4,
+        "board ipu index": 4,
+        "board serial number": 4,
+        "board type": 4,
+        "total board power": 0,
+        "ipu power": 4,
+        "user process id": 0,
+    }
     update = gcipuinfo["update_data"]
     assert update["calls"] == first_contact.UPDATE_CALLS
     assert 0 < update["min_s"] <= update["median_s"] <= update["max_s"]
