@@ -470,7 +470,8 @@ def tiny_onnx_model() -> bytes:
     return num(1, 6) + sub(2, "pytest-ipu doctor") + sub(7, graph) + sub(8, sub(1, "") + num(2, 11))
 
 
-def _as_array(out: object) -> Any:
+def as_array(out: object) -> Any:
+    """A model's first output as a float32 numpy array (torch tensors brought to the host)."""
     import numpy as np
 
     while isinstance(out, (list, tuple)):
@@ -557,7 +558,7 @@ def run_tiny_model(backend: Backend, target: Target, runs: int = 1) -> TinyRun:
             start = time.perf_counter()
             out = compiled.run(*args)
             run_s.append(time.perf_counter() - start)
-        got = _as_array(out)
+        got = as_array(out)
         latency = compiled.device_latency() if isinstance(compiled, HasDeviceLatency) else None
     finally:
         compiled.close()

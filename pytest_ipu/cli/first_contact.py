@@ -19,6 +19,14 @@ The steps (``STEPS``), in order:
 - ``popdist``: under PopRun, every popdist getter's raw value, the instance ``poprun.detect`` reads
   from them, the IPUs ``poprun.instance_device`` places it on and PopRun's environment variables;
   otherwise "not under PopRun" and why;
+- ``poptorch_popdist_inference`` and ``poptorch_poprun_inference``: under PopRun, the tiny PopTorch
+  model compiled with ``popdist.poptorch.Options`` (as Graphcore's PopRun inference benchmark does)
+  and then by the plugin's own ``poptorch:ipu`` (``Distributed.disable()`` on PopDist's device), what
+  each way's options say, whether it compiles and runs, its output, and each call's wall-clock span,
+  every instance but the first starting ``COUPLING_DELAY_S`` late, so that the instances' files
+  together show whether one instance's calls wait for the others' (``COUPLING_RULE``); outside PopRun
+  "not under PopRun" and why. The popdist way runs first: the plugin keeps its own way until this
+  step has shown on a real partition which works (``backends.ipu.poptorch``);
 - ``popart_run`` and ``poptorch_run``: the doctor's tiny model (``doctor.run_tiny_model``) compiled by
   the plugin's own backend for ``popart:ipu`` and ``poptorch:ipu``, its compile time, each of
   ``RUNS`` calls' wall time and the device's latency counters (PopTorch's ``getLatency``);
@@ -348,6 +356,90 @@ def _outside_poprun() -> str:
     return "not under PopRun: popdist.isPopdistEnvSet() is False"
 
 
+#: Seconds every PopRun instance but the first waits before its first call in the
+#: ``poprun_inference_*`` steps: if an instance's calls wait for the others' (a synchronised run),
+#: instance 0's first call cannot end before instance 1's first call starts.
+COUPLING_DELAY_S = 10.0
+#: Calls of the tiny model in each ``poprun_inference_*`` step.
+POPRUN_CALLS = 3
+#: How to read the ``poprun_inference_*`` steps of a launch's files together.
+COUPLING_RULE = (
+    "compare the instances' files of one launch (one host, one wall clock): instance 0's first call "
+    "ends before instance 1's first call starts, although instance 1 waits coupling_delay_s first: "
+    "the instances' calls are independent; it ends only after: each call waits for the other "
+    "instances' (a synchronised run, as PopART's popdist::run is in distributed environments)"
+)
+
+
+def _poprun_calls(
+    call: Callable[[], Any], instance: poprun.PopRunInstance
+) -> tuple[list[dict[str, float]], Any]:
+    """``POPRUN_CALLS`` calls, every instance but the first starting ``COUPLING_DELAY_S`` late; each
+    call's start and end on the wall clock (comparable across the instances of one host)."""
+    if instance.index > 0:
+        time.sleep(COUPLING_DELAY_S)
+    calls, out = [], None
+    for _ in range(POPRUN_CALLS):
+        start = time.time()
+        out = call()
+        calls.append({"start_unix_s": start, "end_unix_s": time.time()})
+    return calls, out
+
+
+def _poprun_inference(workdir: Path, path: str) -> dict[str, Any]:
+    """The tiny PopTorch model under PopRun, its options made the ``path`` way: ``plugin`` (the
+    ``poptorch:ipu`` backend's: ``Options()``, ``Distributed.disable()``, ``useIpuId`` of PopDist's
+    device) or ``popdist`` (``popdist.poptorch.Options``, as Graphcore's PopRun inference benchmark
+    makes them). What compiled, what the options said, each call's wall-clock span, the output."""
+    instance = poprun.detect()
+    if instance is None:
+        return {"under_poprun": False, "reason": _outside_poprun()}
+    import numpy as np
+
+    model, (one,), expected, what = doctor.tiny_model(parse_target("poptorch:ipu"))
+    tensor: Any = one  # a torch tensor: the poptorch target's tiny model is torch's
+    # One batch per local replica: the popdist options replicate the model over them.
+    inputs = tensor.repeat(instance.replicas_local, 1)
+    out: dict[str, Any] = {
+        "under_poprun": True,
+        "instance": instance.as_json(),
+        "path": path,
+        "model": what,
+        "coupling_delay_s": COUPLING_DELAY_S if instance.index > 0 else 0.0,
+        "clock": "time.time() (this host's wall clock)",
+        "how_to_read": COUPLING_RULE,
+    }
+    compile_start = time.time()
+    if path == "plugin":
+        compiled = _present("poptorch:ipu", workdir).compile(model, (inputs,), "fp32", {})
+        run, close = (lambda: compiled.run(inputs)), compiled.close
+        out["options"] = {"distributed": "disabled", "info": dict(compiled.info)}
+    else:
+        from pytest_ipu.backends.ipu import poptorch_training
+
+        poptorch = import_sdk("poptorch")
+        options = poptorch_training.popdist_options(import_sdk("popdist"), instance.ipus_per_replica)
+        out["options"] = {
+            "replication_factor": _answer(lambda: int(options.replication_factor)),
+            "process_id": _answer(lambda: int(options.Distributed.processId)),
+            "num_processes": _answer(lambda: int(options.Distributed.numProcesses)),
+            "ipu_id": _answer(lambda: int(options.ipu_id) if options.exists("ipu_id") else None),
+        }
+        executor = poptorch.inferenceModel(model, options)
+        executor.compile(inputs)
+        run, close = (lambda: executor(inputs)), executor.destroy
+    out["compile_unix_s"] = {"start": compile_start, "end": time.time()}
+    try:
+        calls, result = _poprun_calls(run, instance)
+    finally:
+        close()
+    host = np.tile(expected, (instance.replicas_local, 1))
+    got = doctor.as_array(result)
+    out["calls"] = calls
+    out["output_matches_host"] = bool(np.allclose(got, host, rtol=1e-3, atol=1e-3))
+    return out
+
+
 def _present(name: str, workdir: Path) -> Backend:
     """The plugin's own backend for target ``name``; ``StepError`` with its reason when absent."""
     backend = backends.make_backend(parse_target(name), cache_dir=workdir / "cache")
@@ -502,6 +594,16 @@ STEPS: tuple[Step, ...] = (
         "poptorch_run",
         "a 1-IPU PopTorch run of a tiny model: compile and call times, getLatency()",
         _target_run("poptorch:ipu"),
+    ),
+    Step(
+        "poptorch_popdist_inference",
+        "under PopRun: the tiny PopTorch model with popdist.poptorch.Options, each call's wall-clock span",
+        lambda workdir: _poprun_inference(workdir, "popdist"),
+    ),
+    Step(
+        "poptorch_poprun_inference",
+        "under PopRun: the tiny model on the plugin's poptorch:ipu (Distributed.disable(), PopDist's device)",
+        lambda workdir: _poprun_inference(workdir, "plugin"),
     ),
     Step("popart_threads", "two PopART sessions calling at once from two threads", _popart_threads),
     Step("poptorch_processes", "two PopTorch models calling at once from two processes", _poptorch_processes),

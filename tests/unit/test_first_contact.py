@@ -299,6 +299,50 @@ def test_under_poprun_the_popdist_getters_are_recorded_and_the_file_names_the_in
     assert popdist["environment"] == {"POPDIST_LOCAL_INSTANCE_INDEX": "1"}
 
 
+def test_under_poprun_both_ways_of_making_inference_options_are_tried_and_timed(tmp_path, capsys):
+    pytest.importorskip("torch")
+    site = _site(tmp_path, 4)
+    # Instance 0 of 2, two local replicas each: PopDist's device for it is the pair (0, 1), id 4.
+    launch = json.dumps({"instance_index": 0, "num_instances": 2, "replicas_local": 2})
+    machine = _machine(tmp_path, site, FAKE_POPDIST=launch)
+    steps = ["poptorch_popdist_inference", "poptorch_poprun_inference"]
+    assert first_contact.main(tmp_path / "out", 300, machine, only=steps) == 0
+    data = _written(tmp_path / "out", capsys.readouterr().out)
+    assert list(data["steps"]) == ["ipus", *steps]
+    popdist = _ok(data, "poptorch_popdist_inference")
+    # What popdist.poptorch.Options set: the local replicas, the launch's process id and count, and
+    # PopDist's device.
+    assert popdist["options"] == {"replication_factor": 2, "process_id": 0, "num_processes": 2, "ipu_id": 4}
+    plugin = _ok(data, "poptorch_poprun_inference")
+    assert plugin["options"]["distributed"] == "disabled"
+    # The plugin's model is one independent replica: on the first IPU of PopDist's pair.
+    assert plugin["options"]["info"]["ipu_id"] == 0
+    for result in (popdist, plugin):
+        assert result["under_poprun"] is True
+        assert result["output_matches_host"] is True
+        assert result["coupling_delay_s"] == 0.0  # instance 0 starts at once; the others wait
+        assert result["how_to_read"] == first_contact.COUPLING_RULE
+        calls = result["calls"]
+        assert len(calls) == first_contact.POPRUN_CALLS
+        # In order: compiled, then each call after the one before.
+        edges = [result["compile_unix_s"]["end"]] + [
+            t for c in calls for t in (c["start_unix_s"], c["end_unix_s"])
+        ]
+        assert edges == sorted(edges)
+
+
+def test_outside_poprun_the_poprun_inference_steps_say_why(tmp_path, capsys):
+    site = _site(tmp_path, 4)
+    steps = ["poptorch_popdist_inference", "poptorch_poprun_inference"]
+    assert first_contact.main(tmp_path / "out", 300, _machine(tmp_path, site), only=steps) == 0
+    data = _written(tmp_path / "out", capsys.readouterr().out)
+    for step in steps:
+        assert _ok(data, step) == {
+            "under_poprun": False,
+            "reason": "not under PopRun: popdist.isPopdistEnvSet() is False",
+        }
+
+
 def test_a_failing_step_and_a_crashing_one_are_recorded_and_the_others_still_run(tmp_path, capsys):
     pytest.importorskip("torch")
     pytest.importorskip("onnxruntime")

@@ -20,6 +20,28 @@ PopRun) and compiles one replica of a graph distributed over all the launch's pr
 PopRun, each instance places its models on the device PopDist gives it (``popdist.getDeviceId``).
 Training steps (``compile_training``, in ``poptorch_training``) are the exception under PopRun:
 their replicas must average gradients over the whole launch, so they take PopDist's options.
+
+**Why inference under PopRun does not take ``popdist.poptorch.Options``.** PopTorch's ``Distributed``
+docstring says to use them under PopRun, and Graphcore's PopRun inference benchmark does
+(graphcore/examples ``vision/cnns/pytorch/inference/run_benchmark.py:120-124``). But they make each
+instance's model one replica group of a distributed replicated graph: PopTorch turns on PopART's
+``enableDistributedReplicatedGraphs`` (``globalReplicationFactor`` = instances x local replicas)
+whenever the process count is above 1 (poptorch ``popart_compiler/source/Compiler.cpp:655-666``), and
+PopART runs every step of such a session synchronised with the other instances (``popdist::run``,
+popart ``willow/src/popx/devicex.cpp:248-250``). Graphcore's benchmark drives every instance through
+the same loop in step, and all-gathers the step times. This plugin plans each instance's rounds on
+its own (its budget, calibration and early end) and merges the instances' files afterwards
+(``placement.poprun``); it has no lockstep under PopRun (``run.benchmark.Lockstep`` is torchrun's).
+A synchronised run would put the other instances' pace inside an instance's timed calls, or leave
+it waiting for calls they never make. So inference keeps an independent model per instance:
+``Options()``, ``Distributed.disable()`` and ``useIpuId`` of PopDist's device (or its first aligned
+part), which is what the merge assumes. Whether this acquires PopDist's device on a real partition,
+and whether PopART synchronises the runs all the same (popdist's test for a "distributed
+environment" is not public), is not verified: ``pytest-ipu doctor --first-contact`` under ``poprun
+--num-instances 2`` runs the tiny model the popdist way first, then this way, and records what each
+set, whether it ran, and the calls' wall-clock spans with instance 1 starting late
+(``cli.first_contact``). Should only the popdist way work, switching to it needs a PopRun lockstep
+first.
 """
 
 from __future__ import annotations

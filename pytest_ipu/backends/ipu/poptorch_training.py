@@ -166,7 +166,7 @@ def compile_training(
         # independent per instance (backends.ipu.poptorch: each is benchmarked alone, the launch's files
         # merged afterwards), but the instances' replicas of a training step train one model, so
         # their gradients must be averaged over the launch: PopDist's distributed replicated graph.
-        base = None if popdist is None else _popdist_options(popdist, stages)
+        base = None if popdist is None else popdist_options(popdist, stages)
         popts = _poptorch_options(poptorch, torch, checked, ipu_id, base)
         if simulator:
             popts.useIpuModel(True)
@@ -288,7 +288,7 @@ def _check_poprun(
         )
 
 
-def _popdist_options(popdist: ModuleType, stages: int) -> Any:
+def popdist_options(popdist: ModuleType, stages: int) -> Any:
     """``popdist.poptorch.Options(ipus_per_replica=stages)``, after ``popdist.init()`` (once per
     process), as Graphcore's PopRun examples make their options."""
     try:
