@@ -22,6 +22,11 @@ monitor, Graphcore's own scripts):
   where a test shares the host between processes (``tests.fakes.ipu_users``) an IPU the fake
   PopTorch attached lists the process that attached it, whichever process that was.
 
+An IPU's ``"id"`` is its ``gc-info -l`` id, which PopART's single-IPU devices share (the fake
+PopART's single IPUs are ``0..N-1``); PopART's ``driverIds`` are another numbering
+(``tests/fakes/fake_popart.py`` makes them differ), which the plugin translates into these ids and
+never compares with them directly.
+
 A host is a list of boards' IPUs with distinct ids, e.g. two C2 cards
 (``c2_card("A", 0) + c2_card("B", 2)``) or an M2000 (``m2000()``).
 

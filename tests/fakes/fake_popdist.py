@@ -28,7 +28,11 @@ count, and the device (the popdist source is not public); the fake is exactly th
 access of ``popdist.poptorch`` (it imports ``poptorch``, which must then be importable: tests put
 ``tests.fakes.fake_poptorch`` in ``sys.modules``), so importing this module never imports torch.
 Its options carry ``_configured_by_popdist``, which makes the PopTorch fake accept their
-distributed compile. Not imitated: the MPI backend.
+distributed compile: on hardware that compile is one replica group of a distributed replicated graph
+(``globalReplicationFactor`` = instances x local replicas), whose every step PopART runs synchronised
+with the other instances (``popdist::run``, popart ``willow/src/popx/devicex.cpp:248-250``). Not
+imitated: the MPI backend, and that synchronisation (each fake instance runs alone; a test that
+needs the coupling must arrange it).
 """
 
 from __future__ import annotations

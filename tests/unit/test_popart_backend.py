@@ -851,6 +851,30 @@ def test_a_model_on_any_free_ipu_names_the_ipu_popart_chose(fake, onnx_bytes, tm
         compiled.close()
 
 
+def test_the_ipus_of_a_device_whose_driver_ids_do_not_translate_stay_unknown(
+    fake, onnx_bytes, tmp_path, monkeypatch
+):
+    # A device naming a driver id no single IPU lists: its IPUs are not guessed (no energy charged
+    # to IPUs it may not hold), and the record says why.
+    listed = fake_popart.DeviceInfo.driverIds
+    monkeypatch.setattr(
+        fake_popart.DeviceInfo,
+        "driverIds",
+        property(lambda self: [12345] if self.isAttached else listed.fget(self)),
+    )
+    compiled = PopArtBackend(device="ipu", cache_dir=tmp_path, popart_module=fake).compile(
+        onnx_bytes, (_inputs(2),), "fp32", {}
+    )
+    try:
+        assert compiled.ipu_ids is None
+        assert compiled.info["driver_ids"] == [12345]
+        assert compiled.info["ipu_ids_unknown"].startswith(
+            "driverIds [12345]: driver id(s) 12345 belong to no single IPU of enumerateDevices(numIpus=1)"
+        )
+    finally:
+        compiled.close()
+
+
 def test_a_device_id_of_the_wrong_size_names_the_right_ones(fake, onnx_bytes, tmp_path):
     backend = PopArtBackend(device="ipu:0", cache_dir=tmp_path, popart_module=fake)
     with pytest.raises(CompileError) as excinfo:

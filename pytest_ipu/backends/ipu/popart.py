@@ -37,6 +37,12 @@ dimension of every input. Inputs are handed (``popart_runner``) to ``PyStepIO`` 
 ``[batches_per_step, replicas, micro_batch, ...]`` (prefix dimensions of 1 dropped), and outputs
 come back with those prefix dimensions merged into the leading one again.
 
+**Which IPUs.** A compiled model's ``ipu_ids`` (what its energy is charged to) are the acquired
+device's ``DeviceInfo.driverIds`` translated into ``gc-info -l`` ids through PopART's single-IPU
+listing (``devices.driver_ids``): nothing public says driver ids are those ids. The record keeps the
+raw ``driver_ids``; where they do not translate, ``ipu_ids_unknown`` says why and the model's IPUs
+stay unknown.
+
 **Threads.** ``session.run`` releases the GIL (from SDK 2.1; pybind11 ``gil_scoped_release``), so
 several single-IPU sessions in one process can run at the same time from threads (Graphcore's 2020
 ResNeXt example used one process per IPU because SDKs up to 2.0 held the GIL).
