@@ -142,7 +142,8 @@ class PopRunDevice:
     ipus_per_replica`` IPUs, the instance's share of the launch. That it has this size, and which
     IPUs each instance gets, are not documented (the popdist source is not public): the size is
     what ``popdist.poptorch.Options`` needs for its local replicas, and the IPUs are read back from
-    the inventory's device numbering.
+    the inventory's device listing (PopART's ``driverIds`` translated into ``gc-info -l`` ids,
+    ``devices.driver_ids``; derived from ``gc-info -l``'s numbering only without popart).
     """
 
     instance: PopRunInstance
