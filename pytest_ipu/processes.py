@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FAILED",
+    "START_METHODS",
     "Worker",
     "WorkerGone",
     "WorkerTimeout",
@@ -92,7 +93,8 @@ class Worker:
 
         if context not in START_METHODS:
             raise ValueError(
-                f"context={context!r}: a worker starts with {' or '.join(map(repr, START_METHODS))}"
+                f"context={context!r}: a Worker starts with {' or '.join(map(repr, START_METHODS))}; fork "
+                "copies a process whose runtime threads may hold locks, which can deadlock the child"
             )
         # Literal names: each start method's own context type has ``Process``.
         mp = (

@@ -87,3 +87,10 @@ def test_a_worker_never_stopped_is_abandoned_its_pipe_closed_and_it_exits_by_its
     # Abandoned (garbage): its pipe was closed, which the child reads as its parent gone: it
     # returned by itself (exit code 0), it was not terminated.
     assert process.exitcode == 0
+
+
+def test_fork_is_refused_before_anything_starts():
+    with pytest.raises(
+        ValueError, match=r"^context='fork': a Worker starts with 'spawn' or 'forkserver'; fork "
+    ):
+        Worker(serve, ("no",), name="pytest-ipu-test-worker", context="fork")
