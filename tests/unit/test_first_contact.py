@@ -279,7 +279,8 @@ CHECKS = {
 #: interpreter, and those that compile import torch, so one run of them all is the slowest test here.
 GROUPS = (
     ("host", "versions", "gcipuinfo", "popart_devices", "poptorch_devices", "popdist"),
-    ("popart_run", "poptorch_run", "popart_threads"),
+    ("popart_run", "poptorch_run"),
+    ("popart_threads",),
     ("poptorch_processes",),
 )
 
