@@ -23,11 +23,8 @@ module imports no runtime.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
-import multiprocessing.util
 import os
 import pickle
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -45,14 +42,20 @@ from pytest_ipu.errors import CompileError
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
-    from multiprocessing.process import BaseProcess
 
     from pytest_ipu.backends.base import Backend
     from pytest_ipu.backends.base import CompiledModel
 
 from pytest_ipu.backends.base import HasDeviceLatency
 from pytest_ipu.backends.base import InstanceGroup
-from pytest_ipu.processes import stop_process
+from pytest_ipu.processes import FAILED
+from pytest_ipu.processes import START_METHODS
+from pytest_ipu.processes import Worker
+from pytest_ipu.processes import WorkerGone
+from pytest_ipu.processes import WorkerTimeout
+from pytest_ipu.processes import child_requests
+from pytest_ipu.processes import describe_error
+from pytest_ipu.processes import send_reply
 from pytest_ipu.results.records import InstanceInfo
 
 __all__ = [
@@ -63,9 +66,6 @@ __all__ = [
     "ProcessInstances",
     "ThreadInstances",
 ]
-
-#: Start methods that give a worker a fresh interpreter (``fork`` would copy the SDK's threads' locks).
-START_METHODS = ("spawn", "forkserver")
 
 
 class InstanceError(RuntimeError):
@@ -78,12 +78,6 @@ class InstanceError(RuntimeError):
     def __init__(self, message: str, index: int) -> None:
         super().__init__(message)
         self.index = index
-
-
-def _describe(exc: BaseException) -> str:
-    """``Type: message`` on one line (the type alone for an empty message)."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _durations_s(spans: Sequence[Sequence[tuple[int, int]]]) -> list[list[float]]:
@@ -218,7 +212,7 @@ class ThreadInstances(_Usable):
             except Exception as exc:
                 raise InstanceError(
                     f"instance {slot.index} ({slot.compiled.target}) could not prepare its inputs: "
-                    f"{_describe(exc)}",
+                    f"{describe_error(exc)}",
                     slot.index,
                 ) from exc
         self._prepared = True
@@ -254,7 +248,7 @@ class ThreadInstances(_Usable):
                 self._broken = (
                     f"instance {slot.index} ({slot.compiled.target}) failed in round {self._rounds}"
                 )
-                raise InstanceError(f"{self._broken}: {_describe(error)}", slot.index) from error
+                raise InstanceError(f"{self._broken}: {describe_error(error)}", slot.index) from error
 
     def call(self, index: int, inputs: Sequence[object]) -> object:
         """Instance ``index``'s ``run`` on freshly prepared ``inputs``, in this thread; its failure is an
@@ -266,7 +260,7 @@ class ThreadInstances(_Usable):
             return compiled.run(*compiled.prepare_inputs(tuple(inputs)))
         except Exception as exc:
             raise InstanceError(
-                f"instance {index} ({compiled.target}) failed in a call: {_describe(exc)}", index
+                f"instance {index} ({compiled.target}) failed in a call: {describe_error(exc)}", index
             ) from exc
 
     def reset_latencies(self) -> None:
@@ -347,7 +341,7 @@ class ThreadInstances(_Usable):
             try:
                 slot.compiled.close()
             except Exception as exc:
-                failures.append((slot.index, f"{slot.compiled.target} close() raised {_describe(exc)}"))
+                failures.append((slot.index, f"{slot.compiled.target} close() raised {describe_error(exc)}"))
         if failures:
             raise _close_failures(failures)
 
@@ -380,15 +374,14 @@ _ROUND = "round"
 _CALL = "call"
 _DEVICE_LATENCY = "device_latency"
 _CLOSE = "close"
-# Replies, worker to parent.
+# Replies, worker to parent (a failure's is ``processes.FAILED``).
 _OK = "ok"
-_FAILED = "failed"
 _UNAVAILABLE = "unavailable"
 _CLOSED = "closed"
 #: The round request never changes: pickled once, sent as bytes.
 _ROUND_BYTES = pickle.dumps((_ROUND,), protocol=pickle.HIGHEST_PROTOCOL)
 _CLOSE_BYTES = pickle.dumps((_CLOSE,), protocol=pickle.HIGHEST_PROTOCOL)
-#: After ``terminate`` (SIGTERM), how long before ``kill`` (SIGKILL).
+#: After ``terminate`` (SIGTERM), or after its pipe closed, how long a worker has before ``kill``.
 _TERMINATE_GRACE_S = 5.0
 
 
@@ -413,29 +406,14 @@ def to_host(value: object) -> object:
     return numpy.asarray(value)
 
 
-def _send(conn: Connection, message: tuple[object, ...]) -> bool:
-    """Send ``message`` (or, if it does not pickle, a failure saying so); ``False`` when the parent
-    is gone."""
-    try:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:
-        data = pickle.dumps((_FAILED, f"its reply could not be pickled: {_describe(exc)}"))
-    try:
-        conn.send_bytes(data)
-    except (OSError, EOFError):
-        return False
-    return True
-
-
 def _worker_main(conn: Connection, index: int, payload: bytes) -> None:
-    """A worker process: build and compile instance ``index`` from its pickled ``InstanceSpec``,
-    say how that went, then serve the parent's requests until it says close or goes away.
+    """A worker process (a ``processes.Worker``): build and compile instance ``index`` from its
+    pickled ``InstanceSpec``, say how that went, then serve the parent's requests until it says
+    close or goes away.
 
     Every failure travels as one line of text (``Type: message``): an exception object might not
-    unpickle in the parent. SIGINT is ignored so that Ctrl-C reaches the parent alone, which then
-    stops the workers in order.
+    unpickle in the parent.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     compiled: CompiledModel | None = None
     try:
         try:
@@ -454,17 +432,17 @@ def _worker_main(conn: Connection, index: int, payload: bytes) -> None:
                 info=dict(compiled.info),
             )
         except BaseException as exc:
-            _send(conn, (_UNAVAILABLE if isinstance(exc, BackendUnavailable) else _FAILED, _describe(exc)))
+            failed = _UNAVAILABLE if isinstance(exc, BackendUnavailable) else FAILED
+            send_reply(conn, (failed, describe_error(exc)))
             return
         del spec  # the compiled model has what it needs; the worker's copy of the model can go
-        if _send(conn, (_OK, facts, time.process_time_ns())):
+        if send_reply(conn, (_OK, facts, time.process_time_ns())):
             compiled = _serve(conn, compiled)
     finally:
         if compiled is not None:
             # The parent is gone (or the model was not closed yet): release the device anyway.
             with contextlib.suppress(Exception):
                 compiled.close()
-        conn.close()
 
 
 def _serve(conn: Connection, compiled: CompiledModel) -> CompiledModel | None:
@@ -476,11 +454,7 @@ def _serve(conn: Connection, compiled: CompiledModel) -> CompiledModel | None:
     clock = time.perf_counter_ns
     cpu_clock = time.process_time_ns
     args: tuple[object, ...] = ()
-    while True:
-        try:
-            request = conn.recv()
-        except (EOFError, OSError):
-            return compiled
+    for request in child_requests(conn):
         command = request[0]
         try:
             if command == _ROUND:
@@ -501,39 +475,34 @@ def _serve(conn: Connection, compiled: CompiledModel) -> CompiledModel | None:
                     compiled.close()
                     error = None
                 except Exception as exc:
-                    error = _describe(exc)
-                _send(conn, (_CLOSED, error))
+                    error = describe_error(exc)
+                send_reply(conn, (_CLOSED, error))
                 return None
             else:
-                reply = (_FAILED, f"unknown request {command!r}")
+                reply = (FAILED, f"unknown request {command!r}")
         except Exception as exc:
-            reply = (_FAILED, _describe(exc))
-        if not _send(conn, (*reply, cpu_clock())):
+            reply = (FAILED, describe_error(exc))
+        if not send_reply(conn, (*reply, cpu_clock())):
             return compiled
+    return compiled  # the parent is gone
 
 
-def _abandon(processes: list[BaseProcess], conns: list[Connection]) -> None:
-    """Last resort for a group that was never closed (at exit, or when it is garbage): close the
-    pipes, which makes idle workers close their models and exit, then stop whatever is left."""
-    for conn in conns:
-        conn.close()
-    for process in processes:
-        process.join(10.0)
-        if process.is_alive():
-            process.kill()
-            process.join()
+class _InstanceWorker(Worker):
+    """The parent's side of one instance's worker process: a ``Worker`` running ``_worker_main``,
+    with the instance's index and where the exchange with it stands."""
 
-
-@dataclass
-class _Worker:
-    """The parent's side of one worker process."""
-
-    index: int
-    process: BaseProcess
-    conn: Connection
-    #: ``starting`` (compiling), ``ready`` (waiting for a request), ``busy`` (answering one) or
-    #: ``gone`` (found dead, already reported).
-    state: str = "starting"
+    def __init__(self, index: int, payload: bytes, context: str) -> None:
+        super().__init__(
+            _worker_main,
+            (index, payload),
+            name=f"pytest-ipu-instance-{index}",
+            context=context,
+            grace_s=_TERMINATE_GRACE_S,
+        )
+        self.index = index
+        #: ``starting`` (compiling), ``ready`` (waiting for a request), ``busy`` (answering one) or
+        #: ``gone`` (found dead, already reported).
+        self.state = "starting"
 
 
 class ProcessInstances(_Usable):
@@ -578,7 +547,7 @@ class ProcessInstances(_Usable):
         self._timeout_s = timeout_s
         self._stop_timeout_s = stop_timeout_s
         self._names = [type(spec.model).__name__ for spec in specs]
-        self._workers: list[_Worker] = []
+        self._workers: list[_InstanceWorker] = []
         self._info: list[InstanceInfo] = []
         self._spans_ns: list[list[tuple[int, int]]] = [[] for _ in specs]
         # Each worker's CPU clock at its latest reply (its compile report first), ns.
@@ -594,41 +563,15 @@ class ProcessInstances(_Usable):
             except Exception as exc:
                 raise CompileError(
                     f"instance {spec.index}'s InstanceSpec ({self._names[spec.index]}) cannot be sent to a "
-                    f"worker process: {_describe(exc)}; its factory and model must pickle (module-level "
+                    f"worker process: {describe_error(exc)}; its factory and model must pickle (module-level "
                     "functions and classes, functools.partial, no lambdas or local classes)"
                 ) from exc
-        mp = (
-            multiprocessing.get_context("spawn")
-            if context == "spawn"
-            else multiprocessing.get_context("forkserver")
-        )
-        processes: list[BaseProcess] = []
-        conns: list[Connection] = []
-        # Registered before any worker starts, and run by multiprocessing's own exit handler before
-        # it joins children: a group that was never closed cannot make the interpreter wait forever.
-        self._finalizer = multiprocessing.util.Finalize(
-            self, _abandon, args=(processes, conns), exitpriority=100
-        )
         try:
             for spec, payload in zip_strict(specs, payloads):
-                parent_end, child_end = mp.Pipe()
-                conns.append(parent_end)
-                process = mp.Process(
-                    target=_worker_main,
-                    args=(child_end, spec.index, payload),
-                    name=f"pytest-ipu-instance-{spec.index}",
-                )
-                try:
-                    process.start()
-                finally:
-                    # Only the worker may hold its end: its exit must read as end-of-file here.
-                    child_end.close()
-                processes.append(process)
-                self._workers.append(_Worker(spec.index, process, parent_end))
+                # A worker of a group never closed is abandoned: its pipe closed, then it is stopped.
+                self._workers.append(_InstanceWorker(spec.index, payload, context))
             self._info = self._wait_ready(start_timeout_s)
         except BaseException:
-            for conn in conns[len(self._workers) :]:
-                conn.close()  # a pipe whose worker did not start
             self._release()
             raise
 
@@ -651,8 +594,8 @@ class ProcessInstances(_Usable):
                 )
             for worker in [w for w in self._workers if w.conn in ready]:
                 try:
-                    reply = worker.conn.recv()
-                except (EOFError, OSError):
+                    reply = worker.receive(None)
+                except WorkerGone:
                     worker.state = "gone"
                     raise CompileError(
                         f"instance {worker.index}'s worker process ({self._describe_exit(worker)}) ended "
@@ -675,16 +618,15 @@ class ProcessInstances(_Usable):
         if len(reply) > 2:
             self._cpu_ns[index] = cast(int, reply[2])
 
-    def _describe_exit(self, worker: _Worker) -> str:
+    def _describe_exit(self, worker: _InstanceWorker) -> str:
         """``pid N, exit code C`` once the process has ended (waits up to a second for it)."""
-        worker.process.join(1.0)
-        code = worker.process.exitcode
-        state = "still running" if code is None else f"exit code {code}"
-        return f"pid {worker.process.pid}, {state}"
+        return worker.exit_status()
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def _exchange(self, workers: Sequence[_Worker], request: bytes, what: str, fatal: bool) -> list[object]:
+    def _exchange(
+        self, workers: Sequence[_InstanceWorker], request: bytes, what: str, fatal: bool
+    ) -> list[object]:
         """Send ``request`` to every worker in ``workers``, then collect each reply's value.
 
         The lowest failing index is raised after every reply was collected. A dead worker, a
@@ -697,9 +639,9 @@ class ProcessInstances(_Usable):
         try:
             for worker in workers:
                 try:
-                    worker.conn.send_bytes(request)
+                    worker.send_bytes(request)
                     worker.state = "busy"
-                except OSError:
+                except WorkerGone:
                     worker.state = "gone"
                     broken = True
                     failures[worker.index] = (
@@ -709,13 +651,13 @@ class ProcessInstances(_Usable):
             for position, worker in enumerate(workers):
                 if worker.state != "busy":
                     continue
-                if deadline is not None and not worker.conn.poll(max(0.0, deadline - time.monotonic())):
+                try:
+                    reply = worker.receive(None if deadline is None else deadline - time.monotonic())
+                except WorkerTimeout:
                     broken = True
                     failures[worker.index] = f"no reply within timeout_s={self._timeout_s:g}; raise timeout_s"
                     continue
-                try:
-                    reply = worker.conn.recv()
-                except (EOFError, OSError):
+                except WorkerGone:
                     worker.state = "gone"
                     broken = True
                     failures[worker.index] = (
@@ -800,7 +742,7 @@ class ProcessInstances(_Usable):
     @property
     def pids(self) -> list[int | None]:
         """Each worker's process id."""
-        return [w.process.pid for w in self._workers]
+        return [w.pid for w in self._workers]
 
     def process_ids(self) -> tuple[int, ...]:
         """Each started worker's process id: the workers run the models."""
@@ -829,12 +771,12 @@ class ProcessInstances(_Usable):
             for worker in self._workers:
                 if worker.state == "starting":
                     worker.process.terminate()
-            asked: list[_Worker] = []
+            asked: list[_InstanceWorker] = []
             for worker in self._workers:
                 if worker.state in ("ready", "busy") and not worker.conn.closed:
                     try:
-                        worker.conn.send_bytes(_CLOSE_BYTES)
-                    except OSError:
+                        worker.send_bytes(_CLOSE_BYTES)
+                    except WorkerGone:
                         error = self._ended_early(worker)
                         if error is not None:
                             failures.append((worker.index, error))
@@ -851,7 +793,7 @@ class ProcessInstances(_Usable):
                     failures.append(
                         (
                             worker.index,
-                            f"its worker process (pid {worker.process.pid}) did not exit within "
+                            f"its worker process (pid {worker.pid}) did not exit within "
                             f"stop_timeout_s={self._stop_timeout_s:g} and was terminated; raise "
                             "stop_timeout_s",
                         )
@@ -859,13 +801,10 @@ class ProcessInstances(_Usable):
         finally:
             # Whatever happened above (even Ctrl-C), no worker outlives this.
             for worker in self._workers:
-                stop_process(worker.process, _TERMINATE_GRACE_S)
-                worker.conn.close()
-                worker.process.close()
-            self._finalizer.cancel()
+                worker.stop()
         return sorted(failures)
 
-    def _ended_early(self, worker: _Worker) -> str | None:
+    def _ended_early(self, worker: _InstanceWorker) -> str | None:
         """Why a worker that was not known to be gone did not report closing its model (``None`` when
         it exited cleanly after all)."""
         worker.process.join(1.0)
@@ -873,14 +812,14 @@ class ProcessInstances(_Usable):
             return None
         return f"its worker process ({self._describe_exit(worker)}) ended before closing its model"
 
-    def _await_closed(self, worker: _Worker, deadline: float) -> str | None:
+    def _await_closed(self, worker: _InstanceWorker, deadline: float) -> str | None:
         """Skip replies still in flight until the worker's close report; its close error, if any."""
         while True:
-            if not worker.conn.poll(max(0.0, deadline - time.monotonic())):
-                return None  # the join below reports it
             try:
-                reply = worker.conn.recv()
-            except (EOFError, OSError):
+                reply = worker.receive(deadline - time.monotonic())
+            except WorkerTimeout:
+                return None  # the join below reports it
+            except WorkerGone:
                 return self._ended_early(worker)
             if reply[0] == _CLOSED:
                 return (

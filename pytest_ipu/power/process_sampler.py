@@ -11,9 +11,9 @@ from the source as it was before it was opened (``SourceSpec``: the unopened sou
 handle cannot cross processes), opens it once, and runs a ``PowerSampler`` in its own interpreter,
 which nothing holds, whenever this process opens a window: ``window(hz)`` gives a ``ProcessSampler``,
 which has ``PowerSampler``'s interface (``start``, ``stop``, ``mark``, ``with ... as trace``). The
-trace comes back when the window stops. The child starts with ``spawn``, as the instances' worker
-processes do (``pytest_ipu.placement.instances``): forking a process that has started an SDK's
-threads can deadlock the child.
+trace comes back when the window stops. The child is a ``pytest_ipu.processes.Worker``, as the
+instances' worker processes are (``pytest_ipu.placement.instances``): started with ``spawn``, since
+forking a process that has started an SDK's threads can deadlock the child.
 
 **One clock.** The child timestamps its readings with ``time.monotonic_ns``: ``CLOCK_MONOTONIC`` on
 Linux, one clock for every process of the system (likewise on macOS). The windows are timed in this
@@ -33,10 +33,7 @@ process alone, which then stops it.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
-import multiprocessing.util
 import pickle
-import signal
 import time
 from dataclasses import dataclass
 from types import TracebackType
@@ -49,11 +46,16 @@ from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.power.sampler import Clock
 from pytest_ipu.power.sampler import PowerSampler
 from pytest_ipu.power.sampler import Trace
-from pytest_ipu.processes import stop_process
+from pytest_ipu.processes import FAILED
+from pytest_ipu.processes import Worker
+from pytest_ipu.processes import WorkerGone
+from pytest_ipu.processes import WorkerTimeout
+from pytest_ipu.processes import child_requests
+from pytest_ipu.processes import describe_error
+from pytest_ipu.processes import send_reply
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
-    from multiprocessing.process import BaseProcess
 
 #: How the child starts: a fresh interpreter (``fork`` would copy the SDK's threads' locks).
 START_METHOD: Final = "spawn"
@@ -71,16 +73,9 @@ _START = "start"
 _MARK = "mark"
 _STOP = "stop"
 _CLOSE = "close"
-# Replies, child to parent.
+# Replies, child to parent (a failure's is ``processes.FAILED``).
 _READY = "ready"
 _OK = "ok"
-_FAILED = "failed"
-
-
-def _describe(exc: BaseException) -> str:
-    """``Type: message`` on one line (the type alone for an empty message)."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -102,7 +97,7 @@ class SourceSpec:
         except Exception as exc:
             raise PowerSourceError(
                 f"{source.name}: the power source ({type(source).__qualname__}) cannot be sent to its "
-                f"sampler process: {_describe(exc)}; a source read from a sampler process must pickle "
+                f"sampler process: {describe_error(exc)}; a source read from a sampler process must pickle "
                 "before it is opened (no open handles or lambdas; an injected library must pickle too)"
             ) from exc
         return cls(source.name, payload)
@@ -136,21 +131,12 @@ def clock_offset(clock: Clock) -> int:
 # -- the child ------------------------------------------------------------------------------------
 
 
-def _send(conn: Connection, message: tuple[object, ...]) -> bool:
-    """Send ``message``; ``False`` when the parent is gone."""
-    try:
-        conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-    except (OSError, EOFError):
-        return False
-    return True
-
-
-def _child_main(conn: Connection, payload: bytes) -> None:
-    """The sampler process: open the source, then serve windows until told to close or orphaned.
+def _serve_source(conn: Connection, payload: bytes) -> None:
+    """The sampler process (a ``processes.Worker``): open the source, then serve windows until told
+    to close or orphaned.
 
     Every failure travels as one line of text: an exception object might not unpickle in the parent.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     source: PowerSource | None = None
     sampler: PowerSampler | None = None
     try:
@@ -159,17 +145,13 @@ def _child_main(conn: Connection, payload: bytes) -> None:
             assert source is not None
             devices = [device.id for device in source.open()]
         except BaseException as exc:
-            _send(conn, (_FAILED, _describe(exc)))
+            send_reply(conn, (FAILED, describe_error(exc)))
             return
-        if not _send(conn, (_READY, devices)):
+        if not send_reply(conn, (_READY, devices)):
             return
-        while True:
-            try:
-                request = conn.recv()
-            except (EOFError, OSError):
-                return  # the parent is gone
+        for request in child_requests(conn):
             command = request[0]
-            reply: tuple[object, ...] = (_OK, None)
+            answer: tuple[object, ...] = (_OK, None)
             if command == _START:
                 if sampler is not None:  # a window the parent gave up on: end it first
                     sampler.stop(last_reading=False)
@@ -179,25 +161,25 @@ def _child_main(conn: Connection, payload: bytes) -> None:
                     sampler.start()
                 except Exception as exc:  # the first reading failed: no thread was started
                     sampler = None
-                    reply = (_FAILED, _describe(exc))
+                    answer = (FAILED, describe_error(exc))
             elif command == _MARK and sampler is not None:
                 sampler.mark()  # a failure is kept in the trace, as the thread's are
             elif command == _STOP and sampler is not None:
                 trace = sampler.stop(last_reading=request[1])
                 sampler = None
-                error = None if trace.error is None else _describe(trace.error)
-                reply = (_OK, (trace.t_ns, [dict(v) for v in trace.values], trace.missed, error))
+                error = None if trace.error is None else describe_error(trace.error)
+                answer = (_OK, (trace.t_ns, [dict(v) for v in trace.values], trace.missed, error))
             elif command == _CLOSE:
                 try:
                     source.close()
                 except Exception as exc:
-                    reply = (_FAILED, _describe(exc))
+                    answer = (FAILED, describe_error(exc))
                 source = None
-                _send(conn, reply)
+                send_reply(conn, answer)
                 return
             else:
-                reply = (_FAILED, f"unexpected request {command!r}")
-            if not _send(conn, reply):
+                answer = (FAILED, f"unexpected request {command!r}")
+            if not send_reply(conn, answer):
                 return
     finally:
         if sampler is not None:
@@ -205,18 +187,9 @@ def _child_main(conn: Connection, payload: bytes) -> None:
         if source is not None:
             with contextlib.suppress(Exception):
                 source.close()
-        conn.close()
 
 
 # -- the parent -----------------------------------------------------------------------------------
-
-
-def _abandon(process: BaseProcess, conn: Connection) -> None:
-    """Last resort for a sampler process that was never closed (at exit, or when it is garbage):
-    close the pipe, which makes the child close its source and exit, then stop it if it has not."""
-    conn.close()
-    process.join(_TERMINATE_GRACE_S)
-    stop_process(process, _TERMINATE_GRACE_S)
 
 
 class SamplerProcess:
@@ -241,30 +214,23 @@ class SamplerProcess:
         #: Why the process can serve no more windows (``None`` while it can).
         self._broken: str | None = None
         self._closed = False
-        mp = multiprocessing.get_context(START_METHOD)
-        self._conn, child_end = mp.Pipe()
         # A daemon: multiprocessing terminates it at interpreter exit if nothing closed it before.
-        self._process: BaseProcess = mp.Process(
-            target=_child_main,
-            args=(child_end, spec.payload),
+        self._worker = Worker(
+            _serve_source,
+            (spec.payload,),
             name=f"pytest-ipu-power-{spec.name}",
+            context=START_METHOD,
             daemon=True,
-        )
-        self._finalizer = multiprocessing.util.Finalize(
-            self, _abandon, args=(self._process, self._conn), exitpriority=100
+            grace_s=_TERMINATE_GRACE_S,
         )
         try:
-            try:
-                self._process.start()
-            finally:
-                child_end.close()  # only the child may hold its end: its exit must read as end-of-file
             reply = self._receive(start_timeout_s, "opening the source")
             if reply[0] != _READY:
                 raise PowerSourceError(
                     f"{self.name}: the sampler process could not open the source: {reply[1]}"
                 )
         except BaseException as exc:
-            self._release(f"it did not start ({_describe(exc)})")
+            self._release(f"it did not start ({describe_error(exc)})")
             raise
         #: The ids of the devices the child's source reads, in its order.
         self.device_ids: list[str] = list(reply[1])
@@ -272,7 +238,7 @@ class SamplerProcess:
     @property
     def pid(self) -> int | None:
         """The child's process id."""
-        return self._process.pid
+        return self._worker.pid
 
     def window(self, hz: float, clock: Clock = time.perf_counter_ns) -> ProcessSampler:
         """A sampler over this process at ``hz``, timestamps on ``clock`` (not started yet)."""
@@ -287,12 +253,12 @@ class SamplerProcess:
             raise PowerSourceError(f"{self.name}: the sampler process cannot serve {what}: {reason}")
         try:
             try:
-                self._conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
-            except OSError:  # BrokenPipeError, ConnectionResetError: the child is gone
+                self._worker.send(message)
+            except WorkerGone:
                 raise self._gone(f"before {what}") from None
             reply = self._receive(self._reply_timeout_s, what)
         except BaseException as exc:
-            self._release(f"{what} was interrupted ({_describe(exc)})")
+            self._release(f"{what} was interrupted ({describe_error(exc)})")
             raise
         if reply[0] != _OK:
             raise PowerSourceError(f"{self.name}: the sampler process failed {what}: {reply[1]}")
@@ -300,20 +266,19 @@ class SamplerProcess:
 
     def _receive(self, timeout_s: float, what: str) -> tuple[Any, ...]:
         try:
-            if not self._conn.poll(timeout_s):
-                self._broken = f"it did not answer within {timeout_s:g} s ({what})"
-                raise PowerSourceError(f"{self.name}: the sampler process {self._broken}")
-            reply: tuple[Any, ...] = self._conn.recv()
-        except (EOFError, OSError):
+            return self._worker.receive(timeout_s)
+        except WorkerTimeout:
+            self._broken = f"it did not answer within {timeout_s:g} s ({what})"
+            raise PowerSourceError(f"{self.name}: the sampler process {self._broken}") from None
+        except WorkerGone:
             raise self._gone(f"while {what}") from None
-        return reply
 
     def _gone(self, when: str) -> PowerSourceError:
         """The error of a child that ended (killed, out of memory, crashed) ``when`` it was asked
         for something: it names the sampler, its process id, its exit code and the fix; the process
         serves no more windows."""
-        self._process.join(1.0)
-        ended = f"(pid {self.pid}) ended with exit code {self._process.exitcode} {when}"
+        self._worker.process.join(1.0)
+        ended = f"(pid {self.pid}) ended with exit code {self._worker.process.exitcode} {when}"
         self._broken = f"it {ended}"
         return PowerSourceError(
             f"{self.name}: the sampler process {ended}; find what ended it (a kill, the "
@@ -329,14 +294,13 @@ class SamplerProcess:
         failure: str | None = None
         try:
             if self._broken is None:
-                with contextlib.suppress(PowerSourceError):
-                    self._conn.send_bytes(pickle.dumps((_CLOSE,), protocol=pickle.HIGHEST_PROTOCOL))
+                # A child that is gone already is reaped by the release below.
+                with contextlib.suppress(PowerSourceError, WorkerGone):
+                    self._worker.send((_CLOSE,))
                     reply = self._receive(self._reply_timeout_s, "closing the source")
                     if reply[0] != _OK:
                         failure = str(reply[1])
-                self._process.join(self._reply_timeout_s)
-        except OSError:
-            pass  # the child is gone already: the release below reaps it
+                self._worker.process.join(self._reply_timeout_s)
         finally:
             self._release("it was closed")
         if failure is not None:
@@ -345,15 +309,11 @@ class SamplerProcess:
             )
 
     def _release(self, reason: str) -> None:
-        """Stop the child whatever state it is in, and close the pipe; later requests are refused,
+        """Stop the child whatever state it is in (``Worker.stop``); later requests are refused,
         naming ``reason`` (unless an earlier one was recorded)."""
         if self._broken is None:
             self._broken = reason
-        try:
-            stop_process(self._process, _TERMINATE_GRACE_S)
-        finally:
-            self._conn.close()
-            self._finalizer.cancel()
+        self._worker.stop()
 
 
 class ProcessSampler:

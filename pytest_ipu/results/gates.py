@@ -30,6 +30,10 @@ energies and powers need their unit (``latency.p99<2`` is an error). An absolute
 ``>=`` and ``=`` are not accepted: a bound is strict. A bad expression raises ``GateError`` with
 one line: the expression, the bad part and its column (counted from 1), and the fix.
 
+Each form is one anchored regular expression (``_RELATIVE``, ``_ABSOLUTE``) whose parts after the
+separator are optional, so that the message can name the first part that is missing or wrong; the
+unit is read by ``pytest_ipu.measure.units``.
+
 How a gate is decided is in ``pytest_ipu.results.decide``.
 """
 
@@ -42,7 +46,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from decimal import DecimalException
 from typing import Literal
-from typing import cast
 
 from pytest_ipu.measure import units
 from pytest_ipu.results.catalog import ALIASES
@@ -113,258 +116,253 @@ class Gate:
         return f"{self.metric}{self.op}{number}{unit}"
 
 
-# --- Tokenizer and parser -------------------------------------------------------------------------
+# --- The two forms and their messages ---------------------------------------------------------------
 
+_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+_NAME = r"[^\W\d]\w*(?:\.\w+)*"
 
-_Kind = Literal["name", "number", "op", "colon", "sign", "percent", "slash", "other"]
-
-
-@dataclass(frozen=True)
-class _Token:
-    """A piece of the expression: its kind, its text and its 1-based column."""
-
-    kind: _Kind
-    text: str
-    column: int
-
-
-_TOKEN = re.compile(
-    r"""
-    (?P<number>(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)
-    |(?P<name>[^\W\d]\w*(?:\.\w+)*)
-    |(?P<op><=|>=|==|!=|<|>|=)
-    |(?P<colon>:)
-    |(?P<sign>[+-])
-    |(?P<percent>%)
-    |(?P<slash>/)
-    |(?P<other>\S)
-    """,
-    re.VERBOSE,
+# The two forms, anchored at the start. Every part after the separator is optional, so that a
+# message can name the first part missing in the order a reader writes them; what follows the match
+# is the rest (nothing for a relative threshold, the unit for an absolute bound).
+_RELATIVE = re.compile(
+    rf" *(?P<metric>{_NAME}) *(?P<colon>:) *(?P<sign>[+-])? *(?P<number>{_NUMBER})? *(?P<percent>%)? *"
 )
+_ABSOLUTE = re.compile(rf" *(?P<metric>{_NAME}) *(?P<op>[<>=!]=|[<>=]) *(?P<number>{_NUMBER})? *")
+_METRIC_NAME = re.compile(_NAME)
+#: What a unit may be made of: names, slashes and spaces (``items/s``, ``ms``).
+_UNIT = re.compile(rf"(?:{_NAME}|/| )*")
+#: The part of an expression a message names when it is not what was expected: a number, a name,
+#: a two-character comparison, or one character.
+_PIECE = re.compile(rf"{_NUMBER}|{_NAME}|[<>=!]=|\S")
 
 
-def _tokens(text: str) -> list[_Token]:
-    """The tokens of ``text``, whitespace dropped; every character lands in some token."""
-    out = []
-    pos = 0
-    while pos < len(text):
-        if text[pos].isspace():
-            pos += 1
-            continue
-        match = _TOKEN.match(text, pos)
-        # 'other' matches any character that is not a space, so there is always a match.
-        assert match is not None
-        out.append(_Token(cast(_Kind, match.lastgroup), match.group(), pos + 1))
-        pos = match.end()
-    return out
+def _fail(text: str, column: int, problem: str, fix: str) -> GateError:
+    """The one-line error for ``text``: the expression, what is wrong at ``column`` and the fix."""
+    # repr quoting keeps the message on one line whatever the expression holds; a long expression
+    # is shown as a window around the column the message names, not whole.
+    return GateError(f"bad gate {_shown(text, column)!r}: {problem}; {fix}")
 
 
-class _Parser:
-    """Recursive descent over the tokens of one expression; errors name the expression."""
+def _next(text: str, pos: int) -> tuple[str | None, int]:
+    """The part of ``text`` that starts at the first non-space at or after ``pos``, and its 1-based
+    column; ``None`` and the column just past the expression's last character at the end."""
+    start = len(text) - len(text[pos:].lstrip(" "))
+    piece = _PIECE.match(text, start)
+    if piece is None:
+        return None, len(text.rstrip(" ")) + 1
+    return piece.group(), start + 1
 
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.tokens = _tokens(text)
-        self.index = 0
 
-    def fail(self, problem: str, fix: str) -> GateError:
-        # repr quoting keeps the message on one line whatever the expression holds; a long
-        # expression is shown as a window around where parsing stopped, not whole.
-        return GateError(f"bad gate {_shown(self.text, self.stop_column())!r}: {problem}; {fix}")
+def _relative_example(metric: str, pct: str = "5") -> str:
+    sign = "-" if METRICS[metric].better == "higher" else "+"
+    return f"{metric}:{sign}{_example_number(pct)}%"
 
-    def stop_column(self) -> int:
-        """The 1-based column of the last token read (1 before any), near what ``fail`` names."""
-        return self.tokens[self.index - 1].column if self.index > 0 and self.tokens else 1
 
-    def peek(self) -> _Token | None:
-        return self.tokens[self.index] if self.index < len(self.tokens) else None
+def _absolute_example(metric: str, op: str | None = None) -> str:
+    op = op or (">" if METRICS[metric].better == "higher" else "<")
+    return f"{metric}{op}{units.UNITS[METRICS[metric].unit].example}"
 
-    def take(self) -> _Token | None:
-        token = self.peek()
-        self.index += token is not None
-        return token
 
-    def end_column(self) -> int:
-        return len(self.text.rstrip()) + 1
+def _metric(text: str, name: str, column: int) -> str:
+    """The catalog's name for ``name`` (an alias resolved); ``GateError`` for an unknown one."""
+    if name in METRICS:
+        return name
+    if name in ALIASES:
+        return ALIASES[name]
+    close = difflib.get_close_matches(name.lower(), list(METRICS), n=1)
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    raise _fail(
+        text,
+        column,
+        f"unknown metric {_quoted(name)} at column {column}",
+        f"{guess}metrics: {', '.join(METRICS)}",
+    )
 
-    def gate(self) -> Gate:
-        first = self.take()
-        if first is None:
-            raise self.fail("empty expression", "write a gate such as 'throughput:-5%' or 'latency.p99<2ms'")
-        if first.kind != "name":
-            raise self.fail(
-                f"expected a metric name at column {first.column}, got {_quoted(first.text)}",
-                f"start with one of: {', '.join(METRICS)}",
-            )
-        metric = self.metric(first)
-        after = self.take()
-        if after is None:
-            raise self.fail(
-                f"missing threshold after {metric!r} at column {self.end_column()}",
-                f"write e.g. {self.relative_example(metric)!r} or {self.absolute_example(metric)!r}",
-            )
-        if after.kind == "colon":
-            return self.relative(metric)
-        if after.text in ("<", ">"):
-            return self.absolute(metric, after)
-        if after.kind == "op":
-            strict = ">" if ">" in after.text else "<"
-            raise self.fail(
-                f"comparison {_quoted(after.text)} at column {after.column} is not supported",
-                f"use '<' or '>' (a bound is strict): {self.absolute_example(metric, strict)!r}",
-            )
-        raise self.fail(
-            f"expected ':', '<' or '>' after {metric!r} at column {after.column}, got {_quoted(after.text)}",
-            f"write e.g. {self.relative_example(metric)!r} or {self.absolute_example(metric)!r}",
+
+def _neither_form(text: str) -> GateError:
+    """Why ``text``, which matches neither form, is no gate: no metric, or no separator after it."""
+    first, column = _next(text, 0)
+    if first is None:
+        return _fail(
+            text, 1, "empty expression", "write a gate such as 'throughput:-5%' or 'latency.p99<2ms'"
         )
-
-    def metric(self, token: _Token) -> str:
-        if token.text in METRICS:
-            return token.text
-        if token.text in ALIASES:
-            return ALIASES[token.text]
-        close = difflib.get_close_matches(token.text.lower(), list(METRICS), n=1)
-        guess = f"did you mean {close[0]!r}? " if close else ""
-        raise self.fail(
-            f"unknown metric {_quoted(token.text)} at column {token.column}",
-            f"{guess}metrics: {', '.join(METRICS)}",
+    name = _METRIC_NAME.match(text, column - 1)
+    if name is None:
+        return _fail(
+            text,
+            column,
+            f"expected a metric name at column {column}, got {_quoted(first)}",
+            f"start with one of: {', '.join(METRICS)}",
         )
+    metric = _metric(text, name.group(), column)
+    after, at = _next(text, name.end())
+    example = f"write e.g. {_relative_example(metric)!r} or {_absolute_example(metric)!r}"
+    if after is None:
+        return _fail(text, at, f"missing threshold after {metric!r} at column {at}", example)
+    return _fail(
+        text, at, f"expected ':', '<' or '>' after {metric!r} at column {at}, got {_quoted(after)}", example
+    )
 
-    @staticmethod
-    def relative_example(metric: str, pct: str = "5") -> str:
-        sign = "-" if METRICS[metric].better == "higher" else "+"
-        return f"{metric}:{sign}{_example_number(pct)}%"
 
-    @staticmethod
-    def absolute_example(metric: str, op: str | None = None) -> str:
-        op = op or (">" if METRICS[metric].better == "higher" else "<")
-        return f"{metric}{op}{units.UNITS[METRICS[metric].unit].example}"
+def _relative(text: str, metric: str, match: re.Match[str]) -> Gate:
+    """The relative gate of a ``metric:+N%`` match; ``GateError`` for its first wrong part."""
+    better = METRICS[metric].better
+    regression = (
+        f"{metric} is better {better}, so a regression is {'a drop' if better == 'higher' else 'a rise'}"
+    )
+    sign, number = match.group("sign"), match.group("number")
+    if sign is None:
+        _, column = _next(text, match.end("colon"))
+        example = _relative_example(metric, number or "5")
+        raise _fail(text, column, f"missing sign at column {column}", f"{regression}: write {example!r}")
+    if number is None:
+        got, column = _next(text, match.end("sign"))
+        shown = f", got {_quoted(got)}" if got is not None else ""
+        raise _fail(
+            text,
+            column,
+            f"expected a percentage at column {column}{shown}",
+            f"write e.g. {_relative_example(metric)!r}",
+        )
+    if (sign == "-") != (better == "higher"):
+        column = match.start("sign") + 1
+        raise _fail(
+            text,
+            column,
+            f"{_quoted(sign)} at column {column} would gate an improvement",
+            f"{regression}: write {_relative_example(metric, number)!r}",
+        )
+    if match.group("percent") is None:
+        _, column = _next(text, match.end("number"))
+        raise _fail(
+            text,
+            column,
+            f"expected '%' after {_quoted(number)} at column {column}",
+            f"a relative threshold is a percentage: write {_relative_example(metric, number)!r}",
+        )
+    extra, column = _next(text, match.end())
+    if extra is not None:
+        raise _fail(
+            text, column, f"unexpected {_quoted(extra)} at column {column}", "nothing may follow the '%'"
+        )
+    return Gate(metric, "relative", _percentage(text, metric, number, match.start("number") + 1))
 
-    def relative(self, metric: str) -> Gate:
-        better = METRICS[metric].better
-        worse = "a drop" if better == "higher" else "a rise"
-        sign = self.take()
-        if sign is None or sign.kind != "sign":
-            column = sign.column if sign is not None else self.end_column()
-            shown = sign.text if sign is not None and sign.kind == "number" else "5"
-            raise self.fail(
-                f"missing sign at column {column}",
-                f"{metric} is better {better}, so a regression is {worse}: "
-                f"write {self.relative_example(metric, shown)!r}",
-            )
-        number = self.take()
-        if number is None or number.kind != "number":
-            got = f", got {_quoted(number.text)}" if number is not None else ""
-            column = number.column if number is not None else self.end_column()
-            raise self.fail(
-                f"expected a percentage at column {column}{got}",
-                f"write e.g. {self.relative_example(metric)!r}",
-            )
-        if (sign.text == "-") != (better == "higher"):
-            raise self.fail(
-                f"{_quoted(sign.text)} at column {sign.column} would gate an improvement",
-                f"{metric} is better {better}, so a regression is {worse}: "
-                f"write {self.relative_example(metric, number.text)!r}",
-            )
-        percent = self.take()
-        if percent is None or percent.kind != "percent":
-            column = percent.column if percent is not None else self.end_column()
-            raise self.fail(
-                f"expected '%' after {_quoted(number.text)} at column {column}",
-                f"a relative threshold is a percentage: write {self.relative_example(metric, number.text)!r}",
-            )
-        self.expect_end("'%'")
-        limit = _MAX_DROP_PCT if better == "higher" else _MAX_RISE_PCT
-        try:
-            pct = Decimal(number.text)
-            threshold = float(pct.scaleb(-2))
-        except DecimalException:  # an exponent beyond what Decimal can scale
-            pct, threshold = limit, math.inf
-        # The float check catches percentages that round to 0 or to the limit itself.
-        if not (0 < pct < limit and 0.0 < threshold < float(limit) / 100.0):
-            why = " (nothing drops by 100% or more)" if better == "higher" else ""
-            raise self.fail(
-                f"threshold {_plain(number.text + '%')} at column {number.column} is out of range",
-                f"the percentage must be more than 0 and less than {limit}{why}",
-            )
-        return Gate(metric, "relative", threshold)
 
-    def absolute(self, metric: str, op: _Token) -> Gate:
-        number = self.take()
-        if number is None or number.kind != "number":
-            got = f", got {_quoted(number.text)}" if number is not None else ""
-            column = number.column if number is not None else self.end_column()
-            raise self.fail(
-                f"expected a number after {_quoted(op.text)} at column {column}{got}",
-                f"write e.g. {self.absolute_example(metric, op.text)!r}",
-            )
-        scale = self.unit(metric, number)
-        # Read from the text: Decimal refuses an exponent of hundreds of digits.
-        nonzero = any(digit in "123456789" for digit in re.split("[eE]", number.text)[0])
-        try:
-            bound = float(Decimal(number.text).scaleb(scale))
-        except DecimalException:  # an exponent beyond what Decimal can scale: far above or below 1
-            bound = math.inf if nonzero and "e-" not in number.text.lower() else 0.0
-        if not math.isfinite(bound):
-            raise self.fail(
-                f"bound {_quoted(number.text)} at column {number.column} is too large",
-                f"write e.g. {self.absolute_example(metric, op.text)!r}",
-            )
-        if op.text == "<" and bound == 0.0:
-            example = self.absolute_example(metric, "<")
-            # 1e-400 is not 0, but no float holds it: say so, not only that the metric is >= 0.
-            tiny = " (it underflows to 0: no float is that small)" if nonzero else ""
-            raise self.fail(
-                f"bound {_quoted('<' + number.text)} at column {op.column} can never pass{tiny}",
-                f"{metric} is never negative: use a bound above 0, e.g. {example!r}",
-            )
-        return Gate(metric, "absolute", bound, "<" if op.text == "<" else ">")
+def _percentage(text: str, metric: str, number: str, column: int) -> float:
+    """``number`` percent as a fraction; ``GateError`` when it is out of the metric's range."""
+    better = METRICS[metric].better
+    limit = _MAX_DROP_PCT if better == "higher" else _MAX_RISE_PCT
+    try:
+        pct = Decimal(number)
+        threshold = float(pct.scaleb(-2))
+    except DecimalException:  # an exponent beyond what Decimal can scale
+        pct, threshold = limit, math.inf
+    # The float check catches percentages that round to 0 or to the limit itself.
+    if not (0 < pct < limit and 0.0 < threshold < float(limit) / 100.0):
+        why = " (nothing drops by 100% or more)" if better == "higher" else ""
+        raise _fail(
+            text,
+            column,
+            f"threshold {_plain(number + '%')} at column {column} is out of range",
+            f"the percentage must be more than 0 and less than {limit}{why}",
+        )
+    return threshold
 
-    def unit(self, metric: str, number: _Token) -> int:
-        """The power of ten of the unit after ``number``; the rest of the expression is the unit."""
-        unit = METRICS[metric].unit
-        spec = units.UNITS[unit]
-        rest = self.tokens[self.index :]
-        self.index = len(self.tokens)
-        if not rest:
-            if spec.bare:
-                return 0
-            raise self.fail(
-                f"missing unit after {_quoted(number.text)} at column {self.end_column()}",
-                f"{_hint(metric)} (e.g. {self.absolute_example(metric)!r})",
-            )
-        for token in rest:
-            if token.kind == "percent":
-                raise self.fail(
-                    f"'%' at column {token.column} in an absolute bound",
-                    f"for a relative threshold write {self.relative_example(metric, number.text)!r}",
-                )
-            if token.kind not in ("name", "slash"):
-                raise self.fail(
-                    f"unexpected {_quoted(token.text)} at column {token.column}",
-                    f"write e.g. {self.absolute_example(metric)!r}",
-                )
-        first = rest[0]
-        text = self.text[first.column - 1 : rest[-1].column - 1 + len(rest[-1].text)]
-        scale = units.scale(unit, text)
-        if scale is not None:
-            return scale
-        other = units.unit_of(text)
-        if other is not None:
-            words = units.UNITS[other].words
-            raise self.fail(
-                f"unit {_quoted(text)} at column {first.column} measures {words}, not {spec.words}",
-                _hint(metric),
-            )
-        raise self.fail(f"unknown unit {_quoted(text)} at column {first.column}", _hint(metric))
 
-    def expect_end(self, after: str) -> None:
-        extra = self.take()
-        if extra is not None:
-            raise self.fail(
-                f"unexpected {_quoted(extra.text)} at column {extra.column}",
-                f"nothing may follow the {after}",
-            )
+def _absolute(text: str, metric: str, match: re.Match[str]) -> Gate:
+    """The absolute gate of a ``metric<N unit`` match; ``GateError`` for its first wrong part."""
+    op, op_column = match.group("op"), match.start("op") + 1
+    if op not in ("<", ">"):
+        strict = ">" if ">" in op else "<"
+        raise _fail(
+            text,
+            op_column,
+            f"comparison {_quoted(op)} at column {op_column} is not supported",
+            f"use '<' or '>' (a bound is strict): {_absolute_example(metric, strict)!r}",
+        )
+    number = match.group("number")
+    if number is None:
+        got, column = _next(text, match.end("op"))
+        shown = f", got {_quoted(got)}" if got is not None else ""
+        raise _fail(
+            text,
+            column,
+            f"expected a number after {_quoted(op)} at column {column}{shown}",
+            f"write e.g. {_absolute_example(metric, op)!r}",
+        )
+    scale = _unit_scale(text, metric, number, match.end())
+    column = match.start("number") + 1
+    # Read from the text: Decimal refuses an exponent of hundreds of digits.
+    nonzero = any(digit in "123456789" for digit in re.split("[eE]", number)[0])
+    try:
+        bound = float(Decimal(number).scaleb(scale))
+    except DecimalException:  # an exponent beyond what Decimal can scale: far above or below 1
+        bound = math.inf if nonzero and "e-" not in number.lower() else 0.0
+    if not math.isfinite(bound):
+        raise _fail(
+            text,
+            column,
+            f"bound {_quoted(number)} at column {column} is too large",
+            f"write e.g. {_absolute_example(metric, op)!r}",
+        )
+    if op == "<" and bound == 0.0:
+        # 1e-400 is not 0, but no float holds it: say so, not only that the metric is >= 0.
+        tiny = " (it underflows to 0: no float is that small)" if nonzero else ""
+        raise _fail(
+            text,
+            op_column,
+            f"bound {_quoted('<' + number)} at column {op_column} can never pass{tiny}",
+            f"{metric} is never negative: use a bound above 0, e.g. {_absolute_example(metric, '<')!r}",
+        )
+    return Gate(metric, "absolute", bound, "<" if op == "<" else ">")
+
+
+def _unit_scale(text: str, metric: str, number: str, start: int) -> int:
+    """The power of ten of the unit written from ``start`` to the end of ``text`` (after ``number``)."""
+    unit = METRICS[metric].unit
+    spec = units.UNITS[unit]
+    if not text[start:].strip(" "):
+        if spec.bare:
+            return 0
+        column = len(text.rstrip(" ")) + 1
+        raise _fail(
+            text,
+            column,
+            f"missing unit after {_quoted(number)} at column {column}",
+            f"{_hint(metric)} (e.g. {_absolute_example(metric)!r})",
+        )
+    unit_part = _UNIT.match(text, start)
+    assert unit_part is not None  # it matches the empty string anywhere
+    bad, column = _next(text, unit_part.end())
+    if bad == "%":
+        raise _fail(
+            text,
+            column,
+            f"'%' at column {column} in an absolute bound",
+            f"for a relative threshold write {_relative_example(metric, number)!r}",
+        )
+    if bad is not None:
+        raise _fail(
+            text,
+            column,
+            f"unexpected {_quoted(bad)} at column {column}",
+            f"write e.g. {_absolute_example(metric)!r}",
+        )
+    written = text[start:].rstrip(" ")
+    scale = units.scale(unit, written)
+    if scale is not None:
+        return scale
+    other = units.unit_of(written)
+    column = start + 1
+    if other is not None:
+        words = units.UNITS[other].words
+        raise _fail(
+            text,
+            column,
+            f"unit {_quoted(written)} at column {column} measures {words}, not {spec.words}",
+            _hint(metric),
+        )
+    raise _fail(text, column, f"unknown unit {_quoted(written)} at column {column}", _hint(metric))
 
 
 def parse(text: str) -> Gate:
@@ -383,7 +381,13 @@ def parse(text: str) -> Gate:
                 f"bad gate {_shown(text, column)!r}: {char!r} at column {column}; a gate is one line: "
                 "separate its parts with spaces only"
             )
-    return _Parser(text).gate()
+    match = _RELATIVE.match(text) or _ABSOLUTE.match(text)
+    if match is None:
+        raise _neither_form(text)
+    metric = _metric(text, match.group("metric"), match.start("metric") + 1)
+    if match.re is _RELATIVE:
+        return _relative(text, metric, match)
+    return _absolute(text, metric, match)
 
 
 #: The most of an expression a message echoes: a window around the bad column.

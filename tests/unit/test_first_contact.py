@@ -16,6 +16,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 from typing import Any
+from typing import Callable
 
 import pytest
 
@@ -155,28 +156,14 @@ def _assert_overlap_from_timestamps(result: dict[str, Any]) -> None:
 # -- on a machine with IPUs (the fakes) -----------------------------------------------------------------
 
 
-def test_the_file_holds_every_step_on_a_machine_with_ipus(tmp_path, capsys):
-    pytest.importorskip("torch")
-    pytest.importorskip("onnxruntime")
-    meet = tmp_path / "meet"
-    meet.mkdir()
-    site = _site(tmp_path, 4, popart=POPART_MEET, poptorch=POPTORCH_MEET)
-    out = tmp_path / "out" / "new"  # created when the file is written
-    users = str(tmp_path / "ipu-users.json")  # which process attached which IPU, shared as the driver does
-    code = first_contact.main(
-        out, 300, _machine(tmp_path, site, FIRST_CONTACT_MEET=str(meet), FAKE_GRAPHCORE_IPU_USERS=users)
-    )
-    stdout = capsys.readouterr().out
-    data = _written(out, stdout)
-    assert code == 0, json.dumps(data["failed_steps"])
-    assert (data["kind"], data["pytest_ipu"], data["failed_steps"]) == (first_contact.KIND, __version__, [])
-    assert list(data["steps"]) == [step.name for step in first_contact.STEPS]
-
+def _check_ipus(data: dict[str, Any]) -> None:
     ipus = _ok(data, "ipus")
     assert ipus["found"] is True
     assert [i["id"] for i in ipus["inventory"]["ipus"]] == [0, 1, 2, 3]
     assert ipus["inventory"]["source"] == "gcipuinfo"
 
+
+def _check_gcipuinfo(data: dict[str, Any]) -> None:
     # getDevices() verbatim: what the library lists, every key and string as it gave them.
     listing = fake_gcipuinfo.FakeGcIpuInfoModule(fake_gcipuinfo.m2000()).gcipuinfo().getDevices()
     gcipuinfo = _ok(data, "gcipuinfo")
@@ -203,6 +190,8 @@ def test_the_file_holds_every_step_on_a_machine_with_ipus(tmp_path, capsys):
     assert 0 < update["min_s"] <= update["median_s"] <= update["max_s"]
     assert update["returned"] == [True] * first_contact.UPDATE_CALLS
 
+
+def _check_popart_devices(data: dict[str, Any]) -> None:
     # The ids PopART lists per device size, with the IPUs (driverIds) of each multi-IPU device.
     manager = fake_popart.make_module(ipus=4).DeviceManager()
     enumerated = _ok(data, "popart_devices")["enumerateDevices"]
@@ -219,31 +208,52 @@ def test_the_file_holds_every_step_on_a_machine_with_ipus(tmp_path, capsys):
     assert [d["ipu_ids"] for d in translation["multi_ipu_devices"]] == [[0, 1], [2, 3], [0, 1, 2, 3]]
     assert translation["driver_ids_differ_from_device_ids"] is True
     assert translation["mismatches"] == []
+
+
+def _check_poptorch_devices(data: dict[str, Any]) -> None:
     poptorch = _ok(data, "poptorch_devices")
     assert poptorch["ipuHardwareIsAvailable"] == {"1": True, "2": True, "4": True, "8": False}
     assert poptorch["ipuHardwareVersion"] == 2
 
-    for step, backend in (("popart_run", "popart"), ("poptorch_run", "poptorch")):
-        run = _ok(data, step)
-        assert run["target"] == f"{backend}:ipu"
-        assert run["compile_s"] > 0
-        assert len(run["run_s"]) == first_contact.RUNS
-        assert all(seconds > 0 for seconds in run["run_s"])
-        assert run["output_matches_host"] is True
-    # PopTorch's own counters (getLatency and the others), as the plugin reads them; PopART has none.
+
+def _check_run(data: dict[str, Any], step: str, backend: str) -> None:
+    run = _ok(data, step)
+    assert run["target"] == f"{backend}:ipu"
+    assert run["compile_s"] > 0
+    assert len(run["run_s"]) == first_contact.RUNS
+    assert all(seconds > 0 for seconds in run["run_s"])
+    assert run["output_matches_host"] is True
+
+
+def _check_popart_run(data: dict[str, Any]) -> None:
+    _check_run(data, "popart_run", "popart")
+    assert _ok(data, "popart_run")["device_latency"] is None  # PopART has no latency counters
+
+
+def _check_poptorch_run(data: dict[str, Any]) -> None:
+    _check_run(data, "poptorch_run", "poptorch")
+    # PopTorch's own counters (getLatency and the others), as the plugin reads them.
     latency = _ok(data, "poptorch_run")["device_latency"]
     assert set(latency["round_trip"]) == {"min_s", "max_s", "avg_s"}
     assert latency["samples"] >= 1
-    assert _ok(data, "popart_run")["device_latency"] is None
 
+
+def _check_overlap(data: dict[str, Any], step: str, runner: str) -> None:
     # Two instances calling at once; the fakes' calls meet inside each round, so every round overlapped.
-    for step, runner in (("popart_threads", "threads"), ("poptorch_processes", "processes")):
-        overlap = _ok(data, step)
-        assert overlap["runner"] == runner
-        assert [i["index"] for i in overlap["instances"]] == [0, 1]
-        assert all(i["compile_s"] > 0 for i in overlap["instances"])
-        _assert_overlap_from_timestamps(overlap)
-        assert overlap["overlapped"] is True
+    overlap = _ok(data, step)
+    assert overlap["runner"] == runner
+    assert [i["index"] for i in overlap["instances"]] == [0, 1]
+    assert all(i["compile_s"] > 0 for i in overlap["instances"])
+    _assert_overlap_from_timestamps(overlap)
+    assert overlap["overlapped"] is True
+
+
+def _check_popart_threads(data: dict[str, Any]) -> None:
+    _check_overlap(data, "popart_threads", "threads")
+
+
+def _check_poptorch_processes(data: dict[str, Any]) -> None:
+    _check_overlap(data, "poptorch_processes", "processes")
     # While the two PopTorch workers held their IPUs: gcipuinfo named each worker as its IPU's user
     # (a decimal string), and the plugin matched each worker's pid to exactly its own IPU.
     users = _ok(data, "poptorch_processes")["ipu_users"]
@@ -255,16 +265,99 @@ def test_the_file_holds_every_step_on_a_machine_with_ipus(tmp_path, capsys):
     listed = users["user_process_id"]
     assert {listed[str(matched[str(pid)][0])] for pid in workers} == {str(pid) for pid in workers}
 
+
+def _check_popdist(data: dict[str, Any]) -> None:
     popdist = _ok(data, "popdist")
     assert popdist["under_poprun"] is False
     assert popdist["reason"] == "not under PopRun: popdist.isPopdistEnvSet() is False"
 
+
+def _check_poprun_inference(step: str) -> Callable[[dict[str, Any]], None]:
+    def check(data: dict[str, Any]) -> None:
+        # Outside PopRun both ways of making inference options say why they did not run.
+        assert _ok(data, step) == {
+            "under_poprun": False,
+            "reason": "not under PopRun: popdist.isPopdistEnvSet() is False",
+        }
+
+    return check
+
+
+def _check_versions(data: dict[str, Any]) -> None:
     versions = _ok(data, "versions")
     assert versions["pytest_ipu"] == __version__
     assert versions["imported"]["popart"]["versionString()"] == "3.4.0 (fake)"
     assert versions["imported"]["poptorch"]["__version__"] == "3.4.0-fake"
     assert "Poplar SDK" in [row["name"] for row in versions["installed"]]
+
+
+def _check_host(data: dict[str, Any]) -> None:
     assert _ok(data, "host")["cpu_count"] == os.cpu_count()
+
+
+#: What each step's record must hold on a machine with four (fake) IPUs.
+CHECKS = {
+    "ipus": _check_ipus,
+    "host": _check_host,
+    "versions": _check_versions,
+    "gcipuinfo": _check_gcipuinfo,
+    "popart_devices": _check_popart_devices,
+    "poptorch_devices": _check_poptorch_devices,
+    "popdist": _check_popdist,
+    "popart_run": _check_popart_run,
+    "poptorch_run": _check_poptorch_run,
+    "poptorch_popdist_inference": _check_poprun_inference("poptorch_popdist_inference"),
+    "poptorch_poprun_inference": _check_poprun_inference("poptorch_poprun_inference"),
+    "popart_threads": _check_popart_threads,
+    "poptorch_processes": _check_poptorch_processes,
+}
+#: The steps in groups, each run by one test (``ipus`` runs in every run): each step starts an
+#: interpreter, and those that compile import torch, so one run of them all is the slowest test here.
+GROUPS = (
+    (
+        "host",
+        "versions",
+        "gcipuinfo",
+        "popart_devices",
+        "poptorch_devices",
+        "popdist",
+        "poptorch_popdist_inference",
+        "poptorch_poprun_inference",
+    ),
+    ("popart_run", "poptorch_run"),
+    ("popart_threads",),
+    ("poptorch_processes",),
+)
+
+
+def test_every_step_is_checked_in_exactly_one_group():
+    assert list(CHECKS) == [step.name for step in first_contact.STEPS]
+    assert sorted(name for group in GROUPS for name in group) == sorted(set(CHECKS) - {"ipus"})
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=[group[0] for group in GROUPS])
+def test_the_file_holds_every_step_on_a_machine_with_ipus(tmp_path, capsys, group):
+    pytest.importorskip("torch")
+    pytest.importorskip("onnxruntime")
+    meet = tmp_path / "meet"
+    meet.mkdir()
+    site = _site(tmp_path, 4, popart=POPART_MEET, poptorch=POPTORCH_MEET)
+    out = tmp_path / "out" / "new"  # created when the file is written
+    users = str(tmp_path / "ipu-users.json")  # which process attached which IPU, shared as the driver does
+    code = first_contact.main(
+        out,
+        300,
+        _machine(tmp_path, site, FIRST_CONTACT_MEET=str(meet), FAKE_GRAPHCORE_IPU_USERS=users),
+        only=group,
+    )
+    stdout = capsys.readouterr().out
+    data = _written(out, stdout)
+    assert code == 0, json.dumps(data["failed_steps"])
+    assert (data["kind"], data["pytest_ipu"], data["failed_steps"]) == (first_contact.KIND, __version__, [])
+    # In the order of STEPS, whatever the order asked.
+    assert list(data["steps"]) == [step.name for step in first_contact.STEPS if step.name in {"ipus", *group}]
+    for step in data["steps"]:
+        CHECKS[step](data)
 
 
 def test_under_poprun_the_popdist_getters_are_recorded_and_the_file_names_the_instance(tmp_path, capsys):

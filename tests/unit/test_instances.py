@@ -365,23 +365,38 @@ def test_a_round_that_times_out_leaves_the_group_unusable_and_close_waits_for_th
 
 
 def test_ctrl_c_during_a_round_still_lets_close_join_every_thread():
-    # Both calls are held in flight until Ctrl-C has interrupted the round, so the signal always
-    # lands while the round waits for them.
+    # Both calls are held in flight until Ctrl-C has interrupted the round, so the interrupt always
+    # comes while the round waits for them.
     entered = [threading.Event(), threading.Event()]
     release = threading.Event()
+    interrupted = threading.Event()
     models = [FakeModel(i, hold=release, on_call=entered[i].set) for i in range(2)]
     group = thread_group(models)
     group.prepare([])
     main = threading.main_thread().ident
     assert main == threading.get_ident()
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def on_sigint(signum: int, frame: object) -> None:
+        # Ctrl-C once: the signals sent after the first one raised find it already done.
+        if not interrupted.is_set():
+            interrupted.set()
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
 
     def interrupt() -> None:
-        # A signal sent to the main thread wakes its blocking wait, as Ctrl-C in a terminal does.
+        # A signal sent to the main thread wakes its blocking wait, as Ctrl-C in a terminal does. The
+        # calls can start before the main thread blocks in the round's wait, and a signal landing in
+        # that gap is handled only when the wait returns (CPython runs a handler between bytecodes;
+        # a lock's wait is woken only by a signal arriving during it): that wait would last until
+        # the calls' hang guard released them. So the signal is sent again until the handler ran.
+        deadline = time.monotonic() + HANG_S
         if all(e.wait(timeout=HANG_S) for e in entered):
-            signal.pthread_kill(main, signal.SIGINT)
-        else:
-            release.set()  # no Ctrl-C: let the round end, and pytest.raises below fail
+            while time.monotonic() < deadline:
+                signal.pthread_kill(main, signal.SIGINT)
+                if interrupted.wait(0.01):
+                    return
+        release.set()  # no Ctrl-C: let the round end, and pytest.raises below fail
 
     interrupter = threading.Thread(target=interrupt)
     try:

@@ -231,7 +231,7 @@ def test_an_exchange_interrupted_by_ctrl_c_stops_the_process(monkeypatch):
     def interrupted(timeout: float) -> bool:
         raise Interrupt
 
-    monkeypatch.setattr(process._conn, "poll", interrupted)
+    monkeypatch.setattr(process._worker.conn, "poll", interrupted)
     with pytest.raises(Interrupt):
         sampler.stop()
     assert not alive(pid)
@@ -283,7 +283,7 @@ def test_a_killed_sampler_process_is_named_with_its_pid_and_the_fix():
     pid = process.pid
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    process._process.join()
+    process._worker.process.join()
     try:
         with pytest.raises(PowerSourceError) as raised:
             process.window(100.0).start()
