@@ -169,6 +169,17 @@ def _cpu_missing(record: Any) -> str:
     return "no CPU time: the record predates it"
 
 
+def _instructions_missing(record: Any) -> str:
+    part = record.host_instructions
+    if part is not None:
+        return f"host instructions not available: {part.reason or 'the counter did not count the window'}"
+    if record.loadgen is not None:
+        return "no host instructions: a LoadGen benchmark has no timed rounds"
+    if record.time_to_train is not None:
+        return "no host instructions: a time-to-train benchmark has no timed rounds"
+    return "no host instructions: the record predates them"
+
+
 #: pytest-benchmark's statistic of each latency figure (p90 and p99 it does not compute: they come
 #: from its per-round data).
 _PLAIN_STAT = {"min": "min", "p50": "median", "max": "max", "mean": "mean"}
@@ -214,6 +225,16 @@ METRICS: Mapping[str, Metric] = {
         # workers included, over the timed windows; per item, and as cores kept busy.
         Metric("host_cpu_per_item", ("cpu", "host_per_item_s"), "s", per_repeat=True, missing=_cpu_missing),
         Metric("host_cores", ("cpu", "host_cores"), "cores", per_repeat=True, missing=_cpu_missing),
+        # The user-space instructions of every process of the benchmark per call (one timed round),
+        # counted over the timed windows where the kernel has the hardware counter: the CPU's
+        # counterpart of an IPU's cycle count, which a busy neighbour barely moves.
+        Metric(
+            "host_instructions",
+            ("host_instructions", "per_call"),
+            "instructions",
+            per_repeat=True,
+            missing=_instructions_missing,
+        ),
         Metric(
             "compile",
             ("compile_s",),
