@@ -476,7 +476,12 @@ def _merged_cpu(records: Sequence[Mapping[str, Any]], items: float) -> dict[str,
     if len(cpus) != len(records):
         return None
     merged: dict[str, Any] = {
-        key: (max(int(c[key]) for c in cpus) if key == "workers" else max(float(c[key]) for c in cpus))
+        # A figure an instance has null (a LoadGen run has no per-round figures) is null for the launch.
+        key: None
+        if any(c.get(key) is None for c in cpus)
+        else max(int(c[key]) for c in cpus)
+        if key == "workers"
+        else max(float(c[key]) for c in cpus)
         for key in cpus[0]
         if key not in _HOST_COST
     }

@@ -160,10 +160,15 @@ def _cpu_missing(record: Any) -> str:
             "no CPU time: the instances ran in worker processes that reported none (a record written "
             "before workers reported their CPU time)"
         )
+    if record.cpu is not None and record.cpu.process_s is None:
+        return (
+            "no CPU time per call: a LoadGen benchmark has no timed rounds (its run's host cost is in "
+            "host_cpu_per_item and host_cores)"
+        )
     if record.cpu is not None:
         return "no host cost: the record predates it (written before host CPU time per item and host cores)"
     if record.loadgen is not None:
-        return "no CPU time: a LoadGen benchmark has no timed rounds"
+        return "no CPU time: a LoadGen record written before LoadGen runs measured their host cost"
     if record.time_to_train is not None:
         return "no CPU time: a time-to-train benchmark has no timed rounds"
     return "no CPU time: the record predates it"

@@ -601,9 +601,10 @@ class IpuRecord(Identity):
     stability: StabilityRecord | None = None
     #: Other processes' share of the CPU during the timed windows; ``None`` in older records.
     contention: ContentionRecord | None = None
-    #: CPU time beside the wall time, and the host cost (`CpuTime`), the repeats pooled; ``None`` in
-    #: records not measured by timed rounds (LoadGen, time to train), in records that predate it,
-    #: and in older records whose instances ran in worker processes (which did not report theirs).
+    #: CPU time beside the wall time, and the host cost (`CpuTime`), the repeats pooled; a LoadGen
+    #: record's is its run's host cost alone (no rounds); ``None`` in time-to-train records, in
+    #: records that predate it, and in older records whose instances ran in worker processes (which
+    #: did not report theirs).
     cpu: CpuTime | None = None
     #: How a training step's global batch is made (`TrainingRecord`); `None` for inference.
     training: TrainingRecord | None = None
@@ -662,7 +663,10 @@ class IpuRecord(Identity):
         then count time the benchmark did not run. On an accelerator the thread may wait for the
         device off the CPU, which says nothing of the host, so no flag there."""
         return (
-            self.cpu is not None and self.device in ("cpu", "host") and self.cpu.off_cpu_share >= OFF_CPU_FLAG
+            self.cpu is not None
+            and self.cpu.off_cpu_share is not None
+            and self.device in ("cpu", "host")
+            and self.cpu.off_cpu_share >= OFF_CPU_FLAG
         )
 
     @property

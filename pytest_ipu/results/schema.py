@@ -25,7 +25,10 @@ scales. Version history (additive changes only within a version):
   whose CPU time the process figures now count; ``cpu`` is no longer null for instances in worker
   processes), ``host_per_item_s`` and ``host_cores`` (the host cost: the ``host_cpu_per_item`` and
   ``host_cores`` metrics). A ``cpu`` written before them reads with no workers and the host cost
-  null, and those metrics have no value there. Then (additive) ``host_instructions``, of the record
+  null, and those metrics have no value there. Then (additive) a LoadGen record's ``cpu``: its run's
+  host cost (``process_total_s``, ``workers``, ``workers_total_s``, ``host_per_item_s``,
+  ``host_cores``), with ``process_s``, ``thread_s``, ``thread_total_s`` and ``off_cpu_share`` null
+  (no rounds); it was null before. Then (additive) ``host_instructions``, of the record
   and of each repeat: the user-space instructions of the benchmark's processes per call over the
   timed windows (the ``host_instructions`` metric), or ``available`` false and the ``reason`` the
   hardware counter did not count; absent from records without it, which read with none.
@@ -208,7 +211,7 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
         budget=_part(data, "budget", _budget),
         stability=_part(data, "stability", _stability),
         contention=_part(data, "contention", _contention),
-        cpu=_part(data, "cpu", _cpu),
+        cpu=_part(data, "cpu", _record_cpu),
         host_instructions=_part(data, "host_instructions", _instructions),
         training=_part(data, "training", _training),
         time_to_train=_part(data, "time_to_train", _time_to_train),
@@ -649,12 +652,23 @@ def _repeat(data: Mapping[str, Any], at: str) -> RepeatRecord:
 
 
 def _cpu(data: Mapping[str, Any], at: str) -> CpuTime:
+    """A repeat's ``cpu``: of timed rounds, so every figure is a number."""
+    return _record_cpu(data, at, rounds=True)
+
+
+def _record_cpu(data: Mapping[str, Any], at: str, rounds: bool = False) -> CpuTime:
+    """The record's ``cpu``; its per-round and timing-thread figures are null in a LoadGen record's
+    (a run of no rounds), so null is read there unless ``rounds``."""
+
+    def per_round(key: str) -> float | None:
+        return _number(data, key, at) if rounds else _number_or_none(data, key, at, required=True)
+
     return CpuTime(
-        process_s=_number(data, "process_s", at),
-        thread_s=_number(data, "thread_s", at),
+        process_s=per_round("process_s"),
+        thread_s=per_round("thread_s"),
         process_total_s=_number(data, "process_total_s", at),
-        thread_total_s=_number(data, "thread_total_s", at),
-        off_cpu_share=_number(data, "off_cpu_share", at),
+        thread_total_s=per_round("thread_total_s"),
+        off_cpu_share=per_round("off_cpu_share"),
         # Absent from records written before them: no workers then (a record whose instances ran
         # in worker processes had no ``cpu``), and no host cost.
         workers=_count(data, "workers", at, default=0),
