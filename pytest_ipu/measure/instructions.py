@@ -190,12 +190,13 @@ def system_call(machine: str | None = None) -> Syscall:
 
     def call(attr: bytes, pid: int, cpu: int, group_fd: int, flags: int) -> tuple[int, int]:
         buf = ctypes.create_string_buffer(attr, len(attr))
+        # syscall(2) reads every argument as a long; the kernel takes pid, cpu and group_fd as int.
         fd = libc.syscall(
             ctypes.c_long(number),
             buf,
-            ctypes.c_int(pid),
-            ctypes.c_int(cpu),
-            ctypes.c_int(group_fd),
+            ctypes.c_long(pid),
+            ctypes.c_long(cpu),
+            ctypes.c_long(group_fd),
             ctypes.c_ulong(flags),
         )
         return int(fd), ctypes.get_errno() if fd < 0 else 0
