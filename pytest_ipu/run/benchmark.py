@@ -258,6 +258,8 @@ def measure(
         )
         forget_calls(compiled)  # the warm-up calls are not part of the statistics
 
+        workers = workers_clock(compiled)
+        # Opened here, closed by the ExitStack below: nothing between them can raise.
         counter, uncounted = instruction_counter(compiled)
         counts: list[int] = []
 
@@ -284,7 +286,6 @@ def measure(
             if lockstep is not None:
                 lockstep.barrier(f"the end of the timed window of repeat {index}")
 
-        workers = workers_clock(compiled)
         with contextlib.ExitStack() as counting:
             if counter is not None:
                 counting.enter_context(counter)
