@@ -135,43 +135,45 @@ def test_a_thread_that_exits_before_its_counter_is_skipped_and_no_thread_at_all_
         gone.open()
 
 
+def _pipe_end() -> int:
+    """A real descriptor of this process (a pipe's read end), which ``close`` may close."""
+    read_end, write_end = os.pipe()
+    os.close(write_end)
+    return read_end
+
+
 def test_enable_zeroes_then_starts_and_read_stops_then_sums_every_threads_counter() -> None:
-    fds = iter(range(100, 103))
+    fds = [_pipe_end() for _ in range(3)]
+    opened = iter(fds)
     log: list[tuple[str, int]] = []
     names = {
         instructions.IOC_RESET: "reset",
         instructions.IOC_ENABLE: "enable",
         instructions.IOC_DISABLE: "disable",
     }
-    counter = instructions.InstructionCounter(
+    counts = {fd: (i + 1) * 1000 for i, fd in enumerate(fds)}
+
+    def read_count(fd: int) -> int:
+        log.append(("read", fd))
+        return counts[fd]
+
+    with instructions.InstructionCounter(
         [7],
-        syscall=lambda *a: (next(fds), 0),
+        syscall=lambda *a: (next(opened), 0),
         tasks=lambda p: [1, 2, 3],
         control=lambda fd, request: log.append((names[request], fd)),
-        read_count=lambda fd: log.append(("read", fd)) or fd * 1000,  # type: ignore[func-returns-value]
-    )
-    counter.open()
-    counter.enable()
-    assert log == [
-        ("reset", 100),
-        ("enable", 100),
-        ("reset", 101),
-        ("enable", 101),
-        ("reset", 102),
-        ("enable", 102),
-    ]
-    log.clear()
-    assert counter.read() == 303_000
-    # Every counter stops before any is read: the sum is of one stretch.
-    assert log == [
-        ("disable", 100),
-        ("disable", 101),
-        ("disable", 102),
-        ("read", 100),
-        ("read", 101),
-        ("read", 102),
-    ]
-    counter._fds = []  # the numbers above are not descriptors of this process: nothing to close
+        read_count=read_count,
+    ) as counter:
+        counter.open()
+        counter.enable()
+        assert log == [(step, fd) for fd in fds for step in ("reset", "enable")]
+        log.clear()
+        assert counter.read() == 6000
+        # Every counter stops before any is read: the sum is of one stretch.
+        assert log == [("disable", fd) for fd in fds] + [("read", fd) for fd in fds]
+    for fd in fds:  # closed with the counter
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(fd)
 
 
 def test_counts_per_call_and_pooled_repeats() -> None:
