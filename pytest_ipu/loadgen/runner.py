@@ -24,6 +24,8 @@ from pytest_ipu.loadgen.sut import BatchingSut
 from pytest_ipu.loadgen.sut import SampleLibrary
 from pytest_ipu.loadgen.sut import SutStats
 from pytest_ipu.loadgen.sut import capacity_qps
+from pytest_ipu.measure import metrics
+from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.power.meter import PowerMeter
 
 #: Calls of each calibration batch after a warm-up one; their median is the estimate.
@@ -37,6 +39,9 @@ LATENCY_HEADROOM = 4.0
 MAX_GENERATED = 1_000_000
 
 Caller = typing.Callable[[typing.Tuple[object, ...]], object]
+#: The CPU time, ns, that the instance worker processes serving the callers have used together, as
+#: their latest replies reported it (``InstanceGroup.workers_cpu_ns``).
+WorkersClock = typing.Callable[[], int]
 #: Where a failed run keeps the model's traceback, in its log directory.
 ERROR_FILE = "sut_error.txt"
 
@@ -181,6 +186,9 @@ class Outcome:
     #: the time from the first issue to the last answer (LoadGen times nothing in accuracy mode).
     answered_s: tuple[float, ...] = ()
     answered_window_s: float | None = None
+    #: The run's host cost: the CPU time of this process and of the instance workers over the
+    #: LoadGen run, per sample the system under test answered; `None` where it answered none.
+    cpu: CpuTime | None = None
 
 
 def run_test(
@@ -195,6 +203,7 @@ def run_test(
     call_timeout_s: float | None,
     log_dir: Path,
     meter: PowerMeter | None = None,
+    workers: tuple[WorkersClock, int] | None = None,
 ) -> Outcome:
     """Run one LoadGen test of ``run`` over ``library`` on ``callers`` and read its verdict.
 
@@ -203,6 +212,11 @@ def run_test(
     kept. Everything LoadGen was given (its SUT, its QSL, the workers) is released on every path.
     With a ``meter`` the run is sampled, and ``Outcome.energy`` has the trace and the run's edges
     (LoadGen's performance phase, its own set-up of a few milliseconds included).
+
+    ``Outcome.cpu`` is the run's host cost: this process's CPU time (every thread: LoadGen's, the
+    batching workers', the model's) and, where the callers are instances in worker processes,
+    ``workers``' (their clock and how many), over the same edges, per sample answered. The clocks
+    are read once at each edge, inside the wall-clock marks, never while the system under test runs.
     """
     settings = make_test_settings(lg, run, samples=library.count)
     log_dir.mkdir(parents=True, exist_ok=True)  # LoadGen aborts the process when it is missing
@@ -238,7 +252,9 @@ def run_test(
                 meter.mark()
                 start_ns = meter.clock()
             start = time.perf_counter()
+            cpu_start = _host_clocks(workers)
             lg.StartTestWithLogSettings(handles[0][1], handles[1][1], settings, logging)
+            cpu_end = _host_clocks(workers)
             elapsed = time.perf_counter() - start
             if meter is not None:
                 end_ns = meter.clock()
@@ -264,6 +280,21 @@ def run_test(
         raise LoadgenError(f"pytest-ipu: {exc}") from None
     energy = None if meter is None else (trace, start_ns, end_ns)
     span = None if sut.span is None else sut.span[1] - sut.span[0]
+    stats = sut.stats()
+    cpu = None
+    if stats.samples > 0 and elapsed > 0:
+        cpu = metrics.run_cpu_time(
+            cpu_end[0] - cpu_start[0],
+            cpu_end[1] - cpu_start[1],
+            0 if workers is None else workers[1],
+            elapsed,
+            stats.samples,
+        )
     return Outcome(
-        result, sut.stats(), log_dir, elapsed, sut.outputs, energy, tuple(sut.answer_latencies_s), span
+        result, stats, log_dir, elapsed, sut.outputs, energy, tuple(sut.answer_latencies_s), span, cpu
     )
+
+
+def _host_clocks(workers: tuple[WorkersClock, int] | None) -> tuple[int, int]:
+    """This process's CPU clock (every thread) and the workers' (0 without workers), ns."""
+    return time.process_time_ns(), 0 if workers is None else workers[0]()

@@ -85,12 +85,14 @@ def run_scenario(
     call_timeout_s: float | None,
     meter: PowerMeter | None = None,
     unmeasured: tuple[str, str] = ("none", "no power meter"),
+    workers: tuple[runner.WorkersClock, int] | None = None,
 ) -> Measured:
     """Run the request and describe it. ``log_dir`` is emptied first: its files are this run's.
 
     With a ``meter`` the LoadGen run is an energy window (its items: the samples LoadGen counted);
     a peak search is not, its probes being many runs at different rates (``unmeasured`` otherwise
-    says why there is no energy figure)."""
+    says why there is no energy figure). ``workers`` is the clock and count of the instance worker
+    processes the callers run in, whose CPU time the host cost counts (``runner.run_test``)."""
     if log_dir.exists():
         shutil.rmtree(log_dir, ignore_errors=True)
     calibration = runner.calibrate(callers, library, max_batch=request.max_batch, pad_to=request.pad_to)
@@ -111,6 +113,7 @@ def run_scenario(
             call_timeout_s=call_timeout_s,
             log_dir=where,
             meter=metered,
+            workers=workers,
         )
 
     peak: PeakSearch | None = None

@@ -107,35 +107,39 @@ class CpuTime:
     thread waits: for a CPU, a lock, a sleep, I/O or a device that it waits for without spinning.
     Where the instances run in worker processes, each worker reports its own process clock with
     every reply, and the process figures count the workers' CPU time beside this process's.
+
+    A run with no timed rounds (a LoadGen run, ``run_cpu_time``) has only the totals and the host
+    cost: its per-round and timing-thread figures are ``None``.
     """
 
     #: The CPU time per timed round (one call; with several instances, one call of each) of this
     #: process, every thread counted, and of its instance worker processes (`workers`): the median
-    #: over the rounds, seconds. The `cpu_time` metric.
-    process_s: float
+    #: over the rounds, seconds. The `cpu_time` metric. `None` for a run with no rounds (LoadGen).
+    process_s: float | None
     #: The CPU time of the thread that ran the timed rounds, per round: the median over the rounds,
-    #: seconds.
-    thread_s: float
-    #: The CPU time of this process and its instance workers over the timed windows, every round
-    #: together, seconds.
+    #: seconds. `None` for a run with no rounds (LoadGen).
+    thread_s: float | None
+    #: The CPU time of this process and its instance workers over the timed windows (a LoadGen
+    #: record: over the LoadGen run), every round together, seconds.
     process_total_s: float
-    #: The timing thread's CPU time over the timed windows, seconds.
-    thread_total_s: float
+    #: The timing thread's CPU time over the timed windows, seconds. `None` for a run with no rounds.
+    thread_total_s: float | None
     #: Share of the windows' wall time the timing thread was not running on a CPU, 0..1: 1 -
     #: `thread_total_s` / `window_s`. Descheduled for other processes, or waiting (a sleep, I/O, a
     #: device, other threads of its own): for single-threaded CPU work, the time other processes took.
-    off_cpu_share: float
+    #: `None` for a run with no rounds (LoadGen: its threads are LoadGen's and the model's).
+    off_cpu_share: float | None
     #: How many instance worker processes the process figures count besides this process; 0 where
     #: every instance ran in this process.
     workers: int = 0
     #: The worker processes' part of `process_total_s`, seconds (0 with no workers).
     workers_total_s: float = 0.0
-    #: Host CPU time per item: `process_total_s` / the items the windows completed, seconds. On a
-    #: CPU target the compute itself; on an accelerator the host's work to keep it busy. `None` in
-    #: records that predate it.
+    #: Host CPU time per item: `process_total_s` / the items the windows completed (a LoadGen
+    #: record: the samples its system under test answered), seconds. On a CPU target the compute
+    #: itself; on an accelerator the host's work to keep it busy. `None` in records that predate it.
     host_per_item_s: float | None = None
-    #: Host cores kept busy during the windows: `process_total_s` / `window_s`. `None` in records
-    #: that predate it.
+    #: Host cores kept busy during the windows (a LoadGen record: the LoadGen run):
+    #: `process_total_s` / their wall time. `None` in records that predate it.
     host_cores: float | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -209,18 +213,50 @@ def summarize_cpu_time(
     )
 
 
+def run_cpu_time(process_ns: int, workers_ns: int, workers: int, window_s: float, items: float) -> CpuTime:
+    """The host cost of a run with no timed rounds (a LoadGen run): the CPU time of this process
+    (``process_ns``, every thread: LoadGen's and the model's) and of its ``workers`` instance worker
+    processes (``workers_ns`` together, 0 with none) over the run's wall time ``window_s``, which
+    completed ``items``. Its per-round and timing-thread figures are ``None``: there are no rounds.
+    Raises ``ValueError`` for a negative time, no items or a window of no length."""
+    if process_ns < 0 or workers_ns < 0:
+        raise ValueError("a run's CPU time must be >= 0 ns")
+    if workers_ns and workers < 1:
+        raise ValueError(f"{workers_ns} ns of workers' CPU time with {workers} workers: it needs a worker")
+    total_s = (process_ns + workers_ns) * 1e-9
+    return CpuTime(
+        process_s=None,
+        thread_s=None,
+        process_total_s=total_s,
+        thread_total_s=None,
+        off_cpu_share=None,
+        workers=workers,
+        workers_total_s=workers_ns * 1e-9,
+        host_per_item_s=host_per_item(total_s, items),
+        host_cores=host_cores(total_s, window_s),
+    )
+
+
+def _per_round(values: Sequence[float | None]) -> list[float]:
+    """The repeats' per-round figures; raises ``ValueError`` where one has none (a run of no rounds)."""
+    known = [v for v in values if v is not None]
+    if len(known) != len(values):
+        raise ValueError("pooling needs every repeat's per-round CPU time; a run of no rounds has none")
+    return known
+
+
 def pool_cpu_time(repeats: Sequence[tuple[CpuTime, float, float]]) -> CpuTime:
     """The CPU time of several repeats, each with its window's wall time and the items it completed:
     per round, the median of the repeats' medians; the totals summed; the off-CPU share and the
     host cost of the summed windows and items."""
     if not repeats:
         raise ValueError("no repeats to pool")
-    thread_total_s = math.fsum(cpu.thread_total_s for cpu, _, _ in repeats)
+    thread_total_s = math.fsum(_per_round([cpu.thread_total_s for cpu, _, _ in repeats]))
     total_s = math.fsum(cpu.process_total_s for cpu, _, _ in repeats)
     window_s = math.fsum(w for _, w, _ in repeats)
     return CpuTime(
-        process_s=statistics.median(cpu.process_s for cpu, _, _ in repeats),
-        thread_s=statistics.median(cpu.thread_s for cpu, _, _ in repeats),
+        process_s=statistics.median(_per_round([cpu.process_s for cpu, _, _ in repeats])),
+        thread_s=statistics.median(_per_round([cpu.thread_s for cpu, _, _ in repeats])),
         process_total_s=total_s,
         thread_total_s=thread_total_s,
         off_cpu_share=off_cpu_share(thread_total_s, window_s),

@@ -141,6 +141,27 @@ UNITS: Mapping[str, Unit] = {
             (("cores", 0),),
             (("", 0),),
         ),
+        # User-space instructions the host retired (docs/numbers.md, host instructions): fewer for
+        # the same work is better. A bare count, or with a decimal prefix.
+        Unit(
+            "instructions",
+            "instructions",
+            "lower",
+            {
+                "instructions": 0,
+                "k": 3,
+                "M": 6,
+                "G": 9,
+                "k instructions": 3,
+                "M instructions": 6,
+                "G instructions": 9,
+            },
+            ("instructions", "k", "M", "G"),
+            True,
+            "2.5M",
+            (("instructions", 0), ("k instructions", 3), ("M instructions", 6), ("G instructions", 9)),
+            (("", 0), ("k", 3), ("M", 6), ("G", 9)),
+        ),
     )
 }
 

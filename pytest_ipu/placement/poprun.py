@@ -68,6 +68,11 @@ AGGREGATION: Mapping[str, str] = {
         "windows overlap) and host_per_item_s every instance's CPU time over every instance's items; "
         "null unless every instance has one"
     ),
+    "host_instructions": (
+        "every instance's instructions over every instance's calls (each counted its own processes); "
+        "the first instance's reason where any instance's counter did not count; absent unless every "
+        "instance has one"
+    ),
     "power": "not merged (instances may share a power source); see each instance's record",
     "stats": "pytest-benchmark's stats of this benchmark are instance 0's, not merged",
     "other fields": "instance 0's",
@@ -404,6 +409,10 @@ def _merge_records(
     merged["latency_worst_instance_p50_s"] = merged["latency_s"]["p50"]
     merged["latency_worst_instance_p99_s"] = merged["latency_s"]["p99"]
     merged["cpu"] = _merged_cpu(records, items)
+    instructions = _merged_instructions(records)
+    merged.pop("host_instructions", None)
+    if instructions is not None:
+        merged["host_instructions"] = instructions
     merged["power"] = None
     merged[kind] = {
         "merged": True,
@@ -467,7 +476,12 @@ def _merged_cpu(records: Sequence[Mapping[str, Any]], items: float) -> dict[str,
     if len(cpus) != len(records):
         return None
     merged: dict[str, Any] = {
-        key: (max(int(c[key]) for c in cpus) if key == "workers" else max(float(c[key]) for c in cpus))
+        # A figure an instance has null (a LoadGen run has no per-round figures) is null for the launch.
+        key: None
+        if any(c.get(key) is None for c in cpus)
+        else max(int(c[key]) for c in cpus)
+        if key == "workers"
+        else max(float(c[key]) for c in cpus)
         for key in cpus[0]
         if key not in _HOST_COST
     }
@@ -480,6 +494,25 @@ def _merged_cpu(records: Sequence[Mapping[str, Any]], items: float) -> dict[str,
     else:
         merged.update(dict.fromkeys(_HOST_COST))
     return merged
+
+
+def _merged_instructions(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A launch's ``host_instructions`` (``AGGREGATION``): every instance's count together; the first
+    instance's that did not count where any did not; ``None`` unless every instance has one."""
+    parts = [r["host_instructions"] for r in records if isinstance(r.get("host_instructions"), dict)]
+    if not parts or len(parts) != len(records):
+        return None
+    missing = next((p for p in parts if not p.get("available") or p.get("total") is None), None)
+    if missing is not None:
+        return dict(missing)
+    from pytest_ipu.measure import instructions  # merging only: not at every pytest start-up
+
+    return instructions.counted(
+        sum(int(p["total"]) for p in parts),
+        sum(int(p["calls"]) for p in parts),
+        sum(int(p.get("processes", 0)) for p in parts),
+        sum(int(p.get("threads", 0)) for p in parts),
+    ).as_json()
 
 
 def write_atomic(path: Path, document: Mapping[str, Any]) -> None:

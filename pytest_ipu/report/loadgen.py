@@ -33,6 +33,8 @@ HEADERS = (
     "Server QPS",
     "p50",
     "p99",
+    "host CPU/item",
+    "host cores",
     "early stop",
     "probes",
     "MLPerf compliant",
@@ -77,6 +79,14 @@ def cells(name: str, record: IpuRecord) -> list[str]:
         "-" if qps is None else format_number(qps),
         format_value(part.latency("p50"), "s"),
         format_value(part.latency("p99"), "s"),
+        # The LoadGen run's host cost (per sample answered; cores over the run); n/m for a record
+        # written before it was measured, never a 0.
+        "n/m"
+        if record.cpu is None or record.cpu.host_per_item_s is None
+        else format_value(record.cpu.host_per_item_s, "s"),
+        "n/m"
+        if record.cpu is None or record.cpu.host_cores is None
+        else format_number(record.cpu.host_cores),
         format_value(early, "s"),
         "-" if part.peak is None else str(len(part.peak.probes)),
         "yes" if part.mlperf_compliant else "no",
@@ -153,13 +163,23 @@ def notes(measured: Sequence[tuple[str, IpuRecord]]) -> list[str]:
         "Server QPS = the peak search's highest VALID rate (or a VALID Server run's); "
         "early stop = LoadGen's early-stopping estimate of the target percentile"
     )
+    lines.append(
+        "host CPU/item, host cores = the host's CPU time over the LoadGen run (every thread of this "
+        "process, and the instance worker processes), per sample answered and over the run's wall time"
+    )
+    unmeasured = {
+        record.why_missing("host_cores"): None
+        for _, record in measured
+        if record.loadgen is not None and record.value("host_cores") is None
+    }
+    lines.extend(f"host n/m = host cost not measured: {why}" for why in unmeasured)
     lines.append(_logs(parts))
     lines.extend(_compliance(parts))
     return lines
 
 
 #: The columns a LoadGen table narrower than its rows may leave out, the first to go first.
-DROP_ORDER = ("probes", "early stop", "MLPerf compliant", "target")
+DROP_ORDER = ("probes", "early stop", "host cores", "MLPerf compliant", "target")
 
 
 def loadgen_lines(measured: Sequence[tuple[str, IpuRecord]], width: int | None = None) -> list[str]:

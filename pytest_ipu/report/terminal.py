@@ -425,7 +425,7 @@ def _flag_notes(rows: Sequence[Row]) -> list[str]:
                 f"contended: {name}: other processes used {used}, above "
                 f"{contention.threshold * 100:g}%{load}{_threads_hint(record)}"
             )
-        if record.off_cpu and record.cpu is not None:
+        if record.off_cpu and record.cpu is not None and record.cpu.off_cpu_share is not None:
             lines.append(
                 f"off-cpu: {name}: the thread running the rounds was off the CPU "
                 f"{record.cpu.off_cpu_share * 100:.0f}% of the windows' wall time (descheduled, or "

@@ -160,13 +160,29 @@ def _cpu_missing(record: Any) -> str:
             "no CPU time: the instances ran in worker processes that reported none (a record written "
             "before workers reported their CPU time)"
         )
+    if record.cpu is not None and record.cpu.process_s is None:
+        return (
+            "no CPU time per call: a LoadGen benchmark has no timed rounds (its run's host cost is in "
+            "host_cpu_per_item and host_cores)"
+        )
     if record.cpu is not None:
         return "no host cost: the record predates it (written before host CPU time per item and host cores)"
     if record.loadgen is not None:
-        return "no CPU time: a LoadGen benchmark has no timed rounds"
+        return "no CPU time: a LoadGen record written before LoadGen runs measured their host cost"
     if record.time_to_train is not None:
         return "no CPU time: a time-to-train benchmark has no timed rounds"
     return "no CPU time: the record predates it"
+
+
+def _instructions_missing(record: Any) -> str:
+    part = record.host_instructions
+    if part is not None:
+        return f"host instructions not available: {part.reason or 'the counter did not count the window'}"
+    if record.loadgen is not None:
+        return "no host instructions: a LoadGen benchmark has no timed rounds"
+    if record.time_to_train is not None:
+        return "no host instructions: a time-to-train benchmark has no timed rounds"
+    return "no host instructions: the record predates them"
 
 
 #: pytest-benchmark's statistic of each latency figure (p90 and p99 it does not compute: they come
@@ -214,6 +230,16 @@ METRICS: Mapping[str, Metric] = {
         # workers included, over the timed windows; per item, and as cores kept busy.
         Metric("host_cpu_per_item", ("cpu", "host_per_item_s"), "s", per_repeat=True, missing=_cpu_missing),
         Metric("host_cores", ("cpu", "host_cores"), "cores", per_repeat=True, missing=_cpu_missing),
+        # The user-space instructions of every process of the benchmark per call (one timed round),
+        # counted over the timed windows where the kernel has the hardware counter: the CPU's
+        # counterpart of an IPU's cycle count, which a busy neighbour barely moves.
+        Metric(
+            "host_instructions",
+            ("host_instructions", "per_call"),
+            "instructions",
+            per_repeat=True,
+            missing=_instructions_missing,
+        ),
         Metric(
             "compile",
             ("compile_s",),

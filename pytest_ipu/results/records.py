@@ -23,6 +23,7 @@ from typing import Literal
 from typing import NoReturn
 
 from pytest_ipu.measure.contention import ContentionRecord
+from pytest_ipu.measure.instructions import HostInstructions
 from pytest_ipu.measure.metrics import OFF_CPU_FLAG
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
@@ -413,11 +414,15 @@ class RepeatRecord:
     #: Items per round / its median round's wall time (`metrics.median_round_throughput`): the
     #: figure the `throughput` metric reads; `None` in records that predate it.
     median_throughput_items_per_s: float | None = None
+    #: The user-space instructions of its window per call (`HostInstructions`), or why the counter
+    #: did not count; `None` in records that predate it.
+    host_instructions: HostInstructions | None = None
 
     def value(self, metric: str) -> float | None:
         """This repeat's value of a per-round metric (``latency.*``, ``throughput``, ``cpu_time``,
-        ``host_cpu_per_item``, ``host_cores``); ``None`` for a metric measured once per benchmark
-        (energy, compile), or one this repeat lacks (``cpu_time`` in an older record)."""
+        ``host_cpu_per_item``, ``host_cores``, ``host_instructions``); ``None`` for a metric measured
+        once per benchmark (energy, compile), or one this repeat lacks (``cpu_time`` in an older
+        record)."""
         known = METRICS.get(metric)
         return known.value(self) if known is not None and known.per_repeat else None
 
@@ -438,6 +443,11 @@ class RepeatRecord:
                 {}
                 if self.median_throughput_items_per_s is None
                 else {"median_throughput_items_per_s": self.median_throughput_items_per_s}
+            ),
+            **(
+                {}
+                if self.host_instructions is None
+                else {"host_instructions": self.host_instructions.as_json()}
             ),
         }
 
@@ -591,9 +601,10 @@ class IpuRecord(Identity):
     stability: StabilityRecord | None = None
     #: Other processes' share of the CPU during the timed windows; ``None`` in older records.
     contention: ContentionRecord | None = None
-    #: CPU time beside the wall time, and the host cost (`CpuTime`), the repeats pooled; ``None`` in
-    #: records not measured by timed rounds (LoadGen, time to train), in records that predate it,
-    #: and in older records whose instances ran in worker processes (which did not report theirs).
+    #: CPU time beside the wall time, and the host cost (`CpuTime`), the repeats pooled; a LoadGen
+    #: record's is its run's host cost alone (no rounds); ``None`` in time-to-train records, in
+    #: records that predate it, and in older records whose instances ran in worker processes (which
+    #: did not report theirs).
     cpu: CpuTime | None = None
     #: How a training step's global batch is made (`TrainingRecord`); `None` for inference.
     training: TrainingRecord | None = None
@@ -609,6 +620,11 @@ class IpuRecord(Identity):
     #: in merged launch records, and in records that predate it: `throughput` reads
     #: `throughput_items_per_s` there.
     median_throughput_items_per_s: float | None = None
+    #: The user-space instructions of every process of the benchmark per call, over the timed
+    #: windows (`HostInstructions`; the `host_instructions` metric), or why the hardware counter did
+    #: not count them. `None` in records not measured by timed rounds (LoadGen, time to train) and
+    #: in records that predate it.
+    host_instructions: HostInstructions | None = None
     #: Always true: the figures were measured. ``ipu_benchmark`` returns ``NotTimed`` (``timed``
     #: false) when pytest-benchmark is not timing; ``if record.timed:`` tells them apart (and
     #: narrows the type for mypy).
@@ -647,7 +663,10 @@ class IpuRecord(Identity):
         then count time the benchmark did not run. On an accelerator the thread may wait for the
         device off the CPU, which says nothing of the host, so no flag there."""
         return (
-            self.cpu is not None and self.device in ("cpu", "host") and self.cpu.off_cpu_share >= OFF_CPU_FLAG
+            self.cpu is not None
+            and self.cpu.off_cpu_share is not None
+            and self.device in ("cpu", "host")
+            and self.cpu.off_cpu_share >= OFF_CPU_FLAG
         )
 
     @property

@@ -25,7 +25,13 @@ scales. Version history (additive changes only within a version):
   whose CPU time the process figures now count; ``cpu`` is no longer null for instances in worker
   processes), ``host_per_item_s`` and ``host_cores`` (the host cost: the ``host_cpu_per_item`` and
   ``host_cores`` metrics). A ``cpu`` written before them reads with no workers and the host cost
-  null, and those metrics have no value there.
+  null, and those metrics have no value there. Then (additive) a LoadGen record's ``cpu``: its run's
+  host cost (``process_total_s``, ``workers``, ``workers_total_s``, ``host_per_item_s``,
+  ``host_cores``), with ``process_s``, ``thread_s``, ``thread_total_s`` and ``off_cpu_share`` null
+  (no rounds); it was null before. Then (additive) ``host_instructions``, of the record
+  and of each repeat: the user-space instructions of the benchmark's processes per call over the
+  timed windows (the ``host_instructions`` metric), or ``available`` false and the ``reason`` the
+  hardware counter did not count; absent from records without it, which read with none.
 
 The metrics (``METRICS``: name, place in this JSON, unit) are defined in ``catalog``. ``to_json``
 writes a typed ``IpuRecord`` (its parts write themselves: ``PowerRecord.as_json`` and
@@ -43,6 +49,7 @@ from typing import TypeVar
 
 from pytest_ipu.measure.contention import DEFAULT_THRESHOLD as DEFAULT_CONTENTION_THRESHOLD
 from pytest_ipu.measure.contention import ContentionRecord
+from pytest_ipu.measure.instructions import HostInstructions
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results.catalog import METRICS as METRICS
@@ -118,6 +125,12 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
             {}
             if record.median_throughput_items_per_s is None
             else {"median_throughput_items_per_s": record.median_throughput_items_per_s}
+        ),
+        # Absent, not null, where there is none: records without it are written as they always were.
+        **(
+            {}
+            if record.host_instructions is None
+            else {"host_instructions": record.host_instructions.as_json()}
         ),
         # The training parts are absent, not null, from inference records: those are written as
         # they always were.
@@ -198,7 +211,8 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
         budget=_part(data, "budget", _budget),
         stability=_part(data, "stability", _stability),
         contention=_part(data, "contention", _contention),
-        cpu=_part(data, "cpu", _cpu),
+        cpu=_part(data, "cpu", _record_cpu),
+        host_instructions=_part(data, "host_instructions", _instructions),
         training=_part(data, "training", _training),
         time_to_train=_part(data, "time_to_train", _time_to_train),
         scaling=_part(data, "scaling", _scaling),
@@ -633,22 +647,47 @@ def _repeat(data: Mapping[str, Any], at: str) -> RepeatRecord:
         cpu=_part(data, "cpu", _cpu, at),
         start_unix_s=_number_or_none(data, "start_unix_s", at),
         median_throughput_items_per_s=_number_or_none(data, "median_throughput_items_per_s", at),
+        host_instructions=_part(data, "host_instructions", _instructions, at),
     )
 
 
 def _cpu(data: Mapping[str, Any], at: str) -> CpuTime:
+    """A repeat's ``cpu``: of timed rounds, so every figure is a number."""
+    return _record_cpu(data, at, rounds=True)
+
+
+def _record_cpu(data: Mapping[str, Any], at: str, rounds: bool = False) -> CpuTime:
+    """The record's ``cpu``; its per-round and timing-thread figures are null in a LoadGen record's
+    (a run of no rounds), so null is read there unless ``rounds``."""
+
+    def per_round(key: str) -> float | None:
+        return _number(data, key, at) if rounds else _number_or_none(data, key, at, required=True)
+
     return CpuTime(
-        process_s=_number(data, "process_s", at),
-        thread_s=_number(data, "thread_s", at),
+        process_s=per_round("process_s"),
+        thread_s=per_round("thread_s"),
         process_total_s=_number(data, "process_total_s", at),
-        thread_total_s=_number(data, "thread_total_s", at),
-        off_cpu_share=_number(data, "off_cpu_share", at),
+        thread_total_s=per_round("thread_total_s"),
+        off_cpu_share=per_round("off_cpu_share"),
         # Absent from records written before them: no workers then (a record whose instances ran
         # in worker processes had no ``cpu``), and no host cost.
         workers=_count(data, "workers", at, default=0),
         workers_total_s=_number(data, "workers_total_s", at, default=0.0),
         host_per_item_s=_number_or_none(data, "host_per_item_s", at),
         host_cores=_number_or_none(data, "host_cores", at),
+    )
+
+
+def _instructions(data: Mapping[str, Any], at: str) -> HostInstructions:
+    return HostInstructions(
+        available=_flag(data, "available", at),
+        per_call=_number_or_none(data, "per_call", at),
+        total=None if data.get("total") is None else _count(data, "total", at),
+        calls=_count(data, "calls", at, default=0),
+        read=_text(data, "read", at, default="window"),
+        processes=_count(data, "processes", at, default=0),
+        threads=_count(data, "threads", at, default=0),
+        reason=_text(data, "reason", at, default=""),
     )
 
 

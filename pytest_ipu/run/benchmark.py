@@ -3,7 +3,8 @@
 ``measure`` times one repeat: it converts the inputs once, makes the first call and the warm-up
 rounds (untimed), calibrates the round time over a measurable stretch, runs the timed rounds
 inside the energy window of a power meter when there is one and inside a time box (the budget,
-and the hard cap), and computes latency, throughput and CPU time (docs/numbers.md defines them).
+and the hard cap), and computes latency, throughput, CPU time and, where the kernel has the
+hardware counter, the host's user-space instructions per call (docs/numbers.md defines them).
 ``pool`` joins the repeats of one benchmark into its record: pooled figures, each repeat's
 summary, the spread between them. What only some compiled models have (instances, device counters, a training
 step) is each asked for with ``isinstance`` in one small function. Nothing here knows pytest: the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import os
 import statistics
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -32,6 +34,7 @@ from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import BenchmarkArgumentError
 from pytest_ipu.errors import BenchmarkArgumentTypeError
 from pytest_ipu.inputs import not_positional
+from pytest_ipu.measure import instructions
 from pytest_ipu.measure import metrics
 from pytest_ipu.measure import timing
 from pytest_ipu.measure.contention import ContentionProbe
@@ -255,6 +258,11 @@ def measure(
         )
         forget_calls(compiled)  # the warm-up calls are not part of the statistics
 
+        workers = workers_clock(compiled)
+        # Opened here, closed by the ExitStack below: nothing between them can raise.
+        counter, uncounted = instruction_counter(compiled)
+        counts: list[int] = []
+
         def opened() -> None:
             if lockstep is not None:
                 lockstep.barrier(f"the timed window of repeat {index}")
@@ -262,10 +270,15 @@ def measure(
                 probe.start()
             if meter is not None:
                 meter.mark()
+            # Last before the window opens, first after it closes: the count is of the window.
+            if counter is not None:
+                counter.enable()
 
         contention: list[ContentionRecord] = []
 
         def closed() -> None:
+            if counter is not None:
+                counts.append(counter.read())
             if meter is not None:
                 meter.mark()
             if probe is not None:
@@ -273,19 +286,21 @@ def measure(
             if lockstep is not None:
                 lockstep.barrier(f"the end of the timed window of repeat {index}")
 
-        workers = workers_clock(compiled)
-        with meter.sampling() if meter is not None else contextlib.nullcontext() as trace:
-            window = timing.timed_rounds(
-                timer,
-                compiled.run,
-                args,
-                planned,
-                on_start=opened,
-                on_end=closed,
-                box=box,
-                watch=watch,
-                workers_clock=workers,
-            )
+        with contextlib.ExitStack() as counting:
+            if counter is not None:
+                counting.enter_context(counter)
+            with meter.sampling() if meter is not None else contextlib.nullcontext() as trace:
+                window = timing.timed_rounds(
+                    timer,
+                    compiled.run,
+                    args,
+                    planned,
+                    on_start=opened,
+                    on_end=closed,
+                    box=box,
+                    watch=watch,
+                    workers_clock=workers,
+                )
         if meter is None or trace is None:
             power = not_measured(*unmeasured)
         else:
@@ -299,6 +314,11 @@ def measure(
     throughput = metrics.throughput(items * window.rounds, window_s)
     median_throughput = metrics.median_round_throughput(items, samples) if samples else None
     cpu = cpu_time(compiled, window, items * window.rounds)
+    host_instructions = (
+        instructions.counted(counts[0], window.rounds, len(counter.pids), counter.opened_threads)
+        if counter is not None and counts
+        else instructions.not_available(uncounted or "the counter was not read at the window's end")
+    )
     repeat = records.RepeatRecord(
         index=index,
         rounds=window.rounds,
@@ -310,6 +330,7 @@ def measure(
         cpu=cpu,
         start_unix_s=None if window.start_unix_ns is None else window.start_unix_ns * 1e-9,
         median_throughput_items_per_s=median_throughput,
+        host_instructions=host_instructions,
     )
     budget = records.BudgetRecord(
         budget_s=budget_s if auto else None,
@@ -352,9 +373,27 @@ def measure(
         stability=stability([repeat], samples, unstable_threshold, "single"),
         contention=contention[0] if contention else None,
         cpu=cpu,
+        host_instructions=host_instructions,
         training=training_record(compiled.training) if isinstance(compiled, Trainable) else None,
     )
     return Measurement(record, samples, calls)
+
+
+def instruction_counter(
+    compiled: CompiledModel, counter: Callable[[Sequence[int]], instructions.InstructionCounter] | None = None
+) -> tuple[instructions.InstructionCounter | None, str]:
+    """An opened counter of the user-space instructions of this process and, where the instances
+    run in worker processes, of those (``measure.instructions``); or ``None`` and why it cannot
+    open here (the errno and what it means). ``counter`` makes one for the process ids (tests)."""
+    pids = [os.getpid()]
+    if isinstance(compiled, Grouped) and compiled.group.runner == "processes":
+        pids.extend(compiled.group.process_ids())
+    made = (counter or instructions.InstructionCounter)(pids)
+    try:
+        made.open()
+    except instructions.CounterUnavailable as exc:
+        return None, str(exc)
+    return made, ""
 
 
 def cpu_time(compiled: CompiledModel, window: timing.Window, items: float) -> metrics.CpuTime | None:
@@ -538,6 +577,7 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
         contention=merge_contention(probes) if probes else None,
         # Only when every repeat has it: a median of some repeats would stand for all of them.
         cpu=metrics.pool_cpu_time(cpu) if cpu and len(cpu) == len(repeats) else None,
+        host_instructions=_pooled_instructions(repeats),
     )
     return Measurement(record, samples, calls)
 
@@ -552,6 +592,12 @@ def _pooled_median_throughput(last: records.IpuRecord, samples: Sequence[float])
     return metrics.median_round_throughput(last.items_per_call * instances, samples)
 
 
+def _pooled_instructions(repeats: Sequence[records.RepeatRecord]) -> instructions.HostInstructions | None:
+    """Every repeat's count together (``instructions.pool``); ``None`` unless every repeat has one."""
+    counts = [r.host_instructions for r in repeats if r.host_instructions is not None]
+    return instructions.pool(counts) if counts and len(counts) == len(repeats) else None
+
+
 def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
     return records.RepeatRecord(
         index=index,
@@ -561,4 +607,5 @@ def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
         throughput_items_per_s=record.throughput_items_per_s,
         cpu=record.cpu,
         median_throughput_items_per_s=record.median_throughput_items_per_s,
+        host_instructions=record.host_instructions,
     )

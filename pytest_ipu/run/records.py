@@ -120,6 +120,7 @@ def loadgen_record(
     answered_s: Sequence[float] = (),
     answered_window_s: float | None = None,
     power: PowerRecord,
+    cpu: metrics.CpuTime | None = None,
 ) -> IpuRecord:
     """The record of a LoadGen benchmark, whose "calls" are LoadGen's queries (``part`` is the
     record's ``loadgen`` part; docs/numbers.md, "LoadGen benchmarks").
@@ -130,7 +131,8 @@ def loadgen_record(
     wall time ``elapsed_s`` as its window. An accuracy run, which LoadGen does not time, has the
     system under test's own figures: each sample's time from LoadGen's issue callback to its answer
     (``answered_s``) and the samples over the time from the first issue to the last answer
-    (``answered_window_s``); a "call" is then one sample.
+    (``answered_window_s``); a "call" is then one sample. ``cpu`` is the LoadGen run's host cost
+    (``loadgen.runner.Outcome.cpu``: over the run's wall time, per sample answered).
     """
     if part.mode == "accuracy":
         if not answered_s or not answered_window_s:
@@ -171,4 +173,5 @@ def loadgen_record(
         simulator=compiled.simulator,
         placement=compiled.placement,
         loadgen=part,
+        cpu=cpu,
     )

@@ -61,6 +61,7 @@ RECORD_KEYS = {
     "stability",
     "contention",
     "cpu",
+    "host_instructions",
 }
 
 BENCH_FILE = """
@@ -210,6 +211,23 @@ def test_record_has_exactly_the_schema_keys(torch_run: TorchRun, name: str) -> N
     assert set(record["latency_s"]) == {"min", "p50", "p90", "p99", "max", "mean"}
     assert record["schema"] == schema.SCHEMA_VERSION == 2
     assert schema.to_json(schema.from_json(record)) == record  # the reader reads back what was written
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_record_has_its_host_instructions_or_says_why_not(torch_run: TorchRun, name: str) -> None:
+    record = torch_run.record(name)
+    counted = record["host_instructions"]
+    assert [r["host_instructions"] for r in record["repeats"]] == [counted]  # one repeat: its own
+    assert (counted["read"], counted["calls"] if counted["available"] else record["rounds"]) == (
+        "window",
+        record["rounds"],
+    )
+    if counted["available"]:  # a kernel with the hardware counter
+        assert counted["reason"] == ""
+        assert counted["per_call"] == counted["total"] / counted["calls"] > 0
+    else:  # a VM without a PMU, a kernel that forbids it: the errno and what it means, no figure
+        assert counted["reason"].startswith("perf_event_open") or "machine" in counted["reason"]
+        assert (counted["per_call"], counted["total"]) == (None, None)
 
 
 @pytest.mark.parametrize("name", ALL)

@@ -176,6 +176,14 @@ def test_two_ipus_serve_padded_batches_and_their_energy_is_measured(
     assert alone.placement.instances == 1
     assert alone.loadgen is not None
     assert alone.loadgen.batching.instances == 1
+    # The host cost counts the instance worker processes the model ran in, as their replies report
+    # their clocks: one worker here, two for the two instances.
+    assert alone.cpu is not None
+    assert offline.cpu is not None
+    assert (alone.cpu.workers, offline.cpu.workers) == (1, 2)
+    assert alone.cpu.workers_total_s > 0
+    assert offline.cpu.workers_total_s > 0
+    assert alone.cpu.process_total_s > alone.cpu.workers_total_s
     # No instance or worker process outlives the run.
     assert json.loads((path / "after.json").read_text()) == {"children": 0}
 

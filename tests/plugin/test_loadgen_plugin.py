@@ -426,6 +426,38 @@ def test_without_loadgen_the_test_is_skipped(pytester: pytest.Pytester) -> None:
     )
 
 
+def test_every_loadgen_record_carries_its_runs_host_cost(main_run: tuple[Path, pytest.RunResult]) -> None:
+    path, _ = main_run
+    records = _records(path / "run.json")
+    assert set(records) >= {*MAIN, "test_accuracy", "test_search"}
+    for name, rec in records.items():
+        cpu = rec.cpu
+        assert cpu is not None, name
+        part = rec.loadgen
+        assert part is not None
+        # The CPU time of this process over the LoadGen run (no worker processes here), per sample
+        # the system under test answered: LoadGen's threads, the batching, the model's calls.
+        answered = round(part.batching.mean_batch * part.batching.batches) if part.batching.mean_batch else 0
+        assert answered > 0, name
+        assert (cpu.workers, cpu.workers_total_s) == (0, 0.0)
+        assert cpu.process_total_s > 0
+        assert cpu.host_per_item_s == pytest.approx(cpu.process_total_s / answered), name
+        assert rec.value("host_cpu_per_item") == cpu.host_per_item_s
+        assert rec.value("host_cores") == cpu.host_cores
+        assert cpu.host_cores is not None
+        assert cpu.host_cores > 0
+        # No rounds: no CPU time per call, and the record says why rather than show a zero.
+        assert (cpu.process_s, cpu.thread_s, cpu.thread_total_s, cpu.off_cpu_share) == (
+            None,
+            None,
+            None,
+            None,
+        )
+        assert rec.value("cpu_time") is None
+        assert "no timed rounds" in rec.why_missing("cpu_time")
+        assert "off-cpu" not in rec.flags
+
+
 def test_a_loadgen_run_is_an_energy_window(main_run: tuple[Path, pytest.RunResult]) -> None:
     path, _ = main_run
     records = _records(path / "run.json")

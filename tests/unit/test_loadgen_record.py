@@ -228,6 +228,34 @@ def test_an_accuracy_record_has_the_system_under_tests_own_times() -> None:
         loadgen_record(OFFLINE, compiled=compiled(), first_call_s=0.3, elapsed_s=1.0, power=NO_POWER)
 
 
+def test_the_runs_host_cost_is_the_records_and_cpu_time_per_call_says_why_it_has_none() -> None:
+    from pytest_ipu.measure.metrics import run_cpu_time
+    from pytest_ipu.results import schema
+
+    # 0.3 s of this process and 0.9 s of two workers over a 2 s run that answered 400 samples.
+    cpu = run_cpu_time(300_000_000, 900_000_000, 2, 2.0, 400)
+    rec = loadgen_record(
+        part(), compiled=compiled(), first_call_s=0.3, elapsed_s=2.0, power=NO_POWER, cpu=cpu
+    )
+    assert rec.value("host_cpu_per_item") == pytest.approx(1.2 / 400)
+    assert rec.value("host_cores") == pytest.approx(0.6)
+    assert (rec.cpu.workers, rec.cpu.workers_total_s) == (2, pytest.approx(0.9))
+    assert rec.value("cpu_time") is None
+    assert rec.why_missing("cpu_time").startswith(
+        "no CPU time per call: a LoadGen benchmark has no timed rounds"
+    )
+    assert "off-cpu" not in rec.flags
+    back = schema.from_json(schema.to_json(rec))
+    assert back.cpu == rec.cpu
+    # A record written before LoadGen runs measured their host cost says so.
+    old = replace(rec, cpu=None)
+    assert "written before LoadGen runs measured their host cost" in old.why_missing("host_cores")
+    with pytest.raises(ValueError, match="needs a worker"):
+        run_cpu_time(1, 5, 0, 1.0, 1)
+    with pytest.raises(ValueError, match="items > 0"):
+        run_cpu_time(1, 0, 0, 1.0, 0)
+
+
 # --- the JSON ---------------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pytest_ipu.cli import main as cli
+from pytest_ipu.measure.metrics import run_cpu_time
 from pytest_ipu.report import html as html_report
 from pytest_ipu.report import loadgen as loadgen_report
 from pytest_ipu.report import loadgen_plot
@@ -125,7 +126,13 @@ def test_loadgen_rows_leave_the_benchmark_table_for_a_loadgen_table() -> None:
     server = part("Server", peak=search())
     rows = [
         report.Row("test_mlp", "test_mlp[4]", dataclasses.replace(ipu(part()), loadgen=None)),
-        report.Row("test_srv", "test_srv", ipu(server)),
+        # 0.3 s of host CPU time over a 0.5 s LoadGen run that answered 200 samples.
+        report.Row(
+            "test_srv",
+            "test_srv",
+            dataclasses.replace(ipu(server), cpu=run_cpu_time(300_000_000, 0, 0, 0.5, 200)),
+        ),
+        # A record written before LoadGen runs measured their host cost.
         report.Row("test_ss", "test_ss", ipu(part())),
     ]
     lines = report.tables(rows)
@@ -143,6 +150,10 @@ def test_loadgen_rows_leave_the_benchmark_table_for_a_loadgen_table() -> None:
         "QPS",
         "p50",
         "p99",
+        "host",
+        "CPU/item",
+        "host",
+        "cores",
         "early",
         "stop",
         "probes",
@@ -160,6 +171,9 @@ def test_loadgen_rows_leave_the_benchmark_table_for_a_loadgen_table() -> None:
         "ms",
         "6",
         "ms",
+        "1.5",
+        "ms",
+        "0.6",
         "-",
         "4",
         "no",
@@ -175,11 +189,17 @@ def test_loadgen_rows_leave_the_benchmark_table_for_a_loadgen_table() -> None:
         "ms",
         "6",
         "ms",
+        "n/m",
+        "n/m",
         "4.5",
         "ms",
         "-",
         "no",
     ]
+    assert (
+        "host n/m = host cost not measured: no CPU time: a LoadGen record written before LoadGen runs "
+        "measured their host cost"
+    ) in table
     # The benchmark table's marks are not explained under the LoadGen table: it uses none.
     assert not any(line.startswith(("^ = ", "* ")) for line in table)
 

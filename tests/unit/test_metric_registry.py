@@ -12,6 +12,7 @@ from pytest_ipu.results import gates
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.records import RepeatRecord
 from tests.unit.test_schema import CPU
+from tests.unit.test_schema import INSTRUCTIONS
 from tests.unit.test_schema import make_record
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "ci.md"
@@ -51,7 +52,7 @@ def test_every_metric_parses_as_a_gate(name: str) -> None:
 
 def test_a_repeat_has_only_the_per_repeat_metrics() -> None:
     record = make_record()
-    repeat = RepeatRecord(1, 10, 0.5, record.latency_s, 20.0, cpu=CPU)
+    repeat = RepeatRecord(1, 10, 0.5, record.latency_s, 20.0, cpu=CPU, host_instructions=INSTRUCTIONS)
     for name, metric in METRICS.items():
         assert (repeat.value(name) is not None) == metric.per_repeat, name
     assert repeat.value("no.such.metric") is None
@@ -84,7 +85,9 @@ def test_a_record_of_no_timed_rounds_says_so_for_its_cpu_metrics() -> None:
     from tests.unit.test_schema import LOADGEN
 
     record = make_record(loadgen=LOADGEN)
-    assert METRICS["host_cores"].why_missing(record) == "no CPU time: a LoadGen benchmark has no timed rounds"
+    assert METRICS["host_cores"].why_missing(record) == (
+        "no CPU time: a LoadGen record written before LoadGen runs measured their host cost"
+    )
     assert "predates" in METRICS["host_cores"].why_missing(replace(record, loadgen=None))
 
 

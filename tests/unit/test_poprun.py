@@ -528,6 +528,32 @@ def test_the_host_cost_of_a_launch_is_every_instances_together(tmp_path: Path) -
     assert back.value("host_cores") == pytest.approx(0.2)
 
 
+def test_the_host_instructions_of_a_launch_are_every_instances_together(tmp_path: Path) -> None:
+    from pytest_ipu.measure import instructions
+    from pytest_ipu.results import schema
+
+    docs = _two_instances()
+    first, second = (
+        docs[0]["benchmarks"][0]["extra_info"]["ipu"],
+        docs[1]["benchmarks"][1]["extra_info"]["ipu"],
+    )
+    first["host_instructions"] = instructions.counted(3_000_000, 10, 1, 4).as_json()
+    second["host_instructions"] = instructions.counted(5_000_000, 10, 1, 6).as_json()
+    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    # Every instance's instructions over every instance's calls: not instance 0's alone.
+    assert record["host_instructions"] == instructions.counted(8_000_000, 20, 2, 10).as_json()
+    assert schema.from_json(record).value("host_instructions") == 400_000.0
+    assert "every instance's instructions" in record["poprun"]["aggregation"]["host_instructions"]
+    # An instance whose counter did not count: the launch says why, with no figure.
+    second["host_instructions"] = instructions.not_available("perf_event_open failed with ENOENT").as_json()
+    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    assert record["host_instructions"]["available"] is False
+    assert record["host_instructions"]["reason"] == "perf_event_open failed with ENOENT"
+    del second["host_instructions"]  # an instance of a pytest-ipu from before the counter
+    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    assert "host_instructions" not in record
+
+
 def test_a_merged_file_reads_back_as_a_run(tmp_path: Path) -> None:
     out = tmp_path / "merged.json"
     poprun.write_atomic(out, poprun.merge(_write(tmp_path, _two_instances())))

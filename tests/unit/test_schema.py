@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from pytest_ipu.measure.instructions import HostInstructions
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import benchmark_json
@@ -596,6 +597,11 @@ CPU = CpuTime(
     host_cores=0.105 / 0.13,
 )
 
+#: A window's user-space instructions, as a kernel with the hardware counter counts them.
+INSTRUCTIONS = HostInstructions(
+    available=True, per_call=1_250_000.0, total=12_500_000, calls=10, processes=1, threads=3
+)
+
 MEASURED = PowerRecord(
     measured=True,
     source="rapl",
@@ -643,7 +649,12 @@ def test_every_metric_path_resolves(name):
     )
     data = schema.to_json(
         make_record(
-            power=MEASURED, time_to_train=ttt, loadgen=LOADGEN, cpu=CPU, median_throughput_items_per_s=3200.0
+            power=MEASURED,
+            time_to_train=ttt,
+            loadgen=LOADGEN,
+            cpu=CPU,
+            median_throughput_items_per_s=3200.0,
+            host_instructions=INSTRUCTIONS,
         )
     )
     assert isinstance(_resolve(data, metric.path), float)

@@ -1,0 +1,314 @@
+"""The user-space instructions the host's CPUs retired for a benchmark: Linux's hardware counter
+(``perf_event_open``, ``PERF_TYPE_HARDWARE`` / ``PERF_COUNT_HW_INSTRUCTIONS``), called through
+ctypes.
+
+Instructions are the CPU's counterpart of an IPU's cycle count: the work a call asks of the host,
+which a neighbour's time slice, a frequency change or a cache-cold round moves far less than it
+moves the wall time. A counter counts one thread (``perf_event_open``'s ``pid`` is a thread id);
+``inherit`` adds the threads that thread starts later, but not the threads already running. So
+``InstructionCounter`` opens one counter on every thread of every process it is given (this
+process, and the instance worker processes where the instances run in their own), each inheriting,
+and sums them. ``exclude_kernel`` and ``exclude_hv`` keep the count to user space: the benchmark's
+own code, which is what an unprivileged process may count (``perf_event_paranoid`` up to 2) and
+what a change to the model or the host code moves; system calls and page faults are the kernel's.
+
+Where the event does not exist (a VM without a virtual PMU: ``ENOENT``), the kernel forbids it
+(``perf_event_paranoid`` 3 or more, a container's seccomp filter: ``EACCES``/``EPERM``), or this is
+not Linux on x86_64 or aarch64, ``open_counters`` raises ``CounterUnavailable`` with the errno and
+what it means, and the record says "not available" with that reason (``HostInstructions``).
+
+No kept Python library fits: ``py-perf-event`` ships wheels for Python 3.10 and later only (the
+Poplar SDK runs 3.8), ``cirron`` compiles C at import time and counts the calling thread only, and
+``python-papi`` needs the PAPI library built. The call is one system call and a 64-byte struct.
+
+ctypes and fcntl are imported by the functions that use them, so importing this module (the
+records do, for ``HostInstructions``) loads neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno as errnos
+import os
+import pathlib
+import platform
+import sys
+import typing
+from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: ``perf_event_open``'s system call number on each machine Linux names (``platform.machine()``).
+SYSCALL_NUMBERS = {"x86_64": 298, "aarch64": 241}
+
+#: ``perf_event_attr.type``: a generalised hardware event.
+PERF_TYPE_HARDWARE = 0
+#: ``perf_event_attr.config`` of ``PERF_TYPE_HARDWARE``: retired instructions.
+PERF_COUNT_HW_INSTRUCTIONS = 1
+#: ``PERF_ATTR_SIZE_VER0``: the first version of the struct, every field this module sets.
+ATTR_SIZE = 64
+#: The bits of ``perf_event_attr``'s flags word this module sets (``linux/perf_event.h``).
+FLAG_DISABLED = 1 << 0
+FLAG_INHERIT = 1 << 1
+FLAG_EXCLUDE_KERNEL = 1 << 5
+FLAG_EXCLUDE_HV = 1 << 6
+#: ``ioctl`` requests on a counter's file descriptor: ``_IO('$', 0)``, ``_IO('$', 1)``, ``_IO('$', 3)``.
+IOC_ENABLE = 0x2400
+IOC_DISABLE = 0x2401
+IOC_RESET = 0x2403
+
+#: What each errno of ``perf_event_open`` means for this counter, as the record says it.
+ERRNO_MEANINGS = {
+    errnos.ENOENT: "the kernel has no hardware instructions event here (a VM without a virtual PMU, "
+    "or a CPU whose PMU Linux does not drive)",
+    errnos.ENODEV: "this CPU has no instructions counter",
+    errnos.EOPNOTSUPP: "the CPU's PMU does not support this counter",
+    errnos.EACCES: "the kernel forbids user-space counting (/proc/sys/kernel/perf_event_paranoid above 2 "
+    "needs CAP_PERFMON)",
+    errnos.EPERM: "perf_event_open is not permitted (a container's seccomp filter, or "
+    "/proc/sys/kernel/perf_event_paranoid)",
+    errnos.ENOSYS: "the kernel has no perf_event_open (built without perf events, or a seccomp filter)",
+    errnos.ESRCH: "a process to count exited before its counter opened",
+    errnos.EMFILE: "too many open files for one counter per thread",
+    errnos.EINVAL: "the kernel rejected the counter's attributes",
+}
+
+
+class CounterUnavailable(Exception):
+    """The instructions counter cannot be opened here; ``str()`` says why (the errno and what it
+    means), ``code`` is the errno (``None`` where no system call was made)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class HostInstructions:
+    """The user-space instructions of the benchmark's processes over a timed window, per call, or
+    why there are none (``available`` false, ``reason`` set). docs/numbers.md defines them."""
+
+    #: True when the counter counted the window.
+    available: bool
+    #: Instructions per call (per timed round: one call; with several instances, one call of
+    #: each): `total` / `calls`. `None` when not available. The `host_instructions` metric.
+    per_call: float | None = None
+    #: Instructions over the window, every counted thread together; `None` when not available.
+    total: int | None = None
+    #: The timed rounds the window held.
+    calls: int = 0
+    #: When the counter ran: `window` (enabled just before the timed window opens, read just after
+    #: it closes: no read inside a round, and the same window the wall time is of).
+    read: str = "window"
+    #: Processes counted: this one and its instance worker processes.
+    processes: int = 0
+    #: Threads with a counter of their own when it opened (threads they start later are inherited).
+    threads: int = 0
+    #: Why not available (the errno and what it means); empty when available.
+    reason: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        """Plain-JSON form, stored as ``host_instructions`` (of the record and of each repeat)."""
+        return {
+            "available": self.available,
+            "per_call": self.per_call,
+            "total": self.total,
+            "calls": self.calls,
+            "read": self.read,
+            "processes": self.processes,
+            "threads": self.threads,
+            "reason": self.reason,
+        }
+
+
+def not_available(reason: str) -> HostInstructions:
+    """A window the counter did not count, and why."""
+    return HostInstructions(available=False, reason=reason)
+
+
+def counted(total: int, calls: int, processes: int, threads: int) -> HostInstructions:
+    """A window's count: ``total`` instructions over ``calls`` timed rounds. Raises ``ValueError``
+    for no calls or a negative count."""
+    if calls < 1:
+        raise ValueError(f"instructions per call need at least one call, got {calls}")
+    if total < 0:
+        raise ValueError(f"an instruction count must be >= 0, got {total}")
+    return HostInstructions(
+        available=True, per_call=total / calls, total=total, calls=calls, processes=processes, threads=threads
+    )
+
+
+def pool(repeats: Sequence[HostInstructions]) -> HostInstructions:
+    """Several repeats' counts as one: their totals over their calls together; the first repeat's
+    reason where any repeat was not counted (a figure of some repeats would stand for all)."""
+    if not repeats:
+        raise ValueError("no repeats to pool")
+    for r in repeats:
+        if not r.available or r.total is None:
+            return r
+    return counted(
+        sum(r.total or 0 for r in repeats),
+        sum(r.calls for r in repeats),
+        max(r.processes for r in repeats),
+        max(r.threads for r in repeats),
+    )
+
+
+def attr_bytes() -> bytes:
+    """The ``perf_event_attr`` this module opens (``PERF_ATTR_SIZE_VER0``, native byte order):
+    user-space retired instructions, disabled until enabled, inherited by new threads."""
+    import struct
+
+    flags = FLAG_DISABLED | FLAG_INHERIT | FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV
+    # type, size, config, sample_period, sample_type, read_format, flags, wakeup_events, bp_type, config1
+    return struct.pack(
+        "=IIQQQQQIIQ", PERF_TYPE_HARDWARE, ATTR_SIZE, PERF_COUNT_HW_INSTRUCTIONS, 0, 0, 0, flags, 0, 0, 0
+    )
+
+
+#: ``perf_event_open(attr, pid, cpu, group_fd, flags)``: the new descriptor, or -1 and the errno.
+Syscall = typing.Callable[[bytes, int, int, int, int], typing.Tuple[int, int]]
+
+
+def system_call(machine: str | None = None) -> Syscall:
+    """The real ``perf_event_open`` through libc's ``syscall``; raises ``CounterUnavailable`` where
+    there is none (not Linux, or a machine with no known system call number)."""
+    machine = machine if machine is not None else platform.machine()
+    if not platform.system() == "Linux":
+        raise CounterUnavailable(f"perf_event_open is Linux's; this is {platform.system()}")
+    number = SYSCALL_NUMBERS.get(machine)
+    if number is None:
+        raise CounterUnavailable(
+            f"no perf_event_open system call number known for this machine ({machine}); "
+            f"known: {', '.join(sorted(SYSCALL_NUMBERS))}"
+        )
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+
+    def call(attr: bytes, pid: int, cpu: int, group_fd: int, flags: int) -> tuple[int, int]:
+        buf = ctypes.create_string_buffer(attr, len(attr))
+        # syscall(2) reads every argument as a long; the kernel takes pid, cpu and group_fd as int.
+        fd = libc.syscall(
+            ctypes.c_long(number),
+            buf,
+            ctypes.c_long(pid),
+            ctypes.c_long(cpu),
+            ctypes.c_long(group_fd),
+            ctypes.c_ulong(flags),
+        )
+        return int(fd), ctypes.get_errno() if fd < 0 else 0
+
+    return call
+
+
+def explain(code: int) -> str:
+    """``perf_event_open`` failed with ``code``: its name, number and what it means for the counter."""
+    name = errnos.errorcode.get(code, "errno")
+    meaning = ERRNO_MEANINGS.get(code, os.strerror(code))
+    return f"perf_event_open failed with {name} (errno {code}): {meaning}"
+
+
+def threads_of(pid: int) -> list[int]:
+    """The thread ids of process ``pid`` (``/proc/<pid>/task``); empty once it has exited."""
+    try:
+        return sorted(int(t.name) for t in pathlib.Path(f"/proc/{pid}/task").iterdir())
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
+class InstructionCounter:
+    """User-space instructions of every thread of ``pids`` (and the threads they start later), from
+    ``enable`` to ``read``; one counter per thread, opened by ``open``.
+
+    ``syscall`` opens one counter (``system_call()``'s by default), ``tasks`` lists a process's
+    threads (``threads_of``), ``control`` is ``fcntl.ioctl`` and ``read_count`` reads a descriptor's
+    count: tests inject them. Use it as a context manager: ``close`` releases every descriptor.
+    """
+
+    def __init__(
+        self,
+        pids: Sequence[int],
+        *,
+        syscall: Syscall | None = None,
+        tasks: Callable[[int], Sequence[int]] = threads_of,
+        control: Callable[[int, int], object] | None = None,
+        read_count: Callable[[int], int] | None = None,
+    ) -> None:
+        self.pids = tuple(dict.fromkeys(pids))
+        self._syscall = syscall
+        self._tasks = tasks
+        self._control = control
+        self._read_count = read_count
+        self._fds: list[int] = []
+        self._opened = 0
+
+    @property
+    def opened_threads(self) -> int:
+        """Threads given a counter of their own by ``open`` (the count stays after ``close``)."""
+        return self._opened
+
+    def open(self) -> None:
+        """Open a disabled counter on every thread of every process; raises ``CounterUnavailable``
+        naming the errno and its meaning (every counter opened so far is closed first). A thread
+        that exits between the listing and its counter is skipped: it runs nothing more."""
+        syscall = self._syscall if self._syscall is not None else system_call()
+        attr = attr_bytes()
+        for pid in self.pids:
+            for tid in self._tasks(pid):
+                fd, code = syscall(attr, tid, -1, -1, 0)
+                if fd >= 0:
+                    self._fds.append(fd)
+                    continue
+                if code == errnos.ESRCH:
+                    continue
+                self.close()
+                raise CounterUnavailable(explain(code), code)
+        if not self._fds:
+            raise CounterUnavailable(explain(errnos.ESRCH), errnos.ESRCH)
+        self._opened = len(self._fds)
+
+    def enable(self) -> None:
+        """Zero and start every counter (two ``ioctl`` calls each)."""
+        control = self._ioctl()
+        for fd in self._fds:
+            control(fd, IOC_RESET)
+            control(fd, IOC_ENABLE)
+
+    def read(self) -> int:
+        """Stop every counter and return their sum: the instructions since ``enable``."""
+        control = self._ioctl()
+        for fd in self._fds:
+            control(fd, IOC_DISABLE)
+        reader = self._read_count if self._read_count is not None else _read_count
+        return sum(reader(fd) for fd in self._fds)
+
+    def close(self) -> None:
+        """Close every descriptor (idempotent)."""
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __enter__(self) -> InstructionCounter:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _ioctl(self) -> Callable[[int, int], object]:
+        if self._control is not None:
+            return self._control
+        import fcntl
+
+        return lambda fd, request: fcntl.ioctl(fd, request, 0)
+
+
+def _read_count(fd: int) -> int:
+    """A counter's value: ``read`` gives 8 bytes, native order (no ``read_format`` asked)."""
+    data = os.read(fd, 8)
+    if len(data) != 8:
+        raise OSError(f"a perf counter's read gave {len(data)} bytes, not 8")
+    return int.from_bytes(data, sys.byteorder)
