@@ -38,7 +38,14 @@ Within ``RADIUS`` commits of the split, the change starts where the runs there a
 each judged by a kernel density estimate of the residuals of the runs clear of the split around
 their side's median (the series' own noise shape: for Gaussian noise this is the least-squares
 split; for skewed, two-humped benchmark noise it tells a spike of the old level from the new
-level).
+level), mixed with a uniform density weighing as one run, so that a run far from every residual (a
+call preempted for a whole time slice) is as unlikely under either level and places nothing.
+
+**One event, one commit** (``_joint``): change points of one direction within ``RADIUS`` commits of
+a commit that several series name are one event, placed at the commit where the sum of their runs'
+log-likelihoods is largest: a series whose own runs around the event were slowed on a busy machine
+is placed with the others, unless its runs reject that commit by more than ``AGREE`` and the others'
+own choices (then it is a change of its own, a commit apart).
 
 Once all are placed, each change point is tested again between its final neighbours (``_confirmed``:
 its split's t there, times the splits of that segment, or alone for a pooled one); the weakest that
@@ -94,6 +101,9 @@ OUTLIER = 2.0
 CLIP = 5.0
 #: How far (commits) ``_place`` may move a change from the best split.
 RADIUS = 2
+#: How much less likely (the natural logarithm of a likelihood ratio) a series' own runs may find the
+#: commit its event is placed at than their own best commit, and still be placed with the event.
+AGREE = 1.0
 
 
 @dataclass(frozen=True)
@@ -328,6 +338,7 @@ def find(
         raw = np.log(np.asarray(sample.values, dtype=np.float64))
         kept[number] = _placed(raw, starts, own, min_runs)
     second = _pool(samples, prepared, kept, pooled, fdr, min_runs)
+    _joint(samples, [starts for _, starts in prepared], kept, pooled, min_runs)
     out: list[list[ChangePoint]] = []
     noises: list[Noise] = []
     for number, (sample, (x, starts)) in enumerate(zip(samples, prepared)):
@@ -386,26 +397,48 @@ def _placed(x: FloatArray, starts: IntArray, splits: list[int], min_runs: int) -
     return out
 
 
-def _log_density(at: FloatArray, sample: FloatArray, bandwidth: float) -> FloatArray:
-    """The log of a Gaussian kernel density estimate of ``sample`` at each of ``at``."""
+def _log_density(at: FloatArray, sample: FloatArray, bandwidth: float, width: float) -> FloatArray:
+    """The log of a Gaussian kernel density estimate of ``sample`` at each of ``at``, mixed with a
+    uniform density over ``width`` weighing as one run of the sample."""
     z = -0.5 * ((at[:, None] - sample[None, :]) / bandwidth) ** 2
     top = z.max(axis=1)
     # log-sum-exp: a run far from every residual still gets a finite, comparable log density.
     total: FloatArray = top + np.log(np.exp(z - top[:, None]).sum(axis=1))
-    return total - math.log(len(sample) * bandwidth * math.sqrt(2.0 * math.pi))
+    kernel = total - math.log((len(sample) + 1) * bandwidth * math.sqrt(2.0 * math.pi))
+    # The floor: a run far from every residual (a call preempted for a whole time slice, a hundred
+    # times its usual time) is as unlikely under either level, instead of deciding the placement by
+    # which level it is a little less far from.
+    floor = -math.log((len(sample) + 1) * width)
+    out: FloatArray = np.logaddexp(kernel, floor)
+    return out
 
 
 def _place(x: FloatArray, starts: IntArray, below: int, split: int, above: int, min_runs: int) -> int:
     """The most likely start of the new level among the commit starts within ``RADIUS`` commits of
-    ``split``: the runs there each judged by a kernel density estimate (Gaussian, Silverman's
-    bandwidth) of the residuals of the runs clear of them around their side's median; ``split``
-    when those residuals have no spread."""
+    ``split`` (``_likelihoods``); ``split`` when they cannot be told apart."""
+    scores = _likelihoods(x, starts, below, split, above, min_runs)
+    if not scores:
+        return split
+    top = max(scores.values())
+    best = [c for c, score in scores.items() if score >= top - 1e-9]
+    return min(best, key=lambda c: abs(c - split))
+
+
+def _likelihoods(
+    x: FloatArray, starts: IntArray, below: int, split: int, above: int, min_runs: int
+) -> dict[int, float]:
+    """The log-likelihood of a change starting at each commit start within ``RADIUS`` commits of
+    ``split`` (between ``below`` and ``above``): the runs there each judged by a kernel density
+    estimate (Gaussian, Silverman's bandwidth) of the residuals of the runs clear of them around
+    their side's median. Empty when there is no choice or those residuals have no spread."""
     allowed = _splits(starts, below, above, min_runs)
     at = int(np.searchsorted(allowed, split))
     near = allowed[max(0, at - RADIUS) : at + RADIUS + 1]
+    if len(near) == 0:
+        return {}
     low, high = int(near[0]), int(near[-1])
     if high <= low or low - below < 2 or above - high < 2:
-        return split
+        return {}
     left, right = x[below:low], x[high:above]
     level_left, level_right = float(np.median(left)), float(np.median(right))
     sample = np.concatenate([left - level_left, right - level_right])
@@ -413,16 +446,109 @@ def _place(x: FloatArray, starts: IntArray, below: int, split: int, above: int, 
     spread = min(float(sample.std(ddof=1)), float(q75 - q25) / 1.34)
     bandwidth = 0.9 * spread * len(sample) ** -0.2
     if not bandwidth > 0:
-        return split
+        return {}
     between = x[low:high]
-    as_left = np.concatenate([[0.0], np.cumsum(_log_density(between - level_left, sample, bandwidth))])
+    width = float(x[below:above].max() - x[below:above].min()) + 2.0 * bandwidth
+    as_left = np.concatenate([[0.0], np.cumsum(_log_density(between - level_left, sample, bandwidth, width))])
     as_right = np.concatenate(
-        [np.cumsum(_log_density(between - level_right, sample, bandwidth)[::-1])[::-1], [0.0]]
+        [np.cumsum(_log_density(between - level_right, sample, bandwidth, width)[::-1])[::-1], [0.0]]
     )
     # A split at run low + i: the first i runs between are the old level, the rest the new one.
-    score = np.asarray([as_left[c - low] + as_right[c - low] for c in near])
-    best = near[score >= score.max() - 1e-9]
-    return int(best[np.argmin(np.abs(best - split))])
+    return {int(c): float(as_left[c - low] + as_right[c - low]) for c in near}
+
+
+def _joint(
+    samples: Sequence[Sample],
+    starts: Sequence[IntArray],
+    kept: list[list[int]],
+    pooled: set[tuple[int, int]],
+    min_runs: int,
+) -> None:
+    """Place each event once for all the series that step with it: change points of one direction
+    within ``RADIUS`` commits of the commit most of them name are moved to the commit where the sum
+    of their runs' log-likelihoods (``_likelihoods``) is largest, each unless its own runs find that
+    commit less likely than their own best by more than ``AGREE`` and the prior the others' own
+    choices give (the log of how many more of them chose the event's commit than its own): a change
+    of its own nearby.
+
+    Each series alone places a change by a few runs around it; on a busy machine one slowed run
+    before a step, or one quick run after it, moves a series' change a commit off. Series that
+    stepped together share the commit, and their runs together tell it apart far more surely than
+    any one of them."""
+    raws = [np.log(np.asarray(s.values, dtype=np.float64)) for s in samples]
+    where = [{commit_id: i for i, commit_id in enumerate(s.ids)} for s in samples]
+    done: set[tuple[int, int]] = set()
+    while True:
+        points = [
+            (number, split, _rises(raws[number], kept[number], split))
+            for number, sample in enumerate(samples)
+            if sample.ids
+            for split in kept[number]
+            if (number, split) not in done
+        ]
+        counts: dict[tuple[str, bool], int] = {}
+        for number, split, rises in points:
+            key = (samples[number].ids[int(samples[number].commits[split])], rises)
+            counts[key] = counts.get(key, 0) + 1
+        if not counts:
+            return
+        (seed, rises), _ = max(counts.items(), key=lambda item: (item[1], item[0]))
+        members: dict[int, int] = {}
+        for number, split, up in points:
+            if up != rises or seed not in where[number]:
+                continue
+            distance = abs(int(samples[number].commits[split]) - where[number][seed])
+            if distance <= RADIUS and (
+                number not in members
+                or distance < abs(int(samples[number].commits[members[number]]) - where[number][seed])
+            ):
+                members[number] = split
+        done.update((number, split) for number, split in members.items())
+        done.update(
+            (n, s)
+            for n, s, up in points
+            if up == rises and samples[n].ids[int(samples[n].commits[s])] == seed
+        )
+        if len(members) < 2:
+            continue
+        scores: dict[int, dict[str, float]] = {}
+        for number, split in members.items():
+            edges = [0, *sorted(kept[number]), len(raws[number])]
+            j = edges.index(split)
+            by_split = _likelihoods(raws[number], starts[number], edges[j - 1], split, edges[j + 1], min_runs)
+            ids, commits = samples[number].ids, samples[number].commits
+            if by_split:  # none: its runs cannot place it (too few about it, or no spread)
+                scores[number] = {ids[int(commits[c])]: v for c, v in by_split.items()}
+        shared = set.intersection(*(set(v) for v in scores.values())) if len(scores) > 1 else set()
+        if not shared:
+            continue
+        best = max(sorted(shared), key=lambda c: sum(v[c] for v in scores.values()))
+        votes = [max(v, key=lambda c: v[c]) for v in scores.values()]
+        for number, own in scores.items():
+            split = members[number]
+            mine = max(own, key=lambda c: own[c])
+            # The other series' own choices are the prior: a commit most of them name is likely this
+            # one's too, unless its runs say otherwise by more than that.
+            prior = math.log((votes.count(best) - (mine == best) + 1) / (votes.count(mine) - 1 + 1))
+            if own[best] + prior + AGREE < own[mine]:
+                continue
+            commit = where[number][best]
+            moved = int(starts[number][commit - 1])
+            if moved == split:
+                continue
+            kept[number][kept[number].index(split)] = moved
+            done.add((number, moved))
+            if (number, split) in pooled:
+                pooled.discard((number, split))
+                pooled.add((number, moved))
+
+
+def _rises(x: FloatArray, splits: Sequence[int], split: int) -> bool:
+    """Whether the level of ``x`` rises at ``split`` (medians of the runs back to the previous split
+    and on to the next)."""
+    edges = [0, *sorted(splits), len(x)]
+    j = edges.index(split)
+    return bool(np.median(x[split : edges[j + 1]]) > np.median(x[edges[j - 1] : split]))
 
 
 def _pooled_test(x: FloatArray, start: int, split: int, end: int) -> tuple[float, float]:
