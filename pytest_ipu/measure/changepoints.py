@@ -11,7 +11,8 @@ by more than their own run-to-run noise allows. The method:
   split is tested only between commits: runs of one commit are never on two sides.
 - **The test.** Values are compared as logarithms (benchmark noise scales with the level and is
   skewed; a change is a ratio), each run held within a factor ``OUTLIER`` (2) of the level
-  of the runs around it, or ``CLIP`` (5) robust standard deviations where the series spreads
+  of the runs around it (their lower quartile for a time, upper for a rate: the undisturbed side
+  of a busy machine's noise), or ``CLIP`` (5) robust standard deviations where the series spreads
   wider (``tamed``). At each allowed split, Student's two-sample t statistic with the
   variance pooled over both sides (the noise, in logarithms, is the same before and after a change
   of level; pooling keeps the test sound when one side has only three runs). The split with the
@@ -99,6 +100,9 @@ CONFIDENCE = 0.95
 #: runs from their levels.
 OUTLIER = 2.0
 CLIP = 5.0
+#: The quantile of the runs around a run that ``tamed`` holds it to: the undisturbed side of a
+#: busy machine's noise.
+LEVEL = 0.25
 #: How far (commits) ``_place`` may move a change from the best split.
 RADIUS = 2
 #: How much less likely (the natural logarithm of a likelihood ratio) a series' own runs may find the
@@ -115,6 +119,8 @@ class Sample:
     values: Sequence[float]
     commits: Sequence[int]
     ids: Sequence[str] = ()
+    #: The values are rates (a throughput): a disturbed run is lower, not higher.
+    higher_better: bool = False
 
 
 @dataclass(frozen=True)
@@ -218,22 +224,32 @@ def _prepare(sample: Sample) -> tuple[FloatArray, IntArray]:
     if len(commits) and (commits[0] < 0 or np.any(np.diff(commits) < 0)):
         raise ValueError("commits must be numbered from 0, in the order of the runs")
     starts = np.flatnonzero(np.diff(commits) != 0) + 1
-    return tamed(np.log(values)), starts.astype(np.int64)
+    logs = np.log(values)
+    # ``tamed`` holds runs to the undisturbed side of their noise: the low side of a time, the high
+    # side of a rate.
+    held = -tamed(-logs) if sample.higher_better else tamed(logs)
+    return held, starts.astype(np.int64)
 
 
 def tamed(x: FloatArray) -> FloatArray:
-    """The logarithms ``x`` with each run held within a factor ``OUTLIER`` of its neighbourhood's
-    level (the median of the ``2 * MIN_RUNS + 1`` runs around it), or ``CLIP`` robust standard
-    deviations of the runs' distances from their levels where that is wider: a call preempted for a
-    whole time slice of a busy machine, ten or a hundred times its usual time, counts as a run
-    twice as slow, not as a noise that hides every change. A change of level moves the medians
-    with it (a level of ``MIN_RUNS + 1`` runs or more holds most of the window), so its runs are
-    not held."""
+    """The logarithms ``x`` (of times: a disturbed run is higher) with each run held within a factor
+    ``OUTLIER`` of its neighbourhood's level (the lower quartile ``LEVEL`` of the
+    ``2 * MIN_RUNS + 1`` runs around it), or ``CLIP`` robust standard deviations of the runs'
+    distances from their levels where that is wider: a call preempted for a whole time slice of a
+    busy machine, ten or a hundred times its usual time, counts as a run twice as slow, not as a
+    noise that hides every change. A change of level moves the quartiles with it (a level of
+    ``MIN_RUNS + 1`` runs or more holds most of the window), so its runs are not held, bar the
+    first runs of a step up of more than ``OUTLIER`` (still held at twice the old level).
+
+    The level is the lower quartile, not the median: where a benchmark's slow mode is frequent (a
+    call of 1 ms or of 13 ms, run to run, each about as often), a median flips between the modes
+    with the runs around it, and holding each run to it would make a step of every flip. The lower
+    quartile stays with the undisturbed mode unless three quarters of the runs around are slowed."""
     width = 2 * MIN_RUNS + 1
     if len(x) < width:
         return x
     padded = np.pad(x, width // 2, mode="edge")
-    level = np.median(np.lib.stride_tricks.sliding_window_view(padded, width), axis=1)
+    level = np.quantile(np.lib.stride_tricks.sliding_window_view(padded, width), LEVEL, axis=1)
     residual = x - level
     # Only a run beyond twice (or half) its level, and far beyond its series' own spread, is held:
     # the two humps of a busy machine's noise, a tenth apart, stay as they are (held, they would

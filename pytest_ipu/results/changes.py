@@ -202,6 +202,7 @@ def samples(found: History) -> list[changepoints.Sample]:
             [v for p in series.points for v in p.values],
             [i for i, p in enumerate(series.points) for _ in p.values],
             [p.commit for p in series.points],
+            higher_better=series.better == "higher",
         )
         for series in found.series
     ]
