@@ -9,11 +9,14 @@ by more than their own run-to-run noise allows. The method:
   commit give three times the evidence, and a change may start at any commit with at least
   ``MIN_RUNS`` runs on each side (three commits of one run, or one commit of three runs). The
   split is tested only between commits: runs of one commit are never on two sides.
+- **Disturbed runs are left out** (``disturbed``): a run beyond a factor ``OUTLIER`` (2) of the
+  level of the runs beside it (the lower tenth of those up to its commit's end or of those from
+  its commit's start, whichever it is nearer; the undisturbed side of a busy machine's noise: the
+  low side of a time, the high side of a rate), or ``CLIP`` (5) robust standard deviations where
+  the series spreads wider: a call preempted for a whole time slice, or a benchmark's slow mode
+  (calls of 1 ms or of 13 ms, run to run), measures the machine, not the code.
 - **The test.** Values are compared as logarithms (benchmark noise scales with the level and is
-  skewed; a change is a ratio), each run held within a factor ``OUTLIER`` (2) of the level
-  of the runs around it (their lower quartile for a time, upper for a rate: the undisturbed side
-  of a busy machine's noise), or ``CLIP`` (5) robust standard deviations where the series spreads
-  wider (``tamed``). At each allowed split, Student's two-sample t statistic with the
+  skewed; a change is a ratio). At each allowed split, Student's two-sample t statistic with the
   variance pooled over both sides (the noise, in logarithms, is the same before and after a change
   of level; pooling keeps the test sound when one side has only three runs). The split with the
   largest ``|t|`` is the candidate; its p-value is the two-sided t test's, multiplied by the number
@@ -54,7 +57,7 @@ no longer reaches its pass's Benjamini-Hochberg level is dropped and the rest te
 merges the change points of its windows. A split found while a larger change shared its segment
 is so judged on its own segment, and its p-value agrees with its levels and interval.
 
-Each change point gives the first commit of the new level, the geometric means of the (held) runs
+Each change point gives the first commit of the new level, the geometric means of the (undisturbed) runs
 back to the previous change point and on to the next (the levels before and after), the relative
 change of those and its 95 % interval (Welch's t interval of the difference of the logarithms'
 means), and the p-value of that last test.
@@ -95,14 +98,14 @@ MIN_RUNS = 3
 POWER = 0.9
 #: The confidence of a change point's interval.
 CONFIDENCE = 0.95
-#: The most a run may differ from the level of the runs around it (``tamed``): a factor, or where
+#: The most a run may differ from the level of the runs beside it (``disturbed``): a factor, or where
 #: the series spreads wider, robust standard deviations (1.4826 median absolute deviations) of the
 #: runs from their levels.
 OUTLIER = 2.0
 CLIP = 5.0
-#: The quantile of the runs around a run that ``tamed`` holds it to: the undisturbed side of a
-#: busy machine's noise.
-LEVEL = 0.25
+#: The quantile of the runs beside a run that ``disturbed`` takes as their level: the undisturbed
+#: side of a busy machine's noise.
+LEVEL = 0.1
 #: How far (commits) ``_place`` may move a change from the best split.
 RADIUS = 2
 #: How much less likely (the natural logarithm of a likelihood ratio) a series' own runs may find the
@@ -212,9 +215,8 @@ class _Test:
     kept: bool = False
 
 
-def _prepare(sample: Sample) -> tuple[FloatArray, IntArray]:
-    """The logarithms of the values, held (``tamed``), and the run index where each commit after the
-    first begins."""
+def _validated(sample: Sample) -> tuple[FloatArray, IntArray]:
+    """The logarithms of the values and the commits, checked."""
     values = np.asarray(sample.values, dtype=np.float64)
     commits = np.asarray(sample.commits, dtype=np.int64)
     if values.ndim != 1 or commits.shape != values.shape:
@@ -223,40 +225,81 @@ def _prepare(sample: Sample) -> tuple[FloatArray, IntArray]:
         raise ValueError("values must be finite numbers > 0")
     if len(commits) and (commits[0] < 0 or np.any(np.diff(commits) < 0)):
         raise ValueError("commits must be numbered from 0, in the order of the runs")
+    return np.log(values), commits
+
+
+def _undisturbed(sample: Sample) -> tuple[Sample, IntArray]:
+    """``sample`` without its disturbed runs (``disturbed``), its commits numbered again from 0, and
+    the number each of its commits had in ``sample``."""
+    logs, commits = _validated(sample)
+    # ``disturbed`` looks for runs slowed: the high side of a time, the low side of a rate.
+    starts = (np.flatnonzero(np.diff(commits) != 0) + 1).astype(np.int64)
+    keep = ~disturbed(-logs if sample.higher_better else logs, starts)
+    numbers, renumbered = np.unique(commits[keep], return_inverse=True)
+    ids = [sample.ids[int(c)] for c in numbers] if sample.ids else []
+    values = np.asarray(sample.values, dtype=np.float64)[keep]
+    return Sample(list(values), [int(c) for c in renumbered], ids, sample.higher_better), numbers.astype(
+        np.int64
+    )
+
+
+def _prepare(sample: Sample) -> tuple[FloatArray, IntArray]:
+    """The logarithms of the values and the run index where each commit after the first begins."""
+    logs, commits = _validated(sample)
     starts = np.flatnonzero(np.diff(commits) != 0) + 1
-    logs = np.log(values)
-    # ``tamed`` holds runs to the undisturbed side of their noise: the low side of a time, the high
-    # side of a rate.
-    held = -tamed(-logs) if sample.higher_better else tamed(logs)
-    return held, starts.astype(np.int64)
+    return logs, starts.astype(np.int64)
 
 
-def tamed(x: FloatArray) -> FloatArray:
-    """The logarithms ``x`` (of times: a disturbed run is higher) with each run held within a factor
-    ``OUTLIER`` of its neighbourhood's level (the lower quartile ``LEVEL`` of the
-    ``2 * MIN_RUNS + 1`` runs around it), or ``CLIP`` robust standard deviations of the runs'
-    distances from their levels where that is wider: a call preempted for a whole time slice of a
-    busy machine, ten or a hundred times its usual time, counts as a run twice as slow, not as a
-    noise that hides every change. A change of level moves the quartiles with it (a level of
-    ``MIN_RUNS + 1`` runs or more holds most of the window), so its runs are not held, bar the
-    first runs of a step up of more than ``OUTLIER`` (still held at twice the old level).
+def _levels(x: FloatArray, width: int, trailing: bool) -> FloatArray:
+    """The ``LEVEL`` quantile of the ``width`` runs up to each run (``trailing``) or from it on;
+    where the series' end leaves fewer than ``MIN_RUNS`` of them, of the ``MIN_RUNS`` runs at that
+    end."""
+    pad = np.full(width - 1, np.inf)
+    padded = np.concatenate([pad, x]) if trailing else np.concatenate([x, pad])
+    windows = np.sort(np.lib.stride_tricks.sliding_window_view(padded, width), axis=1)
+    count = np.isfinite(windows).sum(axis=1)
+    # Linear interpolation between order statistics, as ``np.quantile`` does, over the runs there.
+    at = LEVEL * (count - 1)
+    low = np.floor(at).astype(np.int64)
+    high = np.minimum(low + 1, count - 1)
+    rows = np.arange(len(windows))
+    level = windows[rows, low] + (at - low) * (windows[rows, high] - windows[rows, low])
+    edge = MIN_RUNS - 1 if trailing else len(x) - MIN_RUNS
+    out: FloatArray = np.where(count >= MIN_RUNS, level, level[edge])
+    return out
 
-    The level is the lower quartile, not the median: where a benchmark's slow mode is frequent (a
-    call of 1 ms or of 13 ms, run to run, each about as often), a median flips between the modes
-    with the runs around it, and holding each run to it would make a step of every flip. The lower
-    quartile stays with the undisturbed mode unless three quarters of the runs around are slowed."""
+
+def disturbed(x: FloatArray, starts: IntArray | None = None) -> npt.NDArray[np.bool_]:
+    """Which runs of the logarithms ``x`` (of times: a disturbed run is slower) a busy machine
+    disturbed: those beyond a factor ``OUTLIER`` of the level of the runs beside them, or ``CLIP``
+    robust standard deviations of the runs' distances from their levels where the series spreads
+    wider. A run's level is the lower tenth (``LEVEL``) of the ``2 * MIN_RUNS + 1`` runs up to the
+    end of its commit, or of those from the start of its commit on (``starts``: where each commit
+    after the first begins; default one run a commit; at least ``MIN_RUNS`` runs at either end of
+    the series), whichever it is nearer: a run that starts a new level is near the level of the
+    runs after it, a run preempted for a time slice near neither, and the runs of a commit at
+    either end of the series are judged with each other.
+
+    The search leaves disturbed runs out. It looks for a change of the code, and a call preempted
+    for a whole time slice, or a benchmark's slow mode (a call of 1 ms or of 13 ms, run to run), is
+    a change of the machine: held at some bound instead, such runs would still count, and a change
+    of how often they happen would look like a change of level. The lower tenth stays with the
+    undisturbed mode unless nearly all of the runs beside a run are slowed (where the slow mode is
+    the more frequent, the runs are too noisy for any search); the two humps of a busy machine's
+    noise, a tenth apart, are both kept."""
     width = 2 * MIN_RUNS + 1
     if len(x) < width:
-        return x
-    padded = np.pad(x, width // 2, mode="edge")
-    level = np.quantile(np.lib.stride_tricks.sliding_window_view(padded, width), LEVEL, axis=1)
-    residual = x - level
-    # Only a run beyond twice (or half) its level, and far beyond its series' own spread, is held:
-    # the two humps of a busy machine's noise, a tenth apart, stay as they are (held, they would
-    # make neighbouring runs alike and the test too sure).
+        return np.zeros(len(x), dtype=np.bool_)
+    if starts is None:
+        starts = np.arange(1, len(x), dtype=np.int64)
+    commit = np.searchsorted(starts, np.arange(len(x)), side="right")
+    bounds = np.concatenate([[0], starts, [len(x)]])
+    before = x - _levels(x, width, trailing=True)[bounds[commit + 1] - 1]
+    after = x - _levels(x, width, trailing=False)[bounds[commit]]
+    residual = np.where(np.abs(before) <= np.abs(after), before, after)
     spread = 1.4826 * float(np.median(np.abs(residual)))
     bound = max(math.log(OUTLIER), CLIP * spread)
-    out: FloatArray = level + np.clip(residual, -bound, bound)
+    out: npt.NDArray[np.bool_] = np.abs(residual) > bound
     return out
 
 
@@ -341,6 +384,9 @@ def find(
         raise ValueError(f"fdr must be within (0, 1), got {fdr}")
     if min_runs < 2:
         raise ValueError(f"min_runs must be at least 2, got {min_runs}")
+    given = samples
+    reduced = [_undisturbed(s) for s in given]
+    samples = [sample for sample, _ in reduced]
     prepared = [_prepare(s) for s in samples]
     tests: list[_Test] = []
     for number, (x, starts) in enumerate(prepared):
@@ -361,8 +407,18 @@ def find(
         tested = _confirmed(x, starts, kept[number], pooled, number, first, second, min_runs)
         edges = [0, *(split for split, _, _ in tested), len(x)]
         commits = np.asarray(sample.commits, dtype=np.int64)
+        numbers = reduced[number][1]
         points = [
-            _describe(x, edges[j], split, edges[j + 2], int(commits[split]), p, t, (number, split) in pooled)
+            _describe(
+                x,
+                edges[j],
+                split,
+                edges[j + 2],
+                int(numbers[commits[split]]),
+                p,
+                t,
+                (number, split) in pooled,
+            )
             for j, (split, t, p) in enumerate(tested)
         ]
         out.append(points)
