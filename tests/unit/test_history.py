@@ -13,6 +13,7 @@ from pytest_ipu.cli import main as cli
 from pytest_ipu.results import changes
 from pytest_ipu.results import decide
 from pytest_ipu.results import history
+from pytest_ipu.results import schema
 from tests.unit import run_files
 
 LINUX = {
@@ -568,3 +569,28 @@ def test_runs_whose_throughput_has_another_definition_are_left_out_with_a_note(t
         "median_throughput_items_per_s (unlike figures)" in note
         for note in found.notes
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "reason"),
+    [
+        # Times: the readers' one rule (schema.call_time_problem), below the timer's resolution too.
+        (0.0, "s", schema.call_time_problem(0.0)),
+        (1e-10, "s", schema.call_time_problem(1e-10)),
+        (2 * schema.MAX_CALL_S, "s", schema.call_time_problem(2 * schema.MAX_CALL_S)),
+        (float("nan"), "s", "not a finite number"),
+        (0.0, "items/s", "a series compares ratios, so it must be > 0"),
+        (-1.0, "items/s", "a series compares ratios, so it must be > 0"),
+    ],
+)
+def test_a_value_no_series_can_hold_is_named_by_the_readers_rule_for_times(
+    value: float, unit: str, reason: str
+) -> None:
+    assert reason is not None
+    assert history.impossible(value, unit) == reason
+
+
+def test_a_time_a_call_can_take_and_a_rate_above_zero_are_kept() -> None:
+    assert history.impossible(schema.MIN_CALL_S, "s") is None
+    assert history.impossible(schema.MAX_CALL_S, "s") is None
+    assert history.impossible(1e-12, "items/s") is None
