@@ -157,9 +157,9 @@ class Noise:
     """What a series can see: its run-to-run noise and the smallest step its runs can find."""
 
     #: The standard deviation of the logarithms of the runs around their levels (about the relative
-    #: spread of one run); ``nan`` with too few runs to tell.
+    #: spread of one run), the disturbed runs left out; ``nan`` with too few runs to tell.
     sd: float
-    #: The runs of the series.
+    #: The runs of the series the search kept (its disturbed runs left out).
     runs: int
     #: The tests of the whole history (each series' first test is one): a first change point must
     #: reach ``FDR / tests``, divided again by the splits it is the best of.

@@ -475,6 +475,23 @@ def test_benchmarks_that_step_at_one_commit_are_one_event(
     assert lines[5].startswith("4 change point(s) at 1 commit(s) in 5 series")
 
 
+def test_a_commit_that_made_one_benchmark_faster_and_another_slower_is_one_commit_of_two_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    for number, value in enumerate(NOISE, start=1):
+        after = number >= 6
+        benches = [
+            _plain("test_up", value * (1.4 if after else 1.0)),
+            _plain("test_down", value * (0.7 if after else 1.0)),
+        ]
+        _save(folder, number, f"c{number:02d}", benches, commit_time=_minute(number))
+    assert cli.main(_history_cli(tmp_path)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[:2]] == ["worse", "better"]
+    assert lines[2].startswith("2 change point(s) at 1 commit(s) in 2 series")
+
+
 def test_blind_spots_and_series_too_noisy_for_the_step_are_stated(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
