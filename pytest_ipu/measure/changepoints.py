@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -384,8 +385,9 @@ def find(
         raise ValueError(f"fdr must be within (0, 1), got {fdr}")
     if min_runs < 2:
         raise ValueError(f"min_runs must be at least 2, got {min_runs}")
-    given = samples
-    reduced = [_undisturbed(s) for s in given]
+    # The search reads each series without its disturbed runs (``reduced``: the series and its
+    # commits' numbers in the given one); the change points name the given commits.
+    reduced = [_undisturbed(s) for s in samples]
     samples = [sample for sample, _ in reduced]
     prepared = [_prepare(s) for s in samples]
     tests: list[_Test] = []
@@ -551,38 +553,9 @@ def _joint(
     where = [{commit_id: i for i, commit_id in enumerate(s.ids)} for s in samples]
     done: set[tuple[int, int]] = set()
     while True:
-        points = [
-            (number, split, _rises(raws[number], kept[number], split))
-            for number, sample in enumerate(samples)
-            if sample.ids
-            for split in kept[number]
-            if (number, split) not in done
-        ]
-        counts: dict[tuple[str, bool], int] = {}
-        for number, split, rises in points:
-            key = (samples[number].ids[int(samples[number].commits[split])], rises)
-            counts[key] = counts.get(key, 0) + 1
-        if not counts:
+        members = _event(samples, raws, where, kept, done)
+        if members is None:
             return
-        (seed, rises), _ = max(counts.items(), key=lambda item: (item[1], item[0]))
-        members: dict[int, int] = {}
-        for number, split, up in points:
-            if up != rises or seed not in where[number]:
-                continue
-            distance = abs(int(samples[number].commits[split]) - where[number][seed])
-            if distance <= RADIUS and (
-                number not in members
-                or distance < abs(int(samples[number].commits[members[number]]) - where[number][seed])
-            ):
-                members[number] = split
-        done.update((number, split) for number, split in members.items())
-        done.update(
-            (n, s)
-            for n, s, up in points
-            if up == rises and samples[n].ids[int(samples[n].commits[s])] == seed
-        )
-        if len(members) < 2:
-            continue
         scores: dict[int, dict[str, float]] = {}
         for number, split in members.items():
             edges = [0, *sorted(kept[number]), len(raws[number])]
@@ -597,15 +570,15 @@ def _joint(
         best = max(sorted(shared), key=lambda c: sum(v[c] for v in scores.values()))
         votes = [max(v, key=lambda c: v[c]) for v in scores.values()]
         for number, own in scores.items():
-            split = members[number]
             mine = max(own, key=lambda c: own[c])
-            # The other series' own choices are the prior: a commit most of them name is likely this
-            # one's too, unless its runs say otherwise by more than that.
-            prior = math.log((votes.count(best) - (mine == best) + 1) / (votes.count(mine) - 1 + 1))
-            if own[best] + prior + AGREE < own[mine]:
+            # The others' own choices are the prior (each commit's count among them, plus one): a
+            # commit most of them name is likely this one's too, unless its runs say otherwise.
+            if (
+                mine != best
+                and own[best] + math.log((votes.count(best) + 1) / votes.count(mine)) + AGREE < own[mine]
+            ):
                 continue
-            commit = where[number][best]
-            moved = int(starts[number][commit - 1])
+            split, moved = members[number], int(starts[number][where[number][best] - 1])
             if moved == split:
                 continue
             kept[number][kept[number].index(split)] = moved
@@ -613,6 +586,48 @@ def _joint(
             if (number, split) in pooled:
                 pooled.discard((number, split))
                 pooled.add((number, moved))
+
+
+def _event(
+    samples: Sequence[Sample],
+    raws: Sequence[FloatArray],
+    where: Sequence[Mapping[str, int]],
+    kept: list[list[int]],
+    done: set[tuple[int, int]],
+) -> dict[int, int] | None:
+    """The next event to place (``_joint``): the commit and direction most change points not yet
+    placed name, and of each series the change point of that direction nearest it within
+    ``RADIUS`` commits (series number to split), all marked ``done``; ``None`` when none is left."""
+    points = [
+        (number, split, _rises(raws[number], kept[number], split))
+        for number, sample in enumerate(samples)
+        if sample.ids
+        for split in kept[number]
+        if (number, split) not in done
+    ]
+    counts: dict[tuple[str, bool], int] = {}
+    for number, split, rises in points:
+        key = (samples[number].ids[int(samples[number].commits[split])], rises)
+        counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return None
+    (seed, rises), _ = max(counts.items(), key=lambda item: (item[1], item[0]))
+    members: dict[int, int] = {}
+    for number, split, up in points:
+        if up != rises or seed not in where[number]:
+            continue
+        distance = abs(int(samples[number].commits[split]) - where[number][seed])
+        nearest = number not in members or distance < abs(
+            int(samples[number].commits[members[number]]) - where[number][seed]
+        )
+        if distance <= RADIUS and nearest:
+            members[number] = split
+    done.update(members.items())
+    # The seed's own change points are placed with this event even when it has one series only.
+    done.update(
+        (n, s) for n, s, up in points if up == rises and samples[n].ids[int(samples[n].commits[s])] == seed
+    )
+    return members
 
 
 def _rises(x: FloatArray, splits: Sequence[int], split: int) -> bool:
