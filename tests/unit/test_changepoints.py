@@ -267,3 +267,23 @@ def test_a_two_humped_benchmark_slowed_more_often_is_no_change_but_a_step_of_its
         steps_found += [c.index for c in changepoints.detect(stepped, commits)] == [12]
     assert noise_changes <= 4
     assert steps_found >= 36
+
+
+def test_a_rate_is_judged_on_its_high_side() -> None:
+    """The throughputs of the two-humped benchmark above (one over its times): a run slowed is a lower
+    rate, so the level of a rate is its high side; read as a time, the slow mode would be the level."""
+    noise_changes = steps_found = read_as_time = 0
+    for seed in range(40):
+        values, commits = _two_humped(24, [1 / 5] * 12 + [2 / 5] * 12, seed)
+        rates = [1.0 / v for v in values]
+        [found], _ = changepoints.find([Sample(rates, commits, higher_better=True)])
+        noise_changes += bool(found)
+        [found], _ = changepoints.find([Sample(rates, commits)])
+        read_as_time += bool(found)
+        values, commits = _two_humped(24, [1 / 5] * 24, seed)
+        stepped = [1.0 / (v * (1.5 if c >= 12 else 1.0)) for v, c in zip(values, commits)]
+        [found], _ = changepoints.find([Sample(stepped, commits, higher_better=True)])
+        steps_found += [c.index for c in found] == [12]
+    assert noise_changes <= 4
+    assert steps_found >= 36
+    assert read_as_time > 2 * noise_changes
