@@ -611,3 +611,28 @@ def test_a_time_a_call_can_take_and_a_rate_above_zero_are_kept() -> None:
     assert history.impossible(schema.MIN_CALL_S, "s") is None
     assert history.impossible(schema.MAX_CALL_S, "s") is None
     assert history.impossible(1e-12, "items/s") is None
+
+
+def test_a_newest_run_the_search_leaves_out_as_disturbed_still_keeps_the_check_from_passing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The newest commit's three runs: two at the level, one a hundred times slower (a call preempted
+    # for a time slice, or a regression that only one run showed). The search leaves it out; the
+    # check, judging the newest commit on every run, cannot pass it.
+    folder = tmp_path / MACHINE
+    number = 0
+    for commit, value in enumerate(NOISE, start=1):
+        for run in range(3 if commit == len(NOISE) else 1):
+            number += 1
+            slowed = 100.0 if commit == len(NOISE) and run == 1 else 1.0
+            _save(
+                folder,
+                number,
+                f"c{commit:02d}",
+                [_plain("test_a", value * slowed)],
+                commit_time=_minute(commit),
+            )
+    found = _load(tmp_path, machines=[MACHINE])
+    assert _changes(found) == []
+    assert cli.main(_history_cli(tmp_path, "--fail-on-regression", "5%")) == 3
+    assert "INCONCLUSIVE test_a" in capsys.readouterr().out
