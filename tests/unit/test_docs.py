@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -82,3 +83,29 @@ def test_the_readme_says_how_to_tell_a_local_torch_from_a_cpu_build():
     assert "Where that index cannot be reached" in readme
     assert "pytest-ipu doctor` says which build is installed" in readme
     assert "CPU-only build" in readme
+
+
+def test_the_readme_is_short_enough_to_read_in_two_minutes():
+    """The README is what it is, the two commands, a first benchmark, the CI recipe and the docs:
+    everything else lives in docs/ (at most 6,000 characters)."""
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    assert len(readme) <= 6000, f"README.md has {len(readme)} characters; move detail to docs/"
+
+
+def test_every_link_of_the_readme_to_docs_names_a_page_and_heading_that_exist():
+    """A newcomer's links lead somewhere: each docs/ page the README links exists, and each
+    #anchor is one of its headings (GitHub's slugs: lower case, spaces to hyphens, punctuation
+    dropped)."""
+    readme = (DOCS.parent / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\((docs/[^)#\s]+)(?:#([^)\s]+))?\)", readme)
+    assert links, "the README links no docs page"
+    for page, anchor in links:
+        path = DOCS.parent / page
+        assert path.exists(), f"README links {page}, which does not exist"
+        if anchor and path.suffix == ".md":
+            slugs = {
+                re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+                for line in path.read_text(encoding="utf-8").splitlines()
+                if line.startswith("#")
+            }
+            assert anchor in slugs, f"README links {page}#{anchor}: no such heading"
