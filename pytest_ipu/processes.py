@@ -39,11 +39,26 @@ __all__ = [
     "WorkerTimeout",
     "child_requests",
     "describe_error",
+    "one_line",
     "send_reply",
     "sigterm_raises",
     "stop_command",
     "stop_process",
 ]
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: every run of whitespace, newlines included, becomes one space. The one
+    place a message is made one line (errors, notes, what crosses a worker's pipe)."""
+    return " ".join(text.split())
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message`` on one line (the type alone for an empty message): how a failure crosses a
+    pipe (an exception object might not unpickle in the parent) and how messages name it."""
+    text = one_line(str(exc))
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
 
 #: Start methods that give a child a fresh interpreter (``fork`` would copy the SDK's threads' locks).
 START_METHODS = ("spawn", "forkserver")
@@ -51,13 +66,6 @@ START_METHODS = ("spawn", "forkserver")
 FAILED = "failed"
 #: After ``terminate`` (SIGTERM), how long before ``kill`` (SIGKILL), by default.
 GRACE_S = 5.0
-
-
-def describe_error(exc: BaseException) -> str:
-    """``Type: message`` on one line (the type alone for an empty message): how a failure crosses a
-    pipe (an exception object might not unpickle in the parent) and how messages name it."""
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 class WorkerGone(Exception):

@@ -62,6 +62,7 @@ from pytest_ipu.backends.base import HasDeviceLatency
 from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.target import parse_target
 from pytest_ipu.backports import remove_prefix
+from pytest_ipu.processes import describe_error
 from pytest_ipu.sdk import import_sdk
 
 #: The status of one probe: ran and gave the right output; not present here (with the reason);
@@ -413,14 +414,14 @@ def devices_main() -> int:
     except Exception as exc:
         result: dict[str, object] = {
             "status": "absent",
-            "detail": f"popart is not importable: {_one_line(exc)}",
+            "detail": f"popart is not importable: {describe_error(exc)}",
         }
     else:
         try:
             table = driver_ids.read(popart)
         except Exception as exc:
             traceback.print_exc()
-            result = {"status": "FAILED", "detail": f"enumerateDevices failed: {_one_line(exc)}"}
+            result = {"status": "FAILED", "detail": f"enumerateDevices failed: {describe_error(exc)}"}
         else:
             result = {
                 "status": "works",
@@ -612,11 +613,6 @@ def _probe_power(name: str) -> dict[str, object]:
     }
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
-
-
 def probe_main(kind: str, name: str) -> int:
     """The probe process: one target or power source, its result printed as one JSON line."""
     # Before anything of the probe runs: whether something (a sitecustomize, a .pth file) imported
@@ -627,7 +623,7 @@ def probe_main(kind: str, name: str) -> int:
             result = _probe_target(name, Path(tmp)) if kind == "target" else _probe_power(name)
     except Exception as exc:
         traceback.print_exc()  # to stderr, which the doctor does not show: the one line is enough
-        result = {"status": "FAILED", "detail": _one_line(exc)}
+        result = {"status": "FAILED", "detail": describe_error(exc)}
     result["facts"] = facts
     print(RESULT_PREFIX + json.dumps(result), flush=True)
     return 0

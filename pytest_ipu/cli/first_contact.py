@@ -80,6 +80,7 @@ from pytest_ipu.devices import poprun
 from pytest_ipu.placement.instances import InstanceSpec
 from pytest_ipu.placement.instances import ProcessInstances
 from pytest_ipu.placement.instances import ThreadInstances
+from pytest_ipu.processes import describe_error
 from pytest_ipu.results import atomic
 from pytest_ipu.sdk import import_sdk
 
@@ -122,18 +123,13 @@ class Step:
 # -- the steps, each run in its own child process ----------------------------------------------------
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _answer(call: Callable[..., Any], *args: Any) -> Any:
     """``call(*args)``'s value, or ``{"raised": "Type: message"}``: one answer failing never hides the
     others."""
     try:
         return call(*args)
     except Exception as exc:
-        return {"raised": _one_line(exc)}
+        return {"raised": describe_error(exc)}
 
 
 def _ipus(_: Path) -> dict[str, Any]:
@@ -352,7 +348,7 @@ def _outside_poprun() -> str:
     try:
         import_sdk("popdist")
     except ImportError as exc:
-        return f"not under PopRun: popdist is not importable ({_one_line(exc)})"
+        return f"not under PopRun: popdist is not importable ({describe_error(exc)})"
     return "not under PopRun: popdist.isPopdistEnvSet() is False"
 
 
@@ -633,7 +629,7 @@ def step_main(name: str) -> int:
         result = {"status": "failed", "error": str(exc)}
     except Exception as exc:
         traceback.print_exc()  # to stderr, whose last lines the file keeps for a failed step
-        result = {"status": "failed", "error": _one_line(exc)}
+        result = {"status": "failed", "error": describe_error(exc)}
     print(doctor.RESULT_PREFIX + json.dumps(result, default=_plain), flush=True)
     return 0
 
@@ -669,7 +665,7 @@ def bad_directory(directory: Path) -> str | None:
             pass
     except OSError as exc:
         return (
-            f"{label}: {existing} is not writable ({exc.strerror or _one_line(exc)}); give a directory "
+            f"{label}: {existing} is not writable ({exc.strerror or describe_error(exc)}); give a directory "
             "you can write to"
         )
     return None
@@ -730,7 +726,8 @@ def main(
         atomic.write_text(path, json.dumps(document, indent=2, default=_plain) + "\n")
     except OSError as exc:
         print(
-            f"pytest-ipu: doctor --first-contact {directory}: cannot write {path.name}: {_one_line(exc)}",
+            f"pytest-ipu: doctor --first-contact {directory}: cannot write {path.name}: "
+            f"{describe_error(exc)}",
             file=sys.stderr,
         )
         return 2

@@ -38,6 +38,7 @@ from pytest_ipu.devices import driver_ids
 from pytest_ipu.devices.allocate import Inventory
 from pytest_ipu.devices.request import MAX_IPUS_PER_INSTANCE
 from pytest_ipu.devices.request import is_power_of_two
+from pytest_ipu.processes import describe_error
 from pytest_ipu.sdk import import_sdk
 
 #: gcipuinfo attribute keys, as gcipuinfo and ``gc-info -i`` spell them (reference section 4.1).
@@ -304,7 +305,7 @@ def discover(
         try:
             found = read(module)
         except Exception as exc:  # an SDK failing to answer (no driver, a broken install)
-            failures.append(f"{name}: failed: {_one_line(exc)}")
+            failures.append(f"{name}: failed: {describe_error(exc)}")
             continue
         if isinstance(found, str):
             failures.append(f"{name}: {found}")
@@ -340,7 +341,7 @@ def _device_table(
     try:
         table = driver_ids.read(popart, max(inventory.count, 1))
     except Exception as exc:  # an SDK failing to answer: fall back to the derived numbering, said so
-        why = f"popart enumerateDevices failed: {_one_line(exc)}"
+        why = f"popart enumerateDevices failed: {describe_error(exc)}"
         return None, ((DERIVED_IDS.format(why=why),) if inventory.count > 1 else ())
     notes = [f"PopART device listing: {m}" for m in table.mismatches]
     singles = {d.id for d in table.singles}
@@ -357,7 +358,7 @@ def _import(name: str, failures: list[str]) -> ModuleType | None:
     try:
         return import_sdk(name)
     except Exception as exc:  # ImportError, or an SDK asserting at import (PopTorch checks torch)
-        reason = f"{name}: not importable ({_one_line(exc)})"
+        reason = f"{name}: not importable ({describe_error(exc)})"
         if name == "popart" and onnx_first and "onnx" in str(exc):
             # popart refuses to load once onnx is imported (reference section 0.2); its ImportError
             # says so, which tells this apart from popart simply being absent.
@@ -463,8 +464,3 @@ def _id_ranges(ids: tuple[int, ...]) -> str:
     if start is not None:
         parts.append(str(start) if start == previous else f"{start}-{previous}")
     return ", ".join(parts)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ipu.measure import machine_speed as speed
+from pytest_ipu.processes import one_line
 from pytest_ipu.results import records
 from pytest_ipu.results import schema
 from pytest_ipu.results.power_blocks import PowerBlock
@@ -173,7 +174,7 @@ def read_document(path: Path) -> dict[str, Any]:
             "give the JSON file pytest-benchmark wrote"
         ) from None
     except ValueError as exc:  # UnicodeDecodeError and json.JSONDecodeError are ValueErrors
-        raise RunFileError(f"{path}: not JSON: {_one_line(str(exc))}") from None
+        raise RunFileError(f"{path}: not JSON: {one_line(str(exc))}") from None
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise RunFileError(f"{path}: not a pytest-benchmark run (no 'benchmarks' list)")
     return data
@@ -375,10 +376,6 @@ def _show(value: Any) -> str:
         return "a list"
     text = repr(value)
     return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _time(value: Any, where: str, key: str) -> float:
