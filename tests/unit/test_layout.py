@@ -172,16 +172,41 @@ def test_every_hook_the_docs_name_exists() -> None:
     assert named <= specs, f"documented but not hook specs: {sorted(named - specs)}"
 
 
-def test_the_architecture_page_names_every_module_and_only_those() -> None:
-    """docs/architecture.md's tree lists every module of the package, and no module that is gone."""
+def _architecture_tree() -> set[str]:
+    """The modules docs/architecture.md's tree names, each with its folder (``results/gates.py``).
+
+    A line whose first word is ``name/`` opens a folder: at the tree's first indent a folder of the
+    package, deeper a folder inside the one open; every ``*.py`` named after it, on its line or the
+    lines that follow, is in it. Names before any folder are directly under the package."""
     page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
     start = page.index("```\npytest_ipu/")
-    tree = page[start : page.index("```\n", start + 4)]
-    named = set(re.findall(r"\b([a-z_0-9]+\.py)\b", tree))
-    present = {p.name for p in PACKAGE.rglob("*.py")} - {"__init__.py", "__main__.py"}
-    named -= {"__init__.py", "__main__.py"}
-    assert sorted(present - named) == [], "modules missing from docs/architecture.md's tree"
-    assert sorted(named - present) == [], "docs/architecture.md's tree names modules that do not exist"
+    tree = page[start : page.index("```\n", start + 4)].splitlines()[2:]
+    top = min(len(line) - len(line.lstrip()) for line in tree if line.strip())
+    folder: list[str] = []
+    named: set[str] = set()
+    for line in tree:
+        first = line.split()[0] if line.strip() else ""
+        if re.fullmatch(r"[a-z_0-9]+/", first):
+            depth = len(line) - len(line.lstrip())
+            folder = [first] if depth == top else folder[:1] + [first]
+        for name in re.findall(r"\b([a-z_0-9]+\.py)\b", line):
+            named.add("".join(folder) + name)
+    return named - {p for p in named if p.endswith(("__init__.py", "__main__.py"))}
+
+
+def test_the_architecture_page_names_every_module_in_its_folder_and_only_those() -> None:
+    """docs/architecture.md's tree lists every module of the package in its own folder, and no module
+    that is gone or that lives elsewhere."""
+    named = _architecture_tree()
+    present = {
+        p.relative_to(PACKAGE).as_posix()
+        for p in PACKAGE.rglob("*.py")
+        if p.name not in {"__init__.py", "__main__.py"}
+    }
+    assert sorted(present - named) == [], (
+        "modules missing from docs/architecture.md's tree (or in another folder)"
+    )
+    assert sorted(named - present) == [], "docs/architecture.md's tree names modules that do not exist there"
 
 
 def test_the_repositorys_pytest_options_leave_pytest_benchmark_timing() -> None:
