@@ -38,6 +38,7 @@ from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import compare
 from pytest_ipu.results import family
 from pytest_ipu.results import gates
+from pytest_ipu.results import launch_merge
 from pytest_ipu.results import storage
 from pytest_ipu.results.power_blocks import PowerBlock
 from pytest_ipu.results.records import group_name
@@ -91,20 +92,21 @@ def _summary(paths: Sequence[Path]) -> int:
 
 def _merge(out: Path, paths: Sequence[Path]) -> int:
     try:
-        merged = poprun.merge(paths)
-        poprun.write_atomic(out, merged)
-    except poprun.MergeError as exc:
+        merged = launch_merge.merge(paths, poprun.IDENTITIES)
+        launch_merge.write_atomic(out, merged)
+    except launch_merge.MergeError as exc:
         print(f"pytest-ipu: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:
         print(f"pytest-ipu: {out}: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    ipu_info = merged["machine_info"]["ipu"]
+    ipu_info = benchmark_json.ipu_machine_info(merged) or {}  # the merge writes it
     launcher, what = (
         (poprun.KEY, "PopRun instance(s)") if poprun.KEY in ipu_info else (torchrun.KEY, "torchrun rank(s)")
     )
     print(
-        f"merged {ipu_info[launcher]['count']} {what}, {len(merged['benchmarks'])} benchmark(s), into {out}"
+        f"merged {ipu_info[launcher]['count']} {what}, {len(benchmark_json.entries(merged))} benchmark(s), "
+        f"into {out}"
     )
     return 0
 

@@ -8,7 +8,7 @@ into a ``TorchrunRank`` when pytest is configured. The process group the ranks b
 wait over is ``placement.rank_group``'s, loaded when a launch opens it.
 
 Every rank writes its own ``--benchmark-json`` file (``rank_json_path``); rank 0 also writes the
-merged document of the launch (``placement.poprun.merge``, shared with PopRun) to the given path.
+merged document of the launch (``results.launch_merge``, shared with PopRun) to the given path.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ from typing import Any
 
 from pytest_ipu.placement import TORCHRUN_RUN_ID
 from pytest_ipu.placement import outputs
+from pytest_ipu.results import launch_merge
 
-#: Where a rank's ``as_json()`` goes: ``machine_info["ipu"][KEY]`` and each record's ``KEY``.
-KEY = "torchrun"
+#: Where a rank's ``as_json()`` goes: ``machine_info["ipu"][KEY]`` and each record's ``KEY`` (the
+#: merge's, which reads it back).
+KEY = launch_merge.TORCHRUN_KEY
 
 #: The variable torchrun's agent sets for its workers (and a user's shell does not): a process is
 #: under torchrun when it is set (``placement.TORCHRUN_RUN_ID``).

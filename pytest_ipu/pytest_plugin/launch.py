@@ -1,5 +1,5 @@
 """The end of a torchrun launch, on every rank: each rank's document gathered on rank 0, which
-merges them (``placement.poprun``'s merge, shared with PopRun), writes the launch's file and gates the
+merges them (``results.launch_merge``, shared with PopRun), writes the launch's file and gates the
 merged records.
 
 Loaded by ``lifecycle`` at the end of a session under torchrun only.
@@ -8,15 +8,14 @@ Loaded by ``lifecycle`` at the end of a session under torchrun only.
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import TYPE_CHECKING
 from typing import Any
 
-from pytest_ipu.placement import poprun  # PopRun's merge, used for torchrun's ranks as well
+from pytest_ipu.placement import poprun  # the classes of a launch's processes, checked by the merge
 from pytest_ipu.placement import torchrun
 from pytest_ipu.pytest_plugin import document
-from pytest_ipu.results import atomic
 from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import launch_merge
 from pytest_ipu.results import schema
 from pytest_ipu.results.records import Measured
 from pytest_ipu.results.records import group_name
@@ -48,7 +47,7 @@ def merge(state: IpuSession, reporter: Any) -> None:
 
     lacking = [str(i) for i, d in enumerate(documents) if not isinstance(d, dict)]
     if lacking:
-        raise poprun.MergeError(
+        raise launch_merge.MergeError(
             f"torchrun rank(s) {', '.join(lacking)} of {rank.count} measured no benchmark, so there is "
             f"no merged {merged_json}: every rank must run the same benchmarks"
         )
@@ -57,7 +56,7 @@ def merge(state: IpuSession, reporter: Any) -> None:
         for i, d in enumerate(documents)
         if isinstance(d, dict)
     ]
-    merged = poprun.merge_documents(named)
+    merged = launch_merge.merge_documents(named, poprun.IDENTITIES)
     if state.settings.scaling_baseline is not None:
         from pytest_ipu.results import scaling_baseline
 
@@ -68,15 +67,11 @@ def merge(state: IpuSession, reporter: Any) -> None:
         # before it is written (``compare`` and the report read them from there).
         section = merged.setdefault(benchmark_json.TOP_LEVEL_KEY, {})
         section[benchmark_json.GATES_KEY] = document.gates_json(verdicts)
-    atomic.write_text(merged_json, json.dumps(merged, indent=4) + "\n")
-    state.launch_records = [
-        (b["fullname"], b["extra_info"]["ipu"])
-        for b in merged["benchmarks"]
-        if isinstance(b.get("extra_info", {}).get("ipu"), dict)
-    ]
+    benchmark_json.write_document(merged_json, merged)
+    state.launch_records = [(b["fullname"], record) for b, record in benchmark_json.ipu_entries(merged)]
     if reporter is not None:
         reporter.write_line(
-            f"pytest-ipu: merged {rank.count} torchrun rank(s), {len(merged['benchmarks'])} "
+            f"pytest-ipu: merged {rank.count} torchrun rank(s), {len(benchmark_json.entries(merged))} "
             f"benchmark(s), into {merged_json}"
         )
 
@@ -89,11 +84,10 @@ def _gate(state: IpuSession, merged: dict[str, Any]) -> tuple[Verdict, ...]:
             b["fullname"],
             b["name"],
             group_name(b.get("group"), b["name"]),
-            schema.from_json(b["extra_info"][schema.NAMESPACE]),
+            schema.from_json(record),
             own[b["fullname"]].samples_s if b["fullname"] in own else (),
             own[b["fullname"]].gates if b["fullname"] in own else (),
         )
-        for b in merged["benchmarks"]
-        if isinstance(b.get("extra_info", {}).get(schema.NAMESPACE), dict)
+        for b, record in benchmark_json.ipu_entries(merged)
     ]
     return state.gate_check.check_launch(launch)

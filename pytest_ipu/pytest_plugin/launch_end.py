@@ -26,12 +26,12 @@ def finish(state: IpuSession, reporter: Any, say: Callable[[str], None]) -> None
         # Nothing to merge (``launch.merge`` returns too): the launch module stays unloaded, so a
         # rank that lost its peers reaches its summary before torchrun's SIGTERM for the others.
         return
-    from pytest_ipu.placement import poprun
     from pytest_ipu.pytest_plugin import launch
+    from pytest_ipu.results.launch_merge import MergeError
 
     try:
         launch.merge(state, reporter)
-    except (RankError, poprun.MergeError, OSError) as exc:
+    except (RankError, MergeError, OSError) as exc:
         # Never a merged file from part of the launch.
         state.launch_error = str(exc) if str(exc).startswith("pytest-ipu:") else f"pytest-ipu: {exc}"
         state.ranks_lost = state.ranks_lost or isinstance(exc, RankError)

@@ -19,6 +19,7 @@ from typing import Any
 
 from pytest_ipu.measure import machine_speed as speed
 from pytest_ipu.processes import one_line
+from pytest_ipu.results import atomic
 from pytest_ipu.results import records
 from pytest_ipu.results import schema
 from pytest_ipu.results.power_blocks import PowerBlock
@@ -128,6 +129,89 @@ def drop_round_data(output_json: dict[str, Any]) -> None:
             stats.pop("data", None)
 
 
+# -- a document's parts as they stand: for the code that edits or merges documents -----------------
+
+
+def is_document(data: object) -> bool:
+    """Whether ``data`` is a pytest-benchmark document: an object with a ``benchmarks`` list."""
+    return isinstance(data, dict) and isinstance(data.get("benchmarks"), list)
+
+
+def entries(document: Mapping[str, Any]) -> list[Any]:
+    """The document's ``benchmarks`` entries as they stand, unchecked (pytest-benchmark's benchmark
+    objects in a file it wrote); empty when it has no list (``is_document`` tells)."""
+    found = document.get("benchmarks")
+    return found if isinstance(found, list) else []
+
+
+def set_entries(document: dict[str, Any], benchmarks: list[Any]) -> None:
+    """Replace the document's ``benchmarks`` entries."""
+    document["benchmarks"] = benchmarks
+
+
+def extra_info(entry: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An entry's ``extra_info`` as it stands (``{}`` when it has none); ``None`` when it is not an
+    object."""
+    found = entry.get("extra_info", {})
+    return found if isinstance(found, dict) else None
+
+
+def ipu_data(entry: object) -> Any:
+    """An entry's pytest-ipu record as it stands, unchecked (``extra_info["ipu"]``, read by
+    ``schema.from_json``); ``None`` when it has none, or the entry or its ``extra_info`` is not an
+    object."""
+    extra = extra_info(entry) if isinstance(entry, dict) else None
+    return None if extra is None else extra.get(schema.NAMESPACE)
+
+
+def set_ipu_data(entry: dict[str, Any], record: Mapping[str, Any]) -> None:
+    """Put ``record`` under the entry's ``extra_info["ipu"]``, replacing what was there."""
+    entry.setdefault("extra_info", {})[schema.NAMESPACE] = record
+
+
+def ipu_entries(document: Mapping[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The document's entries that carry a pytest-ipu record (an object), each with its record as it
+    stands (unchecked: read it with ``schema.from_json``; edits to it edit the document)."""
+    out = []
+    for entry in entries(document):
+        data = ipu_data(entry)
+        if isinstance(data, dict):
+            out.append((entry, data))
+    return out
+
+
+def machine_info(document: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The document's ``machine_info`` as it stands; ``None`` when it has none or it is not an object."""
+    found = document.get("machine_info")
+    return found if isinstance(found, dict) else None
+
+
+def ipu_machine_info(document: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The document's ``machine_info["ipu"]`` (``update_machine_info``'s) as it stands; ``None`` when
+    it has none or it is not an object."""
+    machine = machine_info(document)
+    found = machine.get(schema.NAMESPACE) if machine is not None else None
+    return found if isinstance(found, dict) else None
+
+
+def own_ipu_machine_info(document: dict[str, Any]) -> dict[str, Any]:
+    """The document's ``machine_info["ipu"]``, made an empty object where it is missing or not an
+    object (and ``machine_info`` too), for the caller to fill."""
+    if machine_info(document) is None:
+        document["machine_info"] = {}
+    if ipu_machine_info(document) is None:
+        document["machine_info"][schema.NAMESPACE] = {}
+    found = ipu_machine_info(document)
+    assert found is not None  # made just above
+    return found
+
+
+def write_document(path: Path, document: Mapping[str, Any]) -> None:
+    """Write ``document`` to ``path`` as pytest-benchmark writes its JSON, atomically: a reader sees
+    the old file or the new, never half."""
+    atomic.write_text(path, json.dumps(document, indent=4) + "\n")
+
+
 def load_run(path: Path) -> list[StoredBenchmark]:
     """Read the benchmarks of a pytest-benchmark JSON file; raises ``RunFileError`` on bad input."""
     return list(read_run(path).benchmarks)
@@ -175,8 +259,9 @@ def read_document(path: Path) -> dict[str, Any]:
         ) from None
     except ValueError as exc:  # UnicodeDecodeError and json.JSONDecodeError are ValueErrors
         raise RunFileError(f"{path}: not JSON: {one_line(str(exc))}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+    if not is_document(data):
         raise RunFileError(f"{path}: not a pytest-benchmark run (no 'benchmarks' list)")
+    assert isinstance(data, dict)  # is_document's
     return data
 
 

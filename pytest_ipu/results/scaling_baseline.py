@@ -42,10 +42,7 @@ def load(path: Path) -> dict[str, IpuRecord]:
     except benchmark_json.RunFileError as exc:
         raise BaselineError(f"{where}: {exc}") from None
     out: dict[str, IpuRecord] = {}
-    for bench in document.get("benchmarks", []):
-        data = bench.get("extra_info", {}).get(schema.NAMESPACE) if isinstance(bench, dict) else None
-        if not isinstance(data, dict):
-            continue
+    for bench, data in benchmark_json.ipu_entries(document):
         try:
             record = schema.from_json(data)
         except schema.SchemaError as exc:
@@ -82,10 +79,7 @@ def against(record: IpuRecord, baseline: IpuRecord | None, baseline_file: str) -
 def apply(document: Mapping[str, Any], baselines: Mapping[str, IpuRecord], baseline_file: str) -> None:
     """Add the ``scaling`` part to every record of a merged or single-process ``document`` whose
     benchmark the baseline has (in place)."""
-    for bench in document.get("benchmarks", []):
-        data = bench.get("extra_info", {}).get(schema.NAMESPACE)
-        if not isinstance(data, dict):
-            continue
+    for bench, data in benchmark_json.ipu_entries(document):
         part = against(schema.from_json(data), baselines.get(str(bench.get("fullname"))), baseline_file)
         if part is not None:
             data["scaling"] = part.as_json()

@@ -33,6 +33,7 @@ import pytest
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.cli import main as cli
 from pytest_ipu.placement import poprun
+from pytest_ipu.results import launch_merge
 from pytest_ipu.results import schema
 from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import XDIST_VARIABLES
@@ -434,7 +435,7 @@ def test_pytest_benchmark_and_pytest_ipu_compare_read_the_merged_file(
 
 def test_merging_the_rank_files_again_gives_the_launchs_records(two_ranks: Launch) -> None:
     files = [two_ranks.path / name for name in reversed(RANK_FILES)]
-    again = poprun.merge(files)
+    again = launch_merge.merge(files, poprun.IDENTITIES)
     assert again["machine_info"]["ipu"]["torchrun"]["count"] == 2
     assert _records(again) == _records(two_ranks.load("out.json"))
 

@@ -153,6 +153,58 @@ def test_no_folder_imports_a_folder_that_imports_it_back() -> None:
     assert cycles == [], f"folders importing each other round a cycle: {cycles}"
 
 
+#: The parts of a pytest-benchmark run document that only the format's owners index.
+DOCUMENT_KEYS = frozenset({"benchmarks", "extra_info", "machine_info"})
+#: The format's owners: its one reader and writer, and the package that names pytest-benchmark's
+#: internals (its fixture's and session's objects). A module or package, with what is inside it.
+DOCUMENT_OWNERS = ("pytest_ipu.results.benchmark_json", "pytest_ipu.pytest_plugin.bench_seam")
+#: Modules allowed to index one of those keys anyway, each with the reason (none at present).
+DOCUMENT_KEY_EXCEPTIONS: dict[str, str] = {}
+
+
+def _document_indexing(module: str) -> list[str]:
+    """Where ``module`` indexes a run document's ``DOCUMENT_KEYS``: ``x["benchmarks"]``, or
+    ``x.get("extra_info")`` (also ``setdefault`` and ``pop``), as ``module:line key``."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        key: ast.AST | None = None
+        if isinstance(node, ast.Subscript):
+            key = node.slice
+            if not isinstance(key, ast.Constant):
+                key = getattr(key, "value", key)  # Python 3.8 wraps it in ast.Index
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "setdefault", "pop")
+            and node.args
+        ):
+            key = node.args[0]
+        if isinstance(key, ast.Constant) and key.value in DOCUMENT_KEYS:
+            found.append(f"{module}:{node.lineno} {key.value}")
+    return found
+
+
+def _owns_the_format(module: str) -> bool:
+    return any(module == owner or module.startswith(owner + ".") for owner in DOCUMENT_OWNERS)
+
+
+def test_only_the_formats_owners_index_a_run_document() -> None:
+    """A run document's ``benchmarks``, ``extra_info`` and ``machine_info`` are read and written
+    through ``results.benchmark_json`` (docs/architecture.md): no other module indexes them."""
+    found = [
+        hit
+        for module in sorted(MODULES)
+        if not _owns_the_format(module) and module not in DOCUMENT_KEY_EXCEPTIONS
+        for hit in _document_indexing(module)
+    ]
+    assert found == [], "index a run document outside results/benchmark_json.py (use its accessors)"
+    assert all(m in MODULES for m in DOCUMENT_KEY_EXCEPTIONS), "an exception names a module that is gone"
+    # The scan sees what it looks for: the format's reader indexes every one of the keys.
+    seen = {hit.rpartition(" ")[2] for hit in _document_indexing("pytest_ipu.results.benchmark_json")}
+    assert seen == DOCUMENT_KEYS
+
+
 def test_few_modules_directly_under_the_package() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} modules directly under pytest_ipu/: {top}"
@@ -188,7 +240,7 @@ def _architecture_tree() -> set[str]:
         first = line.split()[0] if line.strip() else ""
         if re.fullmatch(r"[a-z_0-9]+/", first):
             depth = len(line) - len(line.lstrip())
-            folder = [first] if depth == top else folder[:1] + [first]
+            folder = [first] if depth == top else [*folder[:1], first]
         for name in re.findall(r"\b([a-z_0-9]+\.py)\b", line):
             named.add("".join(folder) + name)
     return named - {p for p in named if p.endswith(("__init__.py", "__main__.py"))}

@@ -9,6 +9,7 @@ import math
 import re
 import sys
 import types
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.placement import poprun
 from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import launch_merge
 from pytest_ipu.results import records
 from pytest_ipu.results import schema
 from tests.fakes import fake_popart
@@ -287,6 +289,11 @@ def test_configure_json_path_without_json_or_outside_poprun() -> None:
 # -- merge -----------------------------------------------------------------------------------------
 
 
+def merge(paths: Sequence[Path]) -> dict[str, Any]:
+    """The merge as ``pytest-ipu merge`` runs it: each file's instance checked by PopRun's class."""
+    return launch_merge.merge(paths, poprun.IDENTITIES)
+
+
 def _record(
     throughput: float, window_s: float, rounds: int, p50: float, p99: float, **over: Any
 ) -> dict[str, Any]:
@@ -376,7 +383,7 @@ def _write(tmp_path: Path, docs: list[Any]) -> list[Path]:
 def test_merge_counts_every_item_over_the_launch_window_and_keeps_the_worst_latency(tmp_path: Path) -> None:
     docs = _two_instances()
     paths = _write(tmp_path, docs)
-    merged = poprun.merge(list(reversed(paths)))  # any order: instances are ordered by index
+    merged = merge(list(reversed(paths)))  # any order: instances are ordered by index
     assert [b["fullname"] for b in merged["benchmarks"]] == ["t.py::test_a", "t.py::test_plain"]
     bench = merged["benchmarks"][0]
     record = bench["extra_info"]["ipu"]
@@ -394,7 +401,7 @@ def test_merge_counts_every_item_over_the_launch_window_and_keeps_the_worst_late
     assert record["power"] is None
     assert record["poprun"]["merged"] is True
     assert record["poprun"]["count"] == 2
-    assert record["poprun"]["aggregation"] == dict(poprun.AGGREGATION)
+    assert record["poprun"]["aggregation"] == dict(launch_merge.AGGREGATION)
     assert "launch's window" in record["poprun"]["aggregation"]["throughput_items_per_s"]
     assert record["poprun"]["instances"] == [
         docs[0]["benchmarks"][0]["extra_info"]["ipu"],
@@ -449,7 +456,7 @@ def test_the_launch_window_spans_the_instances_windows_by_their_wall_clock_edges
     first = _timed(docs[0]["benchmarks"][0]["extra_info"]["ipu"], (1000.0, 2.0))
     _timed(docs[1]["benchmarks"][1]["extra_info"]["ipu"], (second_start, 2.5))
     assert schema.from_json(first).repeats[0].start_unix_s == 1000.0  # the reader keeps the edge
-    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    record = merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
     assert record["poprun"]["window_rule"] == "common span"
     assert record["window_s"] == pytest.approx(span)
     assert record["poprun"]["window_overlap"] == pytest.approx(overlap)
@@ -463,7 +470,7 @@ def test_the_launch_window_pairs_repeats_and_sums_their_spans(tmp_path: Path) ->
     docs = _two_instances()
     _timed(docs[0]["benchmarks"][0]["extra_info"]["ipu"], (1000.0, 1.0), (1010.0, 1.0))
     _timed(docs[1]["benchmarks"][1]["extra_info"]["ipu"], (1000.0, 1.0), (1011.0, 1.0))
-    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    record = merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
     # Repeat 1 ran side by side (1 s), repeat 2 one after the other (2 s): the 9 s between the
     # repeats, when neither instance was timed, are not in the window.
     assert record["window_s"] == pytest.approx(3.0)
@@ -476,7 +483,7 @@ def test_without_every_edge_the_launch_window_is_the_longest_per_repeat(tmp_path
     _timed(docs[0]["benchmarks"][0]["extra_info"]["ipu"], (1000.0, 1.0), (1010.0, 3.0))
     second = _timed(docs[1]["benchmarks"][1]["extra_info"]["ipu"], (1000.0, 2.0), (1011.0, 1.0))
     second["repeats"][1]["start_unix_s"] = None  # an edge missing: no span can be laid out
-    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    record = merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
     assert record["poprun"]["window_rule"] == "longest window"
     assert record["window_s"] == pytest.approx(2.0 + 3.0)
 
@@ -490,7 +497,7 @@ def test_merge_keeps_the_largest_cpu_time_of_any_instance(tmp_path: Path) -> Non
     keys = ("process_s", "thread_s", "process_total_s", "thread_total_s", "off_cpu_share")
     first["cpu"] = dict(zip(keys, (0.004, 0.003, 0.2, 0.15, 0.25)))
     second["cpu"] = dict(zip(keys, (0.005, 0.002, 0.25, 0.1, 0.5)))
-    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    record = merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
     # Instances written before the host cost: the launch has none either.
     assert record["cpu"] == {
         **dict(zip(keys, (0.005, 0.003, 0.25, 0.15, 0.5))),
@@ -498,7 +505,7 @@ def test_merge_keeps_the_largest_cpu_time_of_any_instance(tmp_path: Path) -> Non
         "host_cores": None,
     }
     del second["cpu"]  # an instance of a pytest-ipu from before CPU time
-    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    record = merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
     assert record["cpu"] is None
 
 
@@ -517,7 +524,7 @@ def test_the_host_cost_of_a_launch_is_every_instances_together(tmp_path: Path) -
     first["cpu"].update(host_per_item_s=0.001, host_cores=0.1)
     second["cpu"] = {**base, "process_total_s": 0.25, "workers": 0, "workers_total_s": 0.0}
     second["cpu"].update(host_per_item_s=0.00125, host_cores=0.1)
-    merged = poprun.merge(_write(tmp_path, docs))
+    merged = merge(_write(tmp_path, docs))
     record = merged["benchmarks"][0]["extra_info"]["ipu"]
     assert record["cpu"]["host_cores"] == pytest.approx(0.2)  # the cores the launch kept busy
     assert record["cpu"]["host_per_item_s"] == pytest.approx(0.45 / 400)  # not the larger 1.25 ms
@@ -539,24 +546,24 @@ def test_the_host_instructions_of_a_launch_are_every_instances_together(tmp_path
     )
     first["host_instructions"] = instructions.counted(3_000_000, 10, 1, 4).as_json()
     second["host_instructions"] = instructions.counted(5_000_000, 10, 1, 6).as_json()
-    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    record = merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
     # Every instance's instructions over every instance's calls: not instance 0's alone.
     assert record["host_instructions"] == instructions.counted(8_000_000, 20, 2, 10).as_json()
     assert schema.from_json(record).value("host_instructions") == 400_000.0
     assert "every instance's instructions" in record["poprun"]["aggregation"]["host_instructions"]
     # An instance whose counter did not count: the launch says why, with no figure.
     second["host_instructions"] = instructions.not_available("perf_event_open failed with ENOENT").as_json()
-    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    record = merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
     assert record["host_instructions"]["available"] is False
     assert record["host_instructions"]["reason"] == "perf_event_open failed with ENOENT"
     del second["host_instructions"]  # an instance of a pytest-ipu from before the counter
-    record = poprun.merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
+    record = merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
     assert "host_instructions" not in record
 
 
 def test_a_merged_file_reads_back_as_a_run(tmp_path: Path) -> None:
     out = tmp_path / "merged.json"
-    poprun.write_atomic(out, poprun.merge(_write(tmp_path, _two_instances())))
+    launch_merge.write_atomic(out, merge(_write(tmp_path, _two_instances())))
     stored = {b.fullname: b for b in benchmark_json.load_run(out)}
     merged_record = stored["t.py::test_a"].record
     assert merged_record is not None
@@ -572,13 +579,13 @@ def test_identity_from_the_records_when_machine_info_lacks_it(tmp_path: Path) ->
         for bench in doc["benchmarks"]:
             if bench["extra_info"]:
                 bench["extra_info"]["ipu"]["poprun"] = identity
-    merged = poprun.merge(_write(tmp_path, docs))
+    merged = merge(_write(tmp_path, docs))
     assert merged["benchmarks"][0]["extra_info"]["ipu"]["throughput_items_per_s"] == pytest.approx(160.0)
 
 
 def test_one_instance_merges_to_itself(tmp_path: Path) -> None:
     doc = _run(0, 1, [_bench("t.py::test_a", _record(100.0, 2.0, 50, 0.010, 0.020), 0.011)])
-    merged = poprun.merge(_write(tmp_path, [doc]))
+    merged = merge(_write(tmp_path, [doc]))
     assert merged["benchmarks"][0]["extra_info"]["ipu"]["throughput_items_per_s"] == 100.0
 
 
@@ -687,39 +694,40 @@ BAD_MERGES = [
 @pytest.mark.parametrize(("change", "message"), [b[1:] for b in BAD_MERGES], ids=[b[0] for b in BAD_MERGES])
 def test_bad_merges(tmp_path: Path, change: Any, message: str) -> None:
     paths = _write(tmp_path, _edit(change))
-    with pytest.raises(poprun.MergeError, match=exactly(message.format(*paths))):
-        poprun.merge(paths)
+    with pytest.raises(launch_merge.MergeError, match=exactly(message.format(*paths))):
+        merge(paths)
 
 
 def test_a_missing_instance_and_an_unreadable_file(tmp_path: Path) -> None:
     paths = _write(tmp_path, _two_instances())
     with pytest.raises(
-        poprun.MergeError,
+        launch_merge.MergeError,
         match=exactly(f"{paths[1]}: instance(s) 0 of 2 missing; pass the JSON file of every instance"),
     ):
-        poprun.merge(paths[1:])
+        merge(paths[1:])
     with pytest.raises(
-        poprun.MergeError, match=exactly(f"{tmp_path / 'gone.json'}: cannot read: No such file or directory")
+        launch_merge.MergeError,
+        match=exactly(f"{tmp_path / 'gone.json'}: cannot read: No such file or directory"),
     ):
-        poprun.merge([paths[0], tmp_path / "gone.json"])
+        merge([paths[0], tmp_path / "gone.json"])
     with pytest.raises(
-        poprun.MergeError,
+        launch_merge.MergeError,
         match=exactly("no input files; pass the JSON file of every instance of the PopRun launch"),
     ):
-        poprun.merge([])
+        merge([])
 
 
 def test_merged_files_are_not_merged_again(tmp_path: Path) -> None:
     paths = _write(tmp_path, _two_instances())
-    merged = poprun.merge(paths)
+    merged = merge(paths)
     merged["machine_info"]["ipu"]["poprun"] = TWO.as_json()  # disguised as an instance file
     again = tmp_path / "again.json"
     again.write_text(json.dumps(merged))
     with pytest.raises(
-        poprun.MergeError,
+        launch_merge.MergeError,
         match=exactly(f"{again}: benchmark 't.py::test_a' is already merged; pass unmerged files"),
     ):
-        poprun.merge([again, paths[1]])
+        merge([again, paths[1]])
 
 
 # -- writing and the command -----------------------------------------------------------------------
@@ -728,10 +736,10 @@ def test_merged_files_are_not_merged_again(tmp_path: Path) -> None:
 def test_write_atomic_replaces_whole_or_not_at_all(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     out.write_text("old")
-    poprun.write_atomic(out, {"a": 1})
+    launch_merge.write_atomic(out, {"a": 1})
     assert json.loads(out.read_text()) == {"a": 1}
     with pytest.raises(TypeError):
-        poprun.write_atomic(out, {"a": object()})
+        launch_merge.write_atomic(out, {"a": object()})
     assert json.loads(out.read_text()) == {"a": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"], "a temporary file was left behind"
 
