@@ -13,7 +13,7 @@ documents none of their names (and the popdist source is not public), so ``detec
 Every instance would also see every IPU of the launch and, choosing from that inventory, place its
 models on the same IPU ids as the others. ``instance_device`` asks PopDist for this instance's
 device instead (``popdist.getDeviceId``) and ``InstanceInventory`` limits placement to its IPUs.
-The launch's files (one per instance, merged after) are ``placement.poprun``'s.
+The launch's files (one per instance) are ``placement.poprun``'s; their merge is ``results.launch_merge``'s.
 """
 
 from __future__ import annotations

@@ -146,6 +146,32 @@ def test_dropping_round_data_leaves_other_tools_benchmarks_and_statistics() -> N
     assert theirs["stats"]["data"] == partial["stats"]["data"] == [0.001, 0.005]
 
 
+def test_the_accessors_edit_the_document_they_read(tmp_path) -> None:
+    """The merge and the scaling baseline edit documents through these: what they return is the
+    document's own parts, and entries without a record object are passed over."""
+    ours = _bench("ours", {schema.NAMESPACE: schema.to_json(RECORD)})
+    document = _run(ours, _bench("theirs", None), _bench("odd", {schema.NAMESPACE: [1]}))
+    document["benchmarks"].append("not an entry")
+    assert benchmark_json.is_document(document)
+    assert not benchmark_json.is_document({"benchmarks": {}})
+    assert len(benchmark_json.entries(document)) == 4
+    [(entry, record)] = benchmark_json.ipu_entries(document)
+    assert entry is ours
+    record["scaling"] = {"processes": 2}
+    assert ours["extra_info"][schema.NAMESPACE]["scaling"] == {"processes": 2}
+    benchmark_json.set_ipu_data(entry, {"replaced": True})
+    assert benchmark_json.ipu_data(ours) == {"replaced": True}
+    assert benchmark_json.extra_info({"extra_info": [1]}) is None
+    assert benchmark_json.extra_info({}) == {}
+    document["machine_info"] = {"node": "host", schema.NAMESPACE: "not an object"}
+    assert benchmark_json.ipu_machine_info(document) is None
+    benchmark_json.own_ipu_machine_info(document)["poprun"] = {"count": 2}
+    assert document["machine_info"] == {"node": "host", schema.NAMESPACE: {"poprun": {"count": 2}}}
+    path = tmp_path / "run.json"
+    benchmark_json.write_document(path, document)
+    assert benchmark_json.read_document(path) == document
+
+
 def test_load_run_of_empty_run(tmp_path):
     assert benchmark_json.load_run(_write(tmp_path, _run())) == []
 
