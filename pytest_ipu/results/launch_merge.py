@@ -33,7 +33,7 @@ KEY = "poprun"
 TORCHRUN_KEY = "torchrun"
 
 #: The class each launcher's processes say which they are with, by the launcher's key (``KEY``,
-#: ``TORCHRUN_KEY``): built from a file's section (``Identity(**section)``), it raises ``TypeError``
+#: ``TORCHRUN_KEY``): built from a file's section (``cls(**section)``), it raises ``TypeError``
 #: or ``ValueError`` for one that no process of a launch can have.
 Identities = typing.Mapping[str, typing.Callable[..., object]]
 
