@@ -9,10 +9,14 @@ by more than their own run-to-run noise allows. The method:
   commit give three times the evidence, and a change may start at any commit with at least
   ``MIN_RUNS`` runs on each side (three commits of one run, or one commit of three runs). The
   split is tested only between commits: runs of one commit are never on two sides.
+- **Disturbed runs are left out** (``disturbed``): a run beyond a factor ``OUTLIER`` (2) of the
+  level of the runs beside it (the lower tenth of those up to its commit's end or of those from
+  its commit's start, whichever it is nearer; the undisturbed side of a busy machine's noise: the
+  low side of a time, the high side of a rate), or ``CLIP`` (5) robust standard deviations where
+  the series spreads wider: a call preempted for a whole time slice, or a benchmark's slow mode
+  (calls of 1 ms or of 13 ms, run to run), measures the machine, not the code.
 - **The test.** Values are compared as logarithms (benchmark noise scales with the level and is
-  skewed; a change is a ratio), each run held within a factor ``OUTLIER`` (2) of the level
-  of the runs around it, or ``CLIP`` (5) robust standard deviations where the series spreads
-  wider (``tamed``). At each allowed split, Student's two-sample t statistic with the
+  skewed; a change is a ratio). At each allowed split, Student's two-sample t statistic with the
   variance pooled over both sides (the noise, in logarithms, is the same before and after a change
   of level; pooling keeps the test sound when one side has only three runs). The split with the
   largest ``|t|`` is the candidate; its p-value is the two-sided t test's, multiplied by the number
@@ -38,7 +42,14 @@ Within ``RADIUS`` commits of the split, the change starts where the runs there a
 each judged by a kernel density estimate of the residuals of the runs clear of the split around
 their side's median (the series' own noise shape: for Gaussian noise this is the least-squares
 split; for skewed, two-humped benchmark noise it tells a spike of the old level from the new
-level).
+level), mixed with a uniform density weighing as one run, so that a run far from every residual (a
+call preempted for a whole time slice) is as unlikely under either level and places nothing.
+
+**One event, one commit** (``_joint``): change points of one direction within ``RADIUS`` commits of
+a commit that several series name are one event, placed at the commit where the sum of their runs'
+log-likelihoods is largest: a series whose own runs around the event were slowed on a busy machine
+is placed with the others, unless its runs reject that commit by more than ``AGREE`` and the others'
+own choices (then it is a change of its own, a commit apart).
 
 Once all are placed, each change point is tested again between its final neighbours (``_confirmed``:
 its split's t there, times the splits of that segment, or alone for a pooled one); the weakest that
@@ -46,7 +57,7 @@ no longer reaches its pass's Benjamini-Hochberg level is dropped and the rest te
 merges the change points of its windows. A split found while a larger change shared its segment
 is so judged on its own segment, and its p-value agrees with its levels and interval.
 
-Each change point gives the first commit of the new level, the geometric means of the (held) runs
+Each change point gives the first commit of the new level, the geometric means of the (undisturbed) runs
 back to the previous change point and on to the next (the levels before and after), the relative
 change of those and its 95 % interval (Welch's t interval of the difference of the logarithms'
 means), and the p-value of that last test.
@@ -67,6 +78,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -87,13 +99,19 @@ MIN_RUNS = 3
 POWER = 0.9
 #: The confidence of a change point's interval.
 CONFIDENCE = 0.95
-#: The most a run may differ from the level of the runs around it (``tamed``): a factor, or where
+#: The most a run may differ from the level of the runs beside it (``disturbed``): a factor, or where
 #: the series spreads wider, robust standard deviations (1.4826 median absolute deviations) of the
 #: runs from their levels.
 OUTLIER = 2.0
 CLIP = 5.0
+#: The quantile of the runs beside a run that ``disturbed`` takes as their level: the undisturbed
+#: side of a busy machine's noise.
+LEVEL = 0.1
 #: How far (commits) ``_place`` may move a change from the best split.
 RADIUS = 2
+#: How much less likely (the natural logarithm of a likelihood ratio) a series' own runs may find the
+#: commit its event is placed at than their own best commit, and still be placed with the event.
+AGREE = 1.0
 
 
 @dataclass(frozen=True)
@@ -105,6 +123,8 @@ class Sample:
     values: Sequence[float]
     commits: Sequence[int]
     ids: Sequence[str] = ()
+    #: The values are rates (a throughput): a disturbed run is lower, not higher.
+    higher_better: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,9 +158,9 @@ class Noise:
     """What a series can see: its run-to-run noise and the smallest step its runs can find."""
 
     #: The standard deviation of the logarithms of the runs around their levels (about the relative
-    #: spread of one run); ``nan`` with too few runs to tell.
+    #: spread of one run), the disturbed runs left out; ``nan`` with too few runs to tell.
     sd: float
-    #: The runs of the series.
+    #: The runs of the series the search kept (its disturbed runs left out).
     runs: int
     #: The tests of the whole history (each series' first test is one): a first change point must
     #: reach ``FDR / tests``, divided again by the splits it is the best of.
@@ -196,9 +216,8 @@ class _Test:
     kept: bool = False
 
 
-def _prepare(sample: Sample) -> tuple[FloatArray, IntArray]:
-    """The logarithms of the values, held (``tamed``), and the run index where each commit after the
-    first begins."""
+def _validated(sample: Sample) -> tuple[FloatArray, IntArray]:
+    """The logarithms of the values and the commits, checked."""
     values = np.asarray(sample.values, dtype=np.float64)
     commits = np.asarray(sample.commits, dtype=np.int64)
     if values.ndim != 1 or commits.shape != values.shape:
@@ -207,30 +226,81 @@ def _prepare(sample: Sample) -> tuple[FloatArray, IntArray]:
         raise ValueError("values must be finite numbers > 0")
     if len(commits) and (commits[0] < 0 or np.any(np.diff(commits) < 0)):
         raise ValueError("commits must be numbered from 0, in the order of the runs")
+    return np.log(values), commits
+
+
+def _undisturbed(sample: Sample) -> tuple[Sample, IntArray]:
+    """``sample`` without its disturbed runs (``disturbed``), its commits numbered again from 0, and
+    the number each of its commits had in ``sample``."""
+    logs, commits = _validated(sample)
+    # ``disturbed`` looks for runs slowed: the high side of a time, the low side of a rate.
+    starts = (np.flatnonzero(np.diff(commits) != 0) + 1).astype(np.int64)
+    keep = ~disturbed(-logs if sample.higher_better else logs, starts)
+    numbers, renumbered = np.unique(commits[keep], return_inverse=True)
+    ids = [sample.ids[int(c)] for c in numbers] if sample.ids else []
+    values = np.asarray(sample.values, dtype=np.float64)[keep]
+    return Sample(list(values), [int(c) for c in renumbered], ids, sample.higher_better), numbers.astype(
+        np.int64
+    )
+
+
+def _prepare(sample: Sample) -> tuple[FloatArray, IntArray]:
+    """The logarithms of the values and the run index where each commit after the first begins."""
+    logs, commits = _validated(sample)
     starts = np.flatnonzero(np.diff(commits) != 0) + 1
-    return tamed(np.log(values)), starts.astype(np.int64)
+    return logs, starts.astype(np.int64)
 
 
-def tamed(x: FloatArray) -> FloatArray:
-    """The logarithms ``x`` with each run held within a factor ``OUTLIER`` of its neighbourhood's
-    level (the median of the ``2 * MIN_RUNS + 1`` runs around it), or ``CLIP`` robust standard
-    deviations of the runs' distances from their levels where that is wider: a call preempted for a
-    whole time slice of a busy machine, ten or a hundred times its usual time, counts as a run
-    twice as slow, not as a noise that hides every change. A change of level moves the medians
-    with it (a level of ``MIN_RUNS + 1`` runs or more holds most of the window), so its runs are
-    not held."""
+def _levels(x: FloatArray, width: int, trailing: bool) -> FloatArray:
+    """The ``LEVEL`` quantile of the ``width`` runs up to each run (``trailing``) or from it on;
+    where the series' end leaves fewer than ``MIN_RUNS`` of them, of the ``MIN_RUNS`` runs at that
+    end."""
+    pad = np.full(width - 1, np.inf)
+    padded = np.concatenate([pad, x]) if trailing else np.concatenate([x, pad])
+    windows = np.sort(np.lib.stride_tricks.sliding_window_view(padded, width), axis=1)
+    count = np.isfinite(windows).sum(axis=1)
+    # Linear interpolation between order statistics, as ``np.quantile`` does, over the runs there.
+    at = LEVEL * (count - 1)
+    low = np.floor(at).astype(np.int64)
+    high = np.minimum(low + 1, count - 1)
+    rows = np.arange(len(windows))
+    level = windows[rows, low] + (at - low) * (windows[rows, high] - windows[rows, low])
+    edge = MIN_RUNS - 1 if trailing else len(x) - MIN_RUNS
+    out: FloatArray = np.where(count >= MIN_RUNS, level, level[edge])
+    return out
+
+
+def disturbed(x: FloatArray, starts: IntArray | None = None) -> npt.NDArray[np.bool_]:
+    """Which runs of the logarithms ``x`` (of times: a disturbed run is slower) a busy machine
+    disturbed: those beyond a factor ``OUTLIER`` of the level of the runs beside them, or ``CLIP``
+    robust standard deviations of the runs' distances from their levels where the series spreads
+    wider. A run's level is the lower tenth (``LEVEL``) of the ``2 * MIN_RUNS + 1`` runs up to the
+    end of its commit, or of those from the start of its commit on (``starts``: where each commit
+    after the first begins; default one run a commit; at least ``MIN_RUNS`` runs at either end of
+    the series), whichever it is nearer: a run that starts a new level is near the level of the
+    runs after it, a run preempted for a time slice near neither, and the runs of a commit at
+    either end of the series are judged with each other.
+
+    The search leaves disturbed runs out. It looks for a change of the code, and a call preempted
+    for a whole time slice, or a benchmark's slow mode (a call of 1 ms or of 13 ms, run to run), is
+    a change of the machine: held at some bound instead, such runs would still count, and a change
+    of how often they happen would look like a change of level. The lower tenth stays with the
+    undisturbed mode unless nearly all of the runs beside a run are slowed (where the slow mode is
+    the more frequent, the runs are too noisy for any search); the two humps of a busy machine's
+    noise, a tenth apart, are both kept."""
     width = 2 * MIN_RUNS + 1
     if len(x) < width:
-        return x
-    padded = np.pad(x, width // 2, mode="edge")
-    level = np.median(np.lib.stride_tricks.sliding_window_view(padded, width), axis=1)
-    residual = x - level
-    # Only a run beyond twice (or half) its level, and far beyond its series' own spread, is held:
-    # the two humps of a busy machine's noise, a tenth apart, stay as they are (held, they would
-    # make neighbouring runs alike and the test too sure).
+        return np.zeros(len(x), dtype=np.bool_)
+    if starts is None:
+        starts = np.arange(1, len(x), dtype=np.int64)
+    commit = np.searchsorted(starts, np.arange(len(x)), side="right")
+    bounds = np.concatenate([[0], starts, [len(x)]])
+    before = x - _levels(x, width, trailing=True)[bounds[commit + 1] - 1]
+    after = x - _levels(x, width, trailing=False)[bounds[commit]]
+    residual = np.where(np.abs(before) <= np.abs(after), before, after)
     spread = 1.4826 * float(np.median(np.abs(residual)))
     bound = max(math.log(OUTLIER), CLIP * spread)
-    out: FloatArray = level + np.clip(residual, -bound, bound)
+    out: npt.NDArray[np.bool_] = np.abs(residual) > bound
     return out
 
 
@@ -315,6 +385,10 @@ def find(
         raise ValueError(f"fdr must be within (0, 1), got {fdr}")
     if min_runs < 2:
         raise ValueError(f"min_runs must be at least 2, got {min_runs}")
+    # The search reads each series without its disturbed runs (``reduced``: the series and its
+    # commits' numbers in the given one); the change points name the given commits.
+    reduced = [_undisturbed(s) for s in samples]
+    samples = [sample for sample, _ in reduced]
     prepared = [_prepare(s) for s in samples]
     tests: list[_Test] = []
     for number, (x, starts) in enumerate(prepared):
@@ -328,14 +402,25 @@ def find(
         raw = np.log(np.asarray(sample.values, dtype=np.float64))
         kept[number] = _placed(raw, starts, own, min_runs)
     second = _pool(samples, prepared, kept, pooled, fdr, min_runs)
+    _joint(samples, [starts for _, starts in prepared], kept, pooled, min_runs)
     out: list[list[ChangePoint]] = []
     noises: list[Noise] = []
     for number, (sample, (x, starts)) in enumerate(zip(samples, prepared)):
         tested = _confirmed(x, starts, kept[number], pooled, number, first, second, min_runs)
         edges = [0, *(split for split, _, _ in tested), len(x)]
         commits = np.asarray(sample.commits, dtype=np.int64)
+        numbers = reduced[number][1]
         points = [
-            _describe(x, edges[j], split, edges[j + 2], int(commits[split]), p, t, (number, split) in pooled)
+            _describe(
+                x,
+                edges[j],
+                split,
+                edges[j + 2],
+                int(numbers[commits[split]]),
+                p,
+                t,
+                (number, split) in pooled,
+            )
             for j, (split, t, p) in enumerate(tested)
         ]
         out.append(points)
@@ -386,26 +471,48 @@ def _placed(x: FloatArray, starts: IntArray, splits: list[int], min_runs: int) -
     return out
 
 
-def _log_density(at: FloatArray, sample: FloatArray, bandwidth: float) -> FloatArray:
-    """The log of a Gaussian kernel density estimate of ``sample`` at each of ``at``."""
+def _log_density(at: FloatArray, sample: FloatArray, bandwidth: float, width: float) -> FloatArray:
+    """The log of a Gaussian kernel density estimate of ``sample`` at each of ``at``, mixed with a
+    uniform density over ``width`` weighing as one run of the sample."""
     z = -0.5 * ((at[:, None] - sample[None, :]) / bandwidth) ** 2
     top = z.max(axis=1)
     # log-sum-exp: a run far from every residual still gets a finite, comparable log density.
     total: FloatArray = top + np.log(np.exp(z - top[:, None]).sum(axis=1))
-    return total - math.log(len(sample) * bandwidth * math.sqrt(2.0 * math.pi))
+    kernel = total - math.log((len(sample) + 1) * bandwidth * math.sqrt(2.0 * math.pi))
+    # The floor: a run far from every residual (a call preempted for a whole time slice, a hundred
+    # times its usual time) is as unlikely under either level, instead of deciding the placement by
+    # which level it is a little less far from.
+    floor = -math.log((len(sample) + 1) * width)
+    out: FloatArray = np.logaddexp(kernel, floor)
+    return out
 
 
 def _place(x: FloatArray, starts: IntArray, below: int, split: int, above: int, min_runs: int) -> int:
     """The most likely start of the new level among the commit starts within ``RADIUS`` commits of
-    ``split``: the runs there each judged by a kernel density estimate (Gaussian, Silverman's
-    bandwidth) of the residuals of the runs clear of them around their side's median; ``split``
-    when those residuals have no spread."""
+    ``split`` (``_likelihoods``); ``split`` when they cannot be told apart."""
+    scores = _likelihoods(x, starts, below, split, above, min_runs)
+    if not scores:
+        return split
+    top = max(scores.values())
+    best = [c for c, score in scores.items() if score >= top - 1e-9]
+    return min(best, key=lambda c: abs(c - split))
+
+
+def _likelihoods(
+    x: FloatArray, starts: IntArray, below: int, split: int, above: int, min_runs: int
+) -> dict[int, float]:
+    """The log-likelihood of a change starting at each commit start within ``RADIUS`` commits of
+    ``split`` (between ``below`` and ``above``): the runs there each judged by a kernel density
+    estimate (Gaussian, Silverman's bandwidth) of the residuals of the runs clear of them around
+    their side's median. Empty when there is no choice or those residuals have no spread."""
     allowed = _splits(starts, below, above, min_runs)
     at = int(np.searchsorted(allowed, split))
     near = allowed[max(0, at - RADIUS) : at + RADIUS + 1]
+    if len(near) == 0:
+        return {}
     low, high = int(near[0]), int(near[-1])
     if high <= low or low - below < 2 or above - high < 2:
-        return split
+        return {}
     left, right = x[below:low], x[high:above]
     level_left, level_right = float(np.median(left)), float(np.median(right))
     sample = np.concatenate([left - level_left, right - level_right])
@@ -413,16 +520,122 @@ def _place(x: FloatArray, starts: IntArray, below: int, split: int, above: int, 
     spread = min(float(sample.std(ddof=1)), float(q75 - q25) / 1.34)
     bandwidth = 0.9 * spread * len(sample) ** -0.2
     if not bandwidth > 0:
-        return split
+        return {}
     between = x[low:high]
-    as_left = np.concatenate([[0.0], np.cumsum(_log_density(between - level_left, sample, bandwidth))])
+    width = float(x[below:above].max() - x[below:above].min()) + 2.0 * bandwidth
+    as_left = np.concatenate([[0.0], np.cumsum(_log_density(between - level_left, sample, bandwidth, width))])
     as_right = np.concatenate(
-        [np.cumsum(_log_density(between - level_right, sample, bandwidth)[::-1])[::-1], [0.0]]
+        [np.cumsum(_log_density(between - level_right, sample, bandwidth, width)[::-1])[::-1], [0.0]]
     )
     # A split at run low + i: the first i runs between are the old level, the rest the new one.
-    score = np.asarray([as_left[c - low] + as_right[c - low] for c in near])
-    best = near[score >= score.max() - 1e-9]
-    return int(best[np.argmin(np.abs(best - split))])
+    return {int(c): float(as_left[c - low] + as_right[c - low]) for c in near}
+
+
+def _joint(
+    samples: Sequence[Sample],
+    starts: Sequence[IntArray],
+    kept: list[list[int]],
+    pooled: set[tuple[int, int]],
+    min_runs: int,
+) -> None:
+    """Place each event once for all the series that step with it: change points of one direction
+    within ``RADIUS`` commits of the commit most of them name are moved to the commit where the sum
+    of their runs' log-likelihoods (``_likelihoods``) is largest, each unless its own runs find that
+    commit less likely than their own best by more than ``AGREE`` and the prior the others' own
+    choices give (the log of how many more of them chose the event's commit than its own): a change
+    of its own nearby.
+
+    Each series alone places a change by a few runs around it; on a busy machine one slowed run
+    before a step, or one quick run after it, moves a series' change a commit off. Series that
+    stepped together share the commit, and their runs together tell it apart far more surely than
+    any one of them."""
+    raws = [np.log(np.asarray(s.values, dtype=np.float64)) for s in samples]
+    where = [{commit_id: i for i, commit_id in enumerate(s.ids)} for s in samples]
+    done: set[tuple[int, int]] = set()
+    while True:
+        members = _event(samples, raws, where, kept, done)
+        if members is None:
+            return
+        scores: dict[int, dict[str, float]] = {}
+        for number, split in members.items():
+            edges = [0, *sorted(kept[number]), len(raws[number])]
+            j = edges.index(split)
+            by_split = _likelihoods(raws[number], starts[number], edges[j - 1], split, edges[j + 1], min_runs)
+            ids, commits = samples[number].ids, samples[number].commits
+            if by_split:  # none: its runs cannot place it (too few about it, or no spread)
+                scores[number] = {ids[int(commits[c])]: v for c, v in by_split.items()}
+        shared = set.intersection(*(set(v) for v in scores.values())) if len(scores) > 1 else set()
+        if not shared:
+            continue
+        best = max(sorted(shared), key=lambda c: sum(v[c] for v in scores.values()))
+        votes = [max(v, key=lambda c: v[c]) for v in scores.values()]
+        for number, own in scores.items():
+            mine = max(own, key=lambda c: own[c])
+            # The others' own choices are the prior (each commit's count among them, plus one): a
+            # commit most of them name is likely this one's too, unless its runs say otherwise.
+            if (
+                mine != best
+                and own[best] + math.log((votes.count(best) + 1) / votes.count(mine)) + AGREE < own[mine]
+            ):
+                continue
+            split, moved = members[number], int(starts[number][where[number][best] - 1])
+            if moved == split:
+                continue
+            kept[number][kept[number].index(split)] = moved
+            done.add((number, moved))
+            if (number, split) in pooled:
+                pooled.discard((number, split))
+                pooled.add((number, moved))
+
+
+def _event(
+    samples: Sequence[Sample],
+    raws: Sequence[FloatArray],
+    where: Sequence[Mapping[str, int]],
+    kept: list[list[int]],
+    done: set[tuple[int, int]],
+) -> dict[int, int] | None:
+    """The next event to place (``_joint``): the commit and direction most change points not yet
+    placed name, and of each series the change point of that direction nearest it within
+    ``RADIUS`` commits (series number to split), all marked ``done``; ``None`` when none is left."""
+    points = [
+        (number, split, _rises(raws[number], kept[number], split))
+        for number, sample in enumerate(samples)
+        if sample.ids
+        for split in kept[number]
+        if (number, split) not in done
+    ]
+    counts: dict[tuple[str, bool], int] = {}
+    for number, split, rises in points:
+        key = (samples[number].ids[int(samples[number].commits[split])], rises)
+        counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return None
+    (seed, rises), _ = max(counts.items(), key=lambda item: (item[1], item[0]))
+    members: dict[int, int] = {}
+    for number, split, up in points:
+        if up != rises or seed not in where[number]:
+            continue
+        distance = abs(int(samples[number].commits[split]) - where[number][seed])
+        nearest = number not in members or distance < abs(
+            int(samples[number].commits[members[number]]) - where[number][seed]
+        )
+        if distance <= RADIUS and nearest:
+            members[number] = split
+    done.update(members.items())
+    # The seed's own change points are placed with this event even when it has one series only.
+    done.update(
+        (n, s) for n, s, up in points if up == rises and samples[n].ids[int(samples[n].commits[s])] == seed
+    )
+    return members
+
+
+def _rises(x: FloatArray, splits: Sequence[int], split: int) -> bool:
+    """Whether the level of ``x`` rises at ``split`` (medians of the runs back to the previous split
+    and on to the next)."""
+    edges = [0, *sorted(splits), len(x)]
+    j = edges.index(split)
+    return bool(np.median(x[split : edges[j + 1]]) > np.median(x[edges[j - 1] : split]))
 
 
 def _pooled_test(x: FloatArray, start: int, split: int, end: int) -> tuple[float, float]:

@@ -202,6 +202,7 @@ def samples(found: History) -> list[changepoints.Sample]:
             [v for p in series.points for v in p.values],
             [i for i, p in enumerate(series.points) for _ in p.values],
             [p.commit for p in series.points],
+            higher_better=series.better == "higher",
         )
         for series in found.series
     ]
@@ -430,7 +431,7 @@ def _summary(report: Report) -> str:
     found = report.history
     commits = max((len(s.points) for s in found.series), default=0)
     return (
-        f"{len(report.changes)} change point(s) at {len(events(report.changes))} commit(s) in "
+        f"{len(report.changes)} change point(s) at {len({c.commit for c in report.changes})} commit(s) in "
         f"{len(found.series)} series of {found.runs} run(s), up to {commits} commits, machine "
         f"{', '.join(found.machines)} (false discovery rate {changepoints.FDR * 100:g}% over all "
         "series)"

@@ -26,8 +26,9 @@ of files given by path (or by saved-run id and glob, the ``storage`` rule); ``lo
   A benchmark's entry without a record in a run where other runs
   of the benchmark have one is a partial entry (pytest-benchmark saves an interrupted run's
   benchmarks without our records): it stays out of every series, with a note.
-- A value no measurement can have (not finite, 0 or below, or a time beyond a day a call:
-  ``impossible``) stays out with a note naming the file, the benchmark and the value.
+- A value no measurement can have (not finite; a time no timed call can take, by the readers' one
+  rule, ``schema.call_time_problem``; another metric 0 or below: ``impossible``) stays out with a
+  note naming the file, the benchmark and the value.
 - What stayed out is kept as ``History.left_out`` (file and reason) beside each machine's newest run
   (``History.newest``, by pytest-benchmark's run counter in the file name, then the file's time), so
   that a CI check can tell that the run it was asked to judge is not in the series.
@@ -54,6 +55,7 @@ from typing import Any
 
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import compare
+from pytest_ipu.results import schema
 from pytest_ipu.results import storage
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
@@ -66,8 +68,6 @@ NO_COMMIT = ("", "unknown", "unversioned")
 DEFAULT_METRICS = ("throughput", "time.median")
 #: The ``metrics`` value that keeps every metric.
 ALL = "all"
-#: The longest time a call can take that a saved run is believed to hold (a day).
-LONGEST_CALL_S = 86_400.0
 
 
 class HistoryError(ValueError):
@@ -174,14 +174,15 @@ class History:
 
 
 def impossible(value: float, unit: str) -> str | None:
-    """Why ``value`` of a metric in ``unit`` is no measurement (``None`` when it can be one): not a
-    finite number, 0 or below, or a time beyond ``LONGEST_CALL_S`` a call."""
+    """Why ``value`` of a metric in ``unit`` cannot be a point of a series (``None`` when it can): not
+    a finite number; a time that no timed call can take, by the rule every reader of saved runs
+    applies (``schema.call_time_problem``); any other metric 0 or below (a series compares ratios)."""
     if not math.isfinite(value):
-        return f"{value} is not a finite number"
+        return "not a finite number"
+    if unit == "s":
+        return schema.call_time_problem(value)
     if value <= 0:
-        return f"{value:g} is not above 0"
-    if unit == "s" and value > LONGEST_CALL_S:
-        return f"{value:g} s is beyond a day a call"
+        return "a series compares ratios, so it must be > 0"
     return None
 
 
@@ -500,7 +501,7 @@ def _points(
             continue
         problem = impossible(value, metric.unit)
         if problem is not None:
-            reason = f"{fullname}: {metric.name} {problem}, which no measurement can be"
+            reason = f"{fullname}: {metric.name} is {value:g}: {problem}"
             notes.append(f"{run.run.path}: {reason}: left out")
             left_out.append(LeftOut(run.run.path, reason))
             continue

@@ -13,6 +13,7 @@ from pytest_ipu.cli import main as cli
 from pytest_ipu.results import changes
 from pytest_ipu.results import decide
 from pytest_ipu.results import history
+from pytest_ipu.results import schema
 from tests.unit import run_files
 
 LINUX = {
@@ -474,6 +475,23 @@ def test_benchmarks_that_step_at_one_commit_are_one_event(
     assert lines[5].startswith("4 change point(s) at 1 commit(s) in 5 series")
 
 
+def test_a_commit_that_made_one_benchmark_faster_and_another_slower_is_one_commit_of_two_events(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / MACHINE
+    for number, value in enumerate(NOISE, start=1):
+        after = number >= 6
+        benches = [
+            _plain("test_up", value * (1.4 if after else 1.0)),
+            _plain("test_down", value * (0.7 if after else 1.0)),
+        ]
+        _save(folder, number, f"c{number:02d}", benches, commit_time=_minute(number))
+    assert cli.main(_history_cli(tmp_path)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[:2]] == ["worse", "better"]
+    assert lines[2].startswith("2 change point(s) at 1 commit(s) in 2 series")
+
+
 def test_blind_spots_and_series_too_noisy_for_the_step_are_stated(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -568,3 +586,53 @@ def test_runs_whose_throughput_has_another_definition_are_left_out_with_a_note(t
         "median_throughput_items_per_s (unlike figures)" in note
         for note in found.notes
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "unit", "reason"),
+    [
+        # Times: the readers' one rule (schema.call_time_problem), below the timer's resolution too.
+        (0.0, "s", schema.call_time_problem(0.0)),
+        (1e-10, "s", schema.call_time_problem(1e-10)),
+        (2 * schema.MAX_CALL_S, "s", schema.call_time_problem(2 * schema.MAX_CALL_S)),
+        (float("nan"), "s", "not a finite number"),
+        (0.0, "items/s", "a series compares ratios, so it must be > 0"),
+        (-1.0, "items/s", "a series compares ratios, so it must be > 0"),
+    ],
+)
+def test_a_value_no_series_can_hold_is_named_by_the_readers_rule_for_times(
+    value: float, unit: str, reason: str
+) -> None:
+    assert reason is not None
+    assert history.impossible(value, unit) == reason
+
+
+def test_a_time_a_call_can_take_and_a_rate_above_zero_are_kept() -> None:
+    assert history.impossible(schema.MIN_CALL_S, "s") is None
+    assert history.impossible(schema.MAX_CALL_S, "s") is None
+    assert history.impossible(1e-12, "items/s") is None
+
+
+def test_a_newest_run_the_search_leaves_out_as_disturbed_still_keeps_the_check_from_passing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The newest commit's three runs: two at the level, one a hundred times slower (a call preempted
+    # for a time slice, or a regression that only one run showed). The search leaves it out; the
+    # check, judging the newest commit on every run, cannot pass it.
+    folder = tmp_path / MACHINE
+    number = 0
+    for commit, value in enumerate(NOISE, start=1):
+        for run in range(3 if commit == len(NOISE) else 1):
+            number += 1
+            slowed = 100.0 if commit == len(NOISE) and run == 1 else 1.0
+            _save(
+                folder,
+                number,
+                f"c{commit:02d}",
+                [_plain("test_a", value * slowed)],
+                commit_time=_minute(commit),
+            )
+    found = _load(tmp_path, machines=[MACHINE])
+    assert _changes(found) == []
+    assert cli.main(_history_cli(tmp_path, "--fail-on-regression", "5%")) == 3
+    assert "INCONCLUSIVE test_a" in capsys.readouterr().out
