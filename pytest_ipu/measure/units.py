@@ -141,6 +141,19 @@ UNITS: Mapping[str, Unit] = {
             (("cores", 0),),
             (("", 0),),
         ),
+        # Device cycles a call takes (the IPU's own cycle counter): fewer is better. Counts are
+        # shown with their thousands (``1,330,000 cycles``), never scaled to a prefix.
+        Unit(
+            "cycles",
+            "device cycles",
+            "lower",
+            {"cycles": 0},
+            ("cycles",),
+            True,
+            "1.5e6",
+            (("cycles", 0),),
+            (("", 0),),
+        ),
     )
 }
 

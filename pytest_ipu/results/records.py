@@ -29,6 +29,7 @@ from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.measure.metrics import summarize_latency
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.codec import fields_of
+from pytest_ipu.results.counts import CountRecord
 from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.training import ScalingRecord
 from pytest_ipu.results.training import TimeToTrainRecord
@@ -413,6 +414,10 @@ class RepeatRecord:
     #: Items per round / its median round's wall time (`metrics.median_round_throughput`): the
     #: figure the `throughput` metric reads; `None` in records that predate it.
     median_throughput_items_per_s: float | None = None
+    #: The counts the device kept of a call's work in this repeat, by the metric each feeds
+    #: (`ipu_cycles`: `counts.CountRecord`), or why each was not counted; empty where the target
+    #: keeps none, and in records that predate them.
+    counts: Mapping[str, CountRecord] = field(default_factory=dict)
 
     def value(self, metric: str) -> float | None:
         """This repeat's value of a per-round metric (``latency.*``, ``throughput``, ``cpu_time``,
@@ -439,7 +444,14 @@ class RepeatRecord:
                 if self.median_throughput_items_per_s is None
                 else {"median_throughput_items_per_s": self.median_throughput_items_per_s}
             ),
+            **counts_json(self.counts),
         }
+
+
+def counts_json(counts: Mapping[str, CountRecord]) -> dict[str, Any]:
+    """``{"counts": {...}}`` for a record or repeat that has counts; nothing where it has none, so
+    that such records are written as they always were."""
+    return {"counts": {name: c.as_json() for name, c in counts.items()}} if counts else {}
 
 
 @dataclass(frozen=True)
@@ -609,6 +621,9 @@ class IpuRecord(Identity):
     #: in merged launch records, and in records that predate it: `throughput` reads
     #: `throughput_items_per_s` there.
     median_throughput_items_per_s: float | None = None
+    #: The counts the device kept of a call's work (`ipu_cycles`), the repeats pooled
+    #: (`counts.pool`), or why each was not counted; empty where the target keeps none.
+    counts: Mapping[str, CountRecord] = field(default_factory=dict)
     #: Always true: the figures were measured. ``ipu_benchmark`` returns ``NotTimed`` (``timed``
     #: false) when pytest-benchmark is not timing; ``if record.timed:`` tells them apart (and
     #: narrows the type for mypy).

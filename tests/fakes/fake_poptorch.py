@@ -21,7 +21,11 @@ messages and rules of ``graphcore/poptorch`` at tag ``sdk/poptorch/3.4.0`` (``py
   ``poptorch_core.execute`` holds it for the whole device run (``python/poptorch.cpp:864-878``): no
   other thread of the process runs meanwhile. Each executor's ``device_spans`` lists those spans;
 - ``getPerfCounters`` has PopTorch's shapes and tick counts, with host timestamps truncated to whole
-  milliseconds; the ``get*Latency`` methods are PopTorch's own ``_computeLatency``.
+  milliseconds; the ``get*Latency`` methods are PopTorch's own ``_computeLatency``;
+- ``cycleCount()`` raises as PopTorch's does when ``logCycleCount`` is off, before compilation and
+  (PopART's error, passed on) before the first run; otherwise it gives the last call's cycles on
+  the first replica, deterministic per graph and batch (``CALL_CYCLES``), and costs what the
+  stated cost model says (``COUNTER_S`` per instrumented call, ``READ_S`` per read).
 
 Not imitated (they raise ``NotImplementedError``): executable files (``compileAndExport``, ``save``,
 ``loadExecutable``), ``AsynchronousDataAccessor``, keyword inputs, ``POPTORCH_WAIT_FOR_IPU`` and
@@ -207,6 +211,18 @@ def setLogLevel(level: str | int) -> None:
 #: The simulated device time of one call unless configured: short, so that every test of a PopTorch
 #: path meets a call that holds the GIL without waiting long for it.
 DEFAULT_CALL_S = 0.002
+#: The fake's cost model of the hardware cycle counter (``logCycleCount(True)``), stated, not
+#: measured on an IPU: the counter compiled in adds ``COUNTER_S`` to every call's device time (the
+#: internal sync and the two timer compute sets around the main program); each ``cycleCount()``
+#: read spends ``READ_S`` holding the GIL (a program of its own that copies the count to the host:
+#: one host-device round trip).
+COUNTER_S = 1e-6
+READ_S = 50e-6
+#: The fake's count model: a call of the first replica takes ``CALL_CYCLES`` (syncs and host
+#: exchange) plus, per micro-batch, one cycle per parameter element of the model and one per
+#: element of the micro-batch's inputs: deterministic per graph and batch, as a compiled IPU
+#: program is.
+CALL_CYCLES = 2_000
 
 
 @dataclass
@@ -218,6 +234,9 @@ class _Machine:
     iteration_s: float | None = None
     #: Simulated device seconds of one call when ``iteration_s`` is not set, held with the GIL.
     call_s: float = DEFAULT_CALL_S
+    #: The cycle counter's cost model (``COUNTER_S``, ``READ_S``).
+    counter_s: float = COUNTER_S
+    read_s: float = READ_S
     busy: set[int] = field(default_factory=set)
 
     def device_s(self, micro_batches: int) -> float:
@@ -273,10 +292,17 @@ def configure(
     version: int | None = None,
     iteration_s: float | None = None,
     call_s: float | None = None,
+    counter_s: float | None = None,
+    read_s: float | None = None,
 ) -> None:
     """Set the fake machine: its IPU count, its ``ipuHardwareVersion()`` (1, 2, 21, or -1 for unknown),
     and the simulated device time, which each call spends holding the GIL: ``iteration_s`` per
-    micro-batch (the perf counters show it), else ``call_s`` per call."""
+    micro-batch (the perf counters show it), else ``call_s`` per call; the cycle counter's cost model:
+    ``counter_s`` more per instrumented call, ``read_s`` per ``cycleCount()`` read."""
+    if counter_s is not None:
+        _MACHINE.counter_s = counter_s
+    if read_s is not None:
+        _MACHINE.read_s = read_s
     if ipus is not None:
         _MACHINE.ipus = ipus
     if version is not None:
@@ -758,6 +784,9 @@ class _Executable:
     compile_time: datetime.timedelta
     attached: bool = False
     last_run_s: float = 0.0
+    #: The last run's cycles on the first replica (``CALL_CYCLES`` model); ``None`` before a run or
+    #: without the counter.
+    last_cycles: int | None = None
 
 
 _wrapped_for_training: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
@@ -1192,10 +1221,15 @@ class PoplarExecutor:
         # The device run: PopTorch's execute keeps the GIL for all of it (python/poptorch.cpp:864-878),
         # so no other thread of this process runs meanwhile. The CPU run above, which computes the
         # outputs, releases it in torch's kernels; the real call never does.
-        self.device_spans.append(hold_gil(_MACHINE.device_s(chunks)))
+        counting = bool(o._Popart.options["instrumentWithHardwareCycleCounter"])
+        extra_s = _MACHINE.counter_s if counting else 0.0
+        self.device_spans.append(hold_gil(_MACHINE.device_s(chunks) + extra_s))
         elapsed = time.perf_counter() - t0
         assert self._executable is not None
         self._executable.last_run_s = elapsed
+        if counting:
+            # The first replica's micro-batches: the count is of replica 0 only.
+            self._executable.last_cycles = _cycles(self._model, pieces[: max(1, chunks // max(1, replicas))])
         mode = OutputMode(o.output_mode)
         returned = _returned(results, mode, o.output_return_period, accumulation, replicas)
         outputs = _reduce(returned, _cat)
@@ -1317,7 +1351,11 @@ class PoplarExecutor:
             )
         if self._executable is None:
             raise createPoptorchError("Please run the model at least once before obtaining cycle count.")
-        return int(self._executable.last_run_s * 1.33e9)
+        if self._executable.last_cycles is None:
+            # Compiled, never run: PopART's session refuses, and PopTorch passes its error on.
+            raise createPoptorchError("Must call run before getCycleCount.")
+        hold_gil(_MACHINE.read_s)  # the read is a program of its own: a device round trip
+        return self._executable.last_cycles
 
     def compilationTime(self) -> datetime.timedelta:
         """How long the last compilation took."""
@@ -1340,6 +1378,13 @@ class PoplarExecutor:
     def loadExecutable(self, filename: str) -> None:
         """Not imitated."""
         raise NotImplementedError("fake_poptorch does not imitate executable files")
+
+
+def _cycles(model: torch.nn.Module, micro_batches: list[tuple[Any, ...]]) -> int:
+    """The fake's count of one call's cycles (``CALL_CYCLES``'s model) over ``micro_batches``."""
+    parameters = sum(p.numel() for p in model.parameters())
+    per_batch = [sum(a.numel() for a in piece if isinstance(a, torch.Tensor)) for piece in micro_batches]
+    return CALL_CYCLES + sum(parameters + n for n in per_batch)
 
 
 def _arg_names(model: torch.nn.Module, n: int) -> list[str]:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import counts
 from pytest_ipu.results import schema
 from pytest_ipu.results.loadgen import BatchingRecord
 from pytest_ipu.results.loadgen import LoadgenRecord
@@ -596,6 +597,11 @@ CPU = CpuTime(
     host_cores=0.105 / 0.13,
 )
 
+#: A repeat's IPU cycle count: three counting calls that agreed, at a C2's clock.
+CYCLES = counts.measured(
+    (1_330_000,) * 3, counts.COUNTING_PASS, 1.3e9, "gcipuinfo 'clock' of IPU(s) 0 (0: 1300MHz)"
+)
+
 MEASURED = PowerRecord(
     measured=True,
     source="rapl",
@@ -643,7 +649,12 @@ def test_every_metric_path_resolves(name):
     )
     data = schema.to_json(
         make_record(
-            power=MEASURED, time_to_train=ttt, loadgen=LOADGEN, cpu=CPU, median_throughput_items_per_s=3200.0
+            power=MEASURED,
+            time_to_train=ttt,
+            loadgen=LOADGEN,
+            cpu=CPU,
+            median_throughput_items_per_s=3200.0,
+            counts={"ipu_cycles": CYCLES},
         )
     )
     assert isinstance(_resolve(data, metric.path), float)

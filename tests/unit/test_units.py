@@ -223,6 +223,7 @@ def test_every_metric_has_a_unit_of_the_registry_and_its_direction():
         "W": "lower",
         "items/J": "higher",
         "cores": "lower",
+        "cycles": "lower",
     }
 
 
