@@ -74,15 +74,17 @@ def not_counted(reason: str) -> CountRecord:
 
 def pool(parts: Sequence[CountRecord]) -> CountRecord:
     """The repeats' readings of one count joined: the median of every read, where every repeat
-    counted (a median of some repeats would stand for all of them); else no count, with the first
-    reason. The clock is the repeats' one clock; where they read different clocks there is none."""
+    counted (a median of some repeats would stand for all of them); else no count, with the reason
+    (every repeat's, or the first that lacks it, named). The clock is the repeats' one clock; where
+    they read different clocks there is none."""
     if not parts:
         raise ValueError("no repeats to pool")
-    missing = [(i, p) for i, p in enumerate(parts, 1) if p.per_call is None]
+    missing = [(i, p.reason or "not counted") for i, p in enumerate(parts, 1) if p.per_call is None]
     if missing:
-        index, part = missing[0]
-        reason = part.reason or "not counted"
-        return not_counted(reason if len(parts) == 1 else f"repeat {index}: {reason}")
+        index, reason = missing[0]
+        # One reason for every repeat is the record's; otherwise the first repeat that lacks it says.
+        alike = len(missing) == len(parts) and len({r for _, r in missing}) == 1
+        return not_counted(reason if alike else f"repeat {index}: {reason}")
     reads = tuple(r for p in parts for r in p.reads)
     clocks = {p.clock_hz for p in parts}
     if len(clocks) == 1:

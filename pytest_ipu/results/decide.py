@@ -316,9 +316,14 @@ def judge_exact(gate: Gate, now: Sequence[float], before: Sequence[float]) -> Ju
     current, baseline = now[0], before[0]
     if not (0.0 < current < math.inf and 0.0 < baseline < math.inf):
         return None
-    worse = orient(gate) * (math.log(current) - math.log(baseline))
     ratio = current / baseline
-    if worse > margin(gate):
+    # On the values, not their logs: a count exactly at the threshold (1,010,000 against 1,000,000
+    # at +1 %) stays at it, where a difference of logs would round either way.
+    if METRICS[gate.metric].better == "higher":
+        beyond = current < baseline * (1.0 - gate.threshold)
+    else:
+        beyond = current > baseline * (1.0 + gate.threshold)
+    if beyond:
         return Judgement(FAIL, (ratio, ratio), p_fail=0.0)
     return Judgement(PASS, (ratio, ratio), p_fail=1.0)
 
