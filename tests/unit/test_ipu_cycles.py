@@ -25,6 +25,7 @@ from pytest_ipu.devices.ipu_clock import parse_clock_hz
 from pytest_ipu.devices.ipu_clock import read_clock
 from pytest_ipu.errors import CompileError
 from pytest_ipu.results import ab
+from pytest_ipu.results import changes
 from pytest_ipu.results import counts
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
@@ -39,6 +40,8 @@ from pytest_ipu.run.counting import COUNTING_CALLS
 from pytest_ipu.run.plan import RoundsPolicy
 from tests.fakes import fake_gcipuinfo
 from tests.fakes.fake_pedantic import RecordingBenchmark
+from tests.unit import run_files
+from tests.unit import test_history
 from tests.unit.test_run import FakeProbe
 from tests.unit.test_schema import make_record
 
@@ -411,3 +414,28 @@ def test_a_bad_count_in_a_file_is_an_error_naming_it():
     data["repeats"][1]["counts"]["ipu_cycles"]["reads"][2] = -4
     with pytest.raises(schema.SchemaError, match=r"repeats\[1\]\.counts\.ipu_cycles\.reads\[2\]"):
         schema.from_json(data)
+
+
+# -- history across commits -------------------------------------------------------------------------
+
+
+def test_history_finds_the_commit_a_count_stepped_at_and_fails_its_check(tmp_path):
+    folder = tmp_path / test_history.MACHINE
+    for number in range(1, 13):
+        cycles = 1_000_000 if number < 9 else 1_012_000  # +1.2 % from c09 on, exactly
+        bench = run_files.bench(4, 0.001, 4000.0)
+        record = schema.from_json(bench["extra_info"]["ipu"])
+        parts = [counts.measured((cycles,) * 3, counts.COUNTING_PASS, None, "no clock")]
+        bench["extra_info"]["ipu"] = schema.to_json(
+            dataclasses.replace(record, counts={"ipu_cycles": parts[0]})
+        )
+        test_history._save(
+            folder, number, f"c{number:02d}", [bench], commit_time=test_history._minute(number)
+        )
+    found = test_history._load(tmp_path, machines=[test_history.MACHINE], metrics=["ipu_cycles"])
+    [series] = found.series
+    assert series.metric == "ipu_cycles"
+    result = changes.report(found, 0.01)
+    assert [(c.commit, c.worse) for c in result.changes] == [("c09", True)]
+    [verdict] = result.verdicts
+    assert verdict.outcome == decide.FAIL
