@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +27,7 @@ from pytest_ipu.devices.ipu_clock import parse_clock_hz
 from pytest_ipu.devices.ipu_clock import read_clock
 from pytest_ipu.errors import CompileError
 from pytest_ipu.results import ab
+from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import changes
 from pytest_ipu.results import counts
 from pytest_ipu.results import decide
@@ -49,6 +52,7 @@ torch = pytest.importorskip("torch")
 fake_poptorch = importlib.import_module("tests.fakes.fake_poptorch")
 
 REPEATS = 3
+GOLDEN = Path(__file__).parent.parent / "golden"
 
 
 @pytest.fixture(autouse=True)
@@ -439,3 +443,29 @@ def test_history_finds_the_commit_a_count_stepped_at_and_fails_its_check(tmp_pat
     assert [(c.commit, c.worse) for c in result.changes] == [("c09", True)]
     [verdict] = result.verdicts
     assert verdict.outcome == decide.FAIL
+
+
+def test_the_golden_file_with_counts_reads_back_and_writes_the_same_json():
+    """A file written when counts were added (tests/golden/README.md): typed records that write back
+    byte for byte the JSON they came from, the count in the record and in every repeat."""
+    path = GOLDEN / "schema-v2-counts.json"
+    stored = {b["name"]: b["extra_info"]["ipu"] for b in json.loads(path.read_text())["benchmarks"]}
+    run = benchmark_json.read_run(path)
+    records = {b.name: b.record for b in run.benchmarks}
+    for name, record in records.items():
+        assert record is not None
+        assert schema.to_json(record) == stored[name], name
+    counted = records["test_cycles[poptorch-ipu]"]
+    assert counted is not None
+    assert counted.value("ipu_cycles") == 2740.0
+    assert counted.repeat_values("ipu_cycles") == (2740.0,) * 3
+    assert counted.counts["ipu_cycles"].time_s == 2740.0 / 1.3e9
+    off = records["test_counter_off[poptorch-ipu]"]
+    assert off is not None
+    assert off.why_missing("ipu_cycles") == (
+        "ipu_cycles not counted: the cycle counter is off (the poptorch backend option cycle_counter=False)"
+    )
+    plain = records["test_no_counter[torch-cpu]"]
+    assert plain is not None
+    assert plain.counts == {}
+    assert plain.value("ipu_cycles") is None
