@@ -145,9 +145,10 @@ class CallCounter:
     """A count the device keeps of each call's work (the IPU's cycles), as a compiled model offers it.
 
     ``read()`` gives the last call's count; it is called only after a call, outside every timed round
-    (``run.benchmark``'s counting pass), because a read costs a device round trip of its own.
+    (``run.benchmark``'s counting pass), because a read may cost a device round trip of its own.
     ``None`` when the counter is off, ``reason`` saying why (the option off, a simulator). ``clock()``
-    gives the clock the count ticks at, Hz, and where it was read, or ``None`` and why not.
+    gives the clock the count ticks at, Hz, and where it was read, or ``None`` and why not;
+    ``method`` how the count is read, for the record.
     """
 
     #: The metric the count feeds (`ipu_cycles`).
@@ -158,6 +159,9 @@ class CallCounter:
     reason: str | None = None
     #: The clock of the count: `(Hz, where it was read)`, or `(None, why not)`.
     clock: Callable[[], tuple[float | None, str]] | None = None
+    #: How the count is read, as the record names it: `counting pass` (only there), or how the SDK
+    #: reads it otherwise (PopTorch, in every call).
+    method: str = "counting pass"
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,10 @@ read of every counter. Every read is kept; the repeat's count is their median
 (``counts.measured``), and a count that repeats exactly gives the same number every time. The
 clock the count ticks at is read once, after the pass (it can drop under load).
 
-A counter that is off gives its reason; one whose read raises gives the SDK's message; a model
-that keeps none gives nothing (the metric's reason then says so). Nothing here is ever a zero.
+Where the SDK itself reads the counter in every call (PopTorch), the timed rounds hold those reads
+and the record's ``method`` says so (``backends.ipu.cycles``). A counter that is off gives its
+reason; one whose read raises gives the SDK's message; a model that keeps none gives nothing (the
+metric's reason then says so). Nothing here is ever a zero.
 """
 
 from __future__ import annotations
@@ -70,5 +72,5 @@ def count_pass(
             out[counter.metric] = counts.not_counted(failed[counter.metric])
             continue
         hz, where = counter.clock() if counter.clock is not None else (None, "no clock for this count")
-        out[counter.metric] = counts.measured(reads[counter.metric], counts.COUNTING_PASS, hz, where)
+        out[counter.metric] = counts.measured(reads[counter.metric], counter.method, hz, where)
     return out

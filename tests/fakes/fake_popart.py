@@ -1027,6 +1027,7 @@ class InferenceSession:
         self.runs = 0
         self.last_cycles: int | None = None
         model = _load_model(fnModel)
+        self._weight_elements = _weight_elements(model)  # the count model's, read once
         self.model_bytes = bytes(model.SerializeToString())
         self._check_ir(model, dataFlow, deviceInfo, self.options)
         self._ort = _ort_session(self.model_bytes)
@@ -1211,7 +1212,10 @@ class InferenceSession:
         self._compute(stepio)
         self.runs += 1
         if self.options.instrumentWithHardwareCycleCounter:
-            time.sleep(system.counter_s)  # the counter's sync, with the GIL released as run has it
+            # The counter's sync. Spun, not slept: a sleep this short overshoots by tens of microseconds.
+            end = time.perf_counter_ns() + round(system.counter_s * 1e9)
+            while time.perf_counter_ns() < end:
+                pass
             self.last_cycles = self._cycles(stepio)
 
     def _expected_in(self, tid: str) -> int:
@@ -1316,9 +1320,8 @@ class InferenceSession:
     def _cycles(self, stepio: PyStepIO) -> int:
         """The fake's count of the last run's cycles on the first replica (``CALL_CYCLES``'s model)."""
         bps, replicas = self.dataflow.batchesPerStep(), self.replicationFactor
-        weights = _weight_elements(_load_model(self.model_bytes))
         inputs = sum(a.size for a in stepio.inputs.values()) // (bps * replicas)
-        return CALL_CYCLES + bps * (weights + inputs)
+        return CALL_CYCLES + bps * (self._weight_elements + inputs)
 
     def _not_faked(self, *_: object, **__: object) -> None:
         raise NotImplementedError("fake InferenceSession: not imitated")

@@ -22,10 +22,10 @@ messages and rules of ``graphcore/poptorch`` at tag ``sdk/poptorch/3.4.0`` (``py
   other thread of the process runs meanwhile. Each executor's ``device_spans`` lists those spans;
 - ``getPerfCounters`` has PopTorch's shapes and tick counts, with host timestamps truncated to whole
   milliseconds; the ``get*Latency`` methods are PopTorch's own ``_computeLatency``;
-- ``cycleCount()`` raises as PopTorch's does when ``logCycleCount`` is off, before compilation and
-  (PopART's error, passed on) before the first run; otherwise it gives the last call's cycles on
-  the first replica, deterministic per graph and batch (``CALL_CYCLES``), and costs what the
-  stated cost model says (``COUNTER_S`` per instrumented call, ``READ_S`` per read).
+- ``cycleCount()`` raises as PopTorch's does when ``logCycleCount`` is off and before the first
+  run; otherwise it gives the count the last call read at its end (as ``Compiler::run`` does), the
+  cycles of the first replica, deterministic per graph and batch (``CALL_CYCLES``); a call with the
+  counter costs what the stated cost model says (``COUNTER_S`` and ``READ_S``, both in the call).
 
 Not imitated (they raise ``NotImplementedError``): executable files (``compileAndExport``, ``save``,
 ``loadExecutable``), ``AsynchronousDataAccessor``, keyword inputs, ``POPTORCH_WAIT_FOR_IPU`` and
@@ -213,9 +213,10 @@ def setLogLevel(level: str | int) -> None:
 DEFAULT_CALL_S = 0.002
 #: The fake's cost model of the hardware cycle counter (``logCycleCount(True)``), stated, not
 #: measured on an IPU: the counter compiled in adds ``COUNTER_S`` to every call's device time (the
-#: internal sync and the two timer compute sets around the main program); each ``cycleCount()``
-#: read spends ``READ_S`` holding the GIL (a program of its own that copies the count to the host:
-#: one host-device round trip).
+#: internal sync and the two timer compute sets around the main program), and PopTorch reads the
+#: count at the end of every call (``Compiler::run`` asks PopART's ``getCycleCount``, which runs a
+#: program of its own that copies it to the host: one host-device round trip), ``READ_S`` more with
+#: the GIL held. ``cycleCount()`` returns what the last call read, at no cost.
 COUNTER_S = 1e-6
 READ_S = 50e-6
 #: The fake's count model: a call of the first replica takes ``CALL_CYCLES`` (syncs and host
@@ -298,7 +299,7 @@ def configure(
     """Set the fake machine: its IPU count, its ``ipuHardwareVersion()`` (1, 2, 21, or -1 for unknown),
     and the simulated device time, which each call spends holding the GIL: ``iteration_s`` per
     micro-batch (the perf counters show it), else ``call_s`` per call; the cycle counter's cost model:
-    ``counter_s`` more per instrumented call, ``read_s`` per ``cycleCount()`` read."""
+    ``counter_s`` and ``read_s`` more per call with the counter (both inside the call)."""
     if counter_s is not None:
         _MACHINE.counter_s = counter_s
     if read_s is not None:
@@ -1222,7 +1223,8 @@ class PoplarExecutor:
         # so no other thread of this process runs meanwhile. The CPU run above, which computes the
         # outputs, releases it in torch's kernels; the real call never does.
         counting = bool(o._Popart.options["instrumentWithHardwareCycleCounter"])
-        extra_s = _MACHINE.counter_s if counting else 0.0
+        # With the counter, Compiler::run reads it after every run: the read's round trip is in the call.
+        extra_s = _MACHINE.counter_s + _MACHINE.read_s if counting else 0.0
         self.device_spans.append(hold_gil(_MACHINE.device_s(chunks) + extra_s))
         elapsed = time.perf_counter() - t0
         assert self._executable is not None
@@ -1352,10 +1354,9 @@ class PoplarExecutor:
         if self._executable is None:
             raise createPoptorchError("Please run the model at least once before obtaining cycle count.")
         if self._executable.last_cycles is None:
-            # Compiled, never run: PopART's session refuses, and PopTorch passes its error on.
-            raise createPoptorchError("Must call run before getCycleCount.")
-        hold_gil(_MACHINE.read_s)  # the read is a program of its own: a device round trip
-        return self._executable.last_cycles
+            # Compiled, never run: Compiler::getCycleCount has no count yet.
+            raise createPoptorchError("Please run the model at least once before obtaining cycle count.")
+        return self._executable.last_cycles  # read by the last call itself (Compiler::run)
 
     def compilationTime(self) -> datetime.timedelta:
         """How long the last compilation took."""

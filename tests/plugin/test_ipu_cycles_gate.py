@@ -58,7 +58,7 @@ def test_mlp(ipu_compile, ipu_benchmark):
     layers = (torch.nn.Linear(16, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 4))
     model = torch.nn.Sequential(*layers).eval()
     x = torch.randn(4, 16)
-    ipu_benchmark(ipu_compile(model, (x,)), (x,))
+    ipu_benchmark(ipu_compile(model, (x,), cycle_counter=True), (x,))
 """
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from pytest_ipu.backends.base import CallCounter
 from pytest_ipu.backends.host import wrap_callable
+from pytest_ipu.backends.ipu import cycles as counter_option
 from pytest_ipu.backends.ipu.poptorch import PopTorchBackend
 from pytest_ipu.devices.ipu_clock import parse_clock_hz
 from pytest_ipu.devices.ipu_clock import read_clock
@@ -117,7 +118,7 @@ def test_poptorch_cycle_count_raises_as_poptorch_does_until_a_run_with_the_optio
     with pytest.raises(fake_poptorch.Error, match="Please run the model at least once"):
         on.cycleCount()
     on.compile(x)
-    with pytest.raises(fake_poptorch.Error, match="Must call run before getCycleCount"):
+    with pytest.raises(fake_poptorch.Error, match="Please run the model at least once"):
         on.cycleCount()
     on(x)
     assert on.cycleCount() == expected_poptorch(model, 4)
@@ -159,7 +160,7 @@ def test_poptorch_counts_are_deterministic_per_graph_and_batch_and_count_the_fir
 def test_every_repeat_records_the_cycles_per_call_and_the_device_time_at_the_clock():
     model = mlp()
     x = torch.randn(4, 16)
-    compiled = poptorch_backend().compile(model, (x,), "fp32", {})
+    compiled = poptorch_backend().compile(model, (x,), "fp32", {"cycle_counter": True})
     try:
         record = repeats(compiled, (x,)).record
     finally:
@@ -170,7 +171,8 @@ def test_every_repeat_records_the_cycles_per_call_and_the_device_time_at_the_clo
         count = repeat.counts["ipu_cycles"]
         assert count.per_call == cycles
         assert count.reads == (cycles,) * COUNTING_CALLS
-        assert count.method == counts.COUNTING_PASS
+        # PopTorch reads the counter at the end of every call: the record says the timed rounds held it.
+        assert count.method == counter_option.IN_EVERY_CALL
         assert count.clock_hz == 1.3e9
         assert "gcipuinfo 'clock'" in (count.clock or "")
         assert count.time_s == cycles / 1.3e9
@@ -214,14 +216,17 @@ def test_the_counts_are_read_after_the_timed_window_never_inside_it():
     )
 
 
-def test_a_counter_that_is_off_says_why_in_every_repeat_and_in_the_gate_message():
+def test_poptorchs_counter_is_off_by_default_and_says_why_in_every_repeat_and_in_the_gate_message():
     x = torch.randn(4, 16)
-    compiled = poptorch_backend().compile(mlp(), (x,), "fp32", {"cycle_counter": False})
+    compiled = poptorch_backend().compile(mlp(), (x,), "fp32", {})
     try:
         record = repeats(compiled, (x,)).record
     finally:
         compiled.close()
-    why = "the cycle counter is off (the poptorch backend option cycle_counter=False)"
+    why = counter_option.POPTORCH_OFF
+    assert why.startswith(
+        "the cycle counter is off (the poptorch backend option cycle_counter=False, its default"
+    )
     assert [r.counts["ipu_cycles"].reason for r in record.repeats] == [why] * REPEATS
     assert all(r.counts["ipu_cycles"].per_call is None for r in record.repeats)
     assert record.value("ipu_cycles") is None
@@ -235,7 +240,7 @@ def test_a_counter_that_is_off_says_why_in_every_repeat_and_in_the_gate_message(
 
 def test_the_ipu_model_has_no_hardware_counter_and_its_record_says_so():
     x = torch.randn(4, 16)
-    compiled = poptorch_backend("ipu-model").compile(mlp(), (x,), "fp32", {})
+    compiled = poptorch_backend("ipu-model").compile(mlp(), (x,), "fp32", {"cycle_counter": True})
     try:
         record = repeats(compiled, (x,), n=1).record
     finally:
@@ -303,7 +308,7 @@ def test_no_clock_is_ever_guessed():
 def test_without_gcipuinfo_the_count_stands_and_its_time_is_not_given(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setitem(sys.modules, "gcipuinfo", None)  # import gcipuinfo raises ImportError
     model, x = mlp(), torch.randn(4, 16)
-    compiled = poptorch_backend().compile(model, (x,), "fp32", {})
+    compiled = poptorch_backend().compile(model, (x,), "fp32", {"cycle_counter": True})
     try:
         record = repeats(compiled, (x,), n=1).record
     finally:

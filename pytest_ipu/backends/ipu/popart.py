@@ -95,7 +95,7 @@ OPTIONS: Mapping[str, object] = {
     "available_memory_proportion": None,
     "ipu_model_tiles": 1472,
     "ipu_model_version": "ipu2",
-    cycles.OPTION: cycles.DEFAULT,
+    cycles.OPTION: cycles.POPART_DEFAULT,
 }
 #: The IPU architectures Poplar's IPU Model simulates (``DeviceInfo.ipuVersion`` values).
 _IPU_MODEL_VERSIONS = ("ipu1", "ipu2", "ipu21")
@@ -140,7 +140,7 @@ class PopArtBackend(NamedBackend):
     (default 1472, a real IPU2's tiles; PopART's own default of 4 tiles holds only toy models) and
     ``ipu_model_version`` (``"ipu2"``; ``"ipu1"`` or ``"ipu21"``), and ``cycle_counter`` (default
     True: compile in the hardware cycle counter, ``instrumentWithHardwareCycleCounter``, which the
-    ``ipu_cycles`` metric reads; ``cycles.py``).
+    ``ipu_cycles`` metric reads in the untimed counting pass; ``cycles.py``).
 
     Compile phases: ``export`` (torch models), ``session`` (preparing the ONNX model, acquiring the
     device, creating the session and ``prepareDevice``, which compiles the Poplar graph),

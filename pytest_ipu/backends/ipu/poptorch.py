@@ -61,7 +61,7 @@ OPTIONS: Mapping[str, object] = {
     "random_seed": None,
     "ipus": 1,
     "auto_round_num_ipus": False,
-    cycles.OPTION: cycles.DEFAULT,
+    cycles.OPTION: cycles.POPTORCH_DEFAULT,
 }
 #: ``output_mode`` values and the ``poptorch.OutputMode`` member each one selects.
 OUTPUT_MODES: Mapping[str, str] = {"default": "Default", "all": "All", "final": "Final", "sum": "Sum"}
@@ -124,8 +124,9 @@ class PopTorchBackend(NamedBackend):
     ``random_seed`` (``Options.randomSeed``, which also seeds torch's global generator); ``ipus``
     (split an ``nn.Sequential``'s layers into that many pipeline stages, one per IPU) and
     ``auto_round_num_ipus`` (reserve the next power of two when ``ipus x replication_factor`` is
-    not one); ``cycle_counter`` (default True: ``Options.logCycleCount(True)`` on IPU hardware, the
-    count the ``ipu_cycles`` metric reads; ``cycles.py``).
+    not one); ``cycle_counter`` (default False: ``True`` sets ``Options.logCycleCount(True)`` on IPU
+    hardware, for the count the ``ipu_cycles`` metric reads; PopTorch then reads the counter in
+    every call, timed rounds included: ``cycles.py``).
     """
 
     def __init__(
@@ -422,7 +423,14 @@ class PopTorchBackend(NamedBackend):
             ipu_ids=ipu_ids,
             ipu_count=None if self.simulator else _reserved(info),
             counters=(
-                cycles.counter(cycle_count, bool(opts[cycles.OPTION]), self.simulator, self._name, ipu_ids),
+                cycles.counter(
+                    cycle_count,
+                    bool(opts[cycles.OPTION]),
+                    self.simulator,
+                    self._name,
+                    ipu_ids,
+                    in_every_call=True,
+                ),
             ),
         )
 
