@@ -60,7 +60,7 @@ class CountRecord:
         }
 
 
-def measured(reads: Sequence[int], method: str, clock_hz: float | None, clock: str) -> CountRecord:
+def measured(reads: Sequence[int], method: str, clock_hz: float | None, clock: str | None) -> CountRecord:
     """A repeat's count from its reads (at least one): their median per call."""
     if not reads:
         raise ValueError("a count needs at least one read")
@@ -73,8 +73,9 @@ def not_counted(reason: str) -> CountRecord:
 
 
 def pool(parts: Sequence[CountRecord]) -> CountRecord:
-    """The repeats' readings of one count joined: the median of every read, where every repeat
-    counted (a median of some repeats would stand for all of them); else no count, with the reason
+    """The repeats' readings of one count joined: the median of every read (of the repeats' counts,
+    where a repeat kept no single reads), where every repeat counted (a median of some repeats would
+    stand for all of them); else no count, with the reason
     (every repeat's, or the first that lacks it, named). The clock is the repeats' one clock; where
     they read different clocks there is none."""
     if not parts:
@@ -94,7 +95,11 @@ def pool(parts: Sequence[CountRecord]) -> CountRecord:
         clock_hz, clock = None, f"the repeats read different clocks ({shown}): no one device time"
     methods = {p.method for p in parts}
     method = parts[-1].method if len(methods) == 1 else ", ".join(sorted(str(m) for m in methods))
-    return measured(reads, method or "", clock_hz, clock or "")
+    # Every read where each repeat kept its reads; else the repeats' own counts (a count a repeat
+    # took without single reads, over its window, say).
+    kept = all(p.reads for p in parts)
+    values = reads if kept else tuple(float(p.per_call) for p in parts if p.per_call is not None)
+    return CountRecord(float(statistics.median(values)), None, method, reads if kept else (), clock_hz, clock)
 
 
 def pool_counts(repeats: Sequence[Mapping[str, CountRecord]]) -> dict[str, CountRecord]:

@@ -474,3 +474,26 @@ def test_the_golden_file_with_counts_reads_back_and_writes_the_same_json():
     assert plain is not None
     assert plain.counts == {}
     assert plain.value("ipu_cycles") is None
+
+
+# -- pooling the repeats' counts ---------------------------------------------------------------------
+
+
+def test_pooled_counts_need_every_repeat_and_one_clock():
+    a = counts.measured((100, 100, 101), counts.COUNTING_PASS, 1.3e9, "gcipuinfo")
+    b = counts.measured((102,) * 3, counts.COUNTING_PASS, 1.3e9, "gcipuinfo")
+    pooled = counts.pool([a, b])
+    assert (pooled.per_call, pooled.reads, pooled.clock_hz) == (101.5, (100, 100, 101, 102, 102, 102), 1.3e9)
+    slower = dataclasses.replace(b, clock_hz=1.25e9)
+    other = counts.pool([a, slower])
+    assert other.clock_hz is None
+    assert other.time_s is None
+    assert other.clock == "the repeats read different clocks (1250 MHz, 1300 MHz): no one device time"
+    gap = counts.pool([a, counts.not_counted("the SDK raised")])
+    assert (gap.per_call, gap.reason) == (None, "repeat 2: the SDK raised")
+    # A count a repeat took without single reads (over its window, say): the repeats' counts pooled.
+    windowed = [counts.CountRecord(float(c), method="over the window") for c in (7, 9, 8)]
+    assert counts.pool(windowed) == counts.CountRecord(8.0, method="over the window")
+    assert counts.pool_counts([{"ipu_cycles": a}, {}])["ipu_cycles"].reason == (
+        "repeat 2: this repeat did not read it"
+    )
