@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pytest_ipu.backends.base import CompiledModel
@@ -80,7 +81,7 @@ def _matmul_onnx() -> bytes:
     from onnx import numpy_helper
 
     weight = numpy_helper.from_array(
-        __import__("numpy").random.default_rng(0).standard_normal((16, 4)).astype("float32"), "W"
+        np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32), "W"
     )
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
