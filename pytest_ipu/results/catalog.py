@@ -185,10 +185,11 @@ def counted(name: str, unit: str, *, exact: bool, kept_by: str) -> Metric:
         count = record.counts.get(name) if record.counts else None
         if count is not None:
             return f"{name} not counted: {count.reason}" if count.reason else None
-        if record.instances:
+        placement = record.placement
+        if record.instances and placement is not None and placement.runner == "processes":
             return (
-                f"{name} not counted: {len(record.instances)} instances ran concurrently (each keeps its own "
-                "count; a group's are not read)"
+                f"{name} not counted: {len(record.instances)} instances ran in worker processes (each keeps "
+                "its own count there; a group of worker processes reports none)"
             )
         return (
             f"{name} not counted: the record has no such count ({kept_by} keep it, for inference; "

@@ -5,7 +5,8 @@ repeat and kept under the record's ``counts`` (and each repeat's), keyed by the 
 (``ipu_cycles``). ``CountRecord`` is one repeat's reading, or why there is none; ``pool`` joins the
 repeats' readings into the record's. ``catalog.counted`` declares a metric that reads one: the one
 place a count per call in each repeat becomes a gated metric. How a count is read (the counting
-pass, after the timed rounds) is ``run.benchmark``'s.
+pass, after the timed rounds) is ``run.counting``'s; a group of instances in threads counts through
+``placement.plan.group_counters``.
 """
 
 from __future__ import annotations

@@ -295,6 +295,10 @@ def measure(
             power = meter.result(
                 trace, window.start_ns, window.end_ns, items * window.rounds, rounds_fixed=not auto
             )
+        # The timed rounds' figures first: a group's instances time every call they make, the
+        # counting calls' too.
+        samples = tuple(round_times_s())
+        calls, instances = instance_calls(compiled, samples)
         # The device's counts of a call's work, read in calls of their own after the timed window
         # and the energy window: a read is a device round trip that no timed round may hold.
         counted = count_pass(
@@ -305,9 +309,7 @@ def measure(
             if lockstep is None
             else "not counted in a lock-step launch (every rank would have to call)",
         )
-    samples = tuple(round_times_s())
     window_s = window.seconds
-    calls, instances = instance_calls(compiled, samples)
     latency = metrics.summarize_latency(calls)
     throughput = metrics.throughput(items * window.rounds, window_s)
     median_throughput = metrics.median_round_throughput(items, samples) if samples else None

@@ -17,6 +17,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from pytest_ipu.backends.ipu.poptorch import PopTorchBackend
 from pytest_ipu.devices.ipu_clock import parse_clock_hz
 from pytest_ipu.devices.ipu_clock import read_clock
 from pytest_ipu.errors import CompileError
+from pytest_ipu.placement import plan as placed
 from pytest_ipu.results import ab
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import changes
@@ -46,6 +48,7 @@ from tests.fakes import fake_gcipuinfo
 from tests.fakes.fake_pedantic import RecordingBenchmark
 from tests.unit import run_files
 from tests.unit import test_history
+from tests.unit import test_placed
 from tests.unit.test_run import FakeProbe
 from tests.unit.test_schema import make_record
 
@@ -497,3 +500,66 @@ def test_pooled_counts_need_every_repeat_and_one_clock():
     assert counts.pool_counts([{"ipu_cycles": a}, {}])["ipu_cycles"].reason == (
         "repeat 2: this repeat did not read it"
     )
+
+
+# -- instances in threads (PopART's runner) -----------------------------------------------------------
+
+
+class CountingStub(test_placed.StubBackend):
+    """Compiles to a model that does nothing and counts ``cycles[device]`` cycles a call (``None``:
+    its counter is off), at the clock ``clocks[device]``."""
+
+    def __init__(
+        self, name: str, device: str, cycles: dict[str, int | None], clocks: dict[str, float]
+    ) -> None:
+        super().__init__(name, device)
+        self.cycles, self.clocks = cycles, clocks
+
+    def compile(self, *args: object) -> Any:
+        count = self.cycles[self.device]
+        hz = self.clocks[self.device]
+        counter = (
+            CallCounter("ipu_cycles", None, "the cycle counter is off (test)")
+            if count is None
+            else CallCounter("ipu_cycles", lambda: count, None, lambda: (hz, f"{hz / 1e6:g} MHz"))
+        )
+        return dataclasses.replace(wrap_callable(lambda: None), device=self.device, counters=(counter,))
+
+
+def group(cycles: dict[str, int | None], clocks: dict[str, float] | None = None) -> IpuRecord:
+    """Two instances in threads counting ``cycles`` (by device), measured in three repeats."""
+    clocks = clocks or dict.fromkeys(cycles, 1.3e9)
+    backend = test_placed.PlacedStub("popart", "ipu", test_placed.StubInventory((0, 1)))
+    plan = placed.plan(
+        backend, test_placed._req(instances=2), {}, lambda n, d: CountingStub(n, d, cycles, clocks)
+    )
+    compiled = placed.compile_plan(plan, object(), (), "fp32", {})
+    try:
+        return repeats(compiled, ()).record
+    finally:
+        compiled.close()
+
+
+def test_a_group_of_instances_in_threads_counts_when_every_instance_counts_alike():
+    record = group({"ipu:0": 5000, "ipu:1": 5000})
+    assert record.repeat_values("ipu_cycles") == (5000.0,) * REPEATS
+    assert record.counts["ipu_cycles"].clock == "instance 0: 1300 MHz; instance 1: 1300 MHz"
+    # The counting calls are not timed calls of the instances: the last repeat's instances made its
+    # 4 timed rounds' calls, and the latency pools every repeat's timed calls of both, no more.
+    assert record.instances is not None
+    assert [i.calls for i in record.instances] == [4, 4]
+    assert record.latency_s.rounds == 2 * 4 * REPEATS
+
+
+def test_a_group_whose_instances_count_differently_or_not_at_all_says_so():
+    differ = group({"ipu:0": 5000, "ipu:1": 5100})
+    assert differ.counts["ipu_cycles"].reason == (
+        "reading the counter raised ValueError: the instances counted differently "
+        "(instance 0: 5,000, instance 1: 5,100): no one count per call"
+    )
+    off = group({"ipu:0": 5000, "ipu:1": None})
+    assert off.counts["ipu_cycles"].reason == "instance 1: the cycle counter is off (test)"
+    clocks = group({"ipu:0": 5000, "ipu:1": 5000}, {"ipu:0": 1.3e9, "ipu:1": 1.25e9})
+    count = clocks.counts["ipu_cycles"]
+    assert (count.per_call, count.clock_hz) == (5000.0, None)
+    assert count.clock == "no one clock for the instances (instance 0: 1300 MHz; instance 1: 1250 MHz)"
