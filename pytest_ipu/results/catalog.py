@@ -84,6 +84,11 @@ class Metric:
     #: `definition` says which a record's value comes from, and figures of two definitions are
     #: never compared (`unlike`).
     fallback: tuple[str, ...] | None = None
+    #: True for a count of the program's own work that repeats exactly (the IPU's cycles per call: a
+    #: property of the compiled graph). The machine's load and drift do not move it, so a gate whose
+    #: sides each repeat exactly is decided on the values themselves (`decide`'s exact rule), and
+    #: a level shift of the machine takes back none of its verdicts (`level_shift`).
+    exact: bool = False
 
     @property
     def better(self) -> units.Better:
@@ -185,6 +190,31 @@ def _instructions_missing(record: Any) -> str:
     return "no host instructions: the record predates them"
 
 
+def counted(name: str, unit: str, *, exact: bool, kept_by: str) -> Metric:
+    """The metric of a count the device keeps of each call's work, read in every repeat and kept
+    under ``counts[name]`` (``counts.CountRecord``): its value is the count per call, each repeat's
+    its own. ``kept_by`` names the targets that keep it, for the reason a record without it gives.
+    The one place a count per call in each repeat becomes a metric: a second counter is one more
+    call here, with the readings under its own name."""
+
+    def missing(record: Any) -> str | None:
+        count = record.counts.get(name) if record.counts else None
+        if count is not None:
+            return f"{name} not counted: {count.reason}" if count.reason else None
+        placement = record.placement
+        if record.instances and placement is not None and placement.runner == "processes":
+            return (
+                f"{name} not counted: {len(record.instances)} instances ran in worker processes (each keeps "
+                "its own count there; a group of worker processes reports none)"
+            )
+        return (
+            f"{name} not counted: the record has no such count ({kept_by} keep it, for inference; "
+            "records that predate it have none)"
+        )
+
+    return Metric(name, ("counts", name, "per_call"), unit, per_repeat=True, missing=missing, exact=exact)
+
+
 #: pytest-benchmark's statistic of each latency figure (p90 and p99 it does not compute: they come
 #: from its per-round data).
 _PLAIN_STAT = {"min": "min", "p50": "median", "max": "max", "mean": "mean"}
@@ -265,6 +295,9 @@ METRICS: Mapping[str, Metric] = {
         _loadgen("samples_per_s", ("samples_per_s",), "items/s"),
         *(_loadgen(k, ("latency_s", k), "s") for k in ("p50", "p90", "p99")),
         _loadgen("early_stopping_latency", ("early_stopping_latency_s",), "s"),
+        # The IPU's own cycle count per call (PopTorch's cycleCount, PopART's getCycleCount), read in
+        # every repeat's counting pass: the compiled program's, which no neighbour of the host moves.
+        counted("ipu_cycles", "cycles", exact=True, kept_by="the IPU backends, poptorch and popart,"),
     )
 }
 

@@ -30,6 +30,7 @@ from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.measure.metrics import summarize_latency
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.codec import fields_of
+from pytest_ipu.results.counts import CountRecord
 from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.training import ScalingRecord
 from pytest_ipu.results.training import TimeToTrainRecord
@@ -417,6 +418,10 @@ class RepeatRecord:
     #: The user-space instructions of its window per call (`HostInstructions`), or why the counter
     #: did not count; `None` in records that predate it.
     host_instructions: HostInstructions | None = None
+    #: The counts the device kept of a call's work in this repeat, by the metric each feeds
+    #: (`ipu_cycles`: `counts.CountRecord`), or why each was not counted; empty where the target
+    #: keeps none, and in records that predate them.
+    counts: Mapping[str, CountRecord] = field(default_factory=dict)
 
     def value(self, metric: str) -> float | None:
         """This repeat's value of a per-round metric (``latency.*``, ``throughput``, ``cpu_time``,
@@ -449,7 +454,14 @@ class RepeatRecord:
                 if self.host_instructions is None
                 else {"host_instructions": self.host_instructions.as_json()}
             ),
+            **counts_json(self.counts),
         }
+
+
+def counts_json(counts: Mapping[str, CountRecord]) -> dict[str, Any]:
+    """``{"counts": {...}}`` for a record or repeat that has counts; nothing where it has none, so
+    that such records are written as they always were."""
+    return {"counts": {name: c.as_json() for name, c in counts.items()}} if counts else {}
 
 
 @dataclass(frozen=True)
@@ -625,6 +637,9 @@ class IpuRecord(Identity):
     #: not count them. `None` in records not measured by timed rounds (LoadGen, time to train) and
     #: in records that predate it.
     host_instructions: HostInstructions | None = None
+    #: The counts the device kept of a call's work (`ipu_cycles`), the repeats pooled
+    #: (`counts.pool`), or why each was not counted; empty where the target keeps none.
+    counts: Mapping[str, CountRecord] = field(default_factory=dict)
     #: Always true: the figures were measured. ``ipu_benchmark`` returns ``NotTimed`` (``timed``
     #: false) when pytest-benchmark is not timing; ``if record.timed:`` tells them apart (and
     #: narrows the type for mypy).

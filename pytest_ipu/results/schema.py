@@ -32,6 +32,11 @@ scales. Version history (additive changes only within a version):
   and of each repeat: the user-space instructions of the benchmark's processes per call over the
   timed windows (the ``host_instructions`` metric), or ``available`` false and the ``reason`` the
   hardware counter did not count; absent from records without it, which read with none.
+  Then (additive) ``counts``, of the record and of each repeat: the counts the device kept of a
+  call's work, by the metric each feeds (``ipu_cycles``: cycles per call, each counting call's
+  read, the clock and the device time they mean, or why nothing was counted). Absent where the
+  target keeps none; a record written before it reads with no counts, and those metrics have no
+  value there.
 
 The metrics (``METRICS``: name, place in this JSON, unit) are defined in ``catalog``. ``to_json``
 writes a typed ``IpuRecord`` (its parts write themselves: ``PowerRecord.as_json`` and
@@ -54,6 +59,7 @@ from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results.catalog import METRICS as METRICS
 from pytest_ipu.results.catalog import Metric as Metric
+from pytest_ipu.results.counts import CountRecord
 from pytest_ipu.results.loadgen import BatchingRecord
 from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.loadgen import PeakSearch
@@ -68,6 +74,7 @@ from pytest_ipu.results.records import PlacementRecord
 from pytest_ipu.results.records import PowerRecord
 from pytest_ipu.results.records import RepeatRecord
 from pytest_ipu.results.records import StabilityRecord
+from pytest_ipu.results.records import counts_json
 from pytest_ipu.results.records import identity
 from pytest_ipu.results.records import latency_json as latency_json
 from pytest_ipu.results.records import latency_stats
@@ -132,6 +139,7 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
             if record.host_instructions is None
             else {"host_instructions": record.host_instructions.as_json()}
         ),
+        **counts_json(record.counts),
         # The training parts are absent, not null, from inference records: those are written as
         # they always were.
         **{
@@ -217,6 +225,7 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
         time_to_train=_part(data, "time_to_train", _time_to_train),
         scaling=_part(data, "scaling", _scaling),
         loadgen=_part(data, "loadgen", _loadgen),
+        counts=_counts(data),
     )
     # Calls at a time: one per instance; LoadGen keeps many queries in flight, so its rate is left
     # to the count check.
@@ -648,6 +657,31 @@ def _repeat(data: Mapping[str, Any], at: str) -> RepeatRecord:
         start_unix_s=_number_or_none(data, "start_unix_s", at),
         median_throughput_items_per_s=_number_or_none(data, "median_throughput_items_per_s", at),
         host_instructions=_part(data, "host_instructions", _instructions, at),
+        counts=_counts(data, at),
+    )
+
+
+def _counts(data: Mapping[str, Any], at: str = "") -> dict[str, CountRecord]:
+    """A record's or repeat's ``counts`` by name; none in records written before them."""
+    if data.get("counts") is None:
+        return {}
+    counts = _object(data, "counts", at)
+    return {
+        str(name): _count_record(_object(counts, name, f"{at}counts."), f"{at}counts.{name}.")
+        for name in counts
+    }
+
+
+def _count_record(data: Mapping[str, Any], at: str) -> CountRecord:
+    reads = tuple(_whole(v, f"{at}reads[{i}]") for i, v in enumerate(_list(data, "reads", at)))
+    # ``time_s`` is written for readers of the file; it is derived (per_call / clock_hz), not read.
+    return CountRecord(
+        per_call=_number_or_none(data, "per_call", at),
+        reason=_text_or_none(data, "reason", at),
+        method=_text_or_none(data, "method", at),
+        reads=reads,
+        clock_hz=_number_or_none(data, "clock_hz", at),
+        clock=_text_or_none(data, "clock", at),
     )
 
 

@@ -16,6 +16,7 @@ from pytest_ipu.measure.instructions import HostInstructions
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import counts
 from pytest_ipu.results import schema
 from pytest_ipu.results.loadgen import BatchingRecord
 from pytest_ipu.results.loadgen import LoadgenRecord
@@ -602,6 +603,11 @@ INSTRUCTIONS = HostInstructions(
     available=True, per_call=1_250_000.0, total=12_500_000, calls=10, processes=1, threads=3
 )
 
+#: A repeat's IPU cycle count: three counting calls that agreed, at a C2's clock.
+CYCLES = counts.measured(
+    (1_330_000,) * 3, counts.COUNTING_PASS, 1.3e9, "gcipuinfo 'clock' of IPU(s) 0 (0: 1300MHz)"
+)
+
 MEASURED = PowerRecord(
     measured=True,
     source="rapl",
@@ -655,6 +661,7 @@ def test_every_metric_path_resolves(name):
             cpu=CPU,
             median_throughput_items_per_s=3200.0,
             host_instructions=INSTRUCTIONS,
+            counts={"ipu_cycles": CYCLES},
         )
     )
     assert isinstance(_resolve(data, metric.path), float)
