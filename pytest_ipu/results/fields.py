@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_ipu.measure.contention import ContentionRecord
-from pytest_ipu.measure.instructions import HostInstructions
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import loadgen
@@ -42,7 +41,6 @@ CLASSES: tuple[tuple[type, str, tuple[str, ...]], ...] = (
     (records.StabilityRecord, "`stability`", ("basis",)),
     (ContentionRecord, "`contention`", ()),
     (CpuTime, "`cpu` (and each repeat's `cpu`)", ()),
-    (HostInstructions, "`host_instructions` (and each repeat's `host_instructions`)", ()),
     (CountRecord, "each entry of `counts` (and of each repeat's `counts`)", ("time_s",)),
     (records.PowerRecord, "`power`", ("scope",)),
     (records.DeviceEnergy, "each entry of `power.devices`", ()),

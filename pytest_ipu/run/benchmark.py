@@ -45,6 +45,10 @@ from pytest_ipu.measure.contention import merge as merge_contention
 from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import records
+from pytest_ipu.results.counts import TIMED_WINDOW
+from pytest_ipu.results.counts import CountRecord
+from pytest_ipu.results.counts import not_counted
+from pytest_ipu.results.counts import over_window
 from pytest_ipu.results.counts import pool_counts
 from pytest_ipu.results.training import TrainingRecord
 from pytest_ipu.run.counting import count_pass
@@ -330,10 +334,8 @@ def measure(
     throughput = metrics.throughput(items * window.rounds, window_s)
     median_throughput = metrics.median_round_throughput(items, samples) if samples else None
     cpu = cpu_time(compiled, window, items * window.rounds)
-    host_instructions = (
-        instructions.counted(counts[0], window.rounds, len(counter.pids), counter.opened_threads)
-        if counter is not None and counts
-        else instructions.not_available(uncounted or "the counter was not read at the window's end")
+    counted[instructions.METRIC] = host_instructions(
+        counter, counts[0] if counts else None, window.rounds, uncounted
     )
     repeat = records.RepeatRecord(
         index=index,
@@ -346,7 +348,6 @@ def measure(
         cpu=cpu,
         start_unix_s=None if window.start_unix_ns is None else window.start_unix_ns * 1e-9,
         median_throughput_items_per_s=median_throughput,
-        host_instructions=host_instructions,
         counts=counted,
     )
     budget = records.BudgetRecord(
@@ -390,7 +391,6 @@ def measure(
         stability=stability([repeat], samples, unstable_threshold, "single"),
         contention=contention[0] if contention else None,
         cpu=cpu,
-        host_instructions=host_instructions,
         training=training_record(compiled.training) if isinstance(compiled, Trainable) else None,
         counts=counted,
     )
@@ -412,6 +412,21 @@ def instruction_counter(
     except instructions.CounterUnavailable as exc:
         return None, str(exc)
     return made, ""
+
+
+def host_instructions(
+    counter: instructions.InstructionCounter | None, total: int | None, calls: int, uncounted: str
+) -> CountRecord:
+    """The host's user-space instructions of a timed window of ``calls`` rounds, as the count
+    ``host_instructions`` (``counts.over_window``: ``total`` over the calls, with the processes and
+    threads counted); or why not: the counter unavailable here (``uncounted``, the errno and what it
+    means) or not read at the window's end."""
+    if counter is None or total is None:
+        why = uncounted or "the counter was not read at the window's end"
+        return not_counted(f"the hardware counter is not available: {why}")
+    return over_window(
+        total, calls, TIMED_WINDOW, instructions.scope(len(counter.pids), counter.opened_threads)
+    )
 
 
 def cpu_time(compiled: CompiledModel, window: timing.Window, items: float) -> metrics.CpuTime | None:
@@ -595,7 +610,6 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
         contention=merge_contention(probes) if probes else None,
         # Only when every repeat has it: a median of some repeats would stand for all of them.
         cpu=metrics.pool_cpu_time(cpu) if cpu and len(cpu) == len(repeats) else None,
-        host_instructions=_pooled_instructions(repeats),
         counts=pool_counts([r.counts for r in repeats]),
     )
     return Measurement(record, samples, calls)
@@ -611,12 +625,6 @@ def _pooled_median_throughput(last: records.IpuRecord, samples: Sequence[float])
     return metrics.median_round_throughput(last.items_per_call * instances, samples)
 
 
-def _pooled_instructions(repeats: Sequence[records.RepeatRecord]) -> instructions.HostInstructions | None:
-    """Every repeat's count together (``instructions.pool``); ``None`` unless every repeat has one."""
-    counts = [r.host_instructions for r in repeats if r.host_instructions is not None]
-    return instructions.pool(counts) if counts and len(counts) == len(repeats) else None
-
-
 def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
     return records.RepeatRecord(
         index=index,
@@ -626,5 +634,4 @@ def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
         throughput_items_per_s=record.throughput_items_per_s,
         cpu=record.cpu,
         median_throughput_items_per_s=record.median_throughput_items_per_s,
-        host_instructions=record.host_instructions,
     )

@@ -60,8 +60,7 @@ def test_a_repeat_has_only_the_per_repeat_metrics() -> None:
         record.latency_s,
         20.0,
         cpu=CPU,
-        host_instructions=INSTRUCTIONS,
-        counts={"ipu_cycles": CYCLES},
+        counts={"ipu_cycles": CYCLES, "host_instructions": INSTRUCTIONS},
     )
     for name, metric in METRICS.items():
         assert (repeat.value(name) is not None) == metric.per_repeat, name
