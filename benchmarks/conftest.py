@@ -51,6 +51,7 @@ SELF_CHECKS = frozenset(
         "test_gate_accuracy.py",
         "test_gate_cost.py",
         "test_gate_recipe.py",
+        "test_cycle_counter_cost.py",
         "test_gil.py",
         "test_harness_overhead.py",
         "test_history.py",

@@ -141,6 +141,30 @@ class TrainingInfo:
 
 
 @dataclass(frozen=True)
+class CallCounter:
+    """A count the device keeps of each call's work (the IPU's cycles), as a compiled model offers it.
+
+    ``read()`` gives the last call's count; it is called only after a call, outside every timed round
+    (``run.benchmark``'s counting pass), because a read may cost a device round trip of its own.
+    ``None`` when the counter is off, ``reason`` saying why (the option off, a simulator). ``clock()``
+    gives the clock the count ticks at, Hz, and where it was read, or ``None`` and why not;
+    ``method`` how the count is read, for the record.
+    """
+
+    #: The metric the count feeds (`ipu_cycles`).
+    metric: str
+    #: The last call's count; `None`: the counter is off.
+    read: Callable[[], int] | None
+    #: Why the counter is off; `None` when it is on.
+    reason: str | None = None
+    #: The clock of the count: `(Hz, where it was read)`, or `(None, why not)`.
+    clock: Callable[[], tuple[float | None, str]] | None = None
+    #: How the count is read, as the record names it: `counting pass` (only there), or how the SDK
+    #: reads it otherwise (PopTorch, in every call).
+    method: str = "counting pass"
+
+
+@dataclass(frozen=True)
 class CompiledModel(Identity):
     """A model prepared by a backend for one target, ready to be called in timed rounds.
 
@@ -183,6 +207,9 @@ class CompiledModel(Identity):
     #: plain ``ipu``: the power of two it reserves). The IPUs gcipuinfo names the model's process as
     #: user of must be exactly that many, or they are not all this model's (``pytest_plugin.session``).
     ipu_count: int | None = None
+    #: The counts the device keeps of each call's work (`CallCounter`: the IPU backends' cycle
+    #: counter, on or off with its reason); empty for a target that keeps none.
+    counters: tuple[CallCounter, ...] = ()
 
     def __call__(self, *inputs: object) -> object:
         """Prepare ``inputs`` and make one call (untimed convenience; benchmarks use ``run``)."""

@@ -14,15 +14,17 @@ what a change to the model or the host code moves; system calls and page faults 
 
 Where the event does not exist (a VM without a virtual PMU: ``ENOENT``), the kernel forbids it
 (``perf_event_paranoid`` 3 or more, a container's seccomp filter: ``EACCES``/``EPERM``), or this is
-not Linux on x86_64 or aarch64, ``open_counters`` raises ``CounterUnavailable`` with the errno and
-what it means, and the record says "not available" with that reason (``HostInstructions``).
+not Linux on x86_64 or aarch64, ``InstructionCounter.open`` raises ``CounterUnavailable`` with the
+errno and what it means, and the record's count says "not available" with that reason. The record
+keeps the count as any count per call (``results.counts``: ``counts["host_instructions"]``, read over
+the timed window), built by ``run.benchmark.host_instructions``.
 
 No kept Python library fits: ``py-perf-event`` ships wheels for Python 3.10 and later only (the
 Poplar SDK runs 3.8), ``cirron`` compiles C at import time and counts the calling thread only, and
 ``python-papi`` needs the PAPI library built. The call is one system call and a 64-byte struct.
 
-ctypes and fcntl are imported by the functions that use them, so importing this module (the
-records do, for ``HostInstructions``) loads neither.
+ctypes and fcntl are imported by the functions that use them, so importing this module loads
+neither.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ import sys
 import typing
 from collections.abc import Callable
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+
+#: The metric, and the name of the count in a record's ``counts``, these counters feed.
+METRIC = "host_instructions"
 
 #: ``perf_event_open``'s system call number on each machine Linux names (``platform.machine()``).
 SYSCALL_NUMBERS = {"x86_64": 298, "aarch64": 241}
@@ -84,74 +87,11 @@ class CounterUnavailable(Exception):
         self.code = code
 
 
-@dataclass(frozen=True)
-class HostInstructions:
-    """The user-space instructions of the benchmark's processes over a timed window, per call, or
-    why there are none (``available`` false, ``reason`` set). docs/numbers.md defines them."""
-
-    #: True when the counter counted the window.
-    available: bool
-    #: Instructions per call (per timed round: one call; with several instances, one call of
-    #: each): `total` / `calls`. `None` when not available. The `host_instructions` metric.
-    per_call: float | None = None
-    #: Instructions over the window, every counted thread together; `None` when not available.
-    total: int | None = None
-    #: The timed rounds the window held.
-    calls: int = 0
-    #: When the counter ran: `window` (enabled just before the timed window opens, read just after
-    #: it closes: no read inside a round, and the same window the wall time is of).
-    read: str = "window"
-    #: Processes counted: this one and its instance worker processes.
-    processes: int = 0
-    #: Threads with a counter of their own when it opened (threads they start later are inherited).
-    threads: int = 0
-    #: Why not available (the errno and what it means); empty when available.
-    reason: str = ""
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, stored as ``host_instructions`` (of the record and of each repeat)."""
-        return {
-            "available": self.available,
-            "per_call": self.per_call,
-            "total": self.total,
-            "calls": self.calls,
-            "read": self.read,
-            "processes": self.processes,
-            "threads": self.threads,
-            "reason": self.reason,
-        }
-
-
-def not_available(reason: str) -> HostInstructions:
-    """A window the counter did not count, and why."""
-    return HostInstructions(available=False, reason=reason)
-
-
-def counted(total: int, calls: int, processes: int, threads: int) -> HostInstructions:
-    """A window's count: ``total`` instructions over ``calls`` timed rounds. Raises ``ValueError``
-    for no calls or a negative count."""
-    if calls < 1:
-        raise ValueError(f"instructions per call need at least one call, got {calls}")
-    if total < 0:
-        raise ValueError(f"an instruction count must be >= 0, got {total}")
-    return HostInstructions(
-        available=True, per_call=total / calls, total=total, calls=calls, processes=processes, threads=threads
-    )
-
-
-def pool(repeats: Sequence[HostInstructions]) -> HostInstructions:
-    """Several repeats' counts as one: their totals over their calls together; the first repeat's
-    reason where any repeat was not counted (a figure of some repeats would stand for all)."""
-    if not repeats:
-        raise ValueError("no repeats to pool")
-    for r in repeats:
-        if not r.available or r.total is None:
-            return r
-    return counted(
-        sum(r.total or 0 for r in repeats),
-        sum(r.calls for r in repeats),
-        max(r.processes for r in repeats),
-        max(r.threads for r in repeats),
+def scope(processes: int, threads: int) -> str:
+    """What a count of these counters covers, as the record's count says it (``1 process,
+    3 threads``): the processes counted and the threads given a counter of their own."""
+    return (
+        f"{processes} process{'' if processes == 1 else 'es'}, {threads} thread{'' if threads == 1 else 's'}"
     )
 
 

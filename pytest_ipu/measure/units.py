@@ -162,6 +162,19 @@ UNITS: Mapping[str, Unit] = {
             (("instructions", 0), ("k instructions", 3), ("M instructions", 6), ("G instructions", 9)),
             (("", 0), ("k", 3), ("M", 6), ("G", 9)),
         ),
+        # Device cycles a call takes (the IPU's own cycle counter): fewer is better. Counts are
+        # shown with their thousands (``1,330,000 cycles``), never scaled to a prefix.
+        Unit(
+            "cycles",
+            "device cycles",
+            "lower",
+            {"cycles": 0},
+            ("cycles",),
+            True,
+            "1.5e6",
+            (("cycles", 0),),
+            (("", 0),),
+        ),
     )
 }
 

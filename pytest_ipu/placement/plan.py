@@ -19,11 +19,13 @@ import dataclasses
 import functools
 import time
 import typing
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_ipu.backends.base import Backend
+from pytest_ipu.backends.base import CallCounter
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import GroupedModel
 from pytest_ipu.backends.base import InstanceGroup
@@ -201,6 +203,8 @@ def compile_plan(
         compiled = first.backend.compile(model, example_inputs, precision, {**options, **first.options})
         return _with_placement(compiled, the_plan)
     group: InstanceGroup
+    # Worker processes keep their counters to themselves: a group of them reads none.
+    counters: tuple[CallCounter, ...] = ()
     start = time.perf_counter_ns()
     if how == "processes":
         specs = []
@@ -237,6 +241,7 @@ def compile_plan(
                     done.close()
             raise
         group = instances.ThreadInstances(compiled_list)
+        counters = group_counters(compiled_list)
     wall_s = (time.perf_counter_ns() - start) * 1e-9
     infos = group.compiled_info()
     head = infos[0]
@@ -266,7 +271,51 @@ def compile_plan(
         group=group,
         simulator=the_plan.placement.simulator,
         ipu_ids=the_plan.ipu_ids,
+        counters=counters,
     )
+
+
+def group_counters(compiled: Sequence[CompiledModel]) -> tuple[CallCounter, ...]:
+    """The counters of a group of instances in this process's threads, one per metric the instances
+    count: a read is every instance's count of its last call, which must be one count (the instances
+    run one compiled graph on one batch; counts that differ raise, naming them, and the record says
+    so). An instance whose counter is off makes the group's off, with its reason. The clock is the
+    instances' one clock, or none where their IPUs report different ones."""
+    out = []
+    for counter in compiled[0].counters:
+        mine = [next((c for c in one.counters if c.metric == counter.metric), None) for one in compiled]
+        off = next(((i, c) for i, c in enumerate(mine) if c is None or c.read is None), None)
+        if off is not None:
+            index, which = off
+            reason = "it keeps no such count" if which is None else which.reason or "the counter is off"
+            out.append(CallCounter(counter.metric, None, f"instance {index}: {reason}"))
+            continue
+        live = [c for c in mine if c is not None]
+        out.append(CallCounter(counter.metric, _read_all(live), None, _clock_of_all(live), counter.method))
+    return tuple(out)
+
+
+def _read_all(counters: Sequence[CallCounter]) -> Callable[[], int]:
+    def read() -> int:
+        counts = [c.read() for c in counters if c.read is not None]
+        if len(set(counts)) != 1:
+            shown = ", ".join(f"instance {i}: {n:,}" for i, n in enumerate(counts))
+            raise ValueError(f"the instances counted differently ({shown}): no one count per call")
+        return counts[0]
+
+    return read
+
+
+def _clock_of_all(counters: Sequence[CallCounter]) -> Callable[[], tuple[float | None, str]]:
+    def clock() -> tuple[float | None, str]:
+        read = [c.clock() if c.clock is not None else (None, "no clock") for c in counters]
+        clocks = {hz for hz, _ in read}
+        where = "; ".join(f"instance {i}: {w}" for i, (_, w) in enumerate(read))
+        if len(clocks) != 1:
+            return None, f"no one clock for the instances ({where})"
+        return next(iter(clocks)), where
+
+    return clock
 
 
 def _with_placement(compiled: CompiledModel, the_plan: Plan) -> CompiledModel:

@@ -84,6 +84,11 @@ class Metric:
     #: `definition` says which a record's value comes from, and figures of two definitions are
     #: never compared (`unlike`).
     fallback: tuple[str, ...] | None = None
+    #: True for a count of the program's own work that repeats exactly (the IPU's cycles per call: a
+    #: property of the compiled graph). The machine's load and drift do not move it, so a gate whose
+    #: sides each repeat exactly is decided on the values themselves (`decide`'s exact rule), and
+    #: a level shift of the machine takes back none of its verdicts (`level_shift`).
+    exact: bool = False
 
     @property
     def better(self) -> units.Better:
@@ -174,15 +179,34 @@ def _cpu_missing(record: Any) -> str:
     return "no CPU time: the record predates it"
 
 
-def _instructions_missing(record: Any) -> str:
-    part = record.host_instructions
-    if part is not None:
-        return f"host instructions not available: {part.reason or 'the counter did not count the window'}"
-    if record.loadgen is not None:
-        return "no host instructions: a LoadGen benchmark has no timed rounds"
-    if record.time_to_train is not None:
-        return "no host instructions: a time-to-train benchmark has no timed rounds"
-    return "no host instructions: the record predates them"
+def counted(name: str, unit: str, *, exact: bool, kept_by: str, in_workers: bool = False) -> Metric:
+    """The metric of a count of each call's work, read in every repeat and kept under
+    ``counts[name]`` (``counts.CountRecord``): its value is the count per call, each repeat's its
+    own. ``kept_by`` says which records keep it (``the IPU backends, poptorch and popart, keep it,
+    for inference``), for the reason a record without it gives; ``in_workers`` where instances in
+    worker processes are counted too (the host's counters count their processes; a device's count is
+    each worker's own). The one place a count per call in each repeat becomes a metric: a second
+    counter is one more call here, with the readings under its own name."""
+
+    def missing(record: Any) -> str | None:
+        count = record.counts.get(name) if record.counts else None
+        if count is not None:
+            return f"{name} not counted: {count.reason}" if count.reason else None
+        if record.loadgen is not None:
+            return f"{name} not counted: a LoadGen benchmark has no timed rounds"
+        if record.time_to_train is not None:
+            return f"{name} not counted: a time-to-train benchmark has no timed rounds"
+        placement = record.placement
+        if not in_workers and record.instances and placement is not None and placement.runner == "processes":
+            return (
+                f"{name} not counted: {len(record.instances)} instances ran in worker processes (each keeps "
+                "its own count there; a group of worker processes reports none)"
+            )
+        return (
+            f"{name} not counted: the record has no such count ({kept_by}; records that predate it have none)"
+        )
+
+    return Metric(name, ("counts", name, "per_call"), unit, per_repeat=True, missing=missing, exact=exact)
 
 
 #: pytest-benchmark's statistic of each latency figure (p90 and p99 it does not compute: they come
@@ -232,13 +256,14 @@ METRICS: Mapping[str, Metric] = {
         Metric("host_cores", ("cpu", "host_cores"), "cores", per_repeat=True, missing=_cpu_missing),
         # The user-space instructions of every process of the benchmark per call (one timed round),
         # counted over the timed windows where the kernel has the hardware counter: the CPU's
-        # counterpart of an IPU's cycle count, which a busy neighbour barely moves.
-        Metric(
+        # counterpart of an IPU's cycle count, which a busy neighbour barely moves. Not exact: a
+        # process's bookkeeping (allocation, the garbage collector) differs from run to run.
+        counted(
             "host_instructions",
-            ("host_instructions", "per_call"),
             "instructions",
-            per_repeat=True,
-            missing=_instructions_missing,
+            exact=False,
+            kept_by="every benchmark timed in rounds keeps it",
+            in_workers=True,
         ),
         Metric(
             "compile",
@@ -265,6 +290,14 @@ METRICS: Mapping[str, Metric] = {
         _loadgen("samples_per_s", ("samples_per_s",), "items/s"),
         *(_loadgen(k, ("latency_s", k), "s") for k in ("p50", "p90", "p99")),
         _loadgen("early_stopping_latency", ("early_stopping_latency_s",), "s"),
+        # The IPU's own cycle count per call (PopTorch's cycleCount, PopART's getCycleCount), read in
+        # every repeat's counting pass: the compiled program's, which no neighbour of the host moves.
+        counted(
+            "ipu_cycles",
+            "cycles",
+            exact=True,
+            kept_by="the IPU backends, poptorch and popart, keep it, for inference",
+        ),
     )
 }
 

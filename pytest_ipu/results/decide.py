@@ -38,6 +38,16 @@ The evidence, in order:
   runs for their measured drift instead.
 - **Neither**: INCONCLUSIVE ("no variance estimate").
 
+A count that repeats exactly (``catalog.Metric.exact``: the IPU's cycles per call, a property of
+the compiled program) comes first, by the **exact rule** (``judge_exact``): where each side has two
+or more repeats and every value on a side is the same, the change is the counts' ratio, known
+rather than estimated, and the verdict is FAIL beyond the threshold, PASS otherwise. There is no
+spread, so no t quantile and no drift allowance: the machine's drift moves time, not the count of
+a program's cycles, and a 1 % gate decides from ``--ipu-repeats=2`` in one run. One repeat per side
+shows nothing about repeatability (no verdict from it); counts that differ between repeats go to
+the ordinary rule, whose zero-spread cases are decided by which side of the threshold the change
+lies on, never by a division by zero.
+
 An absolute gate (``latency.p99<2ms``, ``throughput>2500/s``) follows the same rule on the interval
 of the value itself: the ``1 - alpha`` one-sided bounds of the geometric mean of the current
 run's repeats (``df = n - 1``) against the bound. With one repeat, or a metric measured once per
@@ -285,6 +295,39 @@ def _advice(
     return f"{text}; about {needed} {more} ({given}), fewer threads or a quieter runner would decide it"
 
 
+#: Fewest values on each side from which a count is taken to repeat exactly (the exact rule).
+EXACT_MIN = 2
+
+
+def judge_exact(gate: Gate, now: Sequence[float], before: Sequence[float]) -> Judgement | None:
+    """The exact rule, for a relative gate on a count that repeats exactly (``Metric.exact``: the
+    IPU's cycles per call): where each side has ``EXACT_MIN`` or more values, all equal, the change
+    is known, not estimated: FAIL when it is beyond the threshold, PASS otherwise (a change of
+    exactly the threshold is not worse than it), the interval the one ratio. ``p_fail`` is 0 for a
+    FAIL and 1 for a PASS: a family of gates keeps the one and never fails the other.
+
+    ``None`` (the ordinary rule decides) for any other metric, and where a side has fewer values
+    or values that differ: a count that varies between repeats (a program whose work depends on
+    its data) has a spread, and then its spread, not this rule, says what the evidence shows."""
+    if not METRICS[gate.metric].exact or min(len(now), len(before)) < EXACT_MIN:
+        return None
+    if len(set(now)) != 1 or len(set(before)) != 1:
+        return None
+    current, baseline = now[0], before[0]
+    if not (0.0 < current < math.inf and 0.0 < baseline < math.inf):
+        return None
+    ratio = current / baseline
+    # On the values, not their logs: a count exactly at the threshold (1,010,000 against 1,000,000
+    # at +1 %) stays at it, where a difference of logs would round either way.
+    if METRICS[gate.metric].better == "higher":
+        beyond = current < baseline * (1.0 - gate.threshold)
+    else:
+        beyond = current > baseline * (1.0 + gate.threshold)
+    if beyond:
+        return Judgement(FAIL, (ratio, ratio), p_fail=0.0)
+    return Judgement(PASS, (ratio, ratio), p_fail=1.0)
+
+
 def judge_bound(
     gate: Gate, logs: Sequence[float], alpha: float, *, more: str = "repeats", option: str = "--ipu-repeats"
 ) -> Judgement:
@@ -464,9 +507,16 @@ def check(
     if before is None:
         reason = f"no value in the baseline: {baseline.why_missing(gate.metric)}"
         return Verdict(gate, benchmark, INCONCLUSIVE, None, value, None, None, reason)
-    found = evidence(
-        value, current.repeat_values(gate.metric), baseline.repeat_values(gate.metric), history or ()
-    )
+    now, then = current.repeat_values(gate.metric), baseline.repeat_values(gate.metric)
+    exact = judge_exact(gate, now, then)
+    if exact is not None:
+        method = (
+            f"exact: {len(now)} current and {len(then)} baseline repeats each gave one count, the same on "
+            "each side (a count of the compiled program, which the machine's load does not move): "
+            "the change is the counts' ratio, with no spread to allow for"
+        )
+        return exact.verdict(gate, benchmark, then[0], now[0], method, "exact count, no spread")
+    found = evidence(value, now, then, history or ())
     change = relative_change(before, value)
     if found is None:
         single = current.no_repeats() or baseline.no_repeats()

@@ -76,10 +76,10 @@ AGGREGATION: Mapping[str, str] = {
         "windows overlap) and host_per_item_s every instance's CPU time over every instance's items; "
         "null unless every instance has one"
     ),
-    "host_instructions": (
-        "every instance's instructions over every instance's calls (each counted its own processes); "
-        "the first instance's reason where any instance's counter did not count; absent unless every "
-        "instance has one"
+    "counts": (
+        "per count, where any instance did not count it, the first such instance's reason; a count "
+        "read over windows (host_instructions) every instance's total over every instance's calls "
+        "(each counted its own processes); a count read call by call (ipu_cycles) instance 0's"
     ),
     "power": "not merged (instances may share a power source); see each instance's record",
     "stats": "pytest-benchmark's stats of this benchmark are instance 0's, not merged",
@@ -388,10 +388,10 @@ def _merge_records(
     merged["latency_worst_instance_p50_s"] = merged["latency_s"]["p50"]
     merged["latency_worst_instance_p99_s"] = merged["latency_s"]["p99"]
     merged["cpu"] = _merged_cpu(records, items)
-    instructions = _merged_instructions(records)
-    merged.pop("host_instructions", None)
-    if instructions is not None:
-        merged["host_instructions"] = instructions
+    counts = _merged_counts(records)
+    merged.pop("counts", None)
+    if counts:
+        merged["counts"] = counts
     merged["power"] = None
     merged[kind] = {
         "merged": True,
@@ -475,23 +475,35 @@ def _merged_cpu(records: Sequence[Mapping[str, Any]], items: float) -> dict[str,
     return merged
 
 
-def _merged_instructions(records: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """A launch's ``host_instructions`` (``AGGREGATION``): every instance's count together; the first
-    instance's that did not count where any did not; ``None`` unless every instance has one."""
-    parts = [r["host_instructions"] for r in records if isinstance(r.get("host_instructions"), dict)]
-    if not parts or len(parts) != len(records):
-        return None
-    missing = next((p for p in parts if not p.get("available") or p.get("total") is None), None)
-    if missing is not None:
-        return dict(missing)
-    from pytest_ipu.measure import instructions  # merging only: not at every pytest start-up
+def _merged_counts(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A launch's ``counts`` (``AGGREGATION``), by name: the first instance's that did not count
+    where any did not (an instance without the count says so); a count read over windows, every
+    instance's total over every instance's calls; one read call by call, instance 0's."""
+    from pytest_ipu.results import counts  # merging only: not at every pytest start-up
 
-    return instructions.counted(
-        sum(int(p["total"]) for p in parts),
-        sum(int(p["calls"]) for p in parts),
-        sum(int(p.get("processes", 0)) for p in parts),
-        sum(int(p.get("threads", 0)) for p in parts),
-    ).as_json()
+    names = dict.fromkeys(n for r in records if isinstance(r.get("counts"), dict) for n in r["counts"])
+    merged: dict[str, Any] = {}
+    for name in names:
+        found = [r["counts"].get(name) if isinstance(r.get("counts"), dict) else None for r in records]
+        lacking = next((i for i, p in enumerate(found) if not isinstance(p, dict)), None)
+        if lacking is not None:
+            merged[name] = counts.not_counted(f"instance {lacking} of the launch kept no {name}").as_json()
+            continue
+        parts: list[dict[str, Any]] = [p for p in found if isinstance(p, dict)]
+        missing = next((p for p in parts if p.get("per_call") is None), None)
+        if missing is not None:
+            merged[name] = dict(missing)
+        elif all(p.get("total") is not None and p.get("calls") is not None for p in parts):
+            scopes = list(dict.fromkeys(str(p.get("scope")) for p in parts))
+            merged[name] = counts.over_window(
+                sum(int(p["total"]) for p in parts),
+                sum(int(p["calls"]) for p in parts),
+                str(parts[0].get("method")),
+                f"{len(parts)} instances, each {scopes[0]}" if len(scopes) == 1 else "; ".join(scopes),
+            ).as_json()
+        else:
+            merged[name] = dict(parts[0])
+    return merged
 
 
 def write_atomic(path: Path, document: Mapping[str, Any]) -> None:

@@ -35,8 +35,9 @@ A moved machine changes only the verdicts it could explain, in the direction it 
 
 So a real regression far past its threshold still FAILs on a machine a little slower, and on a
 steady machine no verdict changes: nothing here lowers a FAIL rate there beyond the shift test's
-own ``alpha`` on FAILs within a shift's reach of the threshold. Absolute gates and INCONCLUSIVE
-verdicts are not touched; ``pytest-ipu ab`` pairs runs in one job and needs none of this.
+own ``alpha`` on FAILs within a shift's reach of the threshold. Absolute gates, INCONCLUSIVE
+verdicts and gates on exact counts (``ipu_cycles``, which the machine's speed does not move) are
+not touched; ``pytest-ipu ab`` pairs runs in one job and needs none of this.
 
 Runs whose files hold no samples (written before they were kept, or by pytest-benchmark alone),
 or whose workload differs, are left out; with none left the verdicts stand, with a note that a
@@ -54,6 +55,7 @@ from pytest_ipu.measure import stats
 from pytest_ipu.measure.machine_speed import MachineSpeed
 from pytest_ipu.results import decide
 from pytest_ipu.results.benchmark_json import StoredRun
+from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.gated import Candidate
 
 #: How a note about the machine's level starts (the in-run gate keeps only the newest such note).
@@ -174,6 +176,8 @@ def judge(verdict: decide.Verdict, shift: LevelShift | None) -> decide.Verdict:
     could explain it (the module docstring's rule); unchanged otherwise."""
     if shift is None or not shift.moved or verdict.gate.kind != "relative" or verdict.interval is None:
         return verdict
+    if METRICS[verdict.gate.metric].exact:
+        return verdict  # a count of the program's own work: the machine's speed does not move it
     sign, m = decide.orient(verdict.gate), decide.margin(verdict.gate)
     ends = sorted(sign * math.log(r) if r > 0 else -sign * math.inf for r in verdict.interval)
     low, high = ends[0], ends[1]  # the change's interval, worse positive

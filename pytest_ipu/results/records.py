@@ -23,13 +23,13 @@ from typing import Literal
 from typing import NoReturn
 
 from pytest_ipu.measure.contention import ContentionRecord
-from pytest_ipu.measure.instructions import HostInstructions
 from pytest_ipu.measure.metrics import OFF_CPU_FLAG
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.measure.metrics import summarize_latency
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.codec import fields_of
+from pytest_ipu.results.counts import CountRecord
 from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.training import ScalingRecord
 from pytest_ipu.results.training import TimeToTrainRecord
@@ -414,9 +414,10 @@ class RepeatRecord:
     #: Items per round / its median round's wall time (`metrics.median_round_throughput`): the
     #: figure the `throughput` metric reads; `None` in records that predate it.
     median_throughput_items_per_s: float | None = None
-    #: The user-space instructions of its window per call (`HostInstructions`), or why the counter
-    #: did not count; `None` in records that predate it.
-    host_instructions: HostInstructions | None = None
+    #: The counts of a call's work in this repeat, by the metric each feeds (`counts.CountRecord`):
+    #: the device's (`ipu_cycles`) and the host's user-space instructions over its timed window
+    #: (`host_instructions`), or why each was not counted; empty in records that predate them.
+    counts: Mapping[str, CountRecord] = field(default_factory=dict)
 
     def value(self, metric: str) -> float | None:
         """This repeat's value of a per-round metric (``latency.*``, ``throughput``, ``cpu_time``,
@@ -444,12 +445,14 @@ class RepeatRecord:
                 if self.median_throughput_items_per_s is None
                 else {"median_throughput_items_per_s": self.median_throughput_items_per_s}
             ),
-            **(
-                {}
-                if self.host_instructions is None
-                else {"host_instructions": self.host_instructions.as_json()}
-            ),
+            **counts_json(self.counts),
         }
+
+
+def counts_json(counts: Mapping[str, CountRecord]) -> dict[str, Any]:
+    """``{"counts": {...}}`` for a record or repeat that has counts; nothing where it has none, so
+    that such records are written as they always were."""
+    return {"counts": {name: c.as_json() for name, c in counts.items()}} if counts else {}
 
 
 @dataclass(frozen=True)
@@ -620,11 +623,10 @@ class IpuRecord(Identity):
     #: in merged launch records, and in records that predate it: `throughput` reads
     #: `throughput_items_per_s` there.
     median_throughput_items_per_s: float | None = None
-    #: The user-space instructions of every process of the benchmark per call, over the timed
-    #: windows (`HostInstructions`; the `host_instructions` metric), or why the hardware counter did
-    #: not count them. `None` in records not measured by timed rounds (LoadGen, time to train) and
-    #: in records that predate it.
-    host_instructions: HostInstructions | None = None
+    #: The counts of a call's work (`ipu_cycles`, `host_instructions`), the repeats pooled
+    #: (`counts.pool`), or why each was not counted; empty where none was read (LoadGen and
+    #: time-to-train records, records that predate them).
+    counts: Mapping[str, CountRecord] = field(default_factory=dict)
     #: Always true: the figures were measured. ``ipu_benchmark`` returns ``NotTimed`` (``timed``
     #: false) when pytest-benchmark is not timing; ``if record.timed:`` tells them apart (and
     #: narrows the type for mypy).

@@ -30,8 +30,14 @@ scales. Version history (additive changes only within a version):
   ``host_cores``), with ``process_s``, ``thread_s``, ``thread_total_s`` and ``off_cpu_share`` null
   (no rounds); it was null before. Then (additive) ``host_instructions``, of the record
   and of each repeat: the user-space instructions of the benchmark's processes per call over the
-  timed windows (the ``host_instructions`` metric), or ``available`` false and the ``reason`` the
-  hardware counter did not count; absent from records without it, which read with none.
+  timed windows (``available``, ``per_call``, ``total``, ``calls``, ``read``, ``processes``,
+  ``threads``, ``reason``). Then (additive) ``counts``, of the record and of each repeat: the counts
+  of a call's work, by the metric each feeds (``ipu_cycles``: cycles per call, each counting call's
+  read, the clock and the device time they mean, or why nothing was counted; ``host_instructions``:
+  the window's ``total`` over its ``calls``, with the ``scope`` counted, or why not). Absent where
+  none was read; a record written before it reads with no counts, and those metrics have no value
+  there, but for a ``host_instructions`` object, which reads as ``counts["host_instructions"]``
+  (the host's instructions are written there now).
 
 The metrics (``METRICS``: name, place in this JSON, unit) are defined in ``catalog``. ``to_json``
 writes a typed ``IpuRecord`` (its parts write themselves: ``PowerRecord.as_json`` and
@@ -47,13 +53,15 @@ from collections.abc import Mapping
 from typing import Any
 from typing import TypeVar
 
+from pytest_ipu.measure import instructions
 from pytest_ipu.measure.contention import DEFAULT_THRESHOLD as DEFAULT_CONTENTION_THRESHOLD
 from pytest_ipu.measure.contention import ContentionRecord
-from pytest_ipu.measure.instructions import HostInstructions
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.results import counts
 from pytest_ipu.results.catalog import METRICS as METRICS
 from pytest_ipu.results.catalog import Metric as Metric
+from pytest_ipu.results.counts import CountRecord
 from pytest_ipu.results.loadgen import BatchingRecord
 from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.loadgen import PeakSearch
@@ -68,6 +76,7 @@ from pytest_ipu.results.records import PlacementRecord
 from pytest_ipu.results.records import PowerRecord
 from pytest_ipu.results.records import RepeatRecord
 from pytest_ipu.results.records import StabilityRecord
+from pytest_ipu.results.records import counts_json
 from pytest_ipu.results.records import identity
 from pytest_ipu.results.records import latency_json as latency_json
 from pytest_ipu.results.records import latency_stats
@@ -126,12 +135,7 @@ def to_json(record: IpuRecord) -> dict[str, Any]:
             if record.median_throughput_items_per_s is None
             else {"median_throughput_items_per_s": record.median_throughput_items_per_s}
         ),
-        # Absent, not null, where there is none: records without it are written as they always were.
-        **(
-            {}
-            if record.host_instructions is None
-            else {"host_instructions": record.host_instructions.as_json()}
-        ),
+        **counts_json(record.counts),
         # The training parts are absent, not null, from inference records: those are written as
         # they always were.
         **{
@@ -212,11 +216,11 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
         stability=_part(data, "stability", _stability),
         contention=_part(data, "contention", _contention),
         cpu=_part(data, "cpu", _record_cpu),
-        host_instructions=_part(data, "host_instructions", _instructions),
         training=_part(data, "training", _training),
         time_to_train=_part(data, "time_to_train", _time_to_train),
         scaling=_part(data, "scaling", _scaling),
         loadgen=_part(data, "loadgen", _loadgen),
+        counts=_counts(data),
     )
     # Calls at a time: one per instance; LoadGen keeps many queries in flight, so its rate is left
     # to the count check.
@@ -647,7 +651,41 @@ def _repeat(data: Mapping[str, Any], at: str) -> RepeatRecord:
         cpu=_part(data, "cpu", _cpu, at),
         start_unix_s=_number_or_none(data, "start_unix_s", at),
         median_throughput_items_per_s=_number_or_none(data, "median_throughput_items_per_s", at),
-        host_instructions=_part(data, "host_instructions", _instructions, at),
+        counts=_counts(data, at),
+    )
+
+
+def _counts(data: Mapping[str, Any], at: str = "") -> dict[str, CountRecord]:
+    """A record's or repeat's ``counts`` by name; none in records written before them. A
+    ``host_instructions`` object beside them (written before that count joined ``counts``) reads
+    as ``counts["host_instructions"]``."""
+    found: dict[str, CountRecord] = {}
+    if data.get("counts") is not None:
+        kept = _object(data, "counts", at)
+        found = {
+            str(name): _count_record(_object(kept, name, f"{at}counts."), f"{at}counts.{name}.")
+            for name in kept
+        }
+    legacy = _part(data, "host_instructions", _legacy_instructions, at)
+    if legacy is not None and "host_instructions" not in found:
+        found["host_instructions"] = legacy
+    return found
+
+
+def _count_record(data: Mapping[str, Any], at: str) -> CountRecord:
+    reads = tuple(_whole(v, f"{at}reads[{i}]") for i, v in enumerate(_list(data, "reads", at)))
+    # ``time_s`` is written for readers of the file; it is derived (per_call / clock_hz), not read.
+    return CountRecord(
+        per_call=_number_or_none(data, "per_call", at),
+        reason=_text_or_none(data, "reason", at),
+        method=_text_or_none(data, "method", at),
+        reads=reads,
+        clock_hz=_number_or_none(data, "clock_hz", at),
+        clock=_text_or_none(data, "clock", at),
+        # Absent from counts read call by call.
+        total=None if data.get("total") is None else _count(data, "total", at),
+        calls=None if data.get("calls") is None else _count(data, "calls", at),
+        scope=_text_or_none(data, "scope", at),
     )
 
 
@@ -678,17 +716,17 @@ def _record_cpu(data: Mapping[str, Any], at: str, rounds: bool = False) -> CpuTi
     )
 
 
-def _instructions(data: Mapping[str, Any], at: str) -> HostInstructions:
-    return HostInstructions(
-        available=_flag(data, "available", at),
-        per_call=_number_or_none(data, "per_call", at),
-        total=None if data.get("total") is None else _count(data, "total", at),
-        calls=_count(data, "calls", at, default=0),
-        read=_text(data, "read", at, default="window"),
-        processes=_count(data, "processes", at, default=0),
-        threads=_count(data, "threads", at, default=0),
-        reason=_text(data, "reason", at, default=""),
-    )
+def _legacy_instructions(data: Mapping[str, Any], at: str) -> CountRecord:
+    """A ``host_instructions`` object written before the host's instructions joined ``counts``, as
+    the count ``counts["host_instructions"]``: its total over its calls, or its reason."""
+    total = None if data.get("total") is None else _count(data, "total", at)
+    calls = _count(data, "calls", at, default=0)
+    if not _flag(data, "available", at) or total is None or calls < 1:
+        why = _text(data, "reason", at, default="") or "the counter did not count the window"
+        return counts.not_counted(f"the hardware counter is not available: {why}")
+    processes = _count(data, "processes", at, default=0)
+    threads = _count(data, "threads", at, default=0)
+    return counts.over_window(total, calls, counts.TIMED_WINDOW, instructions.scope(processes, threads))
 
 
 def _budget(data: Mapping[str, Any], at: str) -> BudgetRecord:

@@ -6,10 +6,12 @@ inside the energy window of a power meter when there is one and inside a time bo
 and the hard cap), and computes latency, throughput, CPU time and, where the kernel has the
 hardware counter, the host's user-space instructions per call (docs/numbers.md defines them).
 ``pool`` joins the repeats of one benchmark into its record: pooled figures, each repeat's
-summary, the spread between them. What only some compiled models have (instances, device counters, a training
-step) is each asked for with ``isinstance`` in one small function. Nothing here knows pytest: the
-``ipu_benchmark`` fixture gathers the arguments and publishes what these return. The other records
-(LoadGen, time to train, untimed) are built in ``run.records``.
+summary, the spread between them. After the timed rounds, a counting pass (``run.counting``) reads
+the counts the device keeps of a call's work (the IPU's cycles). What only some compiled models
+have (instances, device counters, a training step) is each asked for with ``isinstance`` in one
+small function. Nothing here knows pytest: the ``ipu_benchmark`` fixture gathers the arguments and
+publishes what these return. The other records (LoadGen, time to train, untimed) are built in
+``run.records``.
 """
 
 from __future__ import annotations
@@ -43,7 +45,13 @@ from pytest_ipu.measure.contention import merge as merge_contention
 from pytest_ipu.power.meter import PowerMeter
 from pytest_ipu.power.meter import not_measured
 from pytest_ipu.results import records
+from pytest_ipu.results.counts import TIMED_WINDOW
+from pytest_ipu.results.counts import CountRecord
+from pytest_ipu.results.counts import not_counted
+from pytest_ipu.results.counts import over_window
+from pytest_ipu.results.counts import pool_counts
 from pytest_ipu.results.training import TrainingRecord
+from pytest_ipu.run.counting import count_pass
 from pytest_ipu.run.first_output import check_first_output
 from pytest_ipu.run.plan import MAX_ITEMS_PER_CALL
 from pytest_ipu.run.plan import MAX_ROUNDS
@@ -307,17 +315,27 @@ def measure(
             power = meter.result(
                 trace, window.start_ns, window.end_ns, items * window.rounds, rounds_fixed=not auto
             )
-    samples = tuple(round_times_s())
+        # The timed rounds' figures first: a group's instances time every call they make, the
+        # counting calls' too.
+        samples = tuple(round_times_s())
+        calls, instances = instance_calls(compiled, samples)
+        # The device's counts of a call's work, read in calls of their own after the timed window
+        # and the energy window: a read is a device round trip that no timed round may hold.
+        counted = count_pass(
+            compiled,
+            args,
+            watch=watch,
+            skip=None
+            if lockstep is None
+            else "not counted in a lock-step launch (every rank would have to call)",
+        )
     window_s = window.seconds
-    calls, instances = instance_calls(compiled, samples)
     latency = metrics.summarize_latency(calls)
     throughput = metrics.throughput(items * window.rounds, window_s)
     median_throughput = metrics.median_round_throughput(items, samples) if samples else None
     cpu = cpu_time(compiled, window, items * window.rounds)
-    host_instructions = (
-        instructions.counted(counts[0], window.rounds, len(counter.pids), counter.opened_threads)
-        if counter is not None and counts
-        else instructions.not_available(uncounted or "the counter was not read at the window's end")
+    counted[instructions.METRIC] = host_instructions(
+        counter, counts[0] if counts else None, window.rounds, uncounted
     )
     repeat = records.RepeatRecord(
         index=index,
@@ -330,7 +348,7 @@ def measure(
         cpu=cpu,
         start_unix_s=None if window.start_unix_ns is None else window.start_unix_ns * 1e-9,
         median_throughput_items_per_s=median_throughput,
-        host_instructions=host_instructions,
+        counts=counted,
     )
     budget = records.BudgetRecord(
         budget_s=budget_s if auto else None,
@@ -373,8 +391,8 @@ def measure(
         stability=stability([repeat], samples, unstable_threshold, "single"),
         contention=contention[0] if contention else None,
         cpu=cpu,
-        host_instructions=host_instructions,
         training=training_record(compiled.training) if isinstance(compiled, Trainable) else None,
+        counts=counted,
     )
     return Measurement(record, samples, calls)
 
@@ -394,6 +412,21 @@ def instruction_counter(
     except instructions.CounterUnavailable as exc:
         return None, str(exc)
     return made, ""
+
+
+def host_instructions(
+    counter: instructions.InstructionCounter | None, total: int | None, calls: int, uncounted: str
+) -> CountRecord:
+    """The host's user-space instructions of a timed window of ``calls`` rounds, as the count
+    ``host_instructions`` (``counts.over_window``: ``total`` over the calls, with the processes and
+    threads counted); or why not: the counter unavailable here (``uncounted``, the errno and what it
+    means) or not read at the window's end."""
+    if counter is None or total is None:
+        why = uncounted or "the counter was not read at the window's end"
+        return not_counted(f"the hardware counter is not available: {why}")
+    return over_window(
+        total, calls, TIMED_WINDOW, instructions.scope(len(counter.pids), counter.opened_threads)
+    )
 
 
 def cpu_time(compiled: CompiledModel, window: timing.Window, items: float) -> metrics.CpuTime | None:
@@ -577,7 +610,7 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
         contention=merge_contention(probes) if probes else None,
         # Only when every repeat has it: a median of some repeats would stand for all of them.
         cpu=metrics.pool_cpu_time(cpu) if cpu and len(cpu) == len(repeats) else None,
-        host_instructions=_pooled_instructions(repeats),
+        counts=pool_counts([r.counts for r in repeats]),
     )
     return Measurement(record, samples, calls)
 
@@ -592,12 +625,6 @@ def _pooled_median_throughput(last: records.IpuRecord, samples: Sequence[float])
     return metrics.median_round_throughput(last.items_per_call * instances, samples)
 
 
-def _pooled_instructions(repeats: Sequence[records.RepeatRecord]) -> instructions.HostInstructions | None:
-    """Every repeat's count together (``instructions.pool``); ``None`` unless every repeat has one."""
-    counts = [r.host_instructions for r in repeats if r.host_instructions is not None]
-    return instructions.pool(counts) if counts and len(counts) == len(repeats) else None
-
-
 def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
     return records.RepeatRecord(
         index=index,
@@ -607,5 +634,4 @@ def _as_repeat(record: records.IpuRecord, index: int) -> records.RepeatRecord:
         throughput_items_per_s=record.throughput_items_per_s,
         cpu=record.cpu,
         median_throughput_items_per_s=record.median_throughput_items_per_s,
-        host_instructions=record.host_instructions,
     )

@@ -50,7 +50,9 @@ replica and batch, so tests can compare them with torch. ``run`` releases the GI
 (``configure(compile_s=...)``, 5 ms by default) blocked *with the GIL held*, as the SDK's holds it
 for the whole compile (``popart.cpp:2054-2071``); ``system.compile_spans`` lists those spans
 (``tests/fakes/gil.py``). Not imitated: Poplar compilation itself, IPU memory beyond the weights rule
-above, and cycle counts.
+above. ``getCycleCount`` raises as the SDK does with the counter off or before a run; otherwise it
+gives the last run's cycles on the first replica, deterministic per graph and batch
+(``CALL_CYCLES``), at the stated cost (``COUNTER_S`` per instrumented run, ``READ_S`` per read).
 
 ``system.events`` records the calls in order; ``system.sessions`` every session, each keeping the
 ``DataFlow``, a copy of its ``SessionOptions`` and the model bytes it was given.
@@ -64,6 +66,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+import time
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -173,6 +176,17 @@ AnchorReturnTypeId = _PyEnum("AnchorReturnTypeId", ["Final", "EveryN", "All", "S
 #: The simulated compile time of ``prepareDevice`` unless configured: short, so that every test of a
 #: PopART path meets a compile that holds the GIL without waiting long for it.
 DEFAULT_COMPILE_S = 0.005
+#: The fake's cost model of the hardware cycle counter (``instrumentWithHardwareCycleCounter``),
+#: stated, not measured on an IPU: the counter compiled in adds ``COUNTER_S`` to every ``run`` (the
+#: internal sync and the timer compute sets around the main program; the GIL released, as ``run``
+#: releases it); each ``getCycleCount()`` read spends ``READ_S`` holding the GIL (PopART runs the
+#: ``cycleCountTensorToHost`` program: one host-device round trip; the binding has no GIL release).
+COUNTER_S = 1e-6
+READ_S = 50e-6
+#: The fake's count model: a ``run`` of the first replica takes ``CALL_CYCLES`` (syncs and host
+#: exchange) plus, per batch of the step, one cycle per weight element and one per element of the
+#: batch's inputs: deterministic per graph and batch, as a compiled IPU program is.
+CALL_CYCLES = 2_000
 
 
 @dataclass
@@ -195,6 +209,9 @@ class FakeIpuSystem:
     fail: dict[str, str] = field(default_factory=dict)
     #: Simulated seconds of each ``prepareDevice``, spent holding the GIL.
     compile_s: float = DEFAULT_COMPILE_S
+    #: The cycle counter's cost model (``COUNTER_S``, ``READ_S``).
+    counter_s: float = COUNTER_S
+    read_s: float = READ_S
     #: Each ``prepareDevice``'s compile span, as ``time.monotonic_ns`` values (``gil.hold_gil``).
     compile_spans: list[tuple[int, int]] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
@@ -244,11 +261,19 @@ def make_module(ipus: int = 1, sdk: str = "3.4") -> types.ModuleType:
         multi_id_base: int | None = None,
         compile_s: float | None = None,
         driver_id_base: int | str | None = "unchanged",
+        counter_s: float | None = None,
+        read_s: float | None = None,
     ) -> None:
         """Change the machine: IPU count, SDK behaviour, IPUs busy elsewhere, injected failures, the
         hardware IPUs' architecture (``ipu1``: a C2 card's; ``ipu2``: the default), the simulated
-        compile time ``prepareDevice`` spends holding the GIL, and the driver ids' base
-        (``driver_id_base``; ``None``: driver ids equal to the ``gc-info -l`` ids)."""
+        compile time ``prepareDevice`` spends holding the GIL, the driver ids' base
+        (``driver_id_base``; ``None``: driver ids equal to the ``gc-info -l`` ids), and the cycle
+        counter's cost model (``counter_s`` more per instrumented ``run``, ``read_s`` per
+        ``getCycleCount``)."""
+        if counter_s is not None:
+            system.counter_s = counter_s
+        if read_s is not None:
+            system.read_s = read_s
         if ipus is not None:
             system.ipus = ipus
         if compile_s is not None:
@@ -1023,7 +1048,9 @@ class InferenceSession:
         self.prepared = False
         self.weights_written = False
         self.runs = 0
+        self.last_cycles: int | None = None
         model = _load_model(fnModel)
+        self._weight_elements = _weight_elements(model)  # the count model's, read once
         self.model_bytes = bytes(model.SerializeToString())
         self._check_ir(model, dataFlow, deviceInfo, self.options)
         self._ort = _ort_session(self.model_bytes)
@@ -1207,6 +1234,12 @@ class InferenceSession:
                 ) from exc
         self._compute(stepio)
         self.runs += 1
+        if self.options.instrumentWithHardwareCycleCounter:
+            # The counter's sync. Spun, not slept: a sleep this short overshoots by tens of microseconds.
+            end = time.perf_counter_ns() + round(system.counter_s * 1e9)
+            while time.perf_counter_ns() < end:
+                pass
+            self.last_cycles = self._cycles(stepio)
 
     def _expected_in(self, tid: str) -> int:
         return (
@@ -1302,9 +1335,16 @@ class InferenceSession:
                 "SessionOption 'instrumentWithHardwareCycleCounter' must be set to true in order to measure "
                 "cycle count"
             )
-        if self.runs == 0:
+        if self.runs == 0 or self.last_cycles is None:
             raise popart_runtime_error("Must call run before getCycleCount.")
-        return 1_000_000
+        hold_gil(self._system.read_s)  # cycleCountTensorToHost: a program of its own, a round trip
+        return self.last_cycles
+
+    def _cycles(self, stepio: PyStepIO) -> int:
+        """The fake's count of the last run's cycles on the first replica (``CALL_CYCLES``'s model)."""
+        bps, replicas = self.dataflow.batchesPerStep(), self.replicationFactor
+        inputs = sum(a.size for a in stepio.inputs.values()) // (bps * replicas)
+        return CALL_CYCLES + bps * (self._weight_elements + inputs)
 
     def _not_faked(self, *_: object, **__: object) -> None:
         raise NotImplementedError("fake InferenceSession: not imitated")
@@ -1335,6 +1375,11 @@ def _pipeline_stages(model: Any, virtual_graphs: set[int], graphs: int) -> int:
     if stages:
         return len(stages)
     return len(virtual_graphs) if virtual_graphs else graphs
+
+
+def _weight_elements(model: Any) -> int:
+    """Elements of the model's initializers (its weights)."""
+    return sum(int(np.prod(t.dims, dtype=np.int64)) for t in model.graph.initializer)
 
 
 def _weight_bytes(model: Any) -> int:

@@ -21,7 +21,11 @@ messages and rules of ``graphcore/poptorch`` at tag ``sdk/poptorch/3.4.0`` (``py
   ``poptorch_core.execute`` holds it for the whole device run (``python/poptorch.cpp:864-878``): no
   other thread of the process runs meanwhile. Each executor's ``device_spans`` lists those spans;
 - ``getPerfCounters`` has PopTorch's shapes and tick counts, with host timestamps truncated to whole
-  milliseconds; the ``get*Latency`` methods are PopTorch's own ``_computeLatency``.
+  milliseconds; the ``get*Latency`` methods are PopTorch's own ``_computeLatency``;
+- ``cycleCount()`` raises as PopTorch's does when ``logCycleCount`` is off and before the first
+  run; otherwise it gives the count the last call read at its end (as ``Compiler::run`` does), the
+  cycles of the first replica, deterministic per graph and batch (``CALL_CYCLES``); a call with the
+  counter costs what the stated cost model says (``COUNTER_S`` and ``READ_S``, both in the call).
 
 Not imitated (they raise ``NotImplementedError``): executable files (``compileAndExport``, ``save``,
 ``loadExecutable``), ``AsynchronousDataAccessor``, keyword inputs, ``POPTORCH_WAIT_FOR_IPU`` and
@@ -217,6 +221,19 @@ def setLogLevel(level: str | int) -> None:
 #: The simulated device time of one call unless configured: short, so that every test of a PopTorch
 #: path meets a call that holds the GIL without waiting long for it.
 DEFAULT_CALL_S = 0.002
+#: The fake's cost model of the hardware cycle counter (``logCycleCount(True)``), stated, not
+#: measured on an IPU: the counter compiled in adds ``COUNTER_S`` to every call's device time (the
+#: internal sync and the two timer compute sets around the main program), and PopTorch reads the
+#: count at the end of every call (``Compiler::run`` asks PopART's ``getCycleCount``, which runs a
+#: program of its own that copies it to the host: one host-device round trip), ``READ_S`` more with
+#: the GIL held. ``cycleCount()`` returns what the last call read, at no cost.
+COUNTER_S = 1e-6
+READ_S = 50e-6
+#: The fake's count model: a call of the first replica takes ``CALL_CYCLES`` (syncs and host
+#: exchange) plus, per micro-batch, one cycle per parameter element of the model and one per
+#: element of the micro-batch's inputs: deterministic per graph and batch, as a compiled IPU
+#: program is.
+CALL_CYCLES = 2_000
 
 
 @dataclass
@@ -230,6 +247,9 @@ class _Machine:
     iteration_s: float | None = None
     #: Simulated device seconds of one call when ``iteration_s`` is not set, held with the GIL.
     call_s: float = DEFAULT_CALL_S
+    #: The cycle counter's cost model (``COUNTER_S``, ``READ_S``).
+    counter_s: float = COUNTER_S
+    read_s: float = READ_S
     busy: set[int] = field(default_factory=set)
 
     def device_s(self, micro_batches: int) -> float:
@@ -286,14 +306,22 @@ def configure(
     iteration_s: float | None = None,
     call_s: float | None = None,
     sdk: str | None = None,
+    counter_s: float | None = None,
+    read_s: float | None = None,
 ) -> None:
     """Set the fake machine: its IPU count, its ``ipuHardwareVersion()`` (1, 2, 21, or -1 for unknown),
     the simulated device time, which each call spends holding the GIL: ``iteration_s`` per
-    micro-batch (the perf counters show it), else ``call_s`` per call; and the PopTorch release
-    imitated (``sdk="3.2"``: no ``compilationTime``; ``reset()`` goes back to 3.4)."""
+    micro-batch (the perf counters show it), else ``call_s`` per call; the PopTorch release
+    imitated (``sdk="3.2"``: no ``compilationTime``; ``reset()`` goes back to 3.4); and the cycle
+    counter's cost model: ``counter_s`` and ``read_s`` more per call with the counter (both inside
+    the call)."""
     if sdk is not None:
         major, minor = (int(x) for x in sdk.split(".")[:2])
         _MACHINE.sdk = (major, minor)
+    if counter_s is not None:
+        _MACHINE.counter_s = counter_s
+    if read_s is not None:
+        _MACHINE.read_s = read_s
     if ipus is not None:
         _MACHINE.ipus = ipus
     if version is not None:
@@ -776,6 +804,9 @@ class _Executable:
     compile_time: datetime.timedelta | None
     attached: bool = False
     last_run_s: float = 0.0
+    #: The last run's cycles on the first replica (``CALL_CYCLES`` model); ``None`` before a run or
+    #: without the counter.
+    last_cycles: int | None = None
 
 
 _wrapped_for_training: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
@@ -1235,10 +1266,16 @@ class PoplarExecutor:
         # The device run: PopTorch's execute keeps the GIL for all of it (python/poptorch.cpp:864-878),
         # so no other thread of this process runs meanwhile. The CPU run above, which computes the
         # outputs, releases it in torch's kernels; the real call never does.
-        self.device_spans.append(hold_gil(_MACHINE.device_s(chunks)))
+        counting = bool(o._Popart.options["instrumentWithHardwareCycleCounter"])
+        # With the counter, Compiler::run reads it after every run: the read's round trip is in the call.
+        extra_s = _MACHINE.counter_s + _MACHINE.read_s if counting else 0.0
+        self.device_spans.append(hold_gil(_MACHINE.device_s(chunks) + extra_s))
         elapsed = time.perf_counter() - t0
         assert self._executable is not None
         self._executable.last_run_s = elapsed
+        if counting:
+            # The first replica's micro-batches: the count is of replica 0 only.
+            self._executable.last_cycles = _cycles(self._model, pieces[: max(1, chunks // max(1, replicas))])
         mode = OutputMode(o.output_mode)
         returned = _returned(results, mode, o.output_return_period, accumulation, replicas)
         outputs = _reduce(returned, _cat)
@@ -1360,7 +1397,10 @@ class PoplarExecutor:
             )
         if self._executable is None:
             raise createPoptorchError("Please run the model at least once before obtaining cycle count.")
-        return int(self._executable.last_run_s * 1.33e9)
+        if self._executable.last_cycles is None:
+            # Compiled, never run: Compiler::getCycleCount has no count yet.
+            raise createPoptorchError("Please run the model at least once before obtaining cycle count.")
+        return self._executable.last_cycles  # read by the last call itself (Compiler::run)
 
     @property
     def compilationTime(self) -> Callable[[], datetime.timedelta | None]:
@@ -1392,6 +1432,13 @@ class PoplarExecutor:
     def loadExecutable(self, filename: str) -> None:
         """Not imitated."""
         raise NotImplementedError("fake_poptorch does not imitate executable files")
+
+
+def _cycles(model: torch.nn.Module, micro_batches: list[tuple[Any, ...]]) -> int:
+    """The fake's count of one call's cycles (``CALL_CYCLES``'s model) over ``micro_batches``."""
+    parameters = sum(p.numel() for p in model.parameters())
+    per_batch = [sum(a.numel() for a in piece if isinstance(a, torch.Tensor)) for piece in micro_batches]
+    return CALL_CYCLES + sum(parameters + n for n in per_batch)
 
 
 def _arg_names(model: torch.nn.Module, n: int) -> list[str]:

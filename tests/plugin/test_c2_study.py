@@ -187,6 +187,13 @@ def test_the_c2_study_runs_the_examples_configuration(tmp_path: Path) -> None:
         assert info["options"]["partials_type"] == "fp16"
         # What PopTorch handed to PopART: the example's two settings.
         assert info["popart_partials"] == {"matmuls": "half", "convolutions": "half"}
+    # The IPU's cycle count: the two PopART sessions (threads) count alike, read after the rounds;
+    # PopTorch's instances run in worker processes, which report none, and the record says so.
+    count = popart["counts"]["ipu_cycles"]
+    assert count["per_call"] is not None, count
+    assert count["method"] == "counting pass"
+    assert len(set(count["reads"])) == 1, count
+    assert "ipu_cycles" not in poptorch["counts"]  # it has the host's instructions, as every timed record
 
 
 def test_the_memory_proportion_follows_the_example() -> None:

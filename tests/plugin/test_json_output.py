@@ -61,7 +61,7 @@ RECORD_KEYS = {
     "stability",
     "contention",
     "cpu",
-    "host_instructions",
+    "counts",
 }
 
 BENCH_FILE = """
@@ -216,18 +216,15 @@ def test_record_has_exactly_the_schema_keys(torch_run: TorchRun, name: str) -> N
 @pytest.mark.parametrize("name", ALL)
 def test_every_record_has_its_host_instructions_or_says_why_not(torch_run: TorchRun, name: str) -> None:
     record = torch_run.record(name)
-    counted = record["host_instructions"]
-    assert [r["host_instructions"] for r in record["repeats"]] == [counted]  # one repeat: its own
-    assert (counted["read"], counted["calls"] if counted["available"] else record["rounds"]) == (
-        "window",
-        record["rounds"],
-    )
-    if counted["available"]:  # a kernel with the hardware counter
-        assert counted["reason"] == ""
+    counted = record["counts"]["host_instructions"]
+    assert [r["counts"]["host_instructions"] for r in record["repeats"]] == [counted]  # one repeat: its own
+    if counted["reason"] is None:  # a kernel with the hardware counter
+        assert (counted["method"], counted["calls"]) == ("timed window", record["rounds"])
         assert counted["per_call"] == counted["total"] / counted["calls"] > 0
     else:  # a VM without a PMU, a kernel that forbids it: the errno and what it means, no figure
-        assert counted["reason"].startswith("perf_event_open") or "machine" in counted["reason"]
-        assert (counted["per_call"], counted["total"]) == (None, None)
+        assert counted["reason"].startswith("the hardware counter is not available: ")
+        assert "perf_event_open" in counted["reason"] or "machine" in counted["reason"]
+        assert (counted["per_call"], counted.get("total")) == (None, None)
 
 
 @pytest.mark.parametrize("name", ALL)

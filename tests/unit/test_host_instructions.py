@@ -15,6 +15,7 @@ import pytest
 
 from pytest_ipu.backends.host import wrap_callable
 from pytest_ipu.measure import instructions
+from pytest_ipu.results import counts
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
 from pytest_ipu.results import schema
@@ -176,18 +177,30 @@ def test_enable_zeroes_then_starts_and_read_stops_then_sums_every_threads_counte
             os.fstat(fd)
 
 
-def test_counts_per_call_and_pooled_repeats() -> None:
-    one = instructions.counted(12_000, 4, processes=1, threads=2)
-    assert (one.available, one.per_call, one.read, one.reason) == (True, 3000.0, "window", "")
-    two = instructions.counted(30_000, 6, processes=3, threads=5)
-    pooled = instructions.pool([one, two])
+def test_a_window_count_is_per_call_and_pools_every_repeats_calls() -> None:
+    one = counts.over_window(12_000, 4, counts.TIMED_WINDOW, instructions.scope(1, 2))
+    assert (one.per_call, one.method, one.reason, one.scope) == (
+        3000.0,
+        "timed window",
+        None,
+        "1 process, 2 threads",
+    )
+    assert (one.reads, one.clock_hz, one.time_s) == ((), None, None)
+    two = counts.over_window(30_000, 6, counts.TIMED_WINDOW, instructions.scope(3, 5))
+    pooled = counts.pool([one, two])
+    # Every call of every window: not the median of the repeats' figures (3000 and 5000).
     assert (pooled.total, pooled.calls, pooled.per_call) == (42_000, 10, 4200.0)
-    assert (pooled.processes, pooled.threads) == (3, 5)
-    missing = instructions.not_available("perf_event_open failed with ENOENT (errno 2): ...")
+    assert pooled.scope == "1 process, 2 threads; 3 processes, 5 threads"
+    missing = counts.not_counted("the hardware counter is not available: perf_event_open failed with ENOENT")
     # A figure of some repeats would stand for all of them: the first that was not counted says why.
-    assert instructions.pool([one, missing, two]) == missing
+    assert counts.pool([one, missing, two]) == counts.not_counted(f"repeat 2: {missing.reason}")
     with pytest.raises(ValueError, match="at least one call"):
-        instructions.counted(1, 0, 1, 1)
+        counts.over_window(1, 0, counts.TIMED_WINDOW)
+    # Written with its total, calls and scope; a count read call by call is written without them.
+    assert {"total": 12_000, "calls": 4, "scope": "1 process, 2 threads"}.items() <= one.as_json().items()
+    assert not {"total", "calls", "scope"} & set(
+        counts.measured((5,), counts.COUNTING_PASS, None, None).as_json()
+    )
 
 
 # --- the record ----------------------------------------------------------------------------------------
@@ -247,17 +260,16 @@ def test_a_repeat_counts_the_timed_window_only_and_records_instructions_per_call
     record = _measure(log, rounds=5).record
     # The first call and two warm-up calls before the counter opens; the five timed calls inside.
     assert log == ["call", "call", "call", "open", "enable", *["call"] * 5, "read", "close"]
-    counted = record.host_instructions
-    assert counted is not None
-    assert (counted.available, counted.total, counted.calls, counted.per_call) == (True, 5000, 5, 1000.0)
-    assert (counted.read, counted.processes, counted.threads) == ("window", 1, 4)
-    assert record.repeats[0].host_instructions == counted
+    counted = record.counts["host_instructions"]
+    assert (counted.reason, counted.total, counted.calls, counted.per_call) == (None, 5000, 5, 1000.0)
+    assert (counted.method, counted.scope) == ("timed window", "1 process, 4 threads")
+    assert record.repeats[0].counts["host_instructions"] == counted
     assert record.value("host_instructions") == 1000.0
     assert record.repeat_values("host_instructions") == (1000.0,)
     # Written and read back whole, in the record and in its repeat.
     back = schema.from_json(schema.to_json(record))
-    assert back.host_instructions == counted
-    assert back.repeats[0].host_instructions == counted
+    assert back.counts["host_instructions"] == counted
+    assert back.repeats[0].counts["host_instructions"] == counted
 
 
 def test_where_the_counter_cannot_open_the_record_says_why_and_nothing_fails(
@@ -274,19 +286,22 @@ def test_where_the_counter_cannot_open_the_record_says_why_and_nothing_fails(
     log: list[str] = []
     record = _measure(log).record
     assert log.count("call") == 1 + 2 + 5
-    counted = record.host_instructions
-    assert counted is not None
-    assert (counted.available, counted.per_call, counted.total) == (False, None, None)
+    counted = record.counts["host_instructions"]
+    assert (counted.per_call, counted.total) == (None, None)
+    assert counted.reason is not None
+    assert counted.reason.startswith(
+        "the hardware counter is not available: perf_event_open failed with ENOENT"
+    )
     assert "ENOENT (errno 2)" in counted.reason
     assert record.value("host_instructions") is None
-    assert record.why_missing("host_instructions").startswith(
-        "host instructions not available: perf_event_open"
-    )
-    assert schema.from_json(schema.to_json(record)).host_instructions == counted
+    assert record.why_missing("host_instructions") == f"host_instructions not counted: {counted.reason}"
+    written = schema.to_json(record)
+    assert "not available" in written["counts"]["host_instructions"]["reason"]
+    assert schema.from_json(written).counts["host_instructions"] == counted
     # A gate on it cannot tell, says so, and does not pass.
     verdict = decide.check(gates.parse("host_instructions:+1%"), "t", record, record)
     assert verdict.outcome == decide.FAIL
-    assert "host instructions not available: perf_event_open failed with ENOENT" in verdict.method
+    assert "not available: perf_event_open failed with ENOENT" in verdict.method
 
 
 def test_pooled_repeats_count_every_repeats_window(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -295,7 +310,9 @@ def test_pooled_repeats_count_every_repeats_window(monkeypatch: pytest.MonkeyPat
     first = _measure(log, rounds=4)
     second = _measure(log, rounds=6, index=2)
     record = pool([first, second], "interleaved", 0.05).record
-    assert record.host_instructions == instructions.counted(10_000, 10, 1, 4)
+    assert record.counts["host_instructions"] == counts.over_window(
+        10_000, 10, counts.TIMED_WINDOW, "1 process, 4 threads"
+    )
     assert record.repeat_values("host_instructions") == (1000.0, 1000.0)
 
 
@@ -311,20 +328,18 @@ def _instruction_record(per_call: Sequence[float]) -> IpuRecord:
             0.5,
             base.latency_s,
             20.0,
-            host_instructions=instructions.counted(int(n * 10), 10, 1, 1),
+            counts={"host_instructions": counts.over_window(int(n * 10), 10, counts.TIMED_WINDOW)},
         )
         for i, n in enumerate(per_call)
     )
-    return replace(
-        base,
-        repeats=repeats,
-        host_instructions=instructions.pool([r.host_instructions for r in repeats if r.host_instructions]),
-    )
+    return replace(base, repeats=repeats, counts=counts.pool_counts([r.counts for r in repeats]))
 
 
 def test_a_one_percent_instructions_gate_reads_the_counts_like_any_metric() -> None:
     gate = gates.parse("host_instructions:+1%")
     assert METRICS["host_instructions"].per_repeat
+    # Not a count that repeats exactly (the exact rule is the IPU cycles'): the spread decides.
+    assert not METRICS["host_instructions"].exact
     assert gate.metric == "host_instructions"
     baseline = _instruction_record([1_000_000.0] * 3)
     same = _instruction_record([1_000_000.0, 1_000_100.0, 999_900.0])
@@ -405,3 +420,53 @@ def test_the_hardware_counter_counts_more_instructions_for_more_work_where_the_k
         _work(100_000)
         large = counter.read()
     assert 0 < small < large
+
+
+def test_a_record_written_with_its_own_host_instructions_object_reads_them_as_a_count() -> None:
+    """Files written before the host's instructions joined ``counts`` keep a ``host_instructions``
+    object in the record and each repeat: it reads as ``counts["host_instructions"]``, gated as
+    before, and is written back in ``counts``."""
+    from tests.unit.test_schema import make_record
+
+    base = make_record()
+    one = RepeatRecord(1, base.rounds, base.window_s, base.latency_s, base.throughput_items_per_s)
+    written = schema.to_json(replace(base, repeats=(one,)))
+    counted = {
+        "available": True,
+        "per_call": 1_250_000.0,
+        "total": 12_500_000,
+        "calls": 10,
+        "read": "window",
+        "processes": 1,
+        "threads": 3,
+        "reason": "",
+    }
+    unavailable = {
+        "available": False,
+        "per_call": None,
+        "total": None,
+        "calls": 0,
+        "read": "window",
+        "processes": 0,
+        "threads": 0,
+        "reason": "perf_event_open failed with ENOENT (errno 2): no hardware instructions event here",
+    }
+    old = {
+        **written,
+        "host_instructions": counted,
+        "repeats": [{**written["repeats"][0], "host_instructions": counted}],
+    }
+    record = schema.from_json(old)
+    assert record.counts["host_instructions"] == counts.over_window(
+        12_500_000, 10, counts.TIMED_WINDOW, "1 process, 3 threads"
+    )
+    assert record.value("host_instructions") == 1_250_000.0
+    assert record.repeat_values("host_instructions") == (1_250_000.0,)
+    again = schema.to_json(record)
+    assert "host_instructions" not in again
+    assert again["counts"]["host_instructions"]["per_call"] == 1_250_000.0
+    missing = schema.from_json({**written, "host_instructions": unavailable})
+    assert missing.value("host_instructions") is None
+    assert missing.why_missing("host_instructions") == (
+        f"host_instructions not counted: the hardware counter is not available: {unavailable['reason']}"
+    )

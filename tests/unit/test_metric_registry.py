@@ -12,6 +12,7 @@ from pytest_ipu.results import gates
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.records import RepeatRecord
 from tests.unit.test_schema import CPU
+from tests.unit.test_schema import CYCLES
 from tests.unit.test_schema import INSTRUCTIONS
 from tests.unit.test_schema import make_record
 
@@ -52,7 +53,15 @@ def test_every_metric_parses_as_a_gate(name: str) -> None:
 
 def test_a_repeat_has_only_the_per_repeat_metrics() -> None:
     record = make_record()
-    repeat = RepeatRecord(1, 10, 0.5, record.latency_s, 20.0, cpu=CPU, host_instructions=INSTRUCTIONS)
+    repeat = RepeatRecord(
+        1,
+        10,
+        0.5,
+        record.latency_s,
+        20.0,
+        cpu=CPU,
+        counts={"ipu_cycles": CYCLES, "host_instructions": INSTRUCTIONS},
+    )
     for name, metric in METRICS.items():
         assert (repeat.value(name) is not None) == metric.per_repeat, name
     assert repeat.value("no.such.metric") is None

@@ -418,7 +418,12 @@ def test_options_are_mapped_onto_session_options_and_data_flow(backend, fake, on
 def test_defaults_leave_the_sdk_defaults(backend, fake, onnx_bytes):
     compiled = backend.compile(onnx_bytes, (_inputs(2),), "fp32", {})
     so = _session(fake).options.as_dict()
-    assert so == {**fake.SessionOptions().as_dict(), "replicatedGraphCount": 1}
+    # The one default of ours: the hardware cycle counter, on IPU hardware (the ipu_cycles metric).
+    assert so == {
+        **fake.SessionOptions().as_dict(),
+        "replicatedGraphCount": 1,
+        "instrumentWithHardwareCycleCounter": True,
+    }
     assert so["cachePath"] == "session_cache"
     assert so["enableEngineCaching"] is False
     compiled.close()

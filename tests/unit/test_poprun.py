@@ -24,6 +24,7 @@ from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.placement import poprun
 from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import counts
 from pytest_ipu.results import launch_merge
 from pytest_ipu.results import records
 from pytest_ipu.results import schema
@@ -536,7 +537,6 @@ def test_the_host_cost_of_a_launch_is_every_instances_together(tmp_path: Path) -
 
 
 def test_the_host_instructions_of_a_launch_are_every_instances_together(tmp_path: Path) -> None:
-    from pytest_ipu.measure import instructions
     from pytest_ipu.results import schema
 
     docs = _two_instances()
@@ -544,21 +544,44 @@ def test_the_host_instructions_of_a_launch_are_every_instances_together(tmp_path
         docs[0]["benchmarks"][0]["extra_info"]["ipu"],
         docs[1]["benchmarks"][1]["extra_info"]["ipu"],
     )
-    first["host_instructions"] = instructions.counted(3_000_000, 10, 1, 4).as_json()
-    second["host_instructions"] = instructions.counted(5_000_000, 10, 1, 6).as_json()
+    cycles = counts.measured((1_000,) * 3, counts.COUNTING_PASS, None, None).as_json()
+    first["counts"] = {
+        "host_instructions": counts.over_window(
+            3_000_000, 10, counts.TIMED_WINDOW, "1 process, 4 threads"
+        ).as_json(),
+        "ipu_cycles": cycles,
+    }
+    second["counts"] = {
+        "host_instructions": counts.over_window(
+            5_000_000, 10, counts.TIMED_WINDOW, "1 process, 4 threads"
+        ).as_json(),
+        "ipu_cycles": counts.measured((1_001,) * 3, counts.COUNTING_PASS, None, None).as_json(),
+    }
     record = merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
     # Every instance's instructions over every instance's calls: not instance 0's alone.
-    assert record["host_instructions"] == instructions.counted(8_000_000, 20, 2, 10).as_json()
+    assert (
+        record["counts"]["host_instructions"]
+        == counts.over_window(
+            8_000_000, 20, counts.TIMED_WINDOW, "2 instances, each 1 process, 4 threads"
+        ).as_json()
+    )
+    # A count read call by call is instance 0's, as the aggregation says.
+    assert record["counts"]["ipu_cycles"] == cycles
     assert schema.from_json(record).value("host_instructions") == 400_000.0
-    assert "every instance's instructions" in record["poprun"]["aggregation"]["host_instructions"]
+    assert "every instance's total over every instance's calls" in record["poprun"]["aggregation"]["counts"]
     # An instance whose counter did not count: the launch says why, with no figure.
-    second["host_instructions"] = instructions.not_available("perf_event_open failed with ENOENT").as_json()
+    why = "the hardware counter is not available: perf_event_open failed with ENOENT"
+    second["counts"]["host_instructions"] = counts.not_counted(why).as_json()
     record = merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
-    assert record["host_instructions"]["available"] is False
-    assert record["host_instructions"]["reason"] == "perf_event_open failed with ENOENT"
-    del second["host_instructions"]  # an instance of a pytest-ipu from before the counter
+    assert record["counts"]["host_instructions"]["per_call"] is None
+    assert record["counts"]["host_instructions"]["reason"] == why
+    del second["counts"]  # an instance of a pytest-ipu from before the counts
     record = merge(_write(tmp_path, docs))["benchmarks"][0]["extra_info"]["ipu"]
-    assert "host_instructions" not in record
+    assert (
+        record["counts"]["host_instructions"]["reason"]
+        == "instance 1 of the launch kept no host_instructions"
+    )
+    assert schema.from_json(record).value("host_instructions") is None
 
 
 def test_a_merged_file_reads_back_as_a_run(tmp_path: Path) -> None:

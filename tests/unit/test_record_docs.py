@@ -21,8 +21,9 @@ from tests.unit.test_schema import records
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "record.md"
 
-#: Attributes a part's JSON leaves out when they hold nothing (``PlacementRecord.as_json``).
-OMITTED_WHEN_EMPTY = (None, False)
+#: Attributes a part's JSON leaves out when they hold nothing (``PlacementRecord.as_json``; a
+#: record's ``counts`` where the target keeps none).
+OMITTED_WHEN_EMPTY = (None, False, {})
 
 
 def test_the_page_is_what_the_dataclasses_say() -> None:

@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from pytest_ipu.measure.instructions import HostInstructions
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import counts
 from pytest_ipu.results import schema
 from pytest_ipu.results.loadgen import BatchingRecord
 from pytest_ipu.results.loadgen import LoadgenRecord
@@ -598,8 +598,11 @@ CPU = CpuTime(
 )
 
 #: A window's user-space instructions, as a kernel with the hardware counter counts them.
-INSTRUCTIONS = HostInstructions(
-    available=True, per_call=1_250_000.0, total=12_500_000, calls=10, processes=1, threads=3
+INSTRUCTIONS = counts.over_window(12_500_000, 10, counts.TIMED_WINDOW, "1 process, 3 threads")
+
+#: A repeat's IPU cycle count: three counting calls that agreed, at a C2's clock.
+CYCLES = counts.measured(
+    (1_330_000,) * 3, counts.COUNTING_PASS, 1.3e9, "gcipuinfo 'clock' of IPU(s) 0 (0: 1300MHz)"
 )
 
 MEASURED = PowerRecord(
@@ -654,7 +657,7 @@ def test_every_metric_path_resolves(name):
             loadgen=LOADGEN,
             cpu=CPU,
             median_throughput_items_per_s=3200.0,
-            host_instructions=INSTRUCTIONS,
+            counts={"ipu_cycles": CYCLES, "host_instructions": INSTRUCTIONS},
         )
     )
     assert isinstance(_resolve(data, metric.path), float)

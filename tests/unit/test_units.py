@@ -224,6 +224,7 @@ def test_every_metric_has_a_unit_of_the_registry_and_its_direction():
         "items/J": "higher",
         "cores": "lower",
         "instructions": "lower",
+        "cycles": "lower",
     }
 
 

@@ -68,6 +68,7 @@ from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.ipu import cycles
 from pytest_ipu.backends.ipu import popart_onnx
 from pytest_ipu.backends.ipu.options import MemoryProportions
 from pytest_ipu.backends.ipu.options import memory_proportions
@@ -101,6 +102,7 @@ OPTIONS: Mapping[str, object] = {
     "available_memory_proportion": None,
     "ipu_model_tiles": 1472,
     "ipu_model_version": "ipu2",
+    cycles.OPTION: cycles.POPART_DEFAULT,
 }
 #: The IPU architectures Poplar's IPU Model simulates (``DeviceInfo.ipuVersion`` values).
 _IPU_MODEL_VERSIONS = ("ipu1", "ipu2", "ipu21")
@@ -143,7 +145,9 @@ class PopArtBackend(NamedBackend):
     convolution's output with ``Builder.setAvailableMemoryProportion``, as Graphcore's ResNeXt-101
     example does with 0.3, each its IPU's value), and for ``ipu-model`` ``ipu_model_tiles``
     (default 1472, a real IPU2's tiles; PopART's own default of 4 tiles holds only toy models) and
-    ``ipu_model_version`` (``"ipu2"``; ``"ipu1"`` or ``"ipu21"``).
+    ``ipu_model_version`` (``"ipu2"``; ``"ipu1"`` or ``"ipu21"``), and ``cycle_counter`` (default
+    True: compile in the hardware cycle counter, ``instrumentWithHardwareCycleCounter``, which the
+    ``ipu_cycles`` metric reads in the untimed counting pass; ``cycles.py``).
 
     Compile phases: ``export`` (torch models), ``session`` (preparing the ONNX model, acquiring the
     device, creating the session and ``prepareDevice``, which compiles the Poplar graph),
@@ -358,8 +362,10 @@ class PopArtBackend(NamedBackend):
                 index = self._poprun_device_id(plan.num_ipus, label)
             device = _acquire(popart, plan.num_ipus, label, plan.opts, self.simulator, index)
             info.update(_device_info(device, self.simulator))
-            session = _open_session(popart, device, prepared, plan, engine_cache, label)
+            counting = cycles.wanted(bool(plan.opts[cycles.OPTION]), self.simulator)
+            session = _open_session(popart, device, prepared, plan, engine_cache, label, counting)
         runner = _load_and_run_once(popart, session, device, prepared, plan, example_inputs, label, phases)
+        ipu_ids = None if self.simulator else _held_ipus(popart, device, info)
         return CompiledModel(
             target=f"{self._name}:{self._device}",
             backend=self._name,
@@ -374,7 +380,12 @@ class PopArtBackend(NamedBackend):
             phases_s=phases,
             info=info,
             simulator=self.simulator,
-            ipu_ids=None if self.simulator else _held_ipus(popart, device, info),
+            ipu_ids=ipu_ids,
+            counters=(
+                cycles.counter(
+                    runner.cycle_count, bool(plan.opts[cycles.OPTION]), self.simulator, self._name, ipu_ids
+                ),
+            ),
         )
 
 
@@ -441,15 +452,22 @@ def _released_on_error(device: Any, label: str) -> Iterator[None]:
 
 
 def _open_session(
-    popart: ModuleType, device: Any, prepared: Prepared, plan: _Plan, engine_cache: str | None, label: str
+    popart: ModuleType,
+    device: Any,
+    prepared: Prepared,
+    plan: _Plan,
+    engine_cache: str | None,
+    label: str,
+    counting: bool,
 ) -> Any:
-    """``InferenceSession`` on the device and ``prepareDevice()``, which compiles the Poplar graph."""
+    """``InferenceSession`` on the device and ``prepareDevice()``, which compiles the Poplar graph
+    (with the hardware cycle counter where ``counting``)."""
     with _released_on_error(device, label):
         session = popart.InferenceSession(
             fnModel=prepared.proto,
             dataFlow=_dataflow(popart, prepared.output_ids, plan.bps, str(plan.opts["anchors"])),
             deviceInfo=device,
-            userOptions=_session_options(popart, plan.opts, plan.replicas, engine_cache),
+            userOptions=_session_options(popart, plan.opts, plan.replicas, engine_cache, counting),
         )
         session.prepareDevice()
     return session
@@ -717,9 +735,11 @@ def _dataflow(popart: ModuleType, output_ids: Sequence[str], bps: int, anchors: 
 
 
 def _session_options(
-    popart: ModuleType, opts: Mapping[str, object], replicas: int, engine_cache: str | None
+    popart: ModuleType, opts: Mapping[str, object], replicas: int, engine_cache: str | None, counting: bool
 ) -> Any:
     so = popart.SessionOptions()
+    # The counter is compiled into the graph (cycles.py): set here or not at all.
+    so.instrumentWithHardwareCycleCounter = counting
     so.enableReplicatedGraphs = replicas > 1
     so.replicatedGraphCount = replicas
     mode = opts["virtual_graph_mode"] or "off"
@@ -770,6 +790,7 @@ def _check_kinds(opts: dict[str, object], label: str) -> None:
     for key in ("pipelining", "enable_engine_caching"):
         if not isinstance(opts[key], bool):
             raise CompileError(f"popart option {key}={opts[key]!r} for {label}; use True or False")
+    cycles.check(opts[cycles.OPTION], "popart", label)
 
 
 def _resolve_split(opts: dict[str, object], label: str) -> None:

@@ -99,6 +99,14 @@ class Runner:
         self._session.run(self._stepio)
         return self._outputs
 
+    def cycle_count(self) -> int:
+        """The device cycles of the last ``run`` (``Session.getCycleCount``: the main program's, on
+        tile 0 of the first replica); it runs a program of its own that copies the count to the
+        host, so it is read outside timed rounds. The SDK raises where the counter is off."""
+        if self._closed:
+            raise RuntimeError("this compiled model was closed (the run that compiled it has ended)")
+        return int(self._session.getCycleCount())
+
     def close(self) -> None:
         """Detach the IPUs and drop the session; idempotent. Later ``run`` calls raise ``RuntimeError``."""
         if self._closed:

@@ -66,6 +66,7 @@ from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import CountedModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.ipu import cycles
 from pytest_ipu.backends.ipu.options import memory_proportions
 from pytest_ipu.backends.ipu.options import plain_memory_proportion
 from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
@@ -89,6 +90,7 @@ OPTIONS: Mapping[str, object] = {
     "random_seed": None,
     "ipus": 1,
     "auto_round_num_ipus": False,
+    cycles.OPTION: cycles.POPTORCH_DEFAULT,
 }
 #: ``output_mode`` values and the ``poptorch.OutputMode`` member each one selects.
 OUTPUT_MODES: Mapping[str, str] = {"default": "Default", "all": "All", "final": "Final", "sum": "Sum"}
@@ -151,7 +153,9 @@ class PopTorchBackend(NamedBackend):
     ``random_seed`` (``Options.randomSeed``, which also seeds torch's global generator); ``ipus``
     (split an ``nn.Sequential``'s layers into that many pipeline stages, one per IPU) and
     ``auto_round_num_ipus`` (reserve the next power of two when ``ipus x replication_factor`` is
-    not one).
+    not one); ``cycle_counter`` (default False: ``True`` sets ``Options.logCycleCount(True)`` on IPU
+    hardware, for the count the ``ipu_cycles`` metric reads; PopTorch then reads the counter in
+    every call, timed rounds included: ``cycles.py``).
     """
 
     def __init__(
@@ -391,10 +395,13 @@ class PopTorchBackend(NamedBackend):
             module = module.half()
         if int(str(opts["ipus"])) > 1:
             _place(poptorch, torch, module, int(str(opts["ipus"])), name)
+        counting = cycles.wanted(bool(opts[cycles.OPTION]), self.simulator)
         try:
             popts = _poptorch_options(poptorch, torch, opts, ipu_id)
             if self.simulator:
                 popts.useIpuModel(True)
+            if counting:
+                popts.logCycleCount(True)
         except (AssertionError, ValueError, TypeError, AttributeError) as exc:
             raise CompileError(f"PopTorch rejected the options for {name}: {_one_line(exc)}") from exc
 
@@ -416,10 +423,17 @@ class PopTorchBackend(NamedBackend):
             if executor is not None:
                 _release(executor)
 
+        def cycle_count() -> int:
+            executor = handle.executor
+            if executor is None:
+                raise RuntimeError(_CLOSED)
+            return int(executor.cycleCount())
+
         _HANDLES[run] = handle
         used = handle.executor.options
         info = _info(poptorch, used, opts, ipu_id, _version(poptorch))
         phases = _compile_phases(handle.executor, info)
+        ipu_ids = None if self.simulator or ipu_id is None else self._members(ipu_id)
         return CountedModel(
             target=target,
             backend=self._name,
@@ -435,8 +449,18 @@ class PopTorchBackend(NamedBackend):
             info=info,
             device_latency=lambda: _handle_latency(handle),
             simulator=self.simulator,
-            ipu_ids=None if self.simulator or ipu_id is None else self._members(ipu_id),
+            ipu_ids=ipu_ids,
             ipu_count=None if self.simulator else _reserved(info),
+            counters=(
+                cycles.counter(
+                    cycle_count,
+                    bool(opts[cycles.OPTION]),
+                    self.simulator,
+                    self._name,
+                    ipu_ids,
+                    in_every_call=True,
+                ),
+            ),
         )
 
     def _members(self, device_id: int) -> tuple[int, ...] | None:
@@ -665,6 +689,7 @@ def _check_options(options: Mapping[str, object], name: str, precision: str) -> 
     for key in ("training", "auto_round_num_ipus"):
         if not isinstance(opts[key], bool):
             raise CompileError(f"poptorch backend option {key}={opts[key]!r} for {name}; use True or False")
+    cycles.check(opts[cycles.OPTION], "poptorch", name)
     training = bool(opts["training"])
     if opts["output_mode"] not in OUTPUT_MODES:
         raise CompileError(

@@ -63,8 +63,9 @@ from pytest_ipu.sdk import import_sdk
 
 #: Backend options the step sets itself: ``training``; ``gradient_accumulation``, which is
 #: ``ipu_train``'s own keyword (``TrainingRequest.gradient_accumulation``); and ``output_mode``, fixed
-#: to ``all`` so that the loss covers the whole host batch.
-_SET_BY_THE_STEP = ("training", "gradient_accumulation", "output_mode")
+#: to ``all`` so that the loss covers the whole host batch. ``cycle_counter`` is inference's: a
+#: training step's record counts no cycles.
+_SET_BY_THE_STEP = ("training", "gradient_accumulation", "output_mode", "cycle_counter")
 #: Options ``ipu_train`` accepts on PopTorch, with their defaults: the inference options (see
 #: ``PopTorchBackend``) less those the step sets. ``replication_factor`` and ``ipus`` (pipeline
 #: stages) are also what ``PopTorchBackend.placement_options`` gives for a placement's replicas and

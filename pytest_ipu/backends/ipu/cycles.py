@@ -1,0 +1,96 @@
+"""The IPU's own cycle counter, as both IPU backends offer it: one option, one rule, one counter.
+
+PopART compiles the counter in with ``SessionOptions.instrumentWithHardwareCycleCounter = True``
+and reads it with ``Session.getCycleCount()``; PopTorch with ``Options().logCycleCount(True)``
+(which sets that PopART option) and ``PoplarExecutor.cycleCount()``. Both give the cycles of the
+last call's main program on tile 0 of the first replica: a property of the compiled graph. The
+counter in the graph adds a sync and two compute sets to every call, timed or not.
+
+A read costs a device round trip: PopART's ``getCycleCount`` runs a program of its own
+(``cycleCountTensorToHost``) that copies the count to the host. Where that happens decides the
+default:
+
+- **PopART** reads only when asked, so ``run.benchmark`` asks only in its untimed counting pass,
+  after the timed rounds: the counter is on by default (``COUNTING_PASS``).
+- **PopTorch** asks PopART for the count at the end of *every* run (``Compiler::run`` in
+  ``popart_compiler/source/Compiler.cpp``, 3.x), and ``cycleCount()`` returns what that read: with
+  the counter on, every timed round holds the round trip. So it is off by default, and a model
+  compiled with ``cycle_counter=True`` says so in its record (``IN_EVERY_CALL``).
+
+The IPU Model has no hardware counter (PopTorch: "You must run the model on IPU hardware"), so a
+simulated model never compiles it in, and its record says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Sequence
+
+from pytest_ipu.backends.base import CallCounter
+from pytest_ipu.devices.ipu_clock import read_clock
+from pytest_ipu.errors import CompileError
+from pytest_ipu.results.counts import COUNTING_PASS
+
+#: The backend option that compiles the counter in (both IPU backends).
+OPTION = "cycle_counter"
+#: Its default per backend: on where the reads stay out of the timed rounds.
+POPART_DEFAULT = True
+POPTORCH_DEFAULT = False
+#: The metric the count feeds (``results.catalog``).
+METRIC = "ipu_cycles"
+#: How a PopTorch model's count is read (the record's ``method``).
+IN_EVERY_CALL = (
+    "read by PopTorch at the end of every call, timed rounds included (a device round trip each); "
+    "the count taken in the counting pass"
+)
+
+#: Why a simulated model has no count.
+SIMULATOR = "the IPU Model simulator has no hardware cycle counter (cycle counts are IPU hardware only)"
+#: Why a PopTorch model has none by default.
+POPTORCH_OFF = (
+    "the cycle counter is off (the poptorch backend option cycle_counter=False, its default: PopTorch "
+    "reads the counter at the end of every call, which would put a device round trip in every timed "
+    "round; pass cycle_counter=True to count)"
+)
+
+
+def check(value: object, backend: str, label: str) -> bool:
+    """The option's value, which must be ``True`` or ``False``; ``CompileError`` naming it otherwise."""
+    if not isinstance(value, bool):
+        raise CompileError(
+            f"{backend} backend option {OPTION}={value!r} for {label}; use True (count the IPU's cycles "
+            "per call) or False (compile without the counter)"
+        )
+    return value
+
+
+def wanted(enabled: bool, simulator: bool) -> bool:
+    """Whether the counter is compiled in: asked for, on IPU hardware."""
+    return enabled and not simulator
+
+
+def counter(
+    read: Callable[[], int],
+    enabled: bool,
+    simulator: bool,
+    backend: str,
+    ipu_ids: Sequence[int] | None,
+    *,
+    in_every_call: bool = False,
+) -> CallCounter:
+    """The compiled model's ``CallCounter``: ``read`` gives the last call's count where the counter
+    was compiled in (``wanted``); otherwise no reader, and the reason. ``in_every_call``: the SDK
+    itself reads the counter in every call (PopTorch), which the record's method says. The clock
+    is read from gcipuinfo for ``ipu_ids`` (``None``: the IPUs are not known, and every IPU listed
+    must agree)."""
+    if simulator:
+        return CallCounter(METRIC, None, SIMULATOR)
+    if not enabled:
+        if in_every_call:
+            return CallCounter(METRIC, None, POPTORCH_OFF)
+        return CallCounter(
+            METRIC, None, f"the cycle counter is off (the {backend} backend option {OPTION}=False)"
+        )
+    ids = None if ipu_ids is None else tuple(ipu_ids)
+    method = IN_EVERY_CALL if in_every_call else COUNTING_PASS
+    return CallCounter(METRIC, read, None, lambda: read_clock(ids), method)
