@@ -58,6 +58,7 @@ import numpy as np
 from benchmarks import gate_accuracy_support as support
 from pytest_ipu.measure import changepoints
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.report import changes as changes_report
 from pytest_ipu.results import changes
 from pytest_ipu.results import history
 from pytest_ipu.results import records
@@ -314,7 +315,7 @@ def _scale(tmp_path: Path, lines: list[str]) -> None:
         given, found = history.find_runs([str(root)], "unused")
         read = history.load(given, found)
         result = changes.report(read, 0.05)
-        changes.render_table(result)
+        changes_report.render_table(result)
         took = time.perf_counter() - start
         assert read.runs == runs
         lines.append(

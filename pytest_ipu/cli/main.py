@@ -148,8 +148,11 @@ def _compare(args: argparse.Namespace, paths: Sequence[Path]) -> int:
     except benchmark_json.RunFileError as exc:
         print(f"pytest-ipu: {exc}", file=sys.stderr)
         return 2
+    # Imported here: the table writers are needed only by this command, not at start-up.
+    from pytest_ipu.report import compare as compare_report
+
     comparison = compare.compare_runs(runs)
-    print(compare.RENDERERS[fmt](comparison))
+    print(compare_report.RENDERERS[fmt](comparison))
     verdicts = compare.check_gates(comparison, gate_list, drift=drift, job_alpha=job_alpha)
     lines = compare.gate_lines(gate_list, verdicts, verbose=args.verbose)
     if lines:
@@ -165,6 +168,7 @@ def _compare(args: argparse.Namespace, paths: Sequence[Path]) -> int:
 def _ab(args: argparse.Namespace) -> int:
     # Imported here: the runner and the decision are needed only by this command.
     from pytest_ipu.cli import ab as ab_runner
+    from pytest_ipu.report import ab as ab_report
     from pytest_ipu.results import ab
     from pytest_ipu.results import decide
     from pytest_ipu.results.benchmark_json import StoredRun
@@ -261,7 +265,7 @@ def _ab(args: argparse.Namespace) -> int:
         plan=schedule.describe() + stopped,
         settled=settled,
     )
-    print(ab.RENDERERS[args.format](result))
+    print(ab_report.RENDERERS[args.format](result))
     lines = ab.gate_lines(result, verbose=args.verbose)
     if lines:
         print("\n".join(("", *(f"- {line}" if args.format == "markdown" else line for line in lines))))
@@ -276,6 +280,7 @@ def _ab(args: argparse.Namespace) -> int:
 
 def _history(args: argparse.Namespace) -> int:
     # Imported here: the change point search loads numpy, needed only by this command.
+    from pytest_ipu.report import changes as changes_report
     from pytest_ipu.results import changes
     from pytest_ipu.results import history
 
@@ -308,7 +313,7 @@ def _history(args: argparse.Namespace) -> int:
         )
         return 2
     result = changes.report(read, threshold, args.recent)
-    print(changes.RENDERERS[args.format](result))
+    print(changes_report.RENDERERS[args.format](result))
     return changes.exit_code(result.verdicts)
 
 

@@ -85,8 +85,8 @@ def summary_rows(report: Report) -> list[tuple[Change, list[str]]]:
                     change.series.name,
                     change.series.metric,
                     change.series.machine,
-                    f"{'worse' if change.worse else 'better'} {_percent(found.change)}",
-                    f"{_percent(found.low)} to {_percent(found.high)}",
+                    f"{'worse' if change.worse else 'better'} {found_changes.percent(found.change)}",
+                    f"{found_changes.percent(found.low)} to {found_changes.percent(found.high)}",
                     f"{found.p_value:.3g}",
                     units.format_value(found.before, unit),
                     units.format_value(found.after, unit),
@@ -94,10 +94,6 @@ def summary_rows(report: Report) -> list[tuple[Change, list[str]]]:
             )
         )
     return rows
-
-
-def _percent(value: float) -> str:
-    return "-" if not math.isfinite(value) else f"{value * 100:+.1f}%"
 
 
 def title(series: Series) -> str:
@@ -138,7 +134,7 @@ def draw(series: Series, marked: Sequence[Change]) -> Figure:
         at = change.found.index - 0.5
         ax.axvline(at, color=colour, linestyle="--", linewidth=1.2)
         ax.annotate(
-            f"{change.commit[: found_changes.SHORT]} {_percent(change.found.change)}"
+            f"{change.commit[: found_changes.SHORT]} {found_changes.percent(change.found.change)}"
             f"{' dirty' if change.dirty else ''}",
             (at, 1.0),
             xycoords=("data", "axes fraction"),

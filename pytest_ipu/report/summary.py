@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from pytest_ipu.backports import remove_prefix
 from pytest_ipu.measure import units
+from pytest_ipu.report import compare as compare_report
 from pytest_ipu.report import plots
 from pytest_ipu.results import compare
 from pytest_ipu.results.benchmark_json import StoredBenchmark
@@ -304,9 +305,9 @@ def _change(line: compare.Line | None, index: int) -> str:
         return "-"
     if line.ratio(index) is None:
         return '<span class="sub">not measured in both runs</span>'
-    interval = compare.format_interval(line, index)
+    interval = compare_report.format_interval(line, index)
     extra = f'<br/><span class="source">{html.escape(interval)}</span>' if interval else ""
-    return f"<strong>{html.escape(compare.format_change(line, index))}</strong>{extra}"
+    return f"<strong>{html.escape(compare_report.format_change(line, index))}</strong>{extra}"
 
 
 def _cell(best: Best, unit: str) -> str:

@@ -45,17 +45,15 @@ The tables show, per benchmark and metric, the median over the pairs of each sid
 geometric-mean ratio with its two-sided (1 - alpha) t interval, p of a two-sided paired t test
 of "no change", and the change with ``pytest-ipu compare``'s verdict on that interval and p
 (``compare.judge``: ``same`` only when the interval lies within 1 % of no change, ``not tested``
-with one pair); the gate lines carry the interval the verdict was read from.
+with one pair); the gate lines carry the interval the verdict was read from. This module finds the
+result and what to say beside it (``legend``, ``notes``); ``report/ab.py`` writes its tables.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import math
 import statistics
-from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,7 +68,6 @@ from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.decide import Verdict
-from pytest_ipu.results.decide import format_p_value
 from pytest_ipu.results.gates import Gate
 from pytest_ipu.results.plain import gated
 from pytest_ipu.results.plain import not_gated
@@ -130,7 +127,8 @@ def _interval(logs: Sequence[float], alpha: float) -> tuple[float, float]:
     return math.exp(centre - half), math.exp(centre + half)
 
 
-def _median(values: Sequence[float | None]) -> float | None:
+def median(values: Sequence[float | None]) -> float | None:
+    """The median of the values present; ``None`` when none is."""
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
 
@@ -142,7 +140,7 @@ def summarise(
     decide.check_alpha(alpha)
     logs = log_ratios(baseline, candidate)
     if logs is None or not logs:
-        before, after = _median(baseline), _median(candidate)
+        before, after = median(baseline), median(candidate)
         ratio = after / before if before and after is not None else None
         return RatioSummary(len(baseline), ratio, None, None)
     ratio = math.exp(statistics.fmean(logs))
@@ -550,21 +548,17 @@ def _places(where: Sequence[str], pairs: int) -> str:
     return ", ".join(out)
 
 
-# --- Rendering --------------------------------------------------------------------------------------
+# --- What the output says beside the figures ------------------------------------------------------
 
 
-def _change(summary: RatioSummary, metric: str, alpha: float) -> str:
-    """``+12.0% worse``, ``-3.1% better``, ``+0.4% within noise``, ``-23.1% not tested``, ``same`` or
-    ``-``: ``compare.judge``'s verdict on the paired interval and p (p has its own column)."""
-    verdict = compare.judge(summary.interval, summary.p, alpha, METRICS[metric].better)
-    return compare.describe(summary.ratio, verdict)
-
-
-def _confidence(result: ABResult) -> str:
+def confidence(result: ABResult) -> str:
+    """The interval's name in the tables: ``99% CI`` at alpha 0.01."""
     return f"{(1.0 - result.alpha) * 100:.4g}% CI"
 
 
-def _legend(result: ABResult) -> list[str]:
+def legend(result: ABResult) -> list[str]:
+    """The lines above the tables: the two sides, the plan of looks and the job's rule when gated, and
+    what the columns and the change's words mean."""
     base, cand = result.labels
     plan = [result.plan] if result.plan else []
     if result.gates:
@@ -575,144 +569,28 @@ def _legend(result: ABResult) -> list[str]:
         f"candidate: {cand}",
         *plan,
         f"{result.pairs} pair(s) in ABBA order; values are medians over the pairs; ratio = geometric mean "
-        f"of candidate/baseline per pair, with its {_confidence(result)} (t); p = paired t test of no change",
-        f"change: same when the {_confidence(result)} lies within +/-{compare.SAME_WITHIN:.0%}; else better "
+        f"of candidate/baseline per pair, with its {confidence(result)} (t); p = paired t test of no change",
+        f"change: same when the {confidence(result)} lies within +/-{compare.SAME_WITHIN:.0%}; else better "
         f"or worse when p < {result.alpha:.3g}, within noise when not; not tested without a CI (one pair)",
     ]
 
 
-def _by_benchmark(result: ABResult) -> dict[str, list[Paired]]:
-    out: dict[str, list[Paired]] = {}
-    for line in result.lines:
-        out.setdefault(line.fullname, []).append(line)
-    return out
-
-
-def _cells(result: ABResult, lines: Sequence[Paired]) -> tuple[list[str], list[list[str]]]:
-    header = ["metric", "baseline", "candidate", "ratio", _confidence(result), "p", "change"]
-    rows = []
-    for line in lines:
-        unit = METRICS[line.metric].unit
-        summary = line.summary(result.alpha)
-        rows.append(
-            [
-                line.metric,
-                compare.format_value(_median(line.baseline), unit),
-                compare.format_value(_median(line.candidate), unit),
-                "-" if summary.ratio is None else f"{summary.ratio:.3f}",
-                "-"
-                if summary.interval is None
-                else f"[{summary.interval[0]:.3f}, {summary.interval[1]:.3f}]",
-                "-" if summary.p is None else format_p_value(summary.p),
-                _change(summary, line.metric, result.alpha),
-            ]
-        )
-    return header, rows
-
-
-def _notes(result: ABResult) -> list[str]:
-    notes = [f"missing: {m}" for m in result.missing]
+def notes(result: ABResult) -> list[str]:
+    """The lines under the tables: benchmarks missing from a run, those a look decided early, and
+    what one pair cannot estimate."""
+    found = [f"missing: {m}" for m in result.missing]
     earlier = {f: s.pairs for f, s in result.settled.items() if s.pairs < result.pairs}
     if earlier:
-        notes.append(
+        found.append(
             f"{len(earlier)} benchmark(s) decided at an earlier look kept that look's verdicts and were not "
             f"run after it: {', '.join(f'{f} ({n} pairs)' for f, n in earlier.items())}"
         )
     if result.pairs < 2:
-        notes.append(f"1 pair: {NO_VARIANCE}")
-    return notes
+        found.append(f"1 pair: {NO_VARIANCE}")
+    return found
 
 
-def render_table(result: ABResult) -> str:
-    """Terminal tables, one per benchmark: aligned columns, one line per metric."""
-    out = _legend(result)
-    for lines in _by_benchmark(result).values():
-        header, rows = _cells(result, lines)
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        out += ["", f"{lines[0].benchmark} ({lines[0].fullname})"]
-        for n, row in enumerate([header, *rows]):
-            text = "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip_strict(row, widths))
-            )
-            out.append(text.rstrip())
-            if n == 0:
-                out.append("-" * len(out[-1]))
-    notes = _notes(result)
-    return "\n".join(out + ([""] if notes else []) + notes)
-
-
-def render_markdown(result: ABResult) -> str:
-    """GitHub-flavoured markdown: the legend, a table per benchmark (pipes escaped), the notes."""
-
-    out = [f"{line}  " for line in _legend(result)]  # two spaces: a markdown line break
-    for lines in _by_benchmark(result).values():
-        header, rows = _cells(result, lines)
-        out += ["", f"**{lines[0].benchmark}** (`{lines[0].fullname}`)", ""]
-        out += compare.markdown_table(header, rows, left=1)
-    notes = _notes(result)
-    if notes:
-        out += [""] + [f"- {n}" for n in notes]
-    return "\n".join(out)
-
-
-def render_csv(result: ABResult) -> str:
-    """CSV with raw SI values and every pair's values (``;`` between pairs), for scripts."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(
-        [
-            "group",
-            "benchmark",
-            "fullname",
-            "metric",
-            "unit",
-            "better",
-            "pairs",
-            "baseline_median",
-            "candidate_median",
-            "ratio",
-            "ci_low",
-            "ci_high",
-            "p",
-            "baseline_values",
-            "candidate_values",
-        ]
-    )
-
-    def number(value: float | None) -> str:
-        return "" if value is None else repr(float(value))
-
-    for line in result.lines:
-        summary = line.summary(result.alpha)
-        low, high = summary.interval if summary.interval is not None else (None, None)
-        writer.writerow(
-            [
-                line.group,
-                line.benchmark,
-                line.fullname,
-                line.metric,
-                METRICS[line.metric].unit,
-                METRICS[line.metric].better,
-                summary.n,
-                number(_median(line.baseline)),
-                number(_median(line.candidate)),
-                number(summary.ratio),
-                number(low),
-                number(high),
-                number(summary.p),
-                ";".join(number(v) for v in line.baseline),
-                ";".join(number(v) for v in line.candidate),
-            ]
-        )
-    return buffer.getvalue().rstrip("\n")
-
-
-RENDERERS: Mapping[str, Callable[[ABResult], str]] = {
-    "table": render_table,
-    "markdown": render_markdown,
-    "csv": render_csv,
-}
-FORMATS = tuple(RENDERERS)
+FORMATS = ("table", "markdown", "csv")
 
 
 def gate_lines(result: ABResult, verbose: bool = False) -> list[str]:

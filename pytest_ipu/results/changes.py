@@ -1,5 +1,5 @@
 """``pytest-ipu history``: the change points of every series, the CI verdict on the newest commit,
-and their text, markdown and JSON forms.
+and what to say beside them; ``report/changes.py`` writes their text, markdown and JSON forms.
 
 The series of a history (``history.Series``) are searched together (``measure.changepoints.find``:
 every run is evidence, a change must stand out from its series' own run-to-run noise, and the share
@@ -41,11 +41,8 @@ to judge.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
-from collections.abc import Callable
-from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +50,6 @@ from typing import Any
 from pytest_ipu.measure import changepoints
 from pytest_ipu.measure import units
 from pytest_ipu.measure.changepoints import Noise
-from pytest_ipu.results import compare
 from pytest_ipu.results import decide
 from pytest_ipu.results import history
 from pytest_ipu.results.history import History
@@ -117,8 +113,8 @@ class Change:
         found = self.found
         unit = self.series.unit
         return (
-            f"{'worse' if self.worse else 'better'} {_percent(found.change)} "
-            f"[{_percent(found.low)}, {_percent(found.high)}] p={found.p_value:.3g}"
+            f"{'worse' if self.worse else 'better'} {percent(found.change)} "
+            f"[{percent(found.low)}, {percent(found.high)}] p={found.p_value:.3g}"
             f"{' (pooled)' if found.pooled else ''}  "
             f"{self.series.label}  at {self.commit[:SHORT]} (after {self.previous[:SHORT]}): "
             f"{units.format_value(found.before, unit)} -> {units.format_value(found.after, unit)}  "
@@ -185,7 +181,8 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _percent(value: float) -> str:
+def percent(value: float) -> str:
+    """A relative change in percent with its sign (``+12.3%``); ``-`` when it is not finite."""
     return "-" if not math.isfinite(value) else f"{value * 100:+.1f}%"
 
 
@@ -344,7 +341,7 @@ def _verdict(
     for change in newest:
         size, low, high = change.worsening
         where = (
-            f"{change.series.metrics} {_percent(size)} [{_percent(low)}, {_percent(high)}] "
+            f"{change.series.metrics} {percent(size)} [{percent(low)}, {percent(high)}] "
             f"p={change.found.p_value:.3g} from {change.commit[:SHORT]}"
             f"{' (dirty: its runs had uncommitted changes, which may be the cause)' if change.dirty else ''}"
         )
@@ -427,7 +424,9 @@ def report(found: History, threshold: float | None = None, recent: int = RECENT)
     return Report(found, tuple(found_changes), tuple(verdicts), threshold, tuple(noises))
 
 
-def _summary(report: Report) -> str:
+def summary(report: Report) -> str:
+    """The line under the change points: how many, in how many series, runs and commits, of which
+    machines, at what false discovery rate."""
     found = report.history
     commits = max((len(s.points) for s in found.series), default=0)
     return (
@@ -438,7 +437,9 @@ def _summary(report: Report) -> str:
     )
 
 
-def _notes(report: Report) -> list[str]:
+def notes(report: Report) -> list[str]:
+    """The notes after the change points: the history's own, its blind spots, and the series that
+    cannot show a step of the size asked."""
     blind = blind_spots(report.history)
     return (
         [f"note: {n}" for n in report.history.notes]
@@ -447,7 +448,9 @@ def _notes(report: Report) -> list[str]:
     )
 
 
-def _verdict_lines(report: Report) -> list[str]:
+def verdict_lines(report: Report) -> list[str]:
+    """The regression check's lines (none without a threshold): the counts of each outcome, the
+    series not judged, and each verdict that is not a PASS."""
     if report.threshold is None:
         return []
     counts = ", ".join(f"{sum(v.outcome == o for v in report.verdicts)} {o}" for o in decide.OUTCOMES)
@@ -462,38 +465,6 @@ def _verdict_lines(report: Report) -> list[str]:
             + (f" and {len(missing) - LISTED} more" if len(missing) > LISTED else "")
         )
     return lines + [v.line() for v in report.verdicts if v.outcome != decide.PASS]
-
-
-def render_table(report: Report) -> str:
-    """One line per event (a commit's change points, each under it), worst first; the summary, notes
-    and verdicts after."""
-    lines = [line for event in events(report.changes) for line in event.lines()] + [_summary(report)]
-    return "\n".join(lines + _notes(report) + _verdict_lines(report))
-
-
-def render_markdown(report: Report) -> str:
-    """A markdown table of the change points, worst first, for a CI step summary."""
-    header = ["benchmark", "metric", "commit", "change", "interval", "p", "before", "after"]
-    rows = [
-        [
-            c.series.name,
-            c.series.metrics,
-            f"`{c.commit[:SHORT]}`{' dirty' if c.dirty else ''}",
-            f"{'worse' if c.worse else 'better'} {_percent(c.found.change)}",
-            f"{_percent(c.found.low)} to {_percent(c.found.high)}",
-            f"{c.found.p_value:.3g}{' (pooled)' if c.found.pooled else ''}",
-            units.format_value(c.found.before, c.series.unit),
-            units.format_value(c.found.after, c.series.unit),
-        ]
-        for event in events(report.changes)
-        for c in event.changes
-    ]
-    out = compare.markdown_table(header, rows, left=3) if rows else []
-    out += ["", _summary(report)]
-    extra = _notes(report) + _verdict_lines(report)
-    if extra:
-        out += [""] + [f"- {line}" for line in extra]
-    return "\n".join(out)
 
 
 def _series_json(
@@ -533,9 +504,9 @@ def _series_json(
     }
 
 
-def render_json(report: Report) -> str:
-    """The JSON form (docs/json-schema.md)."""
-    document = {
+def document(report: Report) -> dict[str, Any]:
+    """The JSON form's document (docs/json-schema.md)."""
+    return {
         "history_version": JSON_VERSION,
         **history.describe(report.history),
         "change_points": [c.as_json() for c in report.changes],
@@ -560,11 +531,3 @@ def render_json(report: Report) -> str:
             "verdicts": [v.as_json() for v in report.verdicts],
         },
     }
-    return json.dumps(document, indent=2)
-
-
-RENDERERS: Mapping[str, Callable[[Report], str]] = {
-    "table": render_table,
-    "markdown": render_markdown,
-    "json": render_json,
-}

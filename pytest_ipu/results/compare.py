@@ -32,8 +32,8 @@ The size of the change alone never makes a verdict: a change of 0.5 % with an in
 -15 %..+16 % is ``within noise``. ``pytest-ipu ab``'s change column uses the same rule (``judge``) on
 its paired interval and p.
 
-Output as a terminal table, markdown (for CI step summaries) or CSV; values are shown by the units
-registry (``pytest_ipu.measure.units``), the CSV keeps raw SI values.
+This module finds the comparison and what to say beside it (``notes``); ``report/compare.py`` writes
+it as a terminal table, markdown (for CI step summaries) or CSV.
 
 ``--gate`` expressions (see ``gates``) are checked by the same runner as the plugin's gates
 (``decide.GateRunner``): the last run is the candidate, and every run before it is its history,
@@ -55,9 +55,6 @@ A FAIL makes the exit code 1, an INCONCLUSIVE verdict (and no FAIL) 3, bad input
 
 from __future__ import annotations
 
-import csv
-import io
-import math
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -65,7 +62,6 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
-from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import units
 from pytest_ipu.results import decide
 from pytest_ipu.results import family
@@ -411,161 +407,7 @@ def exit_code(
     return decide.exit_code(verdicts, bool(gate_list))
 
 
-# -- rendering ------------------------------------------------------------------------------------
-
-
-def format_value(value: float | None, unit: str) -> str:
-    """A value in its unit, scaled for reading (``1.36 ms``, ``2,526 items/s``); ``-`` when absent."""
-    if value is None or math.isnan(value):
-        return "-"
-    return units.format_value(value, unit)
-
-
-def format_change(line: Line, index: int) -> str:
-    """``+12.0% worse (p<0.001)``, ``-3.1% better (p=0.0042)``, ``+2.0% within noise (p=0.41)``,
-    ``+50.4% not tested``, ``same`` or ``-``."""
-    ratio = line.ratio(index)
-    return describe(ratio, line.verdict(index), None if ratio is None else line.p_value(index))
-
-
-def describe(ratio: float | None, verdict: str, p: float | None = None) -> str:
-    """A change and its verdict in a cell: ``same`` alone (its interval lies within the band, so the
-    figure adds nothing), else the change in percent, the verdict and, when given, p; ``-`` without
-    a ratio."""
-    if ratio is None:
-        return "-"
-    if verdict == SAME:
-        return SAME
-    tested = "" if p is None else f" ({decide.format_p(p)})"
-    return f"{(ratio - 1) * 100:+.1f}% {verdict}{tested}"
-
-
-def format_interval(line: Line, index: int) -> str:
-    """``99% interval +1.2%..+9.8%`` of run ``index``'s change; empty without a variance estimate."""
-    found = line.interval(index)
-    if found is None:
-        return ""
-    low, high = ((bound - 1) * 100 for bound in found)
-    return f"{1 - ALPHA:.0%} interval {low:+.1f}%..{high:+.1f}%"
-
-
-#: Run files with names longer than this are shown by their saved-run number (``0001``) when
-#: pytest-benchmark's storage named them, else as ``#1``, ``#2``..., with a legend.
-MAX_LABEL = 24
-
-
-def run_labels(comparison: Comparison) -> list[str]:
-    """Column labels for the runs: their file names when short and distinct, else their saved-run
-    numbers when all have one and they are distinct, else ``#1``, ``#2``..."""
-    names = [run.path.name for run in comparison.runs]
-    if len(set(names)) == len(names) and all(len(n) <= MAX_LABEL for n in names):
-        return names
-    numbers = [_run_number(name) for name in names]
-    if all(numbers) and len(set(numbers)) == len(numbers):
-        return [n for n in numbers if n]
-    return [f"#{i + 1}" for i in range(len(names))]
-
-
-def _run_number(name: str) -> str | None:
-    """``0003`` of pytest-benchmark's ``0003_<commit>_<date>.json``; ``None`` for another name."""
-    head = name.split("_", 1)[0]
-    return head if len(head) == 4 and head.isdigit() and name.endswith(".json") else None
-
-
-def _legend(comparison: Comparison) -> list[str]:
-    labels = run_labels(comparison)
-    if labels == [run.path.name for run in comparison.runs]:
-        return []
-    return [f"{label} = {run.path}" for label, run in zip_strict(labels, comparison.runs)]
-
-
-def _cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
-    names = run_labels(comparison)
-    header = ["group", "benchmark", "metric", *names]
-    header += [f"{name} vs {names[0]}" for name in names[1:]]
-    rows = []
-    for line in comparison.lines:
-        values = [format_value(v, line.metric.unit) for v in line.values]
-        changes = [format_change(line, i) for i in range(1, len(line.values))]
-        rows.append([line.group, line.name, line.metric.name, *values, *changes])
-    return header, rows
-
-
-def render_table(comparison: Comparison) -> str:
-    """The terminal table: aligned columns, one line per benchmark and metric."""
-    header, rows = _cells(comparison)
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    right = [False, False, False] + [True] * (len(header) - 3)
-    out = []
-    for n, row in enumerate([header, *rows]):
-        out.append(
-            "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip_strict(row, widths, right)).rstrip()
-        )
-        if n == 0:
-            out.append("-" * len(out[0]))
-    return "\n".join(_legend(comparison) + out + _notes(comparison))
-
-
-def render_markdown(comparison: Comparison) -> str:
-    """A GitHub-flavoured markdown table (pipes escaped), with the notes as a list below it."""
-    header, rows = _cells(comparison)
-    out = [f"{line}  " for line in _legend(comparison)]  # two spaces: a markdown line break
-    out += markdown_table(header, rows, left=3)
-    notes = _notes(comparison)
-    if notes:
-        out += [""] + [f"- {n}" for n in notes]
-    return "\n".join(out)
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]], left: int) -> list[str]:
-    """A markdown table's lines: the first ``left`` columns aligned left, the numbers right; a ``|``
-    inside a cell escaped."""
-
-    def row(cells: Sequence[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-    rule = "|" + "|".join("---" if i < left else "---:" for i in range(len(header))) + "|"
-    return [row(header), rule, *(row(r) for r in rows)]
-
-
-def render_csv(comparison: Comparison) -> str:
-    """CSV with raw SI values (no scaling), the ratios, each later run's verdict and its p (raw, empty
-    without a variance estimate), for spreadsheets and scripts."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    names = [run.path.name for run in comparison.runs]
-    later = names[1:]
-    writer.writerow(
-        [
-            "group",
-            "benchmark",
-            "metric",
-            "unit",
-            "better",
-            *names,
-            *[f"{n}/{names[0]}" for n in later],
-            *[f"{n} verdict" for n in later],
-            *[f"{n} p" for n in later],
-        ]
-    )
-    for line in comparison.lines:
-        indices = range(1, len(line.values))
-        ratios = [line.ratio(i) for i in indices]
-        ps = [line.p_value(i) for i in indices]
-        writer.writerow(
-            [
-                line.group,
-                line.name,
-                line.metric.name,
-                line.metric.unit,
-                line.metric.better,
-                *("" if v is None else repr(float(v)) for v in line.values),
-                *("" if r is None else repr(r) for r in ratios),
-                *(line.verdict(i) for i in indices),
-                *("" if p is None else repr(p) for p in ps),
-            ]
-        )
-    return buffer.getvalue().rstrip("\n")
+# -- what the output says beside the figures ---------------------------------------------------
 
 
 #: The note under a table that has verdicts: what decides them.
@@ -582,20 +424,15 @@ NOT_TESTED_NOTE = (
 )
 
 
-def _notes(comparison: Comparison) -> list[str]:
-    notes = [f"missing: {m}" for m in comparison.missing]
-    notes += [f"hardware: {h}" for h in comparison.hardware]
+def notes(comparison: Comparison) -> list[str]:
+    """The notes under a comparison's table: benchmarks missing from a run, hardware that differs,
+    what decides the verdicts and, where a change had no variance estimate, why and what to do."""
+    found = [f"missing: {m}" for m in comparison.missing]
+    found += [f"hardware: {h}" for h in comparison.hardware]
     verdicts = {line.verdict(i) for line in comparison.lines for i in range(1, len(line.values))}
     # "same" is a claim of the interval too: the note says what backs it.
     if verdicts - {""}:
-        notes.append(VERDICT_NOTE)
+        found.append(VERDICT_NOTE)
     if NOT_TESTED in verdicts:
-        notes.append(NOT_TESTED_NOTE)
-    return notes
-
-
-RENDERERS: Mapping[str, Callable[[Comparison], str]] = {
-    "table": render_table,
-    "markdown": render_markdown,
-    "csv": render_csv,
-}
+        found.append(NOT_TESTED_NOTE)
+    return found

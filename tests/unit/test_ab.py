@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.measure import stats
+from pytest_ipu.report import ab as ab_report
 from pytest_ipu.results import ab
 from pytest_ipu.results import compare
 from pytest_ipu.results import decide
@@ -309,7 +310,7 @@ def test_a_benchmark_missing_on_one_side_is_listed_not_failed() -> None:
     assert [v.benchmark for v in result.verdicts] == ["test_x"]
     assert ab.exit_code(result) == 0
     assert ab.exit_code(result, strict=True) == 1
-    assert "missing: test_b.py::test_y: not in candidate pair 2" in ab.render_table(result)
+    assert "missing: test_b.py::test_y: not in candidate pair 2" in ab_report.render_table(result)
 
 
 def test_gates_given_but_nothing_checked_exits_1() -> None:
@@ -336,7 +337,7 @@ def test_a_missing_value_names_the_records_reason() -> None:
 def test_renderers_show_medians_ratio_interval_and_p() -> None:
     base, cand = _sides(3, 1.3)
     result = ab.analyse(base, cand, [_gate("throughput:-5%")], labels=("git:main (abc)", "git:HEAD (def)"))
-    table = ab.render_table(result)
+    table = ab_report.render_table(result)
     assert table.splitlines()[:2] == ["baseline: git:main (abc)", "candidate: git:HEAD (def)"]
     assert "test_x (test_b.py::test_x)" in table
     row = next(line for line in table.splitlines() if line.startswith("latency.p50") and "worse" in line)
@@ -344,13 +345,15 @@ def test_renderers_show_medians_ratio_interval_and_p() -> None:
     assert "1.95 ms" in row
     assert "1.300" in row
     assert "+30.0% worse" in row
-    markdown = ab.render_markdown(result)
+    markdown = ab_report.render_markdown(result)
     assert "**test_x** (`test_b.py::test_x`)" in markdown
     assert "| metric | baseline | candidate | ratio | 95% CI | p | change |" in markdown
     # The table's confidence follows the level the verdicts were read at (alpha per look).
     looked = ab.analyse(base, cand, [_gate("throughput:-5%")], alpha=0.01)
-    assert "| metric | baseline | candidate | ratio | 99% CI | p | change |" in ab.render_markdown(looked)
-    rows = list(csv.DictReader(io.StringIO(ab.render_csv(result))))
+    assert "| metric | baseline | candidate | ratio | 99% CI | p | change |" in ab_report.render_markdown(
+        looked
+    )
+    rows = list(csv.DictReader(io.StringIO(ab_report.render_csv(result))))
     x = next(r for r in rows if r["benchmark"] == "test_x" and r["metric"] == "latency.p50")
     assert float(x["ratio"]) == pytest.approx(1.3)
     assert float(x["baseline_median"]) == pytest.approx(1.5 * MS)
@@ -358,13 +361,13 @@ def test_renderers_show_medians_ratio_interval_and_p() -> None:
     assert x["pairs"] == "3"
     assert x["better"] == "lower"
     assert x["unit"] == "s"
-    assert set(ab.RENDERERS) == set(ab.FORMATS) == {"table", "markdown", "csv"}
+    assert set(ab_report.RENDERERS) == set(ab.FORMATS) == {"table", "markdown", "csv"}
 
 
 def test_one_pair_tables_show_no_p() -> None:
     base, cand = _sides(1, 1.3)
     result = ab.analyse(base, cand, [_gate("throughput:-5%")])
-    table = ab.render_table(result)
+    table = ab_report.render_table(result)
     assert "1 pair: no variance estimate: use more --pairs" in table
     row = next(line for line in table.splitlines() if line.startswith("throughput"))
     # The CI and p columns are empty ("-"): one pair has no spread to estimate them from.
@@ -388,7 +391,7 @@ def _change_cell(factors: list[float]) -> tuple[ab.RatioSummary, str]:
         cand.append(_run(f"c{i}", _bench("test_x", drift * factor, 1 / (drift * factor))))
     result = ab.analyse(base, cand)
     (line,) = (line for line in result.lines if line.metric == "latency.p50")
-    row = next(r for r in ab.render_table(result).splitlines() if r.startswith("latency.p50"))
+    row = next(r for r in ab_report.render_table(result).splitlines() if r.startswith("latency.p50"))
     return line.summary(result.alpha), row
 
 
@@ -435,7 +438,7 @@ def test_noisy_pairs_are_inconclusive_and_exit_3() -> None:
     assert result.inconclusive == (by_name["test_x"],)
     assert not result.decided  # the sequential plan would add pairs
     assert result.plan == "sequential: a plan"
-    assert ab.render_table(result).splitlines()[2] == "sequential: a plan"
+    assert ab_report.render_table(result).splitlines()[2] == "sequential: a plan"
     assert ab.gate_lines(result)[0] == "gates: 2 checked: 1 PASS, 0 FAIL, 1 INCONCLUSIVE"
     assert ab.exit_code(result) == 3
     # A FAIL beside it: 1.

@@ -71,4 +71,4 @@ def test_a_look_settles_the_decided_benchmark_and_later_pairs_need_not_run_it() 
     fast_lines = [line for line in last.lines if line.benchmark == "test_fast"]
     assert fast_lines
     assert all(len(line.baseline) == 3 for line in fast_lines)
-    assert any("decided at an earlier look" in note for note in ab._notes(last))
+    assert any("decided at an earlier look" in note for note in ab.notes(last))

@@ -14,6 +14,7 @@ import pytest
 
 from pytest_ipu.cli import main as cli
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.report import compare as compare_report
 from pytest_ipu.results import compare
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
@@ -60,7 +61,7 @@ def test_pairs_by_name_sorts_by_batch_and_marks_direction(runs: tuple[Path, Path
     assert slower.values == pytest.approx((0.010, 0.013))
     assert slower.ratio(1) == pytest.approx(1.3)
     assert slower.verdict(1) == "worse"
-    assert compare.format_change(slower, 1) == "+30.0% worse (p<0.001)"
+    assert compare_report.format_change(slower, 1) == "+30.0% worse (p<0.001)"
     lower_throughput = by[("test_mlp[torch-cpu-10]", "throughput")]
     assert lower_throughput.verdict(1) == "worse"  # better higher: a drop is worse
     # Unchanged, but three repeats 1 % apart cannot show it within 1 %: the interval is wider.
@@ -80,20 +81,20 @@ def test_missing_benchmarks_and_other_hardware_are_noted(tmp_path: Path) -> None
     comparison = compare.compare_runs([read_run(a), read_run(b)])
     assert comparison.missing == ("tests/test_mlp.py::test_mlp[torch-cpu-4]: not in b.json",)
     assert comparison.hardware == ("b.json ran on different hardware from a.json: cpu 'Xeon' vs 'EPYC'",)
-    text = compare.render_table(comparison)
+    text = compare_report.render_table(comparison)
     assert "missing: tests/test_mlp.py::test_mlp[torch-cpu-4]: not in b.json" in text
     assert "hardware: b.json ran on different hardware" in text
 
 
 def test_markdown_and_csv(runs: tuple[Path, Path]) -> None:
     comparison = compare.compare_runs([read_run(p) for p in runs])
-    markdown = compare.render_markdown(comparison).splitlines()
+    markdown = compare_report.render_markdown(comparison).splitlines()
     assert markdown[0] == "| group | benchmark | metric | a.json | b.json | b.json vs a.json |"
     assert markdown[1] == "|---|---|---|---:|---:|---:|"
     assert (
         "| mlp | test_mlp[torch-cpu-10] | latency.p50 | 10 ms | 13 ms | +30.0% worse (p<0.001) |" in markdown
     )
-    rows = list(csv.reader(io.StringIO(compare.render_csv(comparison))))
+    rows = list(csv.reader(io.StringIO(compare_report.render_csv(comparison))))
     assert rows[0] == [
         "group",
         "benchmark",
@@ -119,7 +120,7 @@ def test_markdown_and_csv(runs: tuple[Path, Path]) -> None:
 def test_long_file_names_become_numbered_columns_with_a_legend(tmp_path: Path) -> None:
     a = write(tmp_path / ("a" * 30 + ".json"), bench(2, 0.002, 1000.0))
     b = write(tmp_path / "b.json", bench(2, 0.002, 1000.0))
-    text = compare.render_table(compare.compare_runs([read_run(a), read_run(b)]))
+    text = compare_report.render_table(compare.compare_runs([read_run(a), read_run(b)]))
     assert text.splitlines()[0] == f"#1 = {a}"
     assert " #2 vs #1" in text
 
@@ -229,7 +230,7 @@ def test_strict_makes_a_missing_benchmark_fail(tmp_path: Path, capsys: pytest.Ca
     ],
 )
 def test_values_are_shown_by_the_units_registry(value, unit, text) -> None:
-    assert compare.format_value(value, unit) == text
+    assert compare_report.format_value(value, unit) == text
 
 
 def test_four_runs_gate_the_last_one_against_the_drift_of_the_runs_before_it(tmp_path: Path) -> None:
@@ -340,13 +341,13 @@ def test_one_row_per_metric_time_statistics_only_without_a_record(tmp_path: Path
     assert rows["test_mlp[torch-cpu-4]"] == time_rows
     # A record in one run only: the time statistics too, the only figures both runs have.
     assert rows["test_mlp[torch-cpu-8]"] == time_rows + record_rows
-    for render in (compare.render_table, compare.render_markdown):
+    for render in (compare_report.render_table, compare_report.render_markdown):
         text = render(comparison)
         for name, metrics in rows.items():
             for metric in metrics:
                 hits = [row for row in text.splitlines() if name in row and f" {metric} " in row]
                 assert len(hits) == 1, (render.__name__, name, metric, hits)
-    csv_rows = list(csv.reader(io.StringIO(compare.render_csv(comparison))))[1:]
+    csv_rows = list(csv.reader(io.StringIO(compare_report.render_csv(comparison))))[1:]
     assert [(r[1], r[2]) for r in csv_rows] == [(n, m) for n, ms in rows.items() for m in ms]
 
 
@@ -357,7 +358,7 @@ def test_the_time_statistics_of_plain_files_are_compared(tmp_path: Path) -> None
     median = next(line for line in comparison.lines if line.metric.name == "time.median")
     assert median.values == (0.004, 0.006)
     # One value a side, no runs before it: no variance estimate, so no verdict beyond the change.
-    assert compare.format_change(median, 1) == "+50.0% not tested"
+    assert compare_report.format_change(median, 1) == "+50.0% not tested"
 
 
 def _host_bound(batch: int, cores: Sequence[float], seed: int = 0) -> dict[str, Any]:
@@ -391,7 +392,7 @@ def test_compare_reads_the_host_cost_and_gates_it(tmp_path: Path, capsys: pytest
     assert by["host_cores"].verdict(1) == "worse"
     assert by["host_cpu_per_item"].ratio(1) == pytest.approx(2.0)
     assert by["latency.p50"].verdict(1) == "same"
-    text = compare.render_table(comparison)
+    text = compare_report.render_table(comparison)
     assert any(" host_cores " in row and "+100.0% worse" in row for row in text.splitlines())
     assert cli.main(["compare", str(a), str(b), "--gate", "host_cores:+10%"]) == 1
     out = capsys.readouterr().out

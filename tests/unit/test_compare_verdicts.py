@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from pytest_ipu.cli import main as cli
+from pytest_ipu.report import ab as ab_report
+from pytest_ipu.report import compare as compare_report
 from pytest_ipu.results import ab
 from pytest_ipu.results import compare
 from pytest_ipu.results import decide
@@ -36,7 +38,7 @@ def test_a_change_inside_the_spread_of_the_repeats_is_within_noise(tmp_path: Pat
     p = line.p_value(1)
     assert p is not None
     assert p >= compare.ALPHA
-    assert re.fullmatch(r"\+5\.\d% within noise \(p=0\.\d+\)", compare.format_change(line, 1))
+    assert re.fullmatch(r"\+5\.\d% within noise \(p=0\.\d+\)", compare_report.format_change(line, 1))
     # The same change for throughput, the other direction of better: within noise too.
     throughput = _line(tmp_path, [0.0010, 0.0011, 0.0009], [0.00105, 0.001155, 0.000945], metric="throughput")
     assert throughput.verdict(1) == "within noise"
@@ -56,7 +58,7 @@ def test_a_change_far_beyond_the_spread_is_better_or_worse(
     p = line.p_value(1)
     assert p is not None
     assert p < compare.ALPHA
-    assert compare.format_change(line, 1).endswith(f"% {latency} (p<0.001)")
+    assert compare_report.format_change(line, 1).endswith(f"% {latency} (p<0.001)")
     assert _line(tmp_path, before, after, metric="throughput").verdict(1) == throughput
 
 
@@ -66,8 +68,8 @@ def test_without_a_variance_estimate_a_change_is_not_called_worse(tmp_path: Path
     assert line.ratio(1) == pytest.approx(1.5)
     assert line.verdict(1) == "not tested"
     assert line.p_value(1) is None
-    assert compare.format_change(line, 1) == "+50.0% not tested"
-    text = compare.render_table(
+    assert compare_report.format_change(line, 1) == "+50.0% not tested"
+    text = compare_report.render_table(
         compare.compare_runs([read_run(tmp_path / "r0.json"), read_run(tmp_path / "r1.json")])
     )
     assert "+50.0% not tested" in text
@@ -84,13 +86,13 @@ def test_a_metric_measured_once_per_benchmark_is_not_tested_whatever_the_repeats
     by = {line.metric.name: line for line in comparison.lines}
     assert by["latency.p50"].verdict(1) == "within noise"
     assert by["compile"].verdict(1) == "not tested"
-    assert compare.format_change(by["compile"], 1) == "+50.0% not tested"
+    assert compare_report.format_change(by["compile"], 1) == "+50.0% not tested"
 
 
 def test_the_not_tested_note_says_how_to_get_an_estimate(tmp_path: Path) -> None:
     a = write(tmp_path / "a.json", bench(2, 0.002, 1000.0))
     b = write(tmp_path / "b.json", bench(2, 0.003, 700.0, seed=1))
-    text = compare.render_table(compare.compare_runs([read_run(a), read_run(b)]))
+    text = compare_report.render_table(compare.compare_runs([read_run(a), read_run(b)]))
     assert "+50.0% not tested" in text
     assert text.splitlines()[-1] == compare.NOT_TESTED_NOTE
     assert "worse" not in text.replace(compare.VERDICT_NOTE, "")
@@ -107,7 +109,7 @@ def test_a_change_under_one_percent_with_a_wide_interval_is_not_the_same(tmp_pat
     assert abs(line.ratio(1) - 1) < compare.SAME_WITHIN  # type: ignore[operator]
     assert not _inside_band(line.interval(1))
     assert line.verdict(1) == "within noise"
-    assert re.fullmatch(r"\+0\.5% within noise \(p=0\.\d+\)", compare.format_change(line, 1))
+    assert re.fullmatch(r"\+0\.5% within noise \(p=0\.\d+\)", compare_report.format_change(line, 1))
 
 
 def test_a_change_under_one_percent_with_a_tight_interval_is_the_same(tmp_path: Path) -> None:
@@ -116,7 +118,7 @@ def test_a_change_under_one_percent_with_a_tight_interval_is_the_same(tmp_path: 
     line = _line(tmp_path, before, [v * 1.003 for v in before])
     assert _inside_band(line.interval(1))
     assert line.verdict(1) == "same"
-    assert compare.format_change(line, 1) == "same"
+    assert compare_report.format_change(line, 1) == "same"
     # 0.6 % with the same spread: the test finds the change, but all of it is within 1 %: still same.
     significant = _line(tmp_path, before, [v * 1.006 for v in before])
     p = significant.p_value(1)
@@ -143,8 +145,8 @@ def test_a_change_under_one_percent_without_a_variance_estimate_is_not_tested(tm
     assert abs(line.ratio(1) - 1) < compare.SAME_WITHIN  # type: ignore[operator]
     assert line.interval(1) is None
     assert line.verdict(1) == "not tested"
-    assert compare.format_change(line, 1) == "+0.5% not tested"
-    text = compare.render_table(
+    assert compare_report.format_change(line, 1) == "+0.5% not tested"
+    text = compare_report.render_table(
         compare.compare_runs([read_run(tmp_path / "r0.json"), read_run(tmp_path / "r1.json")])
     )
     assert "same" not in text.replace(compare.VERDICT_NOTE, "")
@@ -216,5 +218,5 @@ def test_ab_tables_show_a_tiny_p_as_below_a_thousandth(tmp_path: Path) -> None:
         for i, d in enumerate(drift)
     ]
     result = ab.analyse(base, cand, [])
-    row = next(line for line in ab.render_table(result).splitlines() if line.startswith("latency.p50"))
+    row = next(line for line in ab_report.render_table(result).splitlines() if line.startswith("latency.p50"))
     assert re.search(r"\]\s+<0\.001\s+\+30\.0% worse$", row), row

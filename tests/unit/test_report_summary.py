@@ -13,6 +13,7 @@ import pytest
 
 from pytest_ipu.backports import remove_prefix
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.report import compare as compare_report
 from pytest_ipu.report import html as html_report
 from pytest_ipu.report import summary
 from pytest_ipu.results import benchmark_json
@@ -321,7 +322,7 @@ def test_several_runs_get_compares_change_interval_and_verdict_for_the_row_holdi
     }
     p50 = expected[("latency.p50", "s[2]")]
     for index, cell in zip_strict((1, 2, 3), rows[0][-3:]):
-        assert cell == compare.format_change(p50, index) + compare.format_interval(p50, index)
+        assert cell == compare_report.format_change(p50, index) + compare_report.format_interval(p50, index)
     # Three steady runs before it make the run-to-run test: the last run is worse, its interval too.
     assert rows[0][-1].startswith("+30.0% worse (p")
     low, high = p50.interval(3) or (0.0, 0.0)

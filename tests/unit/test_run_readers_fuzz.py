@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.report import compare as compare_report
 from pytest_ipu.results import benchmark_json
 from pytest_ipu.results import compare
 from pytest_ipu.results import schema
@@ -236,7 +237,7 @@ def _check(document: Any) -> None:
         _assert_usable(tuple(stored.stats.values()), f"{stored.fullname}.stats")
     # What compare does with a run read: pair it, render every format.
     comparison = compare.compare_runs([run, run])
-    for render in compare.RENDERERS.values():
+    for render in compare_report.RENDERERS.values():
         render(comparison)
 
 
