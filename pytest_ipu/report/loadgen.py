@@ -16,7 +16,7 @@ from pathlib import PurePath
 
 from pytest_ipu.measure.units import format_number
 from pytest_ipu.measure.units import format_value
-from pytest_ipu.report.text import fitted_grid
+from pytest_ipu.report.table import Table
 from pytest_ipu.report.text import left_out
 from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.records import IpuRecord
@@ -185,11 +185,9 @@ DROP_ORDER = ("probes", "early stop", "host cores", "MLPerf compliant", "target"
 def loadgen_lines(measured: Sequence[tuple[str, IpuRecord]], width: int | None = None) -> list[str]:
     """The LoadGen table of ``(name, record)`` pairs and its notes (records without a ``loadgen``
     part are left out); empty when none has one. Wider than ``width`` characters, it leaves out
-    columns of ``DROP_ORDER`` and says which (``text.fitted_grid``)."""
+    columns of ``DROP_ORDER`` and says which (``Table.fitted``)."""
     rows = [cells(name, record) for name, record in measured if record.loadgen is not None]
     if not rows:
         return []
-    table, dropped = fitted_grid(
-        [list(HEADERS), *rows], [h not in TEXT_HEADERS for h in HEADERS], width, DROP_ORDER
-    )
+    table, dropped = Table(HEADERS, rows, [h not in TEXT_HEADERS for h in HEADERS]).fitted(width, DROP_ORDER)
     return [TITLE, *table, *notes(measured), *([] if width is None else left_out(dropped, width))]

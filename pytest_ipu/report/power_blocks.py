@@ -11,7 +11,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 
 from pytest_ipu.measure import units
-from pytest_ipu.report.text import grid
+from pytest_ipu.report.table import Table
 from pytest_ipu.results.power_blocks import PowerBlock
 from pytest_ipu.results.records import PowerRecord
 
@@ -71,8 +71,8 @@ def lines(blocks: Sequence[PowerBlock]) -> list[str]:
     """The table of ``blocks`` with its title and the footnote its markers need; empty for none."""
     if not blocks:
         return []
-    cells = [list(HEADERS), *(_row(b) for b in blocks)]
-    out = [TITLE, *grid(cells, [header not in _LEFT for header in HEADERS])]
+    table = Table(HEADERS, [_row(b) for b in blocks], [header not in _LEFT for header in HEADERS])
+    out = [TITLE, *table.grid()]
     if any(b.power.measured and b.power.valid and b.power.low_confidence for b in blocks):
         out.append(LOW_CONFIDENCE_NOTE)
     return out

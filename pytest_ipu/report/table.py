@@ -16,6 +16,7 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pytest_ipu.report.text import fitted_grid
 from pytest_ipu.report.text import grid
 
 
@@ -38,6 +39,11 @@ class Table:
     def grid(self) -> list[str]:
         """The table alone as aligned text lines: the header, its underline, a line per row."""
         return grid([self.header, *self.rows], self._right())
+
+    def fitted(self, width: int | None, drop: Sequence[str]) -> tuple[list[str], tuple[str, ...]]:
+        """``grid``, narrowed to ``width`` characters by leaving out columns that ``drop`` names
+        (``text.fitted_grid``'s rule); the lines and the headers left out."""
+        return fitted_grid([self.header, *self.rows], self._right(), width, drop)
 
     def markdown_grid(self) -> list[str]:
         """The table alone as markdown lines: the header, the alignment row (numbers right), a line

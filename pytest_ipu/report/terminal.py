@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pytest_ipu.measure import stats
 from pytest_ipu.measure import units
 from pytest_ipu.report.loadgen import loadgen_lines
-from pytest_ipu.report.text import fitted_grid
+from pytest_ipu.report.table import Table
 from pytest_ipu.report.text import left_out
 from pytest_ipu.report.training import time_to_train_lines
 from pytest_ipu.results.catalog import METRICS
@@ -153,7 +153,7 @@ COLUMNS: tuple[Column, ...] = (
 
 
 #: The columns a table narrower than its rows may leave out, the first to go first (after any of
-#: them that has nothing to show: ``text.fitted_grid``). The benchmark, its target and batch,
+#: them that has nothing to show: ``Table.fitted``). The benchmark, its target and batch,
 #: p50, p99 and items/s always stay: they are what a row is read for. The flags go last: the
 #: footnotes under the table name each flagged benchmark and why, so nothing is lost.
 DROP_ORDER: tuple[str, ...] = (
@@ -228,7 +228,7 @@ def sort_key(row: Row) -> tuple[int, str, str]:
 def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS, width: int | None = None) -> list[str]:
     """Render one table per group (groups in first-seen order), each followed by the ``footnotes`` of
     its own rows and a blank line (a table wider than ``width`` characters leaves out columns of
-    ``DROP_ORDER`` and says which, ``text.fitted_grid``); then the time-to-train table
+    ``DROP_ORDER`` and says which, ``Table.fitted``); then the time-to-train table
     (``training.time_to_train_lines``) and the LoadGen table (``loadgen.loadgen_lines``) of the
     rows those belong to, in no group table.
 
@@ -246,9 +246,13 @@ def tables(rows: Sequence[Row], columns: Sequence[Column] = COLUMNS, width: int 
     order = list(dict.fromkeys(r.group for r in rows))
     by_group = {g: sorted((r for r in rows if r.group == g), key=sort_key) for g in order}
     for group, members in by_group.items():
-        cells = [[c.header for c in columns]] + [[c.render(r) for c in columns] for r in members]
+        found = Table(
+            [c.header for c in columns],
+            [[c.render(r) for c in columns] for r in members],
+            [c.right for c in columns],
+        )
         lines.append(f"{group} (latency per call; throughput summed over instances)")
-        table, dropped = fitted_grid(cells, [c.right for c in columns], width, DROP_ORDER)
+        table, dropped = found.fitted(width, DROP_ORDER)
         lines.extend(table)
         lines.extend(footnotes(members, columns))
         if width is not None:

@@ -1,4 +1,5 @@
-"""Aligned plain-text tables, for every table pytest-ipu prints (the standard library only: the
+"""Aligned plain text: the column layout ``table.Table``'s text form is written with (``grid``,
+``fitted_grid``), and fitting lines to a terminal's width (the standard library only: the
 ``ipu_power`` blocks' table is printed by runs that never load the benchmark tables or numpy)."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 
 from pytest_ipu.measure.units import format_number
 from pytest_ipu.measure.units import format_value
-from pytest_ipu.report.text import grid
+from pytest_ipu.report.table import Table
 from pytest_ipu.results.records import IpuRecord
 
 
@@ -54,7 +54,7 @@ def time_to_train_lines(measured: Sequence[tuple[str, IpuRecord]]) -> list[str]:
     header = ["benchmark", "target", "procs", "reached", "olympic", "min..max", "cv", "samples/s", "speed-up"]
     return [
         "time to train (MLPerf timing: set-up untimed, training and evaluation timed to the target)",
-        *grid([header, *rows], [False, False, *[True] * (len(header) - 2)]),
+        *Table(header, rows, [False, False, *[True] * (len(header) - 2)]).grid(),
         "olympic = mean of the runs left once the fastest and slowest are dropped (3 runs or more); "
         "every run's seed and quality curve are in the record",
     ]
@@ -90,7 +90,7 @@ def launch_lines(
     header = ["benchmark", "samples/s", "sum of ranks", "slowest p50", "global batch", "eff", "ttt speed-up"]
     return [
         f"torchrun launch: {count} rank(s) on {nodes} node(s), merged into {path}",
-        *grid([header, *rows], [False, *[True] * (len(header) - 1)]),
+        *Table(header, rows, [False, *[True] * (len(header) - 1)]).grid(),
         "samples/s = every rank's samples over the common window (the windows open and close at barriers); "
         "eff = samples/s / (N/N0 x the baseline's), ttt speed-up = the baseline's olympic time to train / "
         "this launch's (--ipu-scaling-baseline)",
