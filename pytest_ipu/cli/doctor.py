@@ -63,6 +63,7 @@ from pytest_ipu.backends.target import Target
 from pytest_ipu.backends.target import parse_target
 from pytest_ipu.backports import remove_prefix
 from pytest_ipu.processes import describe_error
+from pytest_ipu.report.table import Table
 from pytest_ipu.sdk import import_sdk
 
 #: The status of one probe: ran and gave the right output; not present here (with the reason);
@@ -769,10 +770,12 @@ def render(report: Report) -> str:
     for item in report.installed:
         version = item.version or "absent"
         lines.append(f"  {item.name:{width}}  {version}{'  (' + item.detail + ')' if item.detail else ''}")
-    name_width = max([len("target / power source"), *(len(c.name) for c in report.checks)])
-    lines += ["", f"{'target / power source':{name_width}}  {'status':8}  detail"]
-    for check in report.checks:
-        lines.append(f"{check.name:{name_width}}  {check.status:8}  {check.detail}")
+    # "status" padded to 8, wider than every status word ("not run"): the column keeps one width
+    # whichever statuses this machine has.
+    checks = Table(
+        ["target / power source", "status  ", "detail"], [[c.name, c.status, c.detail] for c in report.checks]
+    )
+    lines += ["", *checks.grid()]
     if report.devices is not None:
         lines += [
             "",
