@@ -27,8 +27,6 @@ torch = pytest.importorskip("torch")
 fake_poptorch = importlib.import_module("tests.fakes.fake_poptorch")
 fake_popdist = importlib.import_module("tests.fakes.fake_popdist")
 
-ALLOWED = ", ".join(OPTIONS)
-
 
 @pytest.fixture(autouse=True)
 def fake(monkeypatch: pytest.MonkeyPatch):
@@ -169,13 +167,6 @@ def test_describe_is_plain_json_with_versions_and_ipu_facts(fake, monkeypatch):
     assert info["ipu_hardware_available"] is False
     assert info["ipu_version"] is None
     assert info["largest_device_ipus"] is None
-
-
-def test_defaults():
-    backend = make_backend()
-    assert (backend.name, backend.device) == ("poptorch", "ipu")
-    assert backend.default_precision() == "fp16"
-    assert backend.shape_specialized({}) is True
 
 
 # -- compile and run ----------------------------------------------------------------------------
@@ -426,16 +417,6 @@ def test_without_the_backends_check_the_fake_still_fails_the_compile(monkeypatch
         "PopTorch could not compile Sequential for poptorch:ipu: availableMemoryProportion must be in (0,1]"
     )
     assert fake_poptorch.busy_ipus() == set()
-
-
-def test_unknown_option_names_it_and_the_allowed_ones():
-    with pytest.raises(CompileError) as exc:
-        make_backend().compile(mlp(), (batch(),), "fp16", {"device_iteration": 2})
-    assert (
-        str(exc.value)
-        == f"unknown poptorch backend option(s) 'device_iteration' for Sequential; allowed: {ALLOWED}"
-    )
-    assert fake_poptorch.executors == []
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
