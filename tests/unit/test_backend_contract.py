@@ -250,6 +250,12 @@ def test_unknown_option_names_it_and_the_allowed_ones(subject, options, names):
     ("subject", "options", "message"),
     [
         pytest.param(
+            "torch",
+            {"io": "gpu"},
+            "torch backend option io='gpu' for Sequential; use 'host' or 'device'",
+            id="torch-io",
+        ),
+        pytest.param(
             "onnxruntime",
             {"graph_optimization_level": "max"},
             "onnxruntime option graph_optimization_level='max'; use one of disabled, basic, extended, all",
@@ -425,6 +431,77 @@ def test_unknown_option_names_it_and_the_allowed_ones(subject, options, names):
             {"ipu_model_version": "ipu3"},
             "popart option ipu_model_version='ipu3' for SmallNet; use one of 'ipu1', 'ipu2', 'ipu21'",
             id="popart-model-version",
+        ),
+        pytest.param(
+            "poptorch",
+            {"device_iterations": 0},
+            "poptorch backend option device_iterations=0 for Sequential; use a positive integer",
+            id="poptorch-device-iterations",
+        ),
+        pytest.param(
+            "poptorch",
+            {"replication_factor": True},
+            "poptorch backend option replication_factor=True for Sequential; use a positive integer",
+            id="poptorch-replicas-bool",
+        ),
+        pytest.param(
+            "poptorch",
+            {"training": "yes"},
+            "poptorch backend option training='yes' for Sequential; use True or False",
+            id="poptorch-training-string",
+        ),
+        pytest.param(
+            "poptorch",
+            {"output_mode": "EveryN"},
+            "poptorch backend option output_mode='EveryN' for Sequential; use one of default, all, final, "
+            "sum",
+            id="poptorch-output-mode",
+        ),
+        pytest.param(
+            "poptorch",
+            {"executable_cache_dir": 3},
+            "poptorch backend option executable_cache_dir=3 for Sequential; use a directory path or None",
+            id="poptorch-cache-dir",
+        ),
+        pytest.param(
+            "poptorch",
+            {"available_memory_proportion": 1.5},
+            "poptorch backend option available_memory_proportion=1.5 for Sequential; "
+            + MEMORY_PROPORTION_FIX,
+            id="poptorch-memory-above-one",
+        ),
+        pytest.param(
+            "poptorch",
+            {"available_memory_proportion": {"IPU0": -0.5}},
+            "poptorch backend option available_memory_proportion={'IPU0': -0.5} for Sequential: 'IPU0' maps "
+            "to -0.5, not a number in (0, 1]; " + MEMORY_PROPORTION_FIX,
+            id="poptorch-memory-negative",
+        ),
+        pytest.param(
+            "poptorch",
+            {"available_memory_proportion": {"IPU1": 0.3}},
+            "poptorch backend option available_memory_proportion={'IPU1': 0.3} for Sequential: key 'IPU1' "
+            "names no IPU of the model (ipus=1: 'IPU0' ... 'IPU0'); " + MEMORY_PROPORTION_FIX,
+            id="poptorch-memory-no-such-ipu",
+        ),
+        pytest.param(
+            "poptorch",
+            {"partials_type": "half"},
+            "poptorch backend option partials_type='half' for Sequential; use 'fp32', 'fp16' or None",
+            id="poptorch-partials",
+        ),
+        pytest.param(
+            "poptorch",
+            {"partials_type": "fp16"},
+            "poptorch backend option partials_type='fp16' for Sequential needs precision fp16 (got fp32); "
+            "use partials_type='fp32' or precision fp16",
+            id="poptorch-partials-fp16-in-fp32",
+        ),
+        pytest.param(
+            "poptorch",
+            {"random_seed": -1},
+            "poptorch backend option random_seed=-1 for Sequential; use a non-negative integer or None",
+            id="poptorch-seed",
         ),
     ],
     indirect=["subject"],
