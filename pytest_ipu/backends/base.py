@@ -15,7 +15,6 @@ from typing import NoReturn
 from typing import Protocol
 from typing import runtime_checkable
 
-from pytest_ipu.errors import CompileError
 from pytest_ipu.errors import NonFiniteLoss
 from pytest_ipu.results.records import Identity
 from pytest_ipu.results.records import InstanceInfo
@@ -306,20 +305,6 @@ class NamedBackend:
     def device(self) -> str:
         """The device it runs on, e.g. ``cpu``, ``cuda:0`` or ``ipu``."""
         return self._device
-
-
-def merge_options(
-    backend: str, defaults: Mapping[str, object], given: Mapping[str, object], model: str
-) -> dict[str, object]:
-    """``defaults`` overlaid with ``given``; an unknown option is a ``CompileError`` naming it, the
-    model and the options the backend allows."""
-    unknown = sorted(set(given) - set(defaults))
-    if unknown:
-        raise CompileError(
-            f"unknown {backend} backend option(s) {', '.join(map(repr, unknown))} for {model}; "
-            f"allowed: {', '.join(defaults)}"
-        )
-    return {**defaults, **given}
 
 
 class Backend(Protocol):

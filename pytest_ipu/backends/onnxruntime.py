@@ -21,7 +21,10 @@ from pytest_ipu.backends import onnx_export
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
-from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.compile_args import CheckedOptions
+from pytest_ipu.backends.compile_args import is_torch_module
+from pytest_ipu.backends.compile_args import model_name
+from pytest_ipu.backends.compile_args import onnx_source
 from pytest_ipu.backends.host import cpu_name
 from pytest_ipu.backports import zip_strict
 from pytest_ipu.errors import CompileError
@@ -146,32 +149,23 @@ class OrtBackend(NamedBackend):
         opts = _check_options(options, model)
         phases: dict[str, float] = {}
         info: dict[str, Any] = {"provider": self.provider}
-        source: str | bytes
-        if hasattr(model, "state_dict") and hasattr(model, "forward"):
-            if precision not in ("fp32", "fp16"):
-                raise CompileError(
-                    f"the onnxruntime backend runs fp32 or fp16 exports, "
-                    f"not {precision} ({type(model).__name__})"
-                )
-            exported = onnx_export.export(
-                model,
-                example_inputs,
-                self._cache_dir,
-                onnx_export.ExportOptions(opset=int(str(opts["opset"])), precision=precision),
-            )
-            phases["export"] = exported.export_s
-            info.update(export_cached=exported.cached, onnx_sha256=exported.sha256, opset=exported.opset)
-            source = str(exported.path)
-        elif isinstance(model, (bytes, str, Path)):
-            source = model if isinstance(model, bytes) else str(model)
-        else:
+        if is_torch_module(model) and precision not in ("fp32", "fp16"):
             raise CompileError(
-                f"the onnxruntime backend needs an ONNX model (bytes or path) or a torch.nn.Module, "
-                f"got {type(model).__name__}"
+                f"the onnxruntime backend runs fp32 or fp16 exports, not {precision} ({model_name(model)})"
             )
+        source = onnx_source(
+            "onnxruntime",
+            model,
+            example_inputs,
+            self._cache_dir,
+            onnx_export.ExportOptions(opset=int(str(opts["opset"])), precision=precision),
+        )
+        source.record(phases, info)
+        if source.exported is not None:
+            info["opset"] = source.exported.opset
 
         start = time.perf_counter_ns()
-        session = self._session(ort, source, opts, model)
+        session = self._session(ort, source.model, opts, model)
         phases["session"] = (time.perf_counter_ns() - start) * 1e-9
         inputs = session.get_inputs()
         model_precision = next(
@@ -179,7 +173,7 @@ class OrtBackend(NamedBackend):
         )
         if model_precision != precision:
             raise CompileError(
-                f"the ONNX model {type(model).__name__} takes {model_precision} inputs but precision "
+                f"the ONNX model {model_name(model)} takes {model_precision} inputs but precision "
                 f"{precision} was asked for; pass precision={model_precision!r}"
             )
         names = [i.name for i in inputs]
@@ -201,9 +195,7 @@ class OrtBackend(NamedBackend):
         try:
             runner.run(*prepare_inputs(example_inputs))
         except Exception as exc:
-            raise CompileError(
-                f"onnxruntime failed on the first run of {type(model).__name__}: {exc}"
-            ) from exc
+            raise CompileError(f"onnxruntime failed on the first run of {model_name(model)}: {exc}") from exc
         phases["first_run"] = (time.perf_counter_ns() - start) * 1e-9
 
         return CompiledModel(
@@ -237,7 +229,7 @@ class OrtBackend(NamedBackend):
             return ort.InferenceSession(source, sess_options=so, providers=[provider])
         except Exception as exc:
             raise CompileError(
-                f"onnxruntime could not create a session for {type(model).__name__}: {exc}"
+                f"onnxruntime could not create a session for {model_name(model)}: {exc}"
             ) from exc
 
 
@@ -296,16 +288,11 @@ def _as_array(value: object, dtype: Any) -> np.ndarray:
 
 
 def _check_options(options: Mapping[str, object], model: object) -> dict[str, object]:
-    opts = merge_options("onnxruntime", OPTIONS, options, type(model).__name__)
-    if opts["graph_optimization_level"] not in _LEVELS:
-        raise CompileError(
-            f"onnxruntime option graph_optimization_level={opts['graph_optimization_level']!r}; "
-            f"use one of {', '.join(_LEVELS)}"
-        )
-    if opts["io"] not in ("host", "device"):
-        raise CompileError(f"onnxruntime option io={opts['io']!r}; use 'host' or 'device'")
+    opts = CheckedOptions(
+        "onnxruntime", OPTIONS, options, model_name(model), what="onnxruntime option", name_model=False
+    )
+    opts.one_of("graph_optimization_level", _LEVELS, f"use one of {', '.join(_LEVELS)}")
+    opts.one_of("io", ("host", "device"), "use 'host' or 'device'")
     for key in ("intra_op_threads", "inter_op_threads", "opset"):
-        value = opts[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise CompileError(f"onnxruntime option {key}={value!r}; use a non-negative integer")
-    return opts
+        opts.non_negative_int(key)
+    return opts.values

@@ -22,7 +22,8 @@ from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
 from pytest_ipu.backends.base import TrainingRequest
 from pytest_ipu.backends.base import TrainingStep
-from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.compile_args import CheckedOptions
+from pytest_ipu.backends.compile_args import model_name
 from pytest_ipu.backends.host import cpu_name
 from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
 from pytest_ipu.errors import CompileError
@@ -215,16 +216,16 @@ class TorchBackend(NamedBackend):
         torch = self._import()
         opts = _check_options(options, model)
         if not isinstance(model, torch.nn.Module):
-            raise CompileError(f"the torch backend needs a torch.nn.Module, got {type(model).__name__}")
+            raise CompileError(f"the torch backend needs a torch.nn.Module, got {model_name(model)}")
         if precision not in _DTYPES:
             raise CompileError(
-                f"unknown precision {precision!r} for {_model_name(model)}; use fp32, fp16 or bf16"
+                f"unknown precision {precision!r} for {model_name(model)}; use fp32, fp16 or bf16"
             )
         dtype = getattr(torch, _DTYPES[precision])
         dev = torch.device(self._device)
         if precision == "bf16" and dev.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise CompileError(
-                f"{self._device} ({self._device_name(torch)}) has no bf16 support for {_model_name(model)}; "
+                f"{self._device} ({self._device_name(torch)}) has no bf16 support for {model_name(model)}; "
                 "use precision fp16 or fp32"
             )
         # Before the model is copied or run, so the whole compile already uses the requested threads.
@@ -262,7 +263,7 @@ class TorchBackend(NamedBackend):
                 with runtime_internals_quiet():
                     run(*prepare_inputs(example_inputs))
             except Exception as exc:
-                raise CompileError(f"torch.compile failed for {_model_name(model)}: {exc}") from exc
+                raise CompileError(f"torch.compile failed for {model_name(model)}: {exc}") from exc
 
         def close() -> None:
             holder[0] = _closed
@@ -349,23 +350,16 @@ def _map_tensors(obj: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 def _check_options(options: Mapping[str, object], model: object) -> dict[str, object]:
-    opts = merge_options("torch", OPTIONS, options, _model_name(model))
-    if opts["io"] not in _IO:
-        raise CompileError(
-            f"torch backend option io={opts['io']!r} for {_model_name(model)}; use 'host' or 'device'"
-        )
-    return opts
-
-
-def _model_name(model: object) -> str:
-    return type(model).__name__
+    checked = CheckedOptions("torch", OPTIONS, options, model_name(model))
+    checked.one_of("io", _IO, "use 'host' or 'device'")
+    return checked.values
 
 
 def eager_reference(model: object, inputs: Sequence[object]) -> object:
     """The reference outputs for parity checks: a copy of ``model`` run eagerly, in fp32, on the CPU."""
     torch = importlib.import_module("torch")
     if not isinstance(model, torch.nn.Module):
-        raise CompileError(f"a parity check needs a torch.nn.Module as reference, got {type(model).__name__}")
+        raise CompileError(f"a parity check needs a torch.nn.Module as reference, got {model_name(model)}")
     module = copy.deepcopy(model).eval().float().cpu()
     tensors = []
     for x in inputs:

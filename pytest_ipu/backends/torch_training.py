@@ -21,7 +21,8 @@ from typing import Any
 from pytest_ipu.backends.base import TrainingInfo
 from pytest_ipu.backends.base import TrainingRequest
 from pytest_ipu.backends.base import TrainingStep
-from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.compile_args import CheckedOptions
+from pytest_ipu.backends.compile_args import model_name
 from pytest_ipu.backends.runtime_warnings import runtime_internals_quiet
 from pytest_ipu.errors import CompileError
 
@@ -57,12 +58,12 @@ def compile_training(
     request: TrainingRequest,
 ) -> TrainingStep:
     """The compiled training step of ``model`` (copied: the caller's model is never trained)."""
-    label = type(model).__name__
-    opts = merge_options(name, OPTIONS, options, label)
+    label = model_name(model)
+    opts = CheckedOptions(name, OPTIONS, options, label).values
     if opts["io"] not in ("host", "device"):
         raise CompileError(f"io must be 'host' or 'device', got {opts['io']!r} for {label}")
     if not isinstance(model, torch.nn.Module):
-        raise CompileError(f"ipu_train needs a torch.nn.Module, got {type(model).__name__}")
+        raise CompileError(f"ipu_train needs a torch.nn.Module, got {label}")
     if precision not in ("fp32", *_AMP):
         raise CompileError(f"unknown precision {precision!r} for {label}; use fp32, fp16 or bf16")
     if not 1 <= request.inputs < len(example_batch):

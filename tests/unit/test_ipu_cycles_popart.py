@@ -16,11 +16,11 @@ import pytest
 from pytest_ipu.backends.ipu.popart import PopArtBackend
 from tests.fakes import fake_gcipuinfo
 from tests.fakes import fake_popart
+from tests.unit.small_net import torchscript_onnx as _torchscript_onnx
 from tests.unit.test_ipu_cycles import REPEATS
 from tests.unit.test_ipu_cycles import repeats
 from tests.unit.test_popart_backend import _inputs
 from tests.unit.test_popart_backend import _session
-from tests.unit.test_popart_backend import _torchscript_onnx
 from tests.unit.test_popart_backend import small_net
 
 onnx = pytest.importorskip("onnx")

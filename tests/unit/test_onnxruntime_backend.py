@@ -36,8 +36,6 @@ if not has_dynamo_exporter():
         allow_module_level=True,
     )
 
-ALLOWED = "graph_optimization_level, intra_op_threads, inter_op_threads, io, opset"
-
 
 def _run(compiled, x) -> list[np.ndarray]:
     return parity.to_arrays(compiled.run(*compiled.prepare_inputs((x,))))
@@ -126,17 +124,6 @@ def test_compiling_the_same_model_again_takes_the_export_from_the_disk_cache(
     assert set(compiled.phases_s) == {"export", "session", "first_run"}
 
 
-@pytest.mark.parametrize("kind", ["bytes", "str", "Path"])
-def test_onnx_bytes_and_paths_compile_without_exporting(first_compile, backend, onnx_file, kind):
-    model = {"bytes": onnx_file.read_bytes(), "str": str(onnx_file), "Path": onnx_file}[kind]
-    compiled = backend.compile(model, (_inputs(2),), "fp32", {})
-    assert set(compiled.phases_s) == {"session", "first_run"}
-    assert dict(compiled.info) == {"provider": "CPUExecutionProvider"}
-    x = _inputs(4)
-    np.testing.assert_array_equal(_run(compiled, x)[0], _run(first_compile, x)[0])
-    compiled.close()
-
-
 def test_device_io_binds_inputs_once_and_gives_the_same_outputs_as_host_io(first_compile, backend):
     compiled = backend.compile(small_net(), (_inputs(2),), "fp32", {"io": "device"})
     assert compiled.io == "device"
@@ -212,33 +199,6 @@ def no_export(monkeypatch):
 
 
 @pytest.mark.usefixtures("no_export")
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        (
-            {"bogus": 1, "threads": 4},
-            f"unknown onnxruntime backend option(s) 'bogus', 'threads' for SmallNet; allowed: {ALLOWED}",
-        ),
-        (
-            {"graph_optimization_level": "max"},
-            "onnxruntime option graph_optimization_level='max'; use one of disabled, basic, extended, all",
-        ),
-        ({"io": "gpu"}, "onnxruntime option io='gpu'; use 'host' or 'device'"),
-        ({"intra_op_threads": -1}, "onnxruntime option intra_op_threads=-1; use a non-negative integer"),
-        ({"inter_op_threads": "4"}, "onnxruntime option inter_op_threads='4'; use a non-negative integer"),
-        ({"intra_op_threads": True}, "onnxruntime option intra_op_threads=True; use a non-negative integer"),
-        ({"inter_op_threads": 2.0}, "onnxruntime option inter_op_threads=2.0; use a non-negative integer"),
-        ({"opset": "18"}, "onnxruntime option opset='18'; use a non-negative integer"),
-    ],
-    ids=["unknown", "level", "io", "negative", "string", "bool", "float", "opset"],
-)
-def test_bad_options_are_compile_errors_naming_them(backend, options, message):
-    with pytest.raises(CompileError) as excinfo:
-        backend.compile(small_net(), (_inputs(2),), "fp32", options)
-    assert str(excinfo.value) == message
-
-
-@pytest.mark.usefixtures("no_export")
 def test_bf16_is_rejected_for_torch_models(backend):
     with pytest.raises(CompileError) as excinfo:
         backend.compile(small_net(), (_inputs(2),), "bf16", {})
@@ -257,21 +217,9 @@ def test_a_precision_other_than_the_onnx_models_names_both(backend, first_compil
     )
 
 
-def test_something_that_is_no_model_is_a_compile_error(backend):
-    with pytest.raises(
-        CompileError, match=r"needs an ONNX model \(bytes or path\) or a torch.nn.Module, got int$"
-    ):
-        backend.compile(42, (), "fp32", {})
-
-
 def test_bytes_that_are_no_onnx_model_are_a_compile_error(backend):
     with pytest.raises(CompileError, match=r"^onnxruntime could not create a session for bytes: "):
         backend.compile(b"not an onnx model", (_inputs(2),), "fp32", {})
-
-
-def test_a_missing_onnx_file_is_a_compile_error_naming_it(backend, tmp_path):
-    with pytest.raises(CompileError, match=r"could not create a session for PosixPath: .*missing\.onnx"):
-        backend.compile(tmp_path / "missing.onnx", (_inputs(2),), "fp32", {})
 
 
 def test_a_first_run_failure_is_a_compile_error(backend, onnx_file):
@@ -384,21 +332,3 @@ def test_describe_a_gpu_target():
         "device": "cuda:1",
         "device_name": "CUDA device 1",
     }
-
-
-@pytest.mark.parametrize(
-    ("device", "provider", "precision", "provider_name"),
-    [
-        (None, None, "fp32", "CPUExecutionProvider"),
-        ("cpu", None, "fp32", "CPUExecutionProvider"),
-        ("cuda", None, "fp16", "CUDAExecutionProvider"),
-        ("cuda:0", "tensorrt", "fp16", "TensorrtExecutionProvider"),
-    ],
-)
-def test_defaults(device, provider, precision, provider_name):
-    backend = OrtBackend(device=device, provider=provider, ort_module=GPU)
-    assert backend.device == (device or "cpu")
-    assert backend.default_precision() == precision
-    assert backend.provider == provider_name
-    assert backend.name == "onnxruntime"
-    assert backend.shape_specialized({}) is False  # a dynamic batch: one session for every batch size

@@ -26,7 +26,6 @@ import pytest
 
 from pytest_ipu.backends import onnx_export
 from pytest_ipu.backends import parity
-from pytest_ipu.backends.ipu.options import MEMORY_PROPORTION_FIX
 from pytest_ipu.backends.ipu.popart import NOT_INSTALLED
 from pytest_ipu.backends.ipu.popart import OPTIONS
 from pytest_ipu.backends.ipu.popart import PopArtBackend
@@ -38,6 +37,7 @@ from tests.fakes import fake_popart
 from tests.unit.small_net import eager as _eager
 from tests.unit.small_net import inputs as _inputs
 from tests.unit.small_net import small_net
+from tests.unit.small_net import torchscript_onnx as _torchscript_onnx
 from tests.unit.torch_versions import NO_CPU_FP16
 from tests.unit.torch_versions import cpu_runs_fp16
 from tests.unit.torch_versions import torchscript_exporter
@@ -45,35 +45,6 @@ from tests.unit.torch_versions import torchscript_exporter
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnx")
-
-ALLOWED = ", ".join(OPTIONS)
-
-
-def _torchscript_onnx(model, inputs, precision: str = "fp32", opset: int = 11, dynamic: bool = True) -> bytes:
-    """An ONNX model at an opset PopART imports, from torch's TorchScript exporter (deprecated, but the
-    dynamo exporter cannot convert these models below opset 18)."""
-    import copy
-
-    module = copy.deepcopy(model).eval()
-    args = tuple(torch.as_tensor(x) for x in inputs)
-    if precision == "fp16":
-        module, args = module.half(), tuple(a.half() for a in args)
-    f = io.BytesIO()
-    names = [f"x{i}" if i else "x" for i in range(len(args))]
-    axes = {name: {0: "batch"} for name in [*names, "y"]} if dynamic else None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            module,
-            args,
-            f,
-            **torchscript_exporter(),
-            opset_version=opset,
-            input_names=names,
-            output_names=["y"],
-            dynamic_axes=axes,
-        )
-    return f.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -202,20 +173,6 @@ def test_the_real_export_writes_opset_11_for_popart_and_runs(backend, fake):
 
 
 # -- ONNX models ------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("kind", ["bytes", "str", "Path"])
-def test_onnx_bytes_and_paths_compile_without_exporting(backend, onnx_bytes, tmp_path, monkeypatch, kind):
-    monkeypatch.setattr(onnx_export, "export", lambda *a, **k: pytest.fail("exported"))
-    path = tmp_path / "small.onnx"
-    path.write_bytes(onnx_bytes)
-    model = {"bytes": onnx_bytes, "str": str(path), "Path": path}[kind]
-    x = _inputs(4)
-    compiled = backend.compile(model, (x,), "fp32", {})
-    assert list(compiled.phases_s) == ["session", "weights", "first_run"]
-    assert "export_cached" not in compiled.info
-    np.testing.assert_allclose(_run(compiled, x)[0], _eager(x), rtol=1e-5, atol=1e-6)
-    compiled.close()
 
 
 def test_the_session_gets_the_model_with_its_batch_fixed_to_the_micro_batch(backend, fake, onnx_bytes):
@@ -582,129 +539,6 @@ def no_export(monkeypatch):
 
 
 @pytest.mark.usefixtures("no_export")
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        (
-            {"bogus": 1, "replicas": 4},
-            f"unknown popart backend option(s) 'bogus', 'replicas' for SmallNet; allowed: {ALLOWED}",
-        ),
-        ({"batches_per_step": 0}, "popart option batches_per_step=0 for SmallNet; use a positive integer"),
-        (
-            {"replicated_graphs": "2"},
-            "popart option replicated_graphs='2' for SmallNet; use a positive integer",
-        ),
-        ({"ipus": True}, "popart option ipus=True for SmallNet; use a positive integer"),
-        (
-            {"opset": 18},
-            "popart option opset=18 for SmallNet; PopART 3.x imports ONNX opsets 6 to 11: use an integer in "
-            "that range",
-        ),
-        ({"pipelining": 1}, "popart option pipelining=1 for SmallNet; use True or False"),
-        (
-            {"virtual_graph_mode": "sideways"},
-            "popart option virtual_graph_mode='sideways' for SmallNet; use None or one of 'off', 'manual', "
-            "'auto'",
-        ),
-        (
-            {"ipus": 2},
-            "popart option ipus=2 for SmallNet needs virtual_graph_mode='auto' (or 'manual', with annotated "
-            "ops) to split the model over the IPUs",
-        ),
-        (
-            {"pipelining": True, "virtual_graph_mode": "auto"},
-            "popart option pipelining=True for SmallNet needs ipus >= 2 and virtual_graph_mode 'auto' or "
-            "'manual' (PopART pipelines over virtual graphs)",
-        ),
-        (
-            {"anchors": "every"},
-            "popart option anchors='every' for SmallNet; use one of 'all', 'final', 'sum', 'everyn:N' "
-            "(everyn's N must divide batches_per_step)",
-        ),
-        (
-            {"anchors": "everyn:3", "batches_per_step": 4},
-            "popart option anchors='everyn:3' for SmallNet; use one of 'all', 'final', 'sum', 'everyn:N' "
-            "(everyn's N must divide batches_per_step)",
-        ),
-        (
-            {"partials_type": "double"},
-            "popart option partials_type='double' for SmallNet; use None, 'float' or 'half'",
-        ),
-        (
-            {"cache_path": "/tmp/engines"},
-            "popart option cache_path='/tmp/engines' for SmallNet has no effect without "
-            "enable_engine_caching=True; pass both",
-        ),
-        (
-            {"ipus": 3, "virtual_graph_mode": "auto"},
-            "popart options ipus=3 x replicated_graphs=1 = 3 IPUs for SmallNet; PopART acquires a power of "
-            "two (1, 2, 4, 8, ...): choose ipus and replicated_graphs whose product is one",
-        ),
-        (
-            {"replicated_graphs": 3},
-            "popart options ipus=1 x replicated_graphs=3 = 3 IPUs for SmallNet; PopART acquires a power of "
-            "two (1, 2, 4, 8, ...): choose ipus and replicated_graphs whose product is one",
-        ),
-        (
-            {"batches_per_step": 4},
-            "the inputs of SmallNet have leading dimension 6, not a multiple of batches_per_step=4 x "
-            "replicated_graphs=1 = 4; a PopART call takes micro_batch x batches_per_step x replicated_graphs "
-            "items: pass a leading dimension that is a positive multiple of 4",
-        ),
-        (
-            {"batches_per_step": 2, "replicated_graphs": 2},
-            "the inputs of SmallNet have leading dimension 6, not a multiple of batches_per_step=2 x "
-            "replicated_graphs=2 = 4; a PopART call takes micro_batch x batches_per_step x replicated_graphs "
-            "items: pass a leading dimension that is a positive multiple of 4",
-        ),
-        (
-            {"ipus": 2, "virtual_graph_mode": "auto", "pipelining": True, "batches_per_step": 1},
-            "popart option batches_per_step=1 for SmallNet is fewer than the 2 pipeline stages (pipelining "
-            "over ipus=2); PopART needs at least one batch per stage to fill the pipeline: pass "
-            "batches_per_step=2 or more, or leave it unset",
-        ),
-        (
-            {"available_memory_proportion": 1.5},
-            f"popart option available_memory_proportion=1.5 for SmallNet; {MEMORY_PROPORTION_FIX}",
-        ),
-        ({"ipu_model_tiles": 0}, "popart option ipu_model_tiles=0 for SmallNet; use a positive integer"),
-        (
-            {"ipu_model_version": "ipu3"},
-            "popart option ipu_model_version='ipu3' for SmallNet; use one of 'ipu1', 'ipu2', 'ipu21'",
-        ),
-    ],
-    ids=[
-        "unknown",
-        "bps-zero",
-        "replicas-string",
-        "ipus-bool",
-        "opset",
-        "pipelining-int",
-        "vgm",
-        "ipus-without-vgm",
-        "pipelining-one-ipu",
-        "anchors",
-        "everyn",
-        "partials",
-        "cache-path",
-        "ipus-3",
-        "replicas-3",
-        "batch-bps",
-        "batch-replicas",
-        "bps-below-stages",
-        "memory-above-one",
-        "model-tiles",
-        "model-version",
-    ],
-)
-def test_bad_options_are_compile_errors_naming_them(backend, fake, options, message):
-    with pytest.raises(CompileError) as excinfo:
-        backend.compile(small_net(), (_inputs(6),), "fp32", options)
-    assert str(excinfo.value) == message
-    assert fake.system.events == []  # nothing acquired
-
-
-@pytest.mark.usefixtures("no_export")
 def test_bf16_is_rejected(backend):
     with pytest.raises(CompileError) as excinfo:
         backend.compile(small_net(), (_inputs(2),), "bf16", {})
@@ -768,19 +602,6 @@ def test_manual_virtual_graphs_without_annotations_are_refused(backend, onnx_byt
         "popart option virtual_graph_mode='manual' needs ops annotated with popart.Builder.virtualGraph, and "
         "the ONNX model bytes has none; use 'auto'"
     )
-
-
-def test_something_that_is_no_model_is_a_compile_error(backend):
-    with pytest.raises(
-        CompileError, match=r"needs an ONNX model \(bytes or path\) or a torch.nn.Module, got int$"
-    ):
-        backend.compile(42, (_inputs(2),), "fp32", {})
-
-
-def test_a_missing_onnx_file_is_a_compile_error_naming_it(backend, tmp_path):
-    missing = tmp_path / "missing.onnx"
-    with pytest.raises(CompileError, match=rf"^could not read the ONNX model '{missing}': "):
-        backend.compile(missing, (_inputs(2),), "fp32", {})
 
 
 # -- devices --------------------------------------------------------------------------------------------

@@ -27,8 +27,6 @@ torch = pytest.importorskip("torch")
 fake_poptorch = importlib.import_module("tests.fakes.fake_poptorch")
 fake_popdist = importlib.import_module("tests.fakes.fake_popdist")
 
-ALLOWED = ", ".join(OPTIONS)
-
 
 @pytest.fixture(autouse=True)
 def fake(monkeypatch: pytest.MonkeyPatch):
@@ -169,13 +167,6 @@ def test_describe_is_plain_json_with_versions_and_ipu_facts(fake, monkeypatch):
     assert info["ipu_hardware_available"] is False
     assert info["ipu_version"] is None
     assert info["largest_device_ipus"] is None
-
-
-def test_defaults():
-    backend = make_backend()
-    assert (backend.name, backend.device) == ("poptorch", "ipu")
-    assert backend.default_precision() == "fp16"
-    assert backend.shape_specialized({}) is True
 
 
 # -- compile and run ----------------------------------------------------------------------------
@@ -428,16 +419,6 @@ def test_without_the_backends_check_the_fake_still_fails_the_compile(monkeypatch
     assert fake_poptorch.busy_ipus() == set()
 
 
-def test_unknown_option_names_it_and_the_allowed_ones():
-    with pytest.raises(CompileError) as exc:
-        make_backend().compile(mlp(), (batch(),), "fp16", {"device_iteration": 2})
-    assert (
-        str(exc.value)
-        == f"unknown poptorch backend option(s) 'device_iteration' for Sequential; allowed: {ALLOWED}"
-    )
-    assert fake_poptorch.executors == []
-
-
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 def test_precisions_other_than_fp32_and_fp16_are_rejected(precision):
     with pytest.raises(CompileError) as exc:
@@ -446,55 +427,6 @@ def test_precisions_other_than_fp32_and_fp16_are_rejected(precision):
         f"precision {precision!r} is not supported by the poptorch backend (Sequential); use fp16 "
         "(model.half(), the IPU default) or fp32"
     )
-
-
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        (
-            {"device_iterations": 0},
-            "poptorch backend option device_iterations=0 for Sequential; use a positive integer",
-        ),
-        (
-            {"replication_factor": True},
-            "option replication_factor=True for Sequential; use a positive integer",
-        ),
-        ({"training": "yes"}, "option training='yes' for Sequential; use True or False"),
-        (
-            {"output_mode": "EveryN"},
-            "option output_mode='EveryN' for Sequential; use one of default, all, final, sum",
-        ),
-        (
-            {"executable_cache_dir": 3},
-            "option executable_cache_dir=3 for Sequential; use a directory path or None",
-        ),
-        (
-            {"available_memory_proportion": 1.5},
-            "poptorch backend option available_memory_proportion=1.5 for Sequential; use a number in (0, 1]",
-        ),
-        (
-            {"available_memory_proportion": {"IPU0": -0.5}},
-            "available_memory_proportion={'IPU0': -0.5} for Sequential: 'IPU0' maps to -0.5, not a number "
-            "in (0, 1]; use",
-        ),
-        (
-            {"available_memory_proportion": {"IPU1": 0.3}},
-            "available_memory_proportion={'IPU1': 0.3} for Sequential: key 'IPU1' names no IPU of the model "
-            "(ipus=1: 'IPU0' ... 'IPU0'); use",
-        ),
-        ({"partials_type": "half"}, "option partials_type='half' for Sequential; use 'fp32', 'fp16' or None"),
-        (
-            {"partials_type": "fp16"},
-            "option partials_type='fp16' for Sequential needs precision fp16 (got fp32); "
-            "use partials_type='fp32' or precision fp16",
-        ),
-        ({"random_seed": -1}, "option random_seed=-1 for Sequential; use a non-negative integer or None"),
-    ],
-)
-def test_bad_option_values_say_what_to_use(options, message):
-    with pytest.raises(CompileError, match=re.escape(message)):
-        make_backend().compile(mlp(), (batch(),), "fp32", options)
-    assert fake_poptorch.executors == []
 
 
 # -- PopTorch's rules, checked before compiling --------------------------------------------------

@@ -78,19 +78,9 @@ def test_inputs_are_prepared_once_in_the_compiled_precision(model_and_input):
     assert prepared.shape == x.shape
 
 
-def test_unknown_option_names_it_and_the_allowed_ones(model_and_input):
-    model, x = model_and_input
-    with pytest.raises(
-        CompileError, match=r"unknown torch backend option\(s\) 'chanels_last' for Sequential; allowed: "
-    ):
-        TorchBackend(device="cpu").compile(model, (x,), "fp32", {"chanels_last": True})
-
-
-def test_bad_io_and_precision_and_model_are_errors(model_and_input):
+def test_bad_precision_and_model_are_errors(model_and_input):
     model, x = model_and_input
     backend = TorchBackend(device="cpu")
-    with pytest.raises(CompileError, match="io='gpu'"):
-        backend.compile(model, (x,), "fp32", {"io": "gpu"})
     with pytest.raises(CompileError, match="unknown precision 'fp8'"):
         backend.compile(model, (x,), "fp8", {})
     with pytest.raises(CompileError, match=r"needs a torch.nn.Module, got function"):

@@ -67,7 +67,9 @@ from pytest_ipu.backends import onnx_export
 from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import NamedBackend
-from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.compile_args import CheckedOptions
+from pytest_ipu.backends.compile_args import model_label
+from pytest_ipu.backends.compile_args import onnx_source
 from pytest_ipu.backends.ipu import cycles
 from pytest_ipu.backends.ipu import popart_onnx
 from pytest_ipu.backends.ipu.options import MemoryProportions
@@ -341,7 +343,7 @@ class PopArtBackend(NamedBackend):
         """
         # popart first: a compile imports onnx, after which ``import popart`` fails.
         popart = self._require()
-        label = _label(model)
+        label = model_label(model)
         plan = _plan(options, precision, example_inputs, label, self._device_error)
         info = _compile_info(popart, plan, options, self._kind, self.simulator)
         phases: dict[str, float] = {}
@@ -584,32 +586,27 @@ def _onnx_source(
     phases: dict[str, float],
     info: dict[str, Any],
 ) -> tuple[bytes | str, bool]:
-    """The ONNX model (bytes or a path) and whether it was exported from torch (phase ``export``)."""
-    if hasattr(model, "state_dict") and hasattr(model, "forward"):
-        exported = onnx_export.export(
-            model,
-            example_inputs,
-            cache_dir,
-            # fp32 whatever the precision: PopART converts it to fp16 later, as the example did.
-            onnx_export.ExportOptions(opset=int(str(plan.opts["opset"])), precision="fp32"),
-        )
-        phases["export"] = exported.export_s
-        info.update(export_cached=exported.cached, onnx_sha256=exported.sha256)
-        if exported.opset > MAX_OPSET:
-            raise CompileError(
-                f"torch exported {label} at ONNX opset {exported.opset} (converting it down to opset "
-                f"{plan.opts['opset']} failed), and PopART 3.x imports ONNX opsets {MIN_OPSET} to "
-                f"{MAX_OPSET} only; export the model yourself with torch.onnx.export(model, inputs, "
-                f"'model.onnx', opset_version={MAX_OPSET}), with dynamo=False on torch 2.5 and newer, "
-                "and pass the ONNX file"
-            )
-        return str(exported.path), True
-    if isinstance(model, (bytes, str, Path)):
-        return (model if isinstance(model, bytes) else str(model)), False
-    raise CompileError(
-        f"the popart backend needs an ONNX model (bytes or path) or a torch.nn.Module, "
-        f"got {type(model).__name__}"
+    """The ONNX model (bytes or a path) and whether it was exported from torch (phase ``export``),
+    at an opset PopART imports."""
+    source = onnx_source(
+        "popart",
+        model,
+        example_inputs,
+        cache_dir,
+        # fp32 whatever the precision: PopART converts it to fp16 later, as the example did.
+        onnx_export.ExportOptions(opset=int(str(plan.opts["opset"])), precision="fp32"),
     )
+    source.record(phases, info)
+    exported = source.exported
+    if exported is not None and exported.opset > MAX_OPSET:
+        raise CompileError(
+            f"torch exported {label} at ONNX opset {exported.opset} (converting it down to opset "
+            f"{plan.opts['opset']} failed), and PopART 3.x imports ONNX opsets {MIN_OPSET} to "
+            f"{MAX_OPSET} only; export the model yourself with torch.onnx.export(model, inputs, "
+            f"'model.onnx', opset_version={MAX_OPSET}), with dynamo=False on torch 2.5 and newer, "
+            "and pass the ONNX file"
+        )
+    return source.model, exported is not None
 
 
 def _device_info(device: Any, simulator: bool) -> dict[str, Any]:
@@ -766,42 +763,39 @@ def _check_options(options: Mapping[str, object], label: str) -> dict[str, objec
     """The options with their defaults, checked, and resolved: ``virtual_graph_mode`` and ``anchors``
     lower case, ``batches_per_step`` set, ``cache_path`` a string. ``available_memory_proportion`` is
     checked with the IPU count (``options.memory_proportions``)."""
-    opts = merge_options("popart", OPTIONS, options, label)
-    _check_kinds(opts, label)
-    _resolve_split(opts, label)
-    _resolve_outputs(opts, label)
-    return opts
+    checked = CheckedOptions("popart", OPTIONS, options, label, what="popart option")
+    _check_kinds(checked)
+    _resolve_split(checked)
+    _resolve_outputs(checked)
+    return checked.values
 
 
-def _check_kinds(opts: dict[str, object], label: str) -> None:
+def _check_kinds(checked: CheckedOptions) -> None:
     """Counts positive integers, the opset one PopART imports, the switches booleans."""
     for key in ("batches_per_step", "replicated_graphs", "ipus", "ipu_model_tiles"):
-        value = opts[key]
-        if key == "batches_per_step" and value is None:
+        if key == "batches_per_step" and checked.values[key] is None:
             continue  # resolved below, once the pipeline stages are known
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise CompileError(f"popart option {key}={value!r} for {label}; use a positive integer")
-    opset = opts["opset"]
+        checked.positive_int(key)
+    opset = checked.values["opset"]
     if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
-        raise CompileError(
-            f"popart option opset={opset!r} for {label}; PopART 3.x imports ONNX opsets {MIN_OPSET} to "
-            f"{MAX_OPSET}: use an integer in that range"
+        raise checked.refuse(
+            "opset",
+            f"PopART 3.x imports ONNX opsets {MIN_OPSET} to {MAX_OPSET}: use an integer in that range",
         )
     for key in ("pipelining", "enable_engine_caching"):
-        if not isinstance(opts[key], bool):
-            raise CompileError(f"popart option {key}={opts[key]!r} for {label}; use True or False")
-    cycles.check(opts[cycles.OPTION], "popart", label)
+        checked.flag(key)
+    cycles.check(checked.values[cycles.OPTION], "popart", checked.model)
 
 
-def _resolve_split(opts: dict[str, object], label: str) -> None:
+def _resolve_split(checked: CheckedOptions) -> None:
     """How the model splits over a replica's IPUs: virtual graphs, pipelining, batches per step."""
+    opts, label = checked.values, checked.model
     mode = opts["virtual_graph_mode"]
     if mode is not None:
         normal = str(mode).lower() if isinstance(mode, str) else None
         if normal not in _VIRTUAL_GRAPH_MODES:
-            raise CompileError(
-                f"popart option virtual_graph_mode={mode!r} for {label}; use None or one of "
-                f"{', '.join(map(repr, _VIRTUAL_GRAPH_MODES))}"
+            raise checked.refuse(
+                "virtual_graph_mode", f"use None or one of {', '.join(map(repr, _VIRTUAL_GRAPH_MODES))}"
             )
         opts["virtual_graph_mode"] = None if normal == "off" else normal
     ipus = int(str(opts["ipus"]))
@@ -828,30 +822,26 @@ def _resolve_split(opts: dict[str, object], label: str) -> None:
         )
 
 
-def _resolve_outputs(opts: dict[str, object], label: str) -> None:
+def _resolve_outputs(checked: CheckedOptions) -> None:
     """The IPU Model's architecture, the anchors, the partials type and the engine cache path."""
+    opts, label = checked.values, checked.model
     bps = int(str(opts["batches_per_step"]))
-    version = opts["ipu_model_version"]
-    if version not in _IPU_MODEL_VERSIONS:
-        raise CompileError(
-            f"popart option ipu_model_version={version!r} for {label}; use one of "
-            f"{', '.join(map(repr, _IPU_MODEL_VERSIONS))}"
-        )
+    checked.one_of(
+        "ipu_model_version", _IPU_MODEL_VERSIONS, f"use one of {', '.join(map(repr, _IPU_MODEL_VERSIONS))}"
+    )
     anchors = opts["anchors"]
     if not isinstance(anchors, str) or not _valid_anchors(anchors.lower(), bps):
-        raise CompileError(
-            f"popart option anchors={anchors!r} for {label}; use one of {', '.join(map(repr, _ANCHORS))} "
-            "(everyn's N must divide batches_per_step)"
+        raise checked.refuse(
+            "anchors",
+            f"use one of {', '.join(map(repr, _ANCHORS))} (everyn's N must divide batches_per_step)",
         )
     opts["anchors"] = anchors.lower()
-    if opts["partials_type"] is not None and opts["partials_type"] not in _PARTIALS:
-        raise CompileError(
-            f"popart option partials_type={opts['partials_type']!r} for {label}; use None, 'float' or 'half'"
-        )
+    if opts["partials_type"] is not None:
+        checked.one_of("partials_type", _PARTIALS, "use None, 'float' or 'half'")
     cache_path = opts["cache_path"]
     if cache_path is not None:
         if not isinstance(cache_path, (str, Path)):
-            raise CompileError(f"popart option cache_path={cache_path!r} for {label}; use a path or None")
+            raise checked.refuse("cache_path", "use a path or None")
         if not opts["enable_engine_caching"]:
             raise CompileError(
                 f"popart option cache_path={str(cache_path)!r} for {label} has no effect without "
@@ -871,12 +861,6 @@ def _valid_anchors(anchors: str, bps: int) -> bool:
         return True
     kind, _, period = anchors.partition(":")
     return kind == "everyn" and period.isdigit() and int(period) > 0 and bps % int(period) == 0
-
-
-def _label(model: object) -> str:
-    if isinstance(model, (str, Path)):
-        return repr(str(model))
-    return type(model).__name__
 
 
 def _version(popart: ModuleType) -> str:

@@ -65,7 +65,8 @@ from pytest_ipu.backends.base import Availability
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.backends.base import CountedModel
 from pytest_ipu.backends.base import NamedBackend
-from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.compile_args import CheckedOptions
+from pytest_ipu.backends.compile_args import model_name
 from pytest_ipu.backends.ipu import cycles
 from pytest_ipu.backends.ipu.options import memory_proportions
 from pytest_ipu.backends.ipu.options import plain_memory_proportion
@@ -372,7 +373,7 @@ class PopTorchBackend(NamedBackend):
         """
         poptorch = self._import()
         torch = self._import_torch()
-        name = _model_name(model)
+        name = model_name(model)
         opts = _check_options(options, name, precision)
         if not isinstance(model, torch.nn.Module):
             raise CompileError(f"the poptorch backend needs a torch.nn.Module, got {name}")
@@ -662,51 +663,31 @@ def _host_tensors(torch: ModuleType, precision: str) -> Callable[[Sequence[objec
     return prepare_inputs
 
 
-def _model_name(model: object) -> str:
-    return type(model).__name__
-
-
-def _positive_int(opts: Mapping[str, object], key: str, name: str) -> int:
-    value = opts[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise CompileError(f"poptorch backend option {key}={value!r} for {name}; use a positive integer")
-    return value
-
-
 def _check_options(options: Mapping[str, object], name: str, precision: str) -> dict[str, object]:
     """Every rule PopTorch would enforce late (or with a long message), checked up front."""
-    merge_options("poptorch", OPTIONS, options, name)
+    checked = CheckedOptions("poptorch", OPTIONS, options, name)
     if precision not in _PRECISIONS:
         raise CompileError(
             f"precision {precision!r} is not supported by the poptorch backend ({name}); use fp16 "
             "(model.half(), the IPU default) or fp32"
         )
-    opts = {**OPTIONS, **options}
-    iterations = _positive_int(opts, "device_iterations", name)
-    replicas = _positive_int(opts, "replication_factor", name)
-    accumulation = _positive_int(opts, "gradient_accumulation", name)
-    ipus = _positive_int(opts, "ipus", name)
+    opts = checked.values
+    iterations = checked.positive_int("device_iterations")
+    replicas = checked.positive_int("replication_factor")
+    accumulation = checked.positive_int("gradient_accumulation")
+    ipus = checked.positive_int("ipus")
     for key in ("training", "auto_round_num_ipus"):
-        if not isinstance(opts[key], bool):
-            raise CompileError(f"poptorch backend option {key}={opts[key]!r} for {name}; use True or False")
+        checked.flag(key)
     cycles.check(opts[cycles.OPTION], "poptorch", name)
     training = bool(opts["training"])
-    if opts["output_mode"] not in OUTPUT_MODES:
-        raise CompileError(
-            f"poptorch backend option output_mode={opts['output_mode']!r} for {name}; "
-            f"use one of {', '.join(OUTPUT_MODES)}"
-        )
+    checked.one_of("output_mode", OUTPUT_MODES, f"use one of {', '.join(OUTPUT_MODES)}")
     cache = opts["executable_cache_dir"]
     if cache is not None and not isinstance(cache, (str, os.PathLike)):
-        raise CompileError(
-            f"poptorch backend option executable_cache_dir={cache!r} for {name}; use a directory path or None"
-        )
+        raise checked.refuse("executable_cache_dir", "use a directory path or None")
     memory_proportions(opts["available_memory_proportion"], ipus, "poptorch backend option", name)
     partials = opts["partials_type"]
-    if partials is not None and partials not in _PARTIALS:
-        raise CompileError(
-            f"poptorch backend option partials_type={partials!r} for {name}; use 'fp32', 'fp16' or None"
-        )
+    if partials is not None:
+        checked.one_of("partials_type", _PARTIALS, "use 'fp32', 'fp16' or None")
     if partials == "fp16" and precision != "fp16":
         raise CompileError(
             f"poptorch backend option partials_type='fp16' for {name} needs precision fp16 "
@@ -714,9 +695,7 @@ def _check_options(options: Mapping[str, object], name: str, precision: str) -> 
         )
     seed = opts["random_seed"]
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-        raise CompileError(
-            f"poptorch backend option random_seed={seed!r} for {name}; use a non-negative integer or None"
-        )
+        raise checked.refuse("random_seed", "use a non-negative integer or None")
     if accumulation != 1 and not training:
         raise CompileError(
             f"poptorch backend option gradient_accumulation={accumulation} for {name} applies to training "

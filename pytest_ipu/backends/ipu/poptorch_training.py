@@ -36,7 +36,8 @@ from typing import Any
 from pytest_ipu.backends.base import CountedTrainingStep
 from pytest_ipu.backends.base import TrainingInfo
 from pytest_ipu.backends.base import TrainingRequest
-from pytest_ipu.backends.base import merge_options
+from pytest_ipu.backends.compile_args import CheckedOptions
+from pytest_ipu.backends.compile_args import model_name
 from pytest_ipu.backends.ipu.poptorch import _HANDLES
 from pytest_ipu.backends.ipu.poptorch import OPTIONS as INFERENCE_OPTIONS
 from pytest_ipu.backends.ipu.poptorch import PopTorchBackend
@@ -47,12 +48,10 @@ from pytest_ipu.backends.ipu.poptorch import _Handle
 from pytest_ipu.backends.ipu.poptorch import _handle_latency
 from pytest_ipu.backends.ipu.poptorch import _host_tensors
 from pytest_ipu.backends.ipu.poptorch import _info
-from pytest_ipu.backends.ipu.poptorch import _model_name
 from pytest_ipu.backends.ipu.poptorch import _one_line
 from pytest_ipu.backends.ipu.poptorch import _place
 from pytest_ipu.backends.ipu.poptorch import _plain_options
 from pytest_ipu.backends.ipu.poptorch import _poptorch_options
-from pytest_ipu.backends.ipu.poptorch import _positive_int
 from pytest_ipu.backends.ipu.poptorch import _release
 from pytest_ipu.backends.ipu.poptorch import _reserved
 from pytest_ipu.backends.ipu.poptorch import _version
@@ -105,9 +104,10 @@ def compile_training(
     call. Raises ``CompileError`` naming the model and the reason (``BackendUnavailable`` when no
     IPUs could be had).
     """
-    label = type(model).__name__
+    label = model_name(model)
     target = f"{name}:{device}"
-    opts = merge_options(name, OPTIONS, options, label)
+    merged = CheckedOptions(name, OPTIONS, options, label, what="poptorch backend option")
+    opts = merged.values
     if not isinstance(model, torch.nn.Module):
         raise CompileError(f"ipu_train needs a torch.nn.Module, got {label}")
     if not 1 <= request.inputs < len(example_batch):
@@ -118,9 +118,9 @@ def compile_training(
     accumulation = request.gradient_accumulation
     if isinstance(accumulation, bool) or not isinstance(accumulation, int) or accumulation < 1:
         raise CompileError(f"gradient_accumulation={accumulation!r} for {label}; use a positive integer")
-    stages = _positive_int(opts, "ipus", label)
-    replicas = _positive_int(opts, "replication_factor", label)
-    iterations = _positive_int(opts, "device_iterations", label)
+    stages = merged.positive_int("ipus")
+    replicas = merged.positive_int("replication_factor")
+    iterations = merged.positive_int("device_iterations")
     if stages > 1 and accumulation < 2 * stages - 1:
         # Compiler.cpp:672-701: each pipeline stage needs a micro-batch in flight, and training adds a
         # backward stage for every forward stage but the last.
@@ -400,7 +400,7 @@ class PopTorchTrainingBackend(PopTorchBackend):
         training, configured by ``popdist.poptorch.Options``."""
         poptorch = self._import()
         torch = self._import_torch()
-        name = _model_name(model)
+        name = model_name(model)
         try:
             ipu_id = self._ipu_id()
             instance = poprun.detect(self._popdist)
