@@ -11,6 +11,7 @@ import pytest
 from pytest_ipu import backends
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.pytest_plugin import plugin
+from pytest_ipu.pytest_plugin.fixtures import calls
 from pytest_ipu.pytest_plugin.fixtures.common import FixtureCall
 from pytest_ipu.pytest_plugin.marker_keywords import KEYWORDS
 from pytest_ipu.pytest_plugin.options import OPTIONS
@@ -51,14 +52,13 @@ def test_every_fixture_has_a_section(fixture):
 
 
 def _fixture_calls() -> list[type[FixtureCall]]:
-    """The callables the fixtures return (each names its fixture), as the plugin declares them."""
-    found: list[type[FixtureCall]] = []
-    todo = [FixtureCall]
-    while todo:
-        cls = todo.pop()
-        todo.extend(cls.__subclasses__())
-        if "fixture" in vars(cls):
-            found.append(cls)
+    """The callables the fixtures return (each names its fixture): every ``FixtureCall`` of
+    ``fixtures.calls``."""
+    found = [
+        value
+        for value in vars(calls).values()
+        if isinstance(value, type) and issubclass(value, FixtureCall) and "fixture" in vars(value)
+    ]
     return sorted(found, key=lambda c: c.fixture)
 
 

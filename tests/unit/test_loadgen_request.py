@@ -15,7 +15,7 @@ import pytest
 from pytest_ipu.loadgen.request import DEFAULT_MAX_BATCH
 from pytest_ipu.loadgen.request import LoadgenRequest
 from pytest_ipu.loadgen.request import build
-from pytest_ipu.pytest_plugin.fixtures.loadgen import Loadgen
+from pytest_ipu.pytest_plugin.fixtures.calls import Loadgen
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

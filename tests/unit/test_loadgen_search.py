@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from pytest_ipu.loadgen.search import early_stopping_queries
 from pytest_ipu.loadgen.search import find_peak
-from pytest_ipu.pytest_plugin.fixtures.loadgen import Loadgen
+from pytest_ipu.pytest_plugin.fixtures.calls import Loadgen
 from pytest_ipu.results.loadgen import ServerProbe
 
 #: Each synthetic probe's wall time, seconds.
