@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pytest_ipu.loadgen.search import MAX_PROBES
-from pytest_ipu.loadgen.search import TOLERANCE
 from pytest_ipu.loadgen.settings import SCENARIOS
 from pytest_ipu.loadgen.settings import RunSettings
 from pytest_ipu.loadgen.settings import scenario_name
@@ -71,73 +70,47 @@ def _rate(name: str, value: object) -> float:
     return float(value)
 
 
-def build(
-    *,
-    scenario: object = "SingleStream",
-    mode: object = "performance",
-    target_qps: object = None,
-    target_latency: object = None,
-    latency_percentile: object = None,
-    samples_per_query: object = None,
-    min_duration: object = None,
-    min_queries: object = None,
-    max_duration: object = None,
-    max_batch: object = None,
-    batch_timeout: object = 0.0,
-    pad_to: object = None,
-    find_peak: object = False,
-    max_probes: object = MAX_PROBES,
-    search_budget: object = None,
-    search_tolerance: object = TOLERANCE,
-    mlperf: object = False,
-    mlperf_model: object = None,
-    accuracy: object = None,
-    accuracy_name: object = "accuracy",
-    performance_samples: object = None,
-) -> LoadgenRequest:
-    """The checked request from ``ipu_loadgen``'s keyword arguments (their defaults are these);
-    ``ValueError`` with one line for the first bad argument."""
+def build(keywords: Mapping[str, object]) -> LoadgenRequest:
+    """The checked request from ``ipu_loadgen``'s keyword arguments, each read by name (their one
+    list, with their defaults, is the fixture's signature, ``Loadgen.__call__``); ``ValueError``
+    with one line for the first bad argument."""
+    k = keywords
+    scenario, mode, find_peak = k["scenario"], k["mode"], k["find_peak"]
     try:
         name = scenario_name(scenario)
     except ValueError as exc:
         raise ValueError(f"ipu_loadgen(scenario={scenario!r}): {exc}") from None
     if mode not in ("performance", "accuracy"):
         raise ValueError(f"ipu_loadgen(mode={mode!r}): choose 'performance' or 'accuracy'")
-    for flag, value in (("find_peak", find_peak), ("mlperf", mlperf)):
-        if not isinstance(value, bool):
-            raise ValueError(f"ipu_loadgen({flag}={value!r}): pass True or False")
+    for flag in ("find_peak", "mlperf"):
+        if not isinstance(k[flag], bool):
+            raise ValueError(f"ipu_loadgen({flag}={k[flag]!r}): pass True or False")
     if find_peak and name != "Server":
         raise ValueError(f"ipu_loadgen(find_peak=True): the peak QPS search is a Server search, not {name}")
     if find_peak and mode != "performance":
         raise ValueError("ipu_loadgen(find_peak=True): the peak QPS search runs in performance mode")
-    if target_qps is not None:
-        target_qps = _rate("target_qps", target_qps)
+    target_qps = None if k["target_qps"] is None else _rate("target_qps", k["target_qps"])
     if name == "Server" and mode == "performance" and not find_peak and target_qps is None:
         raise ValueError(
             "ipu_loadgen(scenario='Server'): pass target_qps=... (the arrival rate), or find_peak=True to "
             "search for the highest VALID one"
         )
-    percentile = None
-    if latency_percentile is not None:
-        if (
-            isinstance(latency_percentile, bool)
-            or not isinstance(latency_percentile, (int, float))
-            or not 0 < latency_percentile < 1
-        ):
-            raise ValueError(
-                f"ipu_loadgen(latency_percentile={latency_percentile!r}): pass a fraction in (0, 1), "
-                "e.g. 0.99"
-            )
-        percentile = float(latency_percentile)
-    per_query = None if samples_per_query is None else _whole("samples_per_query", samples_per_query)
+    percentile = (
+        None
+        if k["latency_percentile"] is None
+        else _fraction("latency_percentile", k["latency_percentile"], "0.99")
+    )
+    per_query = _whole_or_none(k, "samples_per_query")
     if per_query is not None and name != "MultiStream":
         raise ValueError(
             f"ipu_loadgen(samples_per_query={per_query}): only MultiStream has queries of several samples"
         )
+    mlperf_model = k["mlperf_model"]
     if mlperf_model is not None and not (isinstance(mlperf_model, str) and mlperf_model.strip()):
         raise ValueError(
             f"ipu_loadgen(mlperf_model={mlperf_model!r}): name an MLPerf benchmark, e.g. 'resnet50'"
         )
+    accuracy, accuracy_name = k["accuracy"], k["accuracy_name"]
     if accuracy is not None and not callable(accuracy):
         raise ValueError(f"ipu_loadgen(accuracy={accuracy!r}): pass a callable accuracy(outputs) -> float")
     if accuracy is not None and mode != "accuracy":
@@ -150,21 +123,19 @@ def build(
         scenario=name,  # type: ignore[arg-type]  # checked by scenario_name
         mode=mode,
         mlperf_model=mlperf_model.strip() if isinstance(mlperf_model, str) else None,
-        mlperf=bool(mlperf),
-        min_duration_s=None if min_duration is None else _seconds("min_duration", min_duration),
-        min_query_count=None if min_queries is None else _whole("min_queries", min_queries),
-        max_duration_s=None if max_duration is None else _seconds("max_duration", max_duration),
+        mlperf=bool(k["mlperf"]),
+        min_duration_s=_seconds_or_none(k, "min_duration"),
+        min_query_count=_whole_or_none(k, "min_queries"),
+        max_duration_s=_seconds_or_none(k, "max_duration"),
         target_qps=target_qps,
-        target_latency_s=None if target_latency is None else _seconds("target_latency", target_latency),
+        target_latency_s=_seconds_or_none(k, "target_latency"),
         latency_percentile=percentile,
         samples_per_query=per_query,
-        performance_sample_count=(
-            None if performance_samples is None else _whole("performance_samples", performance_samples)
-        ),
+        performance_sample_count=_whole_or_none(k, "performance_samples"),
     )
     default_batch = (per_query or 8) if name == "MultiStream" else DEFAULT_MAX_BATCH[name]
-    batch = default_batch if max_batch is None else _whole("max_batch", max_batch)
-    padded = None if pad_to is None else _whole("pad_to", pad_to)
+    batch = default_batch if k["max_batch"] is None else _whole("max_batch", k["max_batch"])
+    padded = _whole_or_none(k, "pad_to")
     if padded is not None and padded < batch:
         raise ValueError(
             f"ipu_loadgen(pad_to={padded}): a model compiled for batches of {padded} cannot run "
@@ -173,20 +144,30 @@ def build(
     return LoadgenRequest(
         run=run,
         max_batch=batch,
-        timeout_s=_seconds("batch_timeout", batch_timeout, zero=True),
+        timeout_s=_seconds("batch_timeout", k["batch_timeout"], zero=True),
         pad_to=padded,
         find_peak=bool(find_peak),
-        max_probes=_whole("max_probes", max_probes),
-        search_budget_s=None if search_budget is None else _seconds("search_budget", search_budget),
-        search_tolerance=_fraction("search_tolerance", search_tolerance),
+        max_probes=_whole("max_probes", k["max_probes"]),
+        search_budget_s=_seconds_or_none(k, "search_budget"),
+        search_tolerance=_fraction("search_tolerance", k["search_tolerance"], "0.05"),
         accuracy=accuracy,
         accuracy_name=accuracy_name,
     )
 
 
-def _fraction(name: str, value: object) -> float:
+def _whole_or_none(keywords: Mapping[str, object], name: str) -> int | None:
+    value = keywords[name]
+    return None if value is None else _whole(name, value)
+
+
+def _seconds_or_none(keywords: Mapping[str, object], name: str) -> float | None:
+    value = keywords[name]
+    return None if value is None else _seconds(name, value)
+
+
+def _fraction(name: str, value: object, example: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise ValueError(f"ipu_loadgen({name}={value!r}): pass a fraction in (0, 1), e.g. 0.05")
+        raise ValueError(f"ipu_loadgen({name}={value!r}): pass a fraction in (0, 1), e.g. {example}")
     return float(value)
 
 

@@ -25,10 +25,6 @@ from dataclasses import dataclass
 
 from pytest_ipu.results.loadgen import ServerProbe
 
-#: The most probes, by default (the issue's bound).
-MAX_PROBES = 10
-#: The bracket at which the search stops, by default: the lowest INVALID within 5 % of the peak.
-TOLERANCE = 0.05
 #: The first probe's share of the capacity estimate.
 START_SHARE = 0.5
 #: The early-stopping confidence LoadGen uses (early_stopping.cc).
@@ -58,12 +54,14 @@ def find_peak(
     probe: Callable[[float], ServerProbe],
     *,
     capacity_estimate_qps: float,
-    max_probes: int = MAX_PROBES,
-    tolerance: float = TOLERANCE,
+    max_probes: int,
+    tolerance: float,
     budget_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> SearchResult:
-    """Bisect over the target QPS with ``probe(qps)`` (one LoadGen Server run, its verdict)."""
+    """Bisect over the target QPS with ``probe(qps)`` (one LoadGen Server run, its verdict), in at most
+    ``max_probes`` probes, until the lowest INVALID rate is within ``tolerance`` above the highest
+    VALID one (their defaults are ``ipu_loadgen``'s, in its signature)."""
     if not (capacity_estimate_qps > 0 and math.isfinite(capacity_estimate_qps)):
         raise ValueError(f"the capacity estimate must be a finite QPS > 0, got {capacity_estimate_qps!r}")
     start = clock()

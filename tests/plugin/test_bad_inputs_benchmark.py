@@ -306,6 +306,43 @@ ROWS = [
         needs_torch=True,
         one_line=False,
     ),
+    # A call its signature does not take: Python's own words, in one line under the fixture's name.
+    BadCall(
+        "benchmark unknown keyword",
+        "ipu_benchmark(noop, (), round=3)",
+        "ipu_benchmark() got an unexpected keyword argument 'round'",
+    ),
+    BadCall(
+        "benchmark no model",
+        "ipu_benchmark()",
+        "ipu_benchmark() missing a required argument: 'model'",
+    ),
+    BadCall(
+        "power unknown keyword",
+        "ipu_power(devices='cpu')",
+        "ipu_power() got an unexpected keyword argument 'devices'",
+        fixtures="ipu_power",
+    ),
+    BadCall(
+        "compile without example inputs",
+        "ipu_compile(torch.nn.Linear(3, 2))",
+        "ipu_compile() missing a required argument: 'example_inputs'",
+        needs_torch=True,
+    ),
+    BadCall(
+        "train positional precision",
+        "ipu_train(torch.nn.Linear(3, 2), noop, noop, (torch.ones(2, 3),), 1)",
+        "ipu_train() too many positional arguments",
+        needs_torch=True,
+        fixtures="ipu_train",
+    ),
+    BadCall(
+        "time to train without a target",
+        "ipu_time_to_train(noop)",
+        "ipu_time_to_train() missing a required argument: 'quality_target'",
+        needs_torch=True,
+        fixtures="ipu_time_to_train",
+    ),
 ]
 
 HEADER = '''

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 from pytest_ipu import backends
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.pytest_plugin import plugin
+from pytest_ipu.pytest_plugin.fixtures import calls
+from pytest_ipu.pytest_plugin.fixtures.common import FixtureCall
 from pytest_ipu.pytest_plugin.marker_keywords import KEYWORDS
 from pytest_ipu.pytest_plugin.options import OPTIONS
 from pytest_ipu.results import records
@@ -46,6 +49,57 @@ def test_every_marker_keyword_and_builtin_backend_is_documented():
 @pytest.mark.parametrize("fixture", sorted(plugin.__all__))
 def test_every_fixture_has_a_section(fixture):
     assert f"## `{fixture}`" in _read("fixtures.md")
+
+
+def _fixture_calls() -> list[type[FixtureCall]]:
+    """The callables the fixtures return (each names its fixture): every ``FixtureCall`` of
+    ``fixtures.calls``."""
+    found = [
+        value
+        for value in vars(calls).values()
+        if isinstance(value, type) and issubclass(value, FixtureCall) and "fixture" in vars(value)
+    ]
+    return sorted(found, key=lambda c: c.fixture)
+
+
+def _as_called(call: type[FixtureCall]) -> str:
+    """``call``'s signature as a user writes the call: ``ipu_x(a, b=1, *, c=None)``."""
+    signature = inspect.signature(call.__call__)
+    shown = [p.replace(annotation=p.empty) for p in list(signature.parameters.values())[1:]]
+    text = str(signature.replace(parameters=shown, return_annotation=signature.empty))
+    return call.fixture + text.replace("'", '"')
+
+
+def _first_call(text: str, name: str) -> str | None:
+    """The first ``name(...)`` in ``text``, to its closing parenthesis."""
+    start = text.find(f"{name}(")
+    if start < 0:
+        return None
+    depth = 0
+    for end in range(start + len(name), len(text)):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        if depth == 0:
+            return text[start : end + 1]
+    return None
+
+
+def test_the_plugin_registers_a_fixture_for_every_callable():
+    assert {c.fixture for c in _fixture_calls()} <= set(plugin.__all__)
+    assert len(_fixture_calls()) == 6
+
+
+@pytest.mark.parametrize("call", _fixture_calls(), ids=lambda c: c.fixture)
+def test_each_fixtures_section_shows_its_signature_as_the_callable_declares_it(call):
+    """A section's first call of its fixture is the signature, whole, or its start then ``...``
+    (``ipu_loadgen``'s keywords are docs/loadgen.md's table, checked in test_loadgen_request.py)."""
+    section = _read("fixtures.md").split(f"## `{call.fixture}`", 1)[1].split("\n## ", 1)[0]
+    shown = _first_call(section, call.fixture)
+    assert shown is not None, f"docs/fixtures.md's {call.fixture} section shows no call"
+    expected = _as_called(call)
+    if shown.endswith(", ...)"):
+        assert expected.startswith(shown[: -len("...)")]), (shown, expected)
+    else:
+        assert shown == expected
 
 
 def test_every_record_key_is_in_the_schema_page():

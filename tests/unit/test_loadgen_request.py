@@ -1,9 +1,13 @@
 """``ipu_loadgen``'s arguments checked before anything runs (pytest_ipu.loadgen.request.build): each
-bad one is a one-line ``ValueError`` that starts ``ipu_loadgen(`` and names the value."""
+bad one is a one-line ``ValueError`` that starts ``ipu_loadgen(`` and names the value. The keywords
+and their defaults are the fixture's signature (``Loadgen.__call__``), the one place they are
+written: these tests read them there."""
 
 from __future__ import annotations
 
 import inspect
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,22 +15,48 @@ import pytest
 from pytest_ipu.loadgen.request import DEFAULT_MAX_BATCH
 from pytest_ipu.loadgen.request import LoadgenRequest
 from pytest_ipu.loadgen.request import build
+from pytest_ipu.pytest_plugin.fixtures.calls import Loadgen
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def test_the_fixtures_documented_defaults_are_builds() -> None:
-    """``ipu_loadgen`` passes its keywords to ``build``: the signature users read (the ``Loadgen``
-    protocol) and the defaults ``build`` applies are the same."""
-    from pytest_ipu.pytest_plugin.fixtures.callables import Loadgen
-
-    documented = inspect.signature(Loadgen.__call__).parameters
-    applied = inspect.signature(build).parameters
-    keywords = {n: p.default for n, p in documented.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    assert keywords == {n: p.default for n, p in applied.items()}
+def _keywords() -> dict[str, inspect.Parameter]:
+    """LoadGen's keywords as ``ipu_loadgen``'s signature declares them: their one statement."""
+    parameters = inspect.signature(Loadgen.__call__).parameters
+    return {n: p for n, p in parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
 def request(**changes: Any) -> LoadgenRequest:
-    """``build`` with the fixture's defaults and ``changes``."""
-    return build(**changes)
+    """``build`` as a call of ``ipu_loadgen`` with ``changes`` passes it: every keyword, the
+    signature's defaults for those not changed."""
+    unknown = set(changes) - set(_keywords())
+    assert not unknown, f"ipu_loadgen takes no {unknown}"
+    return build({n: changes.get(n, p.default) for n, p in _keywords().items()})
+
+
+def test_the_docs_table_names_every_keyword_with_its_default() -> None:
+    """docs/loadgen.md's keyword table is the signature's: each keyword, its default, in its order."""
+    page = (DOCS / "loadgen.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(\w+)` \| (`[^`]*`)? \|", page, flags=re.MULTILINE)
+    documented = [(name, default) for name, default in rows if name not in ("model", "samples")]
+
+    def shown(value: object) -> str:
+        return f'`"{value}"`' if isinstance(value, str) else f"`{value!r}`"
+
+    assert documented == [(n, shown(p.default)) for n, p in _keywords().items()]
+
+
+def test_build_reads_every_keyword_the_signature_declares() -> None:
+    """A keyword added to the signature and not to ``build`` would be taken and ignored."""
+    read: set[str] = set()
+
+    class Recording(dict):  # type: ignore[type-arg]
+        def __getitem__(self, name: str) -> object:
+            read.add(name)
+            return super().__getitem__(name)
+
+    build(Recording({n: p.default for n, p in _keywords().items()}))
+    assert read == set(_keywords())
 
 
 def top1(outputs: dict[int, object]) -> float:

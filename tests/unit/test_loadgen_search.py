@@ -3,8 +3,10 @@ capacity is ``C`` is VALID at every rate up to ``C`` and INVALID above it."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from hypothesis import example
@@ -12,14 +14,22 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from pytest_ipu.loadgen.search import MAX_PROBES
-from pytest_ipu.loadgen.search import TOLERANCE
 from pytest_ipu.loadgen.search import early_stopping_queries
 from pytest_ipu.loadgen.search import find_peak
+from pytest_ipu.pytest_plugin.fixtures.calls import Loadgen
 from pytest_ipu.results.loadgen import ServerProbe
 
 #: Each synthetic probe's wall time, seconds.
 PROBE_S = 10.0
+#: The search's bounds as ``ipu_loadgen`` passes them by default (its signature states them).
+_DEFAULTS = inspect.signature(Loadgen.__call__).parameters
+MAX_PROBES: int = _DEFAULTS["max_probes"].default
+TOLERANCE: float = _DEFAULTS["search_tolerance"].default
+
+
+def search(probe: Callable[[float], ServerProbe], **changes: Any) -> Any:
+    """``find_peak`` with ``ipu_loadgen``'s default bounds, and ``changes``."""
+    return find_peak(probe, **{"max_probes": MAX_PROBES, "tolerance": TOLERANCE, **changes})
 
 
 def probe_result(qps: float, valid: bool) -> ServerProbe:
@@ -49,7 +59,7 @@ def capacity(c: float, asked: list[float] | None = None) -> Callable[[float], Se
 def check_bracket(c: float, estimate: float) -> None:
     """Search a SUT of capacity ``c`` from ``estimate`` and check the peak it reports."""
     asked: list[float] = []
-    result = find_peak(capacity(c, asked), capacity_estimate_qps=estimate)
+    result = search(capacity(c, asked), capacity_estimate_qps=estimate)
     assert result.ended == "converged"
     assert len(result.probes) <= MAX_PROBES
     assert result.peak_qps is not None
@@ -83,7 +93,7 @@ def test_estimates_from_a_third_to_three_times_capacity(share: float) -> None:
 
 def test_no_valid_probe_reports_no_peak() -> None:
     asked: list[float] = []
-    result = find_peak(capacity(0.0, asked), capacity_estimate_qps=1000.0)
+    result = search(capacity(0.0, asked), capacity_estimate_qps=1000.0)
     assert result.peak_qps is None
     assert result.ended == "no-valid"
     assert len(result.probes) == MAX_PROBES
@@ -93,7 +103,7 @@ def test_no_valid_probe_reports_no_peak() -> None:
 
 
 def test_the_most_probes_end_the_search() -> None:
-    result = find_peak(capacity(1000.0), capacity_estimate_qps=1000.0, max_probes=3)
+    result = search(capacity(1000.0), capacity_estimate_qps=1000.0, max_probes=3)
     assert len(result.probes) == 3
     assert result.ended == "probes"
     assert result.peak_qps is not None
@@ -120,7 +130,7 @@ def test_the_budget_stops_before_a_probe_that_would_overrun(budget: float, runs:
         clock.now += PROBE_S
         return inner(qps)
 
-    result = find_peak(probe, capacity_estimate_qps=1000.0, budget_s=budget, clock=clock)
+    result = search(probe, capacity_estimate_qps=1000.0, budget_s=budget, clock=clock)
     assert len(result.probes) == runs
     assert result.ended == "budget"
     # The first probe always runs; every later one only when the longest so far still fits.
@@ -135,7 +145,7 @@ def test_the_budget_ends_a_search_with_no_valid_probe_as_budget() -> None:
         clock.now += PROBE_S
         return probe_result(qps, False)
 
-    result = find_peak(probe, capacity_estimate_qps=1000.0, budget_s=25.0, clock=clock)
+    result = search(probe, capacity_estimate_qps=1000.0, budget_s=25.0, clock=clock)
     assert result.peak_qps is None
     assert result.ended == "budget"
     assert len(result.probes) == 2
@@ -148,7 +158,7 @@ def test_no_budget_means_the_clock_does_not_matter() -> None:
         clock.now += 1e9
         return probe_result(qps, qps <= 700.0)
 
-    result = find_peak(probe, capacity_estimate_qps=1000.0, clock=clock)
+    result = search(probe, capacity_estimate_qps=1000.0, clock=clock)
     assert result.ended == "converged"
 
 
@@ -162,7 +172,7 @@ def test_a_noisy_invalid_probe_below_capacity_still_reports_the_highest_valid() 
         calls.append(qps)
         return probe_result(qps, qps <= 1000.0 and len(calls) != 2)
 
-    result = find_peak(probe, capacity_estimate_qps=1000.0)
+    result = search(probe, capacity_estimate_qps=1000.0)
     assert calls[:2] == [500.0, 1000.0]
     assert result.peak_qps == max(p.target_qps for p in result.probes if p.valid)
     assert result.peak_qps in calls
@@ -180,7 +190,7 @@ def test_after_an_invalid_first_probe_the_valid_ones_climb_to_it() -> None:
         calls.append(qps)
         return probe_result(qps, len(calls) > 1)
 
-    result = find_peak(probe, capacity_estimate_qps=1000.0)
+    result = search(probe, capacity_estimate_qps=1000.0)
     assert result.probes[0].valid is False
     assert result.peak_qps == max(calls[1:])
     assert result.peak_qps is not None
@@ -190,7 +200,7 @@ def test_after_an_invalid_first_probe_the_valid_ones_climb_to_it() -> None:
 @pytest.mark.parametrize("estimate", [0.0, -5.0, math.inf, math.nan])
 def test_the_estimate_must_be_a_positive_rate(estimate: float) -> None:
     with pytest.raises(ValueError, match="capacity estimate must be a finite QPS > 0"):
-        find_peak(capacity(1.0), capacity_estimate_qps=estimate)
+        search(capacity(1.0), capacity_estimate_qps=estimate)
 
 
 def test_early_stopping_needs_459_queries_at_p99_and_44_at_p90() -> None:

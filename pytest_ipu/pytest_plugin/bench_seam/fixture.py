@@ -8,13 +8,12 @@ the package's table (``bench_seam``).
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import inspect
 from collections.abc import Callable
+from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import Any
-from typing import TypeVar
-from typing import cast
 
 import pytest
 
@@ -37,45 +36,38 @@ def forget(config: pytest.Config, benchmark: Any) -> None:
 #: and whether that call is still running.
 _MEASURING = "_pytest_ipu_measuring"
 
-# The bound as a string: collections.abc.Callable cannot be subscripted at run time before Python 3.9.
-_F = TypeVar("_F", bound="Callable[..., Any]")
 
-
-def one_per_test(benchmark: Any, caller: str, test: str, measure: _F) -> _F:
-    """``measure`` (the callable fixture ``caller`` returns), failing a second use of ``benchmark``
-    in ``test`` with one line in pytest-ipu's words.
+@contextlib.contextmanager
+def one_per_test(benchmark: Any, caller: str, test: str) -> Iterator[None]:
+    """Around a call of ``caller`` (a fixture that measures with ``benchmark``) in ``test``: a second
+    use of ``benchmark`` fails with one line in pytest-ipu's words.
 
     pytest-ipu measures one benchmark per test: its record is the test's result, its gates fail the
     test, and pytest-benchmark keeps one result per test (a second ``pedantic`` is its bare
     "FixtureAlreadyUsed ... pedantic mode", which the user never called). A second call, after the
     first or inside the model the first is measuring, is refused before it measures anything.
     """
+    __tracebackhide__ = True
+    first, running = getattr(benchmark, _MEASURING, (None, False))
+    if first is None and getattr(benchmark, "_mode", None):
+        first = "pytest-benchmark's benchmark"  # the plain fixture, used by the test itself
+    if first is not None:
+        when = f"inside the model {first}(...) is measuring" if running else f"after {first}(...)"
+        pytest.fail(
+            f"pytest-ipu: {caller}(...) called {when} in {test}: pytest-ipu measures one benchmark "
+            "per test; measure each model in a test of its own (e.g. with @pytest.mark.parametrize "
+            "over the models)",
+            pytrace=False,
+        )
+    setattr(benchmark, _MEASURING, (caller, True))
+    from pytest_ipu.results.benchmark_json import PENDING_KEY
 
-    @functools.wraps(measure)
-    def once(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True
-        first, running = getattr(benchmark, _MEASURING, (None, False))
-        if first is None and getattr(benchmark, "_mode", None):
-            first = "pytest-benchmark's benchmark"  # the plain fixture, used by the test itself
-        if first is not None:
-            when = f"inside the model {first}(...) is measuring" if running else f"after {first}(...)"
-            pytest.fail(
-                f"pytest-ipu: {caller}(...) called {when} in {test}: pytest-ipu measures one benchmark "
-                "per test; measure each model in a test of its own (e.g. with @pytest.mark.parametrize "
-                "over the models)",
-                pytrace=False,
-            )
-        setattr(benchmark, _MEASURING, (caller, True))
-        from pytest_ipu.results.benchmark_json import PENDING_KEY
-
-        # Replaced by the record once measured: an entry that keeps it is partial, not a plain one.
-        benchmark.extra_info[PENDING_KEY] = caller
-        try:
-            return measure(*args, **kwargs)
-        finally:
-            setattr(benchmark, _MEASURING, (caller, False))
-
-    return cast("_F", once)
+    # Replaced by the record once measured: an entry that keeps it is partial, not a plain one.
+    benchmark.extra_info[PENDING_KEY] = caller
+    try:
+        yield
+    finally:
+        setattr(benchmark, _MEASURING, (caller, False))
 
 
 def leave_out_unfinished(benchmark: Any) -> None:
