@@ -199,6 +199,12 @@ def _ab(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if not args.extra_time >= 0.0:
+        print(
+            f"pytest-ipu: --extra-time {args.extra_time:g}: give a number of seconds >= 0 (default 60)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         gate_list = [gates.parse(text) for text in args.gate]
     except gates.GateError as exc:
@@ -220,6 +226,7 @@ def _ab(args: argparse.Namespace) -> int:
             args.keep,
             cwd,
             args.max_time,
+            args.extra_time,
         )
 
         # Benchmarks decided at a look keep that look's verdicts; later pairs run only the others.
@@ -511,7 +518,17 @@ def _main(argv: Sequence[str] | None) -> int:
         type=float,
         default=1800.0,
         metavar="S",
-        help="start no new pair after S seconds (default 1800)",
+        help="start no new pair after S seconds (default 1800); a server that does not answer within S "
+        "seconds is stopped",
+    )
+    ab_parser.add_argument(
+        "--extra-time",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="after the first look, start no pair that would end more than S seconds after it, judging "
+        "by the last pair (default 60: a job costs about two plain runs plus S; undecided benchmarks are "
+        "then INCONCLUSIVE with the smallest threshold they decide)",
     )
     ab_parser.add_argument(
         "--gate",

@@ -138,17 +138,19 @@ def test_a_20x_slower_candidate_fails_its_gate_in_abba_order(
     ]
     # The pairs are the repeats: each run measured once.
     assert set((tmp_path / "order.txt").read_text().split()[1::2]) == {"repeats=1"}
+    # One pytest per side served every round: one log per side, a JSON file per round.
     assert sorted(p.name for p in keep.iterdir()) == sorted(
-        f"pair{p}-{role}.{ext}"
-        for p in range(1, pairs + 1)
-        for role in ("baseline", "candidate")
-        for ext in ("json", "log")
+        [
+            *(f"pair{p}-{role}.json" for p in range(1, pairs + 1) for role in ("baseline", "candidate")),
+            "baseline-server.log",
+            "candidate-server.log",
+        ]
     )
     for path in keep.glob("*.json"):
         (bench,) = json.loads(path.read_text())["benchmarks"]
         assert bench["fullname"] == "test_bench.py::test_x"
         assert bench["extra_info"]["ipu"]["rounds"] == 10
-    assert "passed" in (keep / "pair2-candidate.log").read_text()
+    assert f"{pairs} passed" in (keep / "candidate-server.log").read_text()
     assert "test_x (test_bench.py::test_x)" in out
     assert "gates: 2 checked: " in out
     (line,) = [line for line in out.splitlines() if line.startswith("test_x latency.p50:")]

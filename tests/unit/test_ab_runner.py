@@ -30,9 +30,20 @@ from tests.waiting import wait_for
 
 MS = 1e-3
 
+#: How the fakes refuse ``--ipu-serve``, as pytest refuses an option it does not know: each stands in
+#: for a pytest that cannot serve rounds (``ab`` then runs it once per run).
+REFUSES_SERVING = """
+import sys
+
+if any(a.startswith("--ipu-serve") for a in sys.argv):
+    sys.exit("pytest: error: unrecognized arguments: " + sys.argv[-1])
+"""
+
 #: Stands in for pytest: copies ``<label>-<pair>.json`` from its own folder to the run's
 #: ``--benchmark-json`` file and notes ``<label> <pair>`` in ``order.txt`` there.
-FAKE_PYTEST = """
+FAKE_PYTEST = (
+    REFUSES_SERVING
+    + """
 import shutil
 import sys
 from pathlib import Path
@@ -48,6 +59,7 @@ with open(here / "deselected.txt", "a") as deselected:
     deselected.write(" ".join([f"{label}{pair}", *chosen]) + "\\n")
 shutil.copyfile(here / f"{label}-{pair}.json", out)
 """
+)
 
 
 class Sides:
@@ -156,7 +168,13 @@ def test_run_stops_at_the_first_look_that_decides(sides: Sides) -> None:
     assert _p50s(outcome.baseline) == pytest.approx([MS * (1 + p / 1000) for p in (1, 2, 3)])
     assert _p50s(outcome.candidate) == pytest.approx([1.01 * MS * (1 + p / 1000) for p in (1, 2, 3)])
     assert outcome.directory is None  # without keep, removed
-    assert progress[0] == f"pytest-ipu ab: run 1 (of at most 10): pair 1 baseline: {sides.spec('A')}"
+    # Neither side can serve rounds: each says so once, then runs one process per run.
+    assert progress[:2] == [
+        f"pytest-ipu ab: the {role} side ({sides.spec(label)}) cannot serve rounds (it does not know "
+        "--ipu-serve: an older pytest-ipu, or none): one pytest per run"
+        for role, label in (("baseline", "A"), ("candidate", "B"))
+    ]
+    assert progress[2] == f"pytest-ipu ab: run 1 (of at most 10): pair 1 baseline: {sides.spec('A')}"
     assert list(Path(tempfile.gettempdir()).iterdir()) == []
 
 
@@ -340,7 +358,9 @@ def test_the_command_without_gates_runs_the_pairs_asked_for(
 
 #: Stands in for pytest on a full disk: writes the run file as pytest-ipu does (a temporary file
 #: renamed into place, removed when the write fails), so a full disk leaves no file and exit 1.
-FULL_DISK_PYTEST = """
+FULL_DISK_PYTEST = (
+    REFUSES_SERVING
+    + """
 import os
 import shutil
 import sys
@@ -356,6 +376,7 @@ except OSError as exc:
     print(f"pytest-ipu: --benchmark-json={out}: cannot write the results: {exc.strerror}")
     sys.exit(1)
 """
+)
 
 
 def test_a_full_disk_under_keep_is_named_as_the_cause(sides: Sides, tmp_path: Path) -> None:
@@ -430,7 +451,9 @@ def test_a_baseline_run_no_measurement_can_give_stops_ab_in_one_line(
 
 
 #: Stands in for pytest that never ends: notes its process id, then waits to be stopped.
-WAITING_PYTEST = """
+WAITING_PYTEST = (
+    REFUSES_SERVING
+    + """
 import os
 import sys
 import threading
@@ -439,6 +462,7 @@ from pathlib import Path
 Path(sys.argv[1]).write_text(str(os.getpid()))
 threading.Event().wait()
 """
+)
 
 
 def test_sigint_to_ab_stops_its_side_and_removes_its_files(tmp_path: Path) -> None:
