@@ -621,8 +621,8 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
                 # job pass its time after the first look?
                 if first_look_at is not None and now + last_pair_s - first_look_at > plan.extra_time_s:
                     stopped = (
-                        f"--extra-time {plan.extra_time_s:g}s after the first look would be passed by "
-                        f"another pair (the last took {last_pair_s:.0f} s) after {done} pair(s)"
+                        f"--extra-time {plan.extra_time_s:g}s after the first look: another pair would end "
+                        f"past it (the last took {last_pair_s:.0f} s); stopped after {done} pair(s)"
                     )
                     break
             of = f"/{len(order)}" if len(plan.looks) == 1 else f" (of at most {len(order)})"

@@ -336,6 +336,7 @@ def test_a_side_that_fails_to_run_stops_with_exit_2(
         (["--pairs", "1001"], "--pairs 1001: out of range"),
         (["--gate", "throughput:+5%"], "--gate: bad gate 'throughput:+5%'"),
         (["--alpha", "2"], "--alpha 2: out of range"),
+        (["--extra-time", "-1"], "--extra-time -1: give a number of seconds >= 0 (default 60)"),
         (["--candidate", "git:HEAD"], "--candidate 'git:HEAD': 'HEAD' is not a commit of the git repository"),
         (["--candidate", "'unbalanced"], '--candidate "\'unbalanced": cannot split into words'),
     ],

@@ -5,6 +5,7 @@ it ran in. The sequential plan's stops: at a look that decides, at the most pair
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -253,6 +254,22 @@ def test_run_starts_no_pair_once_the_time_is_up(
     assert sides.order() == _abba(2)
     assert len(outcome.baseline) == len(outcome.candidate) == 2
     assert outcome.stopped == "--max-time 35s reached after 2 pair(s): no new pair started"
+
+
+def test_no_pair_starts_that_would_end_past_the_extra_time_after_the_first_look(
+    sides: Sides, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock(seconds_a_run=10.0)
+    monkeypatch.setattr(ab_runner, "time", types.SimpleNamespace(monotonic=clock.monotonic))
+    plan = dataclasses.replace(sides.plan((2, 3, 5)), extra_time_s=25.0)
+    outcome = ab_runner.run(plan, clock.progress, Looks())
+    # The first look after pair 2 (40 s in); pair 3 would end 20 s after it (as long as pair 2
+    # took): it starts; pair 4 would end 40 s after it, past 25 s: it does not.
+    assert sides.order() == _abba(3)
+    assert outcome.stopped == (
+        "--extra-time 25s after the first look: another pair would end past it (the last took 20 s); "
+        "stopped after 3 pair(s)"
+    )
 
 
 def test_a_look_that_decides_stops_before_the_time_is_checked(
