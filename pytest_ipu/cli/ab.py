@@ -39,6 +39,7 @@ import tempfile
 import time
 import typing
 from collections.abc import Iterator
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
@@ -499,6 +500,7 @@ def _serve(
     keep = plan.keep is not None
     timeout = plan.max_time_s
     servers: dict[Role, ab_server.Server] = {}
+    stack.push(_closer(servers))
     for role, ready in prepared.items():
         command = [
             *ready.prefix,
@@ -511,7 +513,6 @@ def _serve(
         env = _environment(ready, pytest_args, plan.looks[0])
         server = ab_server.Server(command, ready.cwd, env, directory / f"{role}-server.log")
         servers[role] = server
-        stack.push(_closer(server))
     runners: dict[Role, _PerRun | _Served] = {}
     for role, server in servers.items():
         side = prepared[role].side
@@ -541,11 +542,21 @@ def _serve(
     return runners
 
 
-def _closer(server: ab_server.Server) -> typing.Callable[..., bool]:
-    """An exit callback that stops ``server``: gracefully when the block ended without an exception."""
+def _closer(servers: Mapping[Role, ab_server.Server]) -> typing.Callable[..., bool]:
+    """An exit callback that stops ``servers``: gracefully when the block ended without an exception
+    (both asked to stop first, so that they end their sessions at the same time), at once otherwise."""
 
     def close(kind: type[BaseException] | None, *_: object) -> bool:
-        server.close(graceful=kind is None, grace_s=SIDE_GRACE_S)
+        graceful = kind is None
+        try:
+            if graceful:
+                for server in servers.values():
+                    server.ask_to_stop()
+        finally:
+            # Each is stopped even when stopping another raises (a second Ctrl-C).
+            with contextlib.ExitStack() as closing:
+                for server in servers.values():
+                    closing.callback(server.close, graceful=graceful, grace_s=SIDE_GRACE_S)
         return False
 
     return close

@@ -117,16 +117,21 @@ class Server:
             raise ServerFailed(f"its pytest (pid {self.pid}): {reply['error']}")
         return int(reply.get("failed", 0))
 
+    def ask_to_stop(self) -> None:
+        """Say ``stop`` and close the channel: the server ends its session as a run ends (``close``
+        then waits for it)."""
+        if self.process.poll() is None:
+            with contextlib.suppress(serve_channel.ChannelError):  # it is ending already
+                self.channel.send({"stop": True})
+        self.channel.close()
+
     def close(self, graceful: bool, grace_s: float) -> None:
-        """Stop the server. ``graceful`` (the job is done): ``stop``, then ``STOP_GRACE_S`` seconds to
-        end its session as a run ends; otherwise (an error, Ctrl-C, SIGTERM) at once. Then the channel
-        closed and ``stop_command`` (SIGTERM, SIGKILL after ``grace_s``); reaped either way."""
+        """Stop the server. ``graceful`` (the job is done): ``ask_to_stop``, then ``STOP_GRACE_S``
+        seconds to end its session as a run ends; otherwise (an error, Ctrl-C, SIGTERM) at once.
+        Then ``stop_command`` (SIGTERM, SIGKILL after ``grace_s``); reaped either way."""
         try:
-            if graceful and self.process.poll() is None:
-                with contextlib.suppress(serve_channel.ChannelError):  # it is ending already
-                    self.channel.send({"stop": True})
-            self.channel.close()
             if graceful:
+                self.ask_to_stop()
                 with contextlib.suppress(subprocess.TimeoutExpired):  # signalled below
                     self.process.wait(STOP_GRACE_S)
         finally:
