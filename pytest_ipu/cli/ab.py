@@ -1,4 +1,4 @@
-"""Running ``pytest-ipu ab``: the two sides, alternately, in ABBA order, one pytest process per run.
+"""Running ``pytest-ipu ab``: the two sides, alternately, in ABBA order, one pytest process per side.
 
 A side is a command prefix that runs pytest (``/venv-a/bin/python -m pytest``) or a git revision
 (``git:main``), read by ``resolve_side``:
@@ -16,12 +16,16 @@ with this interpreter (``sys.executable -m pytest``), from the worktree's counte
 working directory, with the worktree's root first on ``PYTHONPATH`` so that its own code is
 imported. Worktrees and temporary files are removed on every path, Ctrl-C and SIGTERM included.
 
-Each run is ``<prefix> [-k EXPR] [pytest args] [--benchmark-max-time=T] -p no:cacheprovider
---benchmark-json=FILE -q``, with ``PYTEST_IPU_REPEATS=1`` and ``PYTEST_IPU_MAX_TIME`` in its
-environment unless the caller chose them (the variable, not empty, or the option): the pairs are
-the repeats, and the runs of a side share one plain run's time budget (``share``: 2 s / pairs for
-``ipu_benchmark``, 1 s / pairs for pytest-benchmark's fixture; the variables override an ini
-file's ``ipu_repeats`` and ``ipu_max_time``). Its output goes to a log file next to its JSON.
+Each side is one pytest for the whole job, ``<prefix> [-k EXPR] [pytest args]
+[--benchmark-max-time=T] -p no:cacheprovider -q --ipu-serve=R,W``, serving a round per run
+(``ab_server``; its output goes to ``<role>-server.log``). A side whose pytest cannot serve (it
+refuses the option: an older pytest-ipu, or none) runs one pytest per run instead, ``<prefix> [-k
+EXPR] [pytest args] [--benchmark-max-time=T] -p no:cacheprovider --benchmark-json=FILE -q``, its
+output in a log file next to its JSON. Either way with ``PYTEST_IPU_REPEATS=1`` and
+``PYTEST_IPU_MAX_TIME`` in the environment unless the caller chose them (the variable, not empty,
+or the option): the pairs are the repeats, and the runs of a side share one plain run's time
+budget (``share``: 2 s / pairs for ``ipu_benchmark``, 1 s / pairs for pytest-benchmark's fixture;
+the variables override an ini file's ``ipu_repeats`` and ``ipu_max_time``).
 
 Nothing here prints: progress lines go to a callback (the command writes them to stderr).
 """
@@ -272,9 +276,9 @@ def share(pairs: int) -> tuple[str, str]:
     """Each run's time budget per benchmark, as the values of ``--ipu-max-time`` and
     ``--benchmark-max-time``: a plain run's budgets divided by the pairs before the first look. The
     pairs are the repeats, so the runs of one side together measure each benchmark as long as one
-    plain run does, and the whole job (both sides) twice as long, plus a start-up per run: a job
-    that decides at its first look costs about two plain runs, and later pairs only measure the
-    benchmarks still undecided."""
+    plain run does, and the whole job (both sides) twice as long, plus a start-up per side (per run
+    where a side cannot serve): a job that decides at its first look costs about two plain runs,
+    and later pairs only measure the benchmarks still undecided."""
     return f"{IPU_MAX_TIME_S / pairs:.3g}s", f"{BENCHMARK_MAX_TIME_S / pairs:.3g}"
 
 
