@@ -570,7 +570,8 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
     """Run both sides in ABBA order, pair after pair, and read their JSON back: up to the first of
     ``plan.looks`` where ``decided`` says every verdict is decided (without it, all the pairs),
     starting no pair once ``plan.max_time_s`` has passed, nor one that would end past
-    ``plan.extra_time_s`` after the first look. After a look, later pairs run only the benchmarks it
+    ``plan.extra_time_s`` after the first look, less the time the sides took to start (kept for them
+    to stop). After a look, later pairs run only the benchmarks it
     left undecided. Each side is one pytest serving a round per run (``ab_server``), or one pytest
     per run where it cannot serve.
 
@@ -599,10 +600,14 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
                 prepared[side.role] = stack.enter_context(_worktree(side, scratch, plan.cwd, progress))
             else:
                 prepared[side.role] = _Prepared(side, side.prefix, plan.cwd)
+        starting = time.monotonic()
         runners = _serve(prepared, plan, directory, stack, progress)
         runs: dict[Role, list[StoredRun]] = {"baseline": [], "candidate": []}
         order = abba_order(plan.pairs)
         started = time.monotonic()
+        # Kept back, after the last pair, for the sides to stop: about as long as they took to start
+        # (a session's end tears down what its start set up).
+        stopping_s = started - starting
         first_look_at: float | None = None
         pair_started = started
         last_pair_s = 0.0
@@ -633,11 +638,13 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
                     )
                     break
                 # The last pair measured at least what the next one will: were it as long, would the
-                # job pass its time after the first look?
-                if first_look_at is not None and now + last_pair_s - first_look_at > plan.extra_time_s:
+                # job, its sides stopped, pass its time after the first look?
+                ends = now + last_pair_s + stopping_s - (first_look_at or now)
+                if first_look_at is not None and ends > plan.extra_time_s:
                     stopped = (
                         f"--extra-time {plan.extra_time_s:g}s after the first look: another pair would end "
-                        f"past it (the last took {last_pair_s:.0f} s); stopped after {done} pair(s)"
+                        f"past it (the last took {last_pair_s:.0f} s, and {stopping_s:.0f} s are kept for "
+                        f"the sides to stop); stopped after {done} pair(s)"
                     )
                     break
             of = f"/{len(order)}" if len(plan.looks) == 1 else f" (of at most {len(order)})"

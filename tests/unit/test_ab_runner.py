@@ -267,8 +267,8 @@ def test_no_pair_starts_that_would_end_past_the_extra_time_after_the_first_look(
     # took): it starts; pair 4 would end 40 s after it, past 25 s: it does not.
     assert sides.order() == _abba(3)
     assert outcome.stopped == (
-        "--extra-time 25s after the first look: another pair would end past it (the last took 20 s); "
-        "stopped after 3 pair(s)"
+        "--extra-time 25s after the first look: another pair would end past it (the last took 20 s, and 0 s "
+        "are kept for the sides to stop); stopped after 3 pair(s)"
     )
 
 
