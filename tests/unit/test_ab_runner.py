@@ -228,18 +228,23 @@ def test_run_without_a_decision_runs_every_pair_and_a_fixed_plan_says_nothing(si
 
 class Clock:
     """A fake ``time.monotonic`` for the runner: ``seconds_a_run`` seconds pass with each run it
-    announces (the progress callback), none otherwise."""
+    announces (the progress callback), ``seconds_a_start`` with each side's start (its line that it
+    cannot serve), none otherwise."""
 
-    def __init__(self, seconds_a_run: float) -> None:
+    def __init__(self, seconds_a_run: float, seconds_a_start: float = 0.0) -> None:
         self.seconds_a_run = seconds_a_run
+        self.seconds_a_start = seconds_a_start
         self.runs = 0
+        self.starts = 0
 
     def progress(self, line: str) -> None:
         if line.startswith("pytest-ipu ab: run "):
             self.runs += 1
+        elif "cannot serve rounds" in line:
+            self.starts += 1
 
     def monotonic(self) -> float:
-        return self.runs * self.seconds_a_run
+        return self.runs * self.seconds_a_run + self.starts * self.seconds_a_start
 
 
 @pytest.mark.parametrize("looks", [(2, 3, 5), (5,)])
@@ -269,6 +274,22 @@ def test_no_pair_starts_that_would_end_past_the_extra_time_after_the_first_look(
     assert outcome.stopped == (
         "--extra-time 25s after the first look: another pair would end past it (the last took 20 s, and 0 s "
         "are kept for the sides to stop); stopped after 3 pair(s)"
+    )
+
+
+def test_the_time_the_sides_took_to_start_is_kept_for_them_to_stop(
+    sides: Sides, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock(seconds_a_run=10.0, seconds_a_start=5.0)
+    monkeypatch.setattr(ab_runner, "time", types.SimpleNamespace(monotonic=clock.monotonic))
+    plan = dataclasses.replace(sides.plan((2, 3, 5)), extra_time_s=25.0)
+    outcome = ab_runner.run(plan, clock.progress, Looks())
+    # Pair 3 would end 20 s after the first look, within 25 s, but not with the 10 s the sides
+    # took to start kept for them to stop.
+    assert sides.order() == _abba(2)
+    assert outcome.stopped == (
+        "--extra-time 25s after the first look: another pair would end past it (the last took 20 s, and 10 s "
+        "are kept for the sides to stop); stopped after 2 pair(s)"
     )
 
 
