@@ -1,4 +1,4 @@
-"""Running ``pytest-ipu ab``: the two sides, alternately, in ABBA order, one pytest process per side.
+"""Running ``pytest-ipu ab``: the two sides, alternately, in ABBA order, one pytest process per run.
 
 A side is a command prefix that runs pytest (``/venv-a/bin/python -m pytest``) or a git revision
 (``git:main``), read by ``resolve_side``:
@@ -16,16 +16,20 @@ with this interpreter (``sys.executable -m pytest``), from the worktree's counte
 working directory, with the worktree's root first on ``PYTHONPATH`` so that its own code is
 imported. Worktrees and temporary files are removed on every path, Ctrl-C and SIGTERM included.
 
-Each side is one pytest for the whole job, ``<prefix> [-k EXPR] [pytest args]
+Each run is one pytest, ``<prefix> [-k EXPR] [pytest args] [--benchmark-max-time=T] -p
+no:cacheprovider --benchmark-json=FILE -q``, its output in a log file next to its JSON: a fresh
+process per run, so that what differs between processes (the memory layout of data made at import,
+the hash seed) is drawn anew each run and shows as spread between pairs. With ``Plan.serve`` each
+side is instead one pytest for the whole job, ``<prefix> [-k EXPR] [pytest args]
 [--benchmark-max-time=T] -p no:cacheprovider -q --ipu-serve=R,W``, serving a round per run
-(``ab_server``; its output goes to ``<role>-server.log``). A side whose pytest cannot serve (it
-refuses the option: an older pytest-ipu, or none) runs one pytest per run instead, ``<prefix> [-k
-EXPR] [pytest args] [--benchmark-max-time=T] -p no:cacheprovider --benchmark-json=FILE -q``, its
-output in a log file next to its JSON. Either way with ``PYTEST_IPU_REPEATS=1`` and
-``PYTEST_IPU_MAX_TIME`` in the environment unless the caller chose them (the variable, not empty,
-or the option): the pairs are the repeats, and the runs of a side share one plain run's time
-budget (``share``: 2 s / pairs for ``ipu_benchmark``, 1 s / pairs for pytest-benchmark's fixture;
-the variables override an ini file's ``ipu_repeats`` and ``ipu_max_time``).
+(``ab_server``; its output goes to ``<role>-server.log``): one start-up per side, but one draw of
+those process effects per side, which the pairs cannot cancel. A side whose pytest cannot serve (it
+refuses the option: an older pytest-ipu, or none) then runs one pytest per run. Either way with
+``PYTEST_IPU_REPEATS=1`` and ``PYTEST_IPU_MAX_TIME`` in the environment unless the caller chose
+them (the variable, not empty, or the option): the pairs are the repeats, and the runs of a side
+share one plain run's time budget (``share``: 2 s / pairs for ``ipu_benchmark``, 1 s / pairs for
+pytest-benchmark's fixture; the variables override an ini file's ``ipu_repeats`` and
+``ipu_max_time``).
 
 Nothing here prints: progress lines go to a callback (the command writes them to stderr).
 """
@@ -192,6 +196,8 @@ class Plan:
     max_time_s: float = math.inf
     #: The time after the first look within which the later pairs must end (``run``).
     extra_time_s: float = math.inf
+    #: Whether each side is one pytest serving a round per run (``ab_server``), not one per run.
+    serve: bool = False
 
     def __post_init__(self) -> None:
         for pairs in (self.looks[0], self.looks[-1]):
@@ -601,7 +607,14 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
             else:
                 prepared[side.role] = _Prepared(side, side.prefix, plan.cwd)
         starting = time.monotonic()
-        runners = _serve(prepared, plan, directory, stack, progress)
+        runners: dict[Role, _PerRun | _Served] = (
+            _serve(prepared, plan, directory, stack, progress)
+            if plan.serve
+            else {
+                role: _PerRun(ready, directory, plan.pytest_args, plan.keep is not None, plan.looks[0])
+                for role, ready in prepared.items()
+            }
+        )
         runs: dict[Role, list[StoredRun]] = {"baseline": [], "candidate": []}
         order = abba_order(plan.pairs)
         started = time.monotonic()

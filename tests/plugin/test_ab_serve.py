@@ -168,7 +168,7 @@ def test_a_server_killed_mid_job_stops_ab_in_one_line_and_leaves_no_process(
     monkeypatch.setenv("AB_STOP", "kill")
     monkeypatch.setenv("AB_STOP_SIDE", "B")
     monkeypatch.setenv("AB_STOP_AT", "2")
-    code = cli.main(["ab", "--baseline", _side("A"), "--candidate", _side("B"), "--pairs", "3"])
+    code = cli.main(["ab", "--serve", "--baseline", _side("A"), "--candidate", _side("B"), "--pairs", "3"])
     out, err = capsys.readouterr()
     assert code == 2, err
     assert out == ""
@@ -191,7 +191,7 @@ def test_a_server_that_does_not_answer_is_stopped_after_max_time(
     monkeypatch.setenv("AB_STOP", "hang")
     monkeypatch.setenv("AB_STOP_SIDE", "B")
     monkeypatch.setenv("AB_STOP_AT", "1")
-    code = cli.main(["ab", "--baseline", _side("A"), "--candidate", _side("B"), "--max-time", "5"])
+    code = cli.main(["ab", "--serve", "--baseline", _side("A"), "--candidate", _side("B"), "--max-time", "5"])
     _, err = capsys.readouterr()
     assert code == 2, err
     (line,) = [line for line in err.splitlines() if line.startswith("pytest-ipu: ")]
@@ -228,6 +228,7 @@ def test_ctrl_c_or_sigterm_to_ab_mid_round_leaves_no_process(
             "-m",
             "pytest_ipu.cli.main",
             "ab",
+            "--serve",
             "--baseline",
             _side("A"),
             "--candidate",

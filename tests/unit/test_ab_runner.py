@@ -169,13 +169,21 @@ def test_run_stops_at_the_first_look_that_decides(sides: Sides) -> None:
     assert _p50s(outcome.baseline) == pytest.approx([MS * (1 + p / 1000) for p in (1, 2, 3)])
     assert _p50s(outcome.candidate) == pytest.approx([1.01 * MS * (1 + p / 1000) for p in (1, 2, 3)])
     assert outcome.directory is None  # without keep, removed
+    assert progress[0] == f"pytest-ipu ab: run 1 (of at most 10): pair 1 baseline: {sides.spec('A')}"
+
+
+def test_sides_that_cannot_serve_rounds_run_one_process_per_run_with_one_line_each(sides: Sides) -> None:
+    progress: list[str] = []
+    plan = dataclasses.replace(sides.plan((2,)), serve=True)
+    outcome = ab_runner.run(plan, progress.append)
     # Neither side can serve rounds: each says so once, then runs one process per run.
     assert progress[:2] == [
         f"pytest-ipu ab: the {role} side ({sides.spec(label)}) cannot serve rounds (it does not know "
         "--ipu-serve: an older pytest-ipu, or none): one pytest per run"
         for role, label in (("baseline", "A"), ("candidate", "B"))
     ]
-    assert progress[2] == f"pytest-ipu ab: run 1 (of at most 10): pair 1 baseline: {sides.spec('A')}"
+    assert sides.order() == _abba(2)
+    assert len(outcome.baseline) == len(outcome.candidate) == 2
     assert list(Path(tempfile.gettempdir()).iterdir()) == []
 
 
@@ -282,7 +290,7 @@ def test_the_time_the_sides_took_to_start_is_kept_for_them_to_stop(
 ) -> None:
     clock = Clock(seconds_a_run=10.0, seconds_a_start=5.0)
     monkeypatch.setattr(ab_runner, "time", types.SimpleNamespace(monotonic=clock.monotonic))
-    plan = dataclasses.replace(sides.plan((2, 3, 5)), extra_time_s=25.0)
+    plan = dataclasses.replace(sides.plan((2, 3, 5)), extra_time_s=25.0, serve=True)
     outcome = ab_runner.run(plan, clock.progress, Looks())
     # Pair 3 would end 20 s after the first look, within 25 s, but not with the 10 s the sides
     # took to start kept for them to stop.
