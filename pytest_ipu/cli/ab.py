@@ -410,7 +410,8 @@ Decided = typing.Callable[[typing.Sequence[StoredRun], typing.Sequence[StoredRun
 
 
 class _PerRun:
-    """A side run one pytest process per run (``_run_one``): a side that cannot serve rounds."""
+    """A side run one pytest process per run (``_run_one``): the default, and a side that cannot
+    serve rounds under ``Plan.serve``."""
 
     def __init__(
         self, prepared: _Prepared, directory: Path, pytest_args: Sequence[str], keep: bool, pairs: int
@@ -502,9 +503,9 @@ def _serve(
     stack: contextlib.ExitStack,
     progress: Progress,
 ) -> dict[Role, _PerRun | _Served]:
-    """Each side's runner: a server started for each (both start at once, then each is waited for
-    until it has collected), or today's one process per run for a side whose pytest cannot serve
-    (one line says so). Every server is stopped on the way out (``stack``): gracefully once the
+    """Each side's runner under ``Plan.serve``: a server started for each (both start at once, then
+    each is waited for until it has collected), or one process per run for a side whose pytest
+    cannot serve (one line says so). Every server is stopped on the way out (``stack``): gracefully once the
     job is done, at once on an error, Ctrl-C or SIGTERM."""
     pytest_args = tuple(plan.pytest_args)
     keep = plan.keep is not None
