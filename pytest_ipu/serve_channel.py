@@ -1,6 +1,6 @@
 """The channel between ``pytest-ipu ab`` and a pytest that serves rounds (``--ipu-serve``).
 
-``ab`` starts one pytest per side with ``--ipu-serve=R,W``: two pipe descriptors the process
+``ab --serve`` starts one pytest per side with ``--ipu-serve=R,W``: two pipe descriptors the process
 inherits, ``R`` to read requests from and ``W`` to write replies to (its stdin and stdout stay
 pytest's own: its output goes to the side's log). Each message is one line of JSON:
 
