@@ -16,12 +16,20 @@ with this interpreter (``sys.executable -m pytest``), from the worktree's counte
 working directory, with the worktree's root first on ``PYTHONPATH`` so that its own code is
 imported. Worktrees and temporary files are removed on every path, Ctrl-C and SIGTERM included.
 
-Each run is ``<prefix> [-k EXPR] [pytest args] [--benchmark-max-time=T] -p no:cacheprovider
---benchmark-json=FILE -q``, with ``PYTEST_IPU_REPEATS=1`` and ``PYTEST_IPU_MAX_TIME`` in its
-environment unless the caller chose them (the variable, not empty, or the option): the pairs are
-the repeats, and the runs of a side share one plain run's time budget (``share``: 2 s / pairs for
-``ipu_benchmark``, 1 s / pairs for pytest-benchmark's fixture; the variables override an ini
-file's ``ipu_repeats`` and ``ipu_max_time``). Its output goes to a log file next to its JSON.
+Each run is one pytest, ``<prefix> [-k EXPR] [pytest args] [--benchmark-max-time=T] -p
+no:cacheprovider --benchmark-json=FILE -q``, its output in a log file next to its JSON: a fresh
+process per run, so that what differs between processes (the memory layout of data made at import,
+the hash seed) is drawn anew each run and shows as spread between pairs. With ``Plan.serve`` each
+side is instead one pytest for the whole job, ``<prefix> [-k EXPR] [pytest args]
+[--benchmark-max-time=T] -p no:cacheprovider -q --ipu-serve=R,W``, serving a round per run
+(``ab_server``; its output goes to ``<role>-server.log``): one start-up per side, but one draw of
+those process effects per side, which the pairs cannot cancel. A side whose pytest cannot serve (it
+refuses the option: an older pytest-ipu, or none) then runs one pytest per run. Either way with
+``PYTEST_IPU_REPEATS=1`` and ``PYTEST_IPU_MAX_TIME`` in the environment unless the caller chose
+them (the variable, not empty, or the option): the pairs are the repeats, and the runs of a side
+share one plain run's time budget (``share``: 2 s / pairs for ``ipu_benchmark``, 1 s / pairs for
+pytest-benchmark's fixture; the variables override an ini file's ``ipu_repeats`` and
+``ipu_max_time``).
 
 Nothing here prints: progress lines go to a callback (the command writes them to stderr).
 """
@@ -39,6 +47,7 @@ import tempfile
 import time
 import typing
 from collections.abc import Iterator
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
@@ -46,6 +55,7 @@ from pathlib import Path
 from typing import Literal
 
 from pytest_ipu.backports import remove_prefix
+from pytest_ipu.cli import ab_server
 from pytest_ipu.processes import sigterm_raises
 from pytest_ipu.processes import stop_command
 from pytest_ipu.results import benchmark_json
@@ -184,6 +194,10 @@ class Plan:
     keep: Path | None = None
     cwd: Path = field(default_factory=Path.cwd)
     max_time_s: float = math.inf
+    #: The time after the first look within which the later pairs must end (``run``).
+    extra_time_s: float = math.inf
+    #: Whether each side is one pytest serving a round per run (``ab_server``), not one per run.
+    serve: bool = False
 
     def __post_init__(self) -> None:
         for pairs in (self.looks[0], self.looks[-1]):
@@ -268,9 +282,9 @@ def share(pairs: int) -> tuple[str, str]:
     """Each run's time budget per benchmark, as the values of ``--ipu-max-time`` and
     ``--benchmark-max-time``: a plain run's budgets divided by the pairs before the first look. The
     pairs are the repeats, so the runs of one side together measure each benchmark as long as one
-    plain run does, and the whole job (both sides) twice as long, plus a start-up per run: a job
-    that decides at its first look costs about two plain runs, and later pairs only measure the
-    benchmarks still undecided."""
+    plain run does, and the whole job (both sides) twice as long, plus a start-up per side (per run
+    where a side cannot serve): a job that decides at its first look costs about two plain runs,
+    and later pairs only measure the benchmarks still undecided."""
     return f"{IPU_MAX_TIME_S / pairs:.3g}s", f"{BENCHMARK_MAX_TIME_S / pairs:.3g}"
 
 
@@ -303,14 +317,20 @@ def _environment(prepared: _Prepared, pytest_args: Sequence[str], pairs: int = 1
     return env
 
 
-def _tail(log: Path) -> str:
-    try:
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as exc:
-        return f"    (cannot read {log}: {exc.strerror or exc})"
+def _tail_lines(log: Path) -> list[str]:
+    """The last ``TAIL_LINES`` lines of ``log`` up to its last one not blank; raises ``OSError``."""
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
-    return "\n".join(f"    {line}" for line in lines[-TAIL_LINES:]) or "    (no output)"
+    return lines[-TAIL_LINES:]
+
+
+def _tail(log: Path) -> str:
+    try:
+        lines = _tail_lines(log)
+    except OSError as exc:
+        return f"    (cannot read {log}: {exc.strerror or exc})"
+    return "\n".join(f"    {line}" for line in lines) or "    (no output)"
 
 
 #: What pytest's exit codes other than 0 and 1 usually mean, for the error.
@@ -389,18 +409,184 @@ class Look:
 Decided = typing.Callable[[typing.Sequence[StoredRun], typing.Sequence[StoredRun]], Look]
 
 
+class _PerRun:
+    """A side run one pytest process per run (``_run_one``): the default, and a side that cannot
+    serve rounds under ``Plan.serve``."""
+
+    def __init__(
+        self, prepared: _Prepared, directory: Path, pytest_args: Sequence[str], keep: bool, pairs: int
+    ):
+        self.prepared = prepared
+        self.directory = directory
+        self.pytest_args = tuple(pytest_args)
+        self.keep = keep
+        self.pairs = pairs
+
+    def run(self, pair: int, look: Look | None, progress: Progress) -> StoredRun:
+        """One run of the side in ``pair``, without the benchmarks ``look`` settled; raises
+        ``RunFailed``."""
+        role, side = self.prepared.side.role, self.prepared.side
+        narrowed = look.deselect() if look is not None else []
+        out, log, code, command = _run_one(
+            self.prepared, pair, self.directory, (*self.pytest_args, *narrowed), self.pairs
+        )
+        if code not in (0, 1) or not out.exists():
+            why = f"exit {code}" + (f", {_EXIT_HINTS[code]}" if code in _EXIT_HINTS else "")
+            # A full disk fails the run's write of its JSON, and of its log (Python then exits
+            # 120, its output unflushed): say that, not what a run that measured nothing hears.
+            unwritable = None if out.exists() else _unwritable(self.directory)
+            if unwritable is not None:
+                why += (
+                    f", no JSON written: {self.directory} cannot be written ({unwritable}); free space "
+                    "there or pass --keep on another disk"
+                )
+            elif code in (0, 1):
+                why += " but no JSON written: did a test use ipu_benchmark?"
+            raise RunFailed(
+                f"the {role} side ({side.label}) failed in pair {pair} ({why}): {shlex.join(command)}\n"
+                f"  last lines of its output{_where(log, self.keep)}:\n{_tail(log)}"
+            )
+        if code == 1:
+            progress(f"pytest-ipu ab: pair {pair} {role}: some tests failed (exit 1); log: {log}")
+        return _read(out, side, pair)
+
+
+def _where(log: Path, keep: bool) -> str:
+    # Without --keep the log is removed on the way out: then its path would lead nowhere.
+    return f" ({log})" if keep else " (--keep DIR keeps the whole log)"
+
+
+def _read(out: Path, side: Side, pair: int) -> StoredRun:
+    try:
+        return benchmark_json.read_run(out)
+    except benchmark_json.RunFileError as exc:
+        raise RunFailed(f"the {side.role} side ({side.label}) in pair {pair}: {exc}") from None
+
+
+class _Served:
+    """A side served by one long-lived pytest (``ab_server.Server``): a round per run."""
+
+    def __init__(self, server: ab_server.Server, side: Side, directory: Path, keep: bool, timeout_s: float):
+        self.server = server
+        self.side = side
+        self.directory = directory
+        self.keep = keep
+        self.timeout_s = timeout_s
+
+    def run(self, pair: int, look: Look | None, progress: Progress) -> StoredRun:
+        """The side's round of ``pair``, without the benchmarks ``look`` settled; raises ``RunFailed``
+        (the server is then stopped by the caller's cleanup)."""
+        out = self.directory / f"pair{pair}-{self.side.role}.json"
+        out.unlink(missing_ok=True)  # a file left by an earlier job must not pass for this round's
+        try:
+            failed = self.server.round(out, look.settled if look is not None else (), self.timeout_s)
+        except ab_server.ServerFailed as exc:
+            raise RunFailed(
+                f"the {self.side.role} side ({self.side.label}) failed in pair {pair}: {exc} "
+                f"({_timeout_hint(self.timeout_s)}): {self.server.describe()}\n"
+                f"  last lines of its output{_where(self.server.log, self.keep)}:\n{_tail(self.server.log)}"
+            ) from None
+        if failed:
+            role, log = self.side.role, self.server.log
+            progress(f"pytest-ipu ab: pair {pair} {role}: {failed} test(s) failed; log: {log}")
+        return _read(out, self.side, pair)
+
+
+def _timeout_hint(timeout_s: float) -> str:
+    return f"no answer is waited for past --max-time, {timeout_s:g} s"
+
+
+def _serve(
+    prepared: dict[Role, _Prepared],
+    plan: Plan,
+    directory: Path,
+    stack: contextlib.ExitStack,
+    progress: Progress,
+) -> dict[Role, _PerRun | _Served]:
+    """Each side's runner under ``Plan.serve``: a server started for each (both start at once, then
+    each is waited for until it has collected), or one process per run for a side whose pytest
+    cannot serve (one line says so). Every server is stopped on the way out (``stack``): gracefully once the
+    job is done, at once on an error, Ctrl-C or SIGTERM."""
+    pytest_args = tuple(plan.pytest_args)
+    keep = plan.keep is not None
+    timeout = plan.max_time_s
+    servers: dict[Role, ab_server.Server] = {}
+    stack.push(_closer(servers))
+    for role, ready in prepared.items():
+        command = [
+            *ready.prefix,
+            *pytest_args,
+            *budget_args(plan.looks[0], pytest_args),
+            "-p",
+            "no:cacheprovider",
+            "-q",
+        ]
+        env = _environment(ready, pytest_args, plan.looks[0])
+        server = ab_server.Server(command, ready.cwd, env, directory / f"{role}-server.log")
+        servers[role] = server
+    runners: dict[Role, _PerRun | _Served] = {}
+    for role, server in servers.items():
+        side = prepared[role].side
+        if server.ready(timeout):
+            runners[role] = _Served(server, side, directory, keep, timeout)
+            continue
+        refused = server.refused_option()
+        try:
+            empty = not _tail_lines(server.log)
+        except OSError:
+            empty = True
+        if refused or empty:
+            # Nothing in it that this line does not say (pytest's usage error, or nothing at all).
+            server.log.unlink(missing_ok=True)
+            where = ""
+        else:
+            where = f"; log: {server.log}"
+        cause = (
+            "it does not know --ipu-serve: an older pytest-ipu, or none"
+            if refused
+            else f"its pytest ended before it was ready ({server.ended()}{where})"
+        )
+        progress(
+            f"pytest-ipu ab: the {role} side ({side.label}) cannot serve rounds ({cause}): one pytest per run"
+        )
+        runners[role] = _PerRun(prepared[role], directory, pytest_args, keep, plan.looks[0])
+    return runners
+
+
+def _closer(servers: Mapping[Role, ab_server.Server]) -> typing.Callable[..., bool]:
+    """An exit callback that stops ``servers``: gracefully when the block ended without an exception
+    (both asked to stop first, so that they end their sessions at the same time), at once otherwise."""
+
+    def close(kind: type[BaseException] | None, *_: object) -> bool:
+        graceful = kind is None
+        try:
+            if graceful:
+                for server in servers.values():
+                    server.ask_to_stop()
+        finally:
+            # Each is stopped even when stopping another raises (a second Ctrl-C).
+            with contextlib.ExitStack() as closing:
+                for server in servers.values():
+                    closing.callback(server.close, graceful=graceful, grace_s=SIDE_GRACE_S)
+        return False
+
+    return close
+
+
 def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outcome:
     """Run both sides in ABBA order, pair after pair, and read their JSON back: up to the first of
     ``plan.looks`` where ``decided`` says every verdict is decided (without it, all the pairs),
-    starting no pair once ``plan.max_time_s`` has passed. After a look, later pairs run only the
-    benchmarks it left undecided (``Look.deselect``).
+    starting no pair once ``plan.max_time_s`` has passed, nor one that would end past
+    ``plan.extra_time_s`` after the first look, less the time the sides took to start (kept for them
+    to stop). After a look, later pairs run only the benchmarks it
+    left undecided. Each side is one pytest serving a round per run (``ab_server``), or one pytest
+    per run where it cannot serve.
 
     Raises ``SideError`` for a side that cannot be set up, ``RunFailed`` for a run that exits with
-    a code other than 0 and 1 or writes no JSON. Worktrees and the temporary directory (everything
-    when ``plan.keep`` is ``None``; with ``keep``, the JSON and logs stay there) are removed on every
-    path.
+    a code other than 0 and 1 or writes no JSON, and for a server that ends or does not answer.
+    Worktrees, servers and the temporary directory (everything when ``plan.keep`` is ``None``;
+    with ``keep``, the JSON and logs stay there) are removed on every path.
     """
-    pytest_args = tuple(plan.pytest_args)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_unwinds())
         scratch = Path(tempfile.mkdtemp(prefix="pytest-ipu-ab-"))
@@ -421,61 +607,63 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
                 prepared[side.role] = stack.enter_context(_worktree(side, scratch, plan.cwd, progress))
             else:
                 prepared[side.role] = _Prepared(side, side.prefix, plan.cwd)
+        starting = time.monotonic()
+        runners: dict[Role, _PerRun | _Served] = (
+            _serve(prepared, plan, directory, stack, progress)
+            if plan.serve
+            else {
+                role: _PerRun(ready, directory, plan.pytest_args, plan.keep is not None, plan.looks[0])
+                for role, ready in prepared.items()
+            }
+        )
         runs: dict[Role, list[StoredRun]] = {"baseline": [], "candidate": []}
         order = abba_order(plan.pairs)
         started = time.monotonic()
+        # Kept back, after the last pair, for the sides to stop: about as long as they took to start
+        # (a session's end tears down what its start set up).
+        stopping_s = started - starting
+        first_look_at: float | None = None
+        pair_started = started
+        last_pair_s = 0.0
         stopped = ""
-        narrowed: list[str] = []
+        look: Look | None = None
         for count, (pair, role) in enumerate(order, start=1):
             side = prepared[role].side
             if count % 2 == 1 and pair > 1:
                 # The first run of a pair: first, did the last look decide, or has time run out?
                 done = pair - 1
+                now = time.monotonic()
+                last_pair_s, pair_started = now - pair_started, now
                 if done in plan.looks and decided is not None:
                     look = decided(runs["baseline"], runs["candidate"])
                     if look.done:
                         stopped = f"every gate decided after {done} pair(s) (looks at {_counts(plan.looks)})"
                         break
-                    narrowed = look.deselect()
                     if look.settled:
                         progress(
                             f"pytest-ipu ab: after {done} pair(s): {len(look.settled)} benchmark(s) decided, "
                             f"{len(look.undecided)} still measured"
                         )
-                if time.monotonic() - started > plan.max_time_s:
+                if done == plan.looks[0]:
+                    first_look_at = now
+                if now - started > plan.max_time_s:
                     stopped = (
                         f"--max-time {plan.max_time_s:g}s reached after {done} pair(s): no new pair started"
                     )
                     break
+                # The last pair measured at least what the next one will: were it as long, would the
+                # job, its sides stopped, pass its time after the first look?
+                ends = now + last_pair_s + stopping_s - (first_look_at or now)
+                if first_look_at is not None and ends > plan.extra_time_s:
+                    stopped = (
+                        f"--extra-time {plan.extra_time_s:g}s after the first look: another pair would end "
+                        f"past it (the last took {last_pair_s:.0f} s, and {stopping_s:.0f} s are kept for "
+                        f"the sides to stop); stopped after {done} pair(s)"
+                    )
+                    break
             of = f"/{len(order)}" if len(plan.looks) == 1 else f" (of at most {len(order)})"
             progress(f"pytest-ipu ab: run {count}{of}: pair {pair} {role}: {side.label}")
-            out, log, code, command = _run_one(
-                prepared[role], pair, directory, (*pytest_args, *narrowed), plan.looks[0]
-            )
-            if code not in (0, 1) or not out.exists():
-                why = f"exit {code}" + (f", {_EXIT_HINTS[code]}" if code in _EXIT_HINTS else "")
-                # A full disk fails the run's write of its JSON, and of its log (Python then exits
-                # 120, its output unflushed): say that, not what a run that measured nothing hears.
-                unwritable = None if out.exists() else _unwritable(directory)
-                if unwritable is not None:
-                    why += (
-                        f", no JSON written: {directory} cannot be written ({unwritable}); free space "
-                        "there or pass --keep on another disk"
-                    )
-                elif code in (0, 1):
-                    why += " but no JSON written: did a test use ipu_benchmark?"
-                # Without --keep the log is removed on the way out: then its path would lead nowhere.
-                where = f" ({log})" if plan.keep is not None else " (--keep DIR keeps the whole log)"
-                raise RunFailed(
-                    f"the {role} side ({side.label}) failed in pair {pair} ({why}): {shlex.join(command)}\n"
-                    f"  last lines of its output{where}:\n{_tail(log)}"
-                )
-            if code == 1:
-                progress(f"pytest-ipu ab: pair {pair} {role}: some tests failed (exit 1); log: {log}")
-            try:
-                runs[role].append(benchmark_json.read_run(out))
-            except benchmark_json.RunFileError as exc:
-                raise RunFailed(f"the {role} side ({side.label}) in pair {pair}: {exc}") from None
+            runs[role].append(runners[role].run(pair, look, progress))
         if not stopped and len(plan.looks) > 1:
             stopped = f"the most pairs ({plan.pairs}, --max-pairs) run"
         return Outcome(

@@ -20,6 +20,7 @@ output went away (``pytest-ipu compare 0001 0002 | head -1``): the command stops
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -205,6 +206,13 @@ def _ab(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if not args.extra_time >= 0.0:
+        print(
+            f"pytest-ipu: --extra-time {args.extra_time:g}: give a number of seconds >= 0 "
+            "(default: no bound)",
+            file=sys.stderr,
+        )
+        return 2
     try:
         gate_list = [gates.parse(text) for text in args.gate]
     except gates.GateError as exc:
@@ -226,6 +234,8 @@ def _ab(args: argparse.Namespace) -> int:
             args.keep,
             cwd,
             args.max_time,
+            args.extra_time,
+            args.serve,
         )
 
         # Benchmarks decided at a look keep that look's verdicts; later pairs run only the others.
@@ -518,7 +528,26 @@ def _main(argv: Sequence[str] | None) -> int:
         type=float,
         default=1800.0,
         metavar="S",
-        help="start no new pair after S seconds (default 1800)",
+        help="start no new pair after S seconds (default 1800); a server that does not answer within S "
+        "seconds is stopped",
+    )
+    ab_parser.add_argument(
+        "--extra-time",
+        type=float,
+        default=math.inf,
+        metavar="S",
+        help="after the first look, start no pair that would end more than S seconds after it, judging "
+        "by the last pair (default: no bound but --max-time; with --serve, 60 makes a job cost about two "
+        "plain runs plus a minute; undecided benchmarks are then INCONCLUSIVE with the smallest "
+        "threshold they decide)",
+    )
+    ab_parser.add_argument(
+        "--serve",
+        action="store_true",
+        help="one pytest per side for the whole job, serving a round per run: the start-up is paid once "
+        "per side, not once per run, but a benchmark whose speed depends on its process (the memory "
+        "layout of data made at import) gets one draw of it per side, which a gate can read as a change "
+        "(docs/ci.md)",
     )
     ab_parser.add_argument(
         "--gate",

@@ -290,6 +290,15 @@ def add_options(parser: pytest.Parser) -> None:
             parser.addini(spec.ini, f"{spec.help} (one per line)", type="linelist", default=INI_ABSENT)
         else:
             parser.addini(spec.ini, f"{spec.help} (default: {spec.default})", default=None)
+    # Not a setting (no ini key, no variable): how pytest-ipu ab runs a side (``serve_channel``).
+    group.addoption(
+        "--ipu-serve",
+        dest="ipu_serve",
+        metavar="R,W",
+        default=None,
+        help="for pytest-ipu ab: after collecting, run the tests in rounds requested on pipe R, "
+        "answering on pipe W (one process per side for a whole A/B job)",
+    )
 
 
 def resolve_settings(

@@ -132,6 +132,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if session.settings.gates:
         session.gate_check.refuse_untimed(config)
     config.stash[SESSION_KEY] = session
+    serve = getattr(config.option, "ipu_serve", None)
+    if serve is not None:
+        # pytest-ipu ab's rounds in one process (loaded only then: every run reads this hook).
+        from pytest_ipu.pytest_plugin import serving
+
+        serving.register(config, serve)
     # Each pytest run (pytester runs many in one process) has its own plugin manager, so the hooks
     # go with the run.
     config.pluginmanager.register(Lifecycle(session, pending), "pytest-ipu-lifecycle")

@@ -8,7 +8,8 @@ After the counts line (the caller's), the lines are:
    hold the same number and the same noise), each group with the cause (``Verdict.noise``: ``one
    value per run``, ``one repeat``, ``spread 12.0% between runs``; or that it FAILed its own gate
    but not at the job's family-wise level) and the smallest threshold this evidence decides (the
-   far end of its interval: a threshold past it would PASS);
+   far end of its interval: a threshold past it would PASS), the cause said once where what is
+   missing names it already;
 3. past ``MAX_LINES`` lines, one line that folds the rest ("and 40 more INCONCLUSIVE benchmarks").
 
 ``verbose`` lists every verdict's own line instead (passes too, where asked). The run's JSON keeps
@@ -68,12 +69,20 @@ def undecided_lines(verdicts: Sequence[Verdict], label: str = "INCONCLUSIVE") ->
         if not verdict.inconclusive:
             continue
         groups = by_benchmark.setdefault(verdict.benchmark, {})
-        groups.setdefault(f"{cause(verdict)}: {decidable(verdict)}", []).append(verdict.gate.metric)
+        groups.setdefault(_why(verdict), []).append(verdict.gate.metric)
     out = []
     for benchmark, groups in by_benchmark.items():
         parts = [f"{', '.join(dict.fromkeys(metrics))}: {text}" for text, metrics in groups.items()]
         out.append(f"{label} {benchmark}: {' | '.join(parts)}")
     return out
+
+
+def _why(verdict: Verdict) -> str:
+    """The cause and what the evidence decides, the cause said once: where what is missing already
+    names it ("no threshold can be decided (a pytest-benchmark benchmark has one value per run ...)"),
+    that alone."""
+    reason, decides = cause(verdict), decidable(verdict)
+    return decides if verdict.interval is None and reason in decides else f"{reason}: {decides}"
 
 
 def cause(verdict: Verdict) -> str:

@@ -97,12 +97,14 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
+@pytest.mark.parametrize("serve", [False, True], ids=["one-process-per-run", "served"])
 def test_a_20x_slower_candidate_fails_its_gate_in_abba_order(
-    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], serve: bool
 ) -> None:
     keep = tmp_path / "keep"
     code, out, err = _ab(
         [
+            *(["--serve"] if serve else []),
             "--baseline",
             _side("AB_SIDE=A"),
             "--candidate",
@@ -138,17 +140,23 @@ def test_a_20x_slower_candidate_fails_its_gate_in_abba_order(
     ]
     # The pairs are the repeats: each run measured once.
     assert set((tmp_path / "order.txt").read_text().split()[1::2]) == {"repeats=1"}
+    # A JSON file per run; a log per run, or (served) one per side.
+    logs = (
+        ["baseline-server.log", "candidate-server.log"]
+        if serve
+        else [f"pair{p}-{role}.log" for p in range(1, pairs + 1) for role in ("baseline", "candidate")]
+    )
     assert sorted(p.name for p in keep.iterdir()) == sorted(
-        f"pair{p}-{role}.{ext}"
-        for p in range(1, pairs + 1)
-        for role in ("baseline", "candidate")
-        for ext in ("json", "log")
+        [*(f"pair{p}-{role}.json" for p in range(1, pairs + 1) for role in ("baseline", "candidate")), *logs]
     )
     for path in keep.glob("*.json"):
         (bench,) = json.loads(path.read_text())["benchmarks"]
         assert bench["fullname"] == "test_bench.py::test_x"
         assert bench["extra_info"]["ipu"]["rounds"] == 10
-    assert "passed" in (keep / "pair2-candidate.log").read_text()
+    if serve:
+        assert f"{pairs} passed" in (keep / "candidate-server.log").read_text()
+    else:
+        assert "1 passed" in (keep / "pair2-candidate.log").read_text()
     assert "test_x (test_bench.py::test_x)" in out
     assert "gates: 2 checked: " in out
     (line,) = [line for line in out.splitlines() if line.startswith("test_x latency.p50:")]
@@ -334,6 +342,7 @@ def test_a_side_that_fails_to_run_stops_with_exit_2(
         (["--pairs", "1001"], "--pairs 1001: out of range"),
         (["--gate", "throughput:+5%"], "--gate: bad gate 'throughput:+5%'"),
         (["--alpha", "2"], "--alpha 2: out of range"),
+        (["--extra-time", "-1"], "--extra-time -1: give a number of seconds >= 0 (default: no bound)"),
         (["--candidate", "git:HEAD"], "--candidate 'git:HEAD': 'HEAD' is not a commit of the git repository"),
         (["--candidate", "'unbalanced"], '--candidate "\'unbalanced": cannot split into words'),
     ],

@@ -146,7 +146,7 @@ def test_one_repeat_a_side_is_inconclusive_and_fails_unless_told_otherwise(
         "estimate); one repeat on each side: use --ipu-repeats=3 or 3 or more baseline runs"
     )
     folded = (
-        "latency.p50: one repeat: no threshold can be decided (one repeat on each side: use --ipu-repeats=3 "
+        "latency.p50: no threshold can be decided (one repeat on each side: use --ipu-repeats=3 "
         "or 3 or more baseline runs)"
     )
     result = pytester.runpytest(*ARGS, *gate)
@@ -189,8 +189,8 @@ def test_the_summary_names_each_undecided_benchmark_once_and_the_json_keeps_ever
             "6 gate check(s) on 3 benchmark(s) against base.json: 0 PASS, 0 FAIL, 6 INCONCLUSIVE",
             "job: a FAIL is one at the 1% family-wise level (Holm over 6 gate check(s)); INCONCLUSIVE a "
             "warning: --ipu-inconclusive=warn",
-            "INCONCLUSIVE (a warning: --ipu-inconclusive=warn) test_changing: latency.p50, latency.mean: one "
-            "repeat: no threshold can be decided *",
+            "INCONCLUSIVE (a warning: --ipu-inconclusive=warn) test_changing: latency.p50, latency.mean: no "
+            "threshold can be decided (one repeat on each side*",
         ]
     )
     undecided = [line for line in result.outlines if line.startswith("INCONCLUSIVE (a warning")]
@@ -271,7 +271,7 @@ def test_absolute_gates_need_no_baseline(pytester: pytest.Pytester) -> None:
     assert once.ret == pytest.ExitCode.TESTS_FAILED
     once.stdout.fnmatch_lines(
         [
-            "INCONCLUSIVE (fails the run) test_changing: latency.p50: one repeat: no threshold can be "
+            "INCONCLUSIVE (fails the run) test_changing: latency.p50: no threshold can be "
             "decided (one repeat: no spread to bound the value by; use --ipu-repeats=3)"
         ]
     )

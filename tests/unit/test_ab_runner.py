@@ -5,6 +5,7 @@ it ran in. The sequential plan's stops: at a look that decides, at the most pair
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -30,9 +31,20 @@ from tests.waiting import wait_for
 
 MS = 1e-3
 
+#: How the fakes refuse ``--ipu-serve``, as pytest refuses an option it does not know: each stands in
+#: for a pytest that cannot serve rounds (``ab`` then runs it once per run).
+REFUSES_SERVING = """
+import sys
+
+if any(a.startswith("--ipu-serve") for a in sys.argv):
+    sys.exit("pytest: error: unrecognized arguments: " + sys.argv[-1])
+"""
+
 #: Stands in for pytest: copies ``<label>-<pair>.json`` from its own folder to the run's
 #: ``--benchmark-json`` file and notes ``<label> <pair>`` in ``order.txt`` there.
-FAKE_PYTEST = """
+FAKE_PYTEST = (
+    REFUSES_SERVING
+    + """
 import shutil
 import sys
 from pathlib import Path
@@ -48,6 +60,7 @@ with open(here / "deselected.txt", "a") as deselected:
     deselected.write(" ".join([f"{label}{pair}", *chosen]) + "\\n")
 shutil.copyfile(here / f"{label}-{pair}.json", out)
 """
+)
 
 
 class Sides:
@@ -157,6 +170,20 @@ def test_run_stops_at_the_first_look_that_decides(sides: Sides) -> None:
     assert _p50s(outcome.candidate) == pytest.approx([1.01 * MS * (1 + p / 1000) for p in (1, 2, 3)])
     assert outcome.directory is None  # without keep, removed
     assert progress[0] == f"pytest-ipu ab: run 1 (of at most 10): pair 1 baseline: {sides.spec('A')}"
+
+
+def test_sides_that_cannot_serve_rounds_run_one_process_per_run_with_one_line_each(sides: Sides) -> None:
+    progress: list[str] = []
+    plan = dataclasses.replace(sides.plan((2,)), serve=True)
+    outcome = ab_runner.run(plan, progress.append)
+    # Neither side can serve rounds: each says so once, then runs one process per run.
+    assert progress[:2] == [
+        f"pytest-ipu ab: the {role} side ({sides.spec(label)}) cannot serve rounds (it does not know "
+        "--ipu-serve: an older pytest-ipu, or none): one pytest per run"
+        for role, label in (("baseline", "A"), ("candidate", "B"))
+    ]
+    assert sides.order() == _abba(2)
+    assert len(outcome.baseline) == len(outcome.candidate) == 2
     assert list(Path(tempfile.gettempdir()).iterdir()) == []
 
 
@@ -209,18 +236,23 @@ def test_run_without_a_decision_runs_every_pair_and_a_fixed_plan_says_nothing(si
 
 class Clock:
     """A fake ``time.monotonic`` for the runner: ``seconds_a_run`` seconds pass with each run it
-    announces (the progress callback), none otherwise."""
+    announces (the progress callback), ``seconds_a_start`` with each side's start (its line that it
+    cannot serve), none otherwise."""
 
-    def __init__(self, seconds_a_run: float) -> None:
+    def __init__(self, seconds_a_run: float, seconds_a_start: float = 0.0) -> None:
         self.seconds_a_run = seconds_a_run
+        self.seconds_a_start = seconds_a_start
         self.runs = 0
+        self.starts = 0
 
     def progress(self, line: str) -> None:
         if line.startswith("pytest-ipu ab: run "):
             self.runs += 1
+        elif "cannot serve rounds" in line:
+            self.starts += 1
 
     def monotonic(self) -> float:
-        return self.runs * self.seconds_a_run
+        return self.runs * self.seconds_a_run + self.starts * self.seconds_a_start
 
 
 @pytest.mark.parametrize("looks", [(2, 3, 5), (5,)])
@@ -235,6 +267,38 @@ def test_run_starts_no_pair_once_the_time_is_up(
     assert sides.order() == _abba(2)
     assert len(outcome.baseline) == len(outcome.candidate) == 2
     assert outcome.stopped == "--max-time 35s reached after 2 pair(s): no new pair started"
+
+
+def test_no_pair_starts_that_would_end_past_the_extra_time_after_the_first_look(
+    sides: Sides, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock(seconds_a_run=10.0)
+    monkeypatch.setattr(ab_runner, "time", types.SimpleNamespace(monotonic=clock.monotonic))
+    plan = dataclasses.replace(sides.plan((2, 3, 5)), extra_time_s=25.0)
+    outcome = ab_runner.run(plan, clock.progress, Looks())
+    # The first look after pair 2 (40 s in); pair 3 would end 20 s after it (as long as pair 2
+    # took): it starts; pair 4 would end 40 s after it, past 25 s: it does not.
+    assert sides.order() == _abba(3)
+    assert outcome.stopped == (
+        "--extra-time 25s after the first look: another pair would end past it (the last took 20 s, and 0 s "
+        "are kept for the sides to stop); stopped after 3 pair(s)"
+    )
+
+
+def test_the_time_the_sides_took_to_start_is_kept_for_them_to_stop(
+    sides: Sides, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock(seconds_a_run=10.0, seconds_a_start=5.0)
+    monkeypatch.setattr(ab_runner, "time", types.SimpleNamespace(monotonic=clock.monotonic))
+    plan = dataclasses.replace(sides.plan((2, 3, 5)), extra_time_s=25.0, serve=True)
+    outcome = ab_runner.run(plan, clock.progress, Looks())
+    # Pair 3 would end 20 s after the first look, within 25 s, but not with the 10 s the sides
+    # took to start kept for them to stop.
+    assert sides.order() == _abba(2)
+    assert outcome.stopped == (
+        "--extra-time 25s after the first look: another pair would end past it (the last took 20 s, and 10 s "
+        "are kept for the sides to stop); stopped after 2 pair(s)"
+    )
 
 
 def test_a_look_that_decides_stops_before_the_time_is_checked(
@@ -340,7 +404,9 @@ def test_the_command_without_gates_runs_the_pairs_asked_for(
 
 #: Stands in for pytest on a full disk: writes the run file as pytest-ipu does (a temporary file
 #: renamed into place, removed when the write fails), so a full disk leaves no file and exit 1.
-FULL_DISK_PYTEST = """
+FULL_DISK_PYTEST = (
+    REFUSES_SERVING
+    + """
 import os
 import shutil
 import sys
@@ -356,6 +422,7 @@ except OSError as exc:
     print(f"pytest-ipu: --benchmark-json={out}: cannot write the results: {exc.strerror}")
     sys.exit(1)
 """
+)
 
 
 def test_a_full_disk_under_keep_is_named_as_the_cause(sides: Sides, tmp_path: Path) -> None:
@@ -430,7 +497,9 @@ def test_a_baseline_run_no_measurement_can_give_stops_ab_in_one_line(
 
 
 #: Stands in for pytest that never ends: notes its process id, then waits to be stopped.
-WAITING_PYTEST = """
+WAITING_PYTEST = (
+    REFUSES_SERVING
+    + """
 import os
 import sys
 import threading
@@ -439,6 +508,7 @@ from pathlib import Path
 Path(sys.argv[1]).write_text(str(os.getpid()))
 threading.Event().wait()
 """
+)
 
 
 def test_sigint_to_ab_stops_its_side_and_removes_its_files(tmp_path: Path) -> None:

@@ -32,6 +32,27 @@ def _failed(name: str) -> Verdict:
     )
 
 
+def test_a_cause_the_missing_threshold_already_names_is_said_once() -> None:
+    gate = gates.parse("latency.p50:+5%")
+    advice = "a pytest-benchmark benchmark has one value per run (its rounds are not independent repeats)"
+    plain = Verdict(
+        gate,
+        "test_plain",
+        decide.INCONCLUSIVE,
+        1.0,
+        1.02,
+        0.02,
+        None,
+        "how",
+        advice,
+        None,
+        "one value per run",
+    )
+    (line,) = job_summary.lines([plain])
+    assert line == f"INCONCLUSIVE test_plain: latency.p50: no threshold can be decided ({advice})"
+    assert line.count("one value per run") == 1
+
+
 def test_metrics_holding_the_same_number_are_one_line_with_the_cause_and_the_smallest_threshold() -> None:
     # A one-round benchmark: latency.p50 and latency.mean are the same value with the same noise.
     verdicts = [

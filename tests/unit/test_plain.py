@@ -111,7 +111,7 @@ def test_compare_of_two_plain_runs_is_inconclusive_naming_the_cause(
     out = capsys.readouterr().out
     assert "gates: 4 checked: 0 PASS, 0 FAIL, 4 INCONCLUSIVE" in out
     assert (
-        f"INCONCLUSIVE test_sum: latency.p50: one value per run: no threshold can be decided ({ONE_VALUE}: "
+        f"INCONCLUSIVE test_sum: latency.p50: no threshold can be decided ({ONE_VALUE}: "
         f"give {decide.HISTORY_MIN} or more baseline runs)"
     ) in out
 

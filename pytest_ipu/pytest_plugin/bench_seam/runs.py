@@ -81,3 +81,39 @@ def save_without_benchmarks(config: pytest.Config) -> bool:
     if save:
         bench.storage.save(document(bench.save_data), save)
     return True
+
+
+def start_round(config: pytest.Config) -> None:
+    """Begin a round of a serving run (``pytest_plugin.serving``): forget the benchmarks of earlier
+    rounds, so that the session's list (which every ``benchmark`` fixture appends to) holds this
+    round's alone. Emptied in place: the fixtures append through the list's bound ``append``."""
+    bench = getattr(config, "_benchmarksession", None)
+    if bench is not None:
+        del bench.benchmarks[:]
+
+
+def round_json(config: pytest.Config) -> bytes:
+    """The benchmarks measured since ``start_round`` as pytest-benchmark writes ``--benchmark-json``
+    (its per-round data included): the same public hooks as its own saving, where plugins add their
+    sections (pytest-ipu's top-level one among them). Raises ``RuntimeError`` when pytest-benchmark
+    is not active (``-p no:benchmark``)."""
+    bench = getattr(config, "_benchmarksession", None)
+    if bench is None:
+        raise RuntimeError("pytest-benchmark is not active (-p no:benchmark?): there is nothing to write")
+    from pytest_benchmark.utils import safe_dumps
+
+    hook = config.hook
+    benchmarks = list(bench.benchmarks)
+    machine_info = bench.get_machine_info()
+    commit_info = hook.pytest_benchmark_generate_commit_info(config=config)
+    hook.pytest_benchmark_update_commit_info(config=config, commit_info=commit_info)
+    output_json: dict[str, Any] = hook.pytest_benchmark_generate_json(
+        config=config,
+        benchmarks=benchmarks,
+        include_data=True,
+        machine_info=machine_info,
+        commit_info=commit_info,
+    )
+    hook.pytest_benchmark_update_json(config=config, benchmarks=benchmarks, output_json=output_json)
+    text: str = safe_dumps(output_json, ensure_ascii=True, indent=4)  # type: ignore[no-untyped-call]
+    return text.encode()
