@@ -422,6 +422,11 @@ class _PerRun:
         self.keep = keep
         self.pairs = pairs
 
+    @property
+    def side(self) -> Side:
+        """The side it runs."""
+        return self.prepared.side
+
     def run(self, pair: int, look: Look | None, progress: Progress) -> StoredRun:
         """One run of the side in ``pair``, without the benchmarks ``look`` settled; raises
         ``RunFailed``."""
@@ -530,27 +535,32 @@ def _serve(
         if server.ready(timeout):
             runners[role] = _Served(server, side, directory, keep, timeout)
             continue
-        refused = server.refused_option()
-        try:
-            empty = not _tail_lines(server.log)
-        except OSError:
-            empty = True
-        if refused or empty:
-            # Nothing in it that this line does not say (pytest's usage error, or nothing at all).
-            server.log.unlink(missing_ok=True)
-            where = ""
-        else:
-            where = f"; log: {server.log}"
-        cause = (
-            "it does not know --ipu-serve: an older pytest-ipu, or none"
-            if refused
-            else f"its pytest ended before it was ready ({server.ended()}{where})"
-        )
         progress(
-            f"pytest-ipu ab: the {role} side ({side.label}) cannot serve rounds ({cause}): one pytest per run"
+            f"pytest-ipu ab: the {role} side ({side.label}) cannot serve rounds ({_why_not_served(server)}): "
+            "one pytest per run"
         )
         runners[role] = _PerRun(prepared[role], directory, pytest_args, keep, plan.looks[0])
     return runners
+
+
+def _why_not_served(server: ab_server.Server) -> str:
+    """Why a side's server never became ready, in a few words; its log is removed when it says no
+    more than that (pytest's usage error, or nothing at all), else named."""
+    refused = server.refused_option()
+    try:
+        empty = not _tail_lines(server.log)
+    except OSError:
+        empty = True
+    if refused or empty:
+        server.log.unlink(missing_ok=True)
+        where = ""
+    else:
+        where = f"; log: {server.log}"
+    return (
+        "it does not know --ipu-serve: an older pytest-ipu, or none"
+        if refused
+        else f"its pytest ended before it was ready ({server.ended()}{where})"
+    )
 
 
 def _closer(servers: Mapping[Role, ab_server.Server]) -> typing.Callable[..., bool]:
@@ -591,16 +601,7 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
         stack.enter_context(_sigterm_unwinds())
         scratch = Path(tempfile.mkdtemp(prefix="pytest-ipu-ab-"))
         stack.callback(shutil.rmtree, scratch, True)
-        if plan.keep is not None:
-            # Absolute: the runs' working directories differ (a worktree), the files' place must not.
-            directory = (plan.cwd / plan.keep).resolve()
-            try:
-                directory.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise SideError(f"--keep {str(directory)!r}: cannot create: {exc.strerror or exc}") from None
-        else:
-            directory = scratch / "runs"
-            directory.mkdir()
+        directory = _runs_directory(plan, scratch)
         prepared: dict[Role, _Prepared] = {}
         for side in (plan.baseline, plan.candidate):
             if side.kind == "git":
@@ -616,59 +617,111 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
                 for role, ready in prepared.items()
             }
         )
-        runs: dict[Role, list[StoredRun]] = {"baseline": [], "candidate": []}
-        order = abba_order(plan.pairs)
         started = time.monotonic()
         # Kept back, after the last pair, for the sides to stop: about as long as they took to start
         # (a session's end tears down what its start set up).
-        stopping_s = started - starting
-        first_look_at: float | None = None
-        pair_started = started
-        last_pair_s = 0.0
-        stopped = ""
-        look: Look | None = None
-        for count, (pair, role) in enumerate(order, start=1):
-            side = prepared[role].side
-            if count % 2 == 1 and pair > 1:
-                # The first run of a pair: first, did the last look decide, or has time run out?
-                done = pair - 1
-                now = time.monotonic()
-                last_pair_s, pair_started = now - pair_started, now
-                if done in plan.looks and decided is not None:
-                    look = decided(runs["baseline"], runs["candidate"])
-                    if look.done:
-                        stopped = f"every gate decided after {done} pair(s) (looks at {_counts(plan.looks)})"
-                        break
-                    if look.settled:
-                        progress(
-                            f"pytest-ipu ab: after {done} pair(s): {len(look.settled)} benchmark(s) decided, "
-                            f"{len(look.undecided)} still measured"
-                        )
-                if done == plan.looks[0]:
-                    first_look_at = now
-                if now - started > plan.max_time_s:
-                    stopped = (
-                        f"--max-time {plan.max_time_s:g}s reached after {done} pair(s): no new pair started"
-                    )
-                    break
-                # The last pair measured at least what the next one will: were it as long, would the
-                # job, its sides stopped, pass its time after the first look?
-                ends = now + last_pair_s + stopping_s - (first_look_at or now)
-                if first_look_at is not None and ends > plan.extra_time_s:
-                    stopped = (
-                        f"--extra-time {plan.extra_time_s:g}s after the first look: another pair would end "
-                        f"past it (the last took {last_pair_s:.0f} s, and {stopping_s:.0f} s are kept for "
-                        f"the sides to stop); stopped after {done} pair(s)"
-                    )
-                    break
-            of = f"/{len(order)}" if len(plan.looks) == 1 else f" (of at most {len(order)})"
-            progress(f"pytest-ipu ab: run {count}{of}: pair {pair} {role}: {side.label}")
-            runs[role].append(runners[role].run(pair, look, progress))
-        if not stopped and len(plan.looks) > 1:
-            stopped = f"the most pairs ({plan.pairs}, --max-pairs) run"
+        clock = _Clock(started, started - starting, started)
+        runs, stopped = _pairs(plan, runners, decided, progress, clock)
         return Outcome(
             tuple(runs["baseline"]), tuple(runs["candidate"]), directory if plan.keep else None, stopped
         )
+
+
+def _runs_directory(plan: Plan, scratch: Path) -> Path:
+    """Where the runs' JSON and logs go: ``plan.keep`` made absolute and created, else in ``scratch``."""
+    if plan.keep is not None:
+        # Absolute: the runs' working directories differ (a worktree), the files' place must not.
+        directory = (plan.cwd / plan.keep).resolve()
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SideError(f"--keep {str(directory)!r}: cannot create: {exc.strerror or exc}") from None
+    else:
+        directory = scratch / "runs"
+        directory.mkdir()
+    return directory
+
+
+@dataclass
+class _Clock:
+    """The job's time between pairs: when the pairs started, how long the sides are given to stop,
+    when the last pair started and how long it took, and when the first look was."""
+
+    started: float
+    stopping_s: float
+    pair_started: float
+    last_pair_s: float = 0.0
+    first_look_at: float | None = None
+
+    def pair_done(self) -> float:
+        """Note that a pair has ended; the time now."""
+        now = time.monotonic()
+        self.last_pair_s, self.pair_started = now - self.pair_started, now
+        return now
+
+    def stop_reason(self, plan: Plan, done: int, now: float) -> str:
+        """Why no new pair starts after ``done`` pairs, judged at ``now``; empty when one may."""
+        if done == plan.looks[0]:
+            self.first_look_at = now
+        if now - self.started > plan.max_time_s:
+            return f"--max-time {plan.max_time_s:g}s reached after {done} pair(s): no new pair started"
+        # The last pair measured at least what the next one will: were it as long, would the
+        # job, its sides stopped, pass its time after the first look?
+        ends = now + self.last_pair_s + self.stopping_s - (self.first_look_at or now)
+        if self.first_look_at is not None and ends > plan.extra_time_s:
+            return (
+                f"--extra-time {plan.extra_time_s:g}s after the first look: another pair would end "
+                f"past it (the last took {self.last_pair_s:.0f} s, and {self.stopping_s:.0f} s are kept "
+                f"for the sides to stop); stopped after {done} pair(s)"
+            )
+        return ""
+
+
+def _pairs(
+    plan: Plan,
+    runners: Mapping[Role, _PerRun | _Served],
+    decided: Decided | None,
+    progress: Progress,
+    clock: _Clock,
+) -> tuple[dict[Role, list[StoredRun]], str]:
+    """Run the pairs in ABBA order, looking at the verdicts and the clock before each pair after the
+    first; every side's runs, and why the job stopped (empty when it ran its fixed pairs)."""
+    runs: dict[Role, list[StoredRun]] = {"baseline": [], "candidate": []}
+    order = abba_order(plan.pairs)
+    stopped = ""
+    look: Look | None = None
+    for count, (pair, role) in enumerate(order, start=1):
+        if count % 2 == 1 and pair > 1:
+            # The first run of a pair: first, did the last look decide, or has time run out?
+            done = pair - 1
+            now = clock.pair_done()
+            if done in plan.looks and decided is not None:
+                look = decided(runs["baseline"], runs["candidate"])
+                stopped = _after_look(plan, look, done, progress)
+                if stopped:
+                    break
+            stopped = clock.stop_reason(plan, done, now)
+            if stopped:
+                break
+        of = f"/{len(order)}" if len(plan.looks) == 1 else f" (of at most {len(order)})"
+        progress(f"pytest-ipu ab: run {count}{of}: pair {pair} {role}: {runners[role].side.label}")
+        runs[role].append(runners[role].run(pair, look, progress))
+    if not stopped and len(plan.looks) > 1:
+        stopped = f"the most pairs ({plan.pairs}, --max-pairs) run"
+    return runs, stopped
+
+
+def _after_look(plan: Plan, look: Look, done: int, progress: Progress) -> str:
+    """Why the job stops after the look at ``done`` pairs (every gate decided); empty when it goes on,
+    after saying how many benchmarks the look settled."""
+    if look.done:
+        return f"every gate decided after {done} pair(s) (looks at {_counts(plan.looks)})"
+    if look.settled:
+        progress(
+            f"pytest-ipu ab: after {done} pair(s): {len(look.settled)} benchmark(s) decided, "
+            f"{len(look.undecided)} still measured"
+        )
+    return ""
 
 
 #: What ``_unwritable`` writes to see whether a run's files fit: more than a small run's JSON.

@@ -645,8 +645,17 @@ def findings(
     devices: DeviceListing | None = None,
 ) -> list[Finding]:
     """The known incompatibilities that hold, each with its fix."""
-    env = machine.environ
-    found: list[Finding] = [
+    return [
+        *_listing_findings(devices),
+        *_version_findings(rows),
+        *_sdk_findings(rows, checks, machine),
+        *_environment_findings(rows, machine),
+    ]
+
+
+def _listing_findings(devices: DeviceListing | None) -> list[Finding]:
+    """PopART's device listing disagreeing with gcipuinfo's, one finding per mismatch."""
+    return [
         Finding(
             f"PopART's device listing: {mismatch}",
             "the IPUs of such a device stay unknown (its energy is not measured, and placement cannot use "
@@ -654,6 +663,11 @@ def findings(
         )
         for mismatch in (devices.table.get("mismatches", ()) if devices is not None else ())
     ]
+
+
+def _version_findings(rows: Sequence[Installed]) -> list[Finding]:
+    """Versions installed that cannot work together: poptorch's torch, PopART's numpy."""
+    found: list[Finding] = []
     torch = _version_of(rows, "torch")
     poptorch = _version_of(rows, "poptorch")
     popart = _version_of(rows, "popart")
@@ -676,6 +690,15 @@ def findings(
                 f"pip install numpy=={POPART_NUMPY} (or another 1.x) in the popart targets' environment",
             )
         )
+    return found
+
+
+def _sdk_findings(rows: Sequence[Installed], checks: Sequence[Check], machine: Machine) -> list[Finding]:
+    """The Poplar SDK's own conditions: popart imported after onnx, and its Python 3.8 wheels."""
+    found: list[Finding] = []
+    popart = _version_of(rows, "popart")
+    poptorch = _version_of(rows, "poptorch")
+    env = machine.environ
     if popart and any(c.facts.get("onnx_imported_first") for c in checks):
         found.append(
             Finding(
@@ -699,6 +722,14 @@ def findings(
                 "venv, then the SDK's wheels and pytest-ipu into it (docs/ipu.md, Install)",
             )
         )
+    return found
+
+
+def _environment_findings(rows: Sequence[Installed], machine: Machine) -> list[Finding]:
+    """What the environment gets wrong around the runtimes: mpirun's variables, two onnxruntime
+    packages, a visible GPU without the library that reads its energy."""
+    found: list[Finding] = []
+    env = machine.environ
     ompi = {k: env[k] for k in ("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK") if k in env}
     if ompi:
         shown = " ".join(f"{k}={v}" for k, v in ompi.items())

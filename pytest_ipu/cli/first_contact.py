@@ -406,24 +406,7 @@ def _poprun_inference(workdir: Path, path: str) -> dict[str, Any]:
         "how_to_read": COUPLING_RULE,
     }
     compile_start = time.time()
-    if path == "plugin":
-        compiled = _present("poptorch:ipu", workdir).compile(model, (inputs,), "fp32", {})
-        run, close = (lambda: compiled.run(inputs)), compiled.close
-        out["options"] = {"distributed": "disabled", "info": dict(compiled.info)}
-    else:
-        from pytest_ipu.backends.ipu import poptorch_training
-
-        poptorch = import_sdk("poptorch")
-        options = poptorch_training.popdist_options(import_sdk("popdist"), instance.ipus_per_replica)
-        out["options"] = {
-            "replication_factor": _answer(lambda: int(options.replication_factor)),
-            "process_id": _answer(lambda: int(options.Distributed.processId)),
-            "num_processes": _answer(lambda: int(options.Distributed.numProcesses)),
-            "ipu_id": _answer(lambda: int(options.ipu_id) if options.exists("ipu_id") else None),
-        }
-        executor = poptorch.inferenceModel(model, options)
-        executor.compile(inputs)
-        run, close = (lambda: executor(inputs)), executor.destroy
+    run, close, out["options"] = _poprun_compile(path, workdir, model, inputs, instance)
     out["compile_unix_s"] = {"start": compile_start, "end": time.time()}
     try:
         calls, result = _poprun_calls(run, instance)
@@ -434,6 +417,30 @@ def _poprun_inference(workdir: Path, path: str) -> dict[str, Any]:
     out["calls"] = calls
     out["output_matches_host"] = bool(np.allclose(got, host, rtol=1e-3, atol=1e-3))
     return out
+
+
+def _poprun_compile(
+    path: str, workdir: Path, model: Any, inputs: Any, instance: poprun.PopRunInstance
+) -> tuple[Callable[[], Any], Callable[[], Any], dict[str, Any]]:
+    """The tiny model compiled the ``path`` way (``_poprun_inference``): its call, its close, and
+    what its options said."""
+    if path == "plugin":
+        compiled = _present("poptorch:ipu", workdir).compile(model, (inputs,), "fp32", {})
+        said = {"distributed": "disabled", "info": dict(compiled.info)}
+        return (lambda: compiled.run(inputs)), compiled.close, said
+    from pytest_ipu.backends.ipu import poptorch_training
+
+    poptorch = import_sdk("poptorch")
+    options = poptorch_training.popdist_options(import_sdk("popdist"), instance.ipus_per_replica)
+    said = {
+        "replication_factor": _answer(lambda: int(options.replication_factor)),
+        "process_id": _answer(lambda: int(options.Distributed.processId)),
+        "num_processes": _answer(lambda: int(options.Distributed.numProcesses)),
+        "ipu_id": _answer(lambda: int(options.ipu_id) if options.exists("ipu_id") else None),
+    }
+    executor = poptorch.inferenceModel(model, options)
+    executor.compile(inputs)
+    return (lambda: executor(inputs)), executor.destroy, said
 
 
 def _present(name: str, workdir: Path) -> Backend:
@@ -694,22 +701,10 @@ def main(
     if bad:
         print(bad, file=sys.stderr)
         return 2
-    machine = machine if machine is not None else doctor.Machine()
     now = datetime.now(timezone.utc)
-    steps: dict[str, dict[str, Any]] = {}
-    with tempfile.TemporaryDirectory(prefix="pytest-ipu-first-contact-") as tmp:
-        for step in STEPS:
-            if step.name != "ipus" and only is not None and step.name not in only:
-                continue
-            steps[step.name] = record = run_step(step, machine, timeout_s, Path(tmp))
-            found = record.get("result", {})
-            if step.name == "ipus" and found.get("found") is False:
-                print(f"pytest-ipu doctor --first-contact: no IPU here, nothing written: {found['reason']}")
-                return 0
-            # Progress on stderr: the steps take minutes on an IPU (each compile takes tens of seconds).
-            print(
-                f"first contact: {step.name}: {record['status']} ({record['wall_s']:.1f} s)", file=sys.stderr
-            )
+    steps = _run_steps(machine if machine is not None else doctor.Machine(), timeout_s, only)
+    if steps is None:
+        return 0
     failed = [name for name, record in steps.items() if record["status"] != "ok"]
     document = {
         "kind": KIND,
@@ -721,6 +716,41 @@ def main(
         "steps": steps,
     }
     path = directory / file_name(steps, now, os.getpid())
+    if not _write(directory, path, document):
+        return 2
+    summary = f"{len(steps) - len(failed)} of {len(steps)} steps worked"
+    if failed:
+        summary += f"; failed: {', '.join(failed)} (the file says why)"
+    print(f"first contact: {summary}; send this file:", file=sys.stderr)
+    print(path)
+    return 1 if failed else 0
+
+
+def _run_steps(
+    machine: doctor.Machine, timeout_s: float, only: Sequence[str] | None
+) -> dict[str, dict[str, Any]] | None:
+    """Every step's record (or the named ones', after ``ipus``), with progress on stderr; ``None``
+    after printing the one line of a machine without IPUs."""
+    steps: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="pytest-ipu-first-contact-") as tmp:
+        for step in STEPS:
+            if step.name != "ipus" and only is not None and step.name not in only:
+                continue
+            steps[step.name] = record = run_step(step, machine, timeout_s, Path(tmp))
+            found = record.get("result", {})
+            if step.name == "ipus" and found.get("found") is False:
+                print(f"pytest-ipu doctor --first-contact: no IPU here, nothing written: {found['reason']}")
+                return None
+            # Progress on stderr: the steps take minutes on an IPU (each compile takes tens of seconds).
+            print(
+                f"first contact: {step.name}: {record['status']} ({record['wall_s']:.1f} s)", file=sys.stderr
+            )
+    return steps
+
+
+def _write(directory: Path, path: Path, document: dict[str, Any]) -> bool:
+    """Write ``document`` to ``path`` atomically, ``directory`` made first; ``False`` after printing
+    why it could not be written."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         atomic.write_text(path, json.dumps(document, indent=2, default=_plain) + "\n")
@@ -730,13 +760,8 @@ def main(
             f"{describe_error(exc)}",
             file=sys.stderr,
         )
-        return 2
-    summary = f"{len(steps) - len(failed)} of {len(steps)} steps worked"
-    if failed:
-        summary += f"; failed: {', '.join(failed)} (the file says why)"
-    print(f"first contact: {summary}; send this file:", file=sys.stderr)
-    print(path)
-    return 1 if failed else 0
+        return False
+    return True
 
 
 def _entry(argv: Sequence[str]) -> int:
