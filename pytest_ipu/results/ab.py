@@ -63,6 +63,7 @@ from pytest_ipu.measure import stats
 from pytest_ipu.results import compare
 from pytest_ipu.results import decide
 from pytest_ipu.results import family
+from pytest_ipu.results import formats
 from pytest_ipu.results import job_summary
 from pytest_ipu.results.benchmark_json import StoredBenchmark
 from pytest_ipu.results.benchmark_json import StoredRun
@@ -590,7 +591,7 @@ def notes(result: ABResult) -> list[str]:
     return found
 
 
-FORMATS = ("table", "markdown", "csv")
+FORMATS = formats.TABLES
 
 
 def gate_lines(result: ABResult, verbose: bool = False) -> list[str]:

@@ -51,13 +51,14 @@ from pytest_ipu.measure import changepoints
 from pytest_ipu.measure import units
 from pytest_ipu.measure.changepoints import Noise
 from pytest_ipu.results import decide
+from pytest_ipu.results import formats
 from pytest_ipu.results import history
 from pytest_ipu.results.history import History
 from pytest_ipu.results.history import Series
 
 #: The version of the JSON form (docs/json-schema.md).
 JSON_VERSION = 1
-FORMATS = ("table", "markdown", "json")
+FORMATS = formats.HISTORY
 #: The fewest runs on either side of a change point (``changepoints.MIN_RUNS``).
 MIN_RUNS = changepoints.MIN_RUNS
 #: How many of the newest commits the CI verdict looks at for a new regression, by default.

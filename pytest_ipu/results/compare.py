@@ -65,6 +65,7 @@ from typing import Any
 from pytest_ipu.measure import units
 from pytest_ipu.results import decide
 from pytest_ipu.results import family
+from pytest_ipu.results import formats
 from pytest_ipu.results import gates
 from pytest_ipu.results import job_summary
 from pytest_ipu.results import level_shift
@@ -85,7 +86,7 @@ from pytest_ipu.results.records import group_name
 SAME_WITHIN = 0.01
 #: Significance level of the verdicts' test of "no change": the gates' default level.
 ALPHA = 0.01
-FORMATS = ("table", "markdown", "csv")
+FORMATS = formats.TABLES
 
 #: The verdict words, in the order the module docstring defines them.
 SAME = "same"

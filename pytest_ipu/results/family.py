@@ -37,11 +37,12 @@ gate checks planned when the tests were collected, and ``pytest-ipu ab`` each of
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Sequence
 from typing import Final
 
-from pytest_ipu.results import decide
-from pytest_ipu.results.decide import Verdict
+if typing.TYPE_CHECKING:
+    from pytest_ipu.results.decide import Verdict
 
 #: The default job-level alpha for FAIL: unchanged code FAILs a job at most this often.
 JOB_ALPHA: Final = 0.01
@@ -71,6 +72,9 @@ def adjust(verdicts: Sequence[Verdict], alpha: float = JOB_ALPHA, size: int = 0)
     at ``alpha`` over a family of ``max(size, tested(verdicts))`` becomes INCONCLUSIVE, naming why;
     every other verdict is returned as it is, in order. Raises ``ValueError`` for ``alpha`` outside
     (0, 0.5)."""
+    # Imported here: decide loads numpy, and the command's parser reads this module's default level.
+    from pytest_ipu.results import decide
+
     decide.check_alpha(alpha)
     indices = [i for i, v in enumerate(verdicts) if v.p_fail is not None]
     p_values = [float(verdicts[i].p_fail or 0.0) for i in indices]

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pytest_ipu.backports import remove_prefix
 
 #: Runtimes, and what only some commands need: SciPy's distributions load with the first gate decided.
@@ -59,6 +61,26 @@ def test_pytest_help_imports_no_runtime(tmp_path: Path) -> None:
     ret, stdout, imported = _python(code, tmp_path)
     assert ret == 0
     assert "  --ipu-backend=TARGETS" in stdout, "the plugin was not loaded"
+    assert imported == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["compare", "--help"], ["ab", "--help"], ["history", "--help"]])
+def test_the_command_help_imports_no_numpy(tmp_path: Path, argv: list[str]) -> None:
+    """``pytest-ipu --help`` and a command's help build every parser: each command's heavy imports wait
+    for its run, so none of them loads numpy, let alone a runtime."""
+    code = (
+        "import contextlib, io, sys\n"
+        "from pytest_ipu.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    try:\n"
+        f"        main.main({argv!r})\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code == 0, exc.code\n"
+        "assert 'usage: pytest-ipu' in out.getvalue(), out.getvalue()\n"
+        "assert 'numpy' not in sys.modules, 'numpy was imported'\n"
+    )
+    ret, _, imported = _python(code, tmp_path)
+    assert ret == 0
     assert imported == []
 
 

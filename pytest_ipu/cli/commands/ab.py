@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_ipu.cli import arguments
-from pytest_ipu.results import compare
+from pytest_ipu.results import formats
 
 if typing.TYPE_CHECKING:
     from pytest_ipu.cli import ab as ab_runner
@@ -100,8 +100,7 @@ def _add_decision(parser: argparse.ArgumentParser) -> None:
         help="a gate the candidate must pass against the baseline, e.g. 'throughput:-5%%' or "
         "'latency.p99<2ms' (repeatable)",
     )
-    # compare's formats: the same three, without importing the A/B modules for --help.
-    parser.add_argument("--format", choices=compare.FORMATS, default="table", help="output format")
+    parser.add_argument("--format", choices=formats.TABLES, default="table", help="output format")
     parser.add_argument("-k", metavar="EXPR", help="pytest's -k: only the benchmarks matching EXPR")
     parser.add_argument(
         "--alpha",

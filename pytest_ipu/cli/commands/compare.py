@@ -9,13 +9,12 @@ import typing
 from collections.abc import Sequence
 
 from pytest_ipu.cli import arguments
-from pytest_ipu.measure import units
-from pytest_ipu.results import benchmark_json
-from pytest_ipu.results import compare
+from pytest_ipu.results import formats
 
 if typing.TYPE_CHECKING:
     from pytest_ipu.cli.arguments import Subparsers
     from pytest_ipu.results import gates
+    from pytest_ipu.results.benchmark_json import StoredRun
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -42,7 +41,7 @@ def add_parser(subparsers: Subparsers) -> None:
         help="a gate each later run must pass against the first, e.g. 'throughput:-5%%' or "
         "'latency.p99<2ms' (repeatable; docs/ci.md)",
     )
-    parser.add_argument("--format", choices=compare.FORMATS, default="table", help="output format")
+    parser.add_argument("--format", choices=formats.TABLES, default="table", help="output format")
     parser.add_argument(
         "--drift",
         default="5%",
@@ -60,6 +59,9 @@ def add_parser(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the comparison of the runs ``args.files`` name and their gates' verdicts; the exit code of
     the verdicts (``compare.exit_code``), or 2 on bad input."""
+    # Imported here: reading and comparing runs loads numpy, needed only by this command.
+    from pytest_ipu.results import benchmark_json
+
     paths = arguments.run_files(args.files, args.storage)
     if paths is None:
         return 2
@@ -84,6 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _options(args: argparse.Namespace) -> tuple[list[gates.Gate], float, float] | None:
     """The gates, the drift and the job's level, or ``None`` after printing why one is not valid."""
+    from pytest_ipu.measure import units
+
     gate_list = arguments.gate_list(args.gate)
     if gate_list is None:
         return None
@@ -100,7 +104,7 @@ def _options(args: argparse.Namespace) -> tuple[list[gates.Gate], float, float] 
 
 def _report(
     args: argparse.Namespace,
-    runs: Sequence[benchmark_json.StoredRun],
+    runs: Sequence[StoredRun],
     gate_list: list[gates.Gate],
     drift: float,
     job_alpha: float,
@@ -108,6 +112,7 @@ def _report(
     """Print the table and the gate lines; the exit code of the verdicts."""
     # Imported here: the table writers are needed only by this command, not at start-up.
     from pytest_ipu.report import compare as compare_report
+    from pytest_ipu.results import compare
 
     comparison = compare.compare_runs(runs)
     print(compare_report.RENDERERS[args.format](comparison))

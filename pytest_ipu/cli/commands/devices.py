@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import typing
 
-from pytest_ipu import power
 from pytest_ipu.cli.commands import targets
 
 if typing.TYPE_CHECKING:
@@ -22,6 +21,9 @@ def add_parser(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the targets as ``targets`` does, then each built-in power source; 0."""
+    # Imported here: the power sources are needed only by this command.
+    from pytest_ipu import power
+
     del args  # the command takes no arguments
     print("compute targets:")
     targets.print_targets()

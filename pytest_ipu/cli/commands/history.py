@@ -8,9 +8,7 @@ import sys
 import typing
 
 from pytest_ipu.cli import arguments
-from pytest_ipu.measure import units
-from pytest_ipu.results import benchmark_json
-from pytest_ipu.results import storage
+from pytest_ipu.results import formats
 
 if typing.TYPE_CHECKING:
     from pytest_ipu.cli.arguments import Subparsers
@@ -36,9 +34,7 @@ def add_parser(subparsers: Subparsers) -> None:
         "--storage)",
     )
     arguments.add_storage(parser)
-    parser.add_argument(
-        "--format", choices=("table", "markdown", "json"), default="table", help="output format"
-    )
+    parser.add_argument("--format", choices=formats.HISTORY, default="table", help="output format")
     _add_selection(parser)
     _add_gate(parser)
     parser.set_defaults(func=run)
@@ -86,9 +82,12 @@ def run(args: argparse.Namespace) -> int:
     """Print every series' change points; with ``--fail-on-regression`` the exit code of the newest
     commits' verdicts (``changes.exit_code``), 2 on bad input."""
     # Imported here: the change point search loads numpy, needed only by this command.
+    from pytest_ipu.measure import units
     from pytest_ipu.report import changes as changes_report
+    from pytest_ipu.results import benchmark_json
     from pytest_ipu.results import changes
     from pytest_ipu.results import history
+    from pytest_ipu.results import storage
 
     threshold = None
     if args.fail_on_regression is not None:

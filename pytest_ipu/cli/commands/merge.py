@@ -8,11 +8,6 @@ import sys
 import typing
 from pathlib import Path
 
-from pytest_ipu.placement import poprun
-from pytest_ipu.placement import torchrun
-from pytest_ipu.results import benchmark_json
-from pytest_ipu.results import launch_merge
-
 if typing.TYPE_CHECKING:
     from pytest_ipu.cli.arguments import Subparsers
 
@@ -31,6 +26,12 @@ def add_parser(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Write the merge of ``args.files`` to ``args.out`` atomically; 2 when they do not merge or the
     file cannot be written."""
+    # Imported here: the launchers and the merge are needed only by this command.
+    from pytest_ipu.placement import poprun
+    from pytest_ipu.placement import torchrun
+    from pytest_ipu.results import benchmark_json
+    from pytest_ipu.results import launch_merge
+
     out: Path = args.out
     try:
         merged = launch_merge.merge(args.files, poprun.IDENTITIES)

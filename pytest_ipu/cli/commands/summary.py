@@ -9,14 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_ipu.cli import arguments
-from pytest_ipu.report import power_blocks as block_report
-from pytest_ipu.report import terminal as report
-from pytest_ipu.results import benchmark_json
-from pytest_ipu.results.power_blocks import PowerBlock
-from pytest_ipu.results.records import group_name
 
 if typing.TYPE_CHECKING:
     from pytest_ipu.cli.arguments import Subparsers
+    from pytest_ipu.results.power_blocks import PowerBlock
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -38,6 +34,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _summary(paths: Sequence[Path]) -> int:
+    """Print the tables of the runs at ``paths``; 2 when one cannot be read."""
+    # Imported here: the tables load numpy, needed only by this command.
+    from pytest_ipu.report import power_blocks as block_report
+    from pytest_ipu.report import terminal as report
+    from pytest_ipu.results import benchmark_json
+    from pytest_ipu.results.records import group_name
+
     rows = []
     blocks: list[PowerBlock] = []
     for path in paths:

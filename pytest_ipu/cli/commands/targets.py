@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 import typing
 
-from pytest_ipu import backends
-from pytest_ipu.backends.base import Availability
-
 if typing.TYPE_CHECKING:
     from pytest_ipu.cli.arguments import Subparsers
 
@@ -29,6 +26,10 @@ def run(args: argparse.Namespace) -> int:
 def print_targets() -> int:
     """Every built-in target, present or absent (with the reason); ``*`` marks those that
     ``--ipu-backend=auto`` selects here, by the session's rule: the auto candidates present."""
+    # Imported here: the backends' registry is needed only by this command and ``devices``.
+    from pytest_ipu import backends
+    from pytest_ipu.backends.base import Availability
+
     auto = set(backends.auto_candidates())
     rows = []
     for target in backends.all_candidates():
