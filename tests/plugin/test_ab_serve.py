@@ -247,7 +247,7 @@ def test_ctrl_c_or_sigterm_to_ab_mid_round_leaves_no_process(
     finally:
         if ab.poll() is None:
             ab.kill()
-            ab.wait()
+        ab.communicate()  # reaps it and closes its pipes, whichever way the test ended
     assert ab.returncode == code, out + err
     assert err.strip().splitlines()[-1] == f"pytest-ipu: ab {said}; worktrees and temporary files removed"
     assert "Traceback" not in err

@@ -452,7 +452,7 @@ def test_a_signal_while_the_json_is_written_leaves_the_previous_file_and_says_on
     finally:
         if run.poll() is None:
             run.kill()
-            run.wait()
+        run.communicate()  # reaps it and closes its pipes, whichever way the test ended
     assert run.returncode == pytest.ExitCode.INTERRUPTED, output
     lines = [line for line in output.splitlines() if line.startswith("pytest-ipu:")]
     assert lines == [
@@ -543,7 +543,7 @@ def test_a_signal_to_the_parent_ends_its_repeat_worker_and_removes_its_folder(
     finally:
         if parent.poll() is None:
             parent.kill()
-            parent.wait()
+        parent.communicate()  # reaps it and closes its pipes, whichever way the test ended
     # The parent ended and reaped its worker before it exited: the worker is gone, not re-parented
     # to init and still running; and its folder was removed.
     orphan = None if worker is None else _parent_of(worker)

@@ -537,7 +537,7 @@ def test_sigint_to_ab_stops_its_side_and_removes_its_files(tmp_path: Path) -> No
     finally:
         if ab.poll() is None:
             ab.kill()
-            ab.wait()
+        ab.communicate()  # reaps it and closes its pipes, whichever way the test ended
     assert ab.returncode == 130, out + err
     assert err.strip().splitlines()[-1] == "pytest-ipu: ab interrupted; worktrees and temporary files removed"
     assert "Traceback" not in err
