@@ -195,7 +195,8 @@ class RepeatContext:
     probe: ContentionProbe | None = None
     #: The spread above which the record calls the benchmark unstable.
     unstable_threshold: float = 0.05
-    #: Bounds every call (the first, warm-up, calibration and timed ones).
+    #: Bounds every call (the first, warm-up, calibration and timed ones): one still running then
+    #: raises ``CallTimeout`` naming it (``timing.Watchdog``; enforced in the main thread on POSIX).
     call_timeout_s: float | None = None
     #: The other ranks of a distributed launch (``Lockstep``).
     lockstep: Lockstep | None = None
@@ -239,17 +240,11 @@ def measure(
 
     ``items_per_call`` defaults to the batch size (``batch_size(inputs)``); with several instances
     it is per instance, and a round completes it once per instance. ``meter`` measures the energy
-    of the timed rounds; without one, the record's power section says it was not measured, with
-    the source and reason of ``context.unmeasured``. ``timer`` runs the timed rounds
-    (pytest-benchmark's ``pedantic``, through the seam) and ``round_times_s`` then gives the time
-    of each, seconds. ``context.probe`` measures the other processes' share of the CPU over the
-    window. The record has one repeat (numbered ``context.index``); ``pool`` joins several.
-
-    ``context.call_timeout_s`` bounds every call (the first, warm-up, calibration and timed ones):
-    one still running then raises ``CallTimeout`` naming it (``timing.Watchdog``; enforced in the
-    main thread on POSIX only). With auto rounds the warm-up calls, and separately the calibration,
-    stop once they have lasted the repeat's budget (docs/numbers.md). ``context.lockstep`` times
-    the ranks of a distributed launch in step (``Lockstep``).
+    of the timed rounds (without one, the power section says why, ``context.unmeasured``).
+    ``timer`` runs the timed rounds (pytest-benchmark's ``pedantic``, through the seam) and
+    ``round_times_s`` then gives the time of each, seconds. The record has one repeat; ``pool``
+    joins several. ``context.call_timeout_s`` bounds every call (``timing.Watchdog``); with auto
+    rounds the warm-up, and separately the calibration, stop at the budget (docs/numbers.md).
     """
     check_arguments(compiled.run, inputs, items_per_call=items_per_call, rounds=policy.rounds)
     args = compiled.prepare_inputs(tuple(inputs))
@@ -269,46 +264,27 @@ def measure(
         calls, instances = instance_calls(compiled, samples)
         # The device's counts of a call's work, read in calls of their own after the timed window
         # and the energy window: a read is a device round trip that no timed round may hold.
-        counted = count_pass(
-            compiled,
-            args,
-            watch=watch,
-            skip=None
+        skip = (
+            None
             if context.lockstep is None
-            else "not counted in a lock-step launch (every rank would have to call)",
+            else "not counted in a lock-step launch (every rank would have to call)"
         )
+        counted = count_pass(compiled, args, watch=watch, skip=skip)
     window = timed.window
-    window_s = window.seconds
-    auto = policy.rounds is None
-    latency = metrics.summarize_latency(calls)
-    throughput = metrics.throughput(items * window.rounds, window_s)
-    median_throughput = metrics.median_round_throughput(items, samples) if samples else None
-    cpu = cpu_time(compiled, window, items * window.rounds)
     counted[instructions.METRIC] = timed.host_instructions
-    repeat = records.RepeatRecord(
-        index=index,
-        rounds=window.rounds,
-        window_s=window_s,
-        latency_s=latency,
-        throughput_items_per_s=throughput,
-        ended=window.ended,
-        process=context.process,
-        cpu=cpu,
-        start_unix_s=None if window.start_unix_ns is None else window.start_unix_ns * 1e-9,
-        median_throughput_items_per_s=median_throughput,
-        counts=counted,
-    )
+    cpu = cpu_time(compiled, window, items * window.rounds)
+    repeat = _repeat_record(context, window, items, samples, calls, cpu, counted)
     record = records.IpuRecord(
         **records.identity(compiled),
         batch_size=per_instance,
         items_per_call=per_instance,
         rounds=window.rounds,
-        rounds_policy="auto" if auto else "fixed",
+        rounds_policy="auto" if rounds.auto else "fixed",
         warmup_rounds=len(rounds.warm.warmup_s),
-        latency_s=latency,
-        window_s=window_s,
-        throughput_items_per_s=throughput,
-        median_throughput_items_per_s=median_throughput,
+        latency_s=repeat.latency_s,
+        window_s=repeat.window_s,
+        throughput_items_per_s=repeat.throughput_items_per_s,
+        median_throughput_items_per_s=repeat.median_throughput_items_per_s,
         compile_s=compiled.compile_s,
         compile_cached=compiled.compile_cached,
         first_call_s=rounds.warm.first_call_s,
@@ -329,6 +305,32 @@ def measure(
         counts=counted,
     )
     return Measurement(record, samples, calls)
+
+
+def _repeat_record(
+    context: RepeatContext,
+    window: timing.Window,
+    items: int,
+    samples: tuple[float, ...],
+    calls: tuple[float, ...],
+    cpu: metrics.CpuTime | None,
+    counted: dict[str, CountRecord],
+) -> records.RepeatRecord:
+    """The repeat's part of the record: its window, the latency of its ``calls``, its throughput
+    (``items`` a round), over the window and over the median round, and its CPU time and counts."""
+    return records.RepeatRecord(
+        index=context.index,
+        rounds=window.rounds,
+        window_s=window.seconds,
+        latency_s=metrics.summarize_latency(calls),
+        throughput_items_per_s=metrics.throughput(items * window.rounds, window.seconds),
+        ended=window.ended,
+        process=context.process,
+        cpu=cpu,
+        start_unix_s=None if window.start_unix_ns is None else window.start_unix_ns * 1e-9,
+        median_throughput_items_per_s=metrics.median_round_throughput(items, samples) if samples else None,
+        counts=counted,
+    )
 
 
 def _per_instance(inputs: Sequence[object], items_per_call: int | None) -> int:
