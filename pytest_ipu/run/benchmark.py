@@ -407,7 +407,7 @@ def _time_window(
     """Run the planned timed rounds inside the energy window of ``meter``, the contention probe
     and the host's instruction counter, the ranks meeting at both edges in lock-step."""
     index, lockstep, probe = context.index, context.lockstep, context.probe
-    workers = workers_clock(compiled)
+    clocks = timing.WindowClocks(workers=workers_clock(compiled))
     # Opened here, closed by the ExitStack below: nothing between them can raise.
     counter, uncounted = instruction_counter(compiled)
     counts: list[int] = []
@@ -447,7 +447,7 @@ def _time_window(
                 on_end=closed,
                 box=rounds.box,
                 watch=watch,
-                workers_clock=workers,
+                clocks=clocks,
             )
     if meter is None or trace is None:
         power = not_measured(*context.unmeasured)
