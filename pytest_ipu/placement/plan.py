@@ -138,14 +138,7 @@ def plan(
             f"(instances={request.instances}, replicas={request.replicas}, stages={request.stages}) chooses "
             f"the IPUs itself; use target {backend.name}:{device.partition(':')[0]}"
         )
-    extra = _placement_options(backend, request)
-    for key, value in extra.items():
-        if key in options and options[key] != value:
-            raise UnplaceableError(
-                f"ipu_compile option {key}={options[key]!r} contradicts the ipu marker's placement "
-                f"(replicas={request.replicas}, stages={request.stages} means {key}={value!r}); "
-                f"set it in one place only"
-            )
+    extra = _agreed_options(backend, request, options)
     if inventory.simulator:
         # The IPU Model simulates each instance on the host: no ids to allocate, nothing shared.
         plans = tuple(InstancePlan(i, backend, device, (), extra) for i in range(request.instances))
@@ -175,6 +168,22 @@ def plan(
         # Every IPU the instances took, a multi-IPU device's members included: the meter reads these.
         tuple(sorted(placed.ipu_ids)),
     )
+
+
+def _agreed_options(
+    backend: PlacedBackend, request: DeviceRequest, options: Mapping[str, object]
+) -> dict[str, object]:
+    """The backend options that place each instance (``_placement_options``); ``UnplaceableError``
+    where ``options`` (ipu_compile's) set one of them to another value."""
+    extra = _placement_options(backend, request)
+    for key, value in extra.items():
+        if key in options and options[key] != value:
+            raise UnplaceableError(
+                f"ipu_compile option {key}={options[key]!r} contradicts the ipu marker's placement "
+                f"(replicas={request.replicas}, stages={request.stages} means {key}={value!r}); "
+                f"set it in one place only"
+            )
+    return extra
 
 
 def _placement_options(backend: PlacedBackend, request: DeviceRequest) -> dict[str, object]:
