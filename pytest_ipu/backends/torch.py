@@ -240,19 +240,7 @@ class TorchBackend(NamedBackend):
 
         host_io = opts["io"] == "host"
         on_cuda = dev.type == "cuda"
-
-        def prepare_inputs(inputs: Sequence[object]) -> tuple[object, ...]:
-            prepared = []
-            for x in inputs:
-                t = torch.as_tensor(x)
-                if t.is_floating_point():
-                    t = t.to(dtype)
-                if channels_last and t.dim() == 4:
-                    t = t.contiguous(memory_format=torch.channels_last)
-                # Pinned host memory is what a tuned input pipeline uses for fast async copies.
-                t = (t.pin_memory() if on_cuda else t) if host_io else t.to(dev)
-                prepared.append(t)
-            return tuple(prepared)
+        prepare_inputs = _inputs(torch, dtype, dev, host_io, channels_last)
 
         # run() reaches the module through this holder, so close() really lets go of it.
         holder: list[Any] = [module]
@@ -264,12 +252,6 @@ class TorchBackend(NamedBackend):
                     run(*prepare_inputs(example_inputs))
             except Exception as exc:
                 raise CompileError(f"torch.compile failed for {model_name(model)}: {exc}") from exc
-
-        def close() -> None:
-            holder[0] = _closed
-            if on_cuda:
-                torch.cuda.empty_cache()
-
         return CompiledModel(
             target=f"{self._name}:{self._device}",
             backend=self._name,
@@ -279,7 +261,7 @@ class TorchBackend(NamedBackend):
             io=str(opts["io"]),
             run=run,
             prepare_inputs=prepare_inputs,
-            close=close,
+            close=_close(torch, holder, on_cuda),
             options={**opts, "mode": self._mode},
             info={"threads": threads},
         )
@@ -316,6 +298,41 @@ class TorchBackend(NamedBackend):
 
 def _closed(*_: object) -> object:
     raise RuntimeError("this compiled model was closed (the run that compiled it has ended)")
+
+
+def _inputs(
+    torch: ModuleType, dtype: Any, dev: Any, host_io: bool, channels_last: bool
+) -> Callable[[Sequence[object]], tuple[object, ...]]:
+    """A compiled model's ``prepare_inputs``: tensors, floating point ones in ``dtype``, 4-D ones
+    channels-last where asked, left on the host (pinned for CUDA) for ``io="host"`` or copied to the
+    device for ``io="device"``."""
+    on_cuda = dev.type == "cuda"
+
+    def prepare_inputs(inputs: Sequence[object]) -> tuple[object, ...]:
+        prepared = []
+        for x in inputs:
+            t = torch.as_tensor(x)
+            if t.is_floating_point():
+                t = t.to(dtype)
+            if channels_last and t.dim() == 4:
+                t = t.contiguous(memory_format=torch.channels_last)
+            # Pinned host memory is what a tuned input pipeline uses for fast async copies.
+            t = (t.pin_memory() if on_cuda else t) if host_io else t.to(dev)
+            prepared.append(t)
+        return tuple(prepared)
+
+    return prepare_inputs
+
+
+def _close(torch: ModuleType, holder: list[Any], on_cuda: bool) -> Callable[[], None]:
+    """A compiled model's ``close``: the holder lets go of the module, and CUDA's cache is freed."""
+
+    def close() -> None:
+        holder[0] = _closed
+        if on_cuda:
+            torch.cuda.empty_cache()
+
+    return close
 
 
 def _make_run(torch: ModuleType, holder: list[Any], dev: Any, host_io: bool) -> Callable[..., object]:

@@ -60,39 +60,17 @@ def compile_training(
     """The compiled training step of ``model`` (copied: the caller's model is never trained)."""
     label = model_name(model)
     opts = CheckedOptions(name, OPTIONS, options, label).values
-    if opts["io"] not in ("host", "device"):
-        raise CompileError(f"io must be 'host' or 'device', got {opts['io']!r} for {label}")
-    if not isinstance(model, torch.nn.Module):
-        raise CompileError(f"ipu_train needs a torch.nn.Module, got {label}")
-    if precision not in ("fp32", *_AMP):
-        raise CompileError(f"unknown precision {precision!r} for {label}; use fp32, fp16 or bf16")
-    if not 1 <= request.inputs < len(example_batch):
-        raise CompileError(
-            f"{label}: inputs={request.inputs} of a batch of {len(example_batch)} element(s) leaves no "
-            "targets for the loss; pass a batch (inputs..., targets...) and inputs=N below its length"
-        )
     dev = torch.device(device)
     on_cuda = dev.type == "cuda"
-    if precision == "fp16" and not on_cuda:
-        raise CompileError(f"{label}: fp16 mixed precision needs a CUDA device; on {device} use bf16 or fp32")
+    network = _checked(
+        torch, model, str(opts["io"]), precision, request.inputs, len(example_batch), on_cuda, label, device
+    )
     host_batch = int(torch.as_tensor(example_batch[0]).shape[0])
     micro = split_batch(host_batch, request.gradient_accumulation, label)
     # Weights stay fp32: mixed precision casts inside autocast, and the optimizer updates fp32.
-    module = copy.deepcopy(model).train().to(device=dev)
+    module = copy.deepcopy(network).train().to(device=dev)
     optimizer = request.optimizer(module.parameters())
-    trained = module
-    if request.process_group is not None:
-        parallel = torch.nn.parallel.DistributedDataParallel
-        trained = (
-            parallel(
-                module,
-                # A plain `cuda` is the current device, which torchrun's ranks set to their local rank.
-                device_ids=[dev.index if dev.index is not None else torch.cuda.current_device()],
-                process_group=request.process_group,
-            )
-            if on_cuda
-            else parallel(module, process_group=request.process_group)
-        )
+    trained = _data_parallel(torch, module, request.process_group, dev)
     forward = trained
     if mode == "compile":
         with runtime_internals_quiet():
@@ -100,23 +78,8 @@ def compile_training(
     amp_dtype = getattr(torch, _AMP[precision]) if precision in _AMP else None
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
     host_io = opts["io"] == "host"
-
-    def prepare_inputs(batch: Sequence[object]) -> tuple[object, ...]:
-        prepared = []
-        for x in batch:
-            t = torch.as_tensor(x)
-            if t.is_floating_point():
-                t = t.to(torch.float32)
-            prepared.append((t.pin_memory() if on_cuda else t) if host_io else t.to(dev))
-        return tuple(prepared)
-
-    def autocast() -> contextlib.AbstractContextManager[object]:
-        if amp_dtype is None:
-            return contextlib.nullcontext()
-        cast: contextlib.AbstractContextManager[object] = torch.autocast(
-            device_type=dev.type, dtype=amp_dtype
-        )
-        return cast
+    prepare_inputs = _inputs(torch, dev, host_io)
+    autocast = _autocast(torch, dev, amp_dtype)
 
     info = TrainingInfo(
         micro_batch=micro,
@@ -141,6 +104,117 @@ def compile_training(
                 step(*prepare_inputs(example_batch))
         except Exception as exc:
             raise CompileError(f"torch.compile failed for the training step of {label}: {exc}") from exc
+    return TrainingStep(
+        target=target,
+        backend=name,
+        device=device,
+        device_name=device_name,
+        precision=precision,
+        io=str(opts["io"]),
+        run=step,
+        prepare_inputs=prepare_inputs,
+        close=_close(torch, optimizer, live, on_cuda),
+        options={**opts, "mode": mode, "gradient_accumulation": request.gradient_accumulation},
+        training=info,
+        evaluate=_evaluate(torch, live, autocast, dev),
+    )
+
+
+def _checked(
+    torch: ModuleType,
+    model: object,
+    io: str,
+    precision: str,
+    inputs: int,
+    batch_elements: int,
+    on_cuda: bool,
+    label: str,
+    device: str,
+) -> Any:
+    """``model``, once checked: refuse what the step cannot train, each with its fix (an unknown
+    ``io`` or precision, a model that is no ``torch.nn.Module``, a batch with no targets for the
+    loss, fp16 off CUDA)."""
+    if io not in ("host", "device"):
+        raise CompileError(f"io must be 'host' or 'device', got {io!r} for {label}")
+    if not isinstance(model, torch.nn.Module):
+        raise CompileError(f"ipu_train needs a torch.nn.Module, got {label}")
+    if precision not in ("fp32", *_AMP):
+        raise CompileError(f"unknown precision {precision!r} for {label}; use fp32, fp16 or bf16")
+    if not 1 <= inputs < batch_elements:
+        raise CompileError(
+            f"{label}: inputs={inputs} of a batch of {batch_elements} element(s) leaves no "
+            "targets for the loss; pass a batch (inputs..., targets...) and inputs=N below its length"
+        )
+    if precision == "fp16" and not on_cuda:
+        raise CompileError(f"{label}: fp16 mixed precision needs a CUDA device; on {device} use bf16 or fp32")
+    return model
+
+
+def _data_parallel(torch: ModuleType, module: Any, process_group: Any, dev: Any) -> Any:
+    """``module`` wrapped in DistributedDataParallel over ``process_group``; ``module`` itself
+    without one."""
+    if process_group is None:
+        return module
+    parallel = torch.nn.parallel.DistributedDataParallel
+    if dev.type != "cuda":
+        return parallel(module, process_group=process_group)
+    # A plain `cuda` is the current device, which torchrun's ranks set to their local rank.
+    device_ids = [dev.index if dev.index is not None else torch.cuda.current_device()]
+    return parallel(module, device_ids=device_ids, process_group=process_group)
+
+
+def _inputs(torch: ModuleType, dev: Any, host_io: bool) -> Callable[[Sequence[object]], tuple[object, ...]]:
+    """The step's ``prepare_inputs``: tensors, floating point ones in fp32, left on the host (pinned
+    for CUDA) for ``io="host"`` or copied to the device for ``io="device"``."""
+    on_cuda = dev.type == "cuda"
+
+    def prepare_inputs(batch: Sequence[object]) -> tuple[object, ...]:
+        prepared = []
+        for x in batch:
+            t = torch.as_tensor(x)
+            if t.is_floating_point():
+                t = t.to(torch.float32)
+            prepared.append((t.pin_memory() if on_cuda else t) if host_io else t.to(dev))
+        return tuple(prepared)
+
+    return prepare_inputs
+
+
+def _autocast(
+    torch: ModuleType, dev: Any, amp_dtype: Any
+) -> Callable[[], contextlib.AbstractContextManager[object]]:
+    """A new autocast context to ``amp_dtype`` on ``dev`` per call; a null one for fp32."""
+
+    def autocast() -> contextlib.AbstractContextManager[object]:
+        if amp_dtype is None:
+            return contextlib.nullcontext()
+        cast: contextlib.AbstractContextManager[object] = torch.autocast(
+            device_type=dev.type, dtype=amp_dtype
+        )
+        return cast
+
+    return autocast
+
+
+def _close(torch: ModuleType, optimizer: Any, live: _Live, on_cuda: bool) -> Callable[[], None]:
+    """The step's ``close``: its gradients dropped, the model let go of, CUDA's cached memory freed."""
+
+    def close() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        live.close()
+        if on_cuda:
+            torch.cuda.empty_cache()
+
+    return close
+
+
+def _evaluate(
+    torch: ModuleType,
+    live: _Live,
+    autocast: Callable[[], contextlib.AbstractContextManager[object]],
+    dev: Any,
+) -> Callable[..., object]:
+    """The step's ``evaluate``: the trained module in eval mode on inputs, on the host in fp32."""
 
     def evaluate(*inputs: object) -> object:
         trained_module = live.module
@@ -154,26 +228,7 @@ def compile_training(
             trained_module.train()
         return out.float().cpu()
 
-    def close() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        live.close()
-        if on_cuda:
-            torch.cuda.empty_cache()
-
-    return TrainingStep(
-        target=target,
-        backend=name,
-        device=device,
-        device_name=device_name,
-        precision=precision,
-        io=str(opts["io"]),
-        run=step,
-        prepare_inputs=prepare_inputs,
-        close=close,
-        options={**opts, "mode": mode, "gradient_accumulation": request.gradient_accumulation},
-        training=info,
-        evaluate=evaluate,
-    )
+    return evaluate
 
 
 class _Live:

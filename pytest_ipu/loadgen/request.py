@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal
 
 from pytest_ipu.loadgen.settings import SCENARIOS
 from pytest_ipu.loadgen.settings import RunSettings
@@ -75,20 +76,8 @@ def build(keywords: Mapping[str, object]) -> LoadgenRequest:
     list, with their defaults, is the fixture's signature, ``Loadgen.__call__``); ``ValueError``
     with one line for the first bad argument."""
     k = keywords
-    scenario, mode, find_peak = k["scenario"], k["mode"], k["find_peak"]
-    try:
-        name = scenario_name(scenario)
-    except ValueError as exc:
-        raise ValueError(f"ipu_loadgen(scenario={scenario!r}): {exc}") from None
-    if mode not in ("performance", "accuracy"):
-        raise ValueError(f"ipu_loadgen(mode={mode!r}): choose 'performance' or 'accuracy'")
-    for flag in ("find_peak", "mlperf"):
-        if not isinstance(k[flag], bool):
-            raise ValueError(f"ipu_loadgen({flag}={k[flag]!r}): pass True or False")
-    if find_peak and name != "Server":
-        raise ValueError(f"ipu_loadgen(find_peak=True): the peak QPS search is a Server search, not {name}")
-    if find_peak and mode != "performance":
-        raise ValueError("ipu_loadgen(find_peak=True): the peak QPS search runs in performance mode")
+    find_peak = k["find_peak"]
+    name, mode = _scenario(k)
     target_qps = None if k["target_qps"] is None else _rate("target_qps", k["target_qps"])
     if name == "Server" and mode == "performance" and not find_peak and target_qps is None:
         raise ValueError(
@@ -110,15 +99,7 @@ def build(keywords: Mapping[str, object]) -> LoadgenRequest:
         raise ValueError(
             f"ipu_loadgen(mlperf_model={mlperf_model!r}): name an MLPerf benchmark, e.g. 'resnet50'"
         )
-    accuracy, accuracy_name = k["accuracy"], k["accuracy_name"]
-    if accuracy is not None and not callable(accuracy):
-        raise ValueError(f"ipu_loadgen(accuracy={accuracy!r}): pass a callable accuracy(outputs) -> float")
-    if accuracy is not None and mode != "accuracy":
-        raise ValueError(
-            "ipu_loadgen(accuracy=...): scoring needs mode='accuracy', which runs every sample once"
-        )
-    if not isinstance(accuracy_name, str) or not accuracy_name:
-        raise ValueError(f"ipu_loadgen(accuracy_name={accuracy_name!r}): pass the score's name, e.g. 'top1'")
+    accuracy, accuracy_name = _accuracy(k["accuracy"], k["accuracy_name"], mode)
     run = RunSettings(
         scenario=name,  # type: ignore[arg-type]  # checked by scenario_name
         mode=mode,
@@ -153,6 +134,41 @@ def build(keywords: Mapping[str, object]) -> LoadgenRequest:
         accuracy=accuracy,
         accuracy_name=accuracy_name,
     )
+
+
+def _scenario(k: Mapping[str, object]) -> tuple[str, Literal["performance", "accuracy"]]:
+    """The scenario's name and the mode, once the scenario, the mode, the flags and the peak search
+    agree."""
+    scenario, mode, find_peak = k["scenario"], k["mode"], k["find_peak"]
+    try:
+        name = scenario_name(scenario)
+    except ValueError as exc:
+        raise ValueError(f"ipu_loadgen(scenario={scenario!r}): {exc}") from None
+    if mode not in ("performance", "accuracy"):
+        raise ValueError(f"ipu_loadgen(mode={mode!r}): choose 'performance' or 'accuracy'")
+    for flag in ("find_peak", "mlperf"):
+        if not isinstance(k[flag], bool):
+            raise ValueError(f"ipu_loadgen({flag}={k[flag]!r}): pass True or False")
+    if find_peak and name != "Server":
+        raise ValueError(f"ipu_loadgen(find_peak=True): the peak QPS search is a Server search, not {name}")
+    if find_peak and mode != "performance":
+        raise ValueError("ipu_loadgen(find_peak=True): the peak QPS search runs in performance mode")
+    return name, mode
+
+
+def _accuracy(
+    accuracy: object, accuracy_name: object, mode: str
+) -> tuple[Callable[[dict[int, object]], float] | None, str]:
+    """The accuracy score's callable and its name, checked with the mode it needs."""
+    if accuracy is not None and not callable(accuracy):
+        raise ValueError(f"ipu_loadgen(accuracy={accuracy!r}): pass a callable accuracy(outputs) -> float")
+    if accuracy is not None and mode != "accuracy":
+        raise ValueError(
+            "ipu_loadgen(accuracy=...): scoring needs mode='accuracy', which runs every sample once"
+        )
+    if not isinstance(accuracy_name, str) or not accuracy_name:
+        raise ValueError(f"ipu_loadgen(accuracy_name={accuracy_name!r}): pass the score's name, e.g. 'top1'")
+    return accuracy, accuracy_name
 
 
 def _whole_or_none(keywords: Mapping[str, object], name: str) -> int | None:

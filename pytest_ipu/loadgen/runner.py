@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from typing import NoReturn
 
 from pytest_ipu.errors import LoadgenError
 from pytest_ipu.loadgen import detail_log
@@ -219,11 +220,7 @@ def run_test(
     are read once at each edge, inside the wall-clock marks, never while the system under test runs.
     """
     settings = make_test_settings(lg, run, samples=library.count)
-    log_dir.mkdir(parents=True, exist_ok=True)  # LoadGen aborts the process when it is missing
-    logging = lg.LogSettings()
-    logging.log_output.outdir = str(log_dir)
-    logging.log_output.copy_summary_to_stdout = False
-    logging.enable_trace = False
+    logging = _log_settings(lg, log_dir)
     sut = BatchingSut(
         lg,
         library,
@@ -238,14 +235,9 @@ def run_test(
     handles: list[tuple[Callable[[Any], None], Any]] = []
     try:
         handles.append((lg.DestroySUT, lg.ConstructSUT(sut.issue, sut.flush)))
-        handles.append(
-            (
-                lg.DestroyQSL,
-                lg.ConstructQSL(
-                    library.count, settings.performance_sample_count_override, library.load, library.unload
-                ),
-            )
-        )
+        in_memory = settings.performance_sample_count_override
+        qsl = lg.ConstructQSL(library.count, in_memory, library.load, library.unload)
+        handles.append((lg.DestroyQSL, qsl))
         with contextlib.ExitStack() as sampling:
             trace = None if meter is None else sampling.enter_context(meter.sampling())
             if meter is not None:
@@ -265,15 +257,7 @@ def run_test(
                 destroy(handle)
         sut.close()
     if sut.error is not None:
-        kept = ""
-        if sut.traceback:
-            # The model's traceback, from a worker thread, is kept beside LoadGen's logs.
-            (log_dir / ERROR_FILE).write_text(sut.traceback, encoding="utf-8")
-            kept = f" (the traceback: {ERROR_FILE})"
-        raise LoadgenError(
-            f"pytest-ipu: LoadGen's {run.scenario} run failed: {sut.error}. The run was ended by answering "
-            f"its remaining {sut.unrun} sample(s) unrun; LoadGen's logs are in {log_dir}{kept}"
-        ) from sut.exception
+        _fail(sut, run, log_dir)
     try:
         result = detail_log.parse(log_dir / "mlperf_log_detail.txt", mode=run.mode)
     except detail_log.LogError as exc:
@@ -281,18 +265,49 @@ def run_test(
     energy = None if meter is None else (trace, start_ns, end_ns)
     span = None if sut.span is None else sut.span[1] - sut.span[0]
     stats = sut.stats()
-    cpu = None
-    if stats.samples > 0 and elapsed > 0:
-        cpu = metrics.run_cpu_time(
-            cpu_end[0] - cpu_start[0],
-            cpu_end[1] - cpu_start[1],
-            0 if workers is None else workers[1],
-            elapsed,
-            stats.samples,
-        )
+    cpu = _host_cost(cpu_start, cpu_end, workers, elapsed, stats.samples)
     return Outcome(
         result, stats, log_dir, elapsed, sut.outputs, energy, tuple(sut.answer_latencies_s), span, cpu
     )
+
+
+def _log_settings(lg: Any, log_dir: Path) -> Any:
+    """LoadGen's log settings: its logs in ``log_dir`` (made here), no summary on stdout, no trace."""
+    log_dir.mkdir(parents=True, exist_ok=True)  # LoadGen aborts the process when it is missing
+    logging = lg.LogSettings()
+    logging.log_output.outdir = str(log_dir)
+    logging.log_output.copy_summary_to_stdout = False
+    logging.enable_trace = False
+    return logging
+
+
+def _fail(sut: BatchingSut, run: RunSettings, log_dir: Path) -> NoReturn:
+    """Raise the ``LoadgenError`` of a system under test that failed, its traceback kept beside
+    LoadGen's logs."""
+    kept = ""
+    if sut.traceback:
+        # The model's traceback, from a worker thread, is kept beside LoadGen's logs.
+        (log_dir / ERROR_FILE).write_text(sut.traceback, encoding="utf-8")
+        kept = f" (the traceback: {ERROR_FILE})"
+    raise LoadgenError(
+        f"pytest-ipu: LoadGen's {run.scenario} run failed: {sut.error}. The run was ended by answering "
+        f"its remaining {sut.unrun} sample(s) unrun; LoadGen's logs are in {log_dir}{kept}"
+    ) from sut.exception
+
+
+def _host_cost(
+    start: tuple[int, int],
+    end: tuple[int, int],
+    workers: tuple[WorkersClock, int] | None,
+    elapsed: float,
+    samples: int,
+) -> metrics.CpuTime | None:
+    """The run's host cost from the clocks at its edges (``_host_clocks``); ``None`` for a run that
+    answered no sample or took no time."""
+    if samples <= 0 or elapsed <= 0:
+        return None
+    workers_count = 0 if workers is None else workers[1]
+    return metrics.run_cpu_time(end[0] - start[0], end[1] - start[1], workers_count, elapsed, samples)
 
 
 def _host_clocks(workers: tuple[WorkersClock, int] | None) -> tuple[int, int]:

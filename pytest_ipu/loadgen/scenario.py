@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import replace
@@ -18,6 +19,7 @@ from pytest_ipu.loadgen import runner
 from pytest_ipu.loadgen import search
 from pytest_ipu.loadgen.request import LoadgenRequest
 from pytest_ipu.loadgen.settings import SHORT_DURATION_S
+from pytest_ipu.loadgen.settings import RunSettings
 from pytest_ipu.loadgen.settings import compliance
 from pytest_ipu.loadgen.settings import rules
 from pytest_ipu.loadgen.sut import SampleLibrary
@@ -118,59 +120,13 @@ def run_scenario(
 
     peak: PeakSearch | None = None
     if request.find_peak:
-        outcomes: dict[float, runner.Outcome] = {}
         percentile = run.latency_percentile or rule.latency_percentile
-        # Each probe runs long enough for early stopping to pass with a few queries over the bound.
-        least = 2 * search.early_stopping_queries(percentile)
-        probe_run = replace(run, min_query_count=max(run.min_query_count or 0, least))
-
-        def probe(qps: float) -> ServerProbe:
-            where = log_dir / f"probe-{len(outcomes) + 1:02d}-{qps:.6g}-qps"
-            outcome = one(replace(probe_run, target_qps=qps), where)
-            outcomes[qps] = outcome
-            return _probe_of(outcome, qps)
-
-        found = search.find_peak(
-            probe,
-            capacity_estimate_qps=calibration.capacity_qps,
-            max_probes=request.max_probes,
-            tolerance=request.search_tolerance,
-            budget_s=request.search_budget_s,
-        )
-        if not found.probes:
-            raise LoadgenError("pytest-ipu: the peak QPS search ran no probe: its time budget is too short")
-        peak = PeakSearch(
-            peak_qps=found.peak_qps,
-            probes=found.probes,
-            max_probes=request.max_probes,
-            budget_s=request.search_budget_s,
-            tolerance=request.search_tolerance,
-            ended=found.ended,
-            capacity_estimate_qps=calibration.capacity_qps,
-            lowest_invalid_qps=found.lowest_invalid_qps,
-        )
-        # The record's figures are the peak's probe's, or the last probe's when none was VALID.
-        shown_qps = found.peak_qps if found.peak_qps is not None else found.probes[-1].target_qps
-        outcome = outcomes[shown_qps]
+        peak, outcome = _search_peak(one, run, percentile, request, calibration.capacity_qps, log_dir)
     else:
         outcome = one(run, log_dir, meter)
     result = outcome.result
     power = _power(outcome, meter, unmeasured, searched=request.find_peak)
-    score = None
-    if request.accuracy is not None:
-        missing = library.count - len(outcome.outputs)
-        if missing:
-            raise LoadgenError(
-                f"pytest-ipu: the accuracy run answered {len(outcome.outputs)} of {library.count} samples; "
-                "every sample needs an output to be scored"
-            )
-        value = request.accuracy(outcome.outputs)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise LoadgenError(
-                f"pytest-ipu: ipu_loadgen(accuracy=...) returned {value!r}; "
-                "it must return the score as a number"
-            )
-        score = float(value)
+    score = _score(request, library, outcome)
     compliant, reasons = compliance(
         dict(result.effective), rule, mode=run.mode, valid=result.valid, named=run.mlperf_model is not None
     )
@@ -201,6 +157,70 @@ def run_scenario(
         peak=peak,
     )
     return Measured(part, calibration, outcome, power)
+
+
+def _search_peak(
+    one: Callable[[RunSettings, Path], runner.Outcome],
+    run: RunSettings,
+    percentile: float,
+    request: LoadgenRequest,
+    capacity_qps: float,
+    log_dir: Path,
+) -> tuple[PeakSearch, runner.Outcome]:
+    """Search the peak QPS with probes of ``run`` at different rates (``one`` runs a probe, its logs
+    in a folder of ``log_dir`` of its own); the search's record and the probe whose figures the
+    record shows: the peak's, or the last probe's when none was VALID."""
+    outcomes: dict[float, runner.Outcome] = {}
+    # Each probe runs long enough for early stopping to pass with a few queries over the bound.
+    least = 2 * search.early_stopping_queries(percentile)
+    probe_run = replace(run, min_query_count=max(run.min_query_count or 0, least))
+
+    def probe(qps: float) -> ServerProbe:
+        where = log_dir / f"probe-{len(outcomes) + 1:02d}-{qps:.6g}-qps"
+        outcome = one(replace(probe_run, target_qps=qps), where)
+        outcomes[qps] = outcome
+        return _probe_of(outcome, qps)
+
+    found = search.find_peak(
+        probe,
+        capacity_estimate_qps=capacity_qps,
+        max_probes=request.max_probes,
+        tolerance=request.search_tolerance,
+        budget_s=request.search_budget_s,
+    )
+    if not found.probes:
+        raise LoadgenError("pytest-ipu: the peak QPS search ran no probe: its time budget is too short")
+    peak = PeakSearch(
+        peak_qps=found.peak_qps,
+        probes=found.probes,
+        max_probes=request.max_probes,
+        budget_s=request.search_budget_s,
+        tolerance=request.search_tolerance,
+        ended=found.ended,
+        capacity_estimate_qps=capacity_qps,
+        lowest_invalid_qps=found.lowest_invalid_qps,
+    )
+    shown_qps = found.peak_qps if found.peak_qps is not None else found.probes[-1].target_qps
+    return peak, outcomes[shown_qps]
+
+
+def _score(request: LoadgenRequest, library: SampleLibrary, outcome: runner.Outcome) -> float | None:
+    """The accuracy score of the run's outputs, where the request scores them; every sample must
+    have been answered, and the score must be a number."""
+    if request.accuracy is None:
+        return None
+    missing = library.count - len(outcome.outputs)
+    if missing:
+        raise LoadgenError(
+            f"pytest-ipu: the accuracy run answered {len(outcome.outputs)} of {library.count} samples; "
+            "every sample needs an output to be scored"
+        )
+    value = request.accuracy(outcome.outputs)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LoadgenError(
+            f"pytest-ipu: ipu_loadgen(accuracy=...) returned {value!r}; it must return the score as a number"
+        )
+    return float(value)
 
 
 def _power(

@@ -236,7 +236,7 @@ class Window:
     #: and hosts whose clocks are synchronised, can compare (``start_ns`` is this process's own).
     start_unix_ns: int | None = None
     #: The instance worker processes' CPU time in each round, ns, together, as their clocks read at
-    #: their replies (``timed_rounds``' ``workers_clock``); empty where no workers ran the rounds.
+    #: their replies (``WindowClocks.workers``); empty where no workers ran the rounds.
     workers_cpu_ns: tuple[int, ...] = ()
 
     @property
@@ -249,6 +249,19 @@ class _EndRounds(Exception):
     """Raised from pedantic's setup to end the rounds at the time box; never leaves ``timed_rounds``."""
 
 
+@dataclass(frozen=True)
+class WindowClocks:
+    """The clocks ``timed_rounds`` reads beside its round clock, at the window's start and at every
+    round's end: the calling thread's CPU time (it runs the rounds) and the process's, ns; the Unix
+    wall clock, ns, read once as the window opens; and, where the rounds' calls run in worker
+    processes, their CPU time together as their latest replies reported it (``None``: no workers)."""
+
+    thread: Clock = time.thread_time_ns
+    process: Clock = time.process_time_ns
+    wall: Clock = time.time_ns
+    workers: Clock | None = None
+
+
 def timed_rounds(
     benchmark: PedanticBenchmark,
     fn: Callable[..., object],
@@ -259,10 +272,7 @@ def timed_rounds(
     on_end: Callable[[], None] | None = None,
     box: TimeBox = TimeBox(),
     watch: CallWatch | None = None,
-    thread_clock: Clock = time.thread_time_ns,
-    process_clock: Clock = time.process_time_ns,
-    wall_clock: Clock = time.time_ns,
-    workers_clock: Clock | None = None,
+    clocks: WindowClocks = WindowClocks(),
 ) -> Window:
     """Run up to ``rounds`` timed rounds through ``benchmark.pedantic``; return the window.
 
@@ -283,97 +293,123 @@ def timed_rounds(
     increment per round, in the teardown that already runs between rounds: no clock read, no
     system call).
 
-    ``thread_clock`` and ``process_clock`` (CPU time of the calling thread, which runs the rounds,
-    and of the process, ns) are read once each at the window's start and at every round's end:
-    two reads per round, between rounds, never inside a round's own time. The CPU reads sit inside
-    the wall marks (after the opening one, before each closing one), so the CPU time they span lies
-    within the wall window. The window has each round's CPU time (``Window.thread_cpu_ns``).
-    ``wall_clock`` (Unix epoch, ns) is read once, just before the window opens
-    (``Window.start_unix_ns``), so separate processes' windows can be laid side by side.
-
-    ``workers_clock``, where the rounds' calls run in worker processes, is their CPU time together
-    as their latest replies reported it (ns; no request of its own): read with the process clock,
-    each round's difference is the workers' CPU time from their reply to the round before to their
-    reply to this one (``Window.workers_cpu_ns``).
+    ``clocks`` (``WindowClocks``): the thread and process CPU clocks are read once each at the
+    window's start and at every round's end: two reads per round, between rounds, never inside a
+    round's own time. The CPU reads sit inside the wall marks (after the opening one, before each
+    closing one), so the CPU time they span lies within the wall window
+    (``Window.thread_cpu_ns``). The Unix clock is read once, just before the window opens
+    (``Window.start_unix_ns``), so separate processes' windows can be laid side by side. The
+    workers' clock is read with the process clock: each round's difference is the workers' CPU time
+    from their reply to the round before to their reply to this one (``Window.workers_cpu_ns``).
     """
-    watch = watch if watch is not None else CallWatch()
-    watch.enter("timed round {n}")
-    marks: list[int] = []
-    # The CPU clocks at the window's start and at each round's end.
-    thread_marks: list[int] = []
-    process_marks: list[int] = []
-    wall_marks: list[int] = []
-    workers_marks: list[int] = []
-    ended = [0]
-    reason: list[Ending] = []
-    budget_ns = None if box.budget_s is None else box.budget_s * 1e9
-    cap_ns = None if box.cap_s is None else box.cap_s * 1e9
-
-    def finish() -> None:
-        if on_end is not None:
-            on_end()
-
-    def mark_start() -> None:
-        # Returning None matters: pedantic treats a truthy return as replacement arguments.
-        if not marks:
-            if on_start is not None:
-                on_start()
-            wall_marks.append(wall_clock())
-            marks.append(clock())
-            thread_marks.append(thread_clock())
-            process_marks.append(process_clock())
-            if workers_clock is not None:
-                workers_marks.append(workers_clock())
-            return
-        so_far = marks[1] - marks[0]
-        # End at the round boundary nearest the budget: when another round (as long as the mean so
-        # far) would take the window further past the budget than it now falls short of it.
-        slack = so_far / ended[0] / 2 if box.nearest else 0.0
-        if budget_ns is not None and so_far + slack >= budget_ns and ended[0] >= box.min_rounds:
-            reason.append("budget")
-        elif cap_ns is not None and so_far >= cap_ns:
-            reason.append("cap")
-        if reason:
-            finish()
-            raise _EndRounds
-
-    def mark_end(*_: object) -> None:
-        thread_marks.append(thread_clock())
-        process_marks.append(process_clock())
-        if workers_clock is not None:
-            workers_marks.append(workers_clock())
-        end = clock()
-        if len(marks) == 2:
-            marks[1] = end
-        else:
-            marks.append(end)
-        ended[0] += 1
-        watch.done += 1
-        if ended[0] == rounds:
-            finish()
-
+    marks = _Marks(rounds, clock, clocks, box, watch if watch is not None else CallWatch(), on_start, on_end)
     try:
         benchmark.pedantic(
             fn,
             args=tuple(args),
-            setup=mark_start,
-            teardown=mark_end,
+            setup=marks.start,
+            teardown=marks.end,
             rounds=rounds,
             warmup_rounds=0,
             iterations=1,
         )
     except _EndRounds:
         benchmark.rounds_ended_early()
-    return Window(
-        marks[0],
-        marks[1],
-        ended[0],
-        reason[0] if reason else "planned",
-        thread_cpu_ns=_differences(thread_marks),
-        process_cpu_ns=_differences(process_marks),
-        start_unix_ns=wall_marks[0] if wall_marks else None,
-        workers_cpu_ns=_differences(workers_marks),
-    )
+    return marks.window()
+
+
+class _Marks:
+    """The marks ``timed_rounds`` takes in pedantic's setup (``start``) and teardown (``end``): the
+    window's edges, each clock of ``WindowClocks`` at the start and every round's end, the rounds
+    ended, and why the rounds ended early, if they did."""
+
+    def __init__(
+        self,
+        rounds: int,
+        clock: Clock,
+        clocks: WindowClocks,
+        box: TimeBox,
+        watch: CallWatch,
+        on_start: Callable[[], None] | None,
+        on_end: Callable[[], None] | None,
+    ) -> None:
+        self.rounds, self.clock, self.clocks, self.box = rounds, clock, clocks, box
+        self.watch, self.on_start, self.on_end = watch, on_start, on_end
+        watch.enter("timed round {n}")
+        self.marks: list[int] = []
+        # The CPU clocks at the window's start and at each round's end.
+        self.thread_marks: list[int] = []
+        self.process_marks: list[int] = []
+        self.wall_marks: list[int] = []
+        self.workers_marks: list[int] = []
+        self.ended = 0
+        self.reason: list[Ending] = []
+        self.budget_ns = None if box.budget_s is None else box.budget_s * 1e9
+        self.cap_ns = None if box.cap_s is None else box.cap_s * 1e9
+
+    def _finish(self) -> None:
+        if self.on_end is not None:
+            self.on_end()
+
+    def _cpu(self) -> None:
+        self.thread_marks.append(self.clocks.thread())
+        self.process_marks.append(self.clocks.process())
+        if self.clocks.workers is not None:
+            self.workers_marks.append(self.clocks.workers())
+
+    def start(self) -> None:
+        """Open the window before the first round; before each later one, end the rounds at the
+        time box (raising ``_EndRounds``)."""
+        # Returning None matters: pedantic treats a truthy return as replacement arguments.
+        if not self.marks:
+            if self.on_start is not None:
+                self.on_start()
+            self.wall_marks.append(self.clocks.wall())
+            self.marks.append(self.clock())
+            self._cpu()
+            return
+        so_far = self.marks[1] - self.marks[0]
+        # End at the round boundary nearest the budget: when another round (as long as the mean so
+        # far) would take the window further past the budget than it now falls short of it.
+        slack = so_far / self.ended / 2 if self.box.nearest else 0.0
+        if (
+            self.budget_ns is not None
+            and so_far + slack >= self.budget_ns
+            and self.ended >= self.box.min_rounds
+        ):
+            self.reason.append("budget")
+        elif self.cap_ns is not None and so_far >= self.cap_ns:
+            self.reason.append("cap")
+        if self.reason:
+            self._finish()
+            raise _EndRounds
+
+    def end(self, *_: object) -> None:
+        """Mark a round's end (the CPU clocks first, then the round clock); close the window after
+        the last planned round."""
+        self._cpu()
+        end = self.clock()
+        if len(self.marks) == 2:
+            self.marks[1] = end
+        else:
+            self.marks.append(end)
+        self.ended += 1
+        self.watch.done += 1
+        if self.ended == self.rounds:
+            self._finish()
+
+    def window(self) -> Window:
+        """The window the marks make."""
+        return Window(
+            self.marks[0],
+            self.marks[1],
+            self.ended,
+            self.reason[0] if self.reason else "planned",
+            thread_cpu_ns=_differences(self.thread_marks),
+            process_cpu_ns=_differences(self.process_marks),
+            start_unix_ns=self.wall_marks[0] if self.wall_marks else None,
+            workers_cpu_ns=_differences(self.workers_marks),
+        )
 
 
 def _differences(marks: Sequence[int]) -> tuple[int, ...]:

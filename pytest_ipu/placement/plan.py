@@ -39,6 +39,9 @@ from pytest_ipu.errors import CompileError
 from pytest_ipu.errors import UnplaceableError
 from pytest_ipu.results.records import PlacementRecord
 
+if typing.TYPE_CHECKING:
+    from pytest_ipu.placement.instances import InstanceSpec
+
 #: A function giving the backend for a target spelled ``name:device`` (the run's backend cache).
 BackendFor = typing.Callable[[str, str], Backend]
 
@@ -135,14 +138,7 @@ def plan(
             f"(instances={request.instances}, replicas={request.replicas}, stages={request.stages}) chooses "
             f"the IPUs itself; use target {backend.name}:{device.partition(':')[0]}"
         )
-    extra = _placement_options(backend, request)
-    for key, value in extra.items():
-        if key in options and options[key] != value:
-            raise UnplaceableError(
-                f"ipu_compile option {key}={options[key]!r} contradicts the ipu marker's placement "
-                f"(replicas={request.replicas}, stages={request.stages} means {key}={value!r}); "
-                f"set it in one place only"
-            )
+    extra = _agreed_options(backend, request, options)
     if inventory.simulator:
         # The IPU Model simulates each instance on the host: no ids to allocate, nothing shared.
         plans = tuple(InstancePlan(i, backend, device, (), extra) for i in range(request.instances))
@@ -172,6 +168,22 @@ def plan(
         # Every IPU the instances took, a multi-IPU device's members included: the meter reads these.
         tuple(sorted(placed.ipu_ids)),
     )
+
+
+def _agreed_options(
+    backend: PlacedBackend, request: DeviceRequest, options: Mapping[str, object]
+) -> dict[str, object]:
+    """The backend options that place each instance (``_placement_options``); ``UnplaceableError``
+    where ``options`` (ipu_compile's) set one of them to another value."""
+    extra = _placement_options(backend, request)
+    for key, value in extra.items():
+        if key in options and options[key] != value:
+            raise UnplaceableError(
+                f"ipu_compile option {key}={options[key]!r} contradicts the ipu marker's placement "
+                f"(replicas={request.replicas}, stages={request.stages} means {key}={value!r}); "
+                f"set it in one place only"
+            )
+    return extra
 
 
 def _placement_options(backend: PlacedBackend, request: DeviceRequest) -> dict[str, object]:
@@ -207,39 +219,9 @@ def compile_plan(
     counters: tuple[CallCounter, ...] = ()
     start = time.perf_counter_ns()
     if how == "processes":
-        specs = []
-        for p in plans:
-            if not isinstance(p.backend, WorkerBackend):
-                raise CompileError(
-                    f"{p.backend.name} runs instances in worker processes but has no worker_factory() to "
-                    "rebuild itself there"
-                )
-            specs.append(
-                instances.InstanceSpec(
-                    index=p.index,
-                    factory=p.backend.worker_factory(),
-                    model=model,
-                    example_inputs=tuple(example_inputs),
-                    precision=precision,
-                    options={**options, **p.options},
-                )
-            )
-        group = instances.ProcessInstances(specs)
+        group = instances.ProcessInstances(_process_specs(plans, model, example_inputs, precision, options))
     else:
-        compiled_list: list[CompiledModel] = []
-        try:
-            for p in plans:
-                began = time.perf_counter_ns()
-                one = p.backend.compile(model, example_inputs, precision, {**options, **p.options})
-                # Timed here: ThreadInstances reports each instance's own compile time.
-                compiled_list.append(
-                    dataclasses.replace(one, compile_s=(time.perf_counter_ns() - began) * 1e-9)
-                )
-        except BaseException:
-            for done in compiled_list:
-                with contextlib.suppress(Exception):  # the compile error is the one to report
-                    done.close()
-            raise
+        compiled_list = _compile_each(plans, model, example_inputs, precision, options)
         group = instances.ThreadInstances(compiled_list)
         counters = group_counters(compiled_list)
     wall_s = (time.perf_counter_ns() - start) * 1e-9
@@ -273,6 +255,60 @@ def compile_plan(
         ipu_ids=the_plan.ipu_ids,
         counters=counters,
     )
+
+
+def _process_specs(
+    plans: Sequence[InstancePlan],
+    model: object,
+    example_inputs: Sequence[object],
+    precision: str,
+    options: Mapping[str, object],
+) -> list[InstanceSpec]:
+    """What each worker process needs to rebuild its backend and compile its instance."""
+    from pytest_ipu.placement import instances
+
+    specs = []
+    for p in plans:
+        if not isinstance(p.backend, WorkerBackend):
+            raise CompileError(
+                f"{p.backend.name} runs instances in worker processes but has no worker_factory() to "
+                "rebuild itself there"
+            )
+        specs.append(
+            instances.InstanceSpec(
+                index=p.index,
+                factory=p.backend.worker_factory(),
+                model=model,
+                example_inputs=tuple(example_inputs),
+                precision=precision,
+                options={**options, **p.options},
+            )
+        )
+    return specs
+
+
+def _compile_each(
+    plans: Sequence[InstancePlan],
+    model: object,
+    example_inputs: Sequence[object],
+    precision: str,
+    options: Mapping[str, object],
+) -> list[CompiledModel]:
+    """Every instance compiled in this process, one after the other, each with its own compile
+    time; whatever fails, those compiled so far are closed before the error propagates."""
+    compiled_list: list[CompiledModel] = []
+    try:
+        for p in plans:
+            began = time.perf_counter_ns()
+            one = p.backend.compile(model, example_inputs, precision, {**options, **p.options})
+            # Timed here: ThreadInstances reports each instance's own compile time.
+            compiled_list.append(dataclasses.replace(one, compile_s=(time.perf_counter_ns() - began) * 1e-9))
+    except BaseException:
+        for done in compiled_list:
+            with contextlib.suppress(Exception):  # the compile error is the one to report
+                done.close()
+        raise
+    return compiled_list
 
 
 def group_counters(compiled: Sequence[CompiledModel]) -> tuple[CallCounter, ...]:

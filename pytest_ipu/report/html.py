@@ -652,14 +652,7 @@ def _page(
     groups = recorded + [g for g in plain_groups(shown) if g not in recorded]
     labels = plots.run_labels(runs)
     title = "pytest-ipu report"
-    if len(runs) == 1:
-        sub = f"{plots.format_date(runs[0].datetime)} on {plots.machine_label(runs)}"
-        heading = "Machine and run"
-        machine = _run_section(runs[0], None)
-    else:
-        sub = f"{len(runs)} runs compared: " + ", ".join(labels)
-        heading = "Runs"
-        machine = "".join(_run_section(r, f"run {lab}") for r, lab in zip_strict(runs, labels))
+    sub, heading, machine = _runs_heading(runs, labels)
     sections = []
     contents = []
     checks = set(summary.self_check_groups(shown))
@@ -677,18 +670,8 @@ def _page(
         if group not in checks:
             sections.append(_group_section(shown, group, figures, anchors[group]))
             contents.append(f'<li><a href="#{_e(anchors[group])}">{_e(group)}</a></li>')
-    # A reference the summary sets beside a figure is shown there; the scaling section lists the rest.
-    beside = summary.used(shown, published)
-    loose = [r for r in scaling.unmatched(published, studies) if r.index not in beside]
-    if studies or loose:
-        # First: across runs of a training benchmark, the scaling is what the runs were made for.
-        drawn = {
-            (i, f.view): (f.stem, f.svg)
-            for i, study in enumerate(studies)
-            for f in figures
-            if f.group == study.title and f.view in scaling.VIEWS
-        }
-        body = scaling.section(studies, loose, drawn if scaling_drawn else None)
+    body = _scaling_body(shown, figures, studies, published, scaling_drawn)
+    if body is not None:
         sections.append(f'<section id="scaling"><h2>Scaling</h2>{body}</section>')
         contents.append('<li><a href="#scaling">scaling</a></li>')
     queried = _loadgen_rows(runs)
@@ -720,6 +703,39 @@ def _page(
         "Numbers: see docs/numbers.md; energy: docs/power.md.</footer>"
         "</main></body></html>\n"
     )
+
+
+def _runs_heading(runs: Sequence[StoredRun], labels: Sequence[str]) -> tuple[str, str, str]:
+    """The page's subtitle, and the heading and body of its section on the machine and runs."""
+    if len(runs) == 1:
+        sub = f"{plots.format_date(runs[0].datetime)} on {plots.machine_label(runs)}"
+        return sub, "Machine and run", _run_section(runs[0], None)
+    sub = f"{len(runs)} runs compared: " + ", ".join(labels)
+    return sub, "Runs", "".join(_run_section(r, f"run {lab}") for r, lab in zip_strict(runs, labels))
+
+
+def _scaling_body(
+    shown: Sequence[StoredRun],
+    figures: Sequence[_Figure],
+    studies: Sequence[scaling.Study],
+    published: Sequence[Reference],
+    scaling_drawn: bool,
+) -> str | None:
+    """The scaling section's body: the studies, with their figures where drawn, and the published
+    references no summary figure shows; ``None`` with neither."""
+    # A reference the summary sets beside a figure is shown there; the scaling section lists the rest.
+    beside = summary.used(shown, published)
+    loose = [r for r in scaling.unmatched(published, studies) if r.index not in beside]
+    if not (studies or loose):
+        return None
+    # First: across runs of a training benchmark, the scaling is what the runs were made for.
+    drawn = {
+        (i, f.view): (f.stem, f.svg)
+        for i, study in enumerate(studies)
+        for f in figures
+        if f.group == study.title and f.view in scaling.VIEWS
+    }
+    return scaling.section(studies, loose, drawn if scaling_drawn else None)
 
 
 # --- the history view (pytest-ipu report STORAGE) ------------------------------------------------

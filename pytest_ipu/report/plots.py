@@ -494,11 +494,7 @@ def draw(
     ``machine`` (the CPU and accelerators) is shown under the title. For the energy view with no
     measured point at all the plot body says why, in words, instead of showing an empty or zero axis.
     """
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import FixedLocator
     from matplotlib.ticker import FuncFormatter
-    from matplotlib.ticker import NullLocator
 
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; expected one of {', '.join(VIEWS)}")
@@ -517,9 +513,44 @@ def draw(
         scale = 1.0
         ax.set_ylabel("items per joule (= items/s per W)")
 
+    handles = [_draw_series(ax, view, s, scale) for s in series]
+    handles.extend(_key_handles(view, series))
+    _batch_axis(ax, batch_sizes)
+
+    scaled = [v / scale for v in present]
+    if not scaled:
+        _no_data(ax, view, series)
+    elif _wide(scaled):
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.format_number(v)))
+        # Label the 2s and 5s between decades too when the range spans few decades.
+        decades = math.log10(max(scaled) / min(v for v in scaled if v > 0))
+        if decades < 3:
+            ax.yaxis.set_minor_formatter(
+                FuncFormatter(lambda v, _: units.format_number(v) if f"{v:.1e}"[0] in "25" else "")
+            )
+    else:
+        ax.set_ylim(0, max(scaled) * 1.12)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.format_number(v)))
+
+    ax.grid(True, which="major", color="#dddddd", linewidth=0.8)
+    ax.grid(True, which="minor", axis="y", color="#eeeeee", linewidth=0.5)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    if handles and scaled:
+        # Outside the axes, so the legend never covers a point.
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8.5)
+    return fig
+
+
+def _key_handles(view: str, series: Sequence[Series]) -> list[Any]:
+    """The legend's entries beside the series: the latency band, and the markers of flagged and
+    hollow points, each where some point has it."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     handles: list[Any] = []
-    for s in series:
-        handles.append(_draw_series(ax, view, s, scale))
     if view == "latency" and any(v is not None for s in series for v in s.upper):
         handles.append(Patch(facecolor="#888888", alpha=0.25, label="p50 to p99"))
     if any(any(s.upper_flagged) for s in series):
@@ -547,47 +578,30 @@ def draw(
                 label=_hollow_label(series),
             )
         )
+    return handles
+
+
+def _batch_axis(ax: Axes, batch_sizes: Sequence[int]) -> None:
+    """The x axis: the batch sizes as its ticks, on a log scale where they span a wide range."""
+    from matplotlib.ticker import FixedLocator
+    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import NullLocator
 
     ax.set_xlabel("batch size (items per call)")
-    if batch_sizes:
-        if batch_sizes[0] > 0 and batch_sizes[-1] / batch_sizes[0] >= LOG_X_RATIO:
-            ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_locator(FixedLocator(batch_sizes))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_locator(NullLocator())
-        if len(batch_sizes) == 1:
-            ax.set_xlim(batch_sizes[0] * 0.5, batch_sizes[0] * 1.5)
-        elif ax.get_xscale() == "log":
-            ax.set_xlim(batch_sizes[0] / 1.3, batch_sizes[-1] * 1.3)
-        else:
-            pad = (batch_sizes[-1] - batch_sizes[0]) * 0.05
-            ax.set_xlim(batch_sizes[0] - pad, batch_sizes[-1] + pad)
-
-    scaled = [v / scale for v in present]
-    if not scaled:
-        _no_data(ax, view, series)
-    elif _wide(scaled):
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.format_number(v)))
-        # Label the 2s and 5s between decades too when the range spans few decades.
-        decades = math.log10(max(scaled) / min(v for v in scaled if v > 0))
-        if decades < 3:
-            ax.yaxis.set_minor_formatter(
-                FuncFormatter(lambda v, _: units.format_number(v) if f"{v:.1e}"[0] in "25" else "")
-            )
+    if not batch_sizes:
+        return
+    if batch_sizes[0] > 0 and batch_sizes[-1] / batch_sizes[0] >= LOG_X_RATIO:
+        ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(batch_sizes))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+    if len(batch_sizes) == 1:
+        ax.set_xlim(batch_sizes[0] * 0.5, batch_sizes[0] * 1.5)
+    elif ax.get_xscale() == "log":
+        ax.set_xlim(batch_sizes[0] / 1.3, batch_sizes[-1] * 1.3)
     else:
-        ax.set_ylim(0, max(scaled) * 1.12)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.format_number(v)))
-
-    ax.grid(True, which="major", color="#dddddd", linewidth=0.8)
-    ax.grid(True, which="minor", axis="y", color="#eeeeee", linewidth=0.5)
-    ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    if handles and scaled:
-        # Outside the axes, so the legend never covers a point.
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8.5)
-    return fig
+        pad = (batch_sizes[-1] - batch_sizes[0]) * 0.05
+        ax.set_xlim(batch_sizes[0] - pad, batch_sizes[-1] + pad)
 
 
 def _low_confidence(s: Series) -> bool:

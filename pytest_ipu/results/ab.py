@@ -186,22 +186,7 @@ def check_paired(
         return Verdict(gate, benchmark, decide.FAIL, None, None, None, None, reason)
     present = [v for v in candidate if v is not None]
     if gate.kind == "absolute":
-        value = statistics.median(present)
-        positive = [v for v in present if 0.0 < v < math.inf]
-        if n < 2 or len(positive) < n:
-            method = f"absolute bound on the candidate over {n} pair(s)"
-            why = NO_VARIANCE if n < 2 else "a value of 0 leaves no log to bound"
-            noise = "one pair" if n < 2 else "a value of 0"
-            return Verdict(
-                gate, benchmark, decide.INCONCLUSIVE, None, value, None, None, method, why, None, noise
-            )
-        logs_now = [math.log(v) for v in positive]
-        judged = decide.judge_bound(gate, logs_now, alpha, more="pairs", option="--max-pairs")
-        method = (
-            f"absolute bound on the candidate's geometric mean over {n} pairs (df {n - 1}, alpha {alpha:.3g})"
-        )
-        noise = f"spread {statistics.stdev(logs_now) * 100:.1f}% between pairs"
-        return judged.verdict(gate, benchmark, None, value, method, noise)
+        return _check_absolute(gate, benchmark, present, alpha)
     if any(v is None for v in baseline):
         reason = f"no value in the baseline: {baseline_gap or 'missing from a run'}"
         return Verdict(
@@ -248,6 +233,28 @@ def check_paired(
         judged.p_fail,
         noise,
     )
+
+
+def _check_absolute(gate: Gate, benchmark: str, present: Sequence[float], alpha: float) -> Verdict:
+    """An absolute gate on the candidate's values alone (every pair has one): a bound on their
+    geometric mean, inconclusive for one pair or a value of 0."""
+    n = len(present)
+    value = statistics.median(present)
+    positive = [v for v in present if 0.0 < v < math.inf]
+    if n < 2 or len(positive) < n:
+        method = f"absolute bound on the candidate over {n} pair(s)"
+        why = NO_VARIANCE if n < 2 else "a value of 0 leaves no log to bound"
+        noise = "one pair" if n < 2 else "a value of 0"
+        return Verdict(
+            gate, benchmark, decide.INCONCLUSIVE, None, value, None, None, method, why, None, noise
+        )
+    logs_now = [math.log(v) for v in positive]
+    judged = decide.judge_bound(gate, logs_now, alpha, more="pairs", option="--max-pairs")
+    method = (
+        f"absolute bound on the candidate's geometric mean over {n} pairs (df {n - 1}, alpha {alpha:.3g})"
+    )
+    noise = f"spread {statistics.stdev(logs_now) * 100:.1f}% between pairs"
+    return judged.verdict(gate, benchmark, None, value, method, noise)
 
 
 # --- The sequential plan ------------------------------------------------------------------------------
@@ -430,37 +437,7 @@ def analyse(
             f"{len(candidate_runs)} candidate runs"
         )
     sides = {BASELINE: baseline_runs, CANDIDATE: candidate_runs}
-    order: dict[str, StoredBenchmark] = {}
-    for run in (*baseline_runs, *candidate_runs):
-        for bench in run.benchmarks:
-            order.setdefault(bench.fullname, bench)
-    missing: list[str] = []
-    complete: list[StoredBenchmark] = []
-
-    def runs_of(fullname: str, runs: Sequence[StoredRun]) -> Sequence[StoredRun]:
-        # A settled benchmark was not run after the look that decided it.
-        return runs[: settled[fullname].pairs] if fullname in settled else runs
-
-    for fullname, first in order.items():
-        absent = [
-            f"{side} pair {i}"
-            for side, runs in sides.items()
-            for i, run in enumerate(runs_of(fullname, runs), start=1)
-            if _find(run, fullname) is None
-        ]
-        bare = {
-            f"{side} pair {i}": b
-            for side, runs in sides.items()
-            for i, run in enumerate(runs_of(fullname, runs), start=1)
-            if (b := _find(run, fullname)) is not None and gated(b, run.machine_info) is None
-        }
-        if absent:
-            missing.append(f"{fullname}: not in {_places(absent, len(baseline_runs))}: not compared")
-        elif bare:
-            why = not_gated(next(iter(bare.values())))
-            missing.append(f"{fullname} {why} in {_places(list(bare), len(baseline_runs))}: not compared")
-        else:
-            complete.append(first)
+    complete, missing = _complete(sides, settled, len(baseline_runs))
     names = [b.name for b in complete]
     shown = {*SHOWN, *(g.metric for g in gate_list)}
     metrics = [m for m in METRICS if m in shown]
@@ -470,29 +447,11 @@ def analyse(
     for bench in complete:
         # Short names read better; two benchmarks of one name (in two files) need their full names.
         display = bench.name if names.count(bench.name) == 1 else bench.fullname
-        values = {
-            side: {
-                metric: tuple(_value(run, bench.fullname, metric) for run in runs_of(bench.fullname, runs))
-                for metric in metrics
-            }
-            for side, runs in sides.items()
-        }
         kept = settled.get(bench.fullname)
-        for metric in metrics:
-            before, after = values[BASELINE][metric], values[CANDIDATE][metric]
-            line = Paired(
-                display,
-                bench.fullname,
-                group_name(bench.group, bench.name),
-                metric,
-                before,
-                after,
-                _gap(baseline_runs, bench.fullname, metric, BASELINE) if None in before else None,
-                _gap(candidate_runs, bench.fullname, metric, CANDIDATE) if None in after else None,
-            )
-            if any(v is not None for v in (*before, *after)):
+        for line in _paired(bench, display, metrics, sides, settled):
+            if any(v is not None for v in (*line.baseline, *line.candidate)):
                 lines.append(line)
-            for gate in (g for g in gate_list if g.metric == metric):
+            for gate in (g for g in gate_list if g.metric == line.metric):
                 if kept is not None:
                     continue
                 fullnames.append(bench.fullname)
@@ -500,8 +459,8 @@ def analyse(
                     check_paired(
                         gate,
                         display,
-                        before,
-                        after,
+                        line.baseline,
+                        line.candidate,
                         alpha=alpha,
                         baseline_gap=line.baseline_gap,
                         candidate_gap=line.candidate_gap,
@@ -510,12 +469,7 @@ def analyse(
         if kept is not None:
             fullnames.extend(bench.fullname for _ in kept.verdicts)
             verdicts.extend(kept.verdicts)
-    # The job's rule over the gates decided now, in the family of every gate (the settled ones'
-    # included): each look spends its share of the job's level (``Sequential.job_alpha_per_look``).
-    fresh = [i for i, f in enumerate(fullnames) if f not in settled]
-    adjusted = family.adjust([verdicts[i] for i in fresh], job_alpha, size=len(verdicts))
-    for i, verdict in zip_strict(fresh, adjusted):
-        verdicts[i] = verdict
+    _adjust(verdicts, fullnames, settled, job_alpha)
     return ABResult(
         labels,
         len(baseline_runs),
@@ -529,6 +483,94 @@ def analyse(
         settled,
         job_alpha,
     )
+
+
+def _runs_of(fullname: str, runs: Sequence[StoredRun], settled: Mapping[str, Settled]) -> Sequence[StoredRun]:
+    """The runs of one side that hold ``fullname``'s pairs."""
+    # A settled benchmark was not run after the look that decided it.
+    return runs[: settled[fullname].pairs] if fullname in settled else runs
+
+
+def _complete(
+    sides: Mapping[str, Sequence[StoredRun]], settled: Mapping[str, Settled], pairs: int
+) -> tuple[list[StoredBenchmark], list[str]]:
+    """The benchmarks every run of both sides measured with figures a gate can read, in the order
+    first seen; and for each of the others, the line that says where it is missing or bare."""
+    order: dict[str, StoredBenchmark] = {}
+    for runs in sides.values():
+        for run in runs:
+            for bench in run.benchmarks:
+                order.setdefault(bench.fullname, bench)
+    missing: list[str] = []
+    complete: list[StoredBenchmark] = []
+    for fullname, first in order.items():
+        absent = [
+            f"{side} pair {i}"
+            for side, runs in sides.items()
+            for i, run in enumerate(_runs_of(fullname, runs, settled), start=1)
+            if _find(run, fullname) is None
+        ]
+        bare = {
+            f"{side} pair {i}": b
+            for side, runs in sides.items()
+            for i, run in enumerate(_runs_of(fullname, runs, settled), start=1)
+            if (b := _find(run, fullname)) is not None and gated(b, run.machine_info) is None
+        }
+        if absent:
+            missing.append(f"{fullname}: not in {_places(absent, pairs)}: not compared")
+        elif bare:
+            why = not_gated(next(iter(bare.values())))
+            missing.append(f"{fullname} {why} in {_places(list(bare), pairs)}: not compared")
+        else:
+            complete.append(first)
+    return complete, missing
+
+
+def _paired(
+    bench: StoredBenchmark,
+    display: str,
+    metrics: Sequence[str],
+    sides: Mapping[str, Sequence[StoredRun]],
+    settled: Mapping[str, Settled],
+) -> list[Paired]:
+    """Each of ``metrics`` of ``bench`` in every pair (its settled pairs only, if settled), shown as
+    ``display``, with why a side lacks a value where it does."""
+    fullname = bench.fullname
+    values = {
+        side: {
+            metric: tuple(_value(run, fullname, metric) for run in _runs_of(fullname, runs, settled))
+            for metric in metrics
+        }
+        for side, runs in sides.items()
+    }
+    out = []
+    for metric in metrics:
+        before, after = values[BASELINE][metric], values[CANDIDATE][metric]
+        out.append(
+            Paired(
+                display,
+                fullname,
+                group_name(bench.group, bench.name),
+                metric,
+                before,
+                after,
+                _gap(sides[BASELINE], fullname, metric, BASELINE) if None in before else None,
+                _gap(sides[CANDIDATE], fullname, metric, CANDIDATE) if None in after else None,
+            )
+        )
+    return out
+
+
+def _adjust(
+    verdicts: list[Verdict], fullnames: Sequence[str], settled: Mapping[str, Settled], job_alpha: float
+) -> None:
+    """Apply the job's rule, in place, to the verdicts decided now, in the family of every gate (the
+    settled ones' included): each look spends its share of the job's level
+    (``Sequential.job_alpha_per_look``)."""
+    fresh = [i for i, f in enumerate(fullnames) if f not in settled]
+    adjusted = family.adjust([verdicts[i] for i in fresh], job_alpha, size=len(verdicts))
+    for i, verdict in zip_strict(fresh, adjusted):
+        verdicts[i] = verdict
 
 
 def _value(run: StoredRun, fullname: str, metric: str) -> float | None:

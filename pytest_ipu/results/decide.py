@@ -519,16 +519,7 @@ def check(
     found = evidence(value, now, then, history or ())
     change = relative_change(before, value)
     if found is None:
-        single = current.no_repeats() or baseline.no_repeats()
-        if single is not None:
-            advice = f"{single}: give {HISTORY_MIN} or more baseline runs"
-            noise = "one value per run"
-        elif METRICS[gate.metric].per_repeat:
-            advice = f"one repeat on each side: use --ipu-repeats=3 or {HISTORY_MIN} or more baseline runs"
-            noise = "one repeat"
-        else:
-            advice = f"{gate.metric} is measured once per benchmark: give {HISTORY_MIN} or more baseline runs"
-            noise = "one value per run"
+        advice, noise = _no_variance(gate, current, baseline)
         return Verdict(
             gate,
             benchmark,
@@ -543,24 +534,7 @@ def check(
             noise,
         )
     if found.source == "run-to-run":
-        baseline_value = math.exp(math.log(value) - found.shift)
-        method = (
-            f"run-to-run: {found.baseline} baseline runs (geometric mean; spread {found.spread * 100:.1f}% "
-            f"sd between runs, df {found.df}, alpha {alpha:.3g})"
-        )
-        judged = judge(
-            gate,
-            found.shift,
-            found.scale,
-            found.df,
-            alpha,
-            more="baseline runs",
-            option="--ipu-baseline",
-            n=found.baseline,
-            one_run=True,
-        )
-        noise = f"spread {found.spread * 100:.1f}% between runs"
-        return judged.verdict(gate, benchmark, baseline_value, value, method, noise)
+        return _check_run_to_run(gate, benchmark, found, value, alpha)
     allowance = math.log1p(drift)
     method = (
         f"repeats: {found.current} current vs {found.baseline} baseline repeats (log scale, spread "
@@ -580,6 +554,42 @@ def check(
     )
     noise = f"spread {found.spread * 100:.1f}% between repeats, {drift * 100:g}% drift allowance"
     return judged.verdict(gate, benchmark, before, value, method, noise)
+
+
+def _no_variance(gate: Gate, current: Gated, baseline: Gated) -> tuple[str, str]:
+    """What to give for a verdict with no variance estimate, and how the noise reads: one value
+    per run, or one repeat on each side."""
+    single = current.no_repeats() or baseline.no_repeats()
+    if single is not None:
+        return f"{single}: give {HISTORY_MIN} or more baseline runs", "one value per run"
+    if METRICS[gate.metric].per_repeat:
+        advice = f"one repeat on each side: use --ipu-repeats=3 or {HISTORY_MIN} or more baseline runs"
+        return advice, "one repeat"
+    advice = f"{gate.metric} is measured once per benchmark: give {HISTORY_MIN} or more baseline runs"
+    return advice, "one value per run"
+
+
+def _check_run_to_run(gate: Gate, benchmark: str, found: Evidence, value: float, alpha: float) -> Verdict:
+    """The verdict from the spread between the baseline runs: the value against their geometric
+    mean."""
+    baseline_value = math.exp(math.log(value) - found.shift)
+    method = (
+        f"run-to-run: {found.baseline} baseline runs (geometric mean; spread {found.spread * 100:.1f}% "
+        f"sd between runs, df {found.df}, alpha {alpha:.3g})"
+    )
+    judged = judge(
+        gate,
+        found.shift,
+        found.scale,
+        found.df,
+        alpha,
+        more="baseline runs",
+        option="--ipu-baseline",
+        n=found.baseline,
+        one_run=True,
+    )
+    noise = f"spread {found.spread * 100:.1f}% between runs"
+    return judged.verdict(gate, benchmark, baseline_value, value, method, noise)
 
 
 def _check_bound(gate: Gate, benchmark: str, current: Gated, value: float, alpha: float) -> Verdict:

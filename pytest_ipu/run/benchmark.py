@@ -179,6 +179,52 @@ def declared_batch(inputs: Sequence[object], items_per_call: int | None) -> int:
     return items_per_call if items_per_call is not None else batch_size(inputs)
 
 
+@dataclass(frozen=True)
+class RepeatContext:
+    """What one repeat is measured among, beside the model and its rounds: which repeat it is, the
+    process it runs in, why there is no power meter, the contention probe, the stability threshold,
+    the call timeout and the ranks to time in step with (``measure``)."""
+
+    #: The repeat's number, from 1; the first repeat's first call is the model's first call.
+    index: int = 1
+    #: The process the repeat ran in, as the record names it.
+    process: str = "this"
+    #: The source and reason the power section gives when there is no meter.
+    unmeasured: tuple[str, str] = ("none", "no power meter")
+    #: Measures the other processes' share of the CPU over the window.
+    probe: ContentionProbe | None = None
+    #: The spread above which the record calls the benchmark unstable.
+    unstable_threshold: float = 0.05
+    #: Bounds every call (the first, warm-up, calibration and timed ones): one still running then
+    #: raises ``CallTimeout`` naming it (``timing.Watchdog``; enforced in the main thread on POSIX).
+    call_timeout_s: float | None = None
+    #: The other ranks of a distributed launch (``Lockstep``).
+    lockstep: Lockstep | None = None
+
+
+@dataclass(frozen=True)
+class _Rounds:
+    """The warm-up a repeat made and the rounds it then planned (``_warm_and_plan``)."""
+
+    warm: timing.WarmUp
+    #: Auto rounds (a time budget), not a fixed count.
+    auto: bool
+    planned: int
+    box: timing.TimeBox
+    cap_s: float | None
+
+
+@dataclass(frozen=True)
+class _Timed:
+    """What the timed window gave (``_time_window``): its edges and rounds, the energy, the other
+    processes' share of the CPU, and the host's instruction count."""
+
+    window: timing.Window
+    power: records.PowerRecord
+    contention: ContentionRecord | None
+    host_instructions: CountRecord
+
+
 def measure(
     compiled: CompiledModel,
     inputs: Sequence[object],
@@ -188,171 +234,240 @@ def measure(
     timer: timing.PedanticBenchmark,
     round_times_s: Callable[[], Sequence[float]],
     meter: PowerMeter | None,
-    unmeasured: tuple[str, str] = ("none", "no power meter"),
-    probe: ContentionProbe | None = None,
-    unstable_threshold: float = 0.05,
-    index: int = 1,
-    process: str = "this",
-    call_timeout_s: float | None = None,
-    lockstep: Lockstep | None = None,
+    context: RepeatContext = RepeatContext(),
 ) -> Measurement:
     """Measure one repeat of ``compiled`` on ``inputs`` and build its record.
 
     ``items_per_call`` defaults to the batch size (``batch_size(inputs)``); with several instances
     it is per instance, and a round completes it once per instance. ``meter`` measures the energy
-    of the timed rounds; without one, the record's power section says it was not measured, with
-    the source and reason of ``unmeasured``. ``timer`` runs the timed rounds (pytest-benchmark's
-    ``pedantic``, through the seam) and ``round_times_s`` then gives the time of each, seconds.
-    ``probe`` measures the other processes' share of the CPU over the window. The record has one
-    repeat (numbered ``index``); ``pool`` joins several.
-
-    ``call_timeout_s`` bounds every call (the first, warm-up, calibration and timed ones): one still
-    running then raises ``CallTimeout`` naming it (``timing.Watchdog``; enforced in the main thread
-    on POSIX only). With auto rounds the warm-up calls, and separately the calibration, stop once
-    they have lasted the repeat's budget (docs/numbers.md). ``lockstep`` times the ranks of a
-    distributed launch in step (``Lockstep``).
+    of the timed rounds (without one, the power section says why, ``context.unmeasured``).
+    ``timer`` runs the timed rounds (pytest-benchmark's ``pedantic``, through the seam) and
+    ``round_times_s`` then gives the time of each, seconds. The record has one repeat; ``pool``
+    joins several. ``context.call_timeout_s`` bounds every call (``timing.Watchdog``); with auto
+    rounds the warm-up, and separately the calibration, stop at the budget (docs/numbers.md).
     """
     check_arguments(compiled.run, inputs, items_per_call=items_per_call, rounds=policy.rounds)
     args = compiled.prepare_inputs(tuple(inputs))
-    per_instance = declared_batch(inputs, items_per_call)
-    if per_instance < 1:
-        raise BenchmarkArgumentError(
-            f"pytest-ipu: ipu_benchmark: items_per_call defaults to the batch size (the leading dimension "
-            f"of the first input), here {per_instance}; pass items_per_call=N with N >= 1"
-        )
+    per_instance = _per_instance(inputs, items_per_call)
     # One round is one call of every instance, so it completes items_per_call x instances items.
     items = per_instance * instance_count(compiled)
-    auto = policy.rounds is None
-    # A later repeat's first call is not a first call of the model any more: it counts as one of
-    # the warm-up calls that warm the repeat anew.
-    rewarm = max(policy.warmup_rounds - 1, 0) if index > 1 else policy.warmup_rounds
-    # The budget and cap are the plan's (``run.plan``), lengthened there for a power sensor.
-    budget_s = policy.max_time_s
+    index = context.index
     # Every call from the first to the last timed round is bounded by the call timeout; the
     # watchdog stops with the rounds, before anything of pytest-ipu's own runs on.
-    with timing.Watchdog(call_timeout_s, repeat=index) as watch:
-        # Auto rounds fill a time budget, so their warm-up (and calibration) is bounded by it too;
-        # fixed rounds are counts, not time, and run every warm-up call asked for.
-        if lockstep is not None:
-            # The first call of a data-parallel step is a collective: meet here first, where a rank
-            # that never comes is named.
-            lockstep.barrier(f"the first call of repeat {index}")
-        # In lock-step every rank makes every warm-up call asked for: a count, not a time.
-        warm_budget_s = budget_s if auto and lockstep is None else None
-        # The model's output is checked once, on the benchmark's first call (not a later repeat's).
-        first = check_first_output if index == 1 else None
-        warm = timing.warm_up(compiled.run, args, rewarm, budget_s=warm_budget_s, watch=watch, first=first)
-        estimate_s = warm.estimate_s
-        stretch_s = CALIBRATION_SHARE * budget_s
-        if lockstep is not None:
-            # Calibration is time-boxed, so ranks would make different numbers of calls: every rank
-            # plans from the slowest rank's warm-up estimate instead.
-            estimate_s = lockstep.agree_max(estimate_s)
-        elif auto and estimate_s < stretch_s:
-            estimate_s = timing.calibrate(
-                compiled.run, args, stretch_s, limit_s=budget_s, watch=watch
-            ).estimate_s
-        # An energy window must reach the sensor's minimum: those rounds end past the budget, not near
-        # it, and only the time box ends them (never a count planned from the estimate).
-        reach = auto and lockstep is None and meter is not None
-        planned = timing.plan_rounds(
-            policy.rounds, estimate_s, budget_s, policy.min_rounds, reach_budget=reach
-        )
-        cap_s = policy.cap_s if auto else None
-        box = (
-            timing.TimeBox(budget_s, policy.min_rounds, cap_s, nearest=not reach)
-            if auto and lockstep is None
-            else timing.TimeBox()
-        )
+    with timing.Watchdog(context.call_timeout_s, repeat=index) as watch:
+        rounds = _warm_and_plan(compiled, args, policy, meter, context, watch)
         forget_calls(compiled)  # the warm-up calls are not part of the statistics
-
-        workers = workers_clock(compiled)
-        # Opened here, closed by the ExitStack below: nothing between them can raise.
-        counter, uncounted = instruction_counter(compiled)
-        counts: list[int] = []
-
-        def opened() -> None:
-            if lockstep is not None:
-                lockstep.barrier(f"the timed window of repeat {index}")
-            if probe is not None:
-                probe.start()
-            if meter is not None:
-                meter.mark()
-            # Last before the window opens, first after it closes: the count is of the window.
-            if counter is not None:
-                counter.enable()
-
-        contention: list[ContentionRecord] = []
-
-        def closed() -> None:
-            if counter is not None:
-                counts.append(counter.read())
-            if meter is not None:
-                meter.mark()
-            if probe is not None:
-                contention.append(probe.stop())
-            if lockstep is not None:
-                lockstep.barrier(f"the end of the timed window of repeat {index}")
-
-        with contextlib.ExitStack() as counting:
-            if counter is not None:
-                counting.enter_context(counter)
-            with meter.sampling() if meter is not None else contextlib.nullcontext() as trace:
-                window = timing.timed_rounds(
-                    timer,
-                    compiled.run,
-                    args,
-                    planned,
-                    on_start=opened,
-                    on_end=closed,
-                    box=box,
-                    watch=watch,
-                    workers_clock=workers,
-                )
-        if meter is None or trace is None:
-            power = not_measured(*unmeasured)
-        else:
-            power = meter.result(
-                trace, window.start_ns, window.end_ns, items * window.rounds, rounds_fixed=not auto
-            )
+        timed = _time_window(compiled, args, rounds, timer, meter, context, watch, items)
         # The timed rounds' figures first: a group's instances time every call they make, the
         # counting calls' too.
         samples = tuple(round_times_s())
         calls, instances = instance_calls(compiled, samples)
         # The device's counts of a call's work, read in calls of their own after the timed window
         # and the energy window: a read is a device round trip that no timed round may hold.
-        counted = count_pass(
-            compiled,
-            args,
-            watch=watch,
-            skip=None
-            if lockstep is None
-            else "not counted in a lock-step launch (every rank would have to call)",
+        skip = (
+            None
+            if context.lockstep is None
+            else "not counted in a lock-step launch (every rank would have to call)"
         )
-    window_s = window.seconds
-    latency = metrics.summarize_latency(calls)
-    throughput = metrics.throughput(items * window.rounds, window_s)
-    median_throughput = metrics.median_round_throughput(items, samples) if samples else None
+        counted = count_pass(compiled, args, watch=watch, skip=skip)
+    window = timed.window
+    counted[instructions.METRIC] = timed.host_instructions
     cpu = cpu_time(compiled, window, items * window.rounds)
-    counted[instructions.METRIC] = host_instructions(
-        counter, counts[0] if counts else None, window.rounds, uncounted
-    )
-    repeat = records.RepeatRecord(
-        index=index,
+    repeat = _repeat_record(context, window, items, samples, calls, cpu, counted)
+    record = records.IpuRecord(
+        **records.identity(compiled),
+        batch_size=per_instance,
+        items_per_call=per_instance,
         rounds=window.rounds,
-        window_s=window_s,
-        latency_s=latency,
-        throughput_items_per_s=throughput,
-        ended=window.ended,
-        process=process,
+        rounds_policy="auto" if rounds.auto else "fixed",
+        warmup_rounds=len(rounds.warm.warmup_s),
+        latency_s=repeat.latency_s,
+        window_s=repeat.window_s,
+        throughput_items_per_s=repeat.throughput_items_per_s,
+        median_throughput_items_per_s=repeat.median_throughput_items_per_s,
+        compile_s=compiled.compile_s,
+        compile_cached=compiled.compile_cached,
+        first_call_s=rounds.warm.first_call_s,
+        compile_phases_s=dict(compiled.phases_s),
+        compile_info=dict(compiled.info),
+        parity=compiled.parity,
+        power=timed.power,
+        simulator=compiled.simulator,
+        placement=compiled.placement,
+        instances=instances,
+        device_latency=device_latency(compiled),
+        repeats=(repeat,),
+        budget=_budget(policy, rounds, window),
+        stability=stability([repeat], samples, context.unstable_threshold, "single"),
+        contention=timed.contention,
         cpu=cpu,
-        start_unix_s=None if window.start_unix_ns is None else window.start_unix_ns * 1e-9,
-        median_throughput_items_per_s=median_throughput,
+        training=training_record(compiled.training) if isinstance(compiled, Trainable) else None,
         counts=counted,
     )
-    budget = records.BudgetRecord(
+    return Measurement(record, samples, calls)
+
+
+def _repeat_record(
+    context: RepeatContext,
+    window: timing.Window,
+    items: int,
+    samples: tuple[float, ...],
+    calls: tuple[float, ...],
+    cpu: metrics.CpuTime | None,
+    counted: dict[str, CountRecord],
+) -> records.RepeatRecord:
+    """The repeat's part of the record: its window, the latency of its ``calls``, its throughput
+    (``items`` a round), over the window and over the median round, and its CPU time and counts."""
+    return records.RepeatRecord(
+        index=context.index,
+        rounds=window.rounds,
+        window_s=window.seconds,
+        latency_s=metrics.summarize_latency(calls),
+        throughput_items_per_s=metrics.throughput(items * window.rounds, window.seconds),
+        ended=window.ended,
+        process=context.process,
+        cpu=cpu,
+        start_unix_s=None if window.start_unix_ns is None else window.start_unix_ns * 1e-9,
+        median_throughput_items_per_s=metrics.median_round_throughput(items, samples) if samples else None,
+        counts=counted,
+    )
+
+
+def _per_instance(inputs: Sequence[object], items_per_call: int | None) -> int:
+    """The items one call of one instance completes: the declared ``items_per_call``, else the
+    batch size; at least 1."""
+    per_instance = declared_batch(inputs, items_per_call)
+    if per_instance < 1:
+        raise BenchmarkArgumentError(
+            f"pytest-ipu: ipu_benchmark: items_per_call defaults to the batch size (the leading dimension "
+            f"of the first input), here {per_instance}; pass items_per_call=N with N >= 1"
+        )
+    return per_instance
+
+
+def _warm_and_plan(
+    compiled: CompiledModel,
+    args: Sequence[object],
+    policy: RoundsPolicy,
+    meter: PowerMeter | None,
+    context: RepeatContext,
+    watch: timing.CallWatch,
+) -> _Rounds:
+    """Make the first call and the warm-up calls, calibrate the round time where the warm-up was
+    too short to tell it, and plan the timed rounds and their time box."""
+    index, lockstep = context.index, context.lockstep
+    auto = policy.rounds is None
+    # A later repeat's first call is not a first call of the model any more: it counts as one of
+    # the warm-up calls that warm the repeat anew.
+    rewarm = max(policy.warmup_rounds - 1, 0) if index > 1 else policy.warmup_rounds
+    # The budget and cap are the plan's (``run.plan``), lengthened there for a power sensor.
+    budget_s = policy.max_time_s
+    # Auto rounds fill a time budget, so their warm-up (and calibration) is bounded by it too;
+    # fixed rounds are counts, not time, and run every warm-up call asked for.
+    if lockstep is not None:
+        # The first call of a data-parallel step is a collective: meet here first, where a rank
+        # that never comes is named.
+        lockstep.barrier(f"the first call of repeat {index}")
+    # In lock-step every rank makes every warm-up call asked for: a count, not a time.
+    warm_budget_s = budget_s if auto and lockstep is None else None
+    # The model's output is checked once, on the benchmark's first call (not a later repeat's).
+    first = check_first_output if index == 1 else None
+    warm = timing.warm_up(compiled.run, args, rewarm, budget_s=warm_budget_s, watch=watch, first=first)
+    estimate_s = warm.estimate_s
+    stretch_s = CALIBRATION_SHARE * budget_s
+    if lockstep is not None:
+        # Calibration is time-boxed, so ranks would make different numbers of calls: every rank
+        # plans from the slowest rank's warm-up estimate instead.
+        estimate_s = lockstep.agree_max(estimate_s)
+    elif auto and estimate_s < stretch_s:
+        estimate_s = timing.calibrate(compiled.run, args, stretch_s, limit_s=budget_s, watch=watch).estimate_s
+    # An energy window must reach the sensor's minimum: those rounds end past the budget, not near
+    # it, and only the time box ends them (never a count planned from the estimate).
+    reach = auto and lockstep is None and meter is not None
+    planned = timing.plan_rounds(policy.rounds, estimate_s, budget_s, policy.min_rounds, reach_budget=reach)
+    cap_s = policy.cap_s if auto else None
+    box = (
+        timing.TimeBox(budget_s, policy.min_rounds, cap_s, nearest=not reach)
+        if auto and lockstep is None
+        else timing.TimeBox()
+    )
+    return _Rounds(warm, auto, planned, box, cap_s)
+
+
+def _time_window(
+    compiled: CompiledModel,
+    args: Sequence[object],
+    rounds: _Rounds,
+    timer: timing.PedanticBenchmark,
+    meter: PowerMeter | None,
+    context: RepeatContext,
+    watch: timing.CallWatch,
+    items: int,
+) -> _Timed:
+    """Run the planned timed rounds inside the energy window of ``meter``, the contention probe
+    and the host's instruction counter, the ranks meeting at both edges in lock-step."""
+    index, lockstep, probe = context.index, context.lockstep, context.probe
+    clocks = timing.WindowClocks(workers=workers_clock(compiled))
+    # Opened here, closed by the ExitStack below: nothing between them can raise.
+    counter, uncounted = instruction_counter(compiled)
+    counts: list[int] = []
+    contention: list[ContentionRecord] = []
+
+    def opened() -> None:
+        if lockstep is not None:
+            lockstep.barrier(f"the timed window of repeat {index}")
+        if probe is not None:
+            probe.start()
+        if meter is not None:
+            meter.mark()
+        # Last before the window opens, first after it closes: the count is of the window.
+        if counter is not None:
+            counter.enable()
+
+    def closed() -> None:
+        if counter is not None:
+            counts.append(counter.read())
+        if meter is not None:
+            meter.mark()
+        if probe is not None:
+            contention.append(probe.stop())
+        if lockstep is not None:
+            lockstep.barrier(f"the end of the timed window of repeat {index}")
+
+    with contextlib.ExitStack() as counting:
+        if counter is not None:
+            counting.enter_context(counter)
+        with meter.sampling() if meter is not None else contextlib.nullcontext() as trace:
+            window = timing.timed_rounds(
+                timer,
+                compiled.run,
+                args,
+                rounds.planned,
+                on_start=opened,
+                on_end=closed,
+                box=rounds.box,
+                watch=watch,
+                clocks=clocks,
+            )
+    if meter is None or trace is None:
+        power = not_measured(*context.unmeasured)
+    else:
+        power = meter.result(
+            trace, window.start_ns, window.end_ns, items * window.rounds, rounds_fixed=not rounds.auto
+        )
+    host = host_instructions(counter, counts[0] if counts else None, window.rounds, uncounted)
+    return _Timed(window, power, contention[0] if contention else None, host)
+
+
+def _budget(policy: RoundsPolicy, rounds: _Rounds, window: timing.Window) -> records.BudgetRecord:
+    """The record's budget part: the repeat's budget and cap, its window, how it ended, and
+    whether the window strayed from the budget because of the minimum rounds or the round limit."""
+    auto = policy.rounds is None
+    budget_s = policy.max_time_s
+    window_s = window.seconds
+    return records.BudgetRecord(
         budget_s=budget_s if auto else None,
-        cap_s=cap_s,
+        cap_s=rounds.cap_s,
         window_s=window_s,
         ended=window.ended,
         min_rounds_past_budget=auto
@@ -361,40 +476,9 @@ def measure(
         and window.rounds <= policy.min_rounds,
         rounds_limited=auto
         and window.ended == "planned"
-        and planned >= timing.MAX_AUTO_ROUNDS
+        and rounds.planned >= timing.MAX_AUTO_ROUNDS
         and window_s < (1 - BUDGET_TOLERANCE) * budget_s,
     )
-    record = records.IpuRecord(
-        **records.identity(compiled),
-        batch_size=per_instance,
-        items_per_call=per_instance,
-        rounds=window.rounds,
-        rounds_policy="auto" if auto else "fixed",
-        warmup_rounds=len(warm.warmup_s),
-        latency_s=latency,
-        window_s=window_s,
-        throughput_items_per_s=throughput,
-        median_throughput_items_per_s=median_throughput,
-        compile_s=compiled.compile_s,
-        compile_cached=compiled.compile_cached,
-        first_call_s=warm.first_call_s,
-        compile_phases_s=dict(compiled.phases_s),
-        compile_info=dict(compiled.info),
-        parity=compiled.parity,
-        power=power,
-        simulator=compiled.simulator,
-        placement=compiled.placement,
-        instances=instances,
-        device_latency=device_latency(compiled),
-        repeats=(repeat,),
-        budget=budget,
-        stability=stability([repeat], samples, unstable_threshold, "single"),
-        contention=contention[0] if contention else None,
-        cpu=cpu,
-        training=training_record(compiled.training) if isinstance(compiled, Trainable) else None,
-        counts=counted,
-    )
-    return Measurement(record, samples, calls)
 
 
 def instruction_counter(

@@ -23,6 +23,7 @@ from pytest_ipu.results.catalog import METRICS
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import RepeatRecord
 from pytest_ipu.run.benchmark import Measurement
+from pytest_ipu.run.benchmark import RepeatContext
 from pytest_ipu.run.benchmark import measure
 from pytest_ipu.run.benchmark import pool
 from pytest_ipu.run.plan import RoundsPolicy
@@ -248,7 +249,7 @@ def _measure(log: list[str], rounds: int = 5, index: int = 1) -> Measurement:
         timer=timer,
         round_times_s=lambda: timer.times_s,
         meter=None,
-        index=index,
+        context=RepeatContext(index=index),
     )
 
 

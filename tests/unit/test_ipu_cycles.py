@@ -40,6 +40,7 @@ from pytest_ipu.results import schema
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import RepeatRecord
 from pytest_ipu.run.benchmark import Measurement
+from pytest_ipu.run.benchmark import RepeatContext
 from pytest_ipu.run.benchmark import measure
 from pytest_ipu.run.benchmark import pool
 from pytest_ipu.run.counting import COUNTING_CALLS
@@ -101,8 +102,7 @@ def repeats(compiled, inputs: Sequence[object], n: int = REPEATS, probe=None) ->
                 timer=timer,
                 round_times_s=lambda timer=timer: timer.times_s,
                 meter=None,
-                probe=probe,
-                index=index,
+                context=RepeatContext(index=index, probe=probe),
             )
         )
     return pool(parts, "interleaved", 0.05)

@@ -282,8 +282,7 @@ def test_each_round_gets_its_thread_and_process_cpu_time_from_two_reads_per_roun
         (),
         3,
         clock=ScriptedClock([0, 500, 1_000, 1_500]),
-        thread_clock=thread,
-        process_clock=process,
+        clocks=measure.WindowClocks(thread=thread, process=process),
     )
     # Each round's CPU time: from the end of the round before (the window's start) to its own end.
     assert window.thread_cpu_ns == (30, 70, 10)
@@ -304,9 +303,9 @@ def test_the_workers_clock_is_read_with_the_process_clock_and_gives_each_round_i
         (),
         2,
         clock=LoggedClock("wall", log, 1),
-        thread_clock=LoggedClock("thread", log, 1),
-        process_clock=LoggedClock("process", log, 1),
-        workers_clock=workers,
+        clocks=measure.WindowClocks(
+            thread=LoggedClock("thread", log, 1), process=LoggedClock("process", log, 1), workers=workers
+        ),
     )
     assert log == [
         "wall", "thread", "process", "workers",
@@ -328,9 +327,11 @@ def test_the_cpu_clocks_are_read_inside_the_wall_marks_and_outside_the_calls() -
         (),
         2,
         clock=LoggedClock("wall", log, 1),
-        thread_clock=LoggedClock("thread", log, 1),
-        process_clock=LoggedClock("process", log, 1),
-        wall_clock=LoggedClock("unix", log, 1),
+        clocks=measure.WindowClocks(
+            thread=LoggedClock("thread", log, 1),
+            process=LoggedClock("process", log, 1),
+            wall=LoggedClock("unix", log, 1),
+        ),
     )
     # The CPU reads after the opening wall mark and before each closing one, so the CPU time they
     # span lies within the wall window (the off-CPU share is never negative); none inside a call.

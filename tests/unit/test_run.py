@@ -24,6 +24,7 @@ from pytest_ipu.report import terminal
 from pytest_ipu.results.records import RepeatRecord
 from pytest_ipu.results.records import identity
 from pytest_ipu.run.benchmark import Measurement
+from pytest_ipu.run.benchmark import RepeatContext
 from pytest_ipu.run.benchmark import batch_size
 from pytest_ipu.run.benchmark import check_arguments
 from pytest_ipu.run.benchmark import measure
@@ -46,7 +47,7 @@ def test_a_record_is_built_from_the_rounds_that_were_timed() -> None:
         timer=bench,
         round_times_s=lambda: bench.times_s,
         meter=None,
-        unmeasured=("off", "power measurement is off"),
+        context=RepeatContext(unmeasured=("off", "power measurement is off")),
     )
     record = result.record
     assert len(calls) == 1 + 2 + 7  # first call, warm-up, timed rounds
@@ -138,8 +139,7 @@ def _repeat(calls: list[str], index: int, rounds: int = 6, others: float = 0.0) 
         timer=timer,
         round_times_s=lambda: timer.times_s,
         meter=None,
-        probe=FakeProbe(calls, others),  # type: ignore[arg-type]
-        index=index,
+        context=RepeatContext(index=index, probe=FakeProbe(calls, others)),  # type: ignore[arg-type]
     )
 
 
@@ -446,8 +446,8 @@ def test_a_call_that_hangs_in_the_timed_rounds_fails_naming_its_round() -> None:
             timer=RecordingBenchmark(),
             round_times_s=list,
             meter=None,
-            index=2,  # a later repeat re-warms with one call fewer: its first call is call 1
-            call_timeout_s=0.2,
+            # A later repeat re-warms with one call fewer: its first call is call 1.
+            context=RepeatContext(index=2, call_timeout_s=0.2),
         )
 
 
@@ -473,7 +473,7 @@ def test_a_hang_in_one_of_several_thread_instances_still_ends_the_benchmark() ->
                 timer=RecordingBenchmark(),
                 round_times_s=list,
                 meter=None,
-                call_timeout_s=0.2,
+                context=RepeatContext(call_timeout_s=0.2),
             )
     finally:
         release.set()

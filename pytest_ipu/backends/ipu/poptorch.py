@@ -388,14 +388,7 @@ class PopTorchBackend(NamedBackend):
 
         examples = prepare_inputs(example_inputs)
         _check_batch(examples, opts, name)
-        module = copy.deepcopy(model)
-        # PopTorch wraps a shallow copy and does not switch modes: the copy must already be in the
-        # mode wanted (eval: dropout off, batch norm on its running statistics).
-        module = module.train() if training else module.eval()
-        if precision == "fp16":
-            module = module.half()
-        if int(str(opts["ipus"])) > 1:
-            _place(poptorch, torch, module, int(str(opts["ipus"])), name)
+        module = _module_copy(poptorch, torch, model, training, precision, int(str(opts["ipus"])), name)
         counting = cycles.wanted(bool(opts[cycles.OPTION]), self.simulator)
         try:
             popts = _poptorch_options(poptorch, torch, opts, ipu_id)
@@ -411,25 +404,7 @@ class PopTorchBackend(NamedBackend):
         executor = _compiled(functools.partial(wrap, module, popts), examples, name, target)
         handle = _Handle(executor)
         del executor, module
-
-        def run(*inputs: object) -> object:
-            executor = handle.executor
-            if executor is None:
-                raise RuntimeError(_CLOSED)
-            # Synchronous: PopTorch returns host tensors once the device has sent them back.
-            return executor(*inputs)
-
-        def close() -> None:
-            executor, handle.executor = handle.executor, None
-            if executor is not None:
-                _release(executor)
-
-        def cycle_count() -> int:
-            executor = handle.executor
-            if executor is None:
-                raise RuntimeError(_CLOSED)
-            return int(executor.cycleCount())
-
+        run, close, cycle_count = _handle_calls(handle)
         _HANDLES[run] = handle
         used = handle.executor.options
         info = _info(poptorch, used, opts, ipu_id, _version(poptorch))
@@ -644,6 +619,49 @@ def _compiled(make: Callable[[], Any], examples: Sequence[object], name: str, ta
                 _release(executor)
         raise _compile_failure(exc, name, target) from exc
     return executor
+
+
+def _module_copy(
+    poptorch: ModuleType, torch: ModuleType, model: Any, training: bool, precision: str, ipus: int, name: str
+) -> Any:
+    """The copy of ``model`` PopTorch wraps: in the mode wanted, the precision asked for, and placed
+    on ``ipus`` pipeline stages where there are several."""
+    module = copy.deepcopy(model)
+    # PopTorch wraps a shallow copy and does not switch modes: the copy must already be in the
+    # mode wanted (eval: dropout off, batch norm on its running statistics).
+    module = module.train() if training else module.eval()
+    if precision == "fp16":
+        module = module.half()
+    if ipus > 1:
+        _place(poptorch, torch, module, ipus, name)
+    return module
+
+
+def _handle_calls(
+    handle: _Handle,
+) -> tuple[Callable[..., object], Callable[[], None], Callable[[], int]]:
+    """A compiled model's ``run``, ``close`` and cycle count read, all through ``handle`` (whose
+    executor ``close`` lets go of)."""
+
+    def run(*inputs: object) -> object:
+        executor = handle.executor
+        if executor is None:
+            raise RuntimeError(_CLOSED)
+        # Synchronous: PopTorch returns host tensors once the device has sent them back.
+        return executor(*inputs)
+
+    def close() -> None:
+        executor, handle.executor = handle.executor, None
+        if executor is not None:
+            _release(executor)
+
+    def cycle_count() -> int:
+        executor = handle.executor
+        if executor is None:
+            raise RuntimeError(_CLOSED)
+        return int(executor.cycleCount())
+
+    return run, close, cycle_count
 
 
 def _host_tensors(torch: ModuleType, precision: str) -> Callable[[Sequence[object]], tuple[object, ...]]:

@@ -30,6 +30,7 @@ import weakref
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -76,43 +77,147 @@ _CLOSED = "this training step was closed (the run that compiled it has ended)"
 _POPDIST_INITIALISED: weakref.WeakSet[ModuleType] = weakref.WeakSet()
 
 
+@dataclass(frozen=True)
+class StepTarget:
+    """Where a training step compiles (``compile_training``): the backend's name and device string,
+    the device's name, the device id of ``ipu:N`` (``None``: PopTorch or PopDist chooses), whether it
+    is the IPU Model, this process's place in a PopRun launch (``None`` outside one) with its
+    ``popdist`` module, and ``members``, which gives a device id's single IPUs
+    (``PopTorchBackend._members``): the step's ``ipu_ids``, as an inference model's, what its energy
+    is measured on."""
+
+    name: str
+    device: str
+    device_name: str
+    ipu_id: int | None
+    simulator: bool
+    instance: PopRunInstance | None
+    popdist: ModuleType | None
+    members: Callable[[int], tuple[int, ...] | None]
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """How a step's host batch splits: micro-batches accumulated, pipeline stages, local replicas,
+    device iterations per call, and the processes of the launch."""
+
+    accumulation: int
+    stages: int
+    replicas: int
+    iterations: int
+    processes: int
+
+    @property
+    def factor(self) -> int:
+        """The micro-batches of one call's host batch in one process."""
+        return self.accumulation * self.replicas * self.iterations
+
+    def info(self, host_batch: int, optimizer: str) -> TrainingInfo:
+        """The step's ``TrainingInfo`` for a host batch of ``host_batch`` samples."""
+        return TrainingInfo(
+            micro_batch=host_batch // self.factor,
+            gradient_accumulation=self.accumulation,
+            replicas=self.replicas,
+            device_iterations=self.iterations,
+            processes=self.processes,
+            optimizer=optimizer,
+            amp=False,
+            mode="poptorch",
+        )
+
+
 def compile_training(
     poptorch: ModuleType,
     torch: ModuleType,
+    target: StepTarget,
     *,
-    name: str,
-    device: str,
-    device_name: str,
-    ipu_id: int | None,
-    simulator: bool,
-    instance: PopRunInstance | None,
-    popdist: ModuleType | None,
     model: object,
     example_batch: Sequence[object],
     precision: str,
     options: Mapping[str, object],
     request: TrainingRequest,
-    members: Callable[[int], tuple[int, ...] | None],
 ) -> CountedTrainingStep:
-    """The compiled training step of a copy of ``model`` (the caller's model is never trained).
+    """The compiled training step of a copy of ``model`` (the caller's model is never trained), on
+    ``target``.
 
-    ``ipu_id`` is the device id of ``ipu:N`` (``None``: PopTorch or PopDist chooses); ``instance``
-    is this process's place in a PopRun launch (``None`` outside one), with its ``popdist`` module.
-    ``members`` gives a device id's single IPUs (``PopTorchBackend._members``): the step's
-    ``ipu_ids``, as an inference model's, what its energy is measured on.
     Compiling (and attaching to the IPUs) happens here, with the example batch, not on the first
     call. Raises ``CompileError`` naming the model and the reason (``BackendUnavailable`` when no
     IPUs could be had).
     """
     label = model_name(model)
-    target = f"{name}:{device}"
-    merged = CheckedOptions(name, OPTIONS, options, label, what="poptorch backend option")
-    opts = merged.values
+    merged = CheckedOptions(target.name, OPTIONS, options, label, what="poptorch backend option")
     if not isinstance(model, torch.nn.Module):
         raise CompileError(f"ipu_train needs a torch.nn.Module, got {label}")
-    if not 1 <= request.inputs < len(example_batch):
+    shape = _shape(target, merged, options, request, len(example_batch), label)
+    checked = _check_options(
+        {
+            **merged.values,
+            "replication_factor": shape.replicas,
+            "training": True,
+            "gradient_accumulation": shape.accumulation,
+            "output_mode": "all",
+        },
+        label,
+        precision,
+    )
+    prepare_inputs = _host_tensors(torch, precision)
+    examples = prepare_inputs(example_batch)
+    host_batch = _host_batch(
+        examples, shape.factor, shape.accumulation, shape.replicas, shape.iterations, label
+    )
+    module, wrapped = _trainable(poptorch, torch, model, precision, shape.stages, request, label)
+    optimizer = request.optimizer(wrapped.parameters())
+    popts = _step_options(poptorch, torch, target, checked, shape.stages, label)
+    device = f"{target.name}:{target.device}"
+    executor = _compiled(
+        lambda: poptorch.trainingModel(wrapped, options=popts, optimizer=optimizer), examples, label, device
+    )
+    handle = _Handle(executor)
+    used = executor.options
+    del executor
+    info = shape.info(host_batch, type(optimizer).__name__)
+    run, evaluate, close = _step_calls(torch, handle, module, prepare_inputs, info, f"{label} on {device}")
+    _HANDLES[run] = handle
+    used_id = _used_ipu_id(used, target.ipu_id)
+    facts = _facts(poptorch, target, used, checked, used_id, shape.processes)
+    return CountedTrainingStep(
+        target=device,
+        backend=target.name,
+        device=target.device,
+        device_name=target.device_name,
+        precision=precision,
+        io="host",
+        run=run,
+        prepare_inputs=prepare_inputs,
+        close=close,
+        options={**_plain_options(checked), "processes": shape.processes},
+        phases_s=_compile_phases(handle.executor, facts),
+        info=facts,
+        device_latency=lambda: _handle_latency(handle),
+        simulator=target.simulator,
+        training=info,
+        evaluate=evaluate,
+        # As inference: the members of the device the executor used (PopDist's under PopRun); on
+        # plain ``ipu`` only how many, and the meter finds which by the process using them.
+        ipu_ids=None if target.simulator or used_id is None else target.members(used_id),
+        ipu_count=None if target.simulator else _reserved(facts),
+    )
+
+
+def _shape(
+    target: StepTarget,
+    merged: CheckedOptions,
+    options: Mapping[str, object],
+    request: TrainingRequest,
+    batch_elements: int,
+    label: str,
+) -> _Shape:
+    """The step's shape from the options and the request, refusing what PopTorch cannot train (no
+    targets for the loss, too few micro-batches for the pipeline, a torch.distributed group, options
+    PopRun sets itself), each with its fix."""
+    if not 1 <= request.inputs < batch_elements:
         raise CompileError(
-            f"{label}: inputs={request.inputs} of a batch of {len(example_batch)} element(s) leaves no "
+            f"{label}: inputs={request.inputs} of a batch of {batch_elements} element(s) leaves no "
             "targets for the loss; pass a batch (inputs..., targets...) and inputs=N below its length"
         )
     accumulation = request.gradient_accumulation
@@ -129,6 +234,7 @@ def compile_training(
             f"of ipus={stages} ({stages} forward and {stages - 1} backward when training; PopTorch needs "
             f"a micro-batch in every stage); pass gradient_accumulation={2 * stages - 1} or more"
         )
+    instance = target.instance
     if request.process_group is not None or (instance is None and request.processes != 1):
         raise CompileError(
             f"{label}: PopTorch cannot average gradients over a torch.distributed process group "
@@ -137,62 +243,88 @@ def compile_training(
         )
     processes = 1
     if instance is not None:
-        _check_poprun(instance, ipu_id, simulator, replicas, options, stages, label, device)
+        _check_poprun(
+            instance, target.ipu_id, target.simulator, replicas, options, stages, label, target.device
+        )
         replicas, processes = instance.replicas_local, instance.count
-    checked = _check_options(
-        {
-            **opts,
-            "replication_factor": replicas,
-            "training": True,
-            "gradient_accumulation": accumulation,
-            "output_mode": "all",
-        },
-        label,
-        precision,
-    )
-    prepare_inputs = _host_tensors(torch, precision)
+    return _Shape(accumulation, stages, replicas, iterations, processes)
 
-    examples = prepare_inputs(example_batch)
-    factor = accumulation * replicas * iterations
-    host_batch = _host_batch(examples, factor, accumulation, replicas, iterations, label)
+
+def _trainable(
+    poptorch: ModuleType,
+    torch: ModuleType,
+    model: Any,
+    precision: str,
+    stages: int,
+    request: TrainingRequest,
+    label: str,
+) -> tuple[Any, Any]:
+    """A copy of ``model`` to train, in the precision and on the pipeline stages asked for, and the
+    module ``trainingModel`` traces: that copy followed by the request's loss."""
     module = copy.deepcopy(model).train()
     if precision == "fp16":
         module = module.half()  # as inference: PopTorch's fp16 is fp16 weights and inputs
     if stages > 1:
         _place(poptorch, torch, module, stages, label)
-    wrapped = _with_loss(torch, poptorch, module, request.loss, request.inputs, label)
-    optimizer = request.optimizer(wrapped.parameters())
+    return module, _with_loss(torch, poptorch, module, request.loss, request.inputs, label)
+
+
+def _facts(
+    poptorch: ModuleType,
+    target: StepTarget,
+    used: Any,
+    checked: Mapping[str, object],
+    used_id: int | None,
+    processes: int,
+) -> dict[str, object]:
+    """The step's compile facts: the inference model's (``_info``), with the launch's processes and,
+    under PopRun, this instance's place in it."""
+    facts: dict[str, object] = {
+        **_info(poptorch, used, checked, used_id, _version(poptorch)),
+        "processes": processes,
+        "popdist_options": target.instance is not None,
+    }
+    if target.instance is not None:
+        facts["poprun"] = target.instance.as_json()
+    return facts
+
+
+def _step_options(
+    poptorch: ModuleType,
+    torch: ModuleType,
+    target: StepTarget,
+    checked: Mapping[str, object],
+    stages: int,
+    label: str,
+) -> Any:
+    """The ``poptorch.Options`` of the step: PopDist's under PopRun, on the IPU Model for a
+    simulator; ``CompileError`` naming the model where PopTorch rejects them."""
     try:
         # Under PopRun: PopDist's options, and no Distributed.disable(). Inference models stay
         # independent per instance (backends.ipu.poptorch: each is benchmarked alone, the launch's files
         # merged afterwards), but the instances' replicas of a training step train one model, so
         # their gradients must be averaged over the launch: PopDist's distributed replicated graph.
-        base = None if popdist is None else popdist_options(popdist, stages)
-        popts = _poptorch_options(poptorch, torch, checked, ipu_id, base)
-        if simulator:
+        base = None if target.popdist is None else popdist_options(target.popdist, stages)
+        popts = _poptorch_options(poptorch, torch, checked, target.ipu_id, base)
+        if target.simulator:
             popts.useIpuModel(True)
     except CompileError:
         raise
     except (AssertionError, ValueError, TypeError, AttributeError) as exc:
         raise CompileError(f"PopTorch rejected the options for {label}: {_one_line(exc)}") from exc
+    return popts
 
-    executor = _compiled(
-        lambda: poptorch.trainingModel(wrapped, options=popts, optimizer=optimizer), examples, label, target
-    )
-    handle = _Handle(executor)
-    used = executor.options
-    del executor
-    info = TrainingInfo(
-        micro_batch=host_batch // factor,
-        gradient_accumulation=accumulation,
-        replicas=replicas,
-        device_iterations=iterations,
-        processes=processes,
-        optimizer=type(optimizer).__name__,
-        amp=False,
-        mode="poptorch",
-    )
-    where = f"{label} on {target}"
+
+def _step_calls(
+    torch: ModuleType,
+    handle: _Handle,
+    module: Any,
+    prepare_inputs: Callable[[Sequence[object]], tuple[object, ...]],
+    info: TrainingInfo,
+    where: str,
+) -> tuple[Callable[..., float], Callable[..., object], Callable[[], None]]:
+    """The step's ``run`` (one call: its mean loss, recorded in ``info``), ``evaluate`` (the trained
+    module on inputs, the weights copied from the device first) and ``close`` (the device released)."""
 
     def run(*batch: object) -> float:
         executor = handle.executor
@@ -221,38 +353,7 @@ def compile_training(
         if executor is not None:
             _release(executor)
 
-    _HANDLES[run] = handle
-    used_id = _used_ipu_id(used, ipu_id)
-    facts: dict[str, object] = {
-        **_info(poptorch, used, checked, used_id, _version(poptorch)),
-        "processes": processes,
-        "popdist_options": instance is not None,
-    }
-    if instance is not None:
-        facts["poprun"] = instance.as_json()
-    phases = _compile_phases(handle.executor, facts)
-    return CountedTrainingStep(
-        target=target,
-        backend=name,
-        device=device,
-        device_name=device_name,
-        precision=precision,
-        io="host",
-        run=run,
-        prepare_inputs=prepare_inputs,
-        close=close,
-        options={**_plain_options(checked), "processes": processes},
-        phases_s=phases,
-        info=facts,
-        device_latency=lambda: _handle_latency(handle),
-        simulator=simulator,
-        training=info,
-        evaluate=evaluate,
-        # As inference: the members of the device the executor used (PopDist's under PopRun); on
-        # plain ``ipu`` only how many, and the meter finds which by the process using them.
-        ipu_ids=None if simulator or used_id is None else members(used_id),
-        ipu_count=None if simulator else _reserved(facts),
-    )
+    return run, evaluate, close
 
 
 def _check_poprun(
@@ -408,9 +509,7 @@ class PopTorchTrainingBackend(PopTorchBackend):
             raise CompileError(f"{exc} (compiling {name})") from None
         if instance is not None and self._popdist is None:
             self._popdist = import_sdk("popdist")  # detect() found it importable
-        return compile_training(
-            poptorch,
-            torch,
+        target = StepTarget(
             name=self._name,
             device=self._device,
             device_name=self._device_name(poptorch),
@@ -418,10 +517,15 @@ class PopTorchTrainingBackend(PopTorchBackend):
             simulator=self.simulator,
             instance=instance,
             popdist=self._popdist if instance is not None else None,
+            members=self._members,
+        )
+        return compile_training(
+            poptorch,
+            torch,
+            target,
             model=model,
             example_batch=example_batch,
             precision=precision,
             options=options,
             request=request,
-            members=self._members,
         )
