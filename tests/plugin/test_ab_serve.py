@@ -18,6 +18,7 @@ import pytest
 from pytest_ipu.cli import ab_server
 from pytest_ipu.cli import main as cli
 from pytest_ipu.results import benchmark_json
+from tests import interrupts
 from tests.waiting import wait_for
 
 #: Three benchmarks, one of each kind, and a module fixture noting when it is set up and torn down.
@@ -222,7 +223,7 @@ def test_ctrl_c_or_sigterm_to_ab_mid_round_leaves_no_process(
         "AB_STOP_SIDE": "B",
         "AB_STOP_AT": "1",
     }
-    ab = subprocess.Popen(
+    ab = interrupts.popen(
         [
             sys.executable,
             "-m",

@@ -25,6 +25,7 @@ from typing import cast
 
 import pytest
 
+from tests import interrupts
 from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import SENTINEL_TEST
 from tests.plugin.inner import XDIST_VARIABLES
@@ -429,7 +430,7 @@ def test_a_signal_while_the_json_is_written_leaves_the_previous_file_and_says_on
     pytester.makepyfile(test_bench=BENCH)
     env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
     env["PYTEST_ADDOPTS"] = INNER_ADDOPTS
-    run = subprocess.Popen(
+    run = interrupts.popen(
         [sys.executable, "-m", "pytest", *SAVING],
         cwd=pytester.path,
         env=env,
@@ -515,7 +516,7 @@ def test_a_signal_to_the_parent_ends_its_repeat_worker_and_removes_its_folder(
     scratch = pytester.mkdir("scratch")
     env = {k: v for k, v in os.environ.items() if k not in XDIST_VARIABLES}
     env.update(PYTEST_ADDOPTS=INNER_ADDOPTS, TMPDIR=str(scratch))
-    parent = subprocess.Popen(
+    parent = interrupts.popen(
         [sys.executable, "-m", "pytest", "--ipu-repeat-mode=process", "--ipu-repeats=2", "--ipu-power=off"],
         cwd=pytester.path,
         env=env,

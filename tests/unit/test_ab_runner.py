@@ -24,6 +24,7 @@ import pytest
 from pytest_ipu.cli import ab as ab_runner
 from pytest_ipu.cli import main as cli
 from pytest_ipu.results.benchmark_json import StoredRun
+from tests import interrupts
 from tests.unit import small_fs
 from tests.unit.run_files import bench
 from tests.unit.run_files import write
@@ -521,7 +522,7 @@ def test_sigint_to_ab_stops_its_side_and_removes_its_files(tmp_path: Path) -> No
     scratch.mkdir()
     side = shlex.join([sys.executable, "-I", str(script), str(pid_file)])
     env = {**os.environ, "TMPDIR": str(scratch)}
-    ab = subprocess.Popen(
+    ab = interrupts.popen(
         [sys.executable, "-m", "pytest_ipu.cli.main", "ab", "--baseline", side, "--candidate", side],
         cwd=tmp_path,
         env=env,
