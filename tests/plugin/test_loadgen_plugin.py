@@ -440,6 +440,7 @@ def test_every_loadgen_record_carries_its_runs_host_cost(main_run: tuple[Path, p
         answered = round(part.batching.mean_batch * part.batching.batches) if part.batching.mean_batch else 0
         assert answered > 0, name
         assert (cpu.workers, cpu.workers_total_s) == (0, 0.0)
+        # CPU time (not wall time) of a process that answered samples: some, however busy the machine.
         assert cpu.process_total_s > 0
         assert cpu.host_per_item_s == pytest.approx(cpu.process_total_s / answered), name
         assert rec.value("host_cpu_per_item") == cpu.host_per_item_s
