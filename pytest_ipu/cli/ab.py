@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import random
 import shlex
 import shutil
 import subprocess
@@ -55,6 +56,7 @@ from pathlib import Path
 from typing import Literal
 
 from pytest_ipu.backports import remove_prefix
+from pytest_ipu.cli import ab_fork
 from pytest_ipu.cli import ab_server
 from pytest_ipu.processes import sigterm_raises
 from pytest_ipu.processes import stop_command
@@ -71,6 +73,8 @@ REPEATS_ENV = "PYTEST_IPU_REPEATS"
 #: The environment variable of ``--ipu-max-time``, set to the run's share of the budget (``share``)
 #: unless the caller chose one.
 MAX_TIME_ENV = "PYTEST_IPU_MAX_TIME"
+#: Python's hash seed: one for both sides of a forked job (``ab_fork``), the caller's if set.
+HASH_SEED_ENV = "PYTHONHASHSEED"
 #: A benchmark's time budget in one plain run: pytest-ipu's default ``--ipu-max-time``
 #: (``Settings.max_time_s``, 2 s) and pytest-benchmark's default ``--benchmark-max-time`` (1 s, its
 #: ``pytest_addoption``). The runs of ``ab`` share them: see ``share``.
@@ -198,6 +202,9 @@ class Plan:
     extra_time_s: float = math.inf
     #: Whether each side is one pytest serving a round per run (``ab_server``), not one per run.
     serve: bool = False
+    #: Whether git sides run as forks of one warm process (``ab_fork``), not a fresh interpreter
+    #: per run (``serve`` takes precedence).
+    fork: bool = True
 
     def __post_init__(self) -> None:
         for pairs in (self.looks[0], self.looks[-1]):
@@ -280,12 +287,13 @@ def _worktree(side: Side, scratch: Path, cwd: Path, progress: Progress) -> Itera
 
 def share(pairs: int) -> tuple[str, str]:
     """Each run's time budget per benchmark, as the values of ``--ipu-max-time`` and
-    ``--benchmark-max-time``: a plain run's budgets divided by the pairs before the first look. The
-    pairs are the repeats, so the runs of one side together measure each benchmark as long as one
-    plain run does, and the whole job (both sides) twice as long, plus a start-up per side (per run
-    where a side cannot serve): a job that decides at its first look costs about two plain runs,
-    and later pairs only measure the benchmarks still undecided."""
-    return f"{IPU_MAX_TIME_S / pairs:.3g}s", f"{BENCHMARK_MAX_TIME_S / pairs:.3g}"
+    ``--benchmark-max-time``: a plain run's budgets divided by twice the pairs before the first look.
+    The pairs are the repeats, so the runs of both sides together, up to the first look, measure
+    each benchmark as long as one plain run does: a job that decides at its first look costs about
+    one plain run plus the runs' start-ups, and later pairs only measure the benchmarks still
+    undecided. Shorter runs and more of them: what spreads a benchmark's runs is mostly the process
+    it runs in, which only more runs average out."""
+    return f"{IPU_MAX_TIME_S / (2 * pairs):.3g}s", f"{BENCHMARK_MAX_TIME_S / (2 * pairs):.3g}"
 
 
 def _chosen(option: str, variable: str | None, pytest_args: Sequence[str]) -> bool:
@@ -342,17 +350,15 @@ _EXIT_HINTS = {
 }
 
 
-def _run_one(
-    prepared: _Prepared, pair: int, directory: Path, pytest_args: Sequence[str], pairs: int = 1
-) -> tuple[Path, Path, int, list[str]]:
-    """One pytest run of one side, measuring each benchmark for its share of a plain run's budget
-    over ``pairs`` (``share``): its JSON, its log, its exit code and its command."""
-    role = prepared.side.role
+def _run_args(
+    pair: int, role: Role, directory: Path, pytest_args: Sequence[str], pairs: int
+) -> tuple[Path, Path, list[str]]:
+    """One run's files and pytest arguments: its JSON, its log, and the arguments that measure each
+    benchmark for its share of a plain run's budget over ``pairs`` (``share``)."""
     out = directory / f"pair{pair}-{role}.json"
     log = directory / f"pair{pair}-{role}.log"
     out.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this one's
-    command = [
-        *prepared.prefix,
+    argv = [
         *pytest_args,
         *budget_args(pairs, pytest_args),
         "-p",
@@ -360,6 +366,16 @@ def _run_one(
         f"--benchmark-json={out}",
         "-q",
     ]
+    return out, log, argv
+
+
+def _run_one(
+    prepared: _Prepared, pair: int, directory: Path, pytest_args: Sequence[str], pairs: int = 1
+) -> tuple[Path, Path, int, list[str]]:
+    """One pytest run of one side in a fresh process (``_run_args``): its JSON, its log, its exit
+    code and its command."""
+    out, log, argv = _run_args(pair, prepared.side.role, directory, pytest_args, pairs)
+    command = [*prepared.prefix, *argv]
     with log.open("w", encoding="utf-8") as sink:
         run = subprocess.Popen(
             command,
@@ -430,30 +446,41 @@ class _PerRun:
     def run(self, pair: int, look: Look | None, progress: Progress) -> StoredRun:
         """One run of the side in ``pair``, without the benchmarks ``look`` settled; raises
         ``RunFailed``."""
-        role, side = self.prepared.side.role, self.prepared.side
+        side = self.prepared.side
         narrowed = look.deselect() if look is not None else []
         out, log, code, command = _run_one(
             self.prepared, pair, self.directory, (*self.pytest_args, *narrowed), self.pairs
         )
-        if code not in (0, 1) or not out.exists():
-            why = f"exit {code}" + (f", {_EXIT_HINTS[code]}" if code in _EXIT_HINTS else "")
-            # A full disk fails the run's write of its JSON, and of its log (Python then exits
-            # 120, its output unflushed): say that, not what a run that measured nothing hears.
-            unwritable = None if out.exists() else _unwritable(self.directory)
-            if unwritable is not None:
-                why += (
-                    f", no JSON written: {self.directory} cannot be written ({unwritable}); free space "
-                    "there or pass --keep on another disk"
-                )
-            elif code in (0, 1):
-                why += " but no JSON written: did a test use ipu_benchmark?"
-            raise RunFailed(
-                f"the {role} side ({side.label}) failed in pair {pair} ({why}): {shlex.join(command)}\n"
-                f"  last lines of its output{_where(log, self.keep)}:\n{_tail(log)}"
+        return _checked(side, pair, (out, log, code), shlex.join(command), self.keep, progress)
+
+
+def _checked(
+    side: Side, pair: int, ran: tuple[Path, Path, int], command: str, keep: bool, progress: Progress
+) -> StoredRun:
+    """A run's JSON read back, once its exit code and its file say it measured (``ran``: its JSON,
+    its log and its exit code); raises ``RunFailed`` naming the side, the pair, ``command`` and the
+    end of its output."""
+    out, log, code = ran
+    role, directory = side.role, out.parent
+    if code not in (0, 1) or not out.exists():
+        why = f"exit {code}" + (f", {_EXIT_HINTS[code]}" if code in _EXIT_HINTS else "")
+        # A full disk fails the run's write of its JSON, and of its log (Python then exits
+        # 120, its output unflushed): say that, not what a run that measured nothing hears.
+        unwritable = None if out.exists() else _unwritable(directory)
+        if unwritable is not None:
+            why += (
+                f", no JSON written: {directory} cannot be written ({unwritable}); free space "
+                "there or pass --keep on another disk"
             )
-        if code == 1:
-            progress(f"pytest-ipu ab: pair {pair} {role}: some tests failed (exit 1); log: {log}")
-        return _read(out, side, pair)
+        elif code in (0, 1):
+            why += " but no JSON written: did a test use ipu_benchmark?"
+        raise RunFailed(
+            f"the {role} side ({side.label}) failed in pair {pair} ({why}): {command}\n"
+            f"  last lines of its output{_where(log, keep)}:\n{_tail(log)}"
+        )
+    if code == 1:
+        progress(f"pytest-ipu ab: pair {pair} {role}: some tests failed (exit 1); log: {log}")
+    return _read(out, side, pair)
 
 
 def _where(log: Path, keep: bool) -> str:
@@ -495,6 +522,106 @@ class _Served:
             role, log = self.side.role, self.server.log
             progress(f"pytest-ipu ab: pair {pair} {role}: {failed} test(s) failed; log: {log}")
         return _read(out, self.side, pair)
+
+
+class _Forked:
+    """A side whose runs are forks of the job's forker (``ab_fork.Forker``): a fresh child per run,
+    the start-up paid once for both sides."""
+
+    def __init__(self, forker: ab_fork.Forker, prepared: _Prepared, plan: Plan, directory: Path, seed: str):
+        self.forker = forker
+        self.prepared = prepared
+        self.plan = plan
+        self.directory = directory
+        self.seed = seed
+
+    @property
+    def side(self) -> Side:
+        """The side it runs."""
+        return self.prepared.side
+
+    def request(self, argv: Sequence[str], log: Path) -> dict[str, typing.Any]:
+        """The forker's request for a run of this side with ``argv``, its output to ``log``."""
+        env = _environment(self.prepared, self.plan.pytest_args, self.plan.looks[0])
+        env[HASH_SEED_ENV] = self.seed
+        return ab_fork.run_request(argv, self.prepared.cwd, env, log)
+
+    def run(self, pair: int, look: Look | None, progress: Progress) -> StoredRun:
+        """One run of the side in ``pair``, without the benchmarks ``look`` settled, in a fresh
+        child of the forker; raises ``RunFailed``."""
+        narrowed = look.deselect() if look is not None else []
+        pytest_args = (*self.plan.pytest_args, *narrowed)
+        out, log, argv = _run_args(pair, self.side.role, self.directory, pytest_args, self.plan.looks[0])
+        argv += ab_fork.REWRITE_WARNING
+        command = f"{shlex.join([*self.prepared.prefix, *argv])} (a fork of {self.forker.describe()})"
+        try:
+            # The first pair teaches the forker what a run imports once it measures and reports.
+            code = self.forker.run(self.request(argv, log), self.plan.max_time_s, learn=pair == 1)
+        except ab_fork.ForkFailed as exc:
+            raise RunFailed(
+                f"the {self.side.role} side ({self.side.label}) failed in pair {pair}: {exc} "
+                f"({_timeout_hint(self.plan.max_time_s)}): {command}"
+            ) from None
+        return _checked(self.side, pair, (out, log, code), command, self.plan.keep is not None, progress)
+
+
+def _forked(
+    prepared: dict[Role, _Prepared],
+    plan: Plan,
+    scratch: Path,
+    directory: Path,
+    stack: contextlib.ExitStack,
+    progress: Progress,
+) -> dict[Role, _Forked] | None:
+    """Both sides' runners as forks of one forker, warmed by collecting each side once; ``None``,
+    after one line saying why, where the sides cannot fork (a command side, not Linux, a forker that
+    fails to start or whose imports started threads): then every run is a fresh process."""
+    if any(p.side.kind != "git" for p in prepared.values()):
+        return None  # a command is its own interpreter, started afresh for each run
+    if not sys.platform.startswith("linux"):
+        progress(f"pytest-ipu ab: one fresh pytest per run: forked runs need Linux, not {sys.platform}")
+        return None
+    # One hash seed for both sides: the forker's, which its children keep.
+    seed = os.environ.get(HASH_SEED_ENV, "").strip() or str(random.SystemRandom().randrange(1, 2**32))
+    home = scratch / "forker"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env[HASH_SEED_ENV] = seed
+    forker = ab_fork.Forker(sys.executable, home, env, directory / "forker.log")
+    stack.push(_fork_closer(forker))
+    runners = {role: _Forked(forker, ready, plan, directory, seed) for role, ready in prepared.items()}
+    try:
+        # The candidate's collection teaches the forker most of what a run imports; the first pair
+        # teaches it the rest, the baseline's included (``_Forked.run``).
+        argv = [*plan.pytest_args, "--collect-only", "-q", "-p", "no:cacheprovider", *ab_fork.REWRITE_WARNING]
+        log = directory / "collect-candidate.log"
+        warmed = forker.warm(runners["candidate"].request(argv, log), plan.max_time_s)
+    except ab_fork.ForkFailed as exc:
+        progress(f"pytest-ipu ab: one fresh pytest per run: the forker failed ({exc})")
+        return None
+    if int(warmed["threads"]) > 1:
+        progress(
+            f"pytest-ipu ab: one fresh pytest per run: the forker has {warmed['threads']} threads, and a "
+            "fork would hold their locks"
+        )
+        return None
+    refused = f" ({warmed['refused']})" if warmed.get("refused") else ""
+    progress(
+        f"pytest-ipu ab: each run a fork of one process that imported {warmed['preloaded']} module(s) "
+        f"once{refused}"
+    )
+    return runners
+
+
+def _fork_closer(forker: ab_fork.Forker) -> typing.Callable[..., bool]:
+    """An exit callback that stops the forker: once its last child has ended when the block ended
+    without an exception, at once (its running child with it) otherwise."""
+
+    def close(kind: type[BaseException] | None, *_: object) -> bool:
+        forker.close(graceful=kind is None, grace_s=SIDE_GRACE_S)
+        return False
+
+    return close
 
 
 def _timeout_hint(timeout_s: float) -> str:
@@ -609,14 +736,16 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
             else:
                 prepared[side.role] = _Prepared(side, side.prefix, plan.cwd)
         starting = time.monotonic()
-        runners: dict[Role, _PerRun | _Served] = (
-            _serve(prepared, plan, directory, stack, progress)
-            if plan.serve
-            else {
+        runners: Mapping[Role, _Runner] | None = None
+        if plan.serve:
+            runners = _serve(prepared, plan, directory, stack, progress)
+        elif plan.fork:
+            runners = _forked(prepared, plan, scratch, directory, stack, progress)
+        if runners is None:
+            runners = {
                 role: _PerRun(ready, directory, plan.pytest_args, plan.keep is not None, plan.looks[0])
                 for role, ready in prepared.items()
             }
-        )
         started = time.monotonic()
         # Kept back, after the last pair, for the sides to stop: about as long as they took to start
         # (a session's end tears down what its start set up).
@@ -625,6 +754,10 @@ def run(plan: Plan, progress: Progress, decided: Decided | None = None) -> Outco
         return Outcome(
             tuple(runs["baseline"]), tuple(runs["candidate"]), directory if plan.keep else None, stopped
         )
+
+
+#: What runs a side's runs: one of the three ways.
+_Runner = typing.Union[_PerRun, _Served, _Forked]
 
 
 def _runs_directory(plan: Plan, scratch: Path) -> Path:
@@ -679,7 +812,7 @@ class _Clock:
 
 def _pairs(
     plan: Plan,
-    runners: Mapping[Role, _PerRun | _Served],
+    runners: Mapping[Role, _Runner],
     decided: Decided | None,
     progress: Progress,
     clock: _Clock,

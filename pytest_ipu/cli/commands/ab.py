@@ -81,6 +81,12 @@ def _add_budget(parser: argparse.ArgumentParser) -> None:
         "threshold they decide)",
     )
     parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="a fresh interpreter per run, not a fork of one warm process (the default for git sides on "
+        "Linux): each run then pays the whole start-up (docs/ci.md)",
+    )
+    parser.add_argument(
         "--serve",
         action="store_true",
         help="one pytest per side for the whole job, serving a round per run: the start-up is paid once "
@@ -224,6 +230,7 @@ def _plan(args: argparse.Namespace, looks: tuple[int, ...]) -> ab_runner.Plan:
         args.max_time,
         args.extra_time,
         args.serve,
+        not args.fresh,
     )
 
 
