@@ -64,6 +64,7 @@ from pytest_ipu.backends.target import parse_target
 from pytest_ipu.backports import remove_prefix
 from pytest_ipu.processes import describe_error
 from pytest_ipu.report.table import Table
+from pytest_ipu.results.codec import Coded
 from pytest_ipu.sdk import import_sdk
 
 #: The status of one probe: ran and gave the right output; not present here (with the reason);
@@ -119,7 +120,7 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class DeviceListing:
+class DeviceListing(Coded):
     """PopART's device listing as the doctor read it: ``status`` ``works`` (``table`` is
     ``DeviceTable.as_json()`` and ``lines`` its text), ``absent`` or ``FAILED`` (``detail`` says why)."""
 
@@ -127,15 +128,6 @@ class DeviceListing:
     detail: str
     table: Mapping[str, Any] = field(default_factory=dict)
     lines: tuple[str, ...] = ()
-
-    def as_json(self) -> dict[str, object]:
-        """Plain JSON values, for ``--format json``."""
-        return {
-            "status": self.status,
-            "detail": self.detail,
-            "table": dict(self.table),
-            "lines": list(self.lines),
-        }
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import field
 
 from pytest_ipu.devices.request import DeviceRequest
 from pytest_ipu.devices.request import ipus_text as _ipus
+from pytest_ipu.results.codec import Coded
 
 
 class PlacementError(ValueError):
@@ -45,7 +46,7 @@ class Inventory:
 
 
 @dataclass(frozen=True)
-class InstancePlacement:
+class InstancePlacement(Coded):
     """One instance of the model: its index and the IPU ids (ascending) of its multi-IPU device."""
 
     index: int
@@ -53,18 +54,9 @@ class InstancePlacement:
     replicas: int
     stages: int
 
-    def as_json(self) -> dict[str, object]:
-        """Plain JSON types only, for the benchmark record."""
-        return {
-            "index": self.index,
-            "ipu_ids": list(self.ipu_ids),
-            "replicas": self.replicas,
-            "stages": self.stages,
-        }
-
 
 @dataclass(frozen=True)
-class Placement:
+class Placement(Coded):
     """Where each instance of a test's model runs."""
 
     instances: tuple[InstancePlacement, ...]
@@ -84,10 +76,6 @@ class Placement:
     def total_ipus(self) -> int:
         """The number of IPUs all instances use together."""
         return len(self.ipu_ids)
-
-    def as_json(self) -> dict[str, object]:
-        """Plain JSON for the benchmark record."""
-        return {"instances": [instance.as_json() for instance in self.instances]}
 
 
 def allocate(inventory: Inventory, request: DeviceRequest) -> Placement:

@@ -24,8 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from dataclasses import field
 from types import ModuleType
 from typing import Any
+
+from pytest_ipu.results.codec import Coded
+from pytest_ipu.results.codec import meta
 
 #: Largest device size asked for: PopTorch reserves at most 64 IPUs per process, and no partition a
 #: benchmark runs on is larger.
@@ -33,24 +37,15 @@ MAX_DEVICE_IPUS = 64
 
 
 @dataclass(frozen=True)
-class ListedDevice:
+class ListedDevice(Coded):
     """One device as ``enumerateDevices`` listed it: its id, size and driver ids (in listing order),
     and the ``gc-info -l`` ids of its single IPUs (ascending), ``None`` where a driver id has no single
     IPU to translate to."""
 
     id: int
-    num_ipus: int
-    driver_ids: tuple[int, ...]
+    num_ipus: int = field(metadata=meta(key="numIpus"))
+    driver_ids: tuple[int, ...] = field(metadata=meta(key="driverIds"))
     ipu_ids: tuple[int, ...] | None
-
-    def as_json(self) -> dict[str, object]:
-        """Plain JSON, in PopART's spelling for what it gives (``numIpus``, ``driverIds``)."""
-        return {
-            "id": self.id,
-            "numIpus": self.num_ipus,
-            "driverIds": list(self.driver_ids),
-            "ipu_ids": None if self.ipu_ids is None else list(self.ipu_ids),
-        }
 
 
 @dataclass(frozen=True)

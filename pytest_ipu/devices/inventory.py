@@ -39,6 +39,7 @@ from pytest_ipu.devices.allocate import Inventory
 from pytest_ipu.devices.request import MAX_IPUS_PER_INSTANCE
 from pytest_ipu.devices.request import is_power_of_two
 from pytest_ipu.processes import describe_error
+from pytest_ipu.results.codec import Coded
 from pytest_ipu.sdk import import_sdk
 
 #: gcipuinfo attribute keys, as gcipuinfo and ``gc-info -i`` spell them (reference section 4.1).
@@ -64,7 +65,7 @@ _FIX = (
 
 
 @dataclass(frozen=True)
-class IpuInfo:
+class IpuInfo(Coded):
     """One IPU as discovery saw it; ``None`` where the source does not say (or says ``N/A``)."""
 
     id: int
@@ -72,16 +73,6 @@ class IpuInfo:
     board_type: str | None = None
     board_serial: str | None = None
     board_ipu_index: int | None = None
-
-    def as_json(self) -> dict[str, object]:
-        """Plain JSON types only."""
-        return {
-            "id": self.id,
-            "architecture": self.architecture,
-            "board_type": self.board_type,
-            "board_serial": self.board_serial,
-            "board_ipu_index": self.board_ipu_index,
-        }
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,12 @@ from types import ModuleType
 
 from pytest_ipu.devices.allocate import Inventory
 from pytest_ipu.devices.inventory import IpuInventory
+from pytest_ipu.results.codec import Coded
 from pytest_ipu.sdk import import_sdk
 
 
 @dataclass(frozen=True)
-class PopRunInstance:
+class PopRunInstance(Coded):
     """This process's place in a PopRun launch.
 
     ``index`` of ``count`` instances (``local_index`` among those on this host), running
@@ -45,17 +46,6 @@ class PopRunInstance:
 
     def __post_init__(self) -> None:
         _check(self.as_json(), "PopRunInstance")
-
-    def as_json(self) -> dict[str, int]:
-        """Plain JSON for ``machine_info["ipu"]["poprun"]`` and each record's ``"poprun"``."""
-        return {
-            "index": self.index,
-            "count": self.count,
-            "local_index": self.local_index,
-            "replicas_local": self.replicas_local,
-            "replicas_total": self.replicas_total,
-            "ipus_per_replica": self.ipus_per_replica,
-        }
 
 
 #: ``PopRunInstance`` field -> the popdist getter that gives it.

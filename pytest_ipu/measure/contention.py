@@ -34,9 +34,7 @@ import time
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
-from dataclasses import fields
 from pathlib import Path
-from typing import Any
 
 #: Where Linux mounts procfs.
 DEFAULT_PROC = Path("/proc")
@@ -119,10 +117,6 @@ class ContentionRecord:
     flagged_share: float | None = None
     #: Merged records only: which window (repeat, from 1) had ``flagged_share``.
     flagged_repeat: int | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """Every field as plain JSON values (``None`` for unknowns)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,23 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from dataclasses import fields
-from typing import Any
+
+#: The longest a timed call may take: a latency beyond a day is no measurement (the longest
+#: budget and call timeout the options allow is a day too).
+MAX_CALL_S = 86400.0
+#: The shortest a timed call may take: the timers' resolution (``time.perf_counter_ns``); a call
+#: timed at 0 s, or a rate that implies calls shorter than this, is no measurement.
+MIN_CALL_S = 1e-9
+
+
+def call_time_problem(seconds: float) -> str | None:
+    """Why ``seconds`` (finite, >= 0) cannot be the time of a timed call, or ``None`` when it can:
+    the one rule every reader of saved runs applies to a latency (a record's, pytest-benchmark's)."""
+    if seconds < MIN_CALL_S:
+        return f"a timed call takes at least the timer's resolution ({MIN_CALL_S:g} s), so it must be > 0"
+    if seconds > MAX_CALL_S:
+        return f"a call beyond a day ({MAX_CALL_S:g} s) is no measurement"
+    return None
 
 
 @dataclass(frozen=True)
@@ -141,10 +156,6 @@ class CpuTime:
     #: Host cores kept busy during the windows (a LoadGen record: the LoadGen run):
     #: `process_total_s` / their wall time. `None` in records that predate it.
     host_cores: float | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """Every field as plain JSON values, stored as ``cpu`` (of the record and of each repeat)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def off_cpu_share(thread_total_s: float, window_s: float) -> float:

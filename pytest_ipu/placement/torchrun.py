@@ -22,6 +22,7 @@ from typing import Any
 from pytest_ipu.placement import TORCHRUN_RUN_ID
 from pytest_ipu.placement import outputs
 from pytest_ipu.results import launch_merge
+from pytest_ipu.results.codec import Coded
 
 #: Where a rank's ``as_json()`` goes: ``machine_info["ipu"][KEY]`` and each record's ``KEY`` (the
 #: merge's, which reads it back).
@@ -42,7 +43,7 @@ _VARIABLES: Mapping[str, str] = {
 
 
 @dataclass(frozen=True)
-class TorchrunRank:
+class TorchrunRank(Coded):
     """This process's place in a torchrun launch: rank ``index`` of ``count`` (the world size),
     ``local_index`` of the ``local_count`` ranks on its node, and the node (torchrun's group rank)."""
 
@@ -57,17 +58,6 @@ class TorchrunRank:
     def nodes(self) -> int:
         """Nodes of the launch, when every node runs the same number of ranks (torchrun's rule)."""
         return self.count // self.local_count
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain JSON for ``machine_info["ipu"]["torchrun"]`` and each record's ``"torchrun"``."""
-        return {
-            "index": self.index,
-            "count": self.count,
-            "local_index": self.local_index,
-            "local_count": self.local_count,
-            "node": self.node,
-            "run_id": self.run_id,
-        }
 
 
 def detect(environ: Mapping[str, str] | None = None) -> TorchrunRank | None:

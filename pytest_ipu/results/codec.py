@@ -1,11 +1,58 @@
-"""The plumbing the record dataclasses share: a part declared once and extended by the records that
-hold it (``records.Identity``, ``records.InstanceInfo``, ``loadgen.LoadgenFigures``), and copying
-such a part's fields into the record that extends it (``fields_of``)."""
+"""The one codec of the record dataclasses: their plain-JSON form written and read back, driven by
+their fields and the fields' types.
+
+A record is a frozen dataclass that extends ``Coded``: ``record.as_json()`` writes it and
+``Record.from_json(data, at)`` reads it back (``to_json`` and ``from_json`` do the same for any
+dataclass: ``measure``'s ``CpuTime`` and ``ContentionRecord``, whose folder does not import this
+one), every value checked where it is read (a time, rate,
+energy or share a finite number >= 0, a count a whole number >= 0, a flag true or false, a name a
+string), so that a corrupt or hand-edited file raises ``SchemaError`` naming the key (a dotted path
+such as ``power.devices[0].energy_j``), its value and the fix, and never reaches a table or a gate.
+
+Each field is one JSON key of the same name, in the order declared. What differs is declared beside
+the field with ``meta`` (``field(default=..., metadata=meta(...))``): the JSON key, the value an
+older file that lacks the key reads as, a key written only where it has a value, a key written
+after another, a number of either sign. A property written for readers of the file (``passed``,
+``time_s``) is named in the class's ``JSON_DERIVED``, with the key it follows; it is never read.
+
+The types a field may have: ``str``, ``float``, ``int``, ``bool``, a ``Literal`` of strings, ``Any``
+(free-form JSON), another record, ``X | None``, ``tuple[X, ...]`` and ``Mapping[str, X]``. The
+annotations are strings (``from __future__ import annotations``) that Python 3.8 cannot evaluate
+(``X | None``, ``tuple[X, ...]``); ``_parse`` reads them itself.
+
+Also the shared readers of one value (``real``, ``whole``, ``text``, ``flag``, ``choice``, ``free``,
+...) and the one message of a bad value (``bad``), for the readers that are more than a record's
+fields (``schema.from_json``'s cross-checks, ``power_blocks``). ``fields_of`` copies a declared part
+(``records.Identity``) into a record that extends it.
+"""
 
 from __future__ import annotations
 
+import ast
+import copy
 import dataclasses
+import math
+import sys
+import typing
+from collections.abc import Callable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 from typing import Any
+from typing import ClassVar
+from typing import TypeVar
+
+
+class SchemaError(ValueError):
+    """A JSON object that is not a pytest-ipu record of a version this code can read."""
+
+
+#: How every bad value's message ends: how to get a good one.
+FIX = "re-run the benchmark to write the record again, or correct the value in the file"
+#: The largest count a record may hold: beyond it a count is impossible, and a table, sort key or
+#: ratio that converts it to a float would overflow or round it.
+MAX_COUNT = 2**53
+#: A key that is not in its object (told apart from JSON null).
+ABSENT: Any = object()
 
 
 def fields_of(part: type, obj: object) -> dict[str, Any]:
@@ -13,3 +60,453 @@ def fields_of(part: type, obj: object) -> dict[str, Any]:
     dataclass that extends ``part``: ``IpuRecord(**fields_of(Identity, compiled), batch_size=...)``.
     The other keyword arguments stay checked by mypy; these are checked where ``obj`` was made."""
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(part)}
+
+
+# --- one value ----------------------------------------------------------------------------------
+# Each reader takes the value and its full dotted name (``power.devices[0].energy_j``).
+
+
+def show(value: Any) -> str:
+    """A value as a message shows it: on one line and short, containers by their kind."""
+    if value is ABSENT:
+        return "missing"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
+def bad(name: str, value: Any, want: str) -> SchemaError:
+    """The error for ``value`` at ``name``: what it is, what it must be, and the fix."""
+    # repr: a name holds the file's own keys (``compile_phases_s.<key>``), and a key may hold a
+    # newline; the message stays on one line.
+    return SchemaError(f"malformed pytest-ipu record: {name!r} is {show(value)}: {want}; {FIX}")
+
+
+def real(value: Any, name: str, allow_inf: bool = False) -> float:
+    """A finite number >= 0 (+Infinity too where ``allow_inf``), as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad(name, value, "it must be a number >= 0")
+    try:
+        number = float(value)
+    except OverflowError:  # a whole number of hundreds of digits
+        raise bad(name, value, "it is too large: it must be a finite number >= 0") from None
+    if math.isnan(number) or (math.isinf(number) and not (allow_inf and number > 0)):
+        raise bad(name, value, "it must be a finite number >= 0")
+    if number < 0:
+        raise bad(name, value, "it must be >= 0 (a time, rate, energy or share is never negative)")
+    return number
+
+
+def signed(value: Any, name: str) -> float:
+    """A finite number of either sign (a loss may be negative), as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise bad(name, value, "it must be a finite number")
+    return float(value)
+
+
+def whole(value: Any, name: str) -> int:
+    """A whole number from 0 to ``MAX_COUNT``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad(name, value, "it must be a whole number >= 0")
+    if value < 0:
+        raise bad(name, value, "it must be >= 0 (a count is never negative)")
+    if value > MAX_COUNT:
+        raise bad(name, value, f"it is too large: a count is at most {MAX_COUNT}")
+    return value
+
+
+def text(value: Any, name: str) -> str:
+    """A string."""
+    if not isinstance(value, str):
+        raise bad(name, value, "it must be a string")
+    return value
+
+
+def flag(value: Any, name: str) -> bool:
+    """True or false."""
+    if not isinstance(value, bool):
+        raise bad(name, value, "it must be true or false")
+    return value
+
+
+def choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise bad(name, value, f"it must be one of {', '.join(repr(c) for c in choices)}")
+    return value
+
+
+def a_list(value: Any, name: str) -> list[Any]:
+    """A list."""
+    if isinstance(value, tuple):
+        return list(value)
+    if not isinstance(value, list):
+        raise bad(name, value, "it must be a list")
+    return value
+
+
+def an_object(value: Any, name: str, want: str = "it must be a JSON object") -> Mapping[str, Any]:
+    """A JSON object."""
+    if not isinstance(value, dict):
+        raise bad(name, value, want)
+    return value
+
+
+def free(value: Any, name: str) -> dict[str, Any]:
+    """A free-form object: any JSON but NaN or Infinity, which no reader could use."""
+    found = an_object(value, name, "it must be a JSON object or null")
+    # Walked with a stack, not recursion: the nesting is as deep as the file makes it.
+    stack: list[tuple[str, Any]] = [(name, found)]
+    while stack:
+        at, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise bad(at, item, "it must be a finite number")
+        if isinstance(item, dict):
+            stack.extend((f"{at}.{k}", v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{at}[{i}]", v) for i, v in enumerate(item))
+    return dict(found)
+
+
+def get(data: Mapping[str, Any], key: str, default: Any = ABSENT) -> Any:
+    """``data[key]``; ``default`` when absent or null, unless ``default`` is ``ABSENT`` (required)."""
+    value = data.get(key, ABSENT)
+    return default if (value is ABSENT or value is None) and default is not ABSENT else value
+
+
+# --- the declaration beside a field -------------------------------------------------------------
+
+if TYPE_CHECKING:
+    #: Reads a field from its whole object and the object's dotted path (with its trailing dot).
+    Reader = Callable[[Mapping[str, Any], str], Any]
+
+
+def meta(
+    *,
+    key: str | None = None,
+    old: Any = ABSENT,
+    old_from: Reader | None = None,
+    required: bool = False,
+    omit_if: Any = ABSENT,
+    after: str | None = None,
+    number: str = "",
+    choices: tuple[str, ...] = (),
+    null_ok: bool = True,
+    read: Reader | None = None,
+    write: Callable[[Any], Any] | None = None,
+) -> dict[str, Any]:
+    """A field's metadata for the codec (``field(metadata=meta(...))``); every part optional.
+
+    ``key``: its JSON key, where not its name. ``old``: what a file that lacks the key (or holds
+    null) reads as, where that is not the field's default (a field with neither is required).
+    ``old_from``: the same, derived from the object (a flag older files told in a warning).
+    ``required``: a ``X | None`` field whose key must be there, null or not, or a field whose
+    default an older file never relied on. ``omit_if``: the value written as no key at all (such
+    records are written as they were before the field). ``after``: the key it is written after,
+    where that is not the field before it (``""``: first). ``number``: ``signed`` (either sign) or
+    ``inf`` (+Infinity too). ``choices``: the strings a ``str`` field may hold. ``null_ok`` false: a
+    JSON null is refused (an absent key still reads as the default). ``read``: the whole reader, for
+    a value checked against its neighbours; ``write``: the JSON of the value, where not its fields'.
+    """
+    return {
+        "json": {
+            "key": key,
+            "old": old,
+            "old_from": old_from,
+            "required": required,
+            "omit_if": omit_if,
+            "after": after,
+            "number": number,
+            "choices": choices,
+            "null_ok": null_ok,
+            "read": read,
+            "write": write,
+        }
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Type:
+    """A field's type, as the codec reads it: ``kind`` is ``str``, ``float``, ``int``, ``bool``,
+    ``any``, ``choice`` (``choices``), ``tuple`` or ``map`` (of ``of``), or ``record`` (``cls``)."""
+
+    kind: str
+    optional: bool = False
+    of: _Type | None = None
+    choices: tuple[str, ...] = ()
+    cls: type | None = None
+
+
+_PLAIN = {"str": "str", "float": "float", "int": "int", "bool": "bool", "Any": "any"}
+_SEQUENCES = ("tuple", "Tuple", "Sequence")
+_MAPPINGS = ("Mapping", "dict", "Dict")
+
+
+def _split(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside brackets, each part stripped."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char in "[(") - (char in "])")
+        if char == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def _parse(annotation: str, names: Mapping[str, Any]) -> _Type:
+    """A field's annotation (a string, as ``from __future__ import annotations`` leaves it) read in
+    the namespace of the module that declared it."""
+    parts = _split(annotation, "|")
+    kept = [p for p in parts if p != "None"]
+    if len(kept) != 1:
+        raise TypeError(f"the codec cannot read the type {annotation!r}")
+    found = _parse_one(kept[0], names)
+    return dataclasses.replace(found, optional=True) if len(kept) < len(parts) else found
+
+
+def _parse_one(annotation: str, names: Mapping[str, Any]) -> _Type:
+    if annotation in _PLAIN:
+        return _Type(_PLAIN[annotation])
+    if annotation.endswith("]"):
+        head, _, inner = annotation[:-1].partition("[")
+        args = _split(inner, ",")
+        if len(args) == 1 and args[0].startswith("(") and args[0].endswith(")"):
+            # Python 3.8 keeps ``tuple[int, ...]`` as ``tuple[(int, ...)]``.
+            args = _split(args[0][1:-1], ",")
+        if head == "Optional":
+            return dataclasses.replace(_parse(args[0], names), optional=True)
+        if head == "Literal":
+            return _Type("choice", choices=tuple(str(ast.literal_eval(a)) for a in args))
+        if head in _SEQUENCES:
+            return _Type("tuple", of=_parse(args[0], names))
+        if head in _MAPPINGS:
+            return _Type("map", of=_parse(args[1], names))
+        raise TypeError(f"the codec cannot read the type {annotation!r}")
+    named = names.get(annotation)
+    if isinstance(named, type) and dataclasses.is_dataclass(named):
+        return _Type("record", cls=named)
+    if typing.get_origin(named) is typing.Literal:  # an alias: ``Ending = Literal[...]``
+        return _Type("choice", choices=tuple(str(a) for a in typing.get_args(named)))
+    raise TypeError(f"the codec cannot read the type {annotation!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    """One field as the codec writes and reads it."""
+
+    name: str
+    key: str
+    type: _Type
+    #: What an absent or null key reads as (``ABSENT``: required), or the factory that makes it.
+    fallback: Any
+    factory: Callable[[], Any] | None
+    required: bool
+    old_from: Reader | None
+    omit_if: Any
+    after: str | None
+    number: str
+    null_ok: bool
+    read: Reader | None
+    write: Callable[[Any], Any] | None
+
+
+#: Each class's fields as the codec sees them, read on its first use.
+_FIELDS: dict[type, tuple[_Field, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[_Field, ...]:
+    """The fields of ``cls`` as the codec sees them, read once per class."""
+    known = _FIELDS.get(cls)
+    if known is not None:
+        return known
+    out = []
+    for f in dataclasses.fields(cls):
+        # A field's annotation is read where it was declared (a base class may live elsewhere).
+        owner = next(c for c in cls.__mro__ if f.name in vars(c).get("__annotations__", {}))
+        names = vars(sys.modules[owner.__module__])
+        declared = dict(f.metadata.get("json", {}))
+        required = bool(declared.get("required", False))
+        fallback, factory = declared.get("old", ABSENT), None
+        found = _parse(str(f.type), names)
+        if declared.get("choices"):
+            found = dataclasses.replace(found, kind="choice", choices=tuple(declared["choices"]))
+        if fallback is ABSENT and not required:
+            if f.default is not dataclasses.MISSING:
+                fallback = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                factory = f.default_factory
+        out.append(
+            _Field(
+                name=f.name,
+                key=declared.get("key") or f.name,
+                type=found,
+                fallback=fallback,
+                factory=factory,
+                required=required,
+                old_from=declared.get("old_from"),
+                omit_if=declared.get("omit_if", ABSENT),
+                after=declared.get("after"),
+                number=declared.get("number", ""),
+                null_ok=declared.get("null_ok", True),
+                read=declared.get("read"),
+                write=declared.get("write"),
+            )
+        )
+    _FIELDS[cls] = tuple(out)
+    return _FIELDS[cls]
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def to_json(record: object) -> dict[str, Any]:
+    """The plain-JSON form of ``record`` (a dataclass): only str, int, float, bool, None, lists and
+    objects; a fresh object, mappings and sequences copied."""
+    cls = type(record)
+    keys: list[tuple[str, Any, str | None]] = []
+    for f in _fields(cls):
+        value = getattr(record, f.name)
+        if f.omit_if is not ABSENT and value == f.omit_if:
+            continue
+        keys.append((f.key, _write(f.type, value) if f.write is None else f.write(value), f.after))
+    for name, after in getattr(cls, "JSON_DERIVED", ()):
+        keys.append((name, _plain(getattr(record, name)), after))
+    out: dict[str, Any] = {}
+    moved = [(k, v, after) for k, v, after in keys if after is not None]
+
+    def follow(anchor: str) -> None:
+        # Whatever is written after this key (and after those, in turn) follows it.
+        for k, v, after in moved:
+            if after == anchor and k not in out:
+                out[k] = v
+                follow(k)
+
+    follow("")
+    for key, value, after in keys:
+        if after is None:
+            out[key] = value
+            follow(key)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """A derived value as JSON: a sequence as a list."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _write(t: _Type, value: Any) -> Any:
+    if value is None:
+        return None
+    if t.kind == "record":
+        # A record writes itself (``Coded.as_json``: this codec).
+        return value.as_json() if hasattr(value, "as_json") else to_json(value)
+    if t.kind == "tuple":
+        assert t.of is not None
+        return [_write(t.of, v) for v in value]
+    if t.kind == "map":
+        assert t.of is not None
+        return {str(k): _write(t.of, v) for k, v in value.items()}
+    if t.kind == "any" and isinstance(value, Mapping):
+        return dict(value)
+    if t.kind == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+def from_json(cls: type[_T], data: Mapping[str, Any], at: str = "") -> _T:
+    """``cls`` (a dataclass) read from its plain-JSON form ``data``; ``at`` is the object's own
+    dotted path with a trailing dot (``power.``), so that every message names the full key. Raises
+    ``SchemaError`` for a missing or impossible value."""
+    return cls(**{f.name: _read_field(f, data, at) for f in _fields(cls)})
+
+
+def _read_field(f: _Field, data: Mapping[str, Any], at: str) -> Any:
+    if f.read is not None:
+        return f.read(data, at)
+    name = at + f.key
+    value = data.get(f.key, ABSENT)
+    if value is ABSENT or (value is None and f.null_ok):
+        if f.old_from is not None:
+            return f.old_from(data, at)
+        if f.type.optional:
+            if value is ABSENT and f.required:
+                raise bad(name, value, f"{_want(f.type)} or null")
+            return None
+        if f.factory is not None:
+            return f.factory()
+        if f.fallback is not ABSENT:
+            # A fresh container for each record read.
+            return copy.copy(f.fallback)
+    return read_value(f.type, value, name, f.number)
+
+
+def _want(t: _Type) -> str:
+    """What a value of ``t`` must be, as a message says it."""
+    return {
+        "float": "it must be a number >= 0",
+        "int": "it must be a whole number >= 0",
+        "str": "it must be a string",
+        "bool": "it must be true or false",
+    }.get(t.kind, "it must be a value")
+
+
+def read_value(t: _Type, value: Any, name: str, number: str = "") -> Any:
+    """One value of type ``t`` at ``name``, checked."""
+    kind = t.kind
+    if kind == "float":
+        return signed(value, name) if number == "signed" else real(value, name, allow_inf=number == "inf")
+    if kind == "int":
+        return whole(value, name)
+    if kind == "str":
+        return text(value, name)
+    if kind == "bool":
+        return flag(value, name)
+    if kind == "choice":
+        return choice(value, name, t.choices)
+    if kind == "any":
+        return free(value, name)
+    if kind == "record":
+        assert t.cls is not None
+        return from_json(t.cls, an_object(value, name), name + ".")
+    assert t.of is not None
+    of = t.of
+    if kind == "tuple":
+        return tuple(_item(of, v, f"{name}[{i}]", number) for i, v in enumerate(a_list(value, name)))
+    want = {"any": "it must be a JSON object or null", "float": "it must be a JSON object of numbers"}
+    found = an_object(value, name, want.get(of.kind, "it must be a JSON object"))
+    if of.kind == "any":
+        return free(found, name)
+    return {str(k): read_value(of, v, f"{name}.{k}", number) for k, v in found.items()}
+
+
+def _item(t: _Type, value: Any, name: str, number: str) -> Any:
+    """An entry of a list: a record's must be an object, like any other entry its type's value."""
+    if t.kind == "record" and not isinstance(value, dict):
+        raise bad(name, value, "it must be a JSON object")
+    return read_value(t, value, name, number)
+
+
+class Coded:
+    """The base of every record dataclass: its plain-JSON form (``as_json``) and its reader
+    (``from_json``), both the codec's. ``JSON_DERIVED`` names the properties written beside the
+    fields, each with the key it follows (``None``: at the end)."""
+
+    JSON_DERIVED: ClassVar[tuple[tuple[str, str | None], ...]] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        """The plain-JSON form (``to_json``)."""
+        return to_json(self)
+
+    @classmethod
+    def from_json(cls: type[_T], data: Mapping[str, Any], at: str = "") -> _T:
+        """Read back from its plain-JSON form (``from_json``); raises ``SchemaError`` naming the key."""
+        return from_json(cls, data, at)

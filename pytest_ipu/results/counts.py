@@ -19,7 +19,10 @@ import statistics
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from dataclasses import field
+
+from pytest_ipu.results.codec import Coded
+from pytest_ipu.results.codec import meta
 
 #: How ``run.benchmark`` reads a device's count: untimed calls after the timed rounds (and outside
 #: the energy window), the count read after each, so a read's device round trip never lands in a
@@ -31,7 +34,7 @@ TIMED_WINDOW = "timed window"
 
 
 @dataclass(frozen=True)
-class CountRecord:
+class CountRecord(Coded):
     """One repeat's count of a call's work, or why it has none; with a clock, the device time the
     count means."""
 
@@ -49,12 +52,15 @@ class CountRecord:
     clock: str | None = None
     #: The count over the window of `calls`, where it was read once over a window (`timed window`:
     #: `per_call` is `total / calls`); `None` (absent from the JSON) for a count read call by call.
-    total: int | None = None
+    total: int | None = field(default=None, metadata=meta(omit_if=None))
     #: The calls of that window (timed rounds); `None` (absent) for a count read call by call.
-    calls: int | None = None
+    calls: int | None = field(default=None, metadata=meta(omit_if=None))
     #: What was counted where it is more than one device (the host's instructions: `1 process,
     #: 3 threads`); `None` (absent) otherwise.
-    scope: str | None = None
+    scope: str | None = field(default=None, metadata=meta(omit_if=None))
+
+    #: Written for readers of the file, after the key named: derived (`per_call` / `clock_hz`), never read.
+    JSON_DERIVED = (("time_s", "clock"),)
 
     @property
     def time_s(self) -> float | None:
@@ -62,25 +68,6 @@ class CountRecord:
         if self.per_call is None or self.clock_hz is None or self.clock_hz <= 0:
             return None
         return self.per_call / self.clock_hz
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, an entry of ``counts``."""
-        return {
-            "per_call": self.per_call,
-            "reason": self.reason,
-            "method": self.method,
-            "reads": list(self.reads),
-            "clock_hz": self.clock_hz,
-            "clock": self.clock,
-            "time_s": self.time_s,
-            # Absent, not null, where there is none: a count read call by call is written as it
-            # always was.
-            **{
-                key: value
-                for key, value in (("total", self.total), ("calls", self.calls), ("scope", self.scope))
-                if value is not None
-            },
-        }
 
 
 def measured(reads: Sequence[int], method: str, clock_hz: float | None, clock: str | None) -> CountRecord:

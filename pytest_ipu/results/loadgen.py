@@ -12,9 +12,15 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from pytest_ipu.results.codec import Coded
+from pytest_ipu.results.codec import meta
+
+#: LoadGen's scenarios.
+SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
+
 
 @dataclass(frozen=True)
-class BatchingRecord:
+class BatchingRecord(Coded):
     """How the batching system under test ran the queries' samples."""
 
     #: The most samples in one call.
@@ -32,24 +38,11 @@ class BatchingRecord:
     #: How many batches had each size (the size, as a string, to its count).
     batch_sizes: Mapping[str, int]
     #: Batches run by each instance, in instance order.
-    instance_batches: tuple[int, ...]
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        return {
-            "max_batch": self.max_batch,
-            "timeout_s": self.timeout_s,
-            "pad_to": self.pad_to,
-            "instances": self.instances,
-            "batches": self.batches,
-            "mean_batch": self.mean_batch,
-            "batch_sizes": dict(self.batch_sizes),
-            "instance_batches": list(self.instance_batches),
-        }
+    instance_batches: tuple[int, ...] = field(metadata=meta(old=()))
 
 
 @dataclass(frozen=True)
-class ServerProbe:
+class ServerProbe(Coded):
     """One Server run of the peak QPS search, with LoadGen's verdict on it."""
 
     #: The arrival rate asked for (LoadGen's `server_target_qps`), queries per second.
@@ -63,31 +56,19 @@ class ServerProbe:
     #: The latency at the target percentile, seconds.
     latency_s: float | None
     #: Why it was INVALID (empty when VALID).
-    reasons: tuple[str, ...]
+    reasons: tuple[str, ...] = field(metadata=meta(old=()))
     #: The probe's wall time, LoadGen's set-up included, seconds.
     elapsed_s: float
 
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, an entry of ``loadgen.peak.probes``."""
-        return {
-            "target_qps": self.target_qps,
-            "valid": self.valid,
-            "scheduled_qps": self.scheduled_qps,
-            "completed_qps": self.completed_qps,
-            "latency_s": self.latency_s,
-            "reasons": list(self.reasons),
-            "elapsed_s": self.elapsed_s,
-        }
-
 
 @dataclass(frozen=True)
-class PeakSearch:
+class PeakSearch(Coded):
     """The search for the highest Server QPS that LoadGen calls VALID under the latency bound."""
 
     #: The highest target QPS a probe found VALID; `None` when none was.
     peak_qps: float | None
     #: Every probe, in the order run.
-    probes: tuple[ServerProbe, ...]
+    probes: tuple[ServerProbe, ...] = field(metadata=meta(old=()))
     #: The most probes the search could run.
     max_probes: int
     #: Its time budget, seconds (`None`: none).
@@ -96,28 +77,15 @@ class PeakSearch:
     tolerance: float
     #: Why it stopped: `converged`, `probes` (the most probes ran), `budget` (time ran out) or
     #: `no-valid` (not even the lowest probe was VALID).
-    ended: str
+    ended: str = field(metadata=meta(choices=("converged", "probes", "budget", "no-valid")))
     #: The starting point: the capacity the calibration estimated (an estimate, not a result), QPS.
     capacity_estimate_qps: float
     #: The lowest target QPS a probe found INVALID, when one did.
     lowest_invalid_qps: float | None
 
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, ``loadgen.peak``."""
-        return {
-            "peak_qps": self.peak_qps,
-            "probes": [p.as_json() for p in self.probes],
-            "max_probes": self.max_probes,
-            "budget_s": self.budget_s,
-            "tolerance": self.tolerance,
-            "ended": self.ended,
-            "capacity_estimate_qps": self.capacity_estimate_qps,
-            "lowest_invalid_qps": self.lowest_invalid_qps,
-        }
-
 
 @dataclass(frozen=True)
-class LoadgenFigures:
+class LoadgenFigures(Coded):
     """LoadGen's verdict and figures for one run, as its detail log gives them, declared once: the
     log's reading (``loadgen.detail_log.LogResult``) and the record (``LoadgenRecord``) extend it."""
 
@@ -129,7 +97,7 @@ class LoadgenFigures:
     #: `early_stopping_met`).
     checks: Mapping[str, bool]
     #: LoadGen's early-stopping text.
-    early_stopping: str
+    early_stopping: str = field(metadata=meta(old=""))
     #: SingleStream / MultiStream: LoadGen's early-stopping estimate of the target percentile, seconds.
     early_stopping_latency_s: float | None
     #: Queries completed (accuracy mode: the queries LoadGen generated, all of which it issues).
@@ -142,9 +110,9 @@ class LoadgenFigures:
     #: Server: the rate LoadGen scheduled, queries per second.
     scheduled_qps: float | None
     #: LoadGen's query latencies, seconds: `min`, `mean`, `max`, `p50`, `p90`, `p95`, `p97`, `p99`, `p99.9`.
-    latency_s: Mapping[str, float]
-    #: Texts LoadGen logged as errors.
-    errors: tuple[str, ...]
+    latency_s: Mapping[str, float] = field(metadata=meta(old={}))
+    #: Texts LoadGen logged as errors (written last in a record's JSON).
+    errors: tuple[str, ...] = field(metadata=meta(old=(), after="peak"))
 
 
 @dataclass(frozen=True)
@@ -156,19 +124,19 @@ class LoadgenRecord(LoadgenFigures):
     """
 
     #: `SingleStream`, `MultiStream`, `Server` or `Offline`.
-    scenario: str
+    scenario: str = field(metadata=meta(choices=SCENARIOS, after=""))
     #: `performance` or `accuracy`.
-    mode: str
+    mode: str = field(metadata=meta(choices=("performance", "accuracy"), after="scenario"))
     #: The effective settings LoadGen logged (`min_duration_ms`, `target_qps`, `target_latency_ns`...).
-    settings: Mapping[str, Any]
+    settings: Mapping[str, Any] = field(metadata=meta(old={}, after="version"))
     #: Why INVALID, one line per failed check then LoadGen's advice; empty when VALID.
-    invalid_reasons: tuple[str, ...]
+    invalid_reasons: tuple[str, ...] = field(metadata=meta(old=(), after="valid"))
     #: The MLPerf benchmark whose rules applied (`resnet50`), or `None` (the general rules).
     mlperf_model: str | None
     #: True only when the settings and the verdict meet MLPerf's rules (still not a submission).
     mlperf_compliant: bool
     #: Every reason the run is not compliant.
-    compliance_reasons: tuple[str, ...]
+    compliance_reasons: tuple[str, ...] = field(metadata=meta(old=()))
     #: How the samples were batched.
     batching: BatchingRecord
     #: Where LoadGen's own log files were kept (`mlperf_log_detail.txt`, `mlperf_log_summary.txt`...).
@@ -177,11 +145,14 @@ class LoadgenRecord(LoadgenFigures):
     #: `capacity_estimate_qps`): they sized LoadGen's schedule, and are estimates, not results.
     calibration: Mapping[str, float] = field(default_factory=dict)
     #: Accuracy mode: the score the benchmark's `accuracy` callable gave the outputs.
-    accuracy: float | None = None
+    accuracy: float | None = field(default=None, metadata=meta(number="signed"))
     #: The score's name (`accuracy_name`, such as `top1`), with `accuracy`.
     accuracy_name: str | None = None
     #: The peak Server QPS search, when one ran.
     peak: PeakSearch | None = None
+
+    #: Written for readers of the file (gates read it from the typed record), after the key named.
+    JSON_DERIVED = (("server_qps", "scheduled_qps"),)
 
     @property
     def server_qps(self) -> float | None:
@@ -211,34 +182,3 @@ class LoadgenRecord(LoadgenFigures):
                 f"({len(self.peak.probes)} probe(s), the lowest at {lowest:g} QPS)"
             )
         return "LoadGen called the Server run INVALID: " + "; ".join(self.invalid_reasons)
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, ``extra_info["ipu"]["loadgen"]``; ``server_qps`` is written for readers
-        of the JSON (gates read it from the typed record)."""
-        return {
-            "scenario": self.scenario,
-            "mode": self.mode,
-            "version": self.version,
-            "settings": dict(self.settings),
-            "valid": self.valid,
-            "invalid_reasons": list(self.invalid_reasons),
-            "checks": dict(self.checks),
-            "early_stopping": self.early_stopping,
-            "early_stopping_latency_s": self.early_stopping_latency_s,
-            "query_count": self.query_count,
-            "samples_per_query": self.samples_per_query,
-            "samples_per_s": self.samples_per_s,
-            "scheduled_qps": self.scheduled_qps,
-            "server_qps": self.server_qps,
-            "latency_s": dict(self.latency_s),
-            "mlperf_model": self.mlperf_model,
-            "mlperf_compliant": self.mlperf_compliant,
-            "compliance_reasons": list(self.compliance_reasons),
-            "batching": self.batching.as_json(),
-            "log_dir": self.log_dir,
-            "calibration": dict(self.calibration),
-            "accuracy": self.accuracy,
-            "accuracy_name": self.accuracy_name,
-            "peak": None if self.peak is None else self.peak.as_json(),
-            "errors": list(self.errors),
-        }

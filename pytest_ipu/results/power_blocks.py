@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from pytest_ipu.results import schema
+from pytest_ipu.results.codec import Coded
+from pytest_ipu.results.codec import meta
 from pytest_ipu.results.records import PowerRecord
 
 #: The key of the list inside the top-level ``pytest_ipu`` section.
@@ -25,7 +28,7 @@ _FIX = "re-run the test to write the file again, or correct the value in the fil
 
 
 @dataclass(frozen=True)
-class PowerBlock:
+class PowerBlock(Coded):
     """One ``ipu_power`` block of a test: which test, its place among that test's blocks (from 1),
     the device asked for, the energy of its window (or why there is none), and the exception the
     block raised, if it raised one (the window is then the time until it raised)."""
@@ -33,18 +36,8 @@ class PowerBlock:
     test: str
     index: int
     device: str
-    power: PowerRecord
+    power: PowerRecord = field(metadata=meta(after="error"))
     error: str | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, one entry of ``pytest_ipu.power_blocks``."""
-        return {
-            "test": self.test,
-            "index": self.index,
-            "device": self.device,
-            "error": self.error,
-            "power": self.power.as_json(),
-        }
 
 
 def describe_error(error: BaseException) -> str:

@@ -22,13 +22,19 @@ from typing import ClassVar
 from typing import Literal
 from typing import NoReturn
 
+from pytest_ipu.measure import instructions
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import OFF_CPU_FLAG
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.measure.metrics import LatencySummary
+from pytest_ipu.measure.metrics import call_time_problem
 from pytest_ipu.measure.metrics import summarize_latency
+from pytest_ipu.results import codec
+from pytest_ipu.results import counts
 from pytest_ipu.results.catalog import METRICS
+from pytest_ipu.results.codec import Coded
 from pytest_ipu.results.codec import fields_of
+from pytest_ipu.results.codec import meta
 from pytest_ipu.results.counts import CountRecord
 from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.training import ScalingRecord
@@ -46,12 +52,6 @@ def group_name(group: str | None, name: str) -> str:
     return group or name.partition("[")[0]
 
 
-def latency_json(lat: LatencySummary) -> dict[str, Any]:
-    """A latency summary as an instance's record stores it: seconds per statistic, the round count
-    and the unsupported percentiles."""
-    return {**latency_stats(lat), "rounds": lat.rounds, "unsupported": list(lat.unsupported)}
-
-
 def latency_stats(lat: LatencySummary) -> dict[str, float]:
     """The six statistics of a latency summary, seconds, keyed as the record JSON keys them."""
     return {
@@ -62,6 +62,112 @@ def latency_stats(lat: LatencySummary) -> dict[str, float]:
         "max": lat.max,
         "mean": lat.mean,
     }
+
+
+def read_latency(data: Mapping[str, Any], at: str, rounds_key: str) -> LatencySummary:
+    """The ``latency_s`` of an instance or a repeat: its statistics, its rounds (``rounds_key`` of
+    the object where the summary lacks them) and its unsupported percentiles."""
+    name = f"{at}latency_s"
+    lat = codec.an_object(data.get("latency_s", codec.ABSENT), name)
+    rounds = codec.whole(codec.get(lat, "rounds", data.get(rounds_key)), f"{name}.rounds")
+    return checked_latency(codec.from_json(LatencySummary, {**lat, "rounds": rounds}, f"{name}."), f"{name}.")
+
+
+def checked_latency(lat: LatencySummary, at: str) -> LatencySummary:
+    """``lat`` where each statistic is a time a timed call can take (``call_time_problem``) once
+    rounds ran; raises ``SchemaError`` naming the first that is not."""
+    for key in ("min", "p50", "p90", "p99", "max", "mean"):
+        value = getattr(lat, key)
+        problem = call_time_problem(value) if lat.rounds > 0 else None
+        if problem is not None:
+            raise codec.bad(at + key, value, problem)
+    return lat
+
+
+def _record_latency(data: Mapping[str, Any], at: str) -> LatencySummary:
+    """A record's ``latency_s``: its statistics, over the record's ``rounds``, with its
+    ``latency_unsupported`` percentiles beside it."""
+    lat = codec.an_object(data.get("latency_s", codec.ABSENT), f"{at}latency_s")
+    rounds = codec.whole(data.get("rounds", codec.ABSENT), f"{at}rounds")
+    name = f"{at}latency_unsupported"
+    unsupported = [
+        codec.text(v, f"{name}[{i}]")
+        for i, v in enumerate(codec.a_list(data.get("latency_unsupported", codec.ABSENT), name))
+    ]
+    summary = codec.from_json(
+        LatencySummary, {**lat, "rounds": rounds, "unsupported": unsupported}, f"{at}latency_s."
+    )
+    return checked_latency(summary, f"{at}latency_s.")
+
+
+#: The figures of a ``cpu`` that are per timed round: null in a LoadGen record's (a run of no rounds).
+_PER_ROUND = ("process_s", "thread_s", "thread_total_s", "off_cpu_share")
+
+
+def read_cpu(data: Mapping[str, Any], at: str, rounds: bool = False) -> CpuTime | None:
+    """The ``cpu`` of a record or, with ``rounds``, of a repeat (of timed rounds, so every figure is
+    a number); ``None`` where absent or null. Its per-round figures are there in every record that
+    has one, null in a LoadGen record's."""
+    if data.get("cpu") is None:
+        return None
+    name = f"{at}cpu"
+    found = codec.an_object(data["cpu"], name)
+    for key in _PER_ROUND:
+        value = found.get(key, codec.ABSENT)
+        if value is codec.ABSENT or (rounds and value is None):
+            raise codec.bad(
+                f"{name}.{key}",
+                value,
+                "it must be a number >= 0" if rounds else "it must be a number >= 0 or null",
+            )
+    # Absent from records written before them: no workers then (a record whose instances ran in
+    # worker processes had no ``cpu``), and no host cost: the fields' defaults.
+    return codec.from_json(CpuTime, found, f"{name}.")
+
+
+def read_counts(data: Mapping[str, Any], at: str) -> dict[str, CountRecord]:
+    """A record's or repeat's ``counts`` by name; none in records written before them. A
+    ``host_instructions`` object beside them (written before that count joined ``counts``) reads
+    as ``counts["host_instructions"]``."""
+    found: dict[str, CountRecord] = {}
+    if data.get("counts") is not None:
+        kept = codec.an_object(data["counts"], f"{at}counts")
+        found = {
+            str(name): CountRecord.from_json(
+                codec.an_object(value, f"{at}counts.{name}"), f"{at}counts.{name}."
+            )
+            for name, value in kept.items()
+        }
+    if data.get("host_instructions") is not None and "host_instructions" not in found:
+        legacy = codec.an_object(data["host_instructions"], f"{at}host_instructions")
+        found["host_instructions"] = _legacy_instructions(legacy, f"{at}host_instructions.")
+    return found
+
+
+def _legacy_instructions(data: Mapping[str, Any], at: str) -> CountRecord:
+    """A ``host_instructions`` object written before the host's instructions joined ``counts``, as
+    the count ``counts["host_instructions"]``: its total over its calls, or its reason."""
+    total = None if data.get("total") is None else codec.whole(data["total"], f"{at}total")
+    calls = codec.whole(codec.get(data, "calls", 0), f"{at}calls")
+    if not codec.flag(data.get("available", codec.ABSENT), f"{at}available") or total is None or calls < 1:
+        why = (
+            codec.text(codec.get(data, "reason", ""), f"{at}reason") or "the counter did not count the window"
+        )
+        return counts.not_counted(f"the hardware counter is not available: {why}")
+    processes = codec.whole(codec.get(data, "processes", 0), f"{at}processes")
+    threads = codec.whole(codec.get(data, "threads", 0), f"{at}threads")
+    return counts.over_window(total, calls, counts.TIMED_WINDOW, instructions.scope(processes, threads))
+
+
+#: How the power meter's warning about a window too short for the sensor began, before records
+#: carried the ``low_confidence`` flag.
+_OLD_LOW_CONFIDENCE = "low confidence"
+
+
+def _old_low_confidence(data: Mapping[str, Any]) -> bool:
+    """A power object written before the ``low_confidence`` flag: the meter's warning was the only
+    sign of it (its ``warnings`` are read, and checked, before the flag)."""
+    return any(str(w).startswith(_OLD_LOW_CONFIDENCE) for w in data.get("warnings") or ())
 
 
 @dataclass(frozen=True)
@@ -93,7 +199,7 @@ def identity(named: Identity) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class DeviceEnergy:
+class DeviceEnergy(Coded):
     """One measured device's share of a power window."""
 
     #: The source's stable name for the device (`nvml:<GPU UUID>`, `rapl:package-0`, `gcipuinfo:...`).
@@ -114,22 +220,9 @@ class DeviceEnergy:
     #: Those of `ipus` that the benchmark did not use: idle while measured, yet in a board's reading.
     unused_ipus: tuple[int, ...] = ()
 
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, an entry of the power object's ``devices``."""
-        return {
-            "id": self.id,
-            "name": self.name,
-            "scope": self.scope,
-            "energy_j": self.energy_j,
-            "mean_w": self.mean_w,
-            "idle_w": self.idle_w,
-            "ipus": list(self.ipus),
-            "unused_ipus": list(self.unused_ipus),
-        }
-
 
 @dataclass(frozen=True)
-class PowerRecord:
+class PowerRecord(Coded):
     """Energy over one timed window, or why there is none (``measured`` false, ``reason`` set).
 
     ``items_per_j`` equals items/s/W: (items / window) / (energy / window). ``idle_power_w`` is
@@ -141,7 +234,7 @@ class PowerRecord:
     #: True when a source measured the window's energy.
     measured: bool
     #: The power source (`nvml`, `rapl`, `gcipuinfo`), or `none`.
-    source: str
+    source: str = field(metadata=meta(old=""))
     #: Why energy was not measured; empty when it was.
     reason: str = ""
     #: How the energy was read: `counter` (an energy counter's difference) or `sampled_power`.
@@ -177,7 +270,12 @@ class PowerRecord:
     #: What a reader of the energy figures must know.
     warnings: tuple[str, ...] = ()
     #: True when the window was shorter than the sensor needs (max(5 s, 20 update periods)).
-    low_confidence: bool = False
+    low_confidence: bool = field(
+        default=False, metadata=meta(old_from=lambda data, at: _old_low_confidence(data))
+    )
+
+    #: Written for readers of the file, after the key named: derived from `devices`.
+    JSON_DERIVED = (("scope", "integration"),)
 
     @property
     def scope(self) -> str | None:
@@ -192,64 +290,31 @@ class PowerRecord:
             return "board"
         return "ipus" if scopes == ["ipu"] else "+".join(scopes)
 
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, stored as ``extra_info["ipu"]["power"]``."""
-        return {
-            "measured": self.measured,
-            "source": self.source,
-            "reason": self.reason,
-            "method": self.method,
-            "integration": self.integration,
-            "scope": self.scope,
-            "devices": [d.as_json() for d in self.devices],
-            "energy_j": self.energy_j,
-            "mean_power_w": self.mean_power_w,
-            "idle_power_w": self.idle_power_w,
-            "items": self.items,
-            "energy_per_item_j": self.energy_per_item_j,
-            "items_per_j": self.items_per_j,
-            "samples": self.samples,
-            "sample_hz_requested": self.sample_hz_requested,
-            "sample_hz_achieved": self.sample_hz_achieved,
-            "update_period_s": self.update_period_s,
-            "window_s": self.window_s,
-            "valid": self.valid,
-            "warnings": list(self.warnings),
-            "low_confidence": self.low_confidence,
-        }
-
 
 @dataclass(frozen=True)
-class ParityRecord:
+class ParityRecord(Coded):
     """The comparison of one compiled model's outputs against the reference on the example inputs."""
 
     #: What the outputs were compared against (torch eager fp32 on the CPU).
     reference: str
     #: Largest absolute difference over every output element (+Infinity for a non-finite output).
-    max_abs: float
+    max_abs: float = field(metadata=meta(number="inf"))
     #: Largest difference relative to the reference's magnitude (+Infinity for a non-finite output).
-    max_rel: float
+    max_rel: float = field(metadata=meta(number="inf"))
     #: The relative tolerance of the precision that ran (fp16 looser than fp32).
     tolerance: float
+
+    #: Written for readers of the file, last: derived from the numbers.
+    JSON_DERIVED = (("passed", None),)
 
     @property
     def passed(self) -> bool:
         """Whether ``max_rel`` is within the tolerance."""
         return self.max_rel <= self.tolerance
 
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, stored as ``extra_info["ipu"]["parity"]``."""
-        return {
-            "reference": self.reference,
-            "max_abs": self.max_abs,
-            "max_rel": self.max_rel,
-            "tolerance": self.tolerance,
-            "passed": self.passed,
-        }
-
 
 @dataclass(frozen=True)
-class PlacementRecord:
+class PlacementRecord(Coded):
     """Where a placed model ran: what the ``ipu`` marker asked and what it got.
 
     ``runner`` is ``inline`` (one instance, in the test process), ``threads`` or ``processes`` (a
@@ -276,35 +341,17 @@ class PlacementRecord:
     #: Each instance's device.
     devices: tuple[str, ...]
     #: True on the IPU Model (stored only when true).
-    simulator: bool = False
+    simulator: bool = field(default=False, metadata=meta(omit_if=False, after="shared_device"))
     #: On IPU hardware, each instance's IPU ids (stored only there).
-    ipu_ids: tuple[tuple[int, ...], ...] | None = None
+    ipu_ids: tuple[tuple[int, ...], ...] | None = field(
+        default=None, metadata=meta(omit_if=None, after="runner")
+    )
     #: On IPU hardware, the devices found (plain JSON; stored only there).
-    inventory: Mapping[str, Any] | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, stored as ``extra_info["ipu"]["placement"]``; ``simulator``,
-        ``ipu_ids`` and ``inventory`` only where they apply."""
-        out: dict[str, Any] = {
-            "instances": self.instances,
-            "ipus_per_instance": self.ipus_per_instance,
-            "replicas": self.replicas,
-            "stages": self.stages,
-            "runner": self.runner,
-        }
-        if self.ipu_ids is not None:
-            out["ipu_ids"] = [list(ids) for ids in self.ipu_ids]
-        out["shared_device"] = self.shared_device
-        if self.simulator:
-            out["simulator"] = True
-        out["devices"] = list(self.devices)
-        if self.inventory is not None:
-            out["inventory"] = dict(self.inventory)
-        return out
+    inventory: Mapping[str, Any] | None = field(default=None, metadata=meta(omit_if=None))
 
 
 @dataclass(frozen=True)
-class InstanceInfo:
+class InstanceInfo(Coded):
     """What one instance's compile produced: where it runs, how long compiling took, and its facts
     (``backends.base.InstanceGroup.compiled_info``); its record (``InstanceRecord``) extends it.
 
@@ -315,29 +362,17 @@ class InstanceInfo:
     #: The instance's position, from 0.
     index: int
     #: The target it ran on.
-    target: str
+    target: str = field(metadata=meta(old=""))
     #: Its device.
     device: str
     #: Its device's own name.
-    device_name: str
+    device_name: str = field(metadata=meta(old=""))
     #: Its compile time, seconds; `None` for a plain callable.
     compile_s: float | None
     #: Its compile phases, seconds each.
-    phases_s: Mapping[str, float]
+    phases_s: Mapping[str, float] = field(metadata=meta(old={}))
     #: What its backend reported about it (plain JSON).
-    info: Mapping[str, Any]
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain JSON values (a fresh dict; mappings copied), the opening of its record's JSON."""
-        return {
-            "index": self.index,
-            "target": self.target,
-            "device": self.device,
-            "device_name": self.device_name,
-            "compile_s": self.compile_s,
-            "phases_s": {str(k): float(v) for k, v in self.phases_s.items()},
-            "info": dict(self.info),
-        }
+    info: Mapping[str, Any] = field(metadata=meta(old={}))
 
 
 @dataclass(frozen=True)
@@ -352,7 +387,7 @@ class InstanceRecord(InstanceInfo):
     #: Timed calls it made.
     calls: int
     #: The latency summary of its own calls.
-    latency_s: LatencySummary
+    latency_s: LatencySummary = field(metadata=meta(read=lambda data, at: read_latency(data, at, "calls")))
     #: The device's latency counters for its last call (with `resolution_s`), or `None`.
     device_latency: Mapping[str, Any] | None = None
 
@@ -368,15 +403,6 @@ class InstanceRecord(InstanceInfo):
             device_latency=None if device_latency is None else dict(device_latency),
         )
 
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, an entry of ``extra_info["ipu"]["instances"]``."""
-        return {
-            **super().as_json(),
-            "calls": self.calls,
-            "latency_s": latency_json(self.latency_s),
-            "device_latency": None if self.device_latency is None else dict(self.device_latency),
-        }
-
 
 #: How a repeat's timed rounds ended: every planned round ran, the time budget was reached, or the
 #: hard cap was (``measure.timing.Ending``).
@@ -384,7 +410,7 @@ Ending = Literal["planned", "budget", "cap"]
 
 
 @dataclass(frozen=True)
-class RepeatRecord:
+class RepeatRecord(Coded):
     """One independent repeat of a benchmark: warmed up anew, then timed on its own.
 
     ``process`` is ``"this"`` for a repeat measured in the pytest process and ``"worker"`` for one
@@ -398,7 +424,7 @@ class RepeatRecord:
     #: Its timed window, seconds.
     window_s: float
     #: The latency summary of its rounds.
-    latency_s: LatencySummary
+    latency_s: LatencySummary = field(metadata=meta(read=lambda data, at: read_latency(data, at, "rounds")))
     #: Its items / its window.
     throughput_items_per_s: float
     #: How its rounds ended: `planned` (every planned round ran), `budget` or `cap`.
@@ -407,17 +433,21 @@ class RepeatRecord:
     process: str = "this"
     #: Its CPU time beside its wall time, and the host cost (`CpuTime`); `None` in records that
     #: predate it, and in older records whose instances ran in worker processes.
-    cpu: CpuTime | None = None
+    cpu: CpuTime | None = field(
+        default=None, metadata=meta(read=lambda data, at: read_cpu(data, at, rounds=True))
+    )
     #: When its window opened, Unix seconds (wall clock): where a merge of separate processes' records
     #: lays their windows side by side; `None` in records that predate it.
     start_unix_s: float | None = None
     #: Items per round / its median round's wall time (`metrics.median_round_throughput`): the
     #: figure the `throughput` metric reads; `None` in records that predate it.
-    median_throughput_items_per_s: float | None = None
+    median_throughput_items_per_s: float | None = field(default=None, metadata=meta(omit_if=None))
     #: The counts of a call's work in this repeat, by the metric each feeds (`counts.CountRecord`):
     #: the device's (`ipu_cycles`) and the host's user-space instructions over its timed window
     #: (`host_instructions`), or why each was not counted; empty in records that predate them.
-    counts: Mapping[str, CountRecord] = field(default_factory=dict)
+    counts: Mapping[str, CountRecord] = field(
+        default_factory=dict, metadata=meta(omit_if={}, read=read_counts)
+    )
 
     def value(self, metric: str) -> float | None:
         """This repeat's value of a per-round metric (``latency.*``, ``throughput``, ``cpu_time``,
@@ -427,36 +457,9 @@ class RepeatRecord:
         known = METRICS.get(metric)
         return known.value(self) if known is not None and known.per_repeat else None
 
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, an entry of ``extra_info["ipu"]["repeats"]``."""
-        return {
-            "index": self.index,
-            "rounds": self.rounds,
-            "window_s": self.window_s,
-            "latency_s": latency_json(self.latency_s),
-            "throughput_items_per_s": self.throughput_items_per_s,
-            "ended": self.ended,
-            "process": self.process,
-            "cpu": None if self.cpu is None else self.cpu.as_json(),
-            "start_unix_s": self.start_unix_s,
-            # Absent, not null, where there is none: such repeats are written as they always were.
-            **(
-                {}
-                if self.median_throughput_items_per_s is None
-                else {"median_throughput_items_per_s": self.median_throughput_items_per_s}
-            ),
-            **counts_json(self.counts),
-        }
-
-
-def counts_json(counts: Mapping[str, CountRecord]) -> dict[str, Any]:
-    """``{"counts": {...}}`` for a record or repeat that has counts; nothing where it has none, so
-    that such records are written as they always were."""
-    return {"counts": {name: c.as_json() for name, c in counts.items()}} if counts else {}
-
 
 @dataclass(frozen=True)
-class BudgetRecord:
+class BudgetRecord(Coded):
     """The timed window against its time budget (auto rounds) and hard cap.
 
     ``budget_s`` and ``cap_s`` are ``None`` for fixed rounds (no budget applies). ``ended`` is how
@@ -472,12 +475,15 @@ class BudgetRecord:
     #: The timed windows of every repeat together, seconds.
     window_s: float
     #: How the rounds ended (`cap` if any repeat hit the cap).
-    ended: Ending
+    ended: Ending = field(metadata=meta(old="planned"))
     #: True when the minimum rounds ran the window more than a quarter past the budget (flag `over-budget`).
     min_rounds_past_budget: bool = False
     #: True when the most rounds pytest-ipu plans ended the window a quarter short of the budget (flag
     #: `rounds-limit`).
     rounds_limited: bool = False
+
+    #: Written for readers of the file, each after the key named.
+    JSON_DERIVED = (("ratio", "window_s"), ("capped", "ended"))
 
     @property
     def ratio(self) -> float | None:
@@ -489,22 +495,9 @@ class BudgetRecord:
         """Whether the hard cap ended rounds that were still running."""
         return self.ended == "cap"
 
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, stored as ``extra_info["ipu"]["budget"]``."""
-        return {
-            "budget_s": self.budget_s,
-            "cap_s": self.cap_s,
-            "window_s": self.window_s,
-            "ratio": self.ratio,
-            "ended": self.ended,
-            "capped": self.capped,
-            "min_rounds_past_budget": self.min_rounds_past_budget,
-            "rounds_limited": self.rounds_limited,
-        }
-
 
 @dataclass(frozen=True)
-class StabilityRecord:
+class StabilityRecord(Coded):
     """How much a benchmark's figures moved while it was measured.
 
     With two or more repeats, ``cv`` is the coefficient of variation of the repeats' throughputs
@@ -526,26 +519,17 @@ class StabilityRecord:
     #: True when the deciding figure exceeds the threshold (flag `unstable`).
     unstable: bool
 
+    #: Written for readers of the file, after the key named.
+    JSON_DERIVED = (("basis", "round_spread"),)
+
     @property
     def basis(self) -> str:
         """Which figure decided: ``"repeats"`` (the CV) or ``"rounds"`` (the spread)."""
         return "repeats" if self.cv is not None else "rounds"
 
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, stored as ``extra_info["ipu"]["stability"]``."""
-        return {
-            "repeats": self.repeats,
-            "mode": self.mode,
-            "cv": self.cv,
-            "round_spread": self.round_spread,
-            "basis": self.basis,
-            "threshold": self.threshold,
-            "unstable": self.unstable,
-        }
-
 
 @dataclass(frozen=True)
-class IpuRecord(Identity):
+class IpuRecord(Identity, Coded):
     """What one benchmark measured, in SI units.
 
     ``io`` says where a timed call starts and ends: ``"host"`` means inputs start in host memory and
@@ -565,20 +549,23 @@ class IpuRecord(Identity):
     rounds_policy: Literal["auto", "fixed"]
     #: Untimed warm-up calls after the first call (the last repeat's).
     warmup_rounds: int
-    #: Latency per call over every timed round of every repeat (`LatencySummary`), seconds.
-    latency_s: LatencySummary
+    #: Latency per call over every timed round of every repeat (`LatencySummary`), seconds: its
+    #: statistics; its rounds are the record's, its unsupported percentiles `latency_unsupported`.
+    latency_s: LatencySummary = field(
+        metadata=meta(read=lambda data, at: _record_latency(data, at), write=latency_stats)
+    )
     #: Wall time of the timed windows, every repeat together, seconds.
     window_s: float
     #: Items completed in the windows / their wall time, summed over instances.
     throughput_items_per_s: float
     #: Compile time, seconds, never inside a window; `None` for a plain callable.
-    compile_s: float | None
+    compile_s: float | None = field(metadata=meta(required=True))
     #: True when an earlier test of the run compiled the model (`compile_s` is that compile).
     compile_cached: bool
     #: The first call's wall time (lazy initialisation included), seconds.
     first_call_s: float
     #: The compile's phases (export, build, load...), seconds each.
-    compile_phases_s: Mapping[str, float] = field(default_factory=dict)
+    compile_phases_s: Mapping[str, float] = field(default_factory=dict, metadata=meta(null_ok=False))
     #: What the backend reported about the compile (plain JSON: options, threads, providers...).
     compile_info: Mapping[str, Any] = field(default_factory=dict)
     #: The outputs against torch eager fp32 (`ParityRecord`), or `None` where not checked.
@@ -608,29 +595,35 @@ class IpuRecord(Identity):
     #: record's is its run's host cost alone (no rounds); ``None`` in time-to-train records, in
     #: records that predate it, and in older records whose instances ran in worker processes (which
     #: did not report theirs).
-    cpu: CpuTime | None = None
+    cpu: CpuTime | None = field(default=None, metadata=meta(read=read_cpu))
     #: How a training step's global batch is made (`TrainingRecord`); `None` for inference.
-    training: TrainingRecord | None = None
+    training: TrainingRecord | None = field(default=None, metadata=meta(omit_if=None))
     #: The runs of a time-to-train benchmark and their olympic average (`TimeToTrainRecord`).
-    time_to_train: TimeToTrainRecord | None = None
+    time_to_train: TimeToTrainRecord | None = field(default=None, metadata=meta(omit_if=None))
     #: This benchmark against a run on fewer processes (`ScalingRecord`, `--ipu-scaling-baseline`).
-    scaling: ScalingRecord | None = None
+    scaling: ScalingRecord | None = field(default=None, metadata=meta(omit_if=None))
     #: An MLPerf LoadGen run: its scenario, verdict, figures and compliance (`LoadgenRecord`).
-    loadgen: LoadgenRecord | None = None
+    loadgen: LoadgenRecord | None = field(default=None, metadata=meta(omit_if=None))
     #: Items per round / the median round's wall time, over every round of every repeat
     #: (`metrics.median_round_throughput`): the figure the `throughput` metric reads, which one
     #: stretched round does not move. `None` in records with no timed rounds (LoadGen, time to train),
     #: in merged launch records, and in records that predate it: `throughput` reads
     #: `throughput_items_per_s` there.
-    median_throughput_items_per_s: float | None = None
+    median_throughput_items_per_s: float | None = field(
+        default=None, metadata=meta(omit_if=None, after="cpu")
+    )
     #: The counts of a call's work (`ipu_cycles`, `host_instructions`), the repeats pooled
     #: (`counts.pool`), or why each was not counted; empty where none was read (LoadGen and
     #: time-to-train records, records that predate them).
-    counts: Mapping[str, CountRecord] = field(default_factory=dict)
+    counts: Mapping[str, CountRecord] = field(
+        default_factory=dict, metadata=meta(omit_if={}, after="cpu", read=read_counts)
+    )
     #: Always true: the figures were measured. ``ipu_benchmark`` returns ``NotTimed`` (``timed``
     #: false) when pytest-benchmark is not timing; ``if record.timed:`` tells them apart (and
     #: narrows the type for mypy).
     timed: ClassVar[Literal[True]] = True
+    #: Written for readers of the file, after the key named.
+    JSON_DERIVED = (("latency_unsupported", "latency_s"),)
 
     @property
     def latency_unsupported(self) -> tuple[str, ...]:

@@ -16,11 +16,14 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from dataclasses import field
+
+from pytest_ipu.results.codec import Coded
+from pytest_ipu.results.codec import meta
 
 
 @dataclass(frozen=True)
-class TrainingRecord:
+class TrainingRecord(Coded):
     """How one training step's global batch is made, and what the loss did while it was timed.
 
     ``global_batch`` = ``micro_batch`` x ``gradient_accumulation`` x ``replicas`` x
@@ -50,26 +53,9 @@ class TrainingRecord:
     #: Calls of the step in this process, untimed ones (first call, warm-up) included.
     steps: int
     #: The loss of the first call.
-    loss_first: float
+    loss_first: float = field(metadata=meta(number="signed"))
     #: The loss of the last call.
-    loss_last: float
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain JSON (``extra_info["ipu"]["training"]``)."""
-        return {
-            "micro_batch": self.micro_batch,
-            "gradient_accumulation": self.gradient_accumulation,
-            "replicas": self.replicas,
-            "device_iterations": self.device_iterations,
-            "processes": self.processes,
-            "global_batch": self.global_batch,
-            "optimizer": self.optimizer,
-            "amp": self.amp,
-            "mode": self.mode,
-            "steps": self.steps,
-            "loss_first": self.loss_first,
-            "loss_last": self.loss_last,
-        }
+    loss_last: float = field(metadata=meta(number="signed"))
 
     @property
     def devices(self) -> int:
@@ -78,7 +64,7 @@ class TrainingRecord:
 
 
 @dataclass(frozen=True)
-class CurvePoint:
+class CurvePoint(Coded):
     """The quality after one epoch of a time-to-train run."""
 
     #: The epoch just finished (1 for the first).
@@ -88,20 +74,11 @@ class CurvePoint:
     #: Training samples the launch has seen so far (every process).
     samples: int
     #: The quality measured on the held-out data.
-    quality: float
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain JSON (an entry of a run's ``curve``)."""
-        return {
-            "epoch": self.epoch,
-            "elapsed_s": self.elapsed_s,
-            "samples": self.samples,
-            "quality": self.quality,
-        }
+    quality: float = field(metadata=meta(number="signed"))
 
 
 @dataclass(frozen=True)
-class TrainRun:
+class TrainRun(Coded):
     """One training run from initialised model to the quality target (or to the epoch limit)."""
 
     #: The run's position, from 1.
@@ -111,32 +88,19 @@ class TrainRun:
     #: True when the run reached the quality target.
     reached: bool
     #: Seconds from the clock's start to the evaluation that reached the target; `None` when not reached.
-    time_s: float | None
+    time_s: float | None = field(metadata=meta(required=True))
     #: Epochs trained.
     epochs: int
     #: Training samples the launch saw (every process).
     samples: int
     #: `samples` / the run's timed seconds; `None` when the clock did not advance.
-    samples_per_s: float | None
+    samples_per_s: float | None = field(metadata=meta(required=True))
     #: The quality after each epoch (`CurvePoint`).
-    curve: tuple[CurvePoint, ...]
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain JSON (an entry of ``time_to_train.runs``)."""
-        return {
-            "index": self.index,
-            "seed": self.seed,
-            "reached": self.reached,
-            "time_s": self.time_s,
-            "epochs": self.epochs,
-            "samples": self.samples,
-            "samples_per_s": self.samples_per_s,
-            "curve": [p.as_json() for p in self.curve],
-        }
+    curve: tuple[CurvePoint, ...] = field(metadata=meta(old=()))
 
 
 @dataclass(frozen=True)
-class TimeToTrainRecord:
+class TimeToTrainRecord(Coded):
     """Time to a quality target, MLPerf-style: several seeded runs and their olympic average.
 
     The clock of a run starts after its set-up (model creation and initialisation, untimed as
@@ -149,7 +113,7 @@ class TimeToTrainRecord:
     #: What `evaluate()` measures (`accuracy`).
     quality: str
     #: The target it must reach.
-    quality_target: float
+    quality_target: float = field(metadata=meta(number="signed"))
     #: True when a larger quality is better (accuracy), false when smaller is (a loss, perplexity).
     higher_is_better: bool
     #: The epoch limit of a run.
@@ -157,33 +121,17 @@ class TimeToTrainRecord:
     #: Data-parallel processes each run trained on.
     processes: int
     #: Every run, in the order run (`TrainRun`).
-    runs: tuple[TrainRun, ...]
+    runs: tuple[TrainRun, ...] = field(metadata=meta(old=()))
     #: The olympic average of the runs' times, seconds.
     olympic_s: float
     #: The indexes of the runs the average kept.
-    olympic_runs: tuple[int, ...]
+    olympic_runs: tuple[int, ...] = field(metadata=meta(old=()))
     #: The fastest run's time, seconds.
     min_s: float
     #: The slowest run's time among those that reached the target, seconds.
     max_s: float
     #: Coefficient of variation of the reached runs' times (`None` with fewer than two).
     cv: float | None
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain JSON (``extra_info["ipu"]["time_to_train"]``)."""
-        return {
-            "quality": self.quality,
-            "quality_target": self.quality_target,
-            "higher_is_better": self.higher_is_better,
-            "max_epochs": self.max_epochs,
-            "processes": self.processes,
-            "runs": [r.as_json() for r in self.runs],
-            "olympic_s": self.olympic_s,
-            "olympic_runs": list(self.olympic_runs),
-            "min_s": self.min_s,
-            "max_s": self.max_s,
-            "cv": self.cv,
-        }
 
     @property
     def olympic_times_s(self) -> tuple[float, ...]:
@@ -247,7 +195,7 @@ def summarize(
 
 
 @dataclass(frozen=True)
-class ScalingRecord:
+class ScalingRecord(Coded):
     """A benchmark against the same benchmark measured on fewer processes (the baseline run).
 
     ``efficiency`` = throughput(N) / ((N / N0) x throughput(N0)): 1 is linear scaling. For a
@@ -270,19 +218,6 @@ class ScalingRecord:
     baseline_time_to_train_s: float | None = None
     #: The baseline's olympic time over this run's (time-to-train benchmarks only).
     time_to_train_speedup: float | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain JSON (``extra_info["ipu"]["scaling"]``)."""
-        return {
-            "processes": self.processes,
-            "baseline_processes": self.baseline_processes,
-            "baseline_file": self.baseline_file,
-            "baseline_throughput_items_per_s": self.baseline_throughput_items_per_s,
-            "speedup": self.speedup,
-            "efficiency": self.efficiency,
-            "baseline_time_to_train_s": self.baseline_time_to_train_s,
-            "time_to_train_speedup": self.time_to_train_speedup,
-        }
 
 
 def scaling(

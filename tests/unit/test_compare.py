@@ -15,6 +15,7 @@ import pytest
 from pytest_ipu.cli import main as cli
 from pytest_ipu.measure.metrics import LatencySummary
 from pytest_ipu.report import compare as compare_report
+from pytest_ipu.results import codec
 from pytest_ipu.results import compare
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
@@ -376,8 +377,8 @@ def _host_bound(batch: int, cores: Sequence[float], seed: int = 0) -> dict[str, 
         )
 
     for each, c in zip(record["repeats"], cores):
-        each["cpu"] = cpu(c).as_json()
-    record["cpu"] = cpu(math.prod(cores) ** (1 / len(cores))).as_json()
+        each["cpu"] = codec.to_json(cpu(c))
+    record["cpu"] = codec.to_json(cpu(math.prod(cores) ** (1 / len(cores))))
     return entry
 
 

@@ -15,6 +15,7 @@ from pytest_ipu.measure.contention import ContentionProbe
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.contention import merge
 from pytest_ipu.measure.contention import short_window_reason
+from pytest_ipu.results import codec
 from pytest_ipu.results import schema
 
 PID = 4242
@@ -485,7 +486,7 @@ def test_merge_of_nothing_is_unreadable() -> None:
     ],
 )
 def test_json_round_trip(record: ContentionRecord) -> None:
-    data = record.as_json()
+    data = codec.to_json(record)
     assert set(data) == {
         "readable",
         "reason",
