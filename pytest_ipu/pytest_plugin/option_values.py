@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 from collections.abc import Callable
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
@@ -43,10 +44,6 @@ MIN_POWER_HZ = 0.1
 MAX_POWER_HZ = 10_000.0
 
 
-def _integer(least: int, most: int) -> Callable[[object], int]:
-    return lambda value: values.integer(value, least, most)
-
-
 def _auto_or(parse: Callable[[object], Any]) -> Callable[[object], Any]:
     """``parse``, or ``auto`` (``None``: the library's own default, or the plan's own count)."""
 
@@ -62,9 +59,9 @@ def _auto_or(parse: Callable[[object], Any]) -> Callable[[object], Any]:
 
 
 #: ``auto`` (``None``: the library's own default) or a thread count.
-parse_threads = _auto_or(_integer(1, MAX_THREADS))
+parse_threads = _auto_or(partial(values.integer, least=1, most=MAX_THREADS))
 #: ``auto`` (``None``: the plan's own count) or a positive round count.
-parse_rounds = _auto_or(_integer(1, MAX_ROUNDS))
+parse_rounds = _auto_or(partial(values.integer, least=1, most=MAX_ROUNDS))
 
 
 def parse_time_cap(value: object) -> TimeCap:
@@ -159,10 +156,6 @@ def parse_dir(value: object) -> Path:
     return Path(text).expanduser()
 
 
-def _choice(choices: tuple[str, ...]) -> Callable[[object], str]:
-    return lambda value: values.choice(value, choices)
-
-
 def parse_targets(value: object) -> tuple[Target, ...]:
     """``auto`` (empty tuple) or a comma-separated list of targets such as ``torch:cpu,torch:cuda``."""
     text = str(value).strip()
@@ -251,30 +244,30 @@ def parse_baselines(value: object) -> tuple[Path, ...]:
 #: The parser of each settings field's option (and marker keyword).
 PARSERS: Mapping[str, Callable[[object], Any]] = {
     "targets": parse_targets,
-    "precision": _choice((AUTO, *PRECISIONS)),
+    "precision": partial(values.choice, choices=(AUTO, *PRECISIONS)),
     "rounds": parse_rounds,
-    "warmup_rounds": _integer(0, MAX_WARMUP_ROUNDS),
-    "min_rounds": _integer(1, MAX_MIN_ROUNDS),
+    "warmup_rounds": partial(values.integer, least=0, most=MAX_WARMUP_ROUNDS),
+    "min_rounds": partial(values.integer, least=1, most=MAX_MIN_ROUNDS),
     "max_time_s": parse_seconds,
     "time_cap": parse_time_cap,
     "call_timeout_s": parse_timeout,
     "rank_timeout_s": parse_timeout,
     "scaling_baseline": parse_file,
-    "repeats": _integer(1, MAX_REPEATS),
-    "repeat_mode": _choice(REPEAT_MODES),
+    "repeats": partial(values.integer, least=1, most=MAX_REPEATS),
+    "repeat_mode": partial(values.choice, choices=REPEAT_MODES),
     "unstable_threshold": parse_share,
     "contended_threshold": parse_share,
     "torch_threads": parse_threads,
     "torch_interop_threads": parse_threads,
-    "missing_sdk": _choice(MISSING_SDK_POLICIES),
+    "missing_sdk": partial(values.choice, choices=MISSING_SDK_POLICIES),
     "cache_dir": parse_dir,
-    "power": _choice((AUTO, "off", "nvml", "rapl", "gcipuinfo")),
+    "power": partial(values.choice, choices=(AUTO, "off", "nvml", "rapl", "gcipuinfo")),
     "power_hz": parse_hz,
     "idle_s": parse_idle,
     "gates": parse_gates,
     "baselines": parse_baselines,
-    "baseline_missing": _choice(("warn", "fail")),
-    "inconclusive": _choice(("fail", "warn", "pass")),
+    "baseline_missing": partial(values.choice, choices=("warn", "fail")),
+    "inconclusive": partial(values.choice, choices=("fail", "warn", "pass")),
     "drift": parse_share,
     "job_alpha": parse_level,
 }
