@@ -39,6 +39,7 @@ __all__ = [
     "WorkerTimeout",
     "child_requests",
     "describe_error",
+    "error_text",
     "one_line",
     "send_reply",
     "sigterm_raises",
@@ -51,6 +52,11 @@ def one_line(text: str) -> str:
     """``text`` on one line: every run of whitespace, newlines included, becomes one space. The one
     place a message is made one line (errors, notes, what crosses a worker's pipe)."""
     return " ".join(text.split())
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception's message on one line; its type's name where the message is empty."""
+    return one_line(str(exc)) or type(exc).__name__
 
 
 def describe_error(exc: BaseException) -> str:

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from types import ModuleType
 
+from pytest_ipu.processes import error_text
 from pytest_ipu.sdk import import_sdk
 
 #: The attribute, as gcipuinfo and ``gc-info -i`` spell it.
@@ -47,7 +48,7 @@ def read_clock(ipu_ids: Sequence[int] | None, module: ModuleType | None = None) 
         gcipuinfo = module if module is not None else import_sdk("gcipuinfo")
         devices = [{str(k): str(v) for k, v in dict(d).items()} for d in gcipuinfo.gcipuinfo().getDevices()]
     except Exception as exc:
-        why = " ".join(str(exc).split()) or type(exc).__name__
+        why = error_text(exc)
         return None, f"no IPU clock: gcipuinfo could not list the IPUs ({why})"
     wanted = None if ipu_ids is None else {str(i) for i in ipu_ids}
     chosen = [d for d in devices if wanted is None or d.get(_KEY_ID, "").strip() in wanted]

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ipu.results.loadgen import LoadgenFigures
+from pytest_ipu.results.values import logged_flag
+from pytest_ipu.results.values import logged_number
 
 #: The line prefix of LoadGen's structured log.
 PREFIX = ":::MLLOG "
@@ -68,18 +70,6 @@ class LogResult(LoadgenFigures):
     effective: Mapping[str, Any]
 
 
-def _flag(values: Mapping[str, Any], key: str) -> bool | None:
-    value = values.get(key)
-    return value if isinstance(value, bool) else None
-
-
-def _number(values: Mapping[str, Any], key: str) -> float | None:
-    value = values.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
 def parse(path: Path, *, mode: str) -> LogResult:
     """The result of the run whose detail log is ``path``; raises ``LogError`` when LoadGen did not
     log its verdict (a run that did not finish)."""
@@ -100,18 +90,18 @@ def parse(path: Path, *, mode: str) -> LogResult:
             ("perf_constraints_met", "result_perf_constraints_met"),
             ("early_stopping_met", "early_stopping_met"),
         )
-        if (flag := _flag(values, key)) is not None
+        if (flag := logged_flag(values, key)) is not None
     }
     # MultiStream's result is per query (its slowest sample); its per-sample keys are the same
     # figures under another name, and the per-query ones are what MLPerf reports.
     infix = "_per_query" if scenario == "MultiStream" and "result_min_query_latency_ns" in values else ""
     latency: dict[str, float] = {}
     for name, key in (("min", "min"), ("mean", "mean"), ("max", "max")):
-        ns = _number(values, f"result_{key}{'_query' if infix else ''}_latency_ns")
+        ns = logged_number(values, f"result_{key}{'_query' if infix else ''}_latency_ns")
         if ns is not None:
             latency[name] = ns / 1e9
     for name, text in PERCENTILES.items():
-        ns = _number(values, f"result_{text}_percentile{infix}_latency_ns")
+        ns = logged_number(values, f"result_{text}_percentile{infix}_latency_ns")
         if ns is not None:
             latency[name] = ns / 1e9
     missing = [name for name in needed if name not in latency]
@@ -120,19 +110,21 @@ def parse(path: Path, *, mode: str) -> LogResult:
             f"LoadGen's detail log {path} has no {', '.join(missing)} query latency: the run did not finish"
         )
     # An accuracy run issues every query LoadGen generated, and logs no result count.
-    counted = _number(values, "result_query_count" if mode == "performance" else "generated_query_count")
+    counted = logged_number(
+        values, "result_query_count" if mode == "performance" else "generated_query_count"
+    )
     if counted is None:
         raise LogError(f"LoadGen's detail log {path} has no query count: the run did not finish")
     queries = int(counted)
-    per_query = int(_number(values, "effective_samples_per_query") or 1)
+    per_query = int(logged_number(values, "effective_samples_per_query") or 1)
     if scenario == "Offline":
-        rate = _number(values, "result_samples_per_second")
+        rate = logged_number(values, "result_samples_per_second")
     elif scenario == "Server":
-        rate = _number(values, "result_completed_samples_per_sec")
+        rate = logged_number(values, "result_completed_samples_per_sec")
     else:
-        qps = _number(values, "result_qps_with_loadgen_overhead")
+        qps = logged_number(values, "result_qps_with_loadgen_overhead")
         rate = None if qps is None else qps * per_query
-    early_ns = _number(
+    early_ns = logged_number(
         values, "early_stopping_latency_ms" if scenario == "MultiStream" else "early_stopping_latency_ss"
     )
     return LogResult(
@@ -145,7 +137,9 @@ def parse(path: Path, *, mode: str) -> LogResult:
         query_count=queries,
         samples_per_query=per_query,
         samples_per_s=rate,
-        scheduled_qps=_number(values, "result_scheduled_samples_per_sec") if scenario == "Server" else None,
+        scheduled_qps=logged_number(values, "result_scheduled_samples_per_sec")
+        if scenario == "Server"
+        else None,
         latency_s=latency,
         effective={k[len("effective_") :]: v for k, v in values.items() if k.startswith("effective_")},
         errors=tuple(errors),

@@ -1,18 +1,21 @@
 """An ``ipu_loadgen`` call's arguments, checked: each bad one is a one-line ``ValueError`` naming the
-argument, its value and the fix, raised before anything runs."""
+argument, its value and the fix, raised before anything runs (a value alone: ``values.BadValue``)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from typing import Literal
+from typing import TypeVar
 
 from pytest_ipu.loadgen.settings import SCENARIOS
 from pytest_ipu.loadgen.settings import RunSettings
 from pytest_ipu.loadgen.settings import scenario_name
-from pytest_ipu.measure import units
+from pytest_ipu.results import values
+
+_T = TypeVar("_T")
 
 #: The batch a scenario's samples are gathered into when ``max_batch`` is not given: SingleStream
 #: answers each sample alone; MultiStream a query's samples together; Server and Offline take up
@@ -36,39 +39,8 @@ class LoadgenRequest:
     accuracy_name: str
 
 
-def _seconds(name: str, value: object, *, zero: bool = False) -> float:
-    """A duration given as seconds (a number) or as text with a unit (``"15 ms"``)."""
-    if isinstance(value, str):
-        try:
-            seconds = units.parse(value, "s")
-        except units.UnitError as exc:
-            raise ValueError(f"ipu_loadgen({name}={value!r}): {exc}") from None
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise ValueError(f"ipu_loadgen({name}={value!r}): pass seconds as a number or text such as '15 ms'")
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
-        least = ">= 0" if zero else "> 0"
-        raise ValueError(f"ipu_loadgen({name}={value!r}): a duration must be finite and {least}")
-    return seconds
-
-
-def _whole(name: str, value: object, least: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"ipu_loadgen({name}={value!r}): {name} must be a whole number >= {least}")
-    return value
-
-
-def _rate(name: str, value: object) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (math.isfinite(value) and value > 0)
-    ):
-        raise ValueError(
-            f"ipu_loadgen({name}={value!r}): {name} must be a finite number > 0 (queries per second)"
-        )
-    return float(value)
+#: The voice of every refusal: ``ipu_loadgen(max_batch=0): pass a whole number >= 1``.
+_CALL = values.Source("ipu_loadgen", call=True)
 
 
 def build(keywords: Mapping[str, object]) -> LoadgenRequest:
@@ -78,45 +50,39 @@ def build(keywords: Mapping[str, object]) -> LoadgenRequest:
     k = keywords
     find_peak = k["find_peak"]
     name, mode = _scenario(k)
-    target_qps = None if k["target_qps"] is None else _rate("target_qps", k["target_qps"])
+    target_qps = _or_none(_CALL.number, k, "target_qps", positive=True, note=" (queries per second)")
     if name == "Server" and mode == "performance" and not find_peak and target_qps is None:
         raise ValueError(
             "ipu_loadgen(scenario='Server'): pass target_qps=... (the arrival rate), or find_peak=True to "
             "search for the highest VALID one"
         )
-    percentile = (
-        None
-        if k["latency_percentile"] is None
-        else _fraction("latency_percentile", k["latency_percentile"], "0.99")
-    )
-    per_query = _whole_or_none(k, "samples_per_query")
+    percentile = _or_none(_CALL.fraction, k, "latency_percentile", "0.99")
+    per_query = _or_none(_CALL.whole, k, "samples_per_query", 1)
     if per_query is not None and name != "MultiStream":
         raise ValueError(
             f"ipu_loadgen(samples_per_query={per_query}): only MultiStream has queries of several samples"
         )
     mlperf_model = k["mlperf_model"]
     if mlperf_model is not None and not (isinstance(mlperf_model, str) and mlperf_model.strip()):
-        raise ValueError(
-            f"ipu_loadgen(mlperf_model={mlperf_model!r}): name an MLPerf benchmark, e.g. 'resnet50'"
-        )
+        raise _CALL.refuse(mlperf_model, "mlperf_model", "an MLPerf benchmark's name, e.g. 'resnet50'")
     accuracy, accuracy_name = _accuracy(k["accuracy"], k["accuracy_name"], mode)
     run = RunSettings(
         scenario=name,  # type: ignore[arg-type]  # checked by scenario_name
         mode=mode,
         mlperf_model=mlperf_model.strip() if isinstance(mlperf_model, str) else None,
         mlperf=bool(k["mlperf"]),
-        min_duration_s=_seconds_or_none(k, "min_duration"),
-        min_query_count=_whole_or_none(k, "min_queries"),
-        max_duration_s=_seconds_or_none(k, "max_duration"),
+        min_duration_s=_or_none(_CALL.seconds, k, "min_duration"),
+        min_query_count=_or_none(_CALL.whole, k, "min_queries", 1),
+        max_duration_s=_or_none(_CALL.seconds, k, "max_duration"),
         target_qps=target_qps,
-        target_latency_s=_seconds_or_none(k, "target_latency"),
+        target_latency_s=_or_none(_CALL.seconds, k, "target_latency"),
         latency_percentile=percentile,
         samples_per_query=per_query,
-        performance_sample_count=_whole_or_none(k, "performance_samples"),
+        performance_sample_count=_or_none(_CALL.whole, k, "performance_samples", 1),
     )
     default_batch = (per_query or 8) if name == "MultiStream" else DEFAULT_MAX_BATCH[name]
-    batch = default_batch if k["max_batch"] is None else _whole("max_batch", k["max_batch"])
-    padded = _whole_or_none(k, "pad_to")
+    batch = default_batch if k["max_batch"] is None else _CALL.whole(k["max_batch"], "max_batch", 1)
+    padded = _or_none(_CALL.whole, k, "pad_to", 1)
     if padded is not None and padded < batch:
         raise ValueError(
             f"ipu_loadgen(pad_to={padded}): a model compiled for batches of {padded} cannot run "
@@ -125,12 +91,12 @@ def build(keywords: Mapping[str, object]) -> LoadgenRequest:
     return LoadgenRequest(
         run=run,
         max_batch=batch,
-        timeout_s=_seconds("batch_timeout", k["batch_timeout"], zero=True),
+        timeout_s=_CALL.seconds(k["batch_timeout"], "batch_timeout", zero=True),
         pad_to=padded,
         find_peak=bool(find_peak),
-        max_probes=_whole("max_probes", k["max_probes"]),
-        search_budget_s=_seconds_or_none(k, "search_budget"),
-        search_tolerance=_fraction("search_tolerance", k["search_tolerance"], "0.05"),
+        max_probes=_CALL.whole(k["max_probes"], "max_probes", 1),
+        search_budget_s=_or_none(_CALL.seconds, k, "search_budget"),
+        search_tolerance=_CALL.fraction(k["search_tolerance"], "search_tolerance", "0.05"),
         accuracy=accuracy,
         accuracy_name=accuracy_name,
     )
@@ -145,10 +111,9 @@ def _scenario(k: Mapping[str, object]) -> tuple[str, Literal["performance", "acc
     except ValueError as exc:
         raise ValueError(f"ipu_loadgen(scenario={scenario!r}): {exc}") from None
     if mode not in ("performance", "accuracy"):
-        raise ValueError(f"ipu_loadgen(mode={mode!r}): choose 'performance' or 'accuracy'")
+        raise _CALL.refuse(mode, "mode", "'performance' or 'accuracy'")
     for flag in ("find_peak", "mlperf"):
-        if not isinstance(k[flag], bool):
-            raise ValueError(f"ipu_loadgen({flag}={k[flag]!r}): pass True or False")
+        _CALL.flag(k[flag], flag)
     if find_peak and name != "Server":
         raise ValueError(f"ipu_loadgen(find_peak=True): the peak QPS search is a Server search, not {name}")
     if find_peak and mode != "performance":
@@ -161,30 +126,22 @@ def _accuracy(
 ) -> tuple[Callable[[dict[int, object]], float] | None, str]:
     """The accuracy score's callable and its name, checked with the mode it needs."""
     if accuracy is not None and not callable(accuracy):
-        raise ValueError(f"ipu_loadgen(accuracy={accuracy!r}): pass a callable accuracy(outputs) -> float")
+        raise _CALL.refuse(accuracy, "accuracy", "a callable accuracy(outputs) -> float")
     if accuracy is not None and mode != "accuracy":
         raise ValueError(
             "ipu_loadgen(accuracy=...): scoring needs mode='accuracy', which runs every sample once"
         )
     if not isinstance(accuracy_name, str) or not accuracy_name:
-        raise ValueError(f"ipu_loadgen(accuracy_name={accuracy_name!r}): pass the score's name, e.g. 'top1'")
+        raise _CALL.refuse(accuracy_name, "accuracy_name", "the score's name, e.g. 'top1'")
     return accuracy, accuracy_name
 
 
-def _whole_or_none(keywords: Mapping[str, object], name: str) -> int | None:
+def _or_none(
+    read: Callable[..., _T], keywords: Mapping[str, object], name: str, *args: Any, **kw: Any
+) -> _T | None:
+    """The keyword ``name`` read by ``read`` (a ``Source`` reader), or ``None`` when it is."""
     value = keywords[name]
-    return None if value is None else _whole(name, value)
-
-
-def _seconds_or_none(keywords: Mapping[str, object], name: str) -> float | None:
-    value = keywords[name]
-    return None if value is None else _seconds(name, value)
-
-
-def _fraction(name: str, value: object, example: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise ValueError(f"ipu_loadgen({name}={value!r}): pass a fraction in (0, 1), e.g. {example}")
-    return float(value)
+    return None if value is None else read(value, name, *args, **kw)
 
 
 __all__ = ["SCENARIOS", "LoadgenRequest", "build"]

@@ -25,6 +25,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 from typing import Any
 
+from pytest_ipu.processes import error_text
+
 if TYPE_CHECKING:
     from pytest_ipu.placement.torchrun import TorchrunRank
 
@@ -121,7 +123,7 @@ class RankGroup:
         except RuntimeError as exc:
             # gloo's message names the ranks ("Ranks 1 failed to pass monitoredBarrier") on rank 0;
             # the other ranks learn only that rank 0 did not answer.
-            detail = " ".join(str(exc).split())
+            detail = error_text(exc)
             named = re.search(r"Ranks? ([\d, ]+?) failed to pass", detail)
             who = f"rank(s) {named[1]}" if named else "other rank(s)"
             raise RankError(
@@ -179,7 +181,7 @@ class RankGroup:
         """A collective that failed (a peer gone, or the timeout): gloo does not say which rank."""
         from pytest_ipu.errors import RankError
 
-        detail = " ".join(str(exc).split())
+        detail = error_text(exc)
         return RankError(
             f"pytest-ipu: rank {self.rank.index} of {self.rank.count} (torchrun): {what} failed ({detail}); "
             "another rank stopped or hangs: see the ranks' output for which and why"

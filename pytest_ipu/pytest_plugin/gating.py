@@ -478,64 +478,38 @@ class GateCheck:
     # -- the report ---------------------------------------------------------------------------------
 
     def write_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
-        """After the tables, the job's summary on one screen: the counts and the job's rule, every
-        FAIL, each undecided benchmark once (``job_summary``; pytest's ``-v`` lists every verdict),
-        then the notes. Gates that checked nothing are one red line saying why."""
-        unchecked = self._unchecked()
-        verdicts = self.verdicts
+        """After the tables, the job's summary on one screen (``report.gate_summary``): the counts
+        and the job's rule, every FAIL, each undecided benchmark once (pytest's ``-v`` lists every
+        verdict), then the notes. Gates that checked nothing are one red line saying why."""
+        verdicts, unchecked, policy = self.verdicts, self._unchecked(), self.settings.inconclusive
         if not verdicts and not self.missing and not self.notes and not self.skipped and not unchecked:
-            return
-        terminalreporter.section("pytest-ipu gates")
+            return  # nothing to say: the decision rule (and numpy) is never loaded
+        from pytest_ipu.report import gate_summary
         from pytest_ipu.report import text
-        from pytest_ipu.results import decide
-        from pytest_ipu.results import family
-        from pytest_ipu.results import job_summary
 
+        gates = gate_summary.RunGates(
+            verdicts,
+            bool(self.measured),
+            self._baseline_name() if self.baseline is not None and (verdicts or self.measured) else "",
+            self.settings.job_alpha,
+            self._family_size() if verdicts else 0,
+            policy,
+            self.settings.baseline_missing,
+            unchecked,
+            self.missing,
+            self.notes,
+            self.skipped,
+        )
+        terminalreporter.section("pytest-ipu gates")
+        summary = gate_summary.table(gates, verbose=terminalreporter.config.getoption("verbose", 0) > 0)
         width = text.terminal_width()
-
-        def say(line: str, **markup: bool) -> None:
+        for line, markup in [
+            *((line, {}) for line in summary.legend),
+            *((line, {gate_summary.tone(line, policy): True}) for line in summary.notes),
+        ]:
             # Fitted to a terminal's width (whole lines in a log: ``text.terminal_width``).
             for part in text.wrap([line], width):
                 terminalreporter.write_line(part, **markup)
-
-        if verdicts or self.measured:
-            against = f" against {self._baseline_name()}" if self.baseline is not None else ""
-            benchmarks = len({v.benchmark for v in verdicts})
-            counts = ", ".join(f"{sum(v.outcome == o for v in verdicts)} {o}" for o in decide.OUTCOMES)
-            say(f"{len(verdicts)} gate check(s) on {benchmarks} benchmark(s){against}: {counts}")
-        if verdicts:
-            job = family.describe(self.settings.job_alpha, max(self._family_size(), family.tested(verdicts)))
-            policy = self.settings.inconclusive
-            undecided = {
-                "fail": "fails the run",
-                "warn": "a warning: --ipu-inconclusive=warn",
-                "pass": "accepted as a pass: --ipu-inconclusive=pass",
-            }[policy]
-            say(f"job: {job}; INCONCLUSIVE {undecided}")
-            label = f"INCONCLUSIVE ({undecided})"
-            if terminalreporter.config.getoption("verbose", 0) > 0:
-                # pytest -v: every verdict that is not a PASS, each its own line.
-                folded = [
-                    f"FAILED {v.line()}" if v.failed else f"{label} {v.line()}"
-                    for v in verdicts
-                    if not v.passed
-                ]
-            else:
-                folded = job_summary.lines(
-                    verdicts, unfold="pytest -v lists them", label=label, failed_label="FAILED"
-                )
-            for line in folded:
-                bad = policy == "fail" or line.startswith("FAILED")
-                say(line, **({"red": True} if bad else {"yellow": True}))
-        if unchecked:
-            say(f"FAILED {unchecked}", red=True)
-        policy = "fails the run" if self.settings.baseline_missing == "fail" else "a warning"
-        for line in self.missing:
-            say(f"MISSING ({policy}) {line}", yellow=True)
-        for note in self.notes:
-            say(f"NOTE {note}", yellow=True)
-        for line in self.skipped:
-            say(f"SKIPPED {line}", yellow=True)
 
 
 def _is_benchmark(item: pytest.Item) -> bool:

@@ -2,8 +2,8 @@
 
 Each takes the raw value (a string from the command line, the environment or the ini file, or a
 marker's Python value) and returns the setting, or raises ``ValueError`` saying what is allowed
-(``options`` adds the value and its source). Loaded by the first value a run sets: an option left
-unset takes ``Settings``' default, unparsed.
+(``values.BadValue`` in its option voice: ``options`` adds the value and its source). Loaded by the
+first value a run sets: an option left unset takes ``Settings``' default, unparsed.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 from collections.abc import Callable
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
@@ -20,6 +21,7 @@ from pytest_ipu.pytest_plugin.settings import AUTO
 from pytest_ipu.pytest_plugin.settings import MISSING_SDK_POLICIES
 from pytest_ipu.pytest_plugin.settings import PRECISIONS
 from pytest_ipu.pytest_plugin.settings import REPEAT_MODES
+from pytest_ipu.results import values
 from pytest_ipu.run.plan import MAX_ROUNDS
 from pytest_ipu.run.plan import MAX_WARMUP_ROUNDS
 from pytest_ipu.run.plan import TimeCap
@@ -42,29 +44,24 @@ MIN_POWER_HZ = 0.1
 MAX_POWER_HZ = 10_000.0
 
 
-def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[object], int]:
-    def parse(value: object) -> int:
+def _auto_or(parse: Callable[[object], Any]) -> Callable[[object], Any]:
+    """``parse``, or ``auto`` (``None``: the library's own default, or the plan's own count)."""
+
+    def auto_or(value: object) -> Any:
+        if str(value).strip().lower() == AUTO:
+            return None
         try:
-            number = int(str(value).strip()) if not isinstance(value, bool) else None
-        except ValueError:
-            number = None
-        if number is None or number < minimum or (maximum is not None and number > maximum):
-            if maximum is None:
-                raise ValueError(f"expected an integer >= {minimum}")
-            raise ValueError(f"expected an integer from {minimum} to {maximum}")
-        return number
+            return parse(value)
+        except values.BadValue as exc:
+            raise values.BadValue(value, f"'auto' or {exc.want}") from None
 
-    return parse
+    return auto_or
 
 
-def parse_threads(value: object) -> int | None:
-    """``auto`` (``None``: the library's own default) or a thread count."""
-    if str(value).strip().lower() == AUTO:
-        return None
-    try:
-        return _int_at_least(1, MAX_THREADS)(value)
-    except ValueError:
-        raise ValueError(f"expected 'auto' or an integer from 1 to {MAX_THREADS}") from None
+#: ``auto`` (``None``: the library's own default) or a thread count.
+parse_threads = _auto_or(partial(values.integer, least=1, most=MAX_THREADS))
+#: ``auto`` (``None``: the plan's own count) or a positive round count.
+parse_rounds = _auto_or(partial(values.integer, least=1, most=MAX_ROUNDS))
 
 
 def parse_time_cap(value: object) -> TimeCap:
@@ -76,24 +73,14 @@ def parse_time_cap(value: object) -> TimeCap:
         except ValueError:
             factor = -1.0
         if not 1.0 <= factor <= 1000.0:
-            raise ValueError("expected a multiple of the time budget from '1x' to '1000x', or a duration")
+            raise values.BadValue(value, "a multiple of the time budget from '1x' to '1000x', or a duration")
         return TimeCap(factor=factor)
     try:
         return TimeCap(factor=None, seconds=parse_seconds(value))
     except ValueError:
-        raise ValueError(
-            "expected a multiple of the time budget such as '3x', or a duration such as '60s'"
+        raise values.BadValue(
+            value, "a multiple of the time budget such as '3x', or a duration such as '60s'"
         ) from None
-
-
-def parse_rounds(value: object) -> int | None:
-    """``auto`` (``None``) or a positive round count."""
-    if str(value).strip().lower() == AUTO:
-        return None
-    try:
-        return _int_at_least(1, MAX_ROUNDS)(value)
-    except ValueError:
-        raise ValueError(f"expected 'auto' or an integer from 1 to {MAX_ROUNDS}") from None
 
 
 def parse_seconds(value: object) -> float:
@@ -110,8 +97,8 @@ def parse_seconds(value: object) -> float:
         seconds = -1.0
     # `not 0 < x <= max` is also true for NaN, which no comparison admits.
     if not 0 < seconds <= MAX_DURATION_S:
-        raise ValueError(
-            f"expected a positive duration such as '2', '2s' or '500ms', at most a day ({MAX_DURATION_S:g}s)"
+        raise values.BadValue(
+            value, f"a positive duration such as '2', '2s' or '500ms', at most a day ({MAX_DURATION_S:g}s)"
         )
     return seconds
 
@@ -128,7 +115,7 @@ def parse_timeout(value: object) -> float:
     except ValueError:
         seconds = -1.0
     if not 0 < seconds <= MAX_CALL_TIMEOUT_S:
-        raise ValueError("expected a duration such as '600s', '10min' or '500ms', at most a day (86400s)")
+        raise values.BadValue(value, "a duration such as '600s', '10min' or '500ms', at most a day (86400s)")
     return seconds
 
 
@@ -136,22 +123,22 @@ def parse_file(value: object) -> Path | None:
     """A file path (``~`` expanded), or ``none``."""
     text = str(value).strip()
     if not text:
-        raise ValueError("expected a file path or 'none'")
+        raise values.BadValue(value, "a file path or 'none'")
     return None if text.lower() == "none" else Path(text).expanduser()
 
 
-def parse_hz(value: object) -> float | None:
-    """``auto`` (``None``: twice the sensor's rate, 10 Hz to 1 kHz) or a rate from 0.1 Hz to 10 kHz."""
-    text = str(value).strip().lower()
-    if text == AUTO:
-        return None
+def _hz(value: object) -> float:
     try:
-        hz = float(remove_suffix(text, "hz"))
+        hz = float(remove_suffix(str(value).strip().lower(), "hz"))
     except ValueError:
         hz = -1.0
     if not MIN_POWER_HZ <= hz <= MAX_POWER_HZ:
-        raise ValueError(f"expected 'auto' or a rate in Hz from {MIN_POWER_HZ:g} to {MAX_POWER_HZ:g}")
+        raise values.BadValue(value, f"a rate in Hz from {MIN_POWER_HZ:g} to {MAX_POWER_HZ:g}")
     return hz
+
+
+#: ``auto`` (``None``: twice the sensor's rate, 10 Hz to 1 kHz) or a rate from 0.1 Hz to 10 kHz.
+parse_hz = _auto_or(_hz)
 
 
 def parse_idle(value: object) -> float:
@@ -165,18 +152,8 @@ def parse_dir(value: object) -> Path:
     """A directory path; ``~`` expands to the home directory."""
     text = str(value).strip()
     if not text:
-        raise ValueError("expected a directory path")
+        raise values.BadValue(value, "a directory path")
     return Path(text).expanduser()
-
-
-def _choice(choices: tuple[str, ...]) -> Callable[[object], str]:
-    def parse(value: object) -> str:
-        text = str(value).strip().lower()
-        if text not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}")
-        return text
-
-    return parse
 
 
 def parse_targets(value: object) -> tuple[Target, ...]:
@@ -186,7 +163,7 @@ def parse_targets(value: object) -> tuple[Target, ...]:
         return ()
     parts = [p for p in (s.strip() for s in text.split(",")) if p]
     if not parts:
-        raise ValueError("expected 'auto' or targets such as 'torch:cpu,torch:cuda'")
+        raise values.BadValue(value, "'auto' or targets such as 'torch:cpu,torch:cuda'")
     from pytest_ipu.backends.target import parse_target
 
     targets = tuple(parse_target(p) for p in parts)
@@ -267,30 +244,30 @@ def parse_baselines(value: object) -> tuple[Path, ...]:
 #: The parser of each settings field's option (and marker keyword).
 PARSERS: Mapping[str, Callable[[object], Any]] = {
     "targets": parse_targets,
-    "precision": _choice((AUTO, *PRECISIONS)),
+    "precision": partial(values.choice, choices=(AUTO, *PRECISIONS)),
     "rounds": parse_rounds,
-    "warmup_rounds": _int_at_least(0, MAX_WARMUP_ROUNDS),
-    "min_rounds": _int_at_least(1, MAX_MIN_ROUNDS),
+    "warmup_rounds": partial(values.integer, least=0, most=MAX_WARMUP_ROUNDS),
+    "min_rounds": partial(values.integer, least=1, most=MAX_MIN_ROUNDS),
     "max_time_s": parse_seconds,
     "time_cap": parse_time_cap,
     "call_timeout_s": parse_timeout,
     "rank_timeout_s": parse_timeout,
     "scaling_baseline": parse_file,
-    "repeats": _int_at_least(1, MAX_REPEATS),
-    "repeat_mode": _choice(REPEAT_MODES),
+    "repeats": partial(values.integer, least=1, most=MAX_REPEATS),
+    "repeat_mode": partial(values.choice, choices=REPEAT_MODES),
     "unstable_threshold": parse_share,
     "contended_threshold": parse_share,
     "torch_threads": parse_threads,
     "torch_interop_threads": parse_threads,
-    "missing_sdk": _choice(MISSING_SDK_POLICIES),
+    "missing_sdk": partial(values.choice, choices=MISSING_SDK_POLICIES),
     "cache_dir": parse_dir,
-    "power": _choice((AUTO, "off", "nvml", "rapl", "gcipuinfo")),
+    "power": partial(values.choice, choices=(AUTO, "off", "nvml", "rapl", "gcipuinfo")),
     "power_hz": parse_hz,
     "idle_s": parse_idle,
     "gates": parse_gates,
     "baselines": parse_baselines,
-    "baseline_missing": _choice(("warn", "fail")),
-    "inconclusive": _choice(("fail", "warn", "pass")),
+    "baseline_missing": partial(values.choice, choices=("warn", "fail")),
+    "inconclusive": partial(values.choice, choices=("fail", "warn", "pass")),
     "drift": parse_share,
     "job_alpha": parse_level,
 }

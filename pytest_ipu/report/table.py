@@ -37,8 +37,9 @@ class Table:
         return [i < len(self.right) and self.right[i] for i in range(len(self.header))]
 
     def grid(self) -> list[str]:
-        """The table alone as aligned text lines: the header, its underline, a line per row."""
-        return grid([self.header, *self.rows], self._right())
+        """The table alone as aligned text lines: the header, its underline, a line per row; none for
+        a table of no columns (its legend and notes alone, as the gates' summary is)."""
+        return grid([self.header, *self.rows], self._right()) if self.header else []
 
     def fitted(self, width: int | None, drop: Sequence[str]) -> tuple[list[str], tuple[str, ...]]:
         """``grid``, narrowed to ``width`` characters by leaving out columns that ``drop`` names

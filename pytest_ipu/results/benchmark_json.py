@@ -22,6 +22,7 @@ from pytest_ipu.processes import one_line
 from pytest_ipu.results import atomic
 from pytest_ipu.results import records
 from pytest_ipu.results import schema
+from pytest_ipu.results import values
 from pytest_ipu.results.power_blocks import PowerBlock
 from pytest_ipu.results.power_blocks import blocks_from_json
 
@@ -274,6 +275,14 @@ def parse_run(data: object, path: Path) -> StoredRun:
     ``ipu_power`` block's power object) must pass ``schema``'s checks, so NaN, Infinity or a
     negative time never reaches a table, a gate or a plot.
     """
+    try:
+        return _run(data, path)
+    except values.BadValue as exc:
+        raise RunFileError(str(exc)) from None
+
+
+def _run(data: object, path: Path) -> StoredRun:
+    """``parse_run``'s work: its checks raise ``values.BadValue`` where a value is bad."""
     benchmarks = data.get("benchmarks") if isinstance(data, dict) else None
     if not isinstance(benchmarks, list):
         raise RunFileError(f"{path}: not a pytest-benchmark run (no 'benchmarks' list)")
@@ -287,8 +296,8 @@ def parse_run(data: object, path: Path) -> StoredRun:
     section = _section(data, path)
     return StoredRun(
         path,
-        _free(data, "machine_info", str(path)),
-        _free(data, "commit_info", str(path)),
+        _free(data, "machine_info", values.Source(str(path), _FIX)),
+        _free(data, "commit_info", values.Source(str(path), _FIX)),
         str(data["datetime"]) if isinstance(data.get("datetime"), str) else None,
         tuple(out),
         _power_blocks(section, path),
@@ -316,8 +325,7 @@ def _section(data: Mapping[str, Any], path: Path) -> Mapping[str, Any] | None:
     section = data.get(TOP_LEVEL_KEY)
     if section is None:
         return None
-    if not isinstance(section, dict):
-        raise RunFileError(f"{path}: '{TOP_LEVEL_KEY}' is {_show(section)}: it must be a JSON object; {_FIX}")
+    section = values.Source(str(path), _FIX).mapping(section, TOP_LEVEL_KEY)
     # Absent from sections written before it was stored; a version that is there must be one we read.
     if "schema" in section:
         try:
@@ -334,7 +342,7 @@ def _verdicts(section: Mapping[str, Any] | None, path: Path) -> tuple[StoredVerd
         return ()
     where = f"{path}: '{TOP_LEVEL_KEY}.{GATES_KEY}'"
     if not isinstance(entries, list):
-        raise RunFileError(f"{where} is {_show(entries)}: it must be a list; {_FIX}")
+        raise values.Source(str(path), _FIX).refuse(entries, f"{TOP_LEVEL_KEY}.{GATES_KEY}", "a list")
     out = []
     for index, entry in enumerate(entries):
         fields = [
@@ -368,7 +376,7 @@ def _power_blocks(section: Mapping[str, Any] | None, path: Path) -> tuple[PowerB
         return ()
     try:
         return blocks_from_json(section, f"{TOP_LEVEL_KEY}.")
-    except schema.SchemaError as exc:
+    except (schema.SchemaError, values.BadValue) as exc:
         raise RunFileError(f"{path}: {exc}") from None
 
 
@@ -379,46 +387,28 @@ _FIX = "give the JSON file pytest-benchmark wrote, or correct the value"
 def _benchmark(bench: Mapping[str, Any], where: str, path: Path) -> StoredBenchmark:
     """One benchmark object; ``where`` names it (by index) until its full name is known."""
     # The names group every table and pair benchmarks across runs: they must be strings.
-    for key in ("name", "fullname"):
-        if not isinstance(bench.get(key), str):
-            raise RunFileError(f"{where}: '{key}' is {_show(bench.get(key))}: it must be a string; {_FIX}")
-    where = f"{path}: benchmark {bench['fullname']!r}"
-    group = bench.get("group")
-    if group is not None and not isinstance(group, str):
-        raise RunFileError(f"{where}: 'group' is {_show(group)}: it must be a string or null; {_FIX}")
-    extra = bench.get("extra_info")
-    if extra is not None and not isinstance(extra, dict):
-        raise RunFileError(f"{where}: 'extra_info' is {_show(extra)}: it must be a JSON object; {_FIX}")
-    info = (extra or {}).get(schema.NAMESPACE)
-    role = (extra or {}).get("role")
-    if role is not None and not isinstance(role, str):
-        raise RunFileError(f"{where}: 'extra_info.role' is {_show(role)}: it must be a string; {_FIX}")
+    name, fullname = (values.Source(where, _FIX).text(bench.get(k), k) for k in ("name", "fullname"))
+    where = f"{path}: benchmark {fullname!r}"
+    src = values.Source(where, _FIX)
+    extra = src.mapping(bench.get("extra_info"), "extra_info", null=True)
+    info = extra.get(schema.NAMESPACE)
     try:
         record = schema.from_json(info) if info is not None else None
     except schema.SchemaError as exc:
         raise RunFileError(f"{where}: {exc}") from None
-    return StoredBenchmark(
-        bench["name"],
-        bench["fullname"],
-        group,
-        record,
-        _samples(bench, where),
-        _free(bench, "params", where),
-        _time_stats(bench, where),
-        role,
-        _rounds(bench, where),
-        None if record is not None else _pending(extra or {}, where),
-    )
-
-
-def _pending(extra: Mapping[str, Any], where: str) -> str | None:
-    """The fixture named by ``PENDING_KEY`` in ``extra_info`` (a string), ``None`` when absent."""
     pending = extra.get(PENDING_KEY)
-    if pending is not None and not isinstance(pending, str):
-        raise RunFileError(
-            f"{where}: 'extra_info.{PENDING_KEY}' is {_show(pending)}: it must be a string; {_FIX}"
-        )
-    return pending
+    return StoredBenchmark(
+        name,
+        fullname,
+        src.text_or_none(bench.get("group"), "group"),
+        record,
+        _samples(bench, src),
+        _free(bench, "params", src),
+        _time_stats(bench, src),
+        src.text_or_none(extra.get("role"), "extra_info.role"),
+        _rounds(bench, src),
+        None if record is not None else src.text_or_none(pending, f"extra_info.{PENDING_KEY}"),
+    )
 
 
 #: How deeply a free-form value (a test parameter, ``machine_info``, ``commit_info``) may nest:
@@ -427,65 +417,41 @@ def _pending(extra: Mapping[str, Any], where: str) -> str | None:
 MAX_DEPTH = 32
 
 
-def _shallow(value: Any, name: str, where: str) -> None:
-    """Raise ``RunFileError`` when ``value`` nests deeper than ``MAX_DEPTH``."""
+def _shallow(value: Any, name: str, src: values.Source) -> None:
+    """Raise ``values.BadValue`` when ``value`` nests deeper than ``MAX_DEPTH``."""
     # Walked with a stack, not recursion: the nesting is as deep as the file makes it.
     stack = [(name, value, 0)]
     while stack:
         name, value, depth = stack.pop()
         if depth > MAX_DEPTH:
-            raise RunFileError(f"{where}: '{name}' nests deeper than {MAX_DEPTH} levels; {_FIX}")
+            raise src.refuse(value, name, problem=f"it nests deeper than {MAX_DEPTH} levels")
         if isinstance(value, dict):
             stack.extend((f"{name}.{k}", v, depth + 1) for k, v in value.items())
         elif isinstance(value, list):
             stack.extend((f"{name}[{i}]", v, depth + 1) for i, v in enumerate(value))
 
 
-def _free(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+def _free(data: Mapping[str, Any], key: str, src: values.Source) -> dict[str, Any]:
     """A free-form object of the file (``params``, ``machine_info``, ``commit_info``): ``{}`` when
     absent or null (pytest-benchmark writes null params for a test without any)."""
-    value = data.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise RunFileError(f"{where}: '{key}' is {_show(value)}: it must be a JSON object or null; {_FIX}")
-    _shallow(value, key, where)
+    value = src.mapping(data.get(key), key, null=True)
+    _shallow(value, key, src)
     return dict(value)
 
 
-def _show(value: Any) -> str:
-    """A value as a message shows it: on one line and short, containers by their kind."""
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+def _time(value: Any, src: values.Source, key: str) -> float:
+    """A time in seconds from the file: a finite number >= 0."""
+    return src.number(value, key, problem="a time must be a finite number of seconds >= 0")
 
 
-def _time(value: Any, where: str, key: str) -> float:
-    """A time in seconds from the file: a finite number >= 0, else ``RunFileError`` naming ``key``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RunFileError(f"{where}: '{key}' is {_show(value)}: it must be a time in seconds; {_FIX}")
-    try:
-        number = float(value)
-    except OverflowError:  # a whole number of hundreds of digits
-        number = math.inf
-    if not math.isfinite(number) or number < 0:
-        raise RunFileError(
-            f"{where}: '{key}' is {_show(value)}: a time must be a finite number of seconds >= 0; {_FIX}"
-        )
-    return number
-
-
-def _samples(bench: Mapping[str, Any], where: str) -> tuple[float, ...] | None:
+def _samples(bench: Mapping[str, Any], src: values.Source) -> tuple[float, ...] | None:
     """pytest-benchmark's per-round times (``stats.data``); ``None`` when the file has none."""
     stats = bench.get("stats")
     data = stats.get("data") if isinstance(stats, dict) else None
     if data is None:
         return None
     if not isinstance(data, list):
-        raise RunFileError(f"{where}: 'stats.data' is {_show(data)}: it must be a list of times; {_FIX}")
+        raise src.refuse(data, "stats.data", "a list of times")
     # Hundreds of thousands of rounds in a file: floats that are all times a call can take (the rule
     # of ``_call``) with a finite sum (no NaN, no infinity) are checked whole, at C speed; anything
     # else is checked one by one, for the message.
@@ -495,16 +461,16 @@ def _samples(bench: Mapping[str, Any], where: str) -> tuple[float, ...] | None:
         and math.isfinite(sum(data))
     ):
         return tuple(data) or None
-    return tuple(_call(x, where, f"stats.data[{i}]") for i, x in enumerate(data)) or None
+    return tuple(_call(x, src, f"stats.data[{i}]") for i, x in enumerate(data)) or None
 
 
-def _call(value: Any, where: str, key: str) -> float:
+def _call(value: Any, src: values.Source, key: str) -> float:
     """The time of timed calls (a round, its min, median, mean or max): ``_time``, and a time a call
     can take (``schema.call_time_problem``: more than 0 s, at most a day)."""
-    number = _time(value, where, key)
+    number = _time(value, src, key)
     problem = schema.call_time_problem(number)
     if problem is not None:
-        raise RunFileError(f"{where}: '{key}' is {_show(value)}: {problem}; {_FIX}")
+        raise src.refuse(value, key, problem=problem)
     return number
 
 
@@ -514,24 +480,14 @@ TIME_STATS = ("min", "median", "mean", "max", "stddev", "iqr")
 CALL_STATS = ("min", "median", "mean", "max")
 
 
-def _rounds(bench: Mapping[str, Any], where: str) -> int | None:
+def _rounds(bench: Mapping[str, Any], src: values.Source) -> int | None:
     """pytest-benchmark's round count (``stats.rounds``), a whole number >= 0; ``None`` when absent."""
     stats = bench.get("stats")
     rounds = stats.get("rounds") if isinstance(stats, dict) else None
-    if rounds is None:
-        return None
-    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 0:
-        raise RunFileError(
-            f"{where}: 'stats.rounds' is {_show(rounds)}: it must be a whole number >= 0; {_FIX}"
-        )
-    return rounds
+    return None if rounds is None else src.whole(rounds, "stats.rounds")
 
 
-def _time_stats(bench: Mapping[str, Any], where: str) -> dict[str, float]:
-    stats = bench.get("stats")
-    if stats is None:
-        return {}
-    if not isinstance(stats, dict):
-        raise RunFileError(f"{where}: 'stats' is {_show(stats)}: it must be a JSON object; {_FIX}")
+def _time_stats(bench: Mapping[str, Any], src: values.Source) -> dict[str, float]:
+    stats = src.mapping(bench.get("stats"), "stats", null=True)
     read = {k: _call if k in CALL_STATS else _time for k in TIME_STATS}
-    return {k: read[k](stats[k], where, f"stats.{k}") for k in TIME_STATS if stats.get(k) is not None}
+    return {k: read[k](stats[k], src, f"stats.{k}") for k in TIME_STATS if stats.get(k) is not None}

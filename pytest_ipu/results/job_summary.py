@@ -42,9 +42,13 @@ def lines(
 ) -> list[str]:
     """The summary's lines after its counts (the module docstring); ``passes`` lists the PASS
     verdicts' lines too under ``verbose``; ``unfold`` says how to see what was folded; ``label``
-    begins each undecided benchmark's line, ``failed_label`` (when given) each FAIL's."""
+    begins each undecided benchmark's line, ``failed_label`` (when given) each FAIL's (and, under
+    ``verbose``, ``label`` each other verdict's)."""
     if verbose:
-        return [v.line() for v in verdicts if passes or not v.passed]
+        listed = [v for v in verdicts if passes or not v.passed]
+        if not failed_label:
+            return [v.line() for v in listed]
+        return [f"{failed_label if v.failed else label} {v.line()}" for v in listed]
     head = f"{failed_label} " if failed_label else ""
     failed = [f"{head}{v.line()}" for v in verdicts if v.failed]
     undecided = undecided_lines(verdicts, label)

@@ -15,6 +15,7 @@ from dataclasses import field
 from typing import Any
 
 from pytest_ipu.results import schema
+from pytest_ipu.results import values
 from pytest_ipu.results.codec import Coded
 from pytest_ipu.results.codec import meta
 from pytest_ipu.results.records import PowerRecord
@@ -47,55 +48,36 @@ def describe_error(error: BaseException) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
 
 
-def _bad(name: str, value: Any, want: str) -> schema.SchemaError:
-    shown = "an object" if isinstance(value, dict) else "a list" if isinstance(value, list) else repr(value)
-    if len(shown) > 60:
-        shown = f"{shown[:40]}... ({len(shown)} characters)"
-    return schema.SchemaError(f"malformed pytest-ipu power block: '{name}' is {shown}: {want}; {_FIX}")
-
-
-def _text(data: Mapping[str, Any], key: str, at: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str):
-        raise _bad(at + key, value, "it must be a string")
-    return value
+#: The voice of every refusal: ``malformed pytest-ipu power block: '<key>' is ...: it must be ...``.
+_SOURCE = values.Source("malformed pytest-ipu power block", _FIX)
 
 
 def block_from_json(data: object, at: str) -> PowerBlock:
     """One entry read back; ``at`` is its dotted path with a trailing dot (``pytest_ipu.power_blocks[0].``).
 
-    Raises ``schema.SchemaError`` naming the key. The power object is read by the schema's own
-    reader, with the same checks as a benchmark's (numbers finite and >= 0, counts whole).
+    Raises ``values.BadValue`` naming the key, or ``schema.SchemaError`` for its power object, which
+    the schema's own reader reads with the same checks as a benchmark's (numbers finite and >= 0,
+    counts whole).
     """
-    if not isinstance(data, dict):
-        raise _bad(at.rstrip("."), data, "it must be a JSON object")
-    test = _text(data, "test", at)
-    index = data.get("index")
-    if isinstance(index, bool) or not isinstance(index, int) or not 1 <= index <= schema.MAX_COUNT:
-        raise _bad(at + "index", index, "it must be a whole number >= 1 (the block's place in its test)")
-    device = _text(data, "device", at)
-    error = data.get("error")
-    if error is not None and not isinstance(error, str):
-        raise _bad(at + "error", error, "it must be a string or null")
-    power = data.get("power")
-    if not isinstance(power, dict):
-        raise _bad(at + "power", power, "it must be a JSON object")
+    data = _SOURCE.mapping(data, at.rstrip("."))
+    power = _SOURCE.mapping(data.get("power"), at + "power")
     return PowerBlock(
-        test=test,
-        index=index,
-        device=device,
+        test=_SOURCE.text(data.get("test"), at + "test"),
+        index=_SOURCE.whole(data.get("index"), at + "index", 1),
+        device=_SOURCE.text(data.get("device"), at + "device"),
         # The schema's reader of a record's power object; these entries have the same form.
         power=schema.power_from_json(power, f"{at}power."),
-        error=error,
+        error=_SOURCE.text_or_none(data.get("error"), at + "error"),
     )
 
 
 def blocks_from_json(section: Mapping[str, Any], at: str = "pytest_ipu.") -> tuple[PowerBlock, ...]:
     """The blocks of a top-level ``pytest_ipu`` section: none when it has no ``power_blocks`` (a file
-    written before the list existed); raises ``schema.SchemaError`` naming the bad key."""
+    written before the list existed); raises ``values.BadValue`` or ``schema.SchemaError`` naming the
+    bad key."""
     entries = section.get(KEY)
     if entries is None:
         return ()
     if not isinstance(entries, list):
-        raise _bad(at + KEY, entries, "it must be a list")
+        raise _SOURCE.refuse(entries, at + KEY, "a list")
     return tuple(block_from_json(entry, f"{at}{KEY}[{i}].") for i, entry in enumerate(entries))

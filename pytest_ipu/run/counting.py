@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pytest_ipu.backends.base import CallCounter
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.measure.timing import CallWatch
+from pytest_ipu.processes import error_text
 from pytest_ipu.results import counts
 from pytest_ipu.results.counts import CountRecord
 
@@ -65,7 +66,7 @@ def count_pass(
             try:
                 reads[counter.metric].append(int(counter.read()))
             except Exception as exc:
-                message = " ".join(str(exc).split()) or type(exc).__name__
+                message = error_text(exc)
                 failed[counter.metric] = f"reading the counter raised {type(exc).__name__}: {message}"
     for counter in live:
         if counter.metric in failed:

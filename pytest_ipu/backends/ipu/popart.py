@@ -87,6 +87,7 @@ from pytest_ipu.devices import poprun
 from pytest_ipu.devices.inventory import IpuInventory
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
+from pytest_ipu.processes import error_text
 from pytest_ipu.sdk import import_sdk
 
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
@@ -637,7 +638,7 @@ def _held_ipus(popart: ModuleType, device: Any, info: dict[str, Any]) -> tuple[i
     try:
         return driver_ids.read(popart).ipu_ids(given)
     except Exception as exc:  # the listing failed, or a driver id it does not have: both say why
-        info["ipu_ids_unknown"] = " ".join(str(exc).split()) or type(exc).__name__
+        info["ipu_ids_unknown"] = error_text(exc)
         return None
 
 

@@ -76,6 +76,8 @@ from pytest_ipu.devices import poprun
 from pytest_ipu.devices.inventory import IpuInventory
 from pytest_ipu.errors import BackendUnavailable
 from pytest_ipu.errors import CompileError
+from pytest_ipu.processes import error_text
+from pytest_ipu.processes import one_line
 from pytest_ipu.sdk import import_sdk
 
 #: Options ``ipu_compile`` accepts for this backend, with their defaults.
@@ -191,7 +193,7 @@ class PopTorchBackend(NamedBackend):
         try:
             poptorch = self._import()
         except Exception as exc:
-            return f"poptorch failed to import ({_one_line(exc)}); {_INSTALL}"
+            return f"poptorch failed to import ({error_text(exc)}); {_INSTALL}"
         found = ipu_inventory.discover(poptorch_module=poptorch)
         if isinstance(found, str):
             return found
@@ -223,8 +225,8 @@ class PopTorchBackend(NamedBackend):
             except Exception as exc:
                 raise ValueError(
                     f"the {role} module {name!r} given to the poptorch backend cannot be imported by its "
-                    f"name ({_one_line(exc)}), so worker processes cannot rebuild the backend; pass a module "
-                    "that is importable as its __name__"
+                    f"name ({error_text(exc)}), so worker processes cannot rebuild the backend; pass a "
+                    "module that is importable as its __name__"
                 ) from exc
             if imported is not module:
                 raise ValueError(
@@ -285,10 +287,10 @@ class PopTorchBackend(NamedBackend):
         try:
             poptorch = self._import()
         except ImportError as exc:
-            return Availability.no(f"poptorch is not importable ({_one_line(exc)}); {_INSTALL}")
+            return Availability.no(f"poptorch is not importable ({error_text(exc)}); {_INSTALL}")
         except Exception as exc:
             # PopTorch asserts at import that torch is the exact version it was built against.
-            return Availability.no(f"poptorch failed to import ({_one_line(exc)}); {_INSTALL}")
+            return Availability.no(f"poptorch failed to import ({error_text(exc)}); {_INSTALL}")
         try:
             self._ipu_id()
         except ValueError as exc:
@@ -298,7 +300,7 @@ class PopTorchBackend(NamedBackend):
         try:
             present = bool(poptorch.ipuHardwareIsAvailable(1))
         except Exception as exc:
-            return Availability.no(f"poptorch.ipuHardwareIsAvailable() failed: {_one_line(exc)}")
+            return Availability.no(f"poptorch.ipuHardwareIsAvailable() failed: {error_text(exc)}")
         if not present:
             hint = (
                 " (POPTORCH_IPU_MODEL is set, which makes PopTorch report no hardware: unset it)"
@@ -397,7 +399,7 @@ class PopTorchBackend(NamedBackend):
             if counting:
                 popts.logCycleCount(True)
         except (AssertionError, ValueError, TypeError, AttributeError) as exc:
-            raise CompileError(f"PopTorch rejected the options for {name}: {_one_line(exc)}") from exc
+            raise CompileError(f"PopTorch rejected the options for {name}: {error_text(exc)}") from exc
 
         target = f"{self._name}:{self._device}"
         wrap = poptorch.trainingModel if training else poptorch.inferenceModel
@@ -546,11 +548,7 @@ def _sdk_message(exc: BaseException) -> str:
     """A PopTorch error's bare message (``poptorch.Error.message``), on one line."""
     message = getattr(exc, "message", None)
     text = message if isinstance(message, str) and message else str(exc) or type(exc).__name__
-    return " ".join(text.split())
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return one_line(text)
 
 
 def _version(poptorch: ModuleType) -> str | None:

@@ -49,7 +49,6 @@ from pytest_ipu.backends.ipu.poptorch import _Handle
 from pytest_ipu.backends.ipu.poptorch import _handle_latency
 from pytest_ipu.backends.ipu.poptorch import _host_tensors
 from pytest_ipu.backends.ipu.poptorch import _info
-from pytest_ipu.backends.ipu.poptorch import _one_line
 from pytest_ipu.backends.ipu.poptorch import _place
 from pytest_ipu.backends.ipu.poptorch import _plain_options
 from pytest_ipu.backends.ipu.poptorch import _poptorch_options
@@ -59,6 +58,7 @@ from pytest_ipu.backends.ipu.poptorch import _version
 from pytest_ipu.devices import poprun
 from pytest_ipu.devices.poprun import PopRunInstance
 from pytest_ipu.errors import CompileError
+from pytest_ipu.processes import error_text
 from pytest_ipu.sdk import import_sdk
 
 #: Backend options the step sets itself: ``training``; ``gradient_accumulation``, which is
@@ -311,7 +311,7 @@ def _step_options(
     except CompileError:
         raise
     except (AssertionError, ValueError, TypeError, AttributeError) as exc:
-        raise CompileError(f"PopTorch rejected the options for {label}: {_one_line(exc)}") from exc
+        raise CompileError(f"PopTorch rejected the options for {label}: {error_text(exc)}") from exc
     return popts
 
 
@@ -406,7 +406,7 @@ def popdist_options(popdist: ModuleType, stages: int) -> Any:
         return integration.Options(ipus_per_replica=stages)
     except Exception as exc:
         raise CompileError(
-            f"popdist.poptorch.Options(ipus_per_replica={stages}) failed under PopRun ({_one_line(exc)}); "
+            f"popdist.poptorch.Options(ipus_per_replica={stages}) failed under PopRun ({error_text(exc)}); "
             "install the popdist wheel of the Poplar SDK that provides poptorch"
         ) from exc
 
