@@ -267,6 +267,47 @@ def _energy(record: IpuRecord) -> tuple[float | None, bool, str | None, str | No
     return value, power.low_confidence, None, source
 
 
+@dataclass
+class _Values:
+    """One line's points of a view (``_view_values``), by batch size: the value, the upper whisker
+    (latency's p99) and whether it is flagged, hollow (unsteady or low-confidence), unsteady, why
+    there is no value, and the energy figures' sources."""
+
+    values: list[float | None] = dataclasses.field(default_factory=list)
+    upper: list[float | None] = dataclasses.field(default_factory=list)
+    flagged: list[bool] = dataclasses.field(default_factory=list)
+    hollow: list[bool] = dataclasses.field(default_factory=list)
+    unsteady: list[bool] = dataclasses.field(default_factory=list)
+    reasons: list[str | None] = dataclasses.field(default_factory=list)
+    sources: dict[str, None] = dataclasses.field(default_factory=dict)
+
+
+def _view_values(records: Sequence[IpuRecord], view: str) -> _Values:
+    """The points of ``view`` of one line's ``records``."""
+    got = _Values()
+    for record in records:
+        shaky = bool(UNSTEADY_FLAGS.intersection(record.flags))
+        got.unsteady.append(shaky)
+        if view == "latency":
+            got.values.append(record.latency_s.p50)
+            got.upper.append(record.latency_s.p99)
+            got.flagged.append("p99" in record.latency_s.unsupported)
+            got.hollow.append(shaky)
+            got.reasons.append(None)
+        elif view == "throughput":
+            got.values.append(record.throughput_items_per_s)
+            got.hollow.append(shaky)
+            got.reasons.append(None)
+        else:
+            value, low, reason, source = _energy(record)
+            got.values.append(value)
+            got.hollow.append(low or shaky)
+            got.reasons.append(reason)
+            if source:
+                got.sources[source] = None
+    return got
+
+
 def series_for(runs: Sequence[StoredRun], group: str, view: str) -> list[Series]:
     """The lines of one group's plot of ``view``, sorted by backend then run, points by batch size.
 
@@ -288,45 +329,19 @@ def series_for(runs: Sequence[StoredRun], group: str, view: str) -> list[Series]
         lines.items(), key=lambda item: (_backend_sort_key(item[0][0]), item[0][1])
     ):
         records.sort(key=lambda r: r.batch_size)
-        values: list[float | None] = []
-        upper: list[float | None] = []
-        flagged: list[bool] = []
-        hollow: list[bool] = []
-        unsteady: list[bool] = []
-        reasons: list[str | None] = []
-        sources: dict[str, None] = {}
-        for record in records:
-            shaky = bool(UNSTEADY_FLAGS.intersection(record.flags))
-            unsteady.append(shaky)
-            if view == "latency":
-                values.append(record.latency_s.p50)
-                upper.append(record.latency_s.p99)
-                flagged.append("p99" in record.latency_s.unsupported)
-                hollow.append(shaky)
-                reasons.append(None)
-            elif view == "throughput":
-                values.append(record.throughput_items_per_s)
-                hollow.append(shaky)
-                reasons.append(None)
-            else:
-                value, low, reason, source = _energy(record)
-                values.append(value)
-                hollow.append(low or shaky)
-                reasons.append(reason)
-                if source:
-                    sources[source] = None
+        got = _view_values(records, view)
         label = _backend_label(backend)
         index = style[backend]
         out.append(
             Series(
                 label=label + (f" | {labels[run]}" if len(runs) > 1 else ""),
                 batch_sizes=tuple(r.batch_size for r in records),
-                values=tuple(values),
-                upper=tuple(upper),
-                upper_flagged=tuple(flagged),
-                hollow=tuple(hollow),
-                unsteady=tuple(unsteady),
-                reasons=tuple(reasons),
+                values=tuple(got.values),
+                upper=tuple(got.upper),
+                upper_flagged=tuple(got.flagged),
+                hollow=tuple(got.hollow),
+                unsteady=tuple(got.unsteady),
+                reasons=tuple(got.reasons),
                 color=PALETTE[index % len(PALETTE)],
                 marker=MARKERS[index % len(MARKERS)],
                 linestyle=LINESTYLES[run % len(LINESTYLES)],
@@ -337,7 +352,7 @@ def series_for(runs: Sequence[StoredRun], group: str, view: str) -> list[Series]
                 run=run,
                 run_label=labels[run] if len(runs) > 1 else "",
                 backend_label=label,
-                sources=tuple(sources),
+                sources=tuple(got.sources),
             )
         )
     return out
