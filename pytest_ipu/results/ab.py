@@ -436,14 +436,8 @@ def analyse(
     verdicts. Benchmarks missing from some run, or only a partial entry there, are listed in
     ``missing``. ``plan`` describes the pairs for the legend. Raises ``ValueError`` for unequal or no
     runs and for ``alpha`` or ``job_alpha`` outside (0, 0.5)."""
-    decide.check_alpha(alpha)
-    decide.check_alpha(job_alpha)
+    _check_arguments(baseline_runs, candidate_runs, alpha, job_alpha)
     settled = dict(settled or {})
-    if len(baseline_runs) != len(candidate_runs) or not baseline_runs:
-        raise ValueError(
-            f"need N >= 1 pairs of runs, got {len(baseline_runs)} baseline and "
-            f"{len(candidate_runs)} candidate runs"
-        )
     sides = {BASELINE: baseline_runs, CANDIDATE: candidate_runs}
     complete, missing = _complete(sides, settled, len(baseline_runs))
     names = [b.name for b in complete]
@@ -473,6 +467,19 @@ def analyse(
         settled,
         job_alpha,
     )
+
+
+def _check_arguments(
+    baseline_runs: Sequence[StoredRun], candidate_runs: Sequence[StoredRun], alpha: float, job_alpha: float
+) -> None:
+    """``ValueError`` for unequal or no runs, and for ``alpha`` or ``job_alpha`` outside (0, 0.5)."""
+    decide.check_alpha(alpha)
+    decide.check_alpha(job_alpha)
+    if len(baseline_runs) != len(candidate_runs) or not baseline_runs:
+        raise ValueError(
+            f"need N >= 1 pairs of runs, got {len(baseline_runs)} baseline and "
+            f"{len(candidate_runs)} candidate runs"
+        )
 
 
 def _check_bench(

@@ -513,24 +513,31 @@ def check(
         return exact
     found = evidence(value, now, then, history or ())
     if found is None:
-        advice, noise = _no_variance(gate, current, baseline)
-        change = relative_change(before, value)
-        return Verdict(
-            gate,
-            benchmark,
-            INCONCLUSIVE,
-            before,
-            value,
-            change,
-            None,
-            "no variance estimate",
-            advice,
-            None,
-            noise,
-        )
+        return _no_variance_verdict(gate, benchmark, current, baseline, before, value)
     if found.source == "run-to-run":
         return _check_run_to_run(gate, benchmark, found, value, alpha)
     return _check_repeats(gate, benchmark, found, before, value, alpha, drift)
+
+
+def _no_variance_verdict(
+    gate: Gate, benchmark: str, current: Gated, baseline: Gated, before: float, value: float
+) -> Verdict:
+    """Inconclusive: no spread to judge the change by (``_no_variance`` says what to give)."""
+    advice, noise = _no_variance(gate, current, baseline)
+    change = relative_change(before, value)
+    return Verdict(
+        gate,
+        benchmark,
+        INCONCLUSIVE,
+        before,
+        value,
+        change,
+        None,
+        "no variance estimate",
+        advice,
+        None,
+        noise,
+    )
 
 
 def _check_exact(gate: Gate, benchmark: str, now: Sequence[float], then: Sequence[float]) -> Verdict | None:

@@ -102,12 +102,7 @@ class CompileCache:
         # compile needs. This test's own stay open until it ends: it may still be running a compiled
         # model whose model was a temporary (``ipu_compile(Net(), x)``).
         self._release(self._pop_unreachable(keep_user=user))
-        entry = self._entries.get(cache_key)
-        if entry is not None and entry.model is not None and entry.model() is not model:
-            # A dead model's id reused by this new object: the entry is stale, never a hit. It is this
-            # test's own (the others' went above), so it is closed when the test ends, not now.
-            self._retired.append(self._entries.pop(cache_key))
-            entry = None
+        entry = self._hit(cache_key, model)
         if entry is not None:
             entry.user = user
             compiled = dataclasses.replace(entry.compiled, compile_cached=True)
@@ -125,6 +120,17 @@ class CompileCache:
         if parity and compiled.parity is not None and not compiled.parity.passed:
             _parity_failed(compiled, compiled.parity, model)
         return compiled
+
+    def _hit(self, cache_key: tuple[Any, ...], model: object) -> _Entry | None:
+        """The cached entry of ``cache_key`` for ``model``; ``None`` where there is none, or only a
+        stale one (retired here)."""
+        entry = self._entries.get(cache_key)
+        if entry is not None and entry.model is not None and entry.model() is not model:
+            # A dead model's id reused by this new object: the entry is stale, never a hit. It is this
+            # test's own (the others' went above), so it is closed when the test ends, not now.
+            self._retired.append(self._entries.pop(cache_key))
+            return None
+        return entry
 
     def release_exclusive(self, user: str = "") -> None:
         """Close every cached model that holds its devices exclusively, before another is compiled.
