@@ -509,8 +509,6 @@ def draw(
     ``machine`` (the CPU and accelerators) is shown under the title. For the energy view with no
     measured point at all the plot body says why, in words, instead of showing an empty or zero axis.
     """
-    from matplotlib.ticker import FuncFormatter
-
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; expected one of {', '.join(VIEWS)}")
     check_plottable(view, group, series)
@@ -535,7 +533,26 @@ def draw(
     scaled = [v / scale for v in present]
     if not scaled:
         _no_data(ax, view, series)
-    elif _wide(scaled):
+    else:
+        _value_axis(ax, scaled)
+
+    ax.grid(True, which="major", color="#dddddd", linewidth=0.8)
+    ax.grid(True, which="minor", axis="y", color="#eeeeee", linewidth=0.5)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    if handles and scaled:
+        # Outside the axes, so the legend never covers a point.
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8.5)
+    return fig
+
+
+def _value_axis(ax: Axes, scaled: Sequence[float]) -> None:
+    """The value axis of the ``scaled`` values: logarithmic where they span a wide range (the 2s
+    and 5s labelled too within few decades), else linear from 0."""
+    from matplotlib.ticker import FuncFormatter
+
+    if _wide(scaled):
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.format_number(v)))
         # Label the 2s and 5s between decades too when the range spans few decades.
@@ -547,16 +564,6 @@ def draw(
     else:
         ax.set_ylim(0, max(scaled) * 1.12)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.format_number(v)))
-
-    ax.grid(True, which="major", color="#dddddd", linewidth=0.8)
-    ax.grid(True, which="minor", axis="y", color="#eeeeee", linewidth=0.5)
-    ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    if handles and scaled:
-        # Outside the axes, so the legend never covers a point.
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8.5)
-    return fig
 
 
 def _key_handles(view: str, series: Sequence[Series]) -> list[Any]:
@@ -668,30 +675,36 @@ def _draw_series(ax: Axes, view: str, s: Series, scale: float) -> Any:
             zorder=4,
         )
     if view == "latency" and s.upper:
-        up = [math.nan if v is None else v / scale for v in s.upper]
-        # A band reads well along a line; the whiskers also show it where a line has one point.
-        if len(xs) > 1:
-            ax.fill_between(xs, ys, up, color=s.color, alpha=0.12, linewidth=0, zorder=1)
-        ax.vlines(xs, ys, up, color=s.color, linewidth=1.1, alpha=0.8, zorder=2)
-        flags = list(s.upper_flagged) or [False] * len(xs)
-        # A supported p99 ends its whisker in a tick; one that is only the maximum of too few
-        # rounds in an open circle (the table's ``*``).
-        for flagged in (False, True):
-            px = [x for x, f in zip_strict(xs, flags) if f is flagged]
-            py = [y for y, f in zip_strict(up, flags) if f is flagged]
-            if px:
-                ax.plot(
-                    px,
-                    py,
-                    linestyle="none",
-                    color=s.color,
-                    zorder=2,
-                    markeredgewidth=1.3,
-                    marker="o" if flagged else "_",
-                    markersize=4.5 if flagged else 10,
-                    markerfacecolor="white" if flagged else s.color,
-                )
+        _draw_band(ax, s, xs, ys, scale)
     return line
+
+
+def _draw_band(ax: Axes, s: Series, xs: Sequence[float], ys: Sequence[float], scale: float) -> None:
+    """Draw the latency band of ``s`` from its points (``xs``, ``ys``) up to its p99, each whisker
+    ending in a tick, or an open circle where the p99 is only the maximum of too few rounds."""
+    up = [math.nan if v is None else v / scale for v in s.upper]
+    # A band reads well along a line; the whiskers also show it where a line has one point.
+    if len(xs) > 1:
+        ax.fill_between(xs, ys, up, color=s.color, alpha=0.12, linewidth=0, zorder=1)
+    ax.vlines(xs, ys, up, color=s.color, linewidth=1.1, alpha=0.8, zorder=2)
+    flags = list(s.upper_flagged) or [False] * len(xs)
+    # A supported p99 ends its whisker in a tick; one that is only the maximum of too few
+    # rounds in an open circle (the table's ``*``).
+    for flagged in (False, True):
+        px = [x for x, f in zip_strict(xs, flags) if f is flagged]
+        py = [y for y, f in zip_strict(up, flags) if f is flagged]
+        if px:
+            ax.plot(
+                px,
+                py,
+                linestyle="none",
+                color=s.color,
+                zorder=2,
+                markeredgewidth=1.3,
+                marker="o" if flagged else "_",
+                markersize=4.5 if flagged else 10,
+                markerfacecolor="white" if flagged else s.color,
+            )
 
 
 def _no_data(ax: Axes, view: str, series: Sequence[Series]) -> None:

@@ -740,6 +740,13 @@ def _check_options(options: Mapping[str, object], name: str, precision: str) -> 
             "only (PopTorch's inferenceModel needs 1); pass training=True, or raise device_iterations"
         )
     _check_ipus(ipus, replicas, bool(opts["auto_round_num_ipus"]), name)
+    _check_pipeline(ipus, training, iterations, accumulation, name)
+    return opts
+
+
+def _check_pipeline(ipus: int, training: bool, iterations: int, accumulation: int, name: str) -> None:
+    """``CompileError`` where a model pipelined over ``ipus`` stages gets too few micro-batches a
+    call to fill them: device iterations for inference, gradient accumulation for training."""
     # PopTorch's pipelining rule (popart_compiler Compiler.cpp:672-701): every stage needs a
     # micro-batch in flight, so a call must carry at least one per stage.
     if ipus > 1 and not training and iterations < ipus:
@@ -754,7 +761,6 @@ def _check_options(options: Mapping[str, object], name: str, precision: str) -> 
             f"{2 * ipus - 1} pipeline stages (ipus={ipus} forward and {ipus - 1} backward when training; "
             f"PopTorch needs one micro-batch per stage); pass gradient_accumulation={2 * ipus - 1} or more"
         )
-    return opts
 
 
 def _check_ipus(ipus: int, replicas: int, auto_round: bool, name: str) -> None:
