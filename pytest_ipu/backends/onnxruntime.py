@@ -153,44 +153,19 @@ class OrtBackend(NamedBackend):
             raise CompileError(
                 f"the onnxruntime backend runs fp32 or fp16 exports, not {precision} ({model_name(model)})"
             )
-        source = onnx_source(
-            "onnxruntime",
-            model,
-            example_inputs,
-            self._cache_dir,
-            onnx_export.ExportOptions(opset=int(str(opts["opset"])), precision=precision),
-        )
-        source.record(phases, info)
-        if source.exported is not None:
-            info["opset"] = source.exported.opset
-
+        source = self._source(model, example_inputs, precision, opts, phases, info)
         start = time.perf_counter_ns()
-        session = self._session(ort, source.model, opts, model)
+        session = self._session(ort, source, opts, model)
         phases["session"] = (time.perf_counter_ns() - start) * 1e-9
         inputs = session.get_inputs()
-        model_precision = next(
-            (_PRECISION_OF_TYPE[i.type] for i in inputs if i.type in _PRECISION_OF_TYPE), precision
-        )
-        if model_precision != precision:
-            raise CompileError(
-                f"the ONNX model {model_name(model)} takes {model_precision} inputs but precision "
-                f"{precision} was asked for; pass precision={model_precision!r}"
-            )
+        _check_precision(inputs, precision, model)
         names = [i.name for i in inputs]
         dtypes = [_NUMPY_TYPES.get(i.type) for i in inputs]
         device_io = opts["io"] == "device"
         runner = _Runner(
             ort, session, names, device_io, "cpu" if self._device == "cpu" else "cuda", self._device_index()
         )
-
-        def prepare_inputs(values: Sequence[object]) -> tuple[object, ...]:
-            if len(values) != len(names):
-                raise ValueError(
-                    f"the ONNX model takes {len(names)} input(s) ({', '.join(names)}), got {len(values)}"
-                )
-            arrays = tuple(_as_array(v, t) for v, t in zip_strict(values, dtypes))
-            return runner.bind(arrays) if device_io else arrays
-
+        prepare_inputs = _preparer(runner, names, dtypes, device_io)
         start = time.perf_counter_ns()
         try:
             runner.run(*prepare_inputs(example_inputs))
@@ -212,6 +187,29 @@ class OrtBackend(NamedBackend):
             phases_s=phases,
             info=info,
         )
+
+    def _source(
+        self,
+        model: object,
+        example_inputs: Sequence[object],
+        precision: str,
+        opts: Mapping[str, object],
+        phases: dict[str, float],
+        info: dict[str, Any],
+    ) -> str | bytes:
+        """The ONNX model to run: ``model`` exported (a torch model) or loaded (ONNX bytes or a
+        path), its phases and facts recorded in ``phases`` and ``info``."""
+        source = onnx_source(
+            "onnxruntime",
+            model,
+            example_inputs,
+            self._cache_dir,
+            onnx_export.ExportOptions(opset=int(str(opts["opset"])), precision=precision),
+        )
+        source.record(phases, info)
+        if source.exported is not None:
+            info["opset"] = source.exported.opset
+        return source.model
 
     def _session(
         self, ort: ModuleType, source: str | bytes, opts: Mapping[str, object], model: object
@@ -296,3 +294,33 @@ def _check_options(options: Mapping[str, object], model: object) -> dict[str, ob
     for key in ("intra_op_threads", "inter_op_threads", "opset"):
         opts.non_negative_int(key)
     return opts.values
+
+
+def _check_precision(inputs: Sequence[Any], precision: str, model: object) -> None:
+    """``CompileError`` where the ONNX model's inputs are of another precision than the one asked
+    for (a model's inputs of no known precision are taken as asked)."""
+    model_precision = next(
+        (_PRECISION_OF_TYPE[i.type] for i in inputs if i.type in _PRECISION_OF_TYPE), precision
+    )
+    if model_precision != precision:
+        raise CompileError(
+            f"the ONNX model {model_name(model)} takes {model_precision} inputs but precision "
+            f"{precision} was asked for; pass precision={model_precision!r}"
+        )
+
+
+def _preparer(
+    runner: _Runner, names: Sequence[str], dtypes: Sequence[Any], device_io: bool
+) -> Callable[[Sequence[object]], tuple[object, ...]]:
+    """The model's ``prepare_inputs``: one array per input (``names``), of its type, bound to the
+    device for ``io="device"``."""
+
+    def prepare_inputs(values: Sequence[object]) -> tuple[object, ...]:
+        if len(values) != len(names):
+            raise ValueError(
+                f"the ONNX model takes {len(names)} input(s) ({', '.join(names)}), got {len(values)}"
+            )
+        arrays = tuple(_as_array(v, t) for v, t in zip_strict(values, dtypes))
+        return runner.bind(arrays) if device_io else arrays
+
+    return prepare_inputs

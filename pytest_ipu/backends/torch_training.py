@@ -61,51 +61,27 @@ def compile_training(
     label = model_name(model)
     opts = CheckedOptions(name, OPTIONS, options, label).values
     dev = torch.device(device)
-    on_cuda = dev.type == "cuda"
-    network = _checked(
-        torch, model, str(opts["io"]), precision, request.inputs, len(example_batch), on_cuda, label, device
-    )
+    module = _module_copy(torch, model, opts, precision, request, example_batch, dev, device, label)
     host_batch = int(torch.as_tensor(example_batch[0]).shape[0])
     micro = split_batch(host_batch, request.gradient_accumulation, label)
-    # Weights stay fp32: mixed precision casts inside autocast, and the optimizer updates fp32.
-    module = copy.deepcopy(network).train().to(device=dev)
     optimizer = request.optimizer(module.parameters())
     trained = _data_parallel(torch, module, request.process_group, dev)
-    forward = trained
-    if mode == "compile":
-        with runtime_internals_quiet():
-            forward = torch.compile(trained, mode=str(opts["compile_mode"]))
     amp_dtype = getattr(torch, _AMP[precision]) if precision in _AMP else None
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
     host_io = opts["io"] == "host"
     prepare_inputs = _inputs(torch, dev, host_io)
     autocast = _autocast(torch, dev, amp_dtype)
-
-    info = TrainingInfo(
-        micro_batch=micro,
-        gradient_accumulation=request.gradient_accumulation,
-        replicas=1,
-        device_iterations=1,
-        processes=request.processes,
-        optimizer=type(optimizer).__name__,
-        amp=amp_dtype is not None,
-        mode=mode,
-    )
-    target = f"{name}:{device}"
-    where = f"{label} on {target}"
+    info = _training_info(request, micro, optimizer, amp_dtype is not None, mode)
+    where = f"{label} on {name}:{device}"
+    forward = _forward(torch, trained, mode, str(opts["compile_mode"]))
     live = _Live(forward, module, getattr(trained, "no_sync", None))
     step = _make_step(
         live, optimizer, request, scaler, autocast, dev, host_io, info, where, amp_dtype is None
     )
     if mode == "compile":
-        # torch.compile compiles on the first call: that step belongs to compile time, not a round.
-        try:
-            with runtime_internals_quiet():
-                step(*prepare_inputs(example_batch))
-        except Exception as exc:
-            raise CompileError(f"torch.compile failed for the training step of {label}: {exc}") from exc
+        _first_step(step, prepare_inputs, example_batch, label)
     return TrainingStep(
-        target=target,
+        target=f"{name}:{device}",
         backend=name,
         device=device,
         device_name=device_name,
@@ -113,11 +89,80 @@ def compile_training(
         io=str(opts["io"]),
         run=step,
         prepare_inputs=prepare_inputs,
-        close=_close(torch, optimizer, live, on_cuda),
+        close=_close(torch, optimizer, live, dev.type == "cuda"),
         options={**opts, "mode": mode, "gradient_accumulation": request.gradient_accumulation},
         training=info,
         evaluate=_evaluate(torch, live, autocast, dev),
     )
+
+
+def _module_copy(
+    torch: ModuleType,
+    model: object,
+    opts: Mapping[str, object],
+    precision: str,
+    request: TrainingRequest,
+    example_batch: Sequence[object],
+    dev: Any,
+    device: str,
+    label: str,
+) -> Any:
+    """A copy of the checked ``model`` in training mode on ``dev`` (``_checked``): the one the
+    step trains."""
+    network = _checked(
+        torch,
+        model,
+        str(opts["io"]),
+        precision,
+        request.inputs,
+        len(example_batch),
+        dev.type == "cuda",
+        label,
+        device,
+    )
+    # Weights stay fp32: mixed precision casts inside autocast, and the optimizer updates fp32.
+    return copy.deepcopy(network).train().to(device=dev)
+
+
+def _forward(torch: ModuleType, trained: Any, mode: str, compile_mode: str) -> Any:
+    """What the step calls forward: the (data-parallel) module, compiled by ``torch.compile`` in
+    ``compile`` mode."""
+    if mode != "compile":
+        return trained
+    with runtime_internals_quiet():
+        return torch.compile(trained, mode=compile_mode)
+
+
+def _training_info(
+    request: TrainingRequest, micro: int, optimizer: Any, amp: bool, mode: str
+) -> TrainingInfo:
+    """The step's make-up for the record: one replica and device iteration a step, on this
+    backend."""
+    return TrainingInfo(
+        micro_batch=micro,
+        gradient_accumulation=request.gradient_accumulation,
+        replicas=1,
+        device_iterations=1,
+        processes=request.processes,
+        optimizer=type(optimizer).__name__,
+        amp=amp,
+        mode=mode,
+    )
+
+
+def _first_step(
+    step: Callable[..., float],
+    prepare_inputs: Callable[[Sequence[object]], tuple[object, ...]],
+    batch: Sequence[object],
+    label: str,
+) -> None:
+    """Make the first step, in which torch.compile compiles: that step belongs to compile time,
+    not a round."""
+    try:
+        with runtime_internals_quiet():
+            step(*prepare_inputs(batch))
+    except Exception as exc:
+        raise CompileError(f"torch.compile failed for the training step of {label}: {exc}") from exc
 
 
 def _checked(
@@ -269,44 +314,86 @@ def _make_step(
     where: str,
     autocast_off: bool = False,
 ) -> Callable[..., float]:
+    """The training step: one optimizer step over the batch, in ``gradient_accumulation``
+    micro-batches, returning the loss it read back (the read that ends the step). The leanest
+    closure that does the job is chosen: a step is timed, and every branch in it would count."""
+    # Host tensors already live where a CPU step runs: copying them would cost, not model, a transfer.
+    copy_in = host_io and dev.type != "cpu"
+    simple = request.gradient_accumulation == 1 and scaler is None and autocast_off
+    if simple and request.inputs == 1 and not copy_in:
+        return _pair_step(live, optimizer, request, info, where)
+    if simple:
+        return _plain_step(live, optimizer, request, dev, copy_in, info, where)
+    return _accumulating_step(live, optimizer, request, scaler, autocast, dev, copy_in, info, where)
+
+
+def _pair_step(
+    live: _Live, optimizer: Any, request: TrainingRequest, info: TrainingInfo, where: str
+) -> Callable[..., float]:
+    """The step of the commonest case of all, (inputs, targets) on the CPU, without unpacking the
+    batch."""
+    loss_fn = request.loss
+    step_optimizer = optimizer.step
+    zero_grad = optimizer.zero_grad
+    losses = info.losses
+
+    def pair_step(x: Any, *targets: Any) -> float:
+        zero_grad(set_to_none=True)
+        loss = loss_fn(live.forward(x), *targets)
+        loss.backward()
+        step_optimizer()
+        value = float(loss.detach())  # the host read that ends the step
+        losses.add(value, where)
+        return value
+
+    return pair_step
+
+
+def _plain_step(
+    live: _Live,
+    optimizer: Any,
+    request: TrainingRequest,
+    dev: Any,
+    copy_in: bool,
+    info: TrainingInfo,
+    where: str,
+) -> Callable[..., float]:
+    """The step of the common case, as lean as a hand-written loop: one micro-batch, no scaling,
+    no autocast, so no division, no running sum and no context managers around the forward pass."""
+    inputs = request.inputs
+    loss_fn = request.loss
+    step_optimizer = optimizer.step
+
+    def plain_step(*batch: Any) -> float:
+        if copy_in:
+            batch = tuple(t.to(dev, non_blocking=True) for t in batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(live.forward(*batch[:inputs]), *batch[inputs:])
+        loss.backward()
+        step_optimizer()
+        value = float(loss.detach())  # the host read that ends the step
+        info.losses.add(value, where)
+        return value
+
+    return plain_step
+
+
+def _accumulating_step(
+    live: _Live,
+    optimizer: Any,
+    request: TrainingRequest,
+    scaler: Any,
+    autocast: Callable[[], contextlib.AbstractContextManager[object]],
+    dev: Any,
+    copy_in: bool,
+    info: TrainingInfo,
+    where: str,
+) -> Callable[..., float]:
+    """The general step: micro-batches whose losses add up, under autocast, with the loss scaled
+    where ``scaler`` is given (fp16)."""
     accumulation = request.gradient_accumulation
     inputs = request.inputs
     loss_fn = request.loss
-
-    # Host tensors already live where a CPU step runs: copying them would cost, not model, a transfer.
-    copy_in = host_io and dev.type != "cpu"
-    step_optimizer = optimizer.step
-
-    zero_grad = optimizer.zero_grad
-    losses = info.losses
-    if accumulation == 1 and scaler is None and autocast_off and inputs == 1 and not copy_in:
-        # The commonest case of all, (inputs, targets) on the CPU, without unpacking the batch.
-        def pair_step(x: Any, *targets: Any) -> float:
-            zero_grad(set_to_none=True)
-            loss = loss_fn(live.forward(x), *targets)
-            loss.backward()
-            step_optimizer()
-            value = float(loss.detach())  # the host read that ends the step
-            losses.add(value, where)
-            return value
-
-        return pair_step
-
-    if accumulation == 1 and scaler is None and autocast_off:
-        # The common case, as lean as a hand-written loop: one micro-batch, no scaling, no autocast,
-        # so no division, no running sum and no context managers around the forward pass.
-        def plain_step(*batch: Any) -> float:
-            if copy_in:
-                batch = tuple(t.to(dev, non_blocking=True) for t in batch)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(live.forward(*batch[:inputs]), *batch[inputs:])
-            loss.backward()
-            step_optimizer()
-            value = float(loss.detach())  # the host read that ends the step
-            info.losses.add(value, where)
-            return value
-
-        return plain_step
 
     def step(*batch: Any) -> float:
         if copy_in:

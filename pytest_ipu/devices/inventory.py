@@ -168,27 +168,8 @@ class IpuInventory:
         PopTorch fakes implement by default, and no SDK source states it.
         """
         label = f"multi_device_id({group!r})"
-        if not group:
-            raise ValueError(f"{label}: the group is empty; give the ids of at least one IPU")
-        if any(isinstance(i, bool) or not isinstance(i, int) for i in group):
-            raise ValueError(f"{label}: IPU ids must be ints; give ids as gc-info -l numbers them")
+        _check_group_shape(label, group)
         size, first = len(group), group[0]
-        if list(group) != list(range(first, first + size)):
-            raise ValueError(
-                f"{label}: the ids are not consecutive and ascending; a multi-IPU device is a run of "
-                f"ids such as {tuple(range(size))}"
-            )
-        if not is_power_of_two(size):
-            raise ValueError(
-                f"{label}: a group of {size} IPUs is not a power of two, the only sizes multi-IPU "
-                f"devices come in; use groups of 1, 2, 4, 8, ... IPUs"
-            )
-        if first % size:
-            start = first - first % size
-            raise ValueError(
-                f"{label}: a {size}-IPU device starts at a multiple of {size}, not at {first}; use "
-                f"{tuple(range(start, start + size))} or {tuple(range(start + size, start + 2 * size))}"
-            )
         ids = self.ids
         missing = [i for i in group if i not in ids]
         if missing:
@@ -455,3 +436,29 @@ def _id_ranges(ids: tuple[int, ...]) -> str:
     if start is not None:
         parts.append(str(start) if start == previous else f"{start}-{previous}")
     return ", ".join(parts)
+
+
+def _check_group_shape(label: str, group: tuple[int, ...]) -> None:
+    """``ValueError`` (its message starting ``label``) unless ``group`` could be a device: IPU ids,
+    consecutive and ascending, a power of two of them, starting at a multiple of their count."""
+    if not group:
+        raise ValueError(f"{label}: the group is empty; give the ids of at least one IPU")
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in group):
+        raise ValueError(f"{label}: IPU ids must be ints; give ids as gc-info -l numbers them")
+    size, first = len(group), group[0]
+    if list(group) != list(range(first, first + size)):
+        raise ValueError(
+            f"{label}: the ids are not consecutive and ascending; a multi-IPU device is a run of "
+            f"ids such as {tuple(range(size))}"
+        )
+    if not is_power_of_two(size):
+        raise ValueError(
+            f"{label}: a group of {size} IPUs is not a power of two, the only sizes multi-IPU "
+            f"devices come in; use groups of 1, 2, 4, 8, ... IPUs"
+        )
+    if first % size:
+        start = first - first % size
+        raise ValueError(
+            f"{label}: a {size}-IPU device starts at a multiple of {size}, not at {first}; use "
+            f"{tuple(range(start, start + size))} or {tuple(range(start + size, start + 2 * size))}"
+        )

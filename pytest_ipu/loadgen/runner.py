@@ -232,6 +232,68 @@ def run_test(
         call_timeout_s=call_timeout_s,
     )
     sut.start()
+    try:
+        edges = _drive(lg, sut, library, settings, logging, meter, workers)
+    finally:
+        sut.close()
+    return _outcome(sut, run, log_dir, edges, workers)
+
+
+def _outcome(
+    sut: BatchingSut,
+    run: RunSettings,
+    log_dir: Path,
+    edges: _Edges,
+    workers: tuple[WorkersClock, int] | None,
+) -> Outcome:
+    """The run's outcome: LoadGen's verdict from its detail log, the system under test's figures and
+    the host cost; ``LoadgenError`` where the system under test failed or the log does not read."""
+    if sut.error is not None:
+        _fail(sut, run, log_dir)
+    try:
+        result = detail_log.parse(log_dir / "mlperf_log_detail.txt", mode=run.mode)
+    except detail_log.LogError as exc:
+        raise LoadgenError(f"pytest-ipu: {exc}") from None
+    span = None if sut.span is None else sut.span[1] - sut.span[0]
+    stats = sut.stats()
+    cpu = _host_cost(edges.cpu_start, edges.cpu_end, workers, edges.elapsed, stats.samples)
+    return Outcome(
+        result,
+        stats,
+        log_dir,
+        edges.elapsed,
+        sut.outputs,
+        edges.energy,
+        tuple(sut.answer_latencies_s),
+        span,
+        cpu,
+    )
+
+
+@dataclass(frozen=True)
+class _Edges:
+    """What the clocks read at the LoadGen run's edges (``_drive``)."""
+
+    #: The run's wall-clock time, seconds.
+    elapsed: float
+    #: This process's and the workers' CPU clocks at each edge (``_host_clocks``).
+    cpu_start: tuple[int, int]
+    cpu_end: tuple[int, int]
+    #: The meter's trace and the run's edges on its clock; ``None`` without a meter.
+    energy: tuple[Any, int, int] | None
+
+
+def _drive(
+    lg: Any,
+    sut: BatchingSut,
+    library: SampleLibrary,
+    settings: Any,
+    logging: Any,
+    meter: PowerMeter | None,
+    workers: tuple[WorkersClock, int] | None,
+) -> _Edges:
+    """Give LoadGen the system under test and the sample library, run its test, and release both
+    on every path; the clocks are read at the run's edges, inside the energy window's marks."""
     handles: list[tuple[Callable[[Any], None], Any]] = []
     try:
         handles.append((lg.DestroySUT, lg.ConstructSUT(sut.issue, sut.flush)))
@@ -255,20 +317,8 @@ def run_test(
         for destroy, handle in reversed(handles):
             with contextlib.suppress(Exception):
                 destroy(handle)
-        sut.close()
-    if sut.error is not None:
-        _fail(sut, run, log_dir)
-    try:
-        result = detail_log.parse(log_dir / "mlperf_log_detail.txt", mode=run.mode)
-    except detail_log.LogError as exc:
-        raise LoadgenError(f"pytest-ipu: {exc}") from None
     energy = None if meter is None else (trace, start_ns, end_ns)
-    span = None if sut.span is None else sut.span[1] - sut.span[0]
-    stats = sut.stats()
-    cpu = _host_cost(cpu_start, cpu_end, workers, elapsed, stats.samples)
-    return Outcome(
-        result, stats, log_dir, elapsed, sut.outputs, energy, tuple(sut.answer_latencies_s), span, cpu
-    )
+    return _Edges(elapsed, cpu_start, cpu_end, energy)
 
 
 def _log_settings(lg: Any, log_dir: Path) -> Any:

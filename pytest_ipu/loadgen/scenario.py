@@ -19,6 +19,7 @@ from pytest_ipu.loadgen import runner
 from pytest_ipu.loadgen import search
 from pytest_ipu.loadgen.request import LoadgenRequest
 from pytest_ipu.loadgen.settings import SHORT_DURATION_S
+from pytest_ipu.loadgen.settings import Rules
 from pytest_ipu.loadgen.settings import RunSettings
 from pytest_ipu.loadgen.settings import compliance
 from pytest_ipu.loadgen.settings import rules
@@ -124,14 +125,31 @@ def run_scenario(
         peak, outcome = _search_peak(one, run, percentile, request, calibration.capacity_qps, log_dir)
     else:
         outcome = one(run, log_dir, meter)
-    result = outcome.result
     power = _power(outcome, meter, unmeasured, searched=request.find_peak)
+    part = _loadgen_record(request, run, rule, library, outcome, calibration, len(callers), log_dir, peak)
+    return Measured(part, calibration, outcome, power)
+
+
+def _loadgen_record(
+    request: LoadgenRequest,
+    run: RunSettings,
+    rule: Rules,
+    library: SampleLibrary,
+    outcome: runner.Outcome,
+    calibration: runner.Calibration,
+    instances: int,
+    log_dir: Path,
+    peak: PeakSearch | None,
+) -> LoadgenRecord:
+    """The record's LoadGen part: LoadGen's figures and settings, MLPerf compliance by ``rule``,
+    the batching of the ``instances``, the calibration, the accuracy score and the peak search."""
+    result = outcome.result
     score = _score(request, library, outcome)
     compliant, reasons = compliance(
         dict(result.effective), rule, mode=run.mode, valid=result.valid, named=run.mlperf_model is not None
     )
     stats = outcome.stats
-    part = LoadgenRecord(
+    return LoadgenRecord(
         **fields_of(LoadgenFigures, result),
         scenario=run.scenario,
         mode=run.mode,
@@ -144,7 +162,7 @@ def run_scenario(
             max_batch=request.max_batch,
             timeout_s=request.timeout_s,
             pad_to=request.pad_to,
-            instances=len(callers),
+            instances=instances,
             batches=stats.batches,
             mean_batch=stats.mean_batch,
             batch_sizes={str(k): v for k, v in stats.batch_sizes.items()},
@@ -156,7 +174,6 @@ def run_scenario(
         accuracy_name=request.accuracy_name if score is not None else None,
         peak=peak,
     )
-    return Measured(part, calibration, outcome, power)
 
 
 def _search_peak(

@@ -556,14 +556,7 @@ def _joint(
         members = _event(samples, raws, where, kept, done)
         if members is None:
             return
-        scores: dict[int, dict[str, float]] = {}
-        for number, split in members.items():
-            edges = [0, *sorted(kept[number]), len(raws[number])]
-            j = edges.index(split)
-            by_split = _likelihoods(raws[number], starts[number], edges[j - 1], split, edges[j + 1], min_runs)
-            ids, commits = samples[number].ids, samples[number].commits
-            if by_split:  # none: its runs cannot place it (too few about it, or no spread)
-                scores[number] = {ids[int(commits[c])]: v for c, v in by_split.items()}
+        scores = _scores(samples, raws, starts, kept, members, min_runs)
         shared = set.intersection(*(set(v) for v in scores.values())) if len(scores) > 1 else set()
         if not shared:
             continue
@@ -586,6 +579,28 @@ def _joint(
             if (number, split) in pooled:
                 pooled.discard((number, split))
                 pooled.add((number, moved))
+
+
+def _scores(
+    samples: Sequence[Sample],
+    raws: Sequence[FloatArray],
+    starts: Sequence[IntArray],
+    kept: list[list[int]],
+    members: Mapping[int, int],
+    min_runs: int,
+) -> dict[int, dict[str, float]]:
+    """For each series of an event (``members``: series number -> its change's split), the
+    log-likelihood of its runs with the change at each commit near it, by commit id; a series
+    whose runs cannot place it is left out."""
+    scores: dict[int, dict[str, float]] = {}
+    for number, split in members.items():
+        edges = [0, *sorted(kept[number]), len(raws[number])]
+        j = edges.index(split)
+        by_split = _likelihoods(raws[number], starts[number], edges[j - 1], split, edges[j + 1], min_runs)
+        ids, commits = samples[number].ids, samples[number].commits
+        if by_split:  # none: its runs cannot place it (too few about it, or no spread)
+            scores[number] = {ids[int(commits[c])]: v for c, v in by_split.items()}
+    return scores
 
 
 def _event(

@@ -330,8 +330,8 @@ class ContentionProbe:
         """A record with no numbers, only why."""
         return ContentionRecord(readable=False, reason=reason, threshold=self.threshold)
 
-    def _record(self, start: _Snapshot, end: _Snapshot) -> ContentionRecord:
-        """The shares between two snapshots."""
+    def _partly_unreadable(self, end: _Snapshot) -> list[str]:
+        """What the snapshot ``end`` could not read, each with what the record lacks for it."""
         reasons: list[str] = []
         if not end.children_visible:
             reasons.append(
@@ -339,21 +339,15 @@ class ContentionProbe:
             )
         if end.load_avg_1m is None:
             reasons.append(f"{self.proc}/loadavg is not readable")
+        return reasons
+
+    def _record(self, start: _Snapshot, end: _Snapshot) -> ContentionRecord:
+        """The shares between two snapshots."""
+        reasons = self._partly_unreadable(end)
         window_s = max(0.0, end.at_s - start.at_s)
-
-        def column(cpu: tuple[int, ...], index: int) -> int:
-            # Old kernels stop after idle (or before steal): a missing column counted nothing.
-            return cpu[index] if index < len(cpu) else 0
-
-        def total(cpu: tuple[int, ...]) -> int:
-            return sum(cpu[:_TOTAL_COLUMNS])
-
-        def busy(cpu: tuple[int, ...]) -> int:
-            return total(cpu) - column(cpu, _IDLE) - column(cpu, _IOWAIT) - column(cpu, _STEAL)
-
         # Counters only grow; a CPU going offline mid-window can still shrink the sums, so clamp.
-        total_delta = max(0, total(end.cpu) - total(start.cpu))
-        busy_delta = max(0, busy(end.cpu) - busy(start.cpu))
+        total_delta = max(0, _total(end.cpu) - _total(start.cpu))
+        busy_delta = max(0, _busy(end.cpu) - _busy(start.cpu))
         # A descendant that vanished unreaped (reparented away) takes its ticks with it: clamp at 0.
         own_delta = max(0, end.own_ticks - start.own_ticks)
         has_steal = len(start.cpu) > _STEAL and len(end.cpu) > _STEAL
@@ -388,6 +382,22 @@ class ContentionProbe:
             threshold=self.threshold,
             contended=others_share > self.threshold,
         )
+
+
+def _column(cpu: tuple[int, ...], index: int) -> int:
+    """Column ``index`` of a ``/proc/stat`` cpu line, in ticks."""
+    # Old kernels stop after idle (or before steal): a missing column counted nothing.
+    return cpu[index] if index < len(cpu) else 0
+
+
+def _total(cpu: tuple[int, ...]) -> int:
+    """Every tick of a ``/proc/stat`` cpu line."""
+    return sum(cpu[:_TOTAL_COLUMNS])
+
+
+def _busy(cpu: tuple[int, ...]) -> int:
+    """The busy ticks of a ``/proc/stat`` cpu line: all but idle, I/O wait and steal."""
+    return _total(cpu) - _column(cpu, _IDLE) - _column(cpu, _IOWAIT) - _column(cpu, _STEAL)
 
 
 def _weighted(

@@ -254,7 +254,16 @@ class WindowClocks:
     """The clocks ``timed_rounds`` reads beside its round clock, at the window's start and at every
     round's end: the calling thread's CPU time (it runs the rounds) and the process's, ns; the Unix
     wall clock, ns, read once as the window opens; and, where the rounds' calls run in worker
-    processes, their CPU time together as their latest replies reported it (``None``: no workers)."""
+    processes, their CPU time together as their latest replies reported it (``None``: no workers).
+
+    The thread and process CPU clocks are read once each at the window's start and at every round's
+    end: two reads per round, between rounds, never inside a round's own time. The CPU reads sit
+    inside the wall marks (after the opening one, before each closing one), so the CPU time they
+    span lies within the wall window (``Window.thread_cpu_ns``). The Unix clock is read once, just
+    before the window opens (``Window.start_unix_ns``), so separate processes' windows can be laid
+    side by side. The workers' clock is read with the process clock: each round's difference is the
+    workers' CPU time from their reply to the round before to their reply to this one
+    (``Window.workers_cpu_ns``)."""
 
     thread: Clock = time.thread_time_ns
     process: Clock = time.process_time_ns
@@ -293,14 +302,8 @@ def timed_rounds(
     increment per round, in the teardown that already runs between rounds: no clock read, no
     system call).
 
-    ``clocks`` (``WindowClocks``): the thread and process CPU clocks are read once each at the
-    window's start and at every round's end: two reads per round, between rounds, never inside a
-    round's own time. The CPU reads sit inside the wall marks (after the opening one, before each
-    closing one), so the CPU time they span lies within the wall window
-    (``Window.thread_cpu_ns``). The Unix clock is read once, just before the window opens
-    (``Window.start_unix_ns``), so separate processes' windows can be laid side by side. The
-    workers' clock is read with the process clock: each round's difference is the workers' CPU time
-    from their reply to the round before to their reply to this one (``Window.workers_cpu_ns``).
+    ``clocks`` are the CPU and Unix clocks read beside the round clock (``WindowClocks`` says
+    when, and why there).
     """
     marks = _Marks(rounds, clock, clocks, box, watch if watch is not None else CallWatch(), on_start, on_end)
     try:

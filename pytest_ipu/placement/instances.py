@@ -505,6 +505,36 @@ class _InstanceWorker(Worker):
         self.state = "starting"
 
 
+def _check_specs(specs: Sequence[InstanceSpec], context: str) -> None:
+    """``ValueError`` for no specs, specs out of index order, or a start method other than spawn
+    or forkserver."""
+    if not specs:
+        raise ValueError("ProcessInstances needs at least one InstanceSpec, got none")
+    for position, spec in enumerate(specs):
+        if spec.index != position:
+            raise ValueError(
+                f"InstanceSpec at position {position} has index {spec.index}; indexes must be "
+                f"0..{len(specs) - 1} in order"
+            )
+    if context not in START_METHODS:
+        raise ValueError(
+            f"context={context!r}: worker processes start with {' or '.join(map(repr, START_METHODS))}; "
+            "fork copies a process whose runtime threads may hold locks, which can deadlock the child"
+        )
+
+
+def _payload(spec: InstanceSpec, name: str) -> bytes:
+    """``spec`` pickled for its worker process; ``CompileError`` where it cannot be."""
+    try:
+        return pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise CompileError(
+            f"instance {spec.index}'s InstanceSpec ({name}) cannot be sent to a "
+            f"worker process: {describe_error(exc)}; its factory and model must pickle (module-level "
+            "functions and classes, functools.partial, no lambdas or local classes)"
+        ) from exc
+
+
 class ProcessInstances(_Usable):
     """Instances compiled and called in worker processes, one each, for runtimes that hold the GIL.
 
@@ -530,19 +560,7 @@ class ProcessInstances(_Usable):
         timeout_s: float | None = None,
         stop_timeout_s: float = 30.0,
     ) -> None:
-        if not specs:
-            raise ValueError("ProcessInstances needs at least one InstanceSpec, got none")
-        for position, spec in enumerate(specs):
-            if spec.index != position:
-                raise ValueError(
-                    f"InstanceSpec at position {position} has index {spec.index}; indexes must be "
-                    f"0..{len(specs) - 1} in order"
-                )
-        if context not in START_METHODS:
-            raise ValueError(
-                f"context={context!r}: worker processes start with {' or '.join(map(repr, START_METHODS))}; "
-                "fork copies a process whose runtime threads may hold locks, which can deadlock the child"
-            )
+        _check_specs(specs, context)
         self.count = len(specs)
         self._timeout_s = timeout_s
         self._stop_timeout_s = stop_timeout_s
@@ -556,16 +574,7 @@ class ProcessInstances(_Usable):
         self._broken: str | None = None
         self._closed = False
         self._prepared = False
-        payloads = []
-        for spec in specs:
-            try:
-                payloads.append(pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL))
-            except Exception as exc:
-                raise CompileError(
-                    f"instance {spec.index}'s InstanceSpec ({self._names[spec.index]}) cannot be sent to a "
-                    f"worker process: {describe_error(exc)}; its factory and model must pickle (module-level "
-                    "functions and classes, functools.partial, no lambdas or local classes)"
-                ) from exc
+        payloads = [_payload(spec, self._names[spec.index]) for spec in specs]
         try:
             for spec, payload in zip_strict(specs, payloads):
                 # A worker of a group never closed is abandoned: its pipe closed, then it is stopped.
@@ -637,16 +646,7 @@ class ProcessInstances(_Usable):
         failures: dict[int, str] = {}
         values: list[object] = [None] * len(workers)
         try:
-            for worker in workers:
-                try:
-                    worker.send_bytes(request)
-                    worker.state = "busy"
-                except WorkerGone:
-                    worker.state = "gone"
-                    broken = True
-                    failures[worker.index] = (
-                        f"its worker process ({self._describe_exit(worker)}) ended; its output above says why"
-                    )
+            broken = self._send_all(workers, request, failures)
             deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
             for position, worker in enumerate(workers):
                 if worker.state != "busy":
@@ -660,9 +660,7 @@ class ProcessInstances(_Usable):
                 except WorkerGone:
                     worker.state = "gone"
                     broken = True
-                    failures[worker.index] = (
-                        f"its worker process ({self._describe_exit(worker)}) ended; its output above says why"
-                    )
+                    failures[worker.index] = self._gone(worker)
                     continue
                 worker.state = "ready"
                 self._note_cpu(worker.index, reply)
@@ -681,6 +679,23 @@ class ProcessInstances(_Usable):
                 f"instance {first} ({self._info[first].target}) failed in {what}: {failures[first]}", first
             )
         return values
+
+    def _send_all(self, workers: Sequence[_InstanceWorker], request: bytes, failures: dict[int, str]) -> bool:
+        """Send ``request`` to every worker in ``workers``; whether one had gone (in ``failures``)."""
+        broken = False
+        for worker in workers:
+            try:
+                worker.send_bytes(request)
+                worker.state = "busy"
+            except WorkerGone:
+                worker.state = "gone"
+                broken = True
+                failures[worker.index] = self._gone(worker)
+        return broken
+
+    def _gone(self, worker: _InstanceWorker) -> str:
+        """Why ``worker`` failed a request: its process ended."""
+        return f"its worker process ({self._describe_exit(worker)}) ended; its output above says why"
 
     def prepare(self, inputs: Sequence[object]) -> None:
         """Send ``inputs`` to every worker, which converts them once (``prepare_inputs``) and keeps them."""

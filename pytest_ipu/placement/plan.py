@@ -40,6 +40,7 @@ from pytest_ipu.errors import UnplaceableError
 from pytest_ipu.results.records import PlacementRecord
 
 if typing.TYPE_CHECKING:
+    from pytest_ipu.devices.inventory import IpuInventory
     from pytest_ipu.placement.instances import InstanceSpec
 
 #: A function giving the backend for a target spelled ``name:device`` (the run's backend cache).
@@ -119,15 +120,7 @@ def plan(
         only = InstancePlan(0, backend, backend.device, (), {})
         return Plan((only,), base(shared_device=False, devices=(backend.device,)))
     if not isinstance(backend, PlacedBackend):
-        if request.replicas > 1 or request.stages > 1:
-            raise UnplaceableError(
-                f"replicas={request.replicas} and stages={request.stages} place one model over several IPUs, "
-                f"but target {backend.name}:{backend.device} is not an IPU backend; use a poptorch or popart "
-                "target, or ask for instances= only"
-            )
-        plans = tuple(InstancePlan(i, backend, backend.device, (), {}) for i in range(request.instances))
-        return Plan(plans, base(shared_device=True, devices=(backend.device,) * request.instances))
-
+        return _plan_shared(backend, request, base)
     inventory = backend.inventory()
     if isinstance(inventory, str):
         raise BackendUnavailable(f"cannot place the model on {backend.name}:{backend.device}: {inventory}")
@@ -143,6 +136,33 @@ def plan(
         # The IPU Model simulates each instance on the host: no ids to allocate, nothing shared.
         plans = tuple(InstancePlan(i, backend, device, (), extra) for i in range(request.instances))
         return Plan(plans, base(shared_device=False, devices=(device,) * request.instances, simulator=True))
+    return _plan_allocated(backend, request, inventory, extra, base, backend_for)
+
+
+def _plan_shared(backend: Backend, request: DeviceRequest, base: Callable[..., PlacementRecord]) -> Plan:
+    """Every instance on the one device of a backend that cannot place models (not an IPU
+    backend): instances only, ``UnplaceableError`` for replicas or stages."""
+    if request.replicas > 1 or request.stages > 1:
+        raise UnplaceableError(
+            f"replicas={request.replicas} and stages={request.stages} place one model over several IPUs, "
+            f"but target {backend.name}:{backend.device} is not an IPU backend; use a poptorch or popart "
+            "target, or ask for instances= only"
+        )
+    plans = tuple(InstancePlan(i, backend, backend.device, (), {}) for i in range(request.instances))
+    return Plan(plans, base(shared_device=True, devices=(backend.device,) * request.instances))
+
+
+def _plan_allocated(
+    backend: PlacedBackend,
+    request: DeviceRequest,
+    inventory: IpuInventory,
+    extra: dict[str, object],
+    base: Callable[..., PlacementRecord],
+    backend_for: BackendFor,
+) -> Plan:
+    """Each instance on IPUs of its own, allocated from ``inventory``; ``BackendUnavailable``
+    where this machine has too few."""
+    device = backend.device
     try:
         placed = allocate(inventory.placement_inventory(), request)
     except PlacementError as exc:
@@ -225,6 +245,20 @@ def compile_plan(
         group = instances.ThreadInstances(compiled_list)
         counters = group_counters(compiled_list)
     wall_s = (time.perf_counter_ns() - start) * 1e-9
+    return _grouped_model(the_plan, group, precision, options, counters, wall_s)
+
+
+def _grouped_model(
+    the_plan: Plan,
+    group: InstanceGroup,
+    precision: str,
+    options: Mapping[str, object],
+    counters: tuple[CallCounter, ...],
+    wall_s: float,
+) -> GroupedModel:
+    """The compiled model of a ``group`` of instances, compiled in ``wall_s``: a call is one
+    round of every instance, on the inputs the group prepared."""
+    first = the_plan.instances[0]
     infos = group.compiled_info()
     head = infos[0]
 

@@ -216,18 +216,7 @@ class PowerMeter:
         """Integrate ``trace`` over the window, check it (R18) and derive the per-item figures."""
         window_s = (end_ns - start_ns) * 1e-9
         period = self.source.update_period_s()
-        base: dict[str, Any] = {
-            "measured": True,
-            "source": self.source.name,
-            "method": "counter" if self.source.kind == "energy_counter" else "sampled_power",
-            "integration": _RULE[self.source.kind],
-            "items": items,
-            "samples": sum(1 for t in trace.t_ns if start_ns <= t <= end_ns),
-            "sample_hz_requested": trace.requested_hz,
-            "sample_hz_achieved": trace.achieved_hz(start_ns, end_ns),
-            "update_period_s": period,
-            "window_s": window_s,
-        }
+        base = self._base(trace, start_ns, end_ns, items, period)
         if trace.error is not None:
             return PowerRecord(**base, reason=f"sampling failed: {trace.error}", valid=False)
         try:
@@ -254,7 +243,40 @@ class PowerMeter:
             per_device, base, window_s, period, rounds_fixed, len(trace.t_ns), trace.missed
         )
         total = math.fsum(per_device.values())
-        devices = tuple(
+        return PowerRecord(
+            **base,
+            devices=self._device_energies(per_device, window_s),
+            energy_j=total,
+            mean_power_w=total / window_s,
+            idle_power_w=math.fsum(self.idle_w.values()) if self.idle_w else None,
+            energy_per_item_j=total / items if items else None,
+            items_per_j=items / total if items and total > 0 else None,
+            valid=True,
+            warnings=tuple(warnings),
+            low_confidence=low_confidence,
+        )
+
+    def _base(
+        self, trace: Trace, start_ns: int, end_ns: int, items: int, period: float | None
+    ) -> dict[str, Any]:
+        """The record's fields that every window has, measured or not: the source, its method and
+        rule, the ``items``, and the sampling over the window."""
+        return {
+            "measured": True,
+            "source": self.source.name,
+            "method": "counter" if self.source.kind == "energy_counter" else "sampled_power",
+            "integration": _RULE[self.source.kind],
+            "items": items,
+            "samples": sum(1 for t in trace.t_ns if start_ns <= t <= end_ns),
+            "sample_hz_requested": trace.requested_hz,
+            "sample_hz_achieved": trace.achieved_hz(start_ns, end_ns),
+            "update_period_s": period,
+            "window_s": (end_ns - start_ns) * 1e-9,
+        }
+
+    def _device_energies(self, per_device: dict[str, float], window_s: float) -> tuple[DeviceEnergy, ...]:
+        """Each device's part of the record: its energy over the window, mean and idle power."""
+        return tuple(
             DeviceEnergy(
                 d.id,
                 d.name,
@@ -266,18 +288,6 @@ class PowerMeter:
                 unused_ipus=d.unused_ipus,
             )
             for d in self.devices
-        )
-        return PowerRecord(
-            **base,
-            devices=devices,
-            energy_j=total,
-            mean_power_w=total / window_s,
-            idle_power_w=math.fsum(self.idle_w.values()) if self.idle_w else None,
-            energy_per_item_j=total / items if items else None,
-            items_per_j=items / total if items and total > 0 else None,
-            valid=True,
-            warnings=tuple(warnings),
-            low_confidence=low_confidence,
         )
 
     def _bad_reading(self, trace: Trace, device_id: str, start_ns: int, end_ns: int) -> str | None:

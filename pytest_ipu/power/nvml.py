@@ -139,6 +139,16 @@ class _Selection:
     mapping: str  # how CUDA indices were matched to GPUs
 
 
+def _add_target(targets: dict[str, _Target], gpu: _Gpu, mig: str | None, cuda_index: int | None) -> None:
+    """Add ``gpu`` (through its MIG device ``mig``, as CUDA device ``cuda_index``) to ``targets``."""
+    # Several MIG devices (or entries) on one GPU are one physical reading: counted once.
+    target = targets.setdefault(gpu.uuid, _Target(gpu))
+    if cuda_index is not None and cuda_index not in target.cuda_indices:
+        target.cuda_indices.append(cuda_index)
+    if mig is not None and mig not in target.mig_uuids:
+        target.mig_uuids.append(mig)
+
+
 class NvmlPowerSource:
     """Energy (or, before Volta, instant power) of NVIDIA GPUs through NVML.
 
@@ -432,44 +442,15 @@ class NvmlPowerSource:
             # GPUs named by UUID or PCI bus id need no CUDA numbering (nor its ambiguities).
             mapping = "devices named by identity; CUDA_VISIBLE_DEVICES not consulted"
         elif raw is not None:
-            visible = []
-            mapping = f"CUDA_VISIBLE_DEVICES={raw!r}"
-            order: list[_Gpu] | None = None
-            for part in raw.split(","):
-                entry = part.strip()
-                found: tuple[_Gpu, str | None] | None = None
-                if _DIGITS.fullmatch(entry):
-                    if order is None:
-                        order, why = self._cuda_order(gpus)
-                        mapping += f"; {why}"
-                    index = int(entry)
-                    found = (order[index], None) if index < len(order) else None
-                elif entry:
-                    resolved = self._resolve_id(nvml, entry, gpus, migs)
-                    if resolved is not None:
-                        found, migs = (resolved[0], resolved[1]), resolved[2]
-                if found is None or found in visible:
-                    # CUDA makes only the devices before the first invalid entry visible. A repeated
-                    # device is treated as invalid too (our assumption: CUDA's docs do not say).
-                    break
-                visible.append(found)
+            visible, mapping, migs = self._parse_visible(nvml, raw, gpus)
         targets: dict[str, _Target] = {}
-
-        def add(gpu: _Gpu, mig: str | None, cuda_index: int | None) -> None:
-            # Several MIG devices (or entries) on one GPU are one physical reading: counted once.
-            target = targets.setdefault(gpu.uuid, _Target(gpu))
-            if cuda_index is not None and cuda_index not in target.cuda_indices:
-                target.cuda_indices.append(cuda_index)
-            if mig is not None and mig not in target.mig_uuids:
-                target.mig_uuids.append(mig)
-
         if self._devices is None:
             if visible is None:
                 for gpu in sorted(gpus, key=lambda g: g.pci_key):
-                    add(gpu, None, None)
+                    _add_target(targets, gpu, None, None)
             else:
                 for cuda_index, (gpu, mig) in enumerate(visible):
-                    add(gpu, mig, cuda_index)
+                    _add_target(targets, gpu, mig, cuda_index)
         for wanted in self._devices or []:
             wanted_index = _cuda_index(wanted)
             if wanted_index is not None:
@@ -482,14 +463,14 @@ class NvmlPowerSource:
                         f"nvml: CUDA device {wanted!r} is not visible: {mapping} leaves "
                         f"{len(visible)} GPU(s) visible"
                     )
-                add(visible[wanted_index][0], visible[wanted_index][1], wanted_index)
+                _add_target(targets, visible[wanted_index][0], visible[wanted_index][1], wanted_index)
                 continue
             resolved = self._resolve_id(nvml, str(wanted).strip(), gpus, migs)
             if resolved is None:
                 known = ", ".join(f"{g.uuid} (PCI {g.pci_bus_id})" for g in gpus) or "none"
                 raise PowerSourceError(f"nvml: no single GPU matches {wanted!r}; NVML lists: {known}")
             gpu, mig, migs = resolved
-            add(gpu, mig, None)
+            _add_target(targets, gpu, mig, None)
         if not targets:
             raise PowerSourceError(f"nvml: no GPU selected: {mapping} leaves no GPU visible")
         if visible is None:
@@ -497,6 +478,35 @@ class NvmlPowerSource:
         else:
             shown = [mig if mig is not None else gpu.uuid for gpu, mig in visible]
         return _Selection(list(targets.values()), shown, mapping)
+
+    def _parse_visible(
+        self, nvml: Any, raw: str, gpus: list[_Gpu]
+    ) -> tuple[list[tuple[_Gpu, str | None]], str, dict[str, _Gpu] | None]:
+        """The GPUs (and MIG devices) ``CUDA_VISIBLE_DEVICES=raw`` makes visible, in CUDA's order;
+        how the mapping reads; and the MIG devices NVML listed on the way, if it was asked."""
+        visible: list[tuple[_Gpu, str | None]] = []
+        mapping = f"CUDA_VISIBLE_DEVICES={raw!r}"
+        migs: dict[str, _Gpu] | None = None
+        order: list[_Gpu] | None = None
+        for part in raw.split(","):
+            entry = part.strip()
+            found: tuple[_Gpu, str | None] | None = None
+            if _DIGITS.fullmatch(entry):
+                if order is None:
+                    order, why = self._cuda_order(gpus)
+                    mapping += f"; {why}"
+                index = int(entry)
+                found = (order[index], None) if index < len(order) else None
+            elif entry:
+                resolved = self._resolve_id(nvml, entry, gpus, migs)
+                if resolved is not None:
+                    found, migs = (resolved[0], resolved[1]), resolved[2]
+            if found is None or found in visible:
+                # CUDA makes only the devices before the first invalid entry visible. A repeated
+                # device is treated as invalid too (our assumption: CUDA's docs do not say).
+                break
+            visible.append(found)
+        return visible, mapping, migs
 
     def _choose_kind(self, nvml: Any, targets: list[_Target]) -> None:
         """Counter if every GPU has it, else the instant field; ``PowerSourceError`` if neither."""

@@ -153,22 +153,12 @@ def _serve_source(conn: Connection, payload: bytes) -> None:
             command = request[0]
             answer: tuple[object, ...] = (_OK, None)
             if command == _START:
-                if sampler is not None:  # a window the parent gave up on: end it first
-                    sampler.stop(last_reading=False)
-                # Monotonic: the one clock both processes read (see the module docstring).
-                sampler = PowerSampler(source, request[1], clock=time.monotonic_ns)
-                try:
-                    sampler.start()
-                except Exception as exc:  # the first reading failed: no thread was started
-                    sampler = None
-                    answer = (FAILED, describe_error(exc))
+                sampler, answer = _start_window(source, sampler, request[1])
             elif command == _MARK and sampler is not None:
                 sampler.mark()  # a failure is kept in the trace, as the thread's are
             elif command == _STOP and sampler is not None:
-                trace = sampler.stop(last_reading=request[1])
+                answer = _stop_window(sampler, request[1])
                 sampler = None
-                error = None if trace.error is None else describe_error(trace.error)
-                answer = (_OK, (trace.t_ns, [dict(v) for v in trace.values], trace.missed, error))
             elif command == _CLOSE:
                 try:
                     source.close()
@@ -187,6 +177,29 @@ def _serve_source(conn: Connection, payload: bytes) -> None:
         if source is not None:
             with contextlib.suppress(Exception):
                 source.close()
+
+
+def _start_window(
+    source: PowerSource, sampler: PowerSampler | None, hz: Any
+) -> tuple[PowerSampler | None, tuple[object, ...]]:
+    """Start a window sampled at ``hz``, ending first a ``sampler`` the parent gave up on: the new
+    sampler and the reply, or ``None`` and why where the first reading failed."""
+    if sampler is not None:  # a window the parent gave up on: end it first
+        sampler.stop(last_reading=False)
+    # Monotonic: the one clock both processes read (see the module docstring).
+    started = PowerSampler(source, hz, clock=time.monotonic_ns)
+    try:
+        started.start()
+    except Exception as exc:  # the first reading failed: no thread was started
+        return None, (FAILED, describe_error(exc))
+    return started, (_OK, None)
+
+
+def _stop_window(sampler: PowerSampler, last_reading: Any) -> tuple[object, ...]:
+    """End the window: the reply carrying its trace (times, values, missed readings, error)."""
+    trace = sampler.stop(last_reading=last_reading)
+    error = None if trace.error is None else describe_error(trace.error)
+    return (_OK, (trace.t_ns, [dict(v) for v in trace.values], trace.missed, error))
 
 
 # -- the parent -----------------------------------------------------------------------------------

@@ -383,25 +383,11 @@ class RaplPowerSource:
             used.append((zone, device))
 
         for zone in zones:
-            if len(zone.index) == 1:
-                if _PACKAGE_RE.match(zone.domain):
-                    use(zone, _package_device(zone.domain))
-                elif zone.domain.startswith("psys"):
-                    ignored.append((zone, "psys covers the packages and more of the platform"))
-                else:
-                    ignored.append((zone, f"not a package zone ({zone.domain!r})"))
-                continue
-            parent = by_key.get((zone.control_type, zone.index[:-1]))
-            if len(zone.index) != 2 or parent is None or not _PACKAGE_RE.match(parent.domain):
-                ignored.append((zone, "not a direct sub-zone of a package zone"))
-            elif zone.domain in ("core", "uncore"):
-                ignored.append((zone, f"{zone.domain} is part of its package, which is counted"))
-            elif zone.domain != "dram":
-                ignored.append((zone, f"unknown sub-zone domain {zone.domain!r}"))
-            elif not self._include_dram:
-                ignored.append((zone, "include_dram is off"))
+            chosen = self._classify(zone, by_key)
+            if isinstance(chosen, str):
+                ignored.append((zone, chosen))
             else:
-                use(zone, _dram_device(parent.domain))
+                use(zone, chosen)
         if not any(device.scope == "cpu-package" for _zone, device in used):
             seen = ", ".join(f"{z.path.name} ({z.domain})" for z in zones)
             raise PowerSourceError(
@@ -409,6 +395,27 @@ class RaplPowerSource:
                 "overlap a package counter, so they are not used on their own"
             )
         return _Selection(tuple(used), tuple(ignored))
+
+    def _classify(
+        self, zone: RaplZone, by_key: Mapping[tuple[str, tuple[int, ...]], RaplZone]
+    ) -> PowerDevice | str:
+        """The device ``zone`` counts (a package, or a package's DRAM), or why it is not used."""
+        if len(zone.index) == 1:
+            if _PACKAGE_RE.match(zone.domain):
+                return _package_device(zone.domain)
+            if zone.domain.startswith("psys"):
+                return "psys covers the packages and more of the platform"
+            return f"not a package zone ({zone.domain!r})"
+        parent = by_key.get((zone.control_type, zone.index[:-1]))
+        if len(zone.index) != 2 or parent is None or not _PACKAGE_RE.match(parent.domain):
+            return "not a direct sub-zone of a package zone"
+        if zone.domain in ("core", "uncore"):
+            return f"{zone.domain} is part of its package, which is counted"
+        if zone.domain != "dram":
+            return f"unknown sub-zone domain {zone.domain!r}"
+        if not self._include_dram:
+            return "include_dram is off"
+        return _dram_device(parent.domain)
 
 
 def _package_label(domain: str) -> str:

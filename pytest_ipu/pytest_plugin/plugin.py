@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
     from pytest_ipu.devices.poprun import PopRunInstance
     from pytest_ipu.placement.torchrun import TorchrunRank
+    from pytest_ipu.results.atomic import PendingFile
 
 __all__ = [
     "ipu_backend",
@@ -93,28 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"pytest-ipu: {exc}") from None
     if rank is not None and rank.index > 0:
         _quiet_rank(config)
-    # pytest-benchmark opens --benchmark-json and writes it in place at the end of the run, so a
-    # full disk or an interrupt left it half-written: it writes a temporary file beside it instead,
-    # moved into place whole at the end of the session (``lifecycle``; pytest-benchmark's trylast
-    # pytest_configure reads the option after this).
-    json_path = bench_seam.json_path(config.option)
-    pending = None
-    if json_path is not None:
-        if json_path.is_dir():
-            # Else pytest-benchmark says "Wrote benchmark data in: DIR" before the move onto it fails.
-            raise pytest.UsageError(
-                f"pytest-ipu: --benchmark-json={json_path}: is a directory; "
-                "pass the path of the JSON file to write"
-            )
-        config.stash[JSON_PATH_KEY] = json_path
-    if json_path is not None and not hasattr(config, "workerinput"):
-        from pytest_ipu.results.atomic import PendingFile
-
-        pending = PendingFile(json_path)
-        # Written at the temporary path, printed as the file it becomes.
-        bench_seam.set_json_path(config.option, pending.temporary, shown=pending.target)
-    else:
-        bench_seam.set_json_path(config.option, json_path)
+    pending = _pending_json(config)
     session = IpuSession(
         config, options.settings_from_config(config), poprun=instance, torchrun=rank, merged_json=merged_json
     )
@@ -141,6 +121,35 @@ def pytest_configure(config: pytest.Config) -> None:
     # Each pytest run (pytester runs many in one process) has its own plugin manager, so the hooks
     # go with the run.
     config.pluginmanager.register(Lifecycle(session, pending), "pytest-ipu-lifecycle")
+
+
+def _pending_json(config: pytest.Config) -> PendingFile | None:
+    """Point pytest-benchmark's ``--benchmark-json`` at a temporary file beside the one asked for,
+    to be moved into place whole at the end of the session; ``None`` where there is none to write
+    here (no such option, or an xdist worker). A directory given there is a usage error."""
+    # pytest-benchmark opens --benchmark-json and writes it in place at the end of the run, so a
+    # full disk or an interrupt left it half-written: it writes a temporary file beside it instead,
+    # moved into place whole at the end of the session (``lifecycle``; pytest-benchmark's trylast
+    # pytest_configure reads the option after this).
+    json_path = bench_seam.json_path(config.option)
+    pending: PendingFile | None = None
+    if json_path is not None:
+        if json_path.is_dir():
+            # Else pytest-benchmark says "Wrote benchmark data in: DIR" before the move onto it fails.
+            raise pytest.UsageError(
+                f"pytest-ipu: --benchmark-json={json_path}: is a directory; "
+                "pass the path of the JSON file to write"
+            )
+        config.stash[JSON_PATH_KEY] = json_path
+    if json_path is not None and not hasattr(config, "workerinput"):
+        from pytest_ipu.results import atomic
+
+        pending = atomic.PendingFile(json_path)
+        # Written at the temporary path, printed as the file it becomes.
+        bench_seam.set_json_path(config.option, pending.temporary, shown=pending.target)
+    else:
+        bench_seam.set_json_path(config.option, json_path)
+    return pending
 
 
 def _poprun_instance(option: Any) -> PopRunInstance | None:

@@ -378,11 +378,10 @@ def run_workers(item: pytest.Item, count: int, settings: Settings) -> list[Measu
 
 
 def _workers(item: pytest.Item, count: int, settings: Settings) -> Iterator[Measurement]:
+    """Measure the repeats of ``run_workers``, yielding each as its worker ends."""
     # Only process mode needs these: pytest start-up does not pay for them.
-    import subprocess
     import tempfile
 
-    from pytest_ipu.processes import stop_command
     from pytest_ipu.results import benchmark_json
     from pytest_ipu.run.benchmark import Measurement
 
@@ -394,47 +393,7 @@ def _workers(item: pytest.Item, count: int, settings: Settings) -> Iterator[Meas
         for n in range(count):
             who = f"repeat worker {n + 1} of {item.nodeid}"
             out = Path(tmp) / f"repeat-{n + 1}.json"
-            command = [
-                sys.executable,
-                "-m",
-                "pytest",
-                target,
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                "--rootdir",
-                str(config.rootpath),
-                "--benchmark-json",
-                str(out),
-                "--benchmark-save-data",
-            ]
-            if config.inipath is not None:
-                command += ["-c", str(config.inipath)]
-            worker = subprocess.Popen(
-                command,
-                cwd=config.invocation_params.dir,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            try:
-                stdout, stderr = worker.communicate(timeout=WORKER_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                stop_command(worker, WORKER_GRACE_S)
-                raise RepeatError(f"{who} ran longer than {WORKER_TIMEOUT_S:g} s and was killed") from None
-            except BaseException:
-                # Ctrl-C, SIGTERM (``RunTerminated``), an error here: the worker ends with this run,
-                # asked first so that it removes its own files and children, before its folder goes.
-                stop_command(worker, WORKER_GRACE_S)
-                raise
-            finally:
-                for stream in (worker.stdout, worker.stderr):
-                    if stream is not None:
-                        stream.close()
-            tail = "\n".join((stdout + stderr).strip().splitlines()[-15:])
-            if worker.returncode != 0 or not out.exists():
-                raise RepeatError(f"{who} {_ended(worker.returncode)}: {' '.join(command)}\n{tail}")
+            tail = _run_worker(config, target, out, env, who)
             run = benchmark_json.read_run(out)
             mine = [b for b in run.benchmarks if b.record is not None]
             if len(mine) != 1:
@@ -445,3 +404,55 @@ def _workers(item: pytest.Item, count: int, settings: Settings) -> Iterator[Meas
             samples = tuple(mine[0].samples_s or ())
             # A worker's per-call latencies are its round times (several instances: its rounds).
             yield Measurement(record, samples, samples)
+
+
+def _run_worker(config: pytest.Config, target: str, out: Path, env: dict[str, str], who: str) -> str:
+    """Run one worker (``who``) of the test ``target``, its JSON written to ``out``, to its end:
+    the last lines of its output. ``RepeatError`` where it ran past ``WORKER_TIMEOUT_S``, failed or
+    wrote nothing; the worker is stopped on every path out."""
+    import subprocess
+
+    from pytest_ipu.processes import stop_command
+
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        target,
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(config.rootpath),
+        "--benchmark-json",
+        str(out),
+        "--benchmark-save-data",
+    ]
+    if config.inipath is not None:
+        command += ["-c", str(config.inipath)]
+    worker = subprocess.Popen(
+        command,
+        cwd=config.invocation_params.dir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = worker.communicate(timeout=WORKER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        stop_command(worker, WORKER_GRACE_S)
+        raise RepeatError(f"{who} ran longer than {WORKER_TIMEOUT_S:g} s and was killed") from None
+    except BaseException:
+        # Ctrl-C, SIGTERM (``RunTerminated``), an error here: the worker ends with this run,
+        # asked first so that it removes its own files and children, before its folder goes.
+        stop_command(worker, WORKER_GRACE_S)
+        raise
+    finally:
+        for stream in (worker.stdout, worker.stderr):
+            if stream is not None:
+                stream.close()
+    tail = "\n".join((stdout + stderr).strip().splitlines()[-15:])
+    if worker.returncode != 0 or not out.exists():
+        raise RepeatError(f"{who} {_ended(worker.returncode)}: {' '.join(command)}\n{tail}")
+    return tail

@@ -195,6 +195,19 @@ def _render(
             "pytest-ipu report needs matplotlib (pytest-ipu's extra 'report'): pip install matplotlib"
         ) from None
 
+    return _draw(runs, swept, studies, scaled, charts, machine)
+
+
+def _draw(
+    runs: Sequence[StoredRun],
+    swept: Sequence[str],
+    studies: Sequence[scaling.Study],
+    scaled: Sequence[tuple[int, str]],
+    charts: Sequence[loadgen_plot.Chart],
+    machine: str,
+) -> list[_Figure]:
+    """Draw and encode the figures ``_render`` found due: each view of the ``swept`` groups, the
+    ``scaled`` views of ``studies`` and the LoadGen ``charts``, each under a file stem of its own."""
     out: list[_Figure] = []
     stems: set[str] = set()
 
@@ -646,51 +659,61 @@ def _page(
     *,
     scaling_drawn: bool = True,
 ) -> str:
+    """The report's HTML page: the summary, the gates, each group, the scaling studies, LoadGen,
+    pytest-ipu's self-checks (folded) and the machine, with ``figures`` in their sections."""
     shown = generic(runs)
     recorded = plots.report_order(shown)
     # The groups of pytest-benchmark's own benchmarks (no record) come after those with records.
     groups = recorded + [g for g in plain_groups(shown) if g not in recorded]
     labels = plots.run_labels(runs)
-    title = "pytest-ipu report"
     sub, heading, machine = _runs_heading(runs, labels)
-    sections = []
-    contents = []
+    sections: list[str] = []
+    contents: list[str] = []
     checks = set(summary.self_check_groups(shown))
     anchors = {group: f"group-{index + 1}-{_slug(group)}" for index, group in enumerate(groups)}
     # First: the answer, each study's headline figures; the sections follow.
     lead = summary.section(shown, anchors, published)
     if lead:
-        sections.append(f'<section id="summary"><h2>Summary</h2>{lead}</section>')
-        contents.append('<li><a href="#summary">summary</a></li>')
+        _add_section(sections, contents, "summary", "Summary", lead, "summary")
     gated = _gates_section(runs, labels)
     if gated:
-        sections.append(f'<section id="gates"><h2>Gates</h2>{gated}</section>')
-        contents.append('<li><a href="#gates">gates</a></li>')
+        _add_section(sections, contents, "gates", "Gates", gated, "gates")
     for group in groups:
         if group not in checks:
             sections.append(_group_section(shown, group, figures, anchors[group]))
             contents.append(f'<li><a href="#{_e(anchors[group])}">{_e(group)}</a></li>')
     body = _scaling_body(shown, figures, studies, published, scaling_drawn)
     if body is not None:
-        sections.append(f'<section id="scaling"><h2>Scaling</h2>{body}</section>')
-        contents.append('<li><a href="#scaling">scaling</a></li>')
+        _add_section(sections, contents, "scaling", "Scaling", body, "scaling")
     queried = _loadgen_rows(runs)
     if queried:
         charts = [f for f in figures if f.view == loadgen_plot.VIEW]
         body = _loadgen_section(queried, charts, drawn=scaling_drawn)
-        sections.append(f'<section id="loadgen"><h2>LoadGen</h2>{body}</section>')
-        contents.append('<li><a href="#loadgen">LoadGen</a></li>')
+        _add_section(sections, contents, "loadgen", "LoadGen", body, "LoadGen")
     if checks:
         # pytest-ipu's checks of itself (overheads, sampler, gates): last, folded, out of the way.
         inner = "".join(_group_section(shown, g, figures, anchors[g]) for g in groups if g in checks)
-        sections.append(
-            f'<section id="self-checks"><h2>Self-checks</h2><details><summary>{len(checks)} group(s) '
-            f"that measure pytest-ipu itself, not a model</summary>{inner}</details></section>"
+        folded = (
+            f"<details><summary>{len(checks)} group(s) that measure pytest-ipu itself, not a model</summary>"
+            f"{inner}</details>"
         )
-        contents.append('<li><a href="#self-checks">self-checks</a></li>')
+        _add_section(sections, contents, "self-checks", "Self-checks", folded, "self-checks")
     # The machine's facts come after the groups: the first screen is for the main study's table.
-    sections.append(f'<section id="machine"><h2>{_e(heading)}</h2>{machine}</section>')
-    contents.append(f'<li><a href="#machine">{_e(heading.lower())}</a></li>')
+    _add_section(sections, contents, "machine", _e(heading), machine, _e(heading.lower()))
+    return _document(runs, sub, sections, contents)
+
+
+def _add_section(
+    sections: list[str], contents: list[str], anchor: str, heading: str, body: str, link: str
+) -> None:
+    """Add a section of the page (``heading`` and ``body``, HTML) and its line in the contents."""
+    sections.append(f'<section id="{anchor}"><h2>{heading}</h2>{body}</section>')
+    contents.append(f'<li><a href="#{anchor}">{link}</a></li>')
+
+
+def _document(runs: Sequence[StoredRun], sub: str, sections: Sequence[str], contents: Sequence[str]) -> str:
+    """The whole page: its head and style, the title, the contents, the ``sections`` and the footer."""
+    title = "pytest-ipu report"
     nav = f'<nav><ul class="contents">{"".join(contents)}</ul></nav>'
     # Each note once per page: tables share most of theirs (footnotes.once_per_page).
     return (

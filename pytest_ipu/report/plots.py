@@ -267,6 +267,47 @@ def _energy(record: IpuRecord) -> tuple[float | None, bool, str | None, str | No
     return value, power.low_confidence, None, source
 
 
+@dataclass
+class _Values:
+    """One line's points of a view (``_view_values``), by batch size: the value, the upper whisker
+    (latency's p99) and whether it is flagged, hollow (unsteady or low-confidence), unsteady, why
+    there is no value, and the energy figures' sources."""
+
+    values: list[float | None] = dataclasses.field(default_factory=list)
+    upper: list[float | None] = dataclasses.field(default_factory=list)
+    flagged: list[bool] = dataclasses.field(default_factory=list)
+    hollow: list[bool] = dataclasses.field(default_factory=list)
+    unsteady: list[bool] = dataclasses.field(default_factory=list)
+    reasons: list[str | None] = dataclasses.field(default_factory=list)
+    sources: dict[str, None] = dataclasses.field(default_factory=dict)
+
+
+def _view_values(records: Sequence[IpuRecord], view: str) -> _Values:
+    """The points of ``view`` of one line's ``records``."""
+    got = _Values()
+    for record in records:
+        shaky = bool(UNSTEADY_FLAGS.intersection(record.flags))
+        got.unsteady.append(shaky)
+        if view == "latency":
+            got.values.append(record.latency_s.p50)
+            got.upper.append(record.latency_s.p99)
+            got.flagged.append("p99" in record.latency_s.unsupported)
+            got.hollow.append(shaky)
+            got.reasons.append(None)
+        elif view == "throughput":
+            got.values.append(record.throughput_items_per_s)
+            got.hollow.append(shaky)
+            got.reasons.append(None)
+        else:
+            value, low, reason, source = _energy(record)
+            got.values.append(value)
+            got.hollow.append(low or shaky)
+            got.reasons.append(reason)
+            if source:
+                got.sources[source] = None
+    return got
+
+
 def series_for(runs: Sequence[StoredRun], group: str, view: str) -> list[Series]:
     """The lines of one group's plot of ``view``, sorted by backend then run, points by batch size.
 
@@ -288,45 +329,19 @@ def series_for(runs: Sequence[StoredRun], group: str, view: str) -> list[Series]
         lines.items(), key=lambda item: (_backend_sort_key(item[0][0]), item[0][1])
     ):
         records.sort(key=lambda r: r.batch_size)
-        values: list[float | None] = []
-        upper: list[float | None] = []
-        flagged: list[bool] = []
-        hollow: list[bool] = []
-        unsteady: list[bool] = []
-        reasons: list[str | None] = []
-        sources: dict[str, None] = {}
-        for record in records:
-            shaky = bool(UNSTEADY_FLAGS.intersection(record.flags))
-            unsteady.append(shaky)
-            if view == "latency":
-                values.append(record.latency_s.p50)
-                upper.append(record.latency_s.p99)
-                flagged.append("p99" in record.latency_s.unsupported)
-                hollow.append(shaky)
-                reasons.append(None)
-            elif view == "throughput":
-                values.append(record.throughput_items_per_s)
-                hollow.append(shaky)
-                reasons.append(None)
-            else:
-                value, low, reason, source = _energy(record)
-                values.append(value)
-                hollow.append(low or shaky)
-                reasons.append(reason)
-                if source:
-                    sources[source] = None
+        got = _view_values(records, view)
         label = _backend_label(backend)
         index = style[backend]
         out.append(
             Series(
                 label=label + (f" | {labels[run]}" if len(runs) > 1 else ""),
                 batch_sizes=tuple(r.batch_size for r in records),
-                values=tuple(values),
-                upper=tuple(upper),
-                upper_flagged=tuple(flagged),
-                hollow=tuple(hollow),
-                unsteady=tuple(unsteady),
-                reasons=tuple(reasons),
+                values=tuple(got.values),
+                upper=tuple(got.upper),
+                upper_flagged=tuple(got.flagged),
+                hollow=tuple(got.hollow),
+                unsteady=tuple(got.unsteady),
+                reasons=tuple(got.reasons),
                 color=PALETTE[index % len(PALETTE)],
                 marker=MARKERS[index % len(MARKERS)],
                 linestyle=LINESTYLES[run % len(LINESTYLES)],
@@ -337,7 +352,7 @@ def series_for(runs: Sequence[StoredRun], group: str, view: str) -> list[Series]
                 run=run,
                 run_label=labels[run] if len(runs) > 1 else "",
                 backend_label=label,
-                sources=tuple(sources),
+                sources=tuple(got.sources),
             )
         )
     return out
@@ -494,8 +509,6 @@ def draw(
     ``machine`` (the CPU and accelerators) is shown under the title. For the energy view with no
     measured point at all the plot body says why, in words, instead of showing an empty or zero axis.
     """
-    from matplotlib.ticker import FuncFormatter
-
     if view not in VIEWS:
         raise ValueError(f"unknown view {view!r}; expected one of {', '.join(VIEWS)}")
     check_plottable(view, group, series)
@@ -520,7 +533,26 @@ def draw(
     scaled = [v / scale for v in present]
     if not scaled:
         _no_data(ax, view, series)
-    elif _wide(scaled):
+    else:
+        _value_axis(ax, scaled)
+
+    ax.grid(True, which="major", color="#dddddd", linewidth=0.8)
+    ax.grid(True, which="minor", axis="y", color="#eeeeee", linewidth=0.5)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    if handles and scaled:
+        # Outside the axes, so the legend never covers a point.
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8.5)
+    return fig
+
+
+def _value_axis(ax: Axes, scaled: Sequence[float]) -> None:
+    """The value axis of the ``scaled`` values: logarithmic where they span a wide range (the 2s
+    and 5s labelled too within few decades), else linear from 0."""
+    from matplotlib.ticker import FuncFormatter
+
+    if _wide(scaled):
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.format_number(v)))
         # Label the 2s and 5s between decades too when the range spans few decades.
@@ -532,16 +564,6 @@ def draw(
     else:
         ax.set_ylim(0, max(scaled) * 1.12)
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: units.format_number(v)))
-
-    ax.grid(True, which="major", color="#dddddd", linewidth=0.8)
-    ax.grid(True, which="minor", axis="y", color="#eeeeee", linewidth=0.5)
-    ax.set_axisbelow(True)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    if handles and scaled:
-        # Outside the axes, so the legend never covers a point.
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8.5)
-    return fig
 
 
 def _key_handles(view: str, series: Sequence[Series]) -> list[Any]:
@@ -653,30 +675,36 @@ def _draw_series(ax: Axes, view: str, s: Series, scale: float) -> Any:
             zorder=4,
         )
     if view == "latency" and s.upper:
-        up = [math.nan if v is None else v / scale for v in s.upper]
-        # A band reads well along a line; the whiskers also show it where a line has one point.
-        if len(xs) > 1:
-            ax.fill_between(xs, ys, up, color=s.color, alpha=0.12, linewidth=0, zorder=1)
-        ax.vlines(xs, ys, up, color=s.color, linewidth=1.1, alpha=0.8, zorder=2)
-        flags = list(s.upper_flagged) or [False] * len(xs)
-        # A supported p99 ends its whisker in a tick; one that is only the maximum of too few
-        # rounds in an open circle (the table's ``*``).
-        for flagged in (False, True):
-            px = [x for x, f in zip_strict(xs, flags) if f is flagged]
-            py = [y for y, f in zip_strict(up, flags) if f is flagged]
-            if px:
-                ax.plot(
-                    px,
-                    py,
-                    linestyle="none",
-                    color=s.color,
-                    zorder=2,
-                    markeredgewidth=1.3,
-                    marker="o" if flagged else "_",
-                    markersize=4.5 if flagged else 10,
-                    markerfacecolor="white" if flagged else s.color,
-                )
+        _draw_band(ax, s, xs, ys, scale)
     return line
+
+
+def _draw_band(ax: Axes, s: Series, xs: Sequence[float], ys: Sequence[float], scale: float) -> None:
+    """Draw the latency band of ``s`` from its points (``xs``, ``ys``) up to its p99, each whisker
+    ending in a tick, or an open circle where the p99 is only the maximum of too few rounds."""
+    up = [math.nan if v is None else v / scale for v in s.upper]
+    # A band reads well along a line; the whiskers also show it where a line has one point.
+    if len(xs) > 1:
+        ax.fill_between(xs, ys, up, color=s.color, alpha=0.12, linewidth=0, zorder=1)
+    ax.vlines(xs, ys, up, color=s.color, linewidth=1.1, alpha=0.8, zorder=2)
+    flags = list(s.upper_flagged) or [False] * len(xs)
+    # A supported p99 ends its whisker in a tick; one that is only the maximum of too few
+    # rounds in an open circle (the table's ``*``).
+    for flagged in (False, True):
+        px = [x for x, f in zip_strict(xs, flags) if f is flagged]
+        py = [y for y, f in zip_strict(up, flags) if f is flagged]
+        if px:
+            ax.plot(
+                px,
+                py,
+                linestyle="none",
+                color=s.color,
+                zorder=2,
+                markeredgewidth=1.3,
+                marker="o" if flagged else "_",
+                markersize=4.5 if flagged else 10,
+                markerfacecolor="white" if flagged else s.color,
+            )
 
 
 def _no_data(ax: Axes, view: str, series: Sequence[Series]) -> None:

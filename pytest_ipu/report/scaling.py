@@ -172,17 +172,8 @@ def studies(runs: Sequence[StoredRun], references: Sequence[Reference] = ()) -> 
         for bench in run.benchmarks
         if bench.record is not None and devices(bench.record) is not None
     ]
-    # A short name two benchmarks of one run share is ambiguous: those keep their whole fullname.
-    seen: dict[tuple[int, str], set[str]] = {}
-    for index, bench, _ in found:
-        seen.setdefault((index, _short(bench.fullname)), set()).add(bench.fullname)
-    ambiguous = {short for (_, short), fulls in seen.items() if len(fulls) > 1}
-    members: dict[str, list[tuple[int, StoredBenchmark, IpuRecord]]] = {}
-    for index, bench, record in found:
-        short = _short(bench.fullname)
-        members.setdefault(bench.fullname if short in ambiguous else short, []).append((index, bench, record))
     out = []
-    for title, entries in members.items():
+    for title, entries in _by_title(found).items():
         for index, _, record in entries:
             _check(title, labels[index], record)
         raw = sorted(
@@ -205,15 +196,38 @@ def studies(runs: Sequence[StoredRun], references: Sequence[Reference] = ()) -> 
         # A time-to-train figure goes only where a time to train was measured: beside a training
         # step's samples/s it would compare different things. Such a reference is listed apart.
         timed = any(p.time_to_train_s is not None for p in points)
-        # Only the metrics a scaling view draws: a latency or items/J figure is the summary's.
-        matched = tuple(
-            r
-            for r in references
-            if r.metric in VIEW_METRIC.values() and r.matches(*names) and (r.metric == "throughput" or timed)
-        )
+        matched = _matching(references, names, timed)
         base = next(p for p in points if p.run == base_index and p.devices == n_min)
         out.append(Study(title, names, points, base, matched))
     return out
+
+
+def _by_title(
+    found: Sequence[tuple[int, StoredBenchmark, IpuRecord]],
+) -> dict[str, list[tuple[int, StoredBenchmark, IpuRecord]]]:
+    """The ``found`` benchmarks (run index, benchmark, record) by study title: the short name,
+    or the whole fullname where two benchmarks of one run share a short name."""
+    # A short name two benchmarks of one run share is ambiguous: those keep their whole fullname.
+    seen: dict[tuple[int, str], set[str]] = {}
+    for index, bench, _ in found:
+        seen.setdefault((index, _short(bench.fullname)), set()).add(bench.fullname)
+    ambiguous = {short for (_, short), fulls in seen.items() if len(fulls) > 1}
+    members: dict[str, list[tuple[int, StoredBenchmark, IpuRecord]]] = {}
+    for index, bench, record in found:
+        short = _short(bench.fullname)
+        members.setdefault(bench.fullname if short in ambiguous else short, []).append((index, bench, record))
+    return members
+
+
+def _matching(references: Sequence[Reference], names: Sequence[str], timed: bool) -> tuple[Reference, ...]:
+    """The ``references`` of a study known by ``names`` that a scaling view draws; a time to
+    train only where the study measured one (``timed``)."""
+    # Only the metrics a scaling view draws: a latency or items/J figure is the summary's.
+    return tuple(
+        r
+        for r in references
+        if r.metric in VIEW_METRIC.values() and r.matches(*names) and (r.metric == "throughput" or timed)
+    )
 
 
 def unmatched(references: Sequence[Reference], found: Sequence[Study]) -> list[Reference]:
@@ -372,6 +386,19 @@ def draw(study: Study, view: str, *, machine: str = "") -> Figure:
         values = _draw_time_to_train(ax, study, scale)
         ax.set_ylabel(f"time to train ({unit})")
     published = study.published(view)
+    values.extend(_draw_published(ax, published, scale))
+    measured = study.points if view == THROUGHPUT else study.timed()
+    _axes(ax, [p.devices for p in measured] + [r.devices for r in published], values)
+    # The section text says how devices are counted: processes x replicas, or a time to train's processes.
+    ax.set_xlabel("devices")
+    _legend(ax)
+    return fig
+
+
+def _draw_published(ax: Axes, published: Sequence[Reference], scale: float) -> list[float]:
+    """Draw the ``published`` points of a view (their values divided by ``scale``) in their own
+    colour and markers; the values drawn."""
+    values = []
     for i, ref in enumerate(published):
         ax.plot(
             [ref.devices],
@@ -386,12 +413,12 @@ def draw(study: Study, view: str, *, machine: str = "") -> Figure:
             zorder=5,
         )
         values.append(ref.value / scale)
-    measured = study.points if view == THROUGHPUT else study.timed()
-    _axes(ax, [p.devices for p in measured] + [r.devices for r in published], values)
-    # The section text says how devices are counted: processes x replicas, or a time to train's processes.
-    ax.set_xlabel("devices")
-    # Measured first, the ideal, then the published points: in the order they were drawn, an
-    # error-bar container would come after every plain line.
+    return values
+
+
+def _legend(ax: Axes) -> None:
+    """The figure's legend, beside the axes: measured first, the ideal, then the published points
+    (in the order they were drawn, an error-bar container would come after every plain line)."""
     handles, texts = ax.get_legend_handles_labels()
     order = sorted(
         range(len(texts)), key=lambda i: (texts[i].startswith("published"), texts[i].startswith("ideal"))
@@ -404,7 +431,6 @@ def draw(study: Study, view: str, *, machine: str = "") -> Figure:
         frameon=False,
         fontsize=8.5,
     )
-    return fig
 
 
 def _draw_throughput(ax: Axes, study: Study) -> list[float]:
@@ -586,8 +612,6 @@ def section(
     ``figures`` maps (study index, view) to the figure's file stem and SVG bytes; ``None`` when no
     figure could be drawn here (matplotlib missing): the tables are shown and the page says why.
     """
-    import base64
-
     parts = [
         '<p class="sub">Training benchmarks across the runs given. Devices: processes x replicas '
         "(time to train: processes). One point per run: runs at the same device count are all shown, "
@@ -606,33 +630,44 @@ def section(
         if not study.views():
             counts = ", ".join(str(n) for n in sorted({p.devices for p in study.points}))
             parts.append(f'<p class="sub">No scaling figure: every run has {_e(counts)} device(s).</p>')
-        images = []
-        for view, (stem, svg) in drawn.items():
-            data = base64.b64encode(svg).decode("ascii")
-            alt = f"{study.title}: {VIEW_TITLES[view]}"
-            caption = f"{stem}.png, {stem}.svg"
-            if view == THROUGHPUT:
-                own = [n for n in efficiency_notes(study) if n.startswith(OWN_MARK)]
-                caption = ". ".join([efficiency_source(study), *own, caption])
-            images.append(
-                f'<figure><img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}"/>'
-                f"<figcaption>{_e(caption)}</figcaption></figure>"
-            )
+        images = [_figure_html(study, view, stem, svg) for view, (stem, svg) in drawn.items()]
         if images:
             parts.append(f'<div class="figures">{"".join(images)}</div>')
         parts.append(measured_table(study, notes=THROUGHPUT not in drawn))
         if study.references:
-            shown = {}
-            for ref in study.references:
-                view = THROUGHPUT if ref.metric == "throughput" else TIME_TO_TRAIN
-                if view in drawn:
-                    shown[ref.index] = f"drawn in the {VIEW_TITLES[view]} figure"
-                elif view == TIME_TO_TRAIN and not study.timed():
-                    shown[ref.index] = "not drawn: this benchmark has no time to train measured"
-                else:
-                    shown[ref.index] = "not drawn: no figure"
-            parts.append(references_table(study.references, shown))
+            parts.append(references_table(study.references, _where_drawn(study, drawn)))
     if loose:
         shown = {r.index: why_unmatched(r, found) for r in loose}
         parts.append(references_table(loose, shown))
     return "".join(parts)
+
+
+def _figure_html(study: Study, view: str, stem: str, svg: bytes) -> str:
+    """One figure of ``study`` in the page: its SVG inline, captioned with its files (and, for
+    throughput, where its efficiency baseline comes from)."""
+    import base64
+
+    data = base64.b64encode(svg).decode("ascii")
+    alt = f"{study.title}: {VIEW_TITLES[view]}"
+    caption = f"{stem}.png, {stem}.svg"
+    if view == THROUGHPUT:
+        own = [n for n in efficiency_notes(study) if n.startswith(OWN_MARK)]
+        caption = ". ".join([efficiency_source(study), *own, caption])
+    return (
+        f'<figure><img alt="{_e(alt)}" src="data:image/svg+xml;base64,{data}"/>'
+        f"<figcaption>{_e(caption)}</figcaption></figure>"
+    )
+
+
+def _where_drawn(study: Study, drawn: Mapping[str, object]) -> dict[int, str]:
+    """Where each of ``study``'s references is drawn (``drawn``: its views with a figure), or why not."""
+    shown = {}
+    for ref in study.references:
+        view = THROUGHPUT if ref.metric == "throughput" else TIME_TO_TRAIN
+        if view in drawn:
+            shown[ref.index] = f"drawn in the {VIEW_TITLES[view]} figure"
+        elif view == TIME_TO_TRAIN and not study.timed():
+            shown[ref.index] = "not drawn: this benchmark has no time to train measured"
+        else:
+            shown[ref.index] = "not drawn: no figure"
+    return shown

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pytest_ipu.measure import stats
 from pytest_ipu.measure import units
@@ -21,9 +22,14 @@ from pytest_ipu.report.table import Table
 from pytest_ipu.report.text import left_out
 from pytest_ipu.report.training import time_to_train_lines
 from pytest_ipu.results.catalog import METRICS
+from pytest_ipu.results.records import BudgetRecord
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import ParityRecord
 from pytest_ipu.results.records import PowerRecord
+from pytest_ipu.results.records import StabilityRecord
+
+if TYPE_CHECKING:
+    from pytest_ipu.measure.contention import ContentionRecord
 
 
 @dataclass(frozen=True)
@@ -406,28 +412,12 @@ def _flag_notes(rows: Sequence[Row]) -> list[str]:
         record, name = row.record, _who(row, rows)
         stability, contention, budget = record.stability, record.contention, record.budget
         if stability is not None and stability.unstable:
-            if stability.cv is not None:
-                figure = (
-                    f"throughput varied {stability.cv * 100:.1f}% (cv) between {stability.repeats} repeats"
-                )
-            else:
-                spread = (stability.round_spread or 0.0) * 100
-                figure = f"round times spread {spread:.1f}% (IQR / median), one repeat"
-            lines.append(f"unstable: {name}: {figure}, above {stability.threshold * 100:g}%")
+            lines.append(f"unstable: {name}: {_spread(stability)}, above {stability.threshold * 100:g}%")
         if contention is not None and contention.contended and contention.others_share is not None:
-            load = "" if contention.load_avg_1m is None else f", load average {contention.load_avg_1m:.2f}"
-            others = contention.others_share * 100
-            if contention.flagged_share is not None and contention.flagged_repeat is not None:
-                # The flag is set by one window; the average over all of them may be below it.
-                used = (
-                    f"{contention.flagged_share * 100:.0f}% of the machine's CPU during repeat "
-                    f"{contention.flagged_repeat} ({others:.0f}% over all the windows)"
-                )
-            else:
-                used = f"{others:.0f}% of the machine's CPU during the windows"
+            used = _others_used(contention, contention.others_share)
             lines.append(
                 f"contended: {name}: other processes used {used}, above "
-                f"{contention.threshold * 100:g}%{load}{_threads_hint(record)}"
+                f"{contention.threshold * 100:g}%{_load(contention)}{_threads_hint(record)}"
             )
         if record.off_cpu and record.cpu is not None and record.cpu.off_cpu_share is not None:
             lines.append(
@@ -439,16 +429,49 @@ def _flag_notes(rows: Sequence[Row]) -> list[str]:
         if contention is not None and not contention.readable:
             unreadable[f"contention not measured: {contention.reason}"] = None
         if budget is not None and budget.budget_s is not None:
-            window = units.format_value(budget.window_s, "s")
-            of = f"of a {units.format_value(budget.budget_s, 's')} budget"
-            if budget.capped:
-                cap = units.format_value(budget.cap_s or 0.0, "s")
-                lines.append(f"capped: {name}: the hard cap ({cap}) ended the rounds: {window} {of}")
-            if budget.min_rounds_past_budget:
-                lines.append(f"over-budget: {name}: the minimum rounds took {window} {of}")
-            if budget.rounds_limited:
-                lines.append(f"rounds-limit: {name}: the most rounds planned filled {window} {of}")
+            lines.extend(_budget_notes(name, budget, budget.budget_s))
     return lines + list(unreadable)
+
+
+def _spread(stability: StabilityRecord) -> str:
+    """The spread that made a benchmark unstable: between its repeats, else between its rounds."""
+    if stability.cv is not None:
+        return f"throughput varied {stability.cv * 100:.1f}% (cv) between {stability.repeats} repeats"
+    spread = (stability.round_spread or 0.0) * 100
+    return f"round times spread {spread:.1f}% (IQR / median), one repeat"
+
+
+def _others_used(contention: ContentionRecord, others_share: float) -> str:
+    """The machine's CPU other processes used, in the window that raised the flag where one did."""
+    others = others_share * 100
+    if contention.flagged_share is not None and contention.flagged_repeat is not None:
+        # The flag is set by one window; the average over all of them may be below it.
+        return (
+            f"{contention.flagged_share * 100:.0f}% of the machine's CPU during repeat "
+            f"{contention.flagged_repeat} ({others:.0f}% over all the windows)"
+        )
+    return f"{others:.0f}% of the machine's CPU during the windows"
+
+
+def _load(contention: ContentionRecord) -> str:
+    """The load average beside a contention note, where it was read."""
+    return "" if contention.load_avg_1m is None else f", load average {contention.load_avg_1m:.2f}"
+
+
+def _budget_notes(name: str, budget: BudgetRecord, budget_s: float) -> list[str]:
+    """The notes of a window that strayed from its ``budget_s``: capped, past it for the minimum
+    rounds, or short of it at the round limit."""
+    lines = []
+    window = units.format_value(budget.window_s, "s")
+    of = f"of a {units.format_value(budget_s, 's')} budget"
+    if budget.capped:
+        cap = units.format_value(budget.cap_s or 0.0, "s")
+        lines.append(f"capped: {name}: the hard cap ({cap}) ended the rounds: {window} {of}")
+    if budget.min_rounds_past_budget:
+        lines.append(f"over-budget: {name}: the minimum rounds took {window} {of}")
+    if budget.rounds_limited:
+        lines.append(f"rounds-limit: {name}: the most rounds planned filled {window} {of}")
+    return lines
 
 
 def _host_notes(rows: Sequence[Row]) -> list[str]:

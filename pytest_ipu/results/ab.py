@@ -180,7 +180,6 @@ def check_paired(
     decide.check_alpha(alpha)
     if len(baseline) != len(candidate) or not baseline:
         raise ValueError(f"need N >= 1 pairs, got {len(baseline)} baseline and {len(candidate)} candidate")
-    n = len(candidate)
     if any(v is None for v in candidate):
         reason = f"no value in the candidate: {candidate_gap or 'missing from a run'}"
         return Verdict(gate, benchmark, decide.FAIL, None, None, None, None, reason)
@@ -192,7 +191,16 @@ def check_paired(
         return Verdict(
             gate, benchmark, decide.INCONCLUSIVE, None, statistics.median(present), None, None, reason
         )
-    logs = log_ratios(baseline, candidate)
+    return _check_ratios(gate, benchmark, baseline, present, alpha)
+
+
+def _check_ratios(
+    gate: Gate, benchmark: str, baseline: Sequence[float | None], present: Sequence[float], alpha: float
+) -> Verdict:
+    """A relative gate on the pairs' log-ratios, every pair having both values: inconclusive for
+    one pair or a value of 0."""
+    n = len(present)
+    logs = log_ratios(baseline, present)
     if logs is None:
         before = statistics.median(v for v in baseline if v is not None)
         after = statistics.median(present)
@@ -428,14 +436,8 @@ def analyse(
     verdicts. Benchmarks missing from some run, or only a partial entry there, are listed in
     ``missing``. ``plan`` describes the pairs for the legend. Raises ``ValueError`` for unequal or no
     runs and for ``alpha`` or ``job_alpha`` outside (0, 0.5)."""
-    decide.check_alpha(alpha)
-    decide.check_alpha(job_alpha)
+    _check_arguments(baseline_runs, candidate_runs, alpha, job_alpha)
     settled = dict(settled or {})
-    if len(baseline_runs) != len(candidate_runs) or not baseline_runs:
-        raise ValueError(
-            f"need N >= 1 pairs of runs, got {len(baseline_runs)} baseline and "
-            f"{len(candidate_runs)} candidate runs"
-        )
     sides = {BASELINE: baseline_runs, CANDIDATE: candidate_runs}
     complete, missing = _complete(sides, settled, len(baseline_runs))
     names = [b.name for b in complete]
@@ -447,28 +449,10 @@ def analyse(
     for bench in complete:
         # Short names read better; two benchmarks of one name (in two files) need their full names.
         display = bench.name if names.count(bench.name) == 1 else bench.fullname
-        kept = settled.get(bench.fullname)
-        for line in _paired(bench, display, metrics, sides, settled):
-            if any(v is not None for v in (*line.baseline, *line.candidate)):
-                lines.append(line)
-            for gate in (g for g in gate_list if g.metric == line.metric):
-                if kept is not None:
-                    continue
-                fullnames.append(bench.fullname)
-                verdicts.append(
-                    check_paired(
-                        gate,
-                        display,
-                        line.baseline,
-                        line.candidate,
-                        alpha=alpha,
-                        baseline_gap=line.baseline_gap,
-                        candidate_gap=line.candidate_gap,
-                    )
-                )
-        if kept is not None:
-            fullnames.extend(bench.fullname for _ in kept.verdicts)
-            verdicts.extend(kept.verdicts)
+        shown_lines, checked = _check_bench(bench, display, metrics, sides, settled, gate_list, alpha)
+        lines.extend(shown_lines)
+        verdicts.extend(checked)
+        fullnames.extend(bench.fullname for _ in checked)
     _adjust(verdicts, fullnames, settled, job_alpha)
     return ABResult(
         labels,
@@ -483,6 +467,55 @@ def analyse(
         settled,
         job_alpha,
     )
+
+
+def _check_arguments(
+    baseline_runs: Sequence[StoredRun], candidate_runs: Sequence[StoredRun], alpha: float, job_alpha: float
+) -> None:
+    """``ValueError`` for unequal or no runs, and for ``alpha`` or ``job_alpha`` outside (0, 0.5)."""
+    decide.check_alpha(alpha)
+    decide.check_alpha(job_alpha)
+    if len(baseline_runs) != len(candidate_runs) or not baseline_runs:
+        raise ValueError(
+            f"need N >= 1 pairs of runs, got {len(baseline_runs)} baseline and "
+            f"{len(candidate_runs)} candidate runs"
+        )
+
+
+def _check_bench(
+    bench: StoredBenchmark,
+    display: str,
+    metrics: Sequence[str],
+    sides: Mapping[str, Sequence[StoredRun]],
+    settled: Mapping[str, Settled],
+    gate_list: Sequence[Gate],
+    alpha: float,
+) -> tuple[list[Paired], list[Verdict]]:
+    """The lines of ``bench`` that hold a value, and its verdicts: every gate checked on its pairs,
+    or the verdicts it kept where it was settled at an earlier look."""
+    kept = settled.get(bench.fullname)
+    lines: list[Paired] = []
+    verdicts: list[Verdict] = []
+    for line in _paired(bench, display, metrics, sides, settled):
+        if any(v is not None for v in (*line.baseline, *line.candidate)):
+            lines.append(line)
+        if kept is not None:
+            continue
+        for gate in (g for g in gate_list if g.metric == line.metric):
+            verdicts.append(
+                check_paired(
+                    gate,
+                    display,
+                    line.baseline,
+                    line.candidate,
+                    alpha=alpha,
+                    baseline_gap=line.baseline_gap,
+                    candidate_gap=line.candidate_gap,
+                )
+            )
+    if kept is not None:
+        verdicts.extend(kept.verdicts)
+    return lines, verdicts
 
 
 def _runs_of(fullname: str, runs: Sequence[StoredRun], settled: Mapping[str, Settled]) -> Sequence[StoredRun]:

@@ -329,6 +329,9 @@ def absent(found: History) -> list[Series]:
 def _verdict(
     series: Series, changes: Sequence[Change], noise: Noise, threshold: float, recent: int
 ) -> SeriesVerdict:
+    """The check's verdict on one series: too few runs; a regression beyond ``threshold`` at one of
+    the ``recent`` newest commits; too noisy to tell; newest commits worse but too few runs to be a
+    change; or none."""
     n = len(series.points)
     limit = f"{threshold * 100:g}%"
     if series.runs < 2 * MIN_RUNS:
@@ -338,22 +341,9 @@ def _verdict(
             f"only {series.runs} run(s): a change needs {MIN_RUNS} runs on each side; run the benchmarks "
             "more times (--benchmark-autosave each time)",
         )
-    newest = sorted((c for c in changes if c.worse and c.found.index >= n - recent), key=severity)
-    for change in newest:
-        size, low, high = change.worsening
-        where = (
-            f"{change.series.metrics} {percent(size)} [{percent(low)}, {percent(high)}] "
-            f"p={change.found.p_value:.3g} from {change.commit[:SHORT]}"
-            f"{' (dirty: its runs had uncommitted changes, which may be the cause)' if change.dirty else ''}"
-        )
-        if low > threshold:
-            return SeriesVerdict(series, decide.FAIL, f"regression {where}, beyond {limit}")
-        if high > threshold:
-            return SeriesVerdict(
-                series,
-                decide.INCONCLUSIVE,
-                f"regression {where}: its interval straddles {limit}; benchmark more commits to narrow it",
-            )
+    found = _newest_regression(series, changes, threshold, recent)
+    if found is not None:
+        return found
     counts = [len(p.values) for p in series.points]
     start = max([c.found.index for c in changes] + [0])
     # The newest commits that cannot start a change of their own: fewer than MIN_RUNS runs in all.
@@ -375,20 +365,59 @@ def _verdict(
             f"{seen.runs_needed(threshold):,} runs",
         )
     if tail and len(level) >= MIN_RUNS:
-        newer = [math.log(v) for p in series.points[n - tail :] for v in p.values]
-        shift = sum(newer) / len(newer) - sum(level) / len(level)
-        worse = math.expm1(shift) if series.better == "lower" else -math.expm1(shift)
-        if worse > threshold:
-            first = series.points[n - tail]
+        unfinished = _unfinished_step(series, level, tail, sum(counts[n - tail :]), threshold)
+        if unfinished is not None:
+            return unfinished
+    return SeriesVerdict(
+        series, decide.PASS, f"no regression beyond {limit} in the newest {min(recent, n)} commits"
+    )
+
+
+def _newest_regression(
+    series: Series, changes: Sequence[Change], threshold: float, recent: int
+) -> SeriesVerdict | None:
+    """The verdict on the worst regression at one of the ``recent`` newest commits that reaches
+    ``threshold``: FAIL where its interval is beyond it, INCONCLUSIVE where it straddles it."""
+    n = len(series.points)
+    limit = f"{threshold * 100:g}%"
+    newest = sorted((c for c in changes if c.worse and c.found.index >= n - recent), key=severity)
+    for change in newest:
+        size, low, high = change.worsening
+        where = (
+            f"{change.series.metrics} {percent(size)} [{percent(low)}, {percent(high)}] "
+            f"p={change.found.p_value:.3g} from {change.commit[:SHORT]}"
+            f"{' (dirty: its runs had uncommitted changes, which may be the cause)' if change.dirty else ''}"
+        )
+        if low > threshold:
+            return SeriesVerdict(series, decide.FAIL, f"regression {where}, beyond {limit}")
+        if high > threshold:
             return SeriesVerdict(
                 series,
                 decide.INCONCLUSIVE,
-                f"the newest {tail} commit(s) from {first.commit[:SHORT]} are {worse * 100:.1f}% worse than "
-                f"the {len(level)} run(s) before them, beyond {limit}, but a change needs {MIN_RUNS} runs "
-                f"after it: run the benchmarks {MIN_RUNS - sum(counts[n - tail :])} more time(s) to tell",
+                f"regression {where}: its interval straddles {limit}; benchmark more commits to narrow it",
             )
+    return None
+
+
+def _unfinished_step(
+    series: Series, level: Sequence[float], tail: int, runs: int, threshold: float
+) -> SeriesVerdict | None:
+    """INCONCLUSIVE where the newest ``tail`` commits (``runs`` runs, too few to start a change)
+    are worse than the ``level`` (log values) before them beyond ``threshold``; else ``None``."""
+    n = len(series.points)
+    limit = f"{threshold * 100:g}%"
+    newer = [math.log(v) for p in series.points[n - tail :] for v in p.values]
+    shift = sum(newer) / len(newer) - sum(level) / len(level)
+    worse = math.expm1(shift) if series.better == "lower" else -math.expm1(shift)
+    if worse <= threshold:
+        return None
+    first = series.points[n - tail]
     return SeriesVerdict(
-        series, decide.PASS, f"no regression beyond {limit} in the newest {min(recent, n)} commits"
+        series,
+        decide.INCONCLUSIVE,
+        f"the newest {tail} commit(s) from {first.commit[:SHORT]} are {worse * 100:.1f}% worse than "
+        f"the {len(level)} run(s) before them, beyond {limit}, but a change needs {MIN_RUNS} runs "
+        f"after it: run the benchmarks {MIN_RUNS - runs} more time(s) to tell",
     )
 
 

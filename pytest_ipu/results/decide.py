@@ -508,33 +508,57 @@ def check(
         reason = f"no value in the baseline: {baseline.why_missing(gate.metric)}"
         return Verdict(gate, benchmark, INCONCLUSIVE, None, value, None, None, reason)
     now, then = current.repeat_values(gate.metric), baseline.repeat_values(gate.metric)
-    exact = judge_exact(gate, now, then)
+    exact = _check_exact(gate, benchmark, now, then)
     if exact is not None:
-        method = (
-            f"exact: {len(now)} current and {len(then)} baseline repeats each gave one count, the same on "
-            "each side (a count of the compiled program, which the machine's load does not move): "
-            "the change is the counts' ratio, with no spread to allow for"
-        )
-        return exact.verdict(gate, benchmark, then[0], now[0], method, "exact count, no spread")
+        return exact
     found = evidence(value, now, then, history or ())
-    change = relative_change(before, value)
     if found is None:
-        advice, noise = _no_variance(gate, current, baseline)
-        return Verdict(
-            gate,
-            benchmark,
-            INCONCLUSIVE,
-            before,
-            value,
-            change,
-            None,
-            "no variance estimate",
-            advice,
-            None,
-            noise,
-        )
+        return _no_variance_verdict(gate, benchmark, current, baseline, before, value)
     if found.source == "run-to-run":
         return _check_run_to_run(gate, benchmark, found, value, alpha)
+    return _check_repeats(gate, benchmark, found, before, value, alpha, drift)
+
+
+def _no_variance_verdict(
+    gate: Gate, benchmark: str, current: Gated, baseline: Gated, before: float, value: float
+) -> Verdict:
+    """Inconclusive: no spread to judge the change by (``_no_variance`` says what to give)."""
+    advice, noise = _no_variance(gate, current, baseline)
+    change = relative_change(before, value)
+    return Verdict(
+        gate,
+        benchmark,
+        INCONCLUSIVE,
+        before,
+        value,
+        change,
+        None,
+        "no variance estimate",
+        advice,
+        None,
+        noise,
+    )
+
+
+def _check_exact(gate: Gate, benchmark: str, now: Sequence[float], then: Sequence[float]) -> Verdict | None:
+    """The verdict where both sides' repeats each gave one count, the same on each side
+    (``judge_exact``); ``None`` where they did not and the spread must decide."""
+    exact = judge_exact(gate, now, then)
+    if exact is None:
+        return None
+    method = (
+        f"exact: {len(now)} current and {len(then)} baseline repeats each gave one count, the same on "
+        "each side (a count of the compiled program, which the machine's load does not move): "
+        "the change is the counts' ratio, with no spread to allow for"
+    )
+    return exact.verdict(gate, benchmark, then[0], now[0], method, "exact count, no spread")
+
+
+def _check_repeats(
+    gate: Gate, benchmark: str, found: Evidence, before: float, value: float, alpha: float, drift: float
+) -> Verdict:
+    """The verdict from the spread between the repeats (``found``), widened by the run-to-run
+    ``drift`` allowance."""
     allowance = math.log1p(drift)
     method = (
         f"repeats: {found.current} current vs {found.baseline} baseline repeats (log scale, spread "

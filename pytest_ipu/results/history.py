@@ -304,56 +304,23 @@ def load(
             f"or {ALL}"
         )
     wanted = list(machines) or [this_machine()]
-    notes: list[str] = []
-    left_out: list[LeftOut] = []
+    got = _Gathered()
     runs: list[StoredRun] = [benchmark_json.read_run(path) for path in given]
-    # The runs of the machines asked for, read or not: each machine's newest is the one a CI check
-    # judges. A file that cannot be read is its folder's machine's, where the storage names one.
-    candidates: dict[str, list[Path]] = {}
-    unplaced: list[Path] = []
-    for path in found:
-        try:
-            runs.append(benchmark_json.read_run(path))
-        except benchmark_json.RunFileError as exc:
-            notes.append(f"{exc} (left out)")
-            message = str(exc)
-            prefix = f"{path}: "
-            left_out.append(LeftOut(path, message[len(prefix) :] if message.startswith(prefix) else message))
-            if not _is_machine_folder(path):
-                unplaced.append(path)
-            elif _wanted(path.parent.name, wanted):
-                candidates.setdefault(path.parent.name, []).append(path)
-    kept: list[_Run] = []
-    others: dict[str, int] = {}
-    for run in runs:
-        machine = machine_id(run)
-        if not _wanted(machine, wanted):
-            others[machine] = others.get(machine, 0) + 1
-            continue
-        candidates.setdefault(machine, []).append(run.path)
-        commit = str(run.commit_info.get("id") or "")
-        if commit in NO_COMMIT:
-            reason = f"no commit id (commit_info.id {commit!r}): it was made outside a git repository"
-            notes.append(f"{run.path}: {reason}: left out")
-            left_out.append(LeftOut(run.path, reason))
-            continue
-        ran = _instant(run.datetime) or _EPOCH
-        time = run.commit_info.get("time") or run.commit_info.get("author_time")
-        when = _instant(time)
-        dirty = run.commit_info.get("dirty") is True
-        kept.append(_Run(run, machine, commit, time if when is not None else None, (when or ran, ran), dirty))
+    runs.extend(_read_found(found, wanted, got))
+    kept = _keep(runs, wanted, got)
+    notes, left_out = got.notes, got.left_out
     if not kept:
-        raise HistoryError(_nothing_kept(wanted, others, left_out))
+        raise HistoryError(_nothing_kept(wanted, got.others, left_out))
     unclean = sum(r.dirty for r in kept)
     if unclean:
         notes.append(
             f"{unclean} run(s) made with uncommitted changes (commit_info.dirty): their commits are marked "
             "dirty, a change there may be those changes rather than the commit"
         )
-    for machine, count in sorted(others.items()):
+    for machine, count in sorted(got.others.items()):
         notes.append(f"{count} run(s) of machine {machine} left out (--machine {machine} shows them)")
     series = _build(kept, metrics, notes, left_out)
-    newest = {machine: max([*paths, *unplaced], key=newness) for machine, paths in candidates.items()}
+    newest = {machine: max([*paths, *got.unplaced], key=newness) for machine, paths in got.candidates.items()}
     return History(
         tuple(series),
         tuple(sorted({r.machine for r in kept})),
@@ -362,6 +329,66 @@ def load(
         tuple(left_out),
         newest,
     )
+
+
+@dataclass
+class _Gathered:
+    """What ``load`` gathers beside the runs it keeps, as it reads and sorts them."""
+
+    notes: list[str] = dataclasses.field(default_factory=list)
+    left_out: list[LeftOut] = dataclasses.field(default_factory=list)
+    #: The runs of the machines asked for, read or not: each machine's newest is the one a CI check
+    #: judges. A file that cannot be read is its folder's machine's, where the storage names one.
+    candidates: dict[str, list[Path]] = dataclasses.field(default_factory=dict)
+    #: The files that could not be read and sit outside a machine's folder.
+    unplaced: list[Path] = dataclasses.field(default_factory=list)
+    #: How many runs of each machine not asked for were left out.
+    others: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def _read_found(found: Iterable[Path], wanted: Sequence[str], got: _Gathered) -> list[StoredRun]:
+    """The runs of the files ``found`` in a storage folder; one that cannot be read is left out
+    with a note (a half-written file must not stop the history of the others)."""
+    runs: list[StoredRun] = []
+    for path in found:
+        try:
+            runs.append(benchmark_json.read_run(path))
+        except benchmark_json.RunFileError as exc:
+            got.notes.append(f"{exc} (left out)")
+            message = str(exc)
+            prefix = f"{path}: "
+            got.left_out.append(
+                LeftOut(path, message[len(prefix) :] if message.startswith(prefix) else message)
+            )
+            if not _is_machine_folder(path):
+                got.unplaced.append(path)
+            elif _wanted(path.parent.name, wanted):
+                got.candidates.setdefault(path.parent.name, []).append(path)
+    return runs
+
+
+def _keep(runs: Sequence[StoredRun], wanted: Sequence[str], got: _Gathered) -> list[_Run]:
+    """The runs of the ``wanted`` machines that name their commit, with their commit's time and
+    the run's own; the others counted or noted in ``got``."""
+    kept: list[_Run] = []
+    for run in runs:
+        machine = machine_id(run)
+        if not _wanted(machine, wanted):
+            got.others[machine] = got.others.get(machine, 0) + 1
+            continue
+        got.candidates.setdefault(machine, []).append(run.path)
+        commit = str(run.commit_info.get("id") or "")
+        if commit in NO_COMMIT:
+            reason = f"no commit id (commit_info.id {commit!r}): it was made outside a git repository"
+            got.notes.append(f"{run.path}: {reason}: left out")
+            got.left_out.append(LeftOut(run.path, reason))
+            continue
+        ran = _instant(run.datetime) or _EPOCH
+        time = run.commit_info.get("time") or run.commit_info.get("author_time")
+        when = _instant(time)
+        dirty = run.commit_info.get("dirty") is True
+        kept.append(_Run(run, machine, commit, time if when is not None else None, (when or ran, ran), dirty))
+    return kept
 
 
 def _wanted(machine: str, wanted: Sequence[str]) -> bool:

@@ -159,32 +159,7 @@ def merge_documents(
     kind = ordered[0].kind
     first = ordered[0]
     merged = copy.deepcopy(first.data)
-    benchmarks = []
-    for bench in benchmark_json.entries(first.data):
-        fullname = bench["fullname"]
-        out = copy.deepcopy(bench)
-        records = [benchmark_json.ipu_data(run.benchmarks[fullname]) for run in ordered]
-        present = [r is not None for r in records]
-        if any(present):
-            if not all(present):
-                lacking = ordered[present.index(False)]
-                raise MergeError(
-                    f"{lacking.path}: benchmark {fullname!r} has no extra_info['ipu'] record, while "
-                    f"{ordered[present.index(True)].path} has one; merge files of one launch"
-                )
-            try:
-                benchmark_json.set_ipu_data(out, _merge_records(fullname, ordered, records, kind))
-            except (KeyError, TypeError, ValueError) as exc:
-                if isinstance(exc, MergeError):
-                    raise
-                # A field the record reader tolerates but the merge cannot combine (a latency
-                # statistic that is not a number, a non-string unsupported percentile): one line.
-                raise MergeError(
-                    f"{', '.join(str(r.path) for r in ordered)}: benchmark {fullname!r}: malformed "
-                    f"extra_info['ipu'] record ({type(exc).__name__}: {exc}); pass the files pytest-ipu "
-                    "wrote, unedited"
-                ) from None
-        benchmarks.append(out)
+    benchmarks = [_merged_entry(bench, ordered, kind) for bench in benchmark_json.entries(first.data)]
     benchmark_json.set_entries(merged, benchmarks)
     ipu_info = benchmark_json.own_ipu_machine_info(merged)
     ipu_info[kind] = {
@@ -199,6 +174,38 @@ def merge_documents(
     if kind != KEY:
         ipu_info[kind]["nodes"] = len({run.identity.get("node") for run in ordered})
     return merged
+
+
+def _merged_entry(bench: dict[str, Any], ordered: list[_Run], kind: str) -> dict[str, Any]:
+    """The launch's entry of the benchmark ``bench`` (instance 0's entry): every instance's
+    pytest-ipu record merged into one (``_merge_records``), where they have one; ``MergeError``
+    where only some do, or one cannot be combined."""
+    from pytest_ipu.results import benchmark_json
+
+    fullname = bench["fullname"]
+    out = copy.deepcopy(bench)
+    records = [benchmark_json.ipu_data(run.benchmarks[fullname]) for run in ordered]
+    present = [r is not None for r in records]
+    if any(present):
+        if not all(present):
+            lacking = ordered[present.index(False)]
+            raise MergeError(
+                f"{lacking.path}: benchmark {fullname!r} has no extra_info['ipu'] record, while "
+                f"{ordered[present.index(True)].path} has one; merge files of one launch"
+            )
+        try:
+            benchmark_json.set_ipu_data(out, _merge_records(fullname, ordered, records, kind))
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, MergeError):
+                raise
+            # A field the record reader tolerates but the merge cannot combine (a latency
+            # statistic that is not a number, a non-string unsupported percentile): one line.
+            raise MergeError(
+                f"{', '.join(str(r.path) for r in ordered)}: benchmark {fullname!r}: malformed "
+                f"extra_info['ipu'] record ({type(exc).__name__}: {exc}); pass the files pytest-ipu "
+                "wrote, unedited"
+            ) from None
+    return out
 
 
 def _host(data: Mapping[str, Any]) -> object:
@@ -351,14 +358,10 @@ def _check_launch(runs: list[_Run]) -> list[_Run]:
 def _merge_records(
     fullname: str, runs: list[_Run], records: list[dict[str, Any]], kind: str = KEY
 ) -> dict[str, Any]:
+    """One benchmark's records of every instance (or rank) as the launch's record, each instance's
+    own kept under ``kind``."""
+    _check_same(fullname, runs, records)
     first = records[0]
-    for run, record in zip_strict(runs[1:], records[1:]):
-        for key in _SAME_ACROSS_INSTANCES:
-            if record.get(key) != first.get(key):
-                raise MergeError(
-                    f"{run.path}: benchmark {fullname!r} has {key}={record.get(key)!r} but {runs[0].path} "
-                    f"has {key}={first.get(key)!r}: not the same benchmark; merge files of one launch"
-                )
     merged = copy.deepcopy(first)
     rates = math.fsum(float(r["throughput_items_per_s"]) for r in records)
     merged["window_s"] = max(float(r["window_s"]) for r in records)
@@ -402,6 +405,19 @@ def _merge_records(
     if launch is not None:
         merged[kind].update(window_rule=launch.rule, window_overlap=launch.overlap)
     return merged
+
+
+def _check_same(fullname: str, runs: Sequence[_Run], records: Sequence[Mapping[str, Any]]) -> None:
+    """``MergeError`` where an instance's record of ``fullname`` differs from the first's in what
+    every instance of one launch shares (``_SAME_ACROSS_INSTANCES``)."""
+    first = records[0]
+    for run, record in zip_strict(runs[1:], records[1:]):
+        for key in _SAME_ACROSS_INSTANCES:
+            if record.get(key) != first.get(key):
+                raise MergeError(
+                    f"{run.path}: benchmark {fullname!r} has {key}={record.get(key)!r} but {runs[0].path} "
+                    f"has {key}={first.get(key)!r}: not the same benchmark; merge files of one launch"
+                )
 
 
 @dataclass(frozen=True)

@@ -149,13 +149,7 @@ def estimate(
     if found is None:
         return None
     reach = stats.t_isf(alpha, found.df) * found.scale
-    if found.source == "run-to-run":
-        method = f"{found.baseline} baseline runs' spread {found.spread * 100:.1f}% sd, df {found.df}"
-    else:
-        method = (
-            f"{found.current} samples now vs {found.baseline} then, spread {found.spread * 100:.1f}% sd, "
-            f"df {found.df}, beyond the {drift * 100:g}% drift allowance"
-        )
+    method = _method(found, drift)
     loads_then = [load for load in (run.load_avg_1m() for run in runs) if load is not None]
     return LevelShift(
         shift=found.shift,
@@ -168,6 +162,17 @@ def estimate(
         method=f"{method}, alpha {alpha:.3g}",
         load_now=current.load_avg_1m(),
         load_then=math.fsum(loads_then) / len(loads_then) if loads_then else None,
+    )
+
+
+def _method(found: decide.Evidence, drift: float) -> str:
+    """How the shift was estimated: from the baseline runs' spread, or from the samples on both
+    sides beyond the ``drift`` allowance."""
+    if found.source == "run-to-run":
+        return f"{found.baseline} baseline runs' spread {found.spread * 100:.1f}% sd, df {found.df}"
+    return (
+        f"{found.current} samples now vs {found.baseline} then, spread {found.spread * 100:.1f}% sd, "
+        f"df {found.df}, beyond the {drift * 100:g}% drift allowance"
     )
 
 

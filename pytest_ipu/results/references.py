@@ -166,6 +166,8 @@ def _toml(value: object) -> str:
 
 
 def _entry(entry: Mapping[str, Any], index: int, where: str) -> Reference:
+    """The reference of the ``[[reference]]`` table ``entry`` (the ``index``-th in ``where``), or
+    ``ReferenceError`` naming the key, its value and the fix."""
     at = f"{where}: [[reference]] #{index}"
 
     def bad(key: str, problem: str, fix: str = "") -> ReferenceError:
@@ -173,18 +175,7 @@ def _entry(entry: Mapping[str, Any], index: int, where: str) -> Reference:
             f"{at}: {key} = {_toml(entry[key])}: {problem}; {fix or 'write ' + _EXAMPLES[key]}"
         )
 
-    # Unknown keys first: a misspelt key would otherwise be reported as the missing one it meant.
-    for key in entry:
-        if key not in KEYS:
-            close = difflib.get_close_matches(key, KEYS, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ReferenceError(
-                f"{at}: unknown key {key!r} = {_toml(entry[key])}; {hint}the keys are {', '.join(KEYS)}"
-            )
-    for key in KEYS:
-        if key not in entry:
-            raise ReferenceError(f"{at}: {key} is missing; add {_EXAMPLES[key]}")
-
+    _check_keys(entry, at)
     texts: dict[str, str] = {}
     for key in ("benchmark", "metric", "label", "source"):
         value = entry[key]
@@ -216,6 +207,21 @@ def _entry(entry: Mapping[str, Any], index: int, where: str) -> Reference:
         label=texts["label"],
         source=texts["source"],
     )
+
+
+def _check_keys(entry: Mapping[str, Any], at: str) -> None:
+    """``ReferenceError`` for an unknown key (with the nearest known one) or a missing one."""
+    # Unknown keys first: a misspelt key would otherwise be reported as the missing one it meant.
+    for key in entry:
+        if key not in KEYS:
+            close = difflib.get_close_matches(key, KEYS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ReferenceError(
+                f"{at}: unknown key {key!r} = {_toml(entry[key])}; {hint}the keys are {', '.join(KEYS)}"
+            )
+    for key in KEYS:
+        if key not in entry:
+            raise ReferenceError(f"{at}: {key} is missing; add {_EXAMPLES[key]}")
 
 
 def _value_fix(metric: str) -> str:

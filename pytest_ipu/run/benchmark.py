@@ -225,6 +225,19 @@ class _Timed:
     host_instructions: CountRecord
 
 
+@dataclass(frozen=True)
+class _Ran:
+    """What one repeat's calls gave (``_run_repeat``): its plan, its timed window, the timed rounds'
+    times and the per-call latencies, each instance's part, and the device's counts."""
+
+    rounds: _Rounds
+    timed: _Timed
+    samples: tuple[float, ...]
+    calls: tuple[float, ...]
+    instances: tuple[records.InstanceRecord, ...] | None
+    counted: dict[str, CountRecord]
+
+
 def measure(
     compiled: CompiledModel,
     inputs: Sequence[object],
@@ -251,10 +264,31 @@ def measure(
     per_instance = _per_instance(inputs, items_per_call)
     # One round is one call of every instance, so it completes items_per_call x instances items.
     items = per_instance * instance_count(compiled)
-    index = context.index
+    ran = _run_repeat(compiled, args, policy, timer, round_times_s, meter, context, items)
+    window = ran.timed.window
+    ran.counted[instructions.METRIC] = ran.timed.host_instructions
+    cpu = cpu_time(compiled, window, items * window.rounds)
+    repeat = _repeat_record(context, window, items, ran.samples, ran.calls, cpu, ran.counted)
+    return Measurement(
+        _ipu_record(compiled, policy, context, per_instance, ran, repeat), ran.samples, ran.calls
+    )
+
+
+def _run_repeat(
+    compiled: CompiledModel,
+    args: Sequence[object],
+    policy: RoundsPolicy,
+    timer: timing.PedanticBenchmark,
+    round_times_s: Callable[[], Sequence[float]],
+    meter: PowerMeter | None,
+    context: RepeatContext,
+    items: int,
+) -> _Ran:
+    """Make the repeat's calls under one watchdog: the warm-up, the timed window (``items`` a
+    round), then the device's counts; and read the timed rounds' figures."""
     # Every call from the first to the last timed round is bounded by the call timeout; the
     # watchdog stops with the rounds, before anything of pytest-ipu's own runs on.
-    with timing.Watchdog(context.call_timeout_s, repeat=index) as watch:
+    with timing.Watchdog(context.call_timeout_s, repeat=context.index) as watch:
         rounds = _warm_and_plan(compiled, args, policy, meter, context, watch)
         forget_calls(compiled)  # the warm-up calls are not part of the statistics
         timed = _time_window(compiled, args, rounds, timer, meter, context, watch, items)
@@ -270,11 +304,21 @@ def measure(
             else "not counted in a lock-step launch (every rank would have to call)"
         )
         counted = count_pass(compiled, args, watch=watch, skip=skip)
-    window = timed.window
-    counted[instructions.METRIC] = timed.host_instructions
-    cpu = cpu_time(compiled, window, items * window.rounds)
-    repeat = _repeat_record(context, window, items, samples, calls, cpu, counted)
-    record = records.IpuRecord(
+    return _Ran(rounds, timed, samples, calls, instances, counted)
+
+
+def _ipu_record(
+    compiled: CompiledModel,
+    policy: RoundsPolicy,
+    context: RepeatContext,
+    per_instance: int,
+    ran: _Ran,
+    repeat: records.RepeatRecord,
+) -> records.IpuRecord:
+    """The benchmark's record of one repeat: the model's identity and compile figures, the
+    repeat's figures (``repeat``) and what the calls gave (``ran``)."""
+    rounds, timed, window = ran.rounds, ran.timed, ran.timed.window
+    return records.IpuRecord(
         **records.identity(compiled),
         batch_size=per_instance,
         items_per_call=per_instance,
@@ -294,17 +338,16 @@ def measure(
         power=timed.power,
         simulator=compiled.simulator,
         placement=compiled.placement,
-        instances=instances,
+        instances=ran.instances,
         device_latency=device_latency(compiled),
         repeats=(repeat,),
         budget=_budget(policy, rounds, window),
-        stability=stability([repeat], samples, context.unstable_threshold, "single"),
+        stability=stability([repeat], ran.samples, context.unstable_threshold, "single"),
         contention=timed.contention,
-        cpu=cpu,
+        cpu=repeat.cpu,
         training=training_record(compiled.training) if isinstance(compiled, Trainable) else None,
-        counts=counted,
+        counts=ran.counted,
     )
-    return Measurement(record, samples, calls)
 
 
 def _repeat_record(
@@ -405,35 +448,11 @@ def _time_window(
     items: int,
 ) -> _Timed:
     """Run the planned timed rounds inside the energy window of ``meter``, the contention probe
-    and the host's instruction counter, the ranks meeting at both edges in lock-step."""
-    index, lockstep, probe = context.index, context.lockstep, context.probe
+    and the host's instruction count, the ranks meeting at both edges in lock-step."""
     clocks = timing.WindowClocks(workers=workers_clock(compiled))
     # Opened here, closed by the ExitStack below: nothing between them can raise.
     counter, uncounted = instruction_counter(compiled)
-    counts: list[int] = []
-    contention: list[ContentionRecord] = []
-
-    def opened() -> None:
-        if lockstep is not None:
-            lockstep.barrier(f"the timed window of repeat {index}")
-        if probe is not None:
-            probe.start()
-        if meter is not None:
-            meter.mark()
-        # Last before the window opens, first after it closes: the count is of the window.
-        if counter is not None:
-            counter.enable()
-
-    def closed() -> None:
-        if counter is not None:
-            counts.append(counter.read())
-        if meter is not None:
-            meter.mark()
-        if probe is not None:
-            contention.append(probe.stop())
-        if lockstep is not None:
-            lockstep.barrier(f"the end of the timed window of repeat {index}")
-
+    edges = _WindowEdges(context, meter, counter)
     with contextlib.ExitStack() as counting:
         if counter is not None:
             counting.enter_context(counter)
@@ -443,8 +462,8 @@ def _time_window(
                 compiled.run,
                 args,
                 rounds.planned,
-                on_start=opened,
-                on_end=closed,
+                on_start=edges.opened,
+                on_end=edges.closed,
                 box=rounds.box,
                 watch=watch,
                 clocks=clocks,
@@ -455,8 +474,50 @@ def _time_window(
         power = meter.result(
             trace, window.start_ns, window.end_ns, items * window.rounds, rounds_fixed=not rounds.auto
         )
+    counts, contention = edges.counts, edges.contention
     host = host_instructions(counter, counts[0] if counts else None, window.rounds, uncounted)
     return _Timed(window, power, contention[0] if contention else None, host)
+
+
+class _WindowEdges:
+    """What happens at the timed window's edges (``timing.timed_rounds``' ``on_start`` and
+    ``on_end``): the lock-step meeting, the contention probe, the energy marks and the
+    instruction counter, opened in that order and closed in the reverse, with what each gave."""
+
+    def __init__(
+        self,
+        context: RepeatContext,
+        meter: PowerMeter | None,
+        counter: instructions.InstructionCounter | None,
+    ) -> None:
+        self.index, self.lockstep, self.probe = context.index, context.lockstep, context.probe
+        self.meter, self.counter = meter, counter
+        #: The instruction count read at the window's end, and the probe's record.
+        self.counts: list[int] = []
+        self.contention: list[ContentionRecord] = []
+
+    def opened(self) -> None:
+        """Open the window: the ranks meet, then the probe, the energy mark and the counter start."""
+        if self.lockstep is not None:
+            self.lockstep.barrier(f"the timed window of repeat {self.index}")
+        if self.probe is not None:
+            self.probe.start()
+        if self.meter is not None:
+            self.meter.mark()
+        # Last before the window opens, first after it closes: the count is of the window.
+        if self.counter is not None:
+            self.counter.enable()
+
+    def closed(self) -> None:
+        """Close the window: read the counter, mark the energy, stop the probe, then the ranks meet."""
+        if self.counter is not None:
+            self.counts.append(self.counter.read())
+        if self.meter is not None:
+            self.meter.mark()
+        if self.probe is not None:
+            self.contention.append(self.probe.stop())
+        if self.lockstep is not None:
+            self.lockstep.barrier(f"the end of the timed window of repeat {self.index}")
 
 
 def _budget(policy: RoundsPolicy, rounds: _Rounds, window: timing.Window) -> records.BudgetRecord:
@@ -654,31 +715,8 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
     window_s = math.fsum(r.window_s for r in repeats)
     # The repeats' items, recovered from each repeat's throughput and window.
     items = math.fsum(r.throughput_items_per_s * r.window_s for r in repeats)
-    budgets = [p.record.budget for p in parts if p.record.budget is not None]
-    endings = {b.ended for b in budgets}
-    budget = None
-    if budgets:
-        budget = records.BudgetRecord(
-            budget_s=None
-            if any(b.budget_s is None for b in budgets)
-            else math.fsum(b.budget_s or 0.0 for b in budgets),
-            cap_s=None
-            if any(b.cap_s is None for b in budgets)
-            else math.fsum(b.cap_s or 0.0 for b in budgets),
-            window_s=window_s,
-            ended="cap" if "cap" in endings else "budget" if "budget" in endings else "planned",
-            min_rounds_past_budget=any(b.min_rounds_past_budget for b in budgets),
-            rounds_limited=any(b.rounds_limited for b in budgets),
-        )
     probes = [p.record.contention for p in parts if p.record.contention is not None]
-    # Each repeat's items, recovered from its throughput and window as ``items`` above.
-    # A repeat completes whole items (rounds x items per round): rounded, the count comes back exactly
-    # from its rate x window, so one repeat pools to its own host cost, not one a rounding away.
-    cpu = [
-        (r.cpu, r.window_s, round(r.throughput_items_per_s * r.window_s))
-        for r in repeats
-        if r.cpu is not None
-    ]
+    cpu = _repeats_cpu(repeats)
     record = replace(
         last,
         rounds=sum(r.rounds for r in repeats),
@@ -689,7 +727,7 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
         median_throughput_items_per_s=_pooled_median_throughput(last, samples),
         first_call_s=parts[0].record.first_call_s,
         repeats=repeats,
-        budget=budget,
+        budget=_pooled_budget([p.record.budget for p in parts if p.record.budget is not None], window_s),
         stability=stability(repeats, samples, unstable_threshold, mode if len(parts) > 1 else "single"),
         contention=merge_contention(probes) if probes else None,
         # Only when every repeat has it: a median of some repeats would stand for all of them.
@@ -697,6 +735,40 @@ def pool(parts: Sequence[Measurement], mode: str, unstable_threshold: float) -> 
         counts=pool_counts([r.counts for r in repeats]),
     )
     return Measurement(record, samples, calls)
+
+
+def _pooled_budget(budgets: Sequence[records.BudgetRecord], window_s: float) -> records.BudgetRecord | None:
+    """The repeats' budgets joined over their ``window_s`` together: budgets and caps are sums
+    (unknown where one repeat's is), the ending the strongest (cap, then budget), and a flag set
+    where any repeat's is; ``None`` where no repeat has a budget."""
+    if not budgets:
+        return None
+    endings = {b.ended for b in budgets}
+    return records.BudgetRecord(
+        budget_s=None
+        if any(b.budget_s is None for b in budgets)
+        else math.fsum(b.budget_s or 0.0 for b in budgets),
+        cap_s=None if any(b.cap_s is None for b in budgets) else math.fsum(b.cap_s or 0.0 for b in budgets),
+        window_s=window_s,
+        ended="cap" if "cap" in endings else "budget" if "budget" in endings else "planned",
+        min_rounds_past_budget=any(b.min_rounds_past_budget for b in budgets),
+        rounds_limited=any(b.rounds_limited for b in budgets),
+    )
+
+
+def _repeats_cpu(
+    repeats: Sequence[records.RepeatRecord],
+) -> list[tuple[metrics.CpuTime, float, float]]:
+    """Each repeat's CPU time with its window and its items (for ``metrics.pool_cpu_time``), of
+    the repeats that have one."""
+    # Each repeat's items, recovered from its throughput and window as ``pool``'s ``items``.
+    # A repeat completes whole items (rounds x items per round): rounded, the count comes back exactly
+    # from its rate x window, so one repeat pools to its own host cost, not one a rounding away.
+    return [
+        (r.cpu, r.window_s, round(r.throughput_items_per_s * r.window_s))
+        for r in repeats
+        if r.cpu is not None
+    ]
 
 
 def _pooled_median_throughput(last: records.IpuRecord, samples: Sequence[float]) -> float | None:

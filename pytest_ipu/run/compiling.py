@@ -28,7 +28,9 @@ import weakref
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from typing import Any
+from typing import NoReturn
 
 from pytest_ipu.backends.base import Backend
 from pytest_ipu.backends.base import CompiledModel
@@ -37,6 +39,9 @@ from pytest_ipu.backends.base import PlacedBackend
 from pytest_ipu.devices.request import DeviceRequest
 from pytest_ipu.errors import PytestIpuWarning
 from pytest_ipu.placement import plan as placed
+
+if TYPE_CHECKING:
+    from pytest_ipu.results.records import ParityRecord
 
 
 @dataclass
@@ -91,56 +96,41 @@ class CompileCache:
         ``own_process``: a model on a backend whose calls hold the GIL runs in a worker process even
         as one instance (``placement.plan.runner``), so that the caller's threads run during its calls."""
         how = placed.runner(backend, placement.instances, own_process)
-        cache_key: tuple[Any, ...] = (
-            backend.name,
-            backend.device,
-            # Tagged, so that an explicit key can never equal another model's id.
-            ("key", key) if key is not None else ("id", id(model)),
-            precision,
-            tuple(sorted((k, repr(v)) for k, v in options.items())),
-            _signature(example_inputs) if backend.shape_specialized(options) else None,
-            placement,
-            how,
-        )
+        cache_key = _cache_key(backend, model, example_inputs, precision, key, options, placement, how)
         exclusive = isinstance(backend, PlacedBackend) and backend.exclusive_device
         # Other tests' entries whose model died go first: their memory (and devices) may be what this
         # compile needs. This test's own stay open until it ends: it may still be running a compiled
         # model whose model was a temporary (``ipu_compile(Net(), x)``).
         self._release(self._pop_unreachable(keep_user=user))
-        entry = self._entries.get(cache_key)
-        if entry is not None and entry.model is not None and entry.model() is not model:
-            # A dead model's id reused by this new object: the entry is stale, never a hit. It is this
-            # test's own (the others' went above), so it is closed when the test ends, not now.
-            self._retired.append(self._entries.pop(cache_key))
-            entry = None
+        entry = self._hit(cache_key, model)
         if entry is not None:
             entry.user = user
             compiled = dataclasses.replace(entry.compiled, compile_cached=True)
         else:
             if exclusive:
                 self.release_exclusive(user)
-            start = time.perf_counter_ns()
-            if placed.is_trivial(placement) and how == "inline":
-                compiled = backend.compile(model, example_inputs, precision, options)
-            else:
-                the_plan = placed.plan(backend, placement, options, backend_for, own_process=own_process)
-                compiled = placed.compile_plan(the_plan, model, example_inputs, precision, options)
-            compiled = dataclasses.replace(compiled, compile_s=(time.perf_counter_ns() - start) * 1e-9)
+            compiled = _compile_now(
+                backend, model, example_inputs, precision, options, placement, how, backend_for, own_process
+            )
             held = None if key is not None else _reference(model)
             entry = self._entries[cache_key] = _Entry(compiled, held, exclusive, user)
         if parity and compiled.parity is None:
             compiled = dataclasses.replace(compiled, parity=_check_parity(compiled, model, example_inputs))
             entry.compiled = dataclasses.replace(entry.compiled, parity=compiled.parity)
         if parity and compiled.parity is not None and not compiled.parity.passed:
-            from pytest_ipu.backends.parity import ParityError
-
-            p = compiled.parity
-            raise ParityError(
-                f"{compiled.target} {compiled.precision} outputs of {type(model).__name__} differ from "
-                f"{p.reference}: max abs error {p.max_abs:.3g}, max rel error {p.max_rel:.3g} "
-                f"> tolerance {p.tolerance:g}"
-            )
+            _parity_failed(compiled, compiled.parity, model)
         return compiled
+
+    def _hit(self, cache_key: tuple[Any, ...], model: object) -> _Entry | None:
+        """The cached entry of ``cache_key`` for ``model``; ``None`` where there is none, or only a
+        stale one (retired here)."""
+        entry = self._entries.get(cache_key)
+        if entry is not None and entry.model is not None and entry.model() is not model:
+            # A dead model's id reused by this new object: the entry is stale, never a hit. It is this
+            # test's own (the others' went above), so it is closed when the test ends, not now.
+            self._retired.append(self._entries.pop(cache_key))
+            return None
+        return entry
 
     def release_exclusive(self, user: str = "") -> None:
         """Close every cached model that holds its devices exclusively, before another is compiled.
@@ -230,3 +220,61 @@ def _check_parity(compiled: CompiledModel, model: object, example_inputs: Sequen
     else:
         actual = compiled.run(*compiled.prepare_inputs(tuple(example_inputs)))
     return compare(reference, actual, compiled.precision, "torch eager fp32 on cpu")
+
+
+def _compile_now(
+    backend: Backend,
+    model: object,
+    example_inputs: Sequence[object],
+    precision: str,
+    options: dict[str, object],
+    placement: DeviceRequest,
+    how: str,
+    backend_for: placed.BackendFor,
+    own_process: bool,
+) -> CompiledModel:
+    """Compile ``model`` now, on the backend itself (one inline instance) or by its placement
+    plan, with the time it took (``compile_s``)."""
+    start = time.perf_counter_ns()
+    if placed.is_trivial(placement) and how == "inline":
+        compiled = backend.compile(model, example_inputs, precision, options)
+    else:
+        the_plan = placed.plan(backend, placement, options, backend_for, own_process=own_process)
+        compiled = placed.compile_plan(the_plan, model, example_inputs, precision, options)
+    return dataclasses.replace(compiled, compile_s=(time.perf_counter_ns() - start) * 1e-9)
+
+
+def _cache_key(
+    backend: Backend,
+    model: object,
+    example_inputs: Sequence[object],
+    precision: str,
+    key: object,
+    options: dict[str, object],
+    placement: DeviceRequest,
+    how: str,
+) -> tuple[Any, ...]:
+    """The cache's key of a compile: what makes two compiles give the same model."""
+    return (
+        backend.name,
+        backend.device,
+        # Tagged, so that an explicit key can never equal another model's id.
+        ("key", key) if key is not None else ("id", id(model)),
+        precision,
+        tuple(sorted((k, repr(v)) for k, v in options.items())),
+        _signature(example_inputs) if backend.shape_specialized(options) else None,
+        placement,
+        how,
+    )
+
+
+def _parity_failed(compiled: CompiledModel, p: ParityRecord, model: object) -> NoReturn:
+    """Raise ``ParityError`` for ``compiled``'s outputs, which differ from the reference's (``p``)
+    beyond the precision's tolerance."""
+    from pytest_ipu.backends.parity import ParityError
+
+    raise ParityError(
+        f"{compiled.target} {compiled.precision} outputs of {type(model).__name__} differ from "
+        f"{p.reference}: max abs error {p.max_abs:.3g}, max rel error {p.max_rel:.3g} "
+        f"> tolerance {p.tolerance:g}"
+    )

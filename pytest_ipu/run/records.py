@@ -134,26 +134,7 @@ def loadgen_record(
     (``answered_window_s``); a "call" is then one sample. ``cpu`` is the LoadGen run's host cost
     (``loadgen.runner.Outcome.cpu``: over the run's wall time, per sample answered).
     """
-    if part.mode == "accuracy":
-        if not answered_s or not answered_window_s:
-            raise ValueError("an accuracy run's record needs the system under test's answer times")
-        summary = metrics.summarize_latency(answered_s)
-        samples, window, per_call = len(answered_s), answered_window_s, 1
-    else:
-        lat = part.latency_s
-        count = part.query_count
-        summary = metrics.LatencySummary(
-            min=lat["min"],
-            p50=lat["p50"],
-            p90=lat["p90"],
-            p99=lat["p99"],
-            max=lat["max"],
-            mean=lat["mean"],
-            rounds=count,
-            unsupported=tuple(f"p{q}" for q in stats.PERCENTILES if not stats.is_supported(q, count)),
-        )
-        samples, per_call = count * part.samples_per_query, part.samples_per_query
-        window = samples / part.samples_per_s if part.samples_per_s else elapsed_s
+    summary, samples, window, per_call = _calls(part, elapsed_s, answered_s, answered_window_s)
     return IpuRecord(
         **identity(compiled),
         batch_size=part.batching.max_batch,
@@ -175,3 +156,37 @@ def loadgen_record(
         loadgen=part,
         cpu=cpu,
     )
+
+
+def _query_latency(part: LoadgenRecord) -> metrics.LatencySummary:
+    """LoadGen's query latency of a performance run, as the record's latency summary: a percentile
+    the query count cannot support is marked so (``stats.is_supported``)."""
+    lat = part.latency_s
+    count = part.query_count
+    return metrics.LatencySummary(
+        min=lat["min"],
+        p50=lat["p50"],
+        p90=lat["p90"],
+        p99=lat["p99"],
+        max=lat["max"],
+        mean=lat["mean"],
+        rounds=count,
+        unsupported=tuple(f"p{q}" for q in stats.PERCENTILES if not stats.is_supported(q, count)),
+    )
+
+
+def _calls(
+    part: LoadgenRecord, elapsed_s: float, answered_s: Sequence[float], answered_window_s: float | None
+) -> tuple[metrics.LatencySummary, int, float, int]:
+    """What a LoadGen run's "calls" were (``loadgen_record``'s rules): their latency, the samples
+    they answered, the window those samples took, and the samples of one call."""
+    if part.mode == "accuracy":
+        if not answered_s or not answered_window_s:
+            raise ValueError("an accuracy run's record needs the system under test's answer times")
+        summary = metrics.summarize_latency(answered_s)
+        samples, window, per_call = len(answered_s), answered_window_s, 1
+    else:
+        summary = _query_latency(part)
+        samples, per_call = part.query_count * part.samples_per_query, part.samples_per_query
+        window = samples / part.samples_per_s if part.samples_per_s else elapsed_s
+    return summary, samples, window, per_call

@@ -369,6 +369,19 @@ class PopArtBackend(NamedBackend):
             session = _open_session(popart, device, prepared, plan, engine_cache, label, counting)
         runner = _load_and_run_once(popart, session, device, prepared, plan, example_inputs, label, phases)
         ipu_ids = None if self.simulator else _held_ipus(popart, device, info)
+        return self._compiled(plan, device, runner, precision, phases, info, ipu_ids)
+
+    def _compiled(
+        self,
+        plan: _Plan,
+        device: Any,
+        runner: Runner,
+        precision: str,
+        phases: dict[str, float],
+        info: dict[str, Any],
+        ipu_ids: tuple[int, ...] | None,
+    ) -> CompiledModel:
+        """The compiled model of the session ``runner`` runs on ``device`` (holding ``ipu_ids``)."""
         return CompiledModel(
             target=f"{self._name}:{self._device}",
             backend=self._name,
@@ -666,17 +679,7 @@ def _acquire(
                 }
             )
         if index is not None:
-            ids = _device_ids(popart, None, num_ipus)
-            if index not in ids:
-                # tryAcquireDeviceById dereferences a null device for an unknown id (3.4
-                # devicemanager.cpp), so the id is checked against the list first.
-                raise CompileError(
-                    f"device ipu:{index} is not a {num_ipus}-IPU device (ipus x "
-                    f"replicated_graphs); the {num_ipus}-IPU device ids here are {sorted(ids)}: "
-                    "use one of them or device 'ipu'"
-                )
-            by_id = getattr(manager, "tryAcquireDeviceById", None)
-            device = by_id(index) if by_id else manager.acquireDeviceById(index)
+            device = _acquire_by_id(popart, manager, num_ipus, index)
         else:
             try_acquire = getattr(manager, "tryAcquireAvailableDevice", None)
             # SDK >= 2.4: try... returns None when no device is free (acquire... raises).
@@ -693,6 +696,22 @@ def _acquire(
             "none free (another process holds them, or there are fewer); gc-monitor shows who uses them"
         )
     return device
+
+
+def _acquire_by_id(popart: ModuleType, manager: Any, num_ipus: int, index: int) -> Any:
+    """The device ``index`` of ``num_ipus`` IPUs, attached; ``None`` where it is not free, and
+    ``CompileError`` where no such device exists."""
+    ids = _device_ids(popart, None, num_ipus)
+    if index not in ids:
+        # tryAcquireDeviceById dereferences a null device for an unknown id (3.4
+        # devicemanager.cpp), so the id is checked against the list first.
+        raise CompileError(
+            f"device ipu:{index} is not a {num_ipus}-IPU device (ipus x "
+            f"replicated_graphs); the {num_ipus}-IPU device ids here are {sorted(ids)}: "
+            "use one of them or device 'ipu'"
+        )
+    by_id = getattr(manager, "tryAcquireDeviceById", None)
+    return by_id(index) if by_id else manager.acquireDeviceById(index)
 
 
 def _micro_batch(arrays: Sequence[np.ndarray], bps: int, replicas: int, label: str) -> int:

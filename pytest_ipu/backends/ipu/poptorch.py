@@ -379,12 +379,7 @@ class PopTorchBackend(NamedBackend):
         opts = _check_options(options, name, precision)
         if not isinstance(model, torch.nn.Module):
             raise CompileError(f"the poptorch backend needs a torch.nn.Module, got {name}")
-        try:
-            ipu_id = self._ipu_id()
-        except ValueError as exc:
-            raise CompileError(f"{exc} (compiling {name})") from None
-        if ipu_id is None and not self.simulator:
-            ipu_id = self._poprun_ipu_id(opts, name)
+        ipu_id = self._target_id(opts, name)
         training = bool(opts["training"])
         prepare_inputs = _host_tensors(torch, precision)
 
@@ -406,6 +401,31 @@ class PopTorchBackend(NamedBackend):
         executor = _compiled(functools.partial(wrap, module, popts), examples, name, target)
         handle = _Handle(executor)
         del executor, module
+        return self._counted(poptorch, handle, opts, ipu_id, precision, prepare_inputs, target)
+
+    def _target_id(self, opts: Mapping[str, object], name: str) -> int | None:
+        """The device id to compile for: the one this device names, else PopRun's for this
+        instance (on hardware); ``None`` where PopTorch takes any free IPUs."""
+        try:
+            ipu_id = self._ipu_id()
+        except ValueError as exc:
+            raise CompileError(f"{exc} (compiling {name})") from None
+        if ipu_id is None and not self.simulator:
+            ipu_id = self._poprun_ipu_id(opts, name)
+        return ipu_id
+
+    def _counted(
+        self,
+        poptorch: ModuleType,
+        handle: _Handle,
+        opts: Mapping[str, object],
+        ipu_id: int | None,
+        precision: str,
+        prepare_inputs: Callable[[Sequence[object]], tuple[object, ...]],
+        target: str,
+    ) -> CountedModel:
+        """The compiled model around ``handle``: its calls, the options PopTorch used, the compile
+        phases, the IPUs it holds and its cycle counter."""
         run, close, cycle_count = _handle_calls(handle)
         _HANDLES[run] = handle
         used = handle.executor.options
@@ -718,6 +738,13 @@ def _check_options(options: Mapping[str, object], name: str, precision: str) -> 
             "only (PopTorch's inferenceModel needs 1); pass training=True, or raise device_iterations"
         )
     _check_ipus(ipus, replicas, bool(opts["auto_round_num_ipus"]), name)
+    _check_pipeline(ipus, training, iterations, accumulation, name)
+    return opts
+
+
+def _check_pipeline(ipus: int, training: bool, iterations: int, accumulation: int, name: str) -> None:
+    """``CompileError`` where a model pipelined over ``ipus`` stages gets too few micro-batches a
+    call to fill them: device iterations for inference, gradient accumulation for training."""
     # PopTorch's pipelining rule (popart_compiler Compiler.cpp:672-701): every stage needs a
     # micro-batch in flight, so a call must carry at least one per stage.
     if ipus > 1 and not training and iterations < ipus:
@@ -732,7 +759,6 @@ def _check_options(options: Mapping[str, object], name: str, precision: str) -> 
             f"{2 * ipus - 1} pipeline stages (ipus={ipus} forward and {ipus - 1} backward when training; "
             f"PopTorch needs one micro-batch per stage); pass gradient_accumulation={2 * ipus - 1} or more"
         )
-    return opts
 
 
 def _check_ipus(ipus: int, replicas: int, auto_round: bool, name: str) -> None:

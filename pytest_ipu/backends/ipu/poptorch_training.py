@@ -149,17 +149,7 @@ def compile_training(
     if not isinstance(model, torch.nn.Module):
         raise CompileError(f"ipu_train needs a torch.nn.Module, got {label}")
     shape = _shape(target, merged, options, request, len(example_batch), label)
-    checked = _check_options(
-        {
-            **merged.values,
-            "replication_factor": shape.replicas,
-            "training": True,
-            "gradient_accumulation": shape.accumulation,
-            "output_mode": "all",
-        },
-        label,
-        precision,
-    )
+    checked = _step_option_values(merged, shape, label, precision)
     prepare_inputs = _host_tensors(torch, precision)
     examples = prepare_inputs(example_batch)
     host_batch = _host_batch(
@@ -176,12 +166,51 @@ def compile_training(
     used = executor.options
     del executor
     info = shape.info(host_batch, type(optimizer).__name__)
-    run, evaluate, close = _step_calls(torch, handle, module, prepare_inputs, info, f"{label} on {device}")
+    calls = _step_calls(torch, handle, module, prepare_inputs, info, f"{label} on {device}")
+    return _counted_step(
+        poptorch, target, precision, handle, used, checked, shape, info, calls, prepare_inputs
+    )
+
+
+def _step_option_values(
+    merged: CheckedOptions, shape: _Shape, label: str, precision: str
+) -> dict[str, object]:
+    """The PopTorch options of the step: the ones given, with the replicas, the gradient
+    accumulation and every output of the step (``output_mode`` ``all``) that ``shape`` makes,
+    checked as inference's are (``_check_options``)."""
+    return _check_options(
+        {
+            **merged.values,
+            "replication_factor": shape.replicas,
+            "training": True,
+            "gradient_accumulation": shape.accumulation,
+            "output_mode": "all",
+        },
+        label,
+        precision,
+    )
+
+
+def _counted_step(
+    poptorch: ModuleType,
+    target: StepTarget,
+    precision: str,
+    handle: _Handle,
+    used: Any,
+    checked: Mapping[str, object],
+    shape: _Shape,
+    info: TrainingInfo,
+    calls: tuple[Callable[..., float], Callable[..., object], Callable[[], None]],
+    prepare_inputs: Callable[[Sequence[object]], tuple[object, ...]],
+) -> CountedTrainingStep:
+    """The compiled step around ``handle``, whose executor used the options ``used``: its
+    ``calls`` (run, evaluate, close), compile facts and phases, and the IPUs it holds."""
+    run, evaluate, close = calls
     _HANDLES[run] = handle
     used_id = _used_ipu_id(used, target.ipu_id)
     facts = _facts(poptorch, target, used, checked, used_id, shape.processes)
     return CountedTrainingStep(
-        target=device,
+        target=f"{target.name}:{target.device}",
         backend=target.name,
         device=target.device,
         device_name=target.device_name,
