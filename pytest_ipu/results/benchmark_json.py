@@ -341,10 +341,10 @@ def _verdicts(section: Mapping[str, Any] | None, path: Path) -> tuple[StoredVerd
     if entries is None:
         return ()
     where = f"{path}: '{TOP_LEVEL_KEY}.{GATES_KEY}'"
-    if not isinstance(entries, list):
-        raise values.Source(str(path), _FIX).refuse(entries, f"{TOP_LEVEL_KEY}.{GATES_KEY}", "a list")
     out = []
-    for index, entry in enumerate(entries):
+    for index, entry in enumerate(
+        values.Source(str(path), _FIX).array(entries, f"{TOP_LEVEL_KEY}.{GATES_KEY}")
+    ):
         fields = [
             entry.get(k) if isinstance(entry, dict) else None
             for k in ("benchmark", "gate", "outcome", "line")
@@ -376,7 +376,7 @@ def _power_blocks(section: Mapping[str, Any] | None, path: Path) -> tuple[PowerB
         return ()
     try:
         return blocks_from_json(section, f"{TOP_LEVEL_KEY}.")
-    except (schema.SchemaError, values.BadValue) as exc:
+    except values.BadValue as exc:
         raise RunFileError(f"{path}: {exc}") from None
 
 
