@@ -375,10 +375,11 @@ def read_value(t: _Type, value: Any, name: str, number: str = "") -> Any:
     of = t.of
     if kind == "tuple":
         return tuple(_item(of, v, f"{name}[{i}]", number) for i, v in enumerate(RECORD.array(value, name)))
-    want = {"any": "a JSON object or null", "float": "a JSON object of numbers"}
-    found = RECORD.mapping(value, name, want=want.get(of.kind, "a JSON object"))
     if of.kind == "any":
-        return RECORD.free(found, name)
+        return RECORD.free(value, name)
+    found = RECORD.mapping(
+        value, name, want="a JSON object of numbers" if of.kind == "float" else "a JSON object"
+    )
     return {str(k): read_value(of, v, f"{name}.{k}", number) for k, v in found.items()}
 
 

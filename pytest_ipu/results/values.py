@@ -108,19 +108,22 @@ class Source:
             raise self.refuse(value, key, "a list")
         return value
 
-    def free(self, value: object, key: str) -> dict[str, Any]:
-        """A free-form JSON object: any JSON but NaN or Infinity, which no reader could use."""
-        found = self.mapping(value, key, want="a JSON object or null")
+    def free(self, value: object, key: str, *, finite: bool = True, depth: int = 0) -> dict[str, Any]:
+        """A free-form JSON object, ``{}`` for null: any JSON, nested at most ``depth`` levels where
+        given, but NaN or Infinity where ``finite`` (no reader could use them)."""
+        found = self.mapping(value, key, null=True)
         # Walked with a stack, not recursion: the nesting is as deep as the file makes it.
-        stack: list[tuple[str, Any]] = [(key, found)]
+        stack: list[tuple[str, Any, int]] = [(key, found, 0)]
         while stack:
-            at, item = stack.pop()
-            if isinstance(item, float) and not math.isfinite(item):
+            at, item, level = stack.pop()
+            if depth and level > depth:
+                raise self.refuse(item, at, problem=f"it nests deeper than {depth} levels")
+            if finite and isinstance(item, float) and not math.isfinite(item):
                 raise self.refuse(item, at, "a finite number")
             if isinstance(item, dict):
-                stack.extend((f"{at}.{k}", v) for k, v in item.items())
+                stack.extend((f"{at}.{k}", v, level + 1) for k, v in item.items())
             elif isinstance(item, list):
-                stack.extend((f"{at}[{i}]", v) for i, v in enumerate(item))
+                stack.extend((f"{at}[{i}]", v, level + 1) for i, v in enumerate(item))
         return dict(found)
 
     def choice(self, value: object, key: str, choices: Sequence[str]) -> str:
