@@ -374,20 +374,15 @@ def read_value(t: _Type, value: Any, name: str, number: str = "") -> Any:
     assert t.of is not None
     of = t.of
     if kind == "tuple":
-        return tuple(_item(of, v, f"{name}[{i}]", number) for i, v in enumerate(RECORD.array(value, name)))
+        return tuple(
+            read_value(of, v, f"{name}[{i}]", number) for i, v in enumerate(RECORD.array(value, name))
+        )
     if of.kind == "any":
         return RECORD.free(value, name)
     found = RECORD.mapping(
         value, name, want="a JSON object of numbers" if of.kind == "float" else "a JSON object"
     )
     return {str(k): read_value(of, v, f"{name}.{k}", number) for k, v in found.items()}
-
-
-def _item(t: _Type, value: Any, name: str, number: str) -> Any:
-    """An entry of a list: a record's must be an object, like any other entry its type's value."""
-    if t.kind == "record" and not isinstance(value, dict):
-        raise RECORD.refuse(value, name, "a JSON object")
-    return read_value(t, value, name, number)
 
 
 class Coded:
