@@ -341,10 +341,10 @@ def _verdicts(section: Mapping[str, Any] | None, path: Path) -> tuple[StoredVerd
     if entries is None:
         return ()
     where = f"{path}: '{TOP_LEVEL_KEY}.{GATES_KEY}'"
-    if not isinstance(entries, list):
-        raise values.Source(str(path), _FIX).refuse(entries, f"{TOP_LEVEL_KEY}.{GATES_KEY}", "a list")
     out = []
-    for index, entry in enumerate(entries):
+    for index, entry in enumerate(
+        values.Source(str(path), _FIX).array(entries, f"{TOP_LEVEL_KEY}.{GATES_KEY}")
+    ):
         fields = [
             entry.get(k) if isinstance(entry, dict) else None
             for k in ("benchmark", "gate", "outcome", "line")
@@ -376,7 +376,7 @@ def _power_blocks(section: Mapping[str, Any] | None, path: Path) -> tuple[PowerB
         return ()
     try:
         return blocks_from_json(section, f"{TOP_LEVEL_KEY}.")
-    except (schema.SchemaError, values.BadValue) as exc:
+    except values.BadValue as exc:
         raise RunFileError(f"{path}: {exc}") from None
 
 
@@ -417,26 +417,11 @@ def _benchmark(bench: Mapping[str, Any], where: str, path: Path) -> StoredBenchm
 MAX_DEPTH = 32
 
 
-def _shallow(value: Any, name: str, src: values.Source) -> None:
-    """Raise ``values.BadValue`` when ``value`` nests deeper than ``MAX_DEPTH``."""
-    # Walked with a stack, not recursion: the nesting is as deep as the file makes it.
-    stack = [(name, value, 0)]
-    while stack:
-        name, value, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise src.refuse(value, name, problem=f"it nests deeper than {MAX_DEPTH} levels")
-        if isinstance(value, dict):
-            stack.extend((f"{name}.{k}", v, depth + 1) for k, v in value.items())
-        elif isinstance(value, list):
-            stack.extend((f"{name}[{i}]", v, depth + 1) for i, v in enumerate(value))
-
-
 def _free(data: Mapping[str, Any], key: str, src: values.Source) -> dict[str, Any]:
     """A free-form object of the file (``params``, ``machine_info``, ``commit_info``): ``{}`` when
-    absent or null (pytest-benchmark writes null params for a test without any)."""
-    value = src.mapping(data.get(key), key, null=True)
-    _shallow(value, key, src)
-    return dict(value)
+    absent or null (pytest-benchmark writes null params for a test without any), any JSON (a
+    parameter may be NaN) nested at most ``MAX_DEPTH`` levels."""
+    return src.free(data.get(key), key, finite=False, depth=MAX_DEPTH)
 
 
 def _time(value: Any, src: values.Source, key: str) -> float:

@@ -20,10 +20,10 @@ The types a field may have: ``str``, ``float``, ``int``, ``bool``, a ``Literal``
 annotations are strings (``from __future__ import annotations``) that Python 3.8 cannot evaluate
 (``X | None``, ``tuple[X, ...]``); ``_parse`` reads them itself.
 
-Also the shared readers of one value (``real``, ``whole``, ``text``, ``flag``, ``choice``, ``free``,
-...) and the one message of a bad value (``bad``), for the readers that are more than a record's
-fields (``schema.from_json``'s cross-checks, ``power_blocks``). ``fields_of`` copies a declared part
-(``records.Identity``) into a record that extends it.
+Each value is read by ``values``' readers through ``RECORD``, the record's JSON as their source,
+which also serves the readers that are more than a record's fields (``records``' older forms,
+``schema.from_json``'s cross-checks). ``fields_of`` copies a declared part (``records.Identity``)
+into a record that extends it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
-import math
 import sys
 import typing
 from collections.abc import Callable
@@ -41,18 +40,20 @@ from typing import Any
 from typing import ClassVar
 from typing import TypeVar
 
+from pytest_ipu.results import values
+from pytest_ipu.results.values import ABSENT
 
-class SchemaError(ValueError):
+
+class SchemaError(values.BadValue):
     """A JSON object that is not a pytest-ipu record of a version this code can read."""
 
 
 #: How every bad value's message ends: how to get a good one.
 FIX = "re-run the benchmark to write the record again, or correct the value in the file"
-#: The largest count a record may hold: beyond it a count is impossible, and a table, sort key or
-#: ratio that converts it to a float would overflow or round it.
-MAX_COUNT = 2**53
-#: A key that is not in its object (told apart from JSON null).
-ABSENT: Any = object()
+#: A record's JSON, where its values come from: ``malformed pytest-ipu record: '<key>' is ...: it
+#: must be ...; <fix>``, each refusal a ``SchemaError`` that says which rule a number broke. Each
+#: reader takes the value and its full dotted name (``power.devices[0].energy_j``).
+RECORD = values.Source("malformed pytest-ipu record", FIX, explain=True, error=SchemaError)
 
 
 def fields_of(part: type, obj: object) -> dict[str, Any]:
@@ -60,115 +61,6 @@ def fields_of(part: type, obj: object) -> dict[str, Any]:
     dataclass that extends ``part``: ``IpuRecord(**fields_of(Identity, compiled), batch_size=...)``.
     The other keyword arguments stay checked by mypy; these are checked where ``obj`` was made."""
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(part)}
-
-
-# --- one value ----------------------------------------------------------------------------------
-# Each reader takes the value and its full dotted name (``power.devices[0].energy_j``).
-
-
-def show(value: Any) -> str:
-    """A value as a message shows it: on one line and short, containers by their kind."""
-    if value is ABSENT:
-        return "missing"
-    if isinstance(value, Mapping):
-        return "an object"
-    if isinstance(value, list):
-        return "a list"
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
-
-
-def bad(name: str, value: Any, want: str) -> SchemaError:
-    """The error for ``value`` at ``name``: what it is, what it must be, and the fix."""
-    # repr: a name holds the file's own keys (``compile_phases_s.<key>``), and a key may hold a
-    # newline; the message stays on one line.
-    return SchemaError(f"malformed pytest-ipu record: {name!r} is {show(value)}: {want}; {FIX}")
-
-
-def real(value: Any, name: str, allow_inf: bool = False) -> float:
-    """A finite number >= 0 (+Infinity too where ``allow_inf``), as a float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise bad(name, value, "it must be a number >= 0")
-    try:
-        number = float(value)
-    except OverflowError:  # a whole number of hundreds of digits
-        raise bad(name, value, "it is too large: it must be a finite number >= 0") from None
-    if math.isnan(number) or (math.isinf(number) and not (allow_inf and number > 0)):
-        raise bad(name, value, "it must be a finite number >= 0")
-    if number < 0:
-        raise bad(name, value, "it must be >= 0 (a time, rate, energy or share is never negative)")
-    return number
-
-
-def signed(value: Any, name: str) -> float:
-    """A finite number of either sign (a loss may be negative), as a float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise bad(name, value, "it must be a finite number")
-    return float(value)
-
-
-def whole(value: Any, name: str) -> int:
-    """A whole number from 0 to ``MAX_COUNT``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise bad(name, value, "it must be a whole number >= 0")
-    if value < 0:
-        raise bad(name, value, "it must be >= 0 (a count is never negative)")
-    if value > MAX_COUNT:
-        raise bad(name, value, f"it is too large: a count is at most {MAX_COUNT}")
-    return value
-
-
-def text(value: Any, name: str) -> str:
-    """A string."""
-    if not isinstance(value, str):
-        raise bad(name, value, "it must be a string")
-    return value
-
-
-def flag(value: Any, name: str) -> bool:
-    """True or false."""
-    if not isinstance(value, bool):
-        raise bad(name, value, "it must be true or false")
-    return value
-
-
-def choice(value: Any, name: str, choices: tuple[str, ...]) -> str:
-    """One of ``choices``."""
-    if not isinstance(value, str) or value not in choices:
-        raise bad(name, value, f"it must be one of {', '.join(repr(c) for c in choices)}")
-    return value
-
-
-def a_list(value: Any, name: str) -> list[Any]:
-    """A list."""
-    if isinstance(value, tuple):
-        return list(value)
-    if not isinstance(value, list):
-        raise bad(name, value, "it must be a list")
-    return value
-
-
-def an_object(value: Any, name: str, want: str = "it must be a JSON object") -> Mapping[str, Any]:
-    """A JSON object."""
-    if not isinstance(value, dict):
-        raise bad(name, value, want)
-    return value
-
-
-def free(value: Any, name: str) -> dict[str, Any]:
-    """A free-form object: any JSON but NaN or Infinity, which no reader could use."""
-    found = an_object(value, name, "it must be a JSON object or null")
-    # Walked with a stack, not recursion: the nesting is as deep as the file makes it.
-    stack: list[tuple[str, Any]] = [(name, found)]
-    while stack:
-        at, item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            raise bad(at, item, "it must be a finite number")
-        if isinstance(item, dict):
-            stack.extend((f"{at}.{k}", v) for k, v in item.items())
-        elif isinstance(item, list):
-            stack.extend((f"{at}[{i}]", v) for i, v in enumerate(item))
-    return dict(found)
 
 
 def get(data: Mapping[str, Any], key: str, default: Any = ABSENT) -> Any:
@@ -439,7 +331,7 @@ def _read_field(f: _Field, data: Mapping[str, Any], at: str) -> Any:
             return f.old_from(data, at)
         if f.type.optional:
             if value is ABSENT and f.required:
-                raise bad(name, value, f"{_want(f.type)} or null")
+                raise RECORD.refuse(value, name, f"{_want(f.type)} or null")
             return None
         if f.factory is not None:
             return f.factory()
@@ -452,47 +344,45 @@ def _read_field(f: _Field, data: Mapping[str, Any], at: str) -> Any:
 def _want(t: _Type) -> str:
     """What a value of ``t`` must be, as a message says it."""
     return {
-        "float": "it must be a number >= 0",
-        "int": "it must be a whole number >= 0",
-        "str": "it must be a string",
-        "bool": "it must be true or false",
-    }.get(t.kind, "it must be a value")
+        "float": "a number >= 0",
+        "int": "a whole number >= 0",
+        "str": "a string",
+        "bool": "true or false",
+    }.get(t.kind, "a value")
 
 
 def read_value(t: _Type, value: Any, name: str, number: str = "") -> Any:
     """One value of type ``t`` at ``name``, checked."""
     kind = t.kind
     if kind == "float":
-        return signed(value, name) if number == "signed" else real(value, name, allow_inf=number == "inf")
+        if number == "signed":
+            return RECORD.signed(value, name)
+        return RECORD.number(value, name, inf=number == "inf")
     if kind == "int":
-        return whole(value, name)
+        return RECORD.whole(value, name)
     if kind == "str":
-        return text(value, name)
+        return RECORD.text(value, name)
     if kind == "bool":
-        return flag(value, name)
+        return RECORD.flag(value, name)
     if kind == "choice":
-        return choice(value, name, t.choices)
+        return RECORD.choice(value, name, t.choices)
     if kind == "any":
-        return free(value, name)
+        return RECORD.free(value, name)
     if kind == "record":
         assert t.cls is not None
-        return from_json(t.cls, an_object(value, name), name + ".")
+        return from_json(t.cls, RECORD.mapping(value, name), name + ".")
     assert t.of is not None
     of = t.of
     if kind == "tuple":
-        return tuple(_item(of, v, f"{name}[{i}]", number) for i, v in enumerate(a_list(value, name)))
-    want = {"any": "it must be a JSON object or null", "float": "it must be a JSON object of numbers"}
-    found = an_object(value, name, want.get(of.kind, "it must be a JSON object"))
+        return tuple(
+            read_value(of, v, f"{name}[{i}]", number) for i, v in enumerate(RECORD.array(value, name))
+        )
     if of.kind == "any":
-        return free(found, name)
+        return RECORD.free(value, name)
+    found = RECORD.mapping(
+        value, name, want="a JSON object of numbers" if of.kind == "float" else "a JSON object"
+    )
     return {str(k): read_value(of, v, f"{name}.{k}", number) for k, v in found.items()}
-
-
-def _item(t: _Type, value: Any, name: str, number: str) -> Any:
-    """An entry of a list: a record's must be an object, like any other entry its type's value."""
-    if t.kind == "record" and not isinstance(value, dict):
-        raise bad(name, value, "it must be a JSON object")
-    return read_value(t, value, name, number)
 
 
 class Coded:

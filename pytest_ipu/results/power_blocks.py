@@ -55,8 +55,8 @@ _SOURCE = values.Source("malformed pytest-ipu power block", _FIX)
 def block_from_json(data: object, at: str) -> PowerBlock:
     """One entry read back; ``at`` is its dotted path with a trailing dot (``pytest_ipu.power_blocks[0].``).
 
-    Raises ``values.BadValue`` naming the key, or ``schema.SchemaError`` for its power object, which
-    the schema's own reader reads with the same checks as a benchmark's (numbers finite and >= 0,
+    Raises ``values.BadValue`` naming the key (a ``schema.SchemaError`` for its power object, which
+    the schema's own reader reads with the same checks as a benchmark's: numbers finite and >= 0,
     counts whole).
     """
     data = _SOURCE.mapping(data, at.rstrip("."))
@@ -73,11 +73,10 @@ def block_from_json(data: object, at: str) -> PowerBlock:
 
 def blocks_from_json(section: Mapping[str, Any], at: str = "pytest_ipu.") -> tuple[PowerBlock, ...]:
     """The blocks of a top-level ``pytest_ipu`` section: none when it has no ``power_blocks`` (a file
-    written before the list existed); raises ``values.BadValue`` or ``schema.SchemaError`` naming the
-    bad key."""
+    written before the list existed); raises ``values.BadValue`` naming the bad key."""
     entries = section.get(KEY)
     if entries is None:
         return ()
-    if not isinstance(entries, list):
-        raise _SOURCE.refuse(entries, at + KEY, "a list")
-    return tuple(block_from_json(entry, f"{at}{KEY}[{i}].") for i, entry in enumerate(entries))
+    return tuple(
+        block_from_json(entry, f"{at}{KEY}[{i}].") for i, entry in enumerate(_SOURCE.array(entries, at + KEY))
+    )

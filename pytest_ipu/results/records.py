@@ -32,6 +32,7 @@ from pytest_ipu.measure.metrics import summarize_latency
 from pytest_ipu.results import codec
 from pytest_ipu.results import counts
 from pytest_ipu.results.catalog import METRICS
+from pytest_ipu.results.codec import RECORD
 from pytest_ipu.results.codec import Coded
 from pytest_ipu.results.codec import fields_of
 from pytest_ipu.results.codec import meta
@@ -40,6 +41,7 @@ from pytest_ipu.results.loadgen import LoadgenRecord
 from pytest_ipu.results.training import ScalingRecord
 from pytest_ipu.results.training import TimeToTrainRecord
 from pytest_ipu.results.training import TrainingRecord
+from pytest_ipu.results.values import ABSENT
 
 if TYPE_CHECKING:
     from pytest_ipu.results.gates import Gate
@@ -68,8 +70,8 @@ def read_latency(data: Mapping[str, Any], at: str, rounds_key: str) -> LatencySu
     """The ``latency_s`` of an instance or a repeat: its statistics, its rounds (``rounds_key`` of
     the object where the summary lacks them) and its unsupported percentiles."""
     name = f"{at}latency_s"
-    lat = codec.an_object(data.get("latency_s", codec.ABSENT), name)
-    rounds = codec.whole(codec.get(lat, "rounds", data.get(rounds_key)), f"{name}.rounds")
+    lat = RECORD.mapping(data.get("latency_s", ABSENT), name)
+    rounds = RECORD.whole(codec.get(lat, "rounds", data.get(rounds_key)), f"{name}.rounds")
     return checked_latency(codec.from_json(LatencySummary, {**lat, "rounds": rounds}, f"{name}."), f"{name}.")
 
 
@@ -80,19 +82,19 @@ def checked_latency(lat: LatencySummary, at: str) -> LatencySummary:
         value = getattr(lat, key)
         problem = call_time_problem(value) if lat.rounds > 0 else None
         if problem is not None:
-            raise codec.bad(at + key, value, problem)
+            raise RECORD.refuse(value, at + key, problem=problem)
     return lat
 
 
 def _record_latency(data: Mapping[str, Any], at: str) -> LatencySummary:
     """A record's ``latency_s``: its statistics, over the record's ``rounds``, with its
     ``latency_unsupported`` percentiles beside it."""
-    lat = codec.an_object(data.get("latency_s", codec.ABSENT), f"{at}latency_s")
-    rounds = codec.whole(data.get("rounds", codec.ABSENT), f"{at}rounds")
+    lat = RECORD.mapping(data.get("latency_s", ABSENT), f"{at}latency_s")
+    rounds = RECORD.whole(data.get("rounds", ABSENT), f"{at}rounds")
     name = f"{at}latency_unsupported"
     unsupported = [
-        codec.text(v, f"{name}[{i}]")
-        for i, v in enumerate(codec.a_list(data.get("latency_unsupported", codec.ABSENT), name))
+        RECORD.text(v, f"{name}[{i}]")
+        for i, v in enumerate(RECORD.array(data.get("latency_unsupported", ABSENT), name))
     ]
     summary = codec.from_json(
         LatencySummary, {**lat, "rounds": rounds, "unsupported": unsupported}, f"{at}latency_s."
@@ -111,14 +113,12 @@ def read_cpu(data: Mapping[str, Any], at: str, rounds: bool = False) -> CpuTime 
     if data.get("cpu") is None:
         return None
     name = f"{at}cpu"
-    found = codec.an_object(data["cpu"], name)
+    found = RECORD.mapping(data["cpu"], name)
     for key in _PER_ROUND:
-        value = found.get(key, codec.ABSENT)
-        if value is codec.ABSENT or (rounds and value is None):
-            raise codec.bad(
-                f"{name}.{key}",
-                value,
-                "it must be a number >= 0" if rounds else "it must be a number >= 0 or null",
+        value = found.get(key, ABSENT)
+        if value is ABSENT or (rounds and value is None):
+            raise RECORD.refuse(
+                value, f"{name}.{key}", "a number >= 0" if rounds else "a number >= 0 or null"
             )
     # Absent from records written before them: no workers then (a record whose instances ran in
     # worker processes had no ``cpu``), and no host cost: the fields' defaults.
@@ -131,15 +131,15 @@ def read_counts(data: Mapping[str, Any], at: str) -> dict[str, CountRecord]:
     as ``counts["host_instructions"]``."""
     found: dict[str, CountRecord] = {}
     if data.get("counts") is not None:
-        kept = codec.an_object(data["counts"], f"{at}counts")
+        kept = RECORD.mapping(data["counts"], f"{at}counts")
         found = {
             str(name): CountRecord.from_json(
-                codec.an_object(value, f"{at}counts.{name}"), f"{at}counts.{name}."
+                RECORD.mapping(value, f"{at}counts.{name}"), f"{at}counts.{name}."
             )
             for name, value in kept.items()
         }
     if data.get("host_instructions") is not None and "host_instructions" not in found:
-        legacy = codec.an_object(data["host_instructions"], f"{at}host_instructions")
+        legacy = RECORD.mapping(data["host_instructions"], f"{at}host_instructions")
         found["host_instructions"] = _legacy_instructions(legacy, f"{at}host_instructions.")
     return found
 
@@ -147,15 +147,16 @@ def read_counts(data: Mapping[str, Any], at: str) -> dict[str, CountRecord]:
 def _legacy_instructions(data: Mapping[str, Any], at: str) -> CountRecord:
     """A ``host_instructions`` object written before the host's instructions joined ``counts``, as
     the count ``counts["host_instructions"]``: its total over its calls, or its reason."""
-    total = None if data.get("total") is None else codec.whole(data["total"], f"{at}total")
-    calls = codec.whole(codec.get(data, "calls", 0), f"{at}calls")
-    if not codec.flag(data.get("available", codec.ABSENT), f"{at}available") or total is None or calls < 1:
+    total = None if data.get("total") is None else RECORD.whole(data["total"], f"{at}total")
+    calls = RECORD.whole(codec.get(data, "calls", 0), f"{at}calls")
+    if not RECORD.flag(data.get("available", ABSENT), f"{at}available") or total is None or calls < 1:
         why = (
-            codec.text(codec.get(data, "reason", ""), f"{at}reason") or "the counter did not count the window"
+            RECORD.text(codec.get(data, "reason", ""), f"{at}reason")
+            or "the counter did not count the window"
         )
         return counts.not_counted(f"the hardware counter is not available: {why}")
-    processes = codec.whole(codec.get(data, "processes", 0), f"{at}processes")
-    threads = codec.whole(codec.get(data, "threads", 0), f"{at}threads")
+    processes = RECORD.whole(codec.get(data, "processes", 0), f"{at}processes")
+    threads = RECORD.whole(codec.get(data, "threads", 0), f"{at}threads")
     return counts.over_window(total, calls, counts.TIMED_WINDOW, instructions.scope(processes, threads))
 
 

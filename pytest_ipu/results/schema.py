@@ -60,12 +60,12 @@ from pytest_ipu.measure.metrics import call_time_problem as call_time_problem
 from pytest_ipu.results import codec
 from pytest_ipu.results.catalog import METRICS as METRICS
 from pytest_ipu.results.catalog import Metric as Metric
-from pytest_ipu.results.codec import MAX_COUNT as MAX_COUNT
+from pytest_ipu.results.codec import RECORD
 from pytest_ipu.results.codec import SchemaError as SchemaError
-from pytest_ipu.results.codec import bad as _bad
-from pytest_ipu.results.codec import show as _show
 from pytest_ipu.results.records import IpuRecord
 from pytest_ipu.results.records import PowerRecord
+from pytest_ipu.results.values import MAX_WHOLE
+from pytest_ipu.results.values import show
 
 SCHEMA_VERSION = 2
 NAMESPACE = "ipu"
@@ -81,11 +81,13 @@ def read_version(version: Any, what: str) -> int:
     """A schema version this code reads (a whole number from 1 to ``SCHEMA_VERSION``), of ``what``
     (a record, the run's section); raises ``SchemaError`` for anything else."""
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise SchemaError(f"not a pytest-ipu {what} (schema version {_show(version)})")
+        raise RECORD.refuse(version, "", problem=f"not a pytest-ipu {what} (schema version {show(version)})")
     if version > SCHEMA_VERSION:
-        raise SchemaError(
-            f"{what} has schema version {version}, newer than {SCHEMA_VERSION} which this "
-            "pytest-ipu reads; upgrade pytest-ipu"
+        raise RECORD.refuse(
+            version,
+            "",
+            problem=f"{what} has schema version {version}, newer than {SCHEMA_VERSION} which this "
+            "pytest-ipu reads; upgrade pytest-ipu",
         )
     return version
 
@@ -106,7 +108,7 @@ def from_json(data: Mapping[str, Any]) -> IpuRecord:
     record = IpuRecord.from_json(data)
     # Calls at a time: one per instance; LoadGen keeps many queries in flight, so its rate is left
     # to the count check.
-    concurrency = MAX_COUNT if record.loadgen is not None else max(1, len(record.instances or ()))
+    concurrency = MAX_WHOLE if record.loadgen is not None else max(1, len(record.instances or ()))
     _check_items(
         record.throughput_items_per_s, record.window_s, record.rounds, record.items_per_call, "", concurrency
     )
@@ -136,24 +138,24 @@ def _check_items(
     throughput is never 0. Nor can ``concurrency`` calls at a time (instances, queries in flight)
     complete items faster than the timer resolves a call."""
     if throughput == 0 and rounds > 0 and items_per_call > 0:
-        raise _bad(
-            f"{at}throughput_items_per_s",
+        raise RECORD.refuse(
             throughput,
-            f"{rounds} rounds of {items_per_call} items each completed items, so it must be > 0",
+            f"{at}throughput_items_per_s",
+            problem=f"{rounds} rounds of {items_per_call} items each completed items, so it must be > 0",
         )
     items = throughput * window_s
-    if not math.isfinite(items) or items > MAX_COUNT:
-        raise _bad(
-            f"{at}throughput_items_per_s",
+    if not math.isfinite(items) or items > MAX_WHOLE:
+        raise RECORD.refuse(
             throughput,
-            f"over its window of {window_s:.4g} s that is {items:.3g} items, more than a run can count "
-            f"(at most {MAX_COUNT})",
+            f"{at}throughput_items_per_s",
+            problem=f"over its window of {window_s:.4g} s that is {items:.3g} items, more than a run can "
+            f"count (at most {MAX_WHOLE})",
         )
     if items_per_call > 0 and throughput * MIN_CALL_S > items_per_call * concurrency:
-        raise _bad(
-            f"{at}throughput_items_per_s",
+        raise RECORD.refuse(
             throughput,
-            f"{items_per_call} items a call at that rate means calls shorter than the timer's "
+            f"{at}throughput_items_per_s",
+            problem=f"{items_per_call} items a call at that rate means calls shorter than the timer's "
             f"resolution ({MIN_CALL_S:g} s)",
         )
 
@@ -171,10 +173,10 @@ def _check_pooled(record: IpuRecord) -> None:
     low, high = min(rates), max(rates)
     pooled = record.throughput_items_per_s
     if pooled < low * (1 - _POOLED_TOLERANCE) or pooled > high * (1 + _POOLED_TOLERANCE):
-        raise _bad(
-            "throughput_items_per_s",
+        raise RECORD.refuse(
             pooled,
-            f"its repeats ran at {low:.6g} to {high:.6g} items/s, and a record's throughput (their "
+            "throughput_items_per_s",
+            problem=f"its repeats ran at {low:.6g} to {high:.6g} items/s, and a record's throughput (their "
             "items over their windows) lies between those",
         )
 

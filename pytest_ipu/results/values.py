@@ -3,7 +3,9 @@
 and the fix, in its ``Source``'s voice: a file's key (``<file>: 'stats.rounds' is -1: it must be a
 whole number >= 0; <fix>``), a call's keyword argument (``ipu_loadgen(max_batch=0): pass a whole
 number >= 1``) or an option's value (``expected an integer from 1 to 100``: the options name the rest).
-What a value must be (``want``) is a noun phrase, so that one reader serves every voice.
+What a value must be (``want``) is a noun phrase, so that one reader serves every voice. A record's
+JSON (``codec.RECORD``) is a file's voice whose refusals explain which rule a value broke, and are
+``codec.SchemaError`` errors.
 """
 
 from __future__ import annotations
@@ -14,13 +16,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: The largest whole number read: a float holds every count up to it exactly.
+#: The largest whole number read: a float holds every count up to it exactly, so that a table, sort
+#: key or ratio that converts a count to a float never overflows or rounds it.
 MAX_WHOLE = 2**53
+#: A key that is not in its object (told apart from JSON null).
+ABSENT: Any = object()
 
 
 def show(value: object) -> str:
     """A value as a message shows it: on one line and short, containers by their kind."""
-    if isinstance(value, dict):
+    if value is ABSENT:
+        return "missing"
+    if isinstance(value, Mapping):
         return "an object"
     if isinstance(value, list):
         return "a list"
@@ -45,15 +52,19 @@ class BadValue(ValueError):
 class Source:
     """Where values come from, as a refusal names it (``name``: a file and the object in it, or the
     function whose keyword arguments they are when ``call``), and ``fix``, how to put a bad one right
-    (the end of a file's messages; a call's message is its own fix). Its methods read one value each,
-    ``key`` naming it, and raise ``BadValue``."""
+    (the end of a file's messages; a call's message is its own fix). Where ``explain``, a refusal of a
+    number says which rule it broke (not a number, too large, not finite, negative: why it never is).
+    Its methods read one value each, ``key`` naming it, and raise ``error``, a ``BadValue``."""
 
     name: str = ""
     fix: str = ""
     call: bool = False
+    explain: bool = False
+    error: type[BadValue] = BadValue
 
     def message(self, bad: BadValue) -> str:
-        """The one line that refuses ``bad.value`` of ``bad.key``, in this source's voice."""
+        """The one line that refuses ``bad.value`` of ``bad.key``, in this source's voice (a value of no
+        key, an option's or a whole document's, in the problem's own words or as what it must be)."""
         if self.call:
             return f"{self.name}({bad.key}={bad.value!r}): {bad.problem or 'pass ' + bad.want}"
         if not bad.key:
@@ -65,7 +76,7 @@ class Source:
 
     def refuse(self, value: object, key: str, want: str = "", problem: str = "") -> BadValue:
         """The refusal of ``value`` of ``key``, which must be ``want`` (or has ``problem``)."""
-        return BadValue(value, want, key, self, problem)
+        return self.error(value, want, key, self, problem)
 
     def text(self, value: object, key: str) -> str:
         """A string."""
@@ -79,12 +90,46 @@ class Source:
             raise self.refuse(value, key, "a string or null")
         return value
 
-    def mapping(self, value: object, key: str, *, null: bool = False) -> dict[str, Any]:
-        """A JSON object; ``{}`` for null where ``null`` allows it."""
+    def mapping(
+        self, value: object, key: str, *, null: bool = False, want: str = "a JSON object"
+    ) -> dict[str, Any]:
+        """A JSON object (``want`` says which); ``{}`` for null where ``null`` allows it."""
         if value is None and null:
             return {}
         if not isinstance(value, dict):
-            raise self.refuse(value, key, "a JSON object or null" if null else "a JSON object")
+            raise self.refuse(value, key, f"{want} or null" if null else want)
+        return value
+
+    def array(self, value: object, key: str) -> list[Any]:
+        """A JSON list (a tuple, as a record's field holds one, reads as its list)."""
+        if isinstance(value, tuple):
+            return list(value)
+        if not isinstance(value, list):
+            raise self.refuse(value, key, "a list")
+        return value
+
+    def free(self, value: object, key: str, *, finite: bool = True, depth: int = 0) -> dict[str, Any]:
+        """A free-form JSON object, ``{}`` for null: any JSON, nested at most ``depth`` levels where
+        given, but NaN or Infinity where ``finite`` (no reader could use them)."""
+        found = self.mapping(value, key, null=True)
+        # Walked with a stack, not recursion: the nesting is as deep as the file makes it.
+        stack: list[tuple[str, Any, int]] = [(key, found, 0)]
+        while stack:
+            at, item, level = stack.pop()
+            if depth and level > depth:
+                raise self.refuse(item, at, problem=f"it nests deeper than {depth} levels")
+            if finite and isinstance(item, float) and not math.isfinite(item):
+                raise self.refuse(item, at, "a finite number")
+            if isinstance(item, dict):
+                stack.extend((f"{at}.{k}", v, level + 1) for k, v in item.items())
+            elif isinstance(item, list):
+                stack.extend((f"{at}[{i}]", v, level + 1) for i, v in enumerate(item))
+        return dict(found)
+
+    def choice(self, value: object, key: str, choices: Sequence[str]) -> str:
+        """One of the strings ``choices``, exactly."""
+        if not isinstance(value, str) or value not in choices:
+            raise self.refuse(value, key, f"one of {', '.join(repr(c) for c in choices)}")
         return value
 
     def flag(self, value: object, key: str) -> bool:
@@ -95,23 +140,49 @@ class Source:
 
     def whole(self, value: object, key: str, least: int = 0) -> int:
         """A whole number from ``least`` to ``MAX_WHOLE`` (``True`` is no number)."""
-        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_WHOLE:
-            raise self.refuse(value, key, f"a whole number >= {least}")
+        want = f"a whole number >= {least}"
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.refuse(value, key, want)
+        if self.explain and value < 0:
+            raise self.refuse(value, key, ">= 0 (a count is never negative)")
+        if self.explain and value > MAX_WHOLE:
+            raise self.refuse(value, key, problem=f"it is too large: a count is at most {MAX_WHOLE}")
+        if not least <= value <= MAX_WHOLE:
+            raise self.refuse(value, key, want)
         return value
 
     def number(
-        self, value: object, key: str, *, positive: bool = False, note: str = "", problem: str = ""
+        self,
+        value: object,
+        key: str,
+        *,
+        positive: bool = False,
+        inf: bool = False,
+        note: str = "",
+        problem: str = "",
     ) -> float:
-        """A finite number >= 0 (> 0 where ``positive``), as a float; ``note`` ends what it must be
-        (its unit, say), or ``problem`` says it in a rule's own words."""
-        if not isinstance(value, bool) and isinstance(value, (int, float)):
-            try:
-                number = float(value)
-            except OverflowError:  # a whole number of hundreds of digits
-                number = math.inf
-            if math.isfinite(number) and (number > 0 if positive else number >= 0):
-                return number
-        raise self.refuse(value, key, f"a finite number {'>' if positive else '>='} 0{note}", problem)
+        """A finite number >= 0 (> 0 where ``positive``; +Infinity too where ``inf``), as a float;
+        ``note`` ends what it must be (its unit, say), or ``problem`` says it in a rule's own words."""
+        want = f"a finite number {'>' if positive else '>='} 0{note}"
+        number = _float(value)
+        if number is None:
+            raise self.refuse(value, key, want.replace("finite ", "") if self.explain else want, problem)
+        if self.explain and isinstance(value, int) and math.isinf(number):
+            raise self.refuse(value, key, want, problem or f"it is too large: it must be {want}")
+        if math.isnan(number) or (math.isinf(number) and not (inf and number > 0)):
+            raise self.refuse(value, key, want, problem)
+        if self.explain and number < 0:
+            raise self.refuse(value, key, ">= 0 (a time, rate, energy or share is never negative)", problem)
+        if number < 0 or (positive and number == 0):
+            raise self.refuse(value, key, want, problem)
+        return number
+
+    def signed(self, value: object, key: str) -> float:
+        """A finite number of either sign (a loss may be negative), as a float."""
+        number = _float(value)
+        if number is None or not math.isfinite(number):
+            raise self.refuse(value, key, "a finite number")
+        return number
 
     def fraction(self, value: object, key: str, example: str) -> float:
         """A number strictly between 0 and 1."""
@@ -136,6 +207,17 @@ class Source:
         if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
             raise self.refuse(value, key, f"a duration that is finite and {'>=' if zero else '>'} 0")
         return seconds
+
+
+def _float(value: object) -> float | None:
+    """A JSON number as a float (infinite where a whole number is too large for one); ``None`` for
+    anything else (``True`` is no number)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # a whole number of hundreds of digits
+        return math.inf
 
 
 #: An option's value: its flag, the value and where it was set are the options' to name.

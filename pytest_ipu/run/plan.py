@@ -26,7 +26,7 @@ MAX_ROUNDS = 1_000_000
 #: Warm-up rounds: far more than any runtime needs to reach a steady state (the same three sources).
 MAX_WARMUP_ROUNDS = 100_000
 #: Items one call completes: a record's counts stay whole numbers a float holds exactly (2**53,
-#: ``results.schema.MAX_COUNT``) over the most rounds a benchmark may run.
+#: ``results.values.MAX_WHOLE``) over the most rounds a benchmark may run.
 MAX_ITEMS_PER_CALL = 2**53 // MAX_ROUNDS
 
 #: The cap's factor when none is given: three times the budget.

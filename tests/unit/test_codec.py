@@ -14,6 +14,7 @@ from typing import Literal
 import pytest
 
 from pytest_ipu.results import codec
+from pytest_ipu.results import values
 from pytest_ipu.results.codec import Coded
 from pytest_ipu.results.codec import SchemaError
 from pytest_ipu.results.codec import meta
@@ -130,6 +131,22 @@ def test_an_older_file_reads_with_the_declared_defaults() -> None:
         ("count", True, "'at.count' is True: it must be a whole number >= 0"),
         ("seconds", float("inf"), "'at.seconds' is inf: it must be a finite number >= 0"),
         ("loss", "low", "'at.loss' is 'low': it must be a finite number"),
+        (
+            "loss",
+            -(10**400),
+            "(402 characters): it must be a finite number",
+        ),
+        (
+            "count",
+            2**53 + 1,
+            "'at.count' is 9007199254740993: it is too large: a count is at most 9007199254740992",
+        ),
+        ("seconds", 10**400, "(401 characters): it is too large: it must be a finite number >= 0"),
+        (
+            "seconds",
+            -0.5,
+            "'at.seconds' is -0.5: it must be >= 0 (a time, rate, energy or share is never negative)",
+        ),
         ("mode", "c", "'at.mode' is 'c': it must be one of 'a', 'b'"),
         ("kind", "z", "'at.kind' is 'z': it must be one of 'x', 'y'"),
         ("parts", [3], "'at.parts[0]' is 3: it must be a JSON object"),
@@ -139,18 +156,20 @@ def test_an_older_file_reads_with_the_declared_defaults() -> None:
         ("times", [], "'at.times' is a list: it must be a JSON object of numbers"),
         ("facts", {"a": [float("nan")]}, "'at.facts.a[0]' is nan: it must be a finite number"),
         ("never_null", None, "'at.never_null' is None: it must be a JSON object of numbers"),
-        ("kept", codec.ABSENT, "'at.kept' is missing: it must be a number >= 0 or null"),
-        ("mode", codec.ABSENT, "'at.mode' is missing: it must be one of 'a', 'b'"),
+        ("kept", values.ABSENT, "'at.kept' is missing: it must be a number >= 0 or null"),
+        ("mode", values.ABSENT, "'at.mode' is missing: it must be one of 'a', 'b'"),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_full_key(key: str, value: Any, message: str) -> None:
     data = json.loads(json.dumps(_outer().as_json()))
-    if value is codec.ABSENT:
+    if value is values.ABSENT:
         del data[key]
     else:
         data[key] = value
     with pytest.raises(SchemaError) as caught:
         Outer.from_json(data, "at.")
+    # The record's refusals are the readers' of every file: a reader of files catches them as such.
+    assert isinstance(caught.value, values.BadValue)
     assert message in str(caught.value)
     assert str(caught.value).startswith("malformed pytest-ipu record: ")
     assert "\n" not in str(caught.value)

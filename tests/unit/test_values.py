@@ -98,3 +98,32 @@ def test_a_logs_values_of_another_type_read_as_absent() -> None:
     assert values.logged_number(log, "absent") is None
     assert values.logged_flag(log, "b") is True
     assert values.logged_flag(log, "n") is None
+
+
+def test_a_free_form_object_is_any_json_within_its_limits() -> None:
+    assert FILE.free(None, "params") == {}
+    assert "is nan: it must be a finite number" in str(_refusal(FILE.free, {"a": [math.nan]}, "params"))
+    assert len(FILE.free({"a": [math.nan]}, "params", finite=False)["a"]) == 1
+    deep = {"a": {"b": {"c": 1}}}
+    assert FILE.free(deep, "params", depth=3) == deep
+    assert str(_refusal(FILE.free, deep, "params", depth=2)).startswith(
+        "run.json: benchmark 'test_a': 'params.a.b.c' is 1: it nests deeper than 2 levels"
+    )
+    assert "'params' is a list: it must be a JSON object or null" in str(_refusal(FILE.free, [], "params"))
+
+
+def test_a_record_source_says_which_rule_a_number_broke() -> None:
+    record = values.Source("record", "fix", explain=True)
+    assert _refusal(record.number, "1", "x").want == "a number >= 0"
+    assert _refusal(record.number, -1, "x").want == ">= 0 (a time, rate, energy or share is never negative)"
+    assert _refusal(record.number, 10**400, "x").problem == "it is too large: it must be a finite number >= 0"
+    assert record.number(math.inf, "x", inf=True) == math.inf
+    assert _refusal(record.whole, -1, "n").want == ">= 0 (a count is never negative)"
+    assert _refusal(record.signed, 10**400, "loss").want == "a finite number"
+    assert record.signed(-2, "loss") == -2.0
+    assert record.choice("b", "mode", ("a", "b")) == "b"
+    assert str(_refusal(record.choice, "c", "mode", ("a", "b"))) == (
+        "record: 'mode' is 'c': it must be one of 'a', 'b'; fix"
+    )
+    assert record.array((1, 2), "ids") == [1, 2]
+    assert values.show(values.ABSENT) == "missing"
