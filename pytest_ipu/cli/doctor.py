@@ -47,7 +47,6 @@ import traceback
 from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
-from dataclasses import asdict
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -65,6 +64,8 @@ from pytest_ipu.backports import remove_prefix
 from pytest_ipu.processes import describe_error
 from pytest_ipu.report.table import Table
 from pytest_ipu.results.codec import Coded
+from pytest_ipu.results.codec import Written
+from pytest_ipu.results.codec import meta
 from pytest_ipu.sdk import import_sdk
 
 #: The status of one probe: ran and gave the right output; not present here (with the reason);
@@ -104,12 +105,15 @@ class Check:
     status: Status
     detail: str
     #: Facts the probe process reported (plain JSON): whether onnx was imported before it started.
-    facts: Mapping[str, object] = field(default_factory=dict)
+    facts: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class Finding:
-    """A known incompatibility that holds here: what is wrong, and what fixes it."""
+class Finding(Written):
+    """A known incompatibility that holds here: what is wrong, and what fixes it (its JSON, with the
+    line the doctor prints)."""
+
+    JSON_DERIVED = (("line", None),)
 
     problem: str
     fix: str
@@ -131,14 +135,22 @@ class DeviceListing(Coded):
 
 
 @dataclass(frozen=True)
-class Report:
-    """Everything the doctor found; ``exit_code`` is 0 when no present target or source failed."""
+class Report(Written):
+    """Everything the doctor found; ``exit_code`` is 0 when no present target or source failed. Its
+    JSON (``--format json``) opens with the version of pytest-ipu that made it."""
+
+    JSON_DERIVED = (("pytest_ipu", ""), ("ipu_present", "findings"), ("exit_code", None))
 
     installed: tuple[Installed, ...]
     checks: tuple[Check, ...]
     findings: tuple[Finding, ...]
     #: PopART's two enumerations and their driver-id translation; ``None`` where not read.
-    devices: DeviceListing | None = None
+    devices: DeviceListing | None = field(default=None, metadata=meta(key="ipu_devices"))
+
+    @property
+    def pytest_ipu(self) -> str:
+        """The version of pytest-ipu that made the report."""
+        return __version__
 
     @property
     def exit_code(self) -> int:
@@ -151,18 +163,6 @@ class Report:
         return any(
             c.kind == "target" and _on_ipu_hardware(c.name) and c.status == "works" for c in self.checks
         )
-
-    def as_json(self) -> dict[str, object]:
-        """Plain JSON values, for ``--format json``."""
-        return {
-            "pytest_ipu": __version__,
-            "installed": [asdict(i) for i in self.installed],
-            "checks": [{**asdict(c), "facts": dict(c.facts)} for c in self.checks],
-            "findings": [{"problem": f.problem, "fix": f.fix, "line": f.line()} for f in self.findings],
-            "ipu_present": self.ipu_present,
-            "ipu_devices": None if self.devices is None else self.devices.as_json(),
-            "exit_code": self.exit_code,
-        }
 
 
 @dataclass(frozen=True)

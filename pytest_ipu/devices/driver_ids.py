@@ -29,6 +29,7 @@ from types import ModuleType
 from typing import Any
 
 from pytest_ipu.results.codec import Coded
+from pytest_ipu.results.codec import Written
 from pytest_ipu.results.codec import meta
 
 #: Largest device size asked for: PopTorch reserves at most 64 IPUs per process, and no partition a
@@ -49,20 +50,28 @@ class ListedDevice(Coded):
 
 
 @dataclass(frozen=True)
-class DeviceTable:
+class DeviceTable(Written):
     """Both enumerations, the translation they give, and every mismatch found.
 
     ``singles`` are the ``numIpus=1`` devices, ``multis`` the larger ones, each in listing order.
+    Its JSON: both enumerations, the translation (driver id -> device id) and the mismatches.
     """
 
-    singles: tuple[ListedDevice, ...]
-    multis: tuple[ListedDevice, ...]
+    JSON_DERIVED = (
+        ("translation", "multi_ipu_devices", "driver_id_to_device_id"),
+        ("ids_differ", "driver_id_to_device_id", "driver_ids_differ_from_device_ids"),
+    )
+
+    singles: tuple[ListedDevice, ...] = field(metadata=meta(key="single_ipu_devices"))
+    multis: tuple[ListedDevice, ...] = field(metadata=meta(key="multi_ipu_devices"))
     mismatches: tuple[str, ...] = ()
 
     @property
     def translation(self) -> dict[int, int]:
-        """Driver id -> ``gc-info -l`` id, from every single IPU that lists exactly one driver id."""
-        return {d.driver_ids[0]: d.id for d in self.singles if len(d.driver_ids) == 1}
+        """Driver id -> ``gc-info -l`` id, from every single IPU that lists exactly one driver id, in
+        ascending driver id."""
+        found = {d.driver_ids[0]: d.id for d in self.singles if len(d.driver_ids) == 1}
+        return dict(sorted(found.items()))
 
     @property
     def ids_differ(self) -> bool:
@@ -87,16 +96,6 @@ class DeviceTable:
                 "doctor` to see both enumerations"
             )
         return tuple(sorted(table[i] for i in given))
-
-    def as_json(self) -> dict[str, object]:
-        """Plain JSON: both enumerations, the translation (driver id -> device id) and the mismatches."""
-        return {
-            "single_ipu_devices": [d.as_json() for d in self.singles],
-            "multi_ipu_devices": [d.as_json() for d in self.multis],
-            "driver_id_to_device_id": {str(k): v for k, v in sorted(self.translation.items())},
-            "driver_ids_differ_from_device_ids": self.ids_differ,
-            "mismatches": list(self.mismatches),
-        }
 
     def lines(self) -> list[str]:
         """The table as text, one line per device: ``doctor``'s section."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 from types import ModuleType
 from typing import Any
 
@@ -40,6 +41,8 @@ from pytest_ipu.devices.request import MAX_IPUS_PER_INSTANCE
 from pytest_ipu.devices.request import is_power_of_two
 from pytest_ipu.processes import describe_error
 from pytest_ipu.results.codec import Coded
+from pytest_ipu.results.codec import Written
+from pytest_ipu.results.codec import meta
 from pytest_ipu.sdk import import_sdk
 
 #: gcipuinfo attribute keys, as gcipuinfo and ``gc-info -i`` spell them (reference section 4.1).
@@ -75,24 +78,38 @@ class IpuInfo(Coded):
     board_ipu_index: int | None = None
 
 
+def _ipus_json(ipus: tuple[IpuInfo, ...]) -> list[dict[str, Any]]:
+    """The inventory's IPUs as JSON, in ascending id order."""
+    return [ipu.as_json() for ipu in sorted(ipus, key=lambda ipu: ipu.id)]
+
+
 @dataclass(frozen=True)
-class IpuInventory:
+class IpuInventory(Written):
     """The IPUs found, in ascending id order, the source that listed them, and what it could not say.
 
     ``simulator`` is true for the IPU Model; ``notes`` carry what a reader of the results should
-    know (sources that failed before this one, facts this source cannot give).
+    know (sources that failed before this one, facts this source cannot give). Its JSON is
+    ``machine_info["ipu"]["inventory"]``: the count, architecture and board types before the IPUs,
+    and whether their timings are the hardware's (``timing``).
     """
 
-    ipus: tuple[IpuInfo, ...]
+    JSON_DERIVED = (
+        ("count", ""),
+        ("architecture", "count"),
+        ("board_types", "architecture"),
+        ("timing", "simulator"),
+    )
+
+    ipus: tuple[IpuInfo, ...] = field(metadata=meta(write=_ipus_json))
     source: str
     simulator: bool = False
     notes: tuple[str, ...] = ()
     #: Multi-IPU devices as the SDK lists them: ``(single-IPU ids ascending, device id)`` pairs, the
     #: ids translated from the device's ``driverIds``; empty when no SDK listing was available
     #: (``multi_device_id`` then derives ids).
-    devices: tuple[tuple[tuple[int, ...], int], ...] = ()
+    devices: tuple[tuple[tuple[int, ...], int], ...] = field(default=(), metadata=meta(written=False))
     #: PopART's two enumerations and their driver-id translation (``None``: popart gave none).
-    id_table: driver_ids.DeviceTable | None = None
+    id_table: driver_ids.DeviceTable | None = field(default=None, metadata=meta(written=False))
 
     def __post_init__(self) -> None:
         ids = [ipu.id for ipu in self.ipus]
@@ -120,18 +137,10 @@ class IpuInventory:
         """The distinct known board types, sorted."""
         return tuple(sorted({ipu.board_type for ipu in self.ipus if ipu.board_type is not None}))
 
-    def as_json(self) -> dict[str, object]:
-        """Plain JSON for ``machine_info["ipu"]["inventory"]``."""
-        return {
-            "count": self.count,
-            "architecture": self.architecture,
-            "board_types": list(self.board_types),
-            "ipus": [ipu.as_json() for ipu in sorted(self.ipus, key=lambda ipu: ipu.id)],
-            "source": self.source,
-            "simulator": self.simulator,
-            "timing": SIMULATED_TIMING if self.simulator else HARDWARE_TIMING,
-            "notes": list(self.notes),
-        }
+    @property
+    def timing(self) -> str:
+        """What its timings are: the hardware's, or the IPU Model's simulated ones."""
+        return SIMULATED_TIMING if self.simulator else HARDWARE_TIMING
 
     def ipus_of_driver_ids(self, ids: tuple[int, ...]) -> tuple[int, ...]:
         """The ``gc-info -l`` ids (ascending) of the IPUs an acquired PopART device names by its

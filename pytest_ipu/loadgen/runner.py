@@ -12,6 +12,7 @@ import typing
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ from pytest_ipu.loadgen.sut import capacity_qps
 from pytest_ipu.measure import metrics
 from pytest_ipu.measure.metrics import CpuTime
 from pytest_ipu.power.meter import PowerMeter
+from pytest_ipu.results.codec import Written
+from pytest_ipu.results.codec import meta
 
 #: Calls of each calibration batch after a warm-up one; their median is the estimate.
 CALIBRATION_CALLS = 3
@@ -59,29 +62,24 @@ def load_loadgen() -> Any:
 
 
 @dataclass(frozen=True)
-class Calibration:
+class Calibration(Written):
     """Untimed estimates that size LoadGen's schedule (not results): the median time of a call on one
-    sample and on a full batch, and the capacity they imply."""
+    sample and on a full batch, and the capacity they imply. Its JSON is the record's
+    ``loadgen.calibration``: the two times and the capacity."""
+
+    JSON_DERIVED = (("capacity_qps", None, "capacity_estimate_qps"),)
 
     batch_1_s: float
     batch_max_s: float
-    max_batch: int
-    instances: int
+    max_batch: int = field(metadata=meta(written=False))
+    instances: int = field(metadata=meta(written=False))
     #: The first call's wall time (lazy initialisation included), seconds.
-    first_call_s: float
+    first_call_s: float = field(metadata=meta(written=False))
 
     @property
     def capacity_qps(self) -> float:
         """Samples per second all instances answer at full batches: an estimate, an upper bound."""
         return capacity_qps(self.batch_max_s, self.max_batch, self.instances)
-
-    def as_json(self) -> dict[str, float]:
-        """The record's ``loadgen.calibration``."""
-        return {
-            "batch_1_s": self.batch_1_s,
-            "batch_max_s": self.batch_max_s,
-            "capacity_estimate_qps": self.capacity_qps,
-        }
 
 
 def _median_call(call: Caller, batch: tuple[object, ...]) -> tuple[float, float]:

@@ -14,6 +14,8 @@ the field with ``meta`` (``field(default=..., metadata=meta(...))``): the JSON k
 older file that lacks the key reads as, a key written only where it has a value, a key written
 after another, a number of either sign. A property written for readers of the file (``passed``,
 ``time_s``) is named in the class's ``JSON_DERIVED``, with the key it follows; it is never read.
+A view computed for output, never read back (the doctor's report, the IPU inventory), extends
+``Written``: its inputs are declared ``meta(written=False)`` and its JSON is what it derives.
 
 The types a field may have: ``str``, ``float``, ``int``, ``bool``, a ``Literal`` of strings, ``Any``
 (free-form JSON), another record, ``X | None``, ``tuple[X, ...]`` and ``Mapping[str, X]``. The
@@ -89,6 +91,7 @@ def meta(
     null_ok: bool = True,
     read: Reader | None = None,
     write: Callable[[Any], Any] | None = None,
+    written: bool = True,
 ) -> dict[str, Any]:
     """A field's metadata for the codec (``field(metadata=meta(...))``); every part optional.
 
@@ -102,6 +105,7 @@ def meta(
     ``inf`` (+Infinity too). ``choices``: the strings a ``str`` field may hold. ``null_ok`` false: a
     JSON null is refused (an absent key still reads as the default). ``read``: the whole reader, for
     a value checked against its neighbours; ``write``: the JSON of the value, where not its fields'.
+    ``written`` false: no key at all (a view's input, whose JSON is what it derives from it).
     """
     return {
         "json": {
@@ -116,6 +120,7 @@ def meta(
             "null_ok": null_ok,
             "read": read,
             "write": write,
+            "written": written,
         }
     }
 
@@ -204,6 +209,7 @@ class _Field:
     null_ok: bool
     read: Reader | None
     write: Callable[[Any], Any] | None
+    written: bool
 
 
 #: Each class's fields as the codec sees them, read on its first use.
@@ -223,7 +229,9 @@ def _fields(cls: type) -> tuple[_Field, ...]:
         declared = dict(f.metadata.get("json", {}))
         required = bool(declared.get("required", False))
         fallback, factory = declared.get("old", ABSENT), None
-        found = _parse(str(f.type), names)
+        # A field never written is never read either: its type is the view's own business.
+        written = bool(declared.get("written", True))
+        found = _parse(str(f.type), names) if written else _Type("any")
         if declared.get("choices"):
             found = dataclasses.replace(found, kind="choice", choices=tuple(declared["choices"]))
         if fallback is ABSENT and not required:
@@ -246,6 +254,7 @@ def _fields(cls: type) -> tuple[_Field, ...]:
                 null_ok=declared.get("null_ok", True),
                 read=declared.get("read"),
                 write=declared.get("write"),
+                written=written,
             )
         )
     _FIELDS[cls] = tuple(out)
@@ -262,11 +271,12 @@ def to_json(record: object) -> dict[str, Any]:
     keys: list[tuple[str, Any, str | None]] = []
     for f in _fields(cls):
         value = getattr(record, f.name)
-        if f.omit_if is not ABSENT and value == f.omit_if:
+        if not f.written or (f.omit_if is not ABSENT and value == f.omit_if):
             continue
         keys.append((f.key, _write(f.type, value) if f.write is None else f.write(value), f.after))
-    for name, after in getattr(cls, "JSON_DERIVED", ()):
-        keys.append((name, _plain(getattr(record, name)), after))
+    for name, after, *key in getattr(cls, "JSON_DERIVED", ()):
+        value = getattr(record, name)
+        keys.append((key[0] if key else name, _plain(value() if callable(value) else value), after))
     out: dict[str, Any] = {}
     moved = [(k, v, after) for k, v, after in keys if after is not None]
 
@@ -286,8 +296,12 @@ def to_json(record: object) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
-    """A derived value as JSON: a sequence as a list."""
-    return list(value) if isinstance(value, tuple) else value
+    """A derived value as JSON: a tuple as a list, a mapping as an object of string keys."""
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return {str(k): v for k, v in value.items()}
+    return value
 
 
 def _write(t: _Type, value: Any) -> Any:
@@ -385,16 +399,22 @@ def read_value(t: _Type, value: Any, name: str, number: str = "") -> Any:
     return {str(k): read_value(of, v, f"{name}.{k}", number) for k, v in found.items()}
 
 
-class Coded:
-    """The base of every record dataclass: its plain-JSON form (``as_json``) and its reader
-    (``from_json``), both the codec's. ``JSON_DERIVED`` names the properties written beside the
-    fields, each with the key it follows (``None``: at the end)."""
+class Written:
+    """The base of a dataclass that is written, never read back (a view computed for output): its
+    plain-JSON form (``as_json``), the codec's. ``JSON_DERIVED`` names the properties (or methods of
+    no argument) written beside the fields, each with the key it follows (``None``: at the end) and,
+    third where it differs from the property's name, its JSON key."""
 
-    JSON_DERIVED: ClassVar[tuple[tuple[str, str | None], ...]] = ()
+    JSON_DERIVED: ClassVar[tuple[tuple[str, str | None] | tuple[str, str | None, str], ...]] = ()
 
     def as_json(self) -> dict[str, Any]:
         """The plain-JSON form (``to_json``)."""
         return to_json(self)
+
+
+class Coded(Written):
+    """The base of every record dataclass: its plain-JSON form (``as_json``) and its reader
+    (``from_json``), both the codec's."""
 
     @classmethod
     def from_json(cls: type[_T], data: Mapping[str, Any], at: str = "") -> _T:

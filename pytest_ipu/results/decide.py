@@ -85,6 +85,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Final
 from typing import Literal
 
@@ -94,6 +95,8 @@ from pytest_ipu.measure import stats
 from pytest_ipu.measure import units
 from pytest_ipu.results.benchmark_json import StoredRun
 from pytest_ipu.results.catalog import METRICS
+from pytest_ipu.results.codec import Written
+from pytest_ipu.results.codec import meta
 from pytest_ipu.results.gated import Candidate
 from pytest_ipu.results.gated import Gated
 from pytest_ipu.results.gates import Gate
@@ -364,7 +367,7 @@ def judge_bound(
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Verdict(Written):
     """The outcome of one gate on one benchmark, with the numbers it was decided on.
 
     ``outcome`` is PASS, FAIL or INCONCLUSIVE (the module docstring's rule). ``baseline`` is
@@ -379,10 +382,13 @@ class Verdict:
     family-wise rule (``family``) adjusts; ``None`` where the verdict was not a test (no variance
     estimate, a missing value). ``noise`` names, in a few words, what the interval's width rests on
     (``spread 6.9% between runs``, ``one repeat``): the cause the job's summary gives for a
-    benchmark it cannot decide.
+    benchmark it cannot decide. Its JSON (the run's file, the reports) names the benchmark first,
+    then the gate as written and its metric.
     """
 
-    gate: Gate
+    JSON_DERIVED = (("metric", "gate"),)
+
+    gate: Gate = field(metadata=meta(write=str, after="benchmark"))
     benchmark: str
     outcome: Outcome
     baseline: float | None
@@ -393,6 +399,11 @@ class Verdict:
     advice: str = ""
     p_fail: float | None = None
     noise: str = ""
+
+    @property
+    def metric(self) -> str:
+        """The gated metric (the gate's)."""
+        return self.gate.metric
 
     @property
     def passed(self) -> bool:
@@ -434,23 +445,6 @@ class Verdict:
                 parts.append(f"ratio interval [{self.interval[0]:.3f}, {self.interval[1]:.3f}]")
         text = f"{', '.join(parts)}: {self.outcome} ({self.method})"
         return f"{text}; {self.advice}" if self.advice else text
-
-    def as_json(self) -> dict[str, object]:
-        """Plain-JSON form, for the run's file and the report."""
-        return {
-            "benchmark": self.benchmark,
-            "gate": str(self.gate),
-            "metric": self.gate.metric,
-            "outcome": self.outcome,
-            "baseline": self.baseline,
-            "current": self.current,
-            "change": self.change,
-            "interval": None if self.interval is None else list(self.interval),
-            "method": self.method,
-            "advice": self.advice,
-            "p_fail": self.p_fail,
-            "noise": self.noise,
-        }
 
 
 def _percent(change: float) -> str:

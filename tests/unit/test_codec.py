@@ -110,6 +110,38 @@ def test_a_key_declared_omitted_is_absent_at_that_value() -> None:
     assert data["kept"] is None
 
 
+class Opaque:
+    """A value of a type the codec cannot read: a view's input that is never written."""
+
+
+@dataclass(frozen=True)
+class View(codec.Written):
+    """A view computed for output: an input not written, keys derived under another name, by a
+    method, and as an object of string keys."""
+
+    JSON_DERIVED = (("by_id", "", "names_by_id"), ("summary", None))
+
+    name: str
+    source: Opaque = field(metadata=meta(written=False))
+    ids: tuple[int, ...] = field(default=(), metadata=meta(key="listed"))
+
+    @property
+    def by_id(self) -> dict[int, str]:
+        """Each id with the view's name."""
+        return {i: self.name for i in self.ids}
+
+    def summary(self) -> str:
+        """A method of no argument, written as its value."""
+        return f"{self.name}: {len(self.ids)}"
+
+
+def test_a_view_writes_what_it_derives_and_not_its_inputs() -> None:
+    data = View("v", Opaque(), (2, 1)).as_json()
+    assert data == {"names_by_id": {"2": "v", "1": "v"}, "name": "v", "listed": [2, 1], "summary": "v: 2"}
+    assert list(data) == ["names_by_id", "name", "listed", "summary"]
+    assert not hasattr(View, "from_json")
+
+
 def test_a_record_reads_back_as_it_was_written() -> None:
     for record in (_outer(), _outer(first=True, late=2.0, kept=1.0, inner=Inner("i"), grid=None)):
         assert Outer.from_json(json.loads(json.dumps(record.as_json()))) == record
