@@ -78,21 +78,13 @@ if TYPE_CHECKING:
     Reader = Callable[[Mapping[str, Any], str], Any]
 
 
-def meta(
-    *,
-    key: str | None = None,
-    old: Any = ABSENT,
-    old_from: Reader | None = None,
-    required: bool = False,
-    omit_if: Any = ABSENT,
-    after: str | None = None,
-    number: str = "",
-    choices: tuple[str, ...] = (),
-    null_ok: bool = True,
-    read: Reader | None = None,
-    write: Callable[[Any], Any] | None = None,
-    written: bool = True,
-) -> dict[str, Any]:
+#: What ``meta`` declares of a field; each is optional (``meta``'s docstring says what each means).
+META_OPTIONS = frozenset(
+    "key old old_from required omit_if after number choices null_ok read write written".split()  # noqa: SIM905 -- one line, not twelve
+)
+
+
+def meta(**options: Any) -> dict[str, Any]:
     """A field's metadata for the codec (``field(metadata=meta(...))``); every part optional.
 
     ``key``: its JSON key, where not its name. ``old``: what a file that lacks the key (or holds
@@ -107,22 +99,14 @@ def meta(
     a value checked against its neighbours; ``write``: the JSON of the value, where not its fields'.
     ``written`` false: no key at all (a view's input, whose JSON is what it derives from it).
     """
-    return {
-        "json": {
-            "key": key,
-            "old": old,
-            "old_from": old_from,
-            "required": required,
-            "omit_if": omit_if,
-            "after": after,
-            "number": number,
-            "choices": choices,
-            "null_ok": null_ok,
-            "read": read,
-            "write": write,
-            "written": written,
-        }
-    }
+    # Keyword options, checked by name when the record's module is imported: a misspelt one is a
+    # TypeError there, never an option silently ignored.
+    unknown = sorted(set(options) - META_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"meta() got unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(META_OPTIONS))}"
+        )
+    return {"json": dict(options)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -223,3 +223,9 @@ def test_python_3_8_annotations_read_as_the_newer_ones() -> None:
 def test_a_type_the_codec_cannot_read_is_named() -> None:
     with pytest.raises(TypeError, match="cannot read the type 'set\\[int\\]'"):
         codec._parse("set[int]", {})
+
+
+def test_a_misspelt_field_option_is_refused_where_it_is_declared() -> None:
+    assert codec.meta(old=0.0, omit_if=None) == {"json": {"old": 0.0, "omit_if": None}}
+    with pytest.raises(TypeError, match="unknown option\\(s\\) olf; known: after, choices"):
+        codec.meta(olf=0.0)
