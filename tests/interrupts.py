@@ -1,4 +1,4 @@
-"""Starting a child that Ctrl-C can reach, whatever this process inherited.
+"""Starting a child that Ctrl-C can reach, whatever this process inherited; whether one is gone.
 
 A process started with SIGINT ignored (a job a non-interactive shell put in the background does
 that) passes the ignoring on to every child across ``exec``, and Python then installs no
@@ -26,3 +26,14 @@ def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:
         return subprocess.Popen(*args, **kwargs)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` is gone, reaped (a zombie still answers signal 0)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False

@@ -72,27 +72,9 @@ class Forker:
 
     def __init__(self, python: str, cwd: Path, env: Mapping[str, str], log: Path) -> None:
         self.log = log
-        requests_r, requests_w = os.pipe()
-        replies_r, replies_w = os.pipe()
-        self.command = [python, "-m", __name__, f"{requests_r},{replies_w}"]
-        try:
-            with log.open("w", encoding="utf-8") as sink:
-                self.process: subprocess.Popen[bytes] = subprocess.Popen(
-                    self.command,
-                    cwd=cwd,
-                    env=dict(env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=sink,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=(requests_r, replies_w),
-                )
-        except BaseException:
-            for fd in (requests_r, requests_w, replies_r, replies_w):
-                os.close(fd)
-            raise
-        os.close(requests_r)
-        os.close(replies_w)
-        self.channel = serve_channel.Channel(replies_r, requests_w)
+        self.process, self.channel, self.command = serve_channel.start(
+            lambda fds: [python, "-m", __name__, fds], cwd, env, log
+        )
 
     def _ask(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         try:

@@ -12,7 +12,6 @@ end of its requests and ends its session as any run ends), then ``processes.stop
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
 import signal
 import subprocess
@@ -37,29 +36,9 @@ class Server:
 
     def __init__(self, command: Sequence[str], cwd: Path, env: Mapping[str, str], log: Path) -> None:
         self.log = log
-        requests_r, requests_w = os.pipe()
-        replies_r, replies_w = os.pipe()
-        self.command = [*command, f"{serve_channel.OPTION}={requests_r},{replies_w}"]
-        try:
-            with log.open("w", encoding="utf-8") as sink:
-                self.process: subprocess.Popen[bytes] = subprocess.Popen(
-                    self.command,
-                    cwd=cwd,
-                    env=dict(env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=sink,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=(requests_r, replies_w),
-                )
-        except BaseException:
-            for fd in (requests_r, requests_w, replies_r, replies_w):
-                os.close(fd)
-            raise
-        # The server's ends are its own now: with them closed here, each side reads the end of the
-        # channel as soon as the other is gone.
-        os.close(requests_r)
-        os.close(replies_w)
-        self.channel = serve_channel.Channel(replies_r, requests_w)
+        self.process, self.channel, self.command = serve_channel.start(
+            lambda fds: [*command, f"{serve_channel.OPTION}={fds}"], cwd, env, log
+        )
 
     @property
     def pid(self) -> int:

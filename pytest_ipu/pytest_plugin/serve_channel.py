@@ -22,9 +22,16 @@ import json
 import os
 import select
 import time
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import Dict
 from typing import cast
+
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Callable
+    from collections.abc import Mapping
+    from pathlib import Path
 
 #: The pytest option that makes a run serve rounds (``pytest_plugin.serving``).
 OPTION = "--ipu-serve"
@@ -99,3 +106,35 @@ class Channel:
         for fd in fds:
             if fd >= 0:
                 os.close(fd)
+
+
+def start(
+    command: Callable[[str], list[str]], cwd: Path, env: Mapping[str, str], log: Path
+) -> tuple[subprocess.Popen[bytes], Channel, list[str]]:
+    """Start the process ``command("R,W")`` (given the pipe descriptors it is to read requests from
+    and write replies to) in ``cwd`` with ``env``, its output in ``log``: the process, the parent's
+    end of the channel, and the command line. The child's ends are closed here once it has them,
+    so that each side reads the end of the channel as soon as the other is gone."""
+    import subprocess
+
+    requests_r, requests_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+    line = command(f"{requests_r},{replies_w}")
+    try:
+        with log.open("w", encoding="utf-8") as sink:
+            process = subprocess.Popen(
+                line,
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                pass_fds=(requests_r, replies_w),
+            )
+    except BaseException:
+        for fd in (requests_r, requests_w, replies_r, replies_w):
+            os.close(fd)
+        raise
+    os.close(requests_r)
+    os.close(replies_w)
+    return process, Channel(replies_r, requests_w), line

@@ -71,15 +71,6 @@ def _runs(tmp_path: Path) -> list[list[str]]:
     return [line.split() for line in (tmp_path / "order.txt").read_text().splitlines()]
 
 
-def _gone(pid: int) -> bool:
-    """Whether process ``pid`` is gone, reaped (a zombie still answers signal 0)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def test_each_run_is_a_fresh_fork_of_one_process_with_one_hash_seed_for_both_sides(
     repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -94,7 +85,7 @@ def test_each_run_is_a_fresh_fork_of_one_process_with_one_hash_seed_for_both_sid
     (forker,) = {int(r[2]) for r in runs}  # all children of one process
     assert forker != os.getpid()
     assert len({r[3] for r in runs}) == 1  # one string hash: one hash seed on both sides
-    assert _gone(forker)
+    assert interrupts.gone(forker)
     assert any(
         line.startswith("pytest-ipu ab: each run a fork of one process that imported")
         for line in err.splitlines()
@@ -150,8 +141,8 @@ def test_ctrl_c_or_sigterm_to_ab_mid_run_leaves_no_process(
     assert err.strip().splitlines()[-1] == f"pytest-ipu: ab {said}; worktrees and temporary files removed"
     assert "Traceback" not in err
     (_, new) = _runs(tmp_path)
-    assert _gone(int(new[1]))  # the hung run
-    assert _gone(int(new[2]))  # and the forker
+    assert interrupts.gone(int(new[1]))  # the hung run
+    assert interrupts.gone(int(new[2]))  # and the forker
     assert list(scratch.iterdir()) == []
 
 

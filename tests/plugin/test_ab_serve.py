@@ -154,15 +154,6 @@ def stopping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def _gone(pid: int) -> bool:
-    """Whether process ``pid`` is gone, reaped (a zombie still answers signal 0)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def test_a_server_killed_mid_job_stops_ab_in_one_line_and_leaves_no_process(
     stopping: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -181,8 +172,8 @@ def test_a_server_killed_mid_job_stops_ab_in_one_line_and_leaves_no_process(
         f"pytest-ipu: the candidate side ({_side('B')}) failed in pair 2: its pytest (pid {pid}) ended in "
         "the round (killed by SIGKILL)"
     ), line
-    assert _gone(pid)
-    assert _gone(int((stopping / "A.pid").read_text()))  # the other side's server was stopped too
+    assert interrupts.gone(pid)
+    assert interrupts.gone(int((stopping / "A.pid").read_text()))  # the other side's server was stopped too
     assert list(Path(tempfile.gettempdir()).iterdir()) == []
 
 
@@ -199,8 +190,8 @@ def test_a_server_that_does_not_answer_is_stopped_after_max_time(
     pid = int((stopping / "B.pid").read_text())
     assert line.startswith(f"pytest-ipu: the candidate side ({_side('B')}) failed in pair 1: its pytest ")
     assert f"(pid {pid}) did not answer: no answer in 5 s (no answer is waited for past --max-time" in line
-    assert _gone(pid)
-    assert _gone(int((stopping / "A.pid").read_text()))
+    assert interrupts.gone(pid)
+    assert interrupts.gone(int((stopping / "A.pid").read_text()))
 
 
 @pytest.mark.parametrize(
@@ -252,6 +243,6 @@ def test_ctrl_c_or_sigterm_to_ab_mid_round_leaves_no_process(
     assert ab.returncode == code, out + err
     assert err.strip().splitlines()[-1] == f"pytest-ipu: ab {said}; worktrees and temporary files removed"
     assert "Traceback" not in err
-    assert _gone(int((root / "A.pid").read_text()))
-    assert _gone(int((root / "B.pid").read_text()))
+    assert interrupts.gone(int((root / "A.pid").read_text()))
+    assert interrupts.gone(int((root / "B.pid").read_text()))
     assert list(scratch.iterdir()) == []
