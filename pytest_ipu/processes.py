@@ -243,6 +243,19 @@ def stop_process(process: BaseProcess, grace_s: float) -> None:
     process.join()
 
 
+def how_ended(returncode: int | None) -> str:
+    """How a command ended, for a message: ``exit 4``, ``killed by SIGKILL``, or ``running`` while
+    ``returncode`` is ``None`` (``Popen.poll()``'s)."""
+    if returncode is None:
+        return "running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit {returncode}"
+
+
 def stop_command(process: subprocess.Popen[Any], grace_s: float) -> None:
     """``stop_process`` for a command (``subprocess.Popen``): SIGTERM first, so that it can end its own
     children and remove its files, SIGKILL after ``grace_s`` seconds; reaped either way."""

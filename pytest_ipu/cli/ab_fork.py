@@ -106,10 +106,9 @@ class Forker:
 
     def ended(self) -> str:
         """How the forker ended, for a message, or ``running``."""
-        code = self.process.poll()
-        if code is None:
-            return "running"
-        return f"exit {code}" if code >= 0 else f"killed by signal {-code}"
+        from pytest_ipu.processes import how_ended
+
+        return how_ended(self.process.poll())
 
     def describe(self) -> str:
         """The forker, for a message."""
@@ -275,23 +274,14 @@ def _reap(pid: int, stopping: list[int]) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
-#: How many modules the forker has imported ahead (one cell: ``_preload`` counts).
-_PRELOADED = [0]
-
-
-def _preload(names: Sequence[str]) -> int:
-    """Import ``names`` in order; how many imported (one that fails to import is left to the runs)."""
+def _preload(names: Sequence[str]) -> None:
+    """Import ``names`` in order (one that fails to import is left to the runs)."""
     import importlib
 
-    done = 0
     for name in names:
-        try:
+        # Whatever one module raises, the runs import it themselves; SIGTERM (``_Stop``) still stops.
+        with contextlib.suppress(Exception, SystemExit):
             importlib.import_module(name)
-            done += 1
-            _PRELOADED[0] += 1
-        except BaseException:  # whatever one module does on import, the runs import it themselves
-            continue
-    return done
 
 
 def _stop_child(stopping: Sequence[int]) -> None:
@@ -326,10 +316,10 @@ def _probe(names: Sequence[str], stopping: list[int]) -> int:
     return _reap(pid, stopping)
 
 
-def _learn(request: Mapping[str, Any], stopping: list[int]) -> dict[str, Any]:
+def _learn(request: Mapping[str, Any], stopping: list[int], own: int) -> dict[str, Any]:
     """Run ``request`` in a child that lists what it imported, then import ahead what may be (where
     a throwaway child finds that importing it starts no thread); the reply: the child's ``exit``,
-    the modules ``preloaded`` so far, and the forker's ``threads``."""
+    the modules ``preloaded`` so far (beyond the forker's ``own``), and the forker's ``threads``."""
     listed = Path(request["log"]).parent / f"forker-modules-{os.getpid()}.json"
     code = _fork(request, str(listed), stopping)
     try:
@@ -349,11 +339,12 @@ def _learn(request: Mapping[str, Any], stopping: list[int]) -> dict[str, Any]:
             _preload(names)
         else:
             refused = f"{len(names)} module(s) not imported ahead: importing them started a thread"
-    return {"exit": code, "preloaded": _PRELOADED[0], "threads": _threads(), "refused": refused}
+    return {"exit": code, "preloaded": len(sys.modules) - own, "threads": _threads(), "refused": refused}
 
 
 def _serve(channel: serve_channel.Channel) -> None:
     stopping: list[int] = []
+    own = len(sys.modules)  # the forker's own: what it imports ahead comes on top
     try:
         while True:
             message = channel.receive()
@@ -365,7 +356,7 @@ def _serve(channel: serve_channel.Channel) -> None:
             elif _threads() > 1:
                 channel.send({"error": f"it has {_threads()} threads and cannot fork safely"})
             elif "warm" in message or message.get("learn"):
-                channel.send(_learn(request, stopping))
+                channel.send(_learn(request, stopping, own))
             else:
                 channel.send({"exit": _fork(request, None, stopping)})
     finally:

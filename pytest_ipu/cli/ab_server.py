@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import signal
 import subprocess
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 
+from pytest_ipu.processes import how_ended
 from pytest_ipu.processes import stop_command
 from pytest_ipu.pytest_plugin import serve_channel
 
@@ -71,15 +71,7 @@ class Server:
 
     def ended(self) -> str:
         """How the process ended, for a message (``exit 4``, ``killed by SIGKILL``), or ``running``."""
-        code = self.process.poll()
-        if code is None:
-            return "running"
-        if code < 0:
-            try:
-                return f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exit {code}"
+        return how_ended(self.process.poll())
 
     def round(self, target: Path, skip: Sequence[str], timeout_s: float) -> int:
         """One round: every collected test but ``skip`` (node ids) once, its JSON written to

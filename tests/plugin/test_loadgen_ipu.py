@@ -181,12 +181,11 @@ def test_two_ipus_serve_padded_batches_and_their_energy_is_measured(
     assert alone.cpu is not None
     assert offline.cpu is not None
     assert (alone.cpu.workers, offline.cpu.workers) == (1, 2)
-    # CPU time, not wall time: a worker that made calls reported some, however busy the machine;
-    # the workers' part is counted inside the total, not beside it.
+    # CPU time, not wall time: a worker that made calls reported some, however busy the machine.
+    # (That the workers' part is counted inside the total is run_cpu_time's arithmetic, asserted
+    # with exact figures in tests/unit/test_loadgen_record.py.)
     assert alone.cpu.workers_total_s > 0
     assert offline.cpu.workers_total_s > 0
-    assert alone.cpu.process_total_s >= alone.cpu.workers_total_s
-    assert offline.cpu.process_total_s >= offline.cpu.workers_total_s
     # No instance or worker process outlives the run.
     assert json.loads((path / "after.json").read_text()) == {"children": 0}
 

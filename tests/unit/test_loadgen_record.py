@@ -240,6 +240,8 @@ def test_the_runs_host_cost_is_the_records_and_cpu_time_per_call_says_why_it_has
     assert rec.value("host_cpu_per_item") == pytest.approx(1.2 / 400)
     assert rec.value("host_cores") == pytest.approx(0.6)
     assert (rec.cpu.workers, rec.cpu.workers_total_s) == (2, pytest.approx(0.9))
+    # The workers' part is inside the process total, not beside it.
+    assert rec.cpu.process_total_s == pytest.approx(0.3 + 0.9)
     assert rec.value("cpu_time") is None
     assert rec.why_missing("cpu_time").startswith(
         "no CPU time per call: a LoadGen benchmark has no timed rounds"
