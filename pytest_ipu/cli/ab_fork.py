@@ -20,8 +20,13 @@ imports that start one are not imported ahead. pytest's plugins are imported ahe
 are then not rewritten, and each run says so to pytest (``REWRITE_WARNING``).
 
 What the forker imports ahead is learnt from children that list what they imported: each module
-whose file is under the interpreter's own library folders and not in either side's tree, once a
-throwaway child has imported them all without starting a thread.
+whose file is under the interpreter's own library folders or is of an installed pytest plugin's
+package (an editable install of pytest-ipu, say), and that is neither in nor named by a module of
+either side's tree, once a throwaway child has imported them all without starting a thread.
+
+pytest-benchmark asks py-cpuinfo for the machine's CPU in every run, and py-cpuinfo answers by
+running a dozen probes, some of them processes (0.15 s a run, more on a busy runner): the forker
+asks once, in a throwaway child, and every run reads that answer (``_remember_cpu_info``).
 
 The protocol is ``serve_channel``'s (a JSON object per line): ``{"warm": RUN}``, answered
 ``{"exit": CODE, "preloaded": K, "threads": N, "refused": WHY}``; then ``{"run": RUN, "learn":
@@ -36,6 +41,7 @@ output. SIGTERM stops the forker and its running child. This module is the forke
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import signal
@@ -148,10 +154,28 @@ def _under(path: str, top: str) -> bool:
     return path == top or path.startswith(top + os.sep)
 
 
+def _plugin_packages() -> set[str]:
+    """The top-level packages of the installed pytest plugins (entry points ``pytest11``): wherever
+    their files are (an editable install), the runs of both sides import the same ones."""
+    from importlib import metadata
+
+    found = metadata.entry_points()
+    # Python 3.10+ selects by group; 3.8 and 3.9 give a mapping of groups.
+    group = found.select(group="pytest11") if hasattr(found, "select") else found.get("pytest11", ())
+    return {entry.value.split(":")[0].split(".")[0] for entry in group}
+
+
+def _held(top: str, roots: Sequence[str]) -> bool:
+    """Whether a folder of ``roots`` holds a top-level module or package ``top``: a run started
+    there imports that one, whatever the forker would have imported."""
+    return any(Path(r, top).exists() or Path(r, f"{top}.py").exists() for r in roots)
+
+
 def _outside(roots: Sequence[str]) -> list[str]:
     """The modules imported so far that may be imported ahead: each file under the interpreter's
-    own library folders (the standard library, site-packages) and not under any of ``roots`` (the
-    sides' trees), with every module of its top-level package so, and no pytest plugin."""
+    own library folders (the standard library, site-packages) or of an installed pytest plugin's
+    package, and neither under nor named by a module of ``roots`` (the sides' trees), with every
+    module of its top-level package so."""
     import sysconfig
 
     libraries = {
@@ -161,24 +185,30 @@ def _outside(roots: Sequence[str]) -> list[str]:
         if p
     }
     trees = [os.path.realpath(r) for r in roots]
+    plugins = _plugin_packages()
 
-    def allowed(file: str) -> bool:
+    def allowed(file: str, top: str) -> bool:
         real = os.path.realpath(file)
-        return any(_under(real, t) for t in libraries) and not any(_under(real, t) for t in trees)
+        installed = top in plugins or any(_under(real, t) for t in libraries)
+        return installed and not any(_under(real, t) for t in trees)
 
     refused = {"__main__", "__mp_main__", "conftest"}
+    kept: set[str] = set()  # tops looked at and not held by roots (torch alone has 1,000 modules)
     names: list[str] = []
     for name, module in list(sys.modules.items()):
         top = name.split(".")[0]
-        if top in refused:
+        if top in refused or (top not in kept and _held(top, roots)):
+            refused.add(top)
             continue
+        kept.add(top)
         file = getattr(module, "__file__", None)
         # A package without a file (a namespace package) is where its folders are. A relative
         # "file" is no place on disk (torch.ops says "_ops.py"): the module is its package's.
         places = [file] if isinstance(file, str) else list(getattr(module, "__path__", None) or ())
         places = [p for p in places if isinstance(p, str) and Path(p).is_absolute()]
         origin = getattr(getattr(module, "__spec__", None), "origin", None)
-        if not all(allowed(p) for p in places) or (not places and origin not in ("built-in", "frozen", None)):
+        nowhere = not places and origin not in ("built-in", "frozen", None)
+        if nowhere or not all(allowed(p, top) for p in places):
             refused.add(top)
             continue
         names.append(name)
@@ -316,6 +346,42 @@ def _probe(names: Sequence[str], stopping: list[int]) -> int:
     return _reap(pid, stopping)
 
 
+def _remember_cpu_info(stopping: list[int]) -> None:
+    """Once py-cpuinfo is imported ahead: ask it for the CPU in a throwaway child (its probes start
+    processes, and may start threads, which the forker must never have), and make every later run's
+    ``cpuinfo.get_cpu_info()`` return a copy of that answer. The runs are the forker's children, on
+    its CPU; what the answer holds of the moment (the clock's current speed) is the forker's."""
+    cpuinfo: Any = sys.modules.get("cpuinfo")
+    # Asked already (this function's own answer is in place)?
+    if cpuinfo is None or getattr(cpuinfo.get_cpu_info, "__module__", None) == __name__:
+        return
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        answer = b""
+        with contextlib.suppress(BaseException):
+            answer = json.dumps(cpuinfo.get_cpu_info()).encode()
+        with contextlib.suppress(BaseException), os.fdopen(write, "wb") as out:
+            out.write(answer)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as answered:
+        answer = answered.read()
+    _reap(pid, stopping)
+    try:
+        remembered = json.loads(answer)
+    except ValueError:
+        return  # no answer: the runs ask py-cpuinfo themselves
+    if not isinstance(remembered, dict):
+        return
+
+    def get_cpu_info() -> dict[str, Any]:
+        return copy.deepcopy(remembered)
+
+    cpuinfo.get_cpu_info = get_cpu_info
+
+
 def _learn(request: Mapping[str, Any], stopping: list[int], own: int) -> dict[str, Any]:
     """Run ``request`` in a child that lists what it imported, then import ahead what may be (where
     a throwaway child finds that importing it starts no thread); the reply: the child's ``exit``,
@@ -337,6 +403,7 @@ def _learn(request: Mapping[str, Any], stopping: list[int], own: int) -> dict[st
             threads = _probe(names, stopping)
         if threads == 1:
             _preload(names)
+            _remember_cpu_info(stopping)
         else:
             refused = f"{len(names)} module(s) not imported ahead: importing them started a thread"
     return {"exit": code, "preloaded": len(sys.modules) - own, "threads": _threads(), "refused": refused}

@@ -2,8 +2,10 @@
 
 What is asserted: each run is its own child process, all of one forker, running its side's own code
 in its side's worktree; both sides share one hash seed; ``--fresh`` starts a new interpreter per run
-instead; what the forker imports ahead never includes a module of either side's tree, nor a module
-whose import starts a thread; and Ctrl-C or SIGTERM to ``ab`` mid-run leaves no process behind.
+instead; what the forker imports ahead never includes a module of either side's tree, nor one a
+side's tree names, nor a module whose import starts a thread, and includes an installed pytest
+plugin wherever its files are; the CPU is asked once a job; and Ctrl-C or SIGTERM to ``ab`` mid-run
+leaves no process behind.
 Each run is a real pytest (about a second); nothing here asserts a time or a verdict.
 """
 
@@ -187,3 +189,59 @@ def test_modules_whose_import_starts_a_thread_are_not_imported_ahead(tmp_path: P
     assert (quiet, spinning) == (1, 2)  # the probe's child saw the thread
     assert imported == []  # the probing process itself imported neither
     assert threads == 1
+
+
+def test_a_module_named_by_a_sides_tree_is_not_imported_ahead_wherever_it_lives(tmp_path: Path) -> None:
+    # The side's run would import the tree's own xdist (its folder first on sys.path), not this one.
+    tree = tmp_path / "tree"
+    (tree / "xdist").mkdir(parents=True)
+    import xdist  # noqa: F401 -- site-packages', imported by the plugin anyway
+
+    ahead = ab_fork._outside([str(tree)])
+    assert not [n for n in ahead if n.split(".")[0] == "xdist"]
+    assert "xdist" in ab_fork._outside([str(tmp_path / "other")])
+
+
+def test_an_installed_pytest_plugins_package_is_imported_ahead_wherever_its_files_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An editable install: the plugin's files outside the interpreter's library folders.
+    assert {"pytest_ipu", "xdist", "pytest_benchmark"} <= ab_fork._plugin_packages()
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "editable_plugin").mkdir(parents=True)
+    (elsewhere / "editable_plugin" / "__init__.py").write_text("")
+    (elsewhere / "stray.py").write_text("")
+    monkeypatch.syspath_prepend(str(elsewhere))
+    for name in ("editable_plugin", "stray"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        __import__(name)
+    monkeypatch.setattr(ab_fork, "_plugin_packages", lambda: {"editable_plugin"})
+    ahead = ab_fork._outside([str(tmp_path / "tree")])
+    assert "editable_plugin" in ahead
+    assert "stray" not in ahead  # outside the libraries, and no plugin's
+    # Held by a side's tree, it is that side's own code.
+    assert "editable_plugin" not in ab_fork._outside([str(elsewhere)])
+
+
+def test_the_cpu_is_asked_once_and_the_runs_read_that_answer() -> None:
+    # In a process of its own: the question is asked in a forked child, and this pytest has threads.
+    script = (
+        "import json, os, subprocess, cpuinfo\n"
+        "from pytest_ipu.cli import ab_fork\n"
+        "ab_fork._remember_cpu_info([])\n"
+        "def refuse(*a, **k):\n"
+        "    raise AssertionError('a run started a process to ask for the CPU')\n"
+        "subprocess.Popen = refuse\n"
+        "os.fork = refuse\n"
+        "first = cpuinfo.get_cpu_info()\n"
+        "first['arch'] = 'changed by a run'\n"
+        "print(json.dumps([cpuinfo.get_cpu_info().get('arch'), sorted(first), ab_fork._threads()]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    arch, keys, threads = json.loads(done.stdout)
+    assert arch
+    assert arch != "changed by a run"  # each run gets its own copy of the answer
+    assert "brand_raw" in keys or "arch_string_raw" in keys
+    assert threads == 1  # the forker asked in a child, and has no thread of it
