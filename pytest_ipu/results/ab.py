@@ -23,15 +23,20 @@ Sequential sampling
 -------------------
 ``Sequential`` is the command's plan: the verdicts are looked at after ``first`` pairs and then at
 a few more counts (each about 1.5 times the last) up to ``most`` pairs; the runs stop at the
-first look where no gate is INCONCLUSIVE. Each of the L looks tests at ``alpha / L``, so by the
-union bound the chance of any wrong verdict over all the looks together stays at most ``alpha``
-(Bonferroni's spending of alpha over a group-sequential design: more conservative than Pocock's
-or O'Brien-Fleming's boundaries, but valid without their normal-increments model, and a look
-skipped because time ran out only makes it more so). Peeking after every pair with the
-fixed-sample test would not keep the error rates.
+first look where no gate is INCONCLUSIVE. Each of the L looks tests a gate at Pocock's nominal
+level for ``alpha`` over those looks (``measure/sequential.py``): the one level at which the chance
+of a wrong verdict at any look, for a statistic of normal pairs, is ``alpha``. The looks share
+their pairs, so that level is well above Bonferroni's ``alpha / L`` (0.0140 against 0.0083 for the
+recipe's 6 looks at 0.05), which ignores the sharing; with the spread estimated from the pairs it
+is read through the ``t`` quantile of each look's degrees of freedom, the usual approximation,
+whose error rates the unit tests simulate. A look skipped, or a last look cut short because time
+ran out, only makes it more conservative. Peeking after every pair with the fixed-sample test
+would not keep the error rates.
 
 The verdicts of a look are one job (``family``): each look spends ``job_alpha / L`` of the job's
-level for FAIL, Holm's step-down over the undecided gates in a family of every gate compared. A
+level for FAIL (Bonferroni: a union bound over the looks of Holm's family-wise rule, which needs
+no model of how the looks of many gates depend on each other), Holm's step-down over the
+undecided gates in a family of every gate compared. A
 benchmark whose gates are all decided at a look is settled (``Settled``): it keeps that look's
 verdicts, is read from the pairs it had then, and the command runs later pairs without it. The
 error rates still hold: each verdict is one look's, the union bound over the looks covers
@@ -59,6 +64,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pytest_ipu.backports import zip_strict
+from pytest_ipu.measure import sequential
 from pytest_ipu.measure import stats
 from pytest_ipu.results import compare
 from pytest_ipu.results import decide
@@ -299,8 +305,9 @@ class Sequential:
 
     @property
     def alpha_per_look(self) -> float:
-        """The level each look tests at: ``alpha`` spent evenly over the looks."""
-        return self.alpha / len(self.looks)
+        """The level each look tests a gate at: Pocock's nominal level for ``alpha`` over the looks
+        (``sequential.pocock_level``; ``alpha`` itself for one look)."""
+        return sequential.pocock_level(self.alpha, self.looks)
 
     @property
     def job_alpha_per_look(self) -> float:
@@ -315,7 +322,7 @@ class Sequential:
         return (
             f"sequential: {looks[0]} to {looks[-1]} pairs, verdicts read after "
             f"{', '.join(map(str, looks))} pairs, each look at alpha {self.alpha_per_look:.3g} "
-            f"({self.alpha:g} over the {len(looks)} looks)"
+            f"(Pocock's level for {self.alpha:g} over the {len(looks)} looks)"
         )
 
 

@@ -162,7 +162,7 @@ def test_a_20x_slower_candidate_fails_its_gate_in_abba_order(
     assert "gates: 2 checked: " in out
     (line,) = [line for line in out.splitlines() if line.startswith("test_x latency.p50:")]
     assert "threshold +100%" in line
-    assert f": FAIL (paired: {pairs} ABBA pairs' log-ratios (df {pairs - 1}, alpha 0.0167))" in line
+    assert f": FAIL (paired: {pairs} ABBA pairs' log-ratios (df {pairs - 1}, alpha 0.0258))" in line
     assert any(line.startswith("test_x throughput:") for line in out.splitlines())
 
 

@@ -464,14 +464,15 @@ def test_strict_fails_a_missing_benchmark_whatever_the_verdicts() -> None:
 def test_the_sequential_plan_looks_at_about_one_and_a_half_times_the_pairs() -> None:
     plan = ab.Sequential(5, 20)
     assert plan.looks == (5, 8, 12, 18, 20)
-    assert plan.alpha_per_look == pytest.approx(0.01)
+    # Pocock's level for these looks: above Bonferroni's 0.05 / 5, since the looks share their pairs.
+    assert plan.alpha_per_look == pytest.approx(0.01778, rel=1e-3)
     assert plan.describe() == (
-        "sequential: 5 to 20 pairs, verdicts read after 5, 8, 12, 18, 20 pairs, each look at alpha 0.01 "
-        "(0.05 over the 5 looks)"
+        "sequential: 5 to 20 pairs, verdicts read after 5, 8, 12, 18, 20 pairs, each look at alpha 0.0178 "
+        "(Pocock's level for 0.05 over the 5 looks)"
     )
     assert ab.Sequential() == plan  # the command's defaults
     assert ab.Sequential(2, 4).looks == (2, 3, 4)  # at least one more pair at each look
-    assert ab.Sequential(5, 20, alpha=0.1).alpha_per_look == pytest.approx(0.02)
+    assert ab.Sequential(5, 20, alpha=0.1).alpha_per_look == pytest.approx(0.0388, rel=1e-2)
     # first == most: a fixed number of pairs, one look at the whole alpha.
     fixed = ab.Sequential(5, 5)
     assert fixed.looks == (5,)
@@ -550,7 +551,7 @@ def test_the_sequential_plan_keeps_each_wrong_verdict_below_alpha_over_all_its_l
     outcomes, _ = _sequential(plan, boundary, seed=41)
     assert outcomes[decide.PASS] <= AT_MOST_ALPHA, outcomes
     assert outcomes[decide.FAIL] <= AT_MOST_ALPHA, outcomes
-    # Looking as often at the fixed-sample level would not keep the rates: the reason for alpha / looks.
+    # Looking as often at the fixed-sample level would not keep the rates: the reason for Pocock's level.
     peeking, _ = _sequential(plan, boundary, seed=41, alpha=decide.ALPHA)
     assert peeking[decide.PASS] > AT_MOST_ALPHA, peeking
     assert peeking[decide.FAIL] > AT_MOST_ALPHA, peeking

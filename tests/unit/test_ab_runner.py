@@ -333,10 +333,11 @@ def test_the_command_stops_at_the_first_look_when_every_gate_passes(
     assert sides.order() == _abba(2)
     assert "pytest-ipu ab: after 2 pair(s): gates: 1 checked: 1 PASS, 0 FAIL, 0 INCONCLUSIVE" in err
     assert (
-        "sequential: 2 to 4 pairs, verdicts read after 2, 3, 4 pairs, each look at alpha 0.0167 (0.05 over "
-        "the 3 looks); stopped: every gate decided after 2 pair(s) (looks at 2, 3, 4)"
+        "sequential: 2 to 4 pairs, verdicts read after 2, 3, 4 pairs, each look at alpha 0.0258 "
+        "(Pocock's level for 0.05 over the 3 looks); stopped: every gate decided after 2 pair(s) "
+        "(looks at 2, 3, 4)"
     ) in out
-    assert ": PASS (paired: 2 ABBA pairs' log-ratios (df 1, alpha 0.0167))" in out
+    assert ": PASS (paired: 2 ABBA pairs' log-ratios (df 1, alpha 0.0258))" in out
 
 
 def test_the_command_adds_pairs_while_a_gate_is_inconclusive_and_exits_3(
@@ -355,7 +356,7 @@ def test_the_command_adds_pairs_while_a_gate_is_inconclusive_and_exits_3(
     # The undecided benchmark once, with its cause and the smallest threshold its pairs decide.
     assert (
         "INCONCLUSIVE test_mlp[torch-cpu-4]: latency.p50: spread 9.6% between pairs: smallest threshold "
-        "this evidence decides: +24.8%"
+        "this evidence decides: +21.3%"
     ) in out
     assert "job: a FAIL is one at the 0.333% family-wise level (Holm over 1 gate check(s))" in out
 

@@ -1,0 +1,95 @@
+"""The nominal level of each look of a group-sequential test: Pocock's boundary for given looks.
+
+A test read after ``n_1 < n_2 < ... < n_K`` observations, each time at one nominal one-sided level,
+wrongly rejects at some look with a chance that grows with K, but much less than K times, because
+the looks share their observations (the statistic at ``n_k`` holds all of ``n_j``'s, ``j < k``).
+Pocock's boundary (Pocock 1977) is the one constant ``c`` for every look's standardised statistic
+at which that chance, for normal observations, is exactly ``alpha``; ``1 - Phi(c)`` is then each
+look's nominal level, between ``alpha / K`` (Bonferroni's union bound, which ignores the sharing)
+and ``alpha``.
+
+The chance is computed as Armitage, McPherson and Rowe (1969) did, by numerical integration over
+the looks (Jennison and Turnbull 2000, chapter 19): the partial sums ``S_k`` of a standard normal
+walk (variance ``n_k``) that has not crossed ``c sqrt(n_k)`` by look ``k`` have a sub-density on a
+grid, carried to the next look by a normal convolution; the chance of crossing at look ``k`` is
+what that sub-density sends past the boundary. The constant is found by Brent's method on that
+chance (SciPy). Looks whose counts are a subset of the plan's, or a last look before the plan's
+last, cross with a smaller chance: a plan cut short by time stays within ``alpha``.
+
+With a ``t`` statistic (an estimated spread), testing each look at this nominal level through the
+``t`` quantile at that look's degrees of freedom is the usual approximation (Jennison and
+Turnbull, section 11.4); the gates' simulations check its error rates (``tests/unit/test_ab.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+#: Grid points of each look's sub-density, and how far below zero it reaches (standard deviations of
+#: the walk at that look): the mass below is under 1e-15.
+GRID = 600
+FLOOR_SD = 8.0
+
+
+def _crossing(c: float, looks: Sequence[int]) -> float:
+    """The chance that a standard normal walk crosses ``c sqrt(n)`` at some look ``n`` of ``looks``."""
+    from scipy import special
+
+    def sf(x: np.ndarray) -> np.ndarray:
+        return np.asarray(0.5 * special.erfc(x / math.sqrt(2.0)))
+
+    def pdf(x: np.ndarray) -> np.ndarray:
+        return np.asarray(np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi))
+
+    first = looks[0]
+    total = float(sf(np.asarray(c)))
+    grid = np.linspace(-FLOOR_SD * math.sqrt(first), c * math.sqrt(first), GRID)
+    weights = np.full(GRID, grid[1] - grid[0])
+    weights[[0, -1]] *= 0.5  # the trapezoid rule
+    density = pdf(grid / math.sqrt(first)) / math.sqrt(first)
+    for before, n in zip(looks, looks[1:]):
+        step = math.sqrt(n - before)
+        edge = c * math.sqrt(n)
+        total += float(np.sum(weights * density * sf((edge - grid) / step)))
+        after = np.linspace(-FLOOR_SD * math.sqrt(n), edge, GRID)
+        carried = pdf((after[:, None] - grid[None, :]) / step) / step
+        density = carried @ (weights * density)
+        grid = after
+        weights = np.full(GRID, grid[1] - grid[0])
+        weights[[0, -1]] *= 0.5
+    return total
+
+
+@functools.lru_cache(maxsize=64)
+def pocock_constant(alpha: float, looks: tuple[int, ...]) -> float:
+    """Pocock's ``c`` for one-sided level ``alpha`` over ``looks`` (strictly increasing counts)."""
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must be within (0, 0.5), got {alpha}")
+    if not looks or any(n <= 0 for n in looks) or any(b >= a for b, a in zip(looks, looks[1:])):
+        raise ValueError(f"looks must be increasing positive counts, got {looks}")
+    from scipy import optimize
+    from scipy import special
+
+    def z(p: float) -> float:
+        return float(math.sqrt(2.0) * special.erfcinv(2.0 * p))
+
+    if len(looks) == 1:
+        return z(alpha)
+    # Between the fixed-sample constant (one look) and Bonferroni's (looks that share nothing).
+    low, high = z(alpha), z(alpha / len(looks))
+    return float(optimize.brentq(lambda c: _crossing(c, looks) - alpha, low, high + 1e-9, xtol=1e-7))
+
+
+def pocock_level(alpha: float, looks: Sequence[int]) -> float:
+    """Each look's nominal one-sided level under Pocock's boundary: ``alpha`` for one look, else
+    between ``alpha / len(looks)`` and ``alpha``."""
+    from scipy import special
+
+    if len(looks) == 1:
+        return alpha
+    c = pocock_constant(alpha, tuple(looks))
+    return float(0.5 * special.erfc(c / math.sqrt(2.0)))
