@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,32 +36,37 @@ GRID = 600
 FLOOR_SD = 8.0
 
 
+#: The standard normal distribution: its scalar quantiles (the standard library's, as
+#: ``changepoints`` uses).
+_NORMAL = statistics.NormalDist()
+
+
+def _grid(top: float, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The points of a look's sub-density (from ``FLOOR_SD`` walk deviations below zero up to the
+    boundary ``top``) and their trapezoid-rule weights."""
+    points = np.linspace(-FLOOR_SD * math.sqrt(n), top, GRID)
+    weights = np.full(GRID, points[1] - points[0])
+    weights[[0, -1]] *= 0.5
+    return points, weights
+
+
 def _crossing(c: float, looks: Sequence[int]) -> float:
     """The chance that a standard normal walk crosses ``c sqrt(n)`` at some look ``n`` of ``looks``."""
     from scipy import special
 
-    def sf(x: np.ndarray) -> np.ndarray:
-        return np.asarray(0.5 * special.erfc(x / math.sqrt(2.0)))
-
-    def pdf(x: np.ndarray) -> np.ndarray:
-        return np.asarray(np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi))
-
     first = looks[0]
-    total = float(sf(np.asarray(c)))
-    grid = np.linspace(-FLOOR_SD * math.sqrt(first), c * math.sqrt(first), GRID)
-    weights = np.full(GRID, grid[1] - grid[0])
-    weights[[0, -1]] *= 0.5  # the trapezoid rule
-    density = pdf(grid / math.sqrt(first)) / math.sqrt(first)
+    total = 1.0 - _NORMAL.cdf(c)
+    points, weights = _grid(c * math.sqrt(first), first)
+    density = np.exp(-0.5 * points * points / first) / math.sqrt(2.0 * math.pi * first)
     for before, n in zip(looks, looks[1:]):
         step = math.sqrt(n - before)
         edge = c * math.sqrt(n)
-        total += float(np.sum(weights * density * sf((edge - grid) / step)))
-        after = np.linspace(-FLOOR_SD * math.sqrt(n), edge, GRID)
-        carried = pdf((after[:, None] - grid[None, :]) / step) / step
-        density = carried @ (weights * density)
-        grid = after
-        weights = np.full(GRID, grid[1] - grid[0])
-        weights[[0, -1]] *= 0.5
+        # What the walks still inside send past this look's boundary (ndtr(-x): the normal's tail).
+        total += float(np.sum(weights * density * special.ndtr((points - edge) / step)))
+        after, after_weights = _grid(edge, n)
+        moved = (after[:, None] - points[None, :]) / step
+        density = (np.exp(-0.5 * moved * moved) / (step * math.sqrt(2.0 * math.pi))) @ (weights * density)
+        points, weights = after, after_weights
     return total
 
 
@@ -72,24 +78,17 @@ def pocock_constant(alpha: float, looks: tuple[int, ...]) -> float:
     if not looks or any(n <= 0 for n in looks) or any(b >= a for b, a in zip(looks, looks[1:])):
         raise ValueError(f"looks must be increasing positive counts, got {looks}")
     from scipy import optimize
-    from scipy import special
-
-    def z(p: float) -> float:
-        return float(math.sqrt(2.0) * special.erfcinv(2.0 * p))
 
     if len(looks) == 1:
-        return z(alpha)
+        return _NORMAL.inv_cdf(1.0 - alpha)
     # Between the fixed-sample constant (one look) and Bonferroni's (looks that share nothing).
-    low, high = z(alpha), z(alpha / len(looks))
+    low, high = _NORMAL.inv_cdf(1.0 - alpha), _NORMAL.inv_cdf(1.0 - alpha / len(looks))
     return float(optimize.brentq(lambda c: _crossing(c, looks) - alpha, low, high + 1e-9, xtol=1e-7))
 
 
 def pocock_level(alpha: float, looks: Sequence[int]) -> float:
     """Each look's nominal one-sided level under Pocock's boundary: ``alpha`` for one look, else
     between ``alpha / len(looks)`` and ``alpha``."""
-    from scipy import special
-
     if len(looks) == 1:
         return alpha
-    c = pocock_constant(alpha, tuple(looks))
-    return float(0.5 * special.erfc(c / math.sqrt(2.0)))
+    return 1.0 - _NORMAL.cdf(pocock_constant(alpha, tuple(looks)))
