@@ -79,7 +79,8 @@ def numpy_kernel_factory() -> Kernel:
 
 @dataclass(frozen=True)
 class SpeedSample:
-    """One reading of the machine's speed: the two kernels' median times and the load around it."""
+    """One reading of the machine's speed: the two kernels' median times and the load around it. Its
+    fields in order are its JSON (an entry of ``machine_speed.samples``; ``results.codec`` writes it)."""
 
     #: Seconds since the run's first sample (0 for the first).
     at_s: float
@@ -101,28 +102,18 @@ class SpeedSample:
         """The sample's level: the geometric mean of the two kernels' times, seconds."""
         return math.sqrt(self.python_s * self.numpy_s)
 
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, an entry of ``machine_speed.samples``."""
-        return {
-            "at_s": self.at_s,
-            "python_s": self.python_s,
-            "numpy_s": self.numpy_s,
-            "load_avg_1m": self.load_avg_1m,
-            "others_share": self.others_share,
-            "steal_share": self.steal_share,
-        }
-
 
 @dataclass(frozen=True)
 class MachineSpeed:
-    """A run's samples of its machine's speed (the top-level section's ``machine_speed``)."""
+    """A run's samples of its machine's speed. Its fields in order are its JSON (the top-level
+    section's ``machine_speed``; ``results.codec`` writes it), the samples last."""
 
-    #: The samples, in the order taken.
-    samples: tuple[SpeedSample, ...]
     #: What was timed (``WORKLOAD``): runs with different workloads are not compared.
     workload: str = WORKLOAD
     #: Seconds the run spent sampling, every sample together.
     cost_s: float = 0.0
+    #: The samples, in the order taken.
+    samples: tuple[SpeedSample, ...] = ()
 
     def log_levels(self) -> list[float]:
         """The log of each sample's level (positive and finite ones only)."""
@@ -137,14 +128,6 @@ class MachineSpeed:
         """The mean 1-minute load average over the samples that have it; ``None`` where none has."""
         loads = [s.load_avg_1m for s in self.samples if s.load_avg_1m is not None]
         return math.fsum(loads) / len(loads) if loads else None
-
-    def as_json(self) -> dict[str, Any]:
-        """Plain-JSON form, the top-level section's ``machine_speed``."""
-        return {
-            "workload": self.workload,
-            "cost_s": self.cost_s,
-            "samples": [s.as_json() for s in self.samples],
-        }
 
 
 def median_time(kernel: Kernel, clock: Callable[[], float], repeats: int = REPEATS) -> float:
@@ -212,7 +195,7 @@ class SpeedProbe:
 
     def result(self) -> MachineSpeed | None:
         """The samples so far as a ``MachineSpeed``; ``None`` before the first."""
-        return MachineSpeed(tuple(self.samples), WORKLOAD, self.cost_s) if self.samples else None
+        return MachineSpeed(WORKLOAD, self.cost_s, tuple(self.samples)) if self.samples else None
 
 
 class MachineSpeedError(ValueError):
@@ -243,7 +226,7 @@ def from_json(data: object, where: str) -> MachineSpeed:
                 _optional(entry.get("steal_share"), f"{at}.steal_share", 1.0),
             )
         )
-    return MachineSpeed(tuple(out), workload, cost)
+    return MachineSpeed(workload, cost, tuple(out))
 
 
 def _number(

@@ -17,6 +17,7 @@ import pytest
 import pytest_ipu
 from pytest_ipu.placement import torchrun
 from pytest_ipu.results import benchmark_json
+from pytest_ipu.results import codec
 from pytest_ipu.results import schema
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def update_json(session: IpuSession, output_json: dict[str, Any]) -> None:
         # The last sample of the machine's speed, before the gates still to check read it.
         measured_speed = session.speed().final()
         if measured_speed is not None:
-            run_info[benchmark_json.MACHINE_SPEED_KEY] = measured_speed.as_json()
+            run_info[benchmark_json.MACHINE_SPEED_KEY] = codec.to_json(measured_speed)
     # Every benchmark's gates, not only those checked as each was measured (end_session checks
     # the rest again: a no-op then).
     gate_check = session.gate_check_made

@@ -45,6 +45,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from pytest_ipu.measure import changepoints
@@ -53,6 +54,8 @@ from pytest_ipu.measure.changepoints import Noise
 from pytest_ipu.results import decide
 from pytest_ipu.results import formats
 from pytest_ipu.results import history
+from pytest_ipu.results.codec import Written
+from pytest_ipu.results.codec import meta
 from pytest_ipu.results.history import History
 from pytest_ipu.results.history import Series
 
@@ -74,11 +77,30 @@ LISTED = 12
 
 
 @dataclass(frozen=True)
-class Change:
-    """A change point of a series, placed on its commits."""
+class Change(Written):
+    """A change point of a series, placed on its commits. Its JSON (docs/json-schema.md) is what it
+    derives from both."""
 
-    series: Series
-    found: changepoints.ChangePoint
+    JSON_DERIVED = (
+        ("series.fullname", None, "benchmark"),
+        ("series.metric", None),
+        ("series.same", None, "same_metrics"),
+        ("series.machine", None),
+        ("commit", None),
+        ("previous", None, "previous_commit"),
+        ("found.index", None),
+        ("direction", None),
+        ("found.before", None),
+        ("found.after", None),
+        ("found.change", None),
+        ("interval", None),
+        ("found.p_value", None),
+        ("found.pooled", None),
+        ("dirty", None),
+    )
+
+    series: Series = field(metadata=meta(written=False))
+    found: changepoints.ChangePoint = field(metadata=meta(written=False))
 
     @property
     def commit(self) -> str:
@@ -101,6 +123,16 @@ class Change:
         return (self.found.change > 0) == (self.series.better == "lower")
 
     @property
+    def direction(self) -> str:
+        """``worse`` or ``better``."""
+        return "worse" if self.worse else "better"
+
+    @property
+    def interval(self) -> tuple[float | None, float | None]:
+        """The 95 % interval of the change; ``None`` for a bound that is not finite (JSON has none)."""
+        return _finite(self.found.low), _finite(self.found.high)
+
+    @property
     def worsening(self) -> tuple[float, float, float]:
         """The change and its interval as a worsening (positive: worse), whichever way the metric
         improves: ``(change, low, high)``."""
@@ -114,34 +146,13 @@ class Change:
         found = self.found
         unit = self.series.unit
         return (
-            f"{'worse' if self.worse else 'better'} {percent(found.change)} "
+            f"{self.direction} {percent(found.change)} "
             f"[{percent(found.low)}, {percent(found.high)}] p={found.p_value:.3g}"
             f"{' (pooled)' if found.pooled else ''}  "
             f"{self.series.label}  at {self.commit[:SHORT]} (after {self.previous[:SHORT]}): "
             f"{units.format_value(found.before, unit)} -> {units.format_value(found.after, unit)}  "
             f"[{self.series.machine}]{DIRTY_NOTE if self.dirty else ''}"
         )
-
-    def as_json(self) -> dict[str, Any]:
-        """The JSON form of the change point (docs/json-schema.md)."""
-        found = self.found
-        return {
-            "benchmark": self.series.fullname,
-            "metric": self.series.metric,
-            "same_metrics": list(self.series.same),
-            "machine": self.series.machine,
-            "commit": self.commit,
-            "previous_commit": self.previous,
-            "index": found.index,
-            "direction": "worse" if self.worse else "better",
-            "before": found.before,
-            "after": found.after,
-            "change": found.change,
-            "interval": [_finite(found.low), _finite(found.high)],
-            "p_value": found.p_value,
-            "pooled": found.pooled,
-            "dirty": self.dirty,
-        }
 
 
 @dataclass(frozen=True)
@@ -166,7 +177,7 @@ class Event:
             return [self.changes[0].line()]
         sizes = sorted(abs(c.found.change) * 100 for c in self.changes)
         timed = all(c.series.unit in ("s", "items/s") for c in self.changes)
-        word = ("slower" if self.worse else "faster") if timed else ("worse" if self.worse else "better")
+        word = ("slower" if self.worse else "faster") if timed else self.changes[0].direction
         names = sorted(c.series.name for c in self.changes)
         listed = ", ".join(names[:LISTED]) + (
             f" and {len(names) - LISTED} more" if len(names) > LISTED else ""
@@ -273,26 +284,23 @@ def unseen(found: History, noises: Sequence[Noise], step: float) -> str | None:
 
 
 @dataclass(frozen=True)
-class SeriesVerdict:
-    """The CI verdict on the newest commits of one series: PASS, FAIL or INCONCLUSIVE, and why."""
+class SeriesVerdict(Written):
+    """The CI verdict on the newest commits of one series: PASS, FAIL or INCONCLUSIVE, and why. Its
+    JSON names the series first."""
 
-    series: Series
+    JSON_DERIVED = (
+        ("series.fullname", "", "benchmark"),
+        ("series.metric", "benchmark"),
+        ("series.machine", "metric"),
+    )
+
+    series: Series = field(metadata=meta(written=False))
     outcome: str
     reason: str
 
     def line(self) -> str:
         """One line: the verdict, the series and why."""
         return f"{self.outcome} {self.series.label} [{self.series.machine}]: {self.reason}"
-
-    def as_json(self) -> dict[str, Any]:
-        """The JSON form of the verdict."""
-        return {
-            "benchmark": self.series.fullname,
-            "metric": self.series.metric,
-            "machine": self.series.machine,
-            "outcome": self.outcome,
-            "reason": self.reason,
-        }
 
 
 def check(
@@ -543,7 +551,7 @@ def document(report: Report) -> dict[str, Any]:
         "events": [
             {
                 "commit": e.commit,
-                "direction": "worse" if e.worse else "better",
+                "direction": e.changes[0].direction,
                 "benchmarks": [c.series.fullname for c in e.changes],
             }
             for e in events(report.changes)

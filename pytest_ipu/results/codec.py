@@ -3,8 +3,8 @@ their fields and the fields' types.
 
 A record is a frozen dataclass that extends ``Coded``: ``record.as_json()`` writes it and
 ``Record.from_json(data, at)`` reads it back (``to_json`` and ``from_json`` do the same for any
-dataclass: ``measure``'s ``CpuTime`` and ``ContentionRecord``, whose folder does not import this
-one), every value checked where it is read (a time, rate,
+dataclass: ``measure``'s ``CpuTime`` and ``ContentionRecord``, and ``to_json`` its
+``MachineSpeed``, whose folder does not import this one), every value checked where it is read (a time, rate,
 energy or share a finite number >= 0, a count a whole number >= 0, a flag true or false, a name a
 string), so that a corrupt or hand-edited file raises ``SchemaError`` naming the key (a dotted path
 such as ``power.devices[0].energy_j``), its value and the fix, and never reaches a table or a gate.
@@ -14,8 +14,9 @@ the field with ``meta`` (``field(default=..., metadata=meta(...))``): the JSON k
 older file that lacks the key reads as, a key written only where it has a value, a key written
 after another, a number of either sign. A property written for readers of the file (``passed``,
 ``time_s``) is named in the class's ``JSON_DERIVED``, with the key it follows; it is never read.
-A view computed for output, never read back (the doctor's report, the IPU inventory), extends
-``Written``: its inputs are declared ``meta(written=False)`` and its JSON is what it derives.
+A view computed for output, never read back (the doctor's report, the IPU inventory, a change point
+of the history), extends ``Written``: its inputs are declared ``meta(written=False)`` and its JSON
+is what it derives, a property or a dotted path into an input (``series.fullname``).
 
 The types a field may have: ``str``, ``float``, ``int``, ``bool``, a ``Literal`` of strings, ``Any``
 (free-form JSON), another record, ``X | None``, ``tuple[X, ...]`` and ``Mapping[str, X]``. The
@@ -33,6 +34,7 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import operator
 import sys
 import typing
 from collections.abc import Callable
@@ -259,8 +261,9 @@ def to_json(record: object) -> dict[str, Any]:
             continue
         keys.append((f.key, _write(f.type, value) if f.write is None else f.write(value), f.after))
     for name, after, *key in getattr(cls, "JSON_DERIVED", ()):
-        value = getattr(record, name)
-        keys.append((key[0] if key else name, _plain(value() if callable(value) else value), after))
+        value = operator.attrgetter(name)(record)
+        written = _plain(value() if callable(value) else value)
+        keys.append((key[0] if key else name.rpartition(".")[2], written, after))
     out: dict[str, Any] = {}
     moved = [(k, v, after) for k, v, after in keys if after is not None]
 
@@ -387,7 +390,8 @@ class Written:
     """The base of a dataclass that is written, never read back (a view computed for output): its
     plain-JSON form (``as_json``), the codec's. ``JSON_DERIVED`` names the properties (or methods of
     no argument) written beside the fields, each with the key it follows (``None``: at the end) and,
-    third where it differs from the property's name, its JSON key."""
+    third where it differs from the property's name, its JSON key. A name may be a dotted path into
+    an input (``series.fullname``, its key ``fullname`` unless a third item says otherwise)."""
 
     JSON_DERIVED: ClassVar[tuple[tuple[str, str | None] | tuple[str, str | None, str], ...]] = ()
 

@@ -113,13 +113,15 @@ def test_a_key_declared_omitted_is_absent_at_that_value() -> None:
 class Opaque:
     """A value of a type the codec cannot read: a view's input that is never written."""
 
+    kind = "opaque"
+
 
 @dataclass(frozen=True)
 class View(codec.Written):
     """A view computed for output: an input not written, keys derived under another name, by a
-    method, and as an object of string keys."""
+    method, as an object of string keys, and by a dotted path into an input (its last part the key)."""
 
-    JSON_DERIVED = (("by_id", "", "names_by_id"), ("summary", None))
+    JSON_DERIVED = (("by_id", "", "names_by_id"), ("source.kind", "name"), ("summary", None))
 
     name: str
     source: Opaque = field(metadata=meta(written=False))
@@ -137,8 +139,14 @@ class View(codec.Written):
 
 def test_a_view_writes_what_it_derives_and_not_its_inputs() -> None:
     data = View("v", Opaque(), (2, 1)).as_json()
-    assert data == {"names_by_id": {"2": "v", "1": "v"}, "name": "v", "listed": [2, 1], "summary": "v: 2"}
-    assert list(data) == ["names_by_id", "name", "listed", "summary"]
+    assert data == {
+        "names_by_id": {"2": "v", "1": "v"},
+        "name": "v",
+        "kind": "opaque",
+        "listed": [2, 1],
+        "summary": "v: 2",
+    }
+    assert list(data) == ["names_by_id", "name", "kind", "listed", "summary"]
     assert not hasattr(View, "from_json")
 
 

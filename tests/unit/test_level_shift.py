@@ -15,6 +15,7 @@ import pytest
 from pytest_ipu.measure.machine_speed import WORKLOAD
 from pytest_ipu.measure.machine_speed import MachineSpeed
 from pytest_ipu.measure.machine_speed import SpeedSample
+from pytest_ipu.results import codec
 from pytest_ipu.results import compare
 from pytest_ipu.results import decide
 from pytest_ipu.results import gates
@@ -34,7 +35,7 @@ P50 = (1.000e-3, 1.005e-3, 0.995e-3, 1.003e-3, 0.997e-3)
 def _speed(level_s: float, samples: int = 4, load: float | None = 1.0) -> MachineSpeed:
     """A run's samples, each with both kernels at ``level_s`` (so the level is ``level_s``)."""
     return MachineSpeed(
-        tuple(SpeedSample(float(i), level_s, level_s, load) for i in range(samples)), WORKLOAD, 0.01
+        WORKLOAD, 0.01, tuple(SpeedSample(float(i), level_s, level_s, load) for i in range(samples))
     )
 
 
@@ -43,7 +44,7 @@ def _run(path: Path, p50: float, speed: MachineSpeed | None) -> Path:
     document = {
         "machine_info": {"cpu": {"brand_raw": "Xeon"}},
         "benchmarks": [run_files.bench(1, p50, 1.0 / p50)],
-        "pytest_ipu": {} if speed is None else {MACHINE_SPEED_KEY: speed.as_json()},
+        "pytest_ipu": {} if speed is None else {MACHINE_SPEED_KEY: codec.to_json(speed)},
     }
     path.write_text(json.dumps(document))
     return path
@@ -131,15 +132,16 @@ def test_baselines_without_samples_leave_the_verdicts_and_say_so(tmp_path: Path)
 
 
 def test_samples_of_another_workload_are_not_compared() -> None:
-    other = MachineSpeed(_speed(2e-3).samples, "another workload")
+    other = MachineSpeed("another workload", samples=_speed(2e-3).samples)
     runs = [StoredRun(Path(f"b{i}.json"), {}, {}, None, (), machine_speed=other) for i in range(5)]
     assert level_shift.estimate(_speed(1e-3), runs) is None
 
 
 def test_with_fewer_than_three_baselines_a_shift_must_pass_the_drift_allowance() -> None:
     def run(level: float) -> StoredRun:
+        factors = (0.99, 1.0, 1.01)
         spread = MachineSpeed(
-            tuple(SpeedSample(float(i), level * f, level * f) for i, f in enumerate((0.99, 1.0, 1.01))),
+            samples=tuple(SpeedSample(float(i), level * f, level * f) for i, f in enumerate(factors))
         )
         return StoredRun(Path("base.json"), {}, {}, None, (), machine_speed=spread)
 

@@ -11,6 +11,7 @@ from pytest_ipu.measure import machine_speed
 from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.machine_speed import MachineSpeed
 from pytest_ipu.measure.machine_speed import SpeedProbe
+from pytest_ipu.results import codec
 from tests.fakes.machine_speed import KernelClock
 
 
@@ -79,7 +80,7 @@ def test_the_samples_round_trip_through_json() -> None:
     probe.sample()
     speed = probe.result()
     assert speed is not None
-    assert machine_speed.from_json(speed.as_json(), "here") == speed
+    assert machine_speed.from_json(codec.to_json(speed), "here") == speed
     assert speed.level_s() == pytest.approx(math.sqrt(0.002 * 0.0005))
     assert speed.load_avg_1m() == 2.5
 
@@ -102,5 +103,5 @@ def test_a_bad_section_names_the_key_and_the_problem(data: object, message: str)
 
 
 def test_no_samples_no_level() -> None:
-    assert MachineSpeed(()).level_s() is None
+    assert MachineSpeed().level_s() is None
     assert SpeedProbe().result() is None
