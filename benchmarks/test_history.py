@@ -38,6 +38,36 @@ missed steps per size (10 % steps: all, and those the history said its noise cou
 steps at the right commit, and drift series with a change. The targets (false change points at
 most 5 % of series, 10 % steps missed at most 3 %, at least 90 % at the right commit) are printed
 beside, "meets" or "MISSES": figures of this machine, never a failure of ``make bench``.
+
+What the noise allows
+---------------------
+Beside each "right commit" row the study prints what a placement that knows the noise exactly
+reaches on the same measured noise (``_oracle``), so that a reader sees when the 90 % target is
+beyond the noise (it says so) rather than beyond the search: the median-of-50 noise can have two
+humps about a tenth apart, so a run of the old level in the slow hump looks like one of a level
+10 % higher, and no method names the commit of every 10 % step. For each kind of step the row
+pools (``KINDS``: the 3 %, 5 % and 10 % steps of one series, and the family of ``FAMILY`` stepping
+10 % down together) that the study found any of, ``ORACLE_SERIES`` series (seeded, a generator of
+their own) of ``LENGTH`` commits are drawn as the study's are: the measured deviations resampled
+with replacement, the step at a random commit at least ``EDGE`` from either end, one or three runs
+a commit. The placement knows both levels exactly and the noise's density: a Gaussian kernel
+density estimate of the measured ``log(1 + deviation)`` (Silverman's robust bandwidth; smoothed,
+because the likelihood of the 400 measured values themselves would recognise the resampled values
+and place every step), floored at a millionth of one measured run's kernel peak. It names the
+commit of largest likelihood among those within ``NEAR`` of the step (the commits where the study
+counts a step as found), summing the log-likelihood over every run of every commit: all three
+runs with three a commit, and all the family's series, which the search also places together.
+
+The row counts only the steps the study found, the oracle places every step it draws: so its
+rate for each kind is weighted by the steps of that kind the study found, and the printed figure
+is for the same mix of steps as the row beside it. The found steps lean to the draws that show a
+step best, but holding the oracle to as large a share of its clearest draws (by its likelihood
+ratio, a step against none) as the study found raised none of its rates beyond their sampling
+error (it lowered some: what shows a step is not what places it), so it places every draw. It is
+near, not strictly, the best any placement could do: it has about a point of sampling error, a
+row may stand a little above it by chance, and a stray run far from every other (a preempted
+single call) is recognised as of one level, which can only flatter the placement. "The target is
+beyond this noise" is printed where the row misses the target and so does the oracle.
 """
 
 from __future__ import annotations
@@ -80,6 +110,10 @@ FAMILY = 12
 #: How far (commits) a change point may be from the step it is counted as finding.
 NEAR = 3
 STEPS = (0.03, 0.05, 0.10)
+#: The family's step (down), and every kind of step the right-commit row pools: its step and how
+#: many series take it together.
+FAMILY_STEP = -0.10
+KINDS = {**{f"{step * 100:.0f}%": (step, 1) for step in STEPS}, "family": (FAMILY_STEP, FAMILY)}
 RUNS_PER_COMMIT = (1, 3)
 DRIFT_PER_COMMIT = 0.0025
 DRIFT_COMMITS = 32
@@ -92,6 +126,9 @@ LONG = 10_000
 FALSE_TARGET = 0.05
 MISSED_TARGET = 0.03
 RIGHT_TARGET = 0.90
+#: Series simulated for each kind of step by the placement that knows the noise, and their seed.
+ORACLE_SERIES = 2000
+ORACLE_SEED = 4242
 
 
 def _measured_noise(rounds: int) -> np.ndarray:
@@ -126,7 +163,9 @@ class _Tally:
     series: int = 0
     false: int = 0
     steps: dict[float, int] = field(default_factory=dict)
+    #: Found steps by size, the family's members among the 10 % ones (``family_found`` of them).
     found: dict[float, int] = field(default_factory=dict)
+    family_found: int = 0
     visible: int = 0
     visible_found: int = 0
     right: int = 0
@@ -139,6 +178,7 @@ class _Planted:
     step: float | None
     at: int | None
     drift: bool = False
+    family: bool = False
 
 
 def _series(
@@ -153,9 +193,14 @@ def _history(rng: np.random.Generator, noise: np.ndarray, runs: int) -> list[_Pl
     planted = []
 
     def add(
-        values: np.ndarray, commits: list[int], step: float | None, at: int | None, drift: bool = False
+        values: np.ndarray,
+        commits: list[int],
+        step: float | None,
+        at: int | None,
+        drift: bool = False,
+        family: bool = False,
     ) -> None:
-        planted.append(_Planted(changepoints.Sample(list(values), commits, ids), step, at, drift))
+        planted.append(_Planted(changepoints.Sample(list(values), commits, ids), step, at, drift, family))
 
     for _ in range(AA):
         add(*_series(rng, noise, runs, 1.0), None, None)
@@ -168,8 +213,8 @@ def _history(rng: np.random.Generator, noise: np.ndarray, runs: int) -> list[_Pl
     at = int(rng.integers(EDGE, LENGTH - EDGE + 1))
     for member in range(FAMILY):
         values, commits = _series(rng, noise, runs, 1.0 + member / 4)
-        values[at * runs :] *= 0.90
-        add(values, commits, 0.10, at)
+        values[at * runs :] *= 1.0 + FAMILY_STEP
+        add(values, commits, -FAMILY_STEP, at, family=True)
     for _ in range(PER_STEP):
         values, commits = _series(rng, noise, runs, 1.0)
         start = int(rng.integers(EDGE, LENGTH - DRIFT_COMMITS + 1)) if LENGTH > DRIFT_COMMITS + EDGE else 0
@@ -198,6 +243,7 @@ def _score(
             if near:
                 hit = min(near, key=lambda c: abs(c.index - at))
                 tally.found[plant.step] = tally.found.get(plant.step, 0) + 1
+                tally.family_found += plant.family
                 tally.right += hit.index == at
             if (
                 plant.step == 0.10
@@ -206,6 +252,73 @@ def _score(
                 tally.visible += 1
                 tally.visible_found += hit is not None
         tally.false += sum(1 for c in points if c is not hit)
+
+
+def _log_density(logs: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The log of a Gaussian kernel density estimate of ``logs`` (measured ``log(1 + deviation)``)
+    at each of ``at``, floored at a millionth of one measured run's kernel peak: a run where the
+    measurement had none is then unlikely but not impossible, so that one stray run cannot veto a
+    level on its own."""
+    count = len(logs)
+    quartiles = np.percentile(logs, [25, 75])
+    # Silverman's robust rule: the interquartile range keeps a few preempted runs (the single call's
+    # tail) from widening the kernel over the humps.
+    spread = min(float(np.std(logs)), float(quartiles[1] - quartiles[0]) / 1.349)
+    bandwidth = 0.9 * (spread if spread > 0 else 1e-3) * count**-0.2
+    peak = 1.0 / (count * bandwidth * math.sqrt(2 * math.pi))
+    density = peak * np.exp(-0.5 * ((at[:, None] - logs[None, :]) / bandwidth) ** 2).sum(axis=1)
+    logged: np.ndarray = np.log(np.maximum(density, 1e-6 * peak))
+    return logged
+
+
+def _placed_right(rng: np.random.Generator, logs: np.ndarray, step: float, members: int, runs: int) -> float:
+    """The share of ``ORACLE_SERIES`` simulated steps of ``step`` (relative, its sign its
+    direction) that the likeliest commit within ``NEAR`` of the step names: ``members`` series
+    stepping together at one commit, ``runs`` runs a commit, the noise resampled from ``logs``."""
+    shift = math.log1p(step)
+    # Every run is a measured value, shifted after the step: so each run's log-likelihood ratio (the
+    # new level against the old) is one of 2 x len(logs) numbers, the density evaluated once at
+    # each measured value and at it shifted by the step, and a simulated series is a gather.
+    ratio_before = _log_density(logs, logs - shift) - _log_density(logs, logs)
+    ratio_after = _log_density(logs, logs) - _log_density(logs, logs + shift)
+    ratios = np.concatenate([ratio_before, ratio_after])
+    at = rng.integers(EDGE, LENGTH - EDGE + 1, size=ORACLE_SERIES)
+    after = np.arange(LENGTH)[None, :] >= at[:, None]
+    drawn = rng.integers(0, len(logs), size=(ORACLE_SERIES, members, LENGTH, runs))
+    # Each commit's ratio over every run of every member; the log-likelihood of a step at commit c
+    # is then, up to a constant, the sum of these from c on (in logs the levels are shifts, and the
+    # Jacobian is the same for every placement).
+    ratio = ratios[drawn + len(logs) * after[:, None, :, None]].sum(axis=(1, 3))
+    from_on = np.cumsum(ratio[:, ::-1], axis=1)[:, ::-1]
+    near = np.take_along_axis(from_on, at[:, None] + np.arange(-NEAR, NEAR + 1)[None, :], axis=1)
+    return float(np.mean(np.argmax(near, axis=1) == NEAR))
+
+
+def _found_by_kind(tally: _Tally) -> dict[str, int]:
+    """The steps found of each kind the right-commit row pools (``KINDS``)."""
+    found = {f"{step * 100:.0f}%": tally.found.get(step, 0) for step in STEPS}
+    found["10%"] -= tally.family_found
+    found["family"] = tally.family_found
+    return found
+
+
+def _oracle(noise: np.ndarray, runs: int, found: dict[str, int]) -> dict[str, float]:
+    """What a placement that knows this noise exactly names at the right commit (the module
+    docstring), for each kind of step the study found some of (``found``, by kind)."""
+    logs = np.log1p(noise)
+    # Its own generator: the study's series stay as they were without it.
+    rng = np.random.default_rng(ORACLE_SEED + runs)
+    rates = {}
+    for kind, (step, members) in KINDS.items():
+        if found[kind]:
+            rates[kind] = _placed_right(rng, logs, step, members, runs)
+    return rates
+
+
+def _bound(found: dict[str, int], rates: dict[str, float]) -> float:
+    """The oracle's rate for the mix of steps the study found (the right-commit row's own): each
+    kind's rate weighted by the steps of that kind found."""
+    return sum(rate * found[kind] for kind, rate in rates.items()) / sum(found[kind] for kind in rates)
 
 
 def _accuracy(noise: np.ndarray, shape: str, runs: int, lines: list[str]) -> None:
@@ -237,9 +350,30 @@ def _accuracy(noise: np.ndarray, shape: str, runs: int, lines: list[str]) -> Non
         lines.append(f"{step * 100:.0f}% steps missed: {_wilson(total - found, total)}{target}")
     found_all = sum(tally.found.values())
     right_rate = tally.right / found_all if found_all else 0.0
+    allows = ""
+    if found_all:
+        by_kind = _found_by_kind(tally)
+        rates = _oracle(noise, runs, by_kind)
+        bound = _bound(by_kind, rates)
+        kinds = ", ".join(
+            f"{rate * 100:.0f}% of the family of {FAMILY} placed together"
+            if kind == "family"
+            else f"{rate * 100:.0f}% of {kind} steps"
+            for kind, rate in rates.items()
+        )
+        # The verdict stays the study's own: the bound only says whether the target was within this
+        # noise's reach at all (a row far under it still lags the best placement; one that meets
+        # above a bound under the target got there by chance).
+        beyond = bound < RIGHT_TARGET and right_rate < RIGHT_TARGET
+        allows = (
+            f"; a placement knowing this noise exactly, on the same mix of found steps: {bound * 100:.1f}% "
+            f"({kinds}; {ORACLE_SERIES:,} simulated a kind)"
+            + (", the target is beyond this noise" if beyond else "")
+        )
+    verdict = "meets" if right_rate >= RIGHT_TARGET else "MISSES"
     lines.append(
         f"found steps at the right commit: {_wilson(tally.right, found_all)} (target >= {RIGHT_TARGET:.0%}: "
-        f"{'meets' if right_rate >= RIGHT_TARGET else 'MISSES'}; within {NEAR} commits counts as found)"
+        f"{verdict}; within {NEAR} commits counts as found{allows})"
     )
     lines.append(
         f"slow drifts ({DRIFT_PER_COMMIT * 100:g}% a commit over {DRIFT_COMMITS} commits): a change "
