@@ -24,9 +24,17 @@ whose file is under the interpreter's own library folders or is of an installed 
 package (an editable install of pytest-ipu, say), and that is neither in nor named by a module of
 either side's tree, once a throwaway child has imported them all without starting a thread.
 
-pytest-benchmark asks py-cpuinfo for the machine's CPU in every run, and py-cpuinfo answers by
-running a dozen probes, some of them processes (0.15 s a run, more on a busy runner): the forker
-asks once, in a throwaway child, and every run reads that answer (``_remember_cpu_info``).
+What every run would ask anew and get the same answer to is asked once, in a throwaway child (whose
+probes may start processes or threads, which the forker must never have), and every run reads that
+answer: pytest-benchmark asks py-cpuinfo for the machine's CPU in every run (a dozen probes, some of
+them processes: 0.15 s a run, more on a busy runner; ``_remember_cpu_info``), and ``git`` for the
+side's commit twice a run (``bench_seam.commit_info``: asked once a side).
+
+Before each fork the forker freezes its objects out of the garbage collector's sight
+(``gc.freeze``): pytest ends every run with full collections, which would otherwise walk every
+object of torch, numpy and pytest imported ahead, half of a short run's time. The runs of both sides
+see the same frozen objects, so what that changes of a benchmark's own collections cancels in their
+ratio.
 
 The protocol is ``serve_channel``'s (a JSON object per line): ``{"warm": RUN}``, answered
 ``{"exit": CODE, "preloaded": K, "threads": N, "refused": WHY}``; then ``{"run": RUN, "learn":
@@ -42,16 +50,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_ipu.pytest_plugin import bench_seam
 from pytest_ipu.pytest_plugin import serve_channel
 
 #: What every forked run adds to its pytest arguments: pytest rewrites the asserts of its plugins'
@@ -215,9 +226,9 @@ def _outside(roots: Sequence[str]) -> list[str]:
     return [n for n in names if n.split(".")[0] not in refused]
 
 
-def _child(request: Mapping[str, Any], modules_file: str | None) -> None:
-    """The forked child: become the side's run, run pytest, leave by ``os._exit`` (never returning
-    into the forker's loop)."""
+def _child(request: Mapping[str, Any], modules_file: str | None, commit: Mapping[str, Any] | None) -> None:
+    """The forked child: become the side's run (its commit ``commit``, where the forker asked),
+    run pytest, leave by ``os._exit`` (never returning into the forker's loop)."""
     code = 3
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -231,6 +242,8 @@ def _child(request: Mapping[str, Any], modules_file: str | None) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         _reseed()
+        if commit is not None:
+            bench_seam.remember_commit_info(commit)
         import pytest
 
         code = int(pytest.main(list(request["argv"])))
@@ -284,14 +297,36 @@ def _leave() -> None:
     atexit._run_exitfuncs()
 
 
-def _fork(request: Mapping[str, Any], modules_file: str | None, stopping: list[int]) -> int:
-    """Fork a child for ``request`` and wait for it; its exit code (negative: its signal)."""
+def _fork(
+    request: Mapping[str, Any], modules_file: str | None, stopping: list[int], commits: dict[str, Any]
+) -> int:
+    """Fork a child for ``request`` and wait for it; its exit code (negative: its signal).
+    ``commits``: the sides' commits asked so far, by directory (``_commit``)."""
+    commit = _commit(request, stopping, commits)
     sys.stdout.flush()
     sys.stderr.flush()
+    gc.freeze()  # the module docstring: pytest's collections at the run's end skip what is imported
     pid = os.fork()
     if pid == 0:
-        _child(request, modules_file)
+        _child(request, modules_file, commit)
     return _reap(pid, stopping)
+
+
+def _commit(request: Mapping[str, Any], stopping: list[int], commits: dict[str, Any]) -> Any:
+    """The commit of ``request``'s side as pytest-benchmark finds it there, asked in a throwaway
+    child the first time (in the side's directory, with its environment); ``None`` until
+    pytest-benchmark is imported ahead, or where the child gave no answer (the runs ask then)."""
+    cwd = request["cwd"]
+    if cwd not in commits and "pytest_benchmark.utils" in sys.modules:
+
+        def ask() -> Any:
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(request["env"])
+            return bench_seam.commit_info()
+
+        commits[cwd] = _ask(ask, stopping)
+    return commits.get(cwd)
 
 
 def _reap(pid: int, stopping: list[int]) -> int:
@@ -355,13 +390,26 @@ def _remember_cpu_info(stopping: list[int]) -> None:
     # Asked already (this function's own answer is in place)?
     if cpuinfo is None or getattr(cpuinfo.get_cpu_info, "__module__", None) == __name__:
         return
+    remembered = _ask(cpuinfo.get_cpu_info, stopping)
+    if remembered is None:
+        return  # no answer: the runs ask py-cpuinfo themselves
+
+    def get_cpu_info() -> dict[str, Any]:
+        return copy.deepcopy(remembered)
+
+    cpuinfo.get_cpu_info = get_cpu_info
+
+
+def _ask(question: Callable[[], Any], stopping: list[int]) -> dict[str, Any] | None:
+    """``question()``'s answer, a JSON object, asked in a throwaway child; ``None`` where the child
+    gave none (it raised, or answered something else)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read)
         answer = b""
         with contextlib.suppress(BaseException):
-            answer = json.dumps(cpuinfo.get_cpu_info()).encode()
+            answer = json.dumps(question()).encode()
         with contextlib.suppress(BaseException), os.fdopen(write, "wb") as out:
             out.write(answer)
         os._exit(0)
@@ -370,24 +418,20 @@ def _remember_cpu_info(stopping: list[int]) -> None:
         answer = answered.read()
     _reap(pid, stopping)
     try:
-        remembered = json.loads(answer)
+        got = json.loads(answer)
     except ValueError:
-        return  # no answer: the runs ask py-cpuinfo themselves
-    if not isinstance(remembered, dict):
-        return
-
-    def get_cpu_info() -> dict[str, Any]:
-        return copy.deepcopy(remembered)
-
-    cpuinfo.get_cpu_info = get_cpu_info
+        return None
+    return got if isinstance(got, dict) else None
 
 
-def _learn(request: Mapping[str, Any], stopping: list[int], own: int) -> dict[str, Any]:
+def _learn(
+    request: Mapping[str, Any], stopping: list[int], own: int, commits: dict[str, Any]
+) -> dict[str, Any]:
     """Run ``request`` in a child that lists what it imported, then import ahead what may be (where
     a throwaway child finds that importing it starts no thread); the reply: the child's ``exit``,
     the modules ``preloaded`` so far (beyond the forker's ``own``), and the forker's ``threads``."""
     listed = Path(request["log"]).parent / f"forker-modules-{os.getpid()}.json"
-    code = _fork(request, str(listed), stopping)
+    code = _fork(request, str(listed), stopping, commits)
     try:
         found = json.loads(listed.read_text(encoding="utf-8"))
         listed.unlink()
@@ -411,6 +455,7 @@ def _learn(request: Mapping[str, Any], stopping: list[int], own: int) -> dict[st
 
 def _serve(channel: serve_channel.Channel) -> None:
     stopping: list[int] = []
+    commits: dict[str, Any] = {}
     own = len(sys.modules)  # the forker's own: what it imports ahead comes on top
     try:
         while True:
@@ -423,9 +468,9 @@ def _serve(channel: serve_channel.Channel) -> None:
             elif _threads() > 1:
                 channel.send({"error": f"it has {_threads()} threads and cannot fork safely"})
             elif "warm" in message or message.get("learn"):
-                channel.send(_learn(request, stopping, own))
+                channel.send(_learn(request, stopping, own, commits))
             else:
-                channel.send({"exit": _fork(request, None, stopping)})
+                channel.send({"exit": _fork(request, None, stopping, commits)})
     finally:
         _stop_child(stopping)
 

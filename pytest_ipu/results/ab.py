@@ -281,7 +281,8 @@ GROWTH = 1.5
 @dataclass(frozen=True)
 class Sequential:
     """The command's group-sequential plan (the module docstring): look after ``first`` pairs, then
-    at about ``GROWTH`` times as many each time up to ``most``, each look at ``alpha / looks``."""
+    at about ``GROWTH`` times as many each time up to ``most``, each gate at Pocock's level for
+    ``alpha`` over the looks."""
 
     first: int = 5
     most: int = 20

@@ -4,15 +4,18 @@ What is asserted: each run is its own child process, all of one forker, running 
 in its side's worktree; both sides share one hash seed; ``--fresh`` starts a new interpreter per run
 instead; what the forker imports ahead never includes a module of either side's tree, nor one a
 side's tree names, nor a module whose import starts a thread, and includes an installed pytest
-plugin wherever its files are; the CPU is asked once a job; and Ctrl-C or SIGTERM to ``ab`` mid-run
-leaves no process behind.
+plugin wherever its files are; the CPU is asked once a job and the commit once a side; each run
+starts with the forker's objects frozen out of the garbage collector's sight; and Ctrl-C or SIGTERM
+to ``ab`` mid-run leaves no process behind.
 Each run is a real pytest (about a second); nothing here asserts a time or a verdict.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,9 +30,11 @@ from pytest_ipu.cli import main as cli
 from tests import interrupts
 from tests.waiting import wait_for
 
-#: A benchmark whose run notes its side, its process, its parent and its string hash; with
+#: A benchmark whose run notes its side, its process, its parent, its string hash, its directory and
+#: how many objects the garbage collector leaves frozen (``gc.freeze``); with
 #: ``AB_HANG`` naming a side, that side's run never ends (and says so in a file).
 EXAMPLE = """
+import gc
 import os
 import time
 from pathlib import Path
@@ -39,7 +44,10 @@ import work
 
 def test_x(ipu_benchmark):
     with Path(os.environ["AB_ORDER"]).open("a") as out:
-        out.write(f"{work.LABEL} {os.getpid()} {os.getppid()} {hash('pytest-ipu')} {Path.cwd().name}\\n")
+        out.write(
+            f"{work.LABEL} {os.getpid()} {os.getppid()} {hash('pytest-ipu')} {Path.cwd().name} "
+            f"{gc.get_freeze_count()}\\n"
+        )
     if os.environ.get("AB_HANG") == work.LABEL:
         Path(os.environ["AB_HUNG"]).write_text(str(os.getpid()))
         time.sleep(600)
@@ -69,7 +77,7 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _runs(tmp_path: Path) -> list[list[str]]:
-    """Each run's notes: label, pid, parent pid, hash, working directory's name."""
+    """Each run's notes: label, pid, parent pid, hash, working directory's name, frozen objects."""
     return [line.split() for line in (tmp_path / "order.txt").read_text().splitlines()]
 
 
@@ -87,6 +95,8 @@ def test_each_run_is_a_fresh_fork_of_one_process_with_one_hash_seed_for_both_sid
     (forker,) = {int(r[2]) for r in runs}  # all children of one process
     assert forker != os.getpid()
     assert len({r[3] for r in runs}) == 1  # one string hash: one hash seed on both sides
+    # What the forker imported ahead is frozen: pytest's collections at a run's end skip it.
+    assert all(int(r[5]) > 10_000 for r in runs)
     assert interrupts.gone(forker)
     assert any(
         line.startswith("pytest-ipu ab: each run a fork of one process that imported")
@@ -104,6 +114,7 @@ def test_fresh_starts_a_new_interpreter_per_run(
     runs = _runs(tmp_path)
     assert [r[0] for r in runs] == ["old", "new", "new", "old"]
     assert {int(r[2]) for r in runs} == {os.getpid()}  # each started by ab itself
+    assert {r[5] for r in runs} == {str(gc.get_freeze_count())}  # nothing frozen: a fresh interpreter
     assert "fork" not in err
 
 
@@ -245,3 +256,35 @@ def test_the_cpu_is_asked_once_and_the_runs_read_that_answer() -> None:
     assert arch != "changed by a run"  # each run gets its own copy of the answer
     assert "brand_raw" in keys or "arch_string_raw" in keys
     assert threads == 1  # the forker asked in a child, and has no thread of it
+
+
+def test_each_side_asks_git_for_its_commit_once_and_every_run_writes_its_sides_commit(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A git first on the PATH that notes each `git describe`, pytest-benchmark's first question of
+    # the commit (twice a run when each run asks), then runs the real one.
+    real = shutil.which("git")
+    assert real is not None
+    wrapper = tmp_path / "bin" / "git"
+    wrapper.parent.mkdir()
+    asked = tmp_path / "describes.txt"
+    wrapper.write_text(f'#!/bin/sh\n[ "$1" = describe ] && echo asked >> "{asked}"\nexec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
+    kept = tmp_path / "kept"
+    code = cli.main(
+        ["ab", "--baseline", "git:HEAD~1", "--candidate", "git:HEAD", "--pairs", "3", "--keep", str(kept)]
+    )
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    written = {
+        role: {json.loads(p.read_text())["commit_info"]["id"] for p in kept.glob(f"pair*-{role}.json")}
+        for role in ("baseline", "candidate")
+    }
+    assert written == {
+        "baseline": {_git(repo, "rev-parse", "HEAD~1").strip()},
+        "candidate": {_git(repo, "rev-parse", "HEAD").strip()},
+    }
+    # The candidate's collection (before pytest-benchmark is imported ahead), then once a side: not
+    # the 12 times of six runs asking for themselves.
+    assert len(asked.read_text().splitlines()) <= 3

@@ -60,7 +60,8 @@ def _add_budget(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="M",
         help="while a gate is INCONCLUSIVE, add pairs up to M, looking again at about 1.5 times the pairs "
-        "each time, each look at alpha / looks (default 4 x --pairs; equal to --pairs: a fixed number)",
+        "each time, each look at Pocock's level for alpha over the looks (default 4 x --pairs; equal to "
+        "--pairs: a fixed number)",
     )
     parser.add_argument(
         "--max-time",

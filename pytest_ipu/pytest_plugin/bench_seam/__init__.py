@@ -14,13 +14,15 @@ need                                   4.0.0 - 5.1               5.2            
 ``pedantic(teardown=...)``             absent                    present              present
 =====================================  ========================  ===================  ==============
 
-The same on every version: the session object (``config._benchmarksession``: ``save``,
-``autosave``, ``json``, ``disabled``, ``benchmarks``, ``compare``, ``get_machine_info``,
-``save_json``, ``handle_saving``, ``storage.save``, ``storage.query``, ``save_data``; the file
-storage's ``get``, ``_next_num`` and ``logger``, and ``pytest_benchmark.utils.safe_dumps``), the
-fixture's ``has_error`` (a raise inside ``pedantic`` sets it, and such a benchmark is left out of
-the JSON), its ``skipped`` (set, it silences the "fixture was not used" warning), and the rounds'
-times (``stats.stats.data``).
+The same on every version: ``pytest_benchmark.utils.get_commit_info`` (four to seven ``git``
+processes, asked when the options are added, for autosave's name, and again for the JSON), which
+``pytest_benchmark.plugin`` and ``utils.get_tag`` call by their module's name; the session object
+(``config._benchmarksession``: ``save``, ``autosave``, ``json``, ``disabled``, ``benchmarks``,
+``compare``, ``get_machine_info``, ``save_json``, ``handle_saving``, ``storage.save``,
+``storage.query``, ``save_data``; the file storage's ``get``, ``_next_num`` and ``logger``, and
+``pytest_benchmark.utils.safe_dumps``), the fixture's ``has_error`` (a raise inside ``pedantic``
+sets it, and such a benchmark is left out of the JSON), its ``skipped`` (set, it silences the
+"fixture was not used" warning), and the rounds' times (``stats.stats.data``).
 
 How the differences are bridged:
 
@@ -42,7 +44,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from typing import BinaryIO
@@ -191,6 +195,42 @@ def set_json_path(option: Any, path: Path | None, shown: Path | None = None) -> 
         option.benchmark_json = _ShownPath(path, shown)
     else:
         option.benchmark_json = path
+
+
+# -- the commit ------------------------------------------------------------------------------------
+
+
+def commit_info() -> dict[str, Any] | None:
+    """pytest-benchmark's commit information for the working directory (its project, commit, times,
+    branch, and whether the tree is dirty), as its runs there write it; ``None`` where
+    pytest-benchmark is not imported yet."""
+    utils: Any = sys.modules.get("pytest_benchmark.utils")
+    if utils is None:
+        return None
+    answer: dict[str, Any] = utils.get_commit_info(None)
+    return answer
+
+
+def remember_commit_info(answer: Mapping[str, Any]) -> None:
+    """Make this process's pytest-benchmark answer every later question of the commit with a copy of
+    ``answer`` (``commit_info`` in this directory), its ``project`` the name asked for where one is
+    (``--benchmark-project-name``), as pytest-benchmark itself names it. ``pytest-ipu ab`` asks once
+    a side, not twice a run: the ``git`` processes cost a forked run a tenth of its time on a busy
+    runner, and a side's commit does not change while the job runs."""
+    utils: Any = sys.modules.get("pytest_benchmark.utils")
+    plugin: Any = sys.modules.get("pytest_benchmark.plugin")
+    if utils is None or plugin is None:
+        return
+    remembered = dict(answer)
+
+    def get_commit_info(project_name: str | None = None) -> dict[str, Any]:
+        info = dict(remembered)
+        if project_name:
+            info["project"] = project_name
+        return info
+
+    utils.get_commit_info = get_commit_info
+    plugin.get_commit_info = get_commit_info
 
 
 # -- the session ------------------------------------------------------------------------------------
