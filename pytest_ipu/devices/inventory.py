@@ -142,17 +142,6 @@ class IpuInventory(Written):
         """What its timings are: the hardware's, or the IPU Model's simulated ones."""
         return SIMULATED_TIMING if self.simulator else HARDWARE_TIMING
 
-    def ipus_of_driver_ids(self, ids: tuple[int, ...]) -> tuple[int, ...]:
-        """The ``gc-info -l`` ids (ascending) of the IPUs an acquired PopART device names by its
-        ``driverIds``, translated through PopART's single-IPU listing; ``ValueError`` (one line)
-        without that listing or for a driver id it does not have."""
-        if self.id_table is None:
-            raise ValueError(
-                f"driverIds {list(ids)}: this inventory has no PopART listing to translate driver ids "
-                f"through ({self.source}); enable popart so that enumerateDevices can be read"
-            )
-        return self.id_table.ipu_ids(ids)
-
     def placement_inventory(self) -> Inventory:
         """The ``Inventory`` to allocate from: every IPU, grouped into boards by serial."""
         return Inventory(

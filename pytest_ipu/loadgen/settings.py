@@ -13,7 +13,6 @@ settings and LoadGen's verdict against them: the record's ``mlperf_compliant`` a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +22,6 @@ from typing import Literal
 SCENARIOS = ("SingleStream", "MultiStream", "Server", "Offline")
 Scenario = Literal["SingleStream", "MultiStream", "Server", "Offline"]
 #: LoadGen's test modes: performance (timed) or accuracy (every sample once, outputs logged).
-MODES = ("performance", "accuracy")
 Mode = Literal["performance", "accuracy"]
 #: The minimum duration of a run that does not ask for MLPerf's (``mlperf=False``), seconds.
 SHORT_DURATION_S = 2.0
@@ -203,14 +201,6 @@ def compliance(
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:g} ms"
-
-
-def check_percentile(value: float) -> None:
-    """Raise ``ValueError`` unless ``value`` is a fraction in (0, 1), as LoadGen takes percentiles."""
-    if not (isinstance(value, (float, int)) and not isinstance(value, bool) and 0 < value < 1):
-        raise ValueError(f"{value!r} is not a fraction in (0, 1); pass e.g. 0.99 for the 99th percentile")
-    if not math.isfinite(value):
-        raise ValueError(f"{value!r} is not finite")
 
 
 def scenario_name(value: object, names: Sequence[str] = SCENARIOS) -> str:

@@ -67,7 +67,6 @@ PERIOD_PROBE_INTERVALS = 3
 
 # nvml.h return codes and value types (nvidia-ml-py 13.615.71 defines the same numbers).
 _SUCCESS = 0
-_NOT_FOUND = 6
 _VALUE_MEMBERS = {
     0: "dVal",  # NVML_VALUE_TYPE_DOUBLE
     1: "uiVal",  # UNSIGNED_INT
@@ -180,7 +179,6 @@ class NvmlPowerSource:
         self._kind: ReadingKind = "energy_counter"
         self._start_mj: dict[str, int] = {}
         self._last_mj: dict[str, int] = {}
-        self._timestamps_us: dict[str, int] = {}
         self._period_s: float | None = None
 
     @property
@@ -269,23 +267,13 @@ class NvmlPowerSource:
                 out[target.id] = (now[target.id] - self._start_mj[target.id]) / 1000.0
             self._last_mj = now
             return out
-        stamps: dict[str, int] = {}
         for target in selection.targets:
-            out[target.id], stamps[target.id] = self._instant_w(target)
-        self._timestamps_us = stamps
+            out[target.id] = self._instant_w(target)[0]
         return out
 
     def update_period_s(self) -> float | None:
         """The shortest interval between value changes seen in ``open``; ``None`` if none was seen."""
         return self._period_s
-
-    def last_field_timestamps_us(self) -> dict[str, int]:
-        """Instant power only: NVML's own timestamp of each value of the last ``read``.
-
-        Wall-clock microseconds since 1970 (NVML's ``nvmlFieldValue_t.timestamp``), kept so that a
-        caller can place the samples on its monotonic clock (R14); empty for the counter.
-        """
-        return dict(self._timestamps_us)
 
     def describe(self) -> dict[str, Any]:
         """Versions, the CUDA-to-GPU mapping, and per GPU its identity, power limits and method.
@@ -331,7 +319,6 @@ class NvmlPowerSource:
         self._selection = None
         self._start_mj = {}
         self._last_mj = {}
-        self._timestamps_us = {}
         if nvml is not None:
             _quiet_shutdown(nvml)
 

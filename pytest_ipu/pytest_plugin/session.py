@@ -42,8 +42,6 @@ SESSION_KEY = pytest.StashKey["IpuSession"]()
 #: The ``--benchmark-json`` path this process writes (tagged under PopRun and torchrun), as given:
 #: pytest-benchmark is handed a temporary path beside it. LoadGen's logs are kept beside this one.
 JSON_PATH_KEY = pytest.StashKey[Path]()
-#: pytest-benchmark's warning for a run without benchmarks, which it does not save (a regular expression).
-_NOTHING_SAVED = r"Not saving anything, no benchmarks have been run!"
 
 
 class IpuSession:

@@ -311,8 +311,3 @@ def canonical(name: str) -> str:
     """The metric ``name`` stands for: an alias's metric (``time.median``: ``latency.p50``), else
     ``name`` itself."""
     return ALIASES.get(name, name)
-
-
-def missing_reason(record: Any, metric: str) -> str:
-    """Why ``metric`` has no value in the typed ``record`` (``METRICS[metric].why_missing``)."""
-    return METRICS[metric].why_missing(record)

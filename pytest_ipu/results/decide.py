@@ -454,13 +454,6 @@ def _percent(change: float) -> str:
     return f"{change * 100:+.1f}%"
 
 
-def beyond_threshold(gate: Gate, change: float) -> bool:
-    """Whether a relative change is past the gate's threshold in the metric's worse direction."""
-    if METRICS[gate.metric].better == "higher":
-        return change < -gate.threshold
-    return change > gate.threshold
-
-
 def check_alpha(alpha: float) -> None:
     """``ValueError`` for a confidence level outside (0, 0.5): the rule's two one-sided tests
     need ``alpha`` below one half."""

@@ -53,11 +53,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_ipu.measure.contention import ContentionRecord
 from pytest_ipu.measure.metrics import MAX_CALL_S as MAX_CALL_S
 from pytest_ipu.measure.metrics import MIN_CALL_S as MIN_CALL_S
 from pytest_ipu.measure.metrics import call_time_problem as call_time_problem
-from pytest_ipu.results import codec
 from pytest_ipu.results.catalog import METRICS as METRICS
 from pytest_ipu.results.catalog import Metric as Metric
 from pytest_ipu.results.codec import RECORD
@@ -185,11 +183,3 @@ def power_from_json(data: Mapping[str, Any], at: str = "power.") -> PowerRecord:
     """A power object (``PowerRecord.as_json``) read back, checked as in a record: raises
     ``SchemaError`` naming the key (prefixed with ``at``) for a missing or impossible value."""
     return PowerRecord.from_json(data, at)
-
-
-def contention_from_json(data: Mapping[str, Any], at: str = "contention.") -> ContentionRecord:
-    """The contention part of a record (``codec.to_json`` of a ``ContentionRecord``) read back:
-    only ``readable`` is required; a null flag, reason or threshold reads as its default. Raises
-    ``SchemaError`` naming the key for a value of the wrong kind or a number that is not finite and
-    >= 0, so that a corrupt file is never read as "not contended"."""
-    return codec.from_json(ContentionRecord, data, at)

@@ -476,6 +476,10 @@ def test_merge_of_nothing_is_unreadable() -> None:
     assert merged.reason
 
 
+def _read(data: Mapping[str, object]) -> ContentionRecord:
+    return codec.from_json(ContentionRecord, data, "contention.")
+
+
 @pytest.mark.parametrize(
     "record",
     [
@@ -501,12 +505,12 @@ def test_json_round_trip(record: ContentionRecord) -> None:
         "flagged_share",
         "flagged_repeat",
     }
-    assert schema.contention_from_json(json.loads(json.dumps(data))) == record
+    assert _read(json.loads(json.dumps(data))) == record
 
 
 def test_reading_tolerates_missing_optional_keys() -> None:
-    assert schema.contention_from_json({"readable": False}) == ContentionRecord(readable=False)
-    assert schema.contention_from_json({"readable": True, "others_share": 0, "cpus": 2}) == ContentionRecord(
+    assert _read({"readable": False}) == ContentionRecord(readable=False)
+    assert _read({"readable": True, "others_share": 0, "cpus": 2}) == ContentionRecord(
         readable=True, others_share=0.0, cpus=2
     )
 
@@ -517,7 +521,7 @@ def test_reading_tolerates_missing_optional_keys() -> None:
 )
 def test_reading_rejects_wrong_kinds(data: dict[str, object]) -> None:
     with pytest.raises(schema.SchemaError):
-        schema.contention_from_json(data)
+        _read(data)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the real /proc")

@@ -117,10 +117,4 @@ def test_the_inventory_notes_a_mismatch_and_single_ids_unlike_gcipuinfos() -> No
     assert isinstance(found, IpuInventory)
     assert found.notes[-1] == "PopART device listing: its single-IPU ids (0-1) are not gcipuinfo's (4-5)"
     assert found.id_table is not None
-    assert found.ipus_of_driver_ids((65, 64)) == (0, 1)
-
-
-def test_an_inventory_without_a_listing_cannot_translate() -> None:
-    bare = IpuInventory((), "test")
-    with pytest.raises(ValueError, match=r"^driverIds \[3\]: this inventory has no PopART listing"):
-        bare.ipus_of_driver_ids((3,))
+    assert found.id_table.ipu_ids((65, 64)) == (0, 1)

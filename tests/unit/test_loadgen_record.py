@@ -12,7 +12,6 @@ import pytest
 
 from pytest_ipu.backends.base import CompiledModel
 from pytest_ipu.power.meter import not_measured
-from pytest_ipu.results import catalog
 from pytest_ipu.results import schema
 from pytest_ipu.results.loadgen import BatchingRecord
 from pytest_ipu.results.loadgen import LoadgenRecord
@@ -353,7 +352,7 @@ def test_server_qps_of_a_valid_run_is_the_scheduled_rate() -> None:
 def test_no_server_qps_is_explained(loadgen: LoadgenRecord, reason: str) -> None:
     rec = record(loadgen)
     assert rec.value("loadgen.server_qps") is None
-    assert catalog.missing_reason(rec, "loadgen.server_qps").startswith(reason)
+    assert rec.why_missing("loadgen.server_qps").startswith(reason)
 
 
 def test_latency_metrics_read_loadgens_percentiles() -> None:
@@ -367,7 +366,7 @@ def test_latency_metrics_read_loadgens_percentiles() -> None:
 def test_a_figure_loadgen_did_not_give_is_explained() -> None:
     rec = record(OFFLINE)
     assert rec.value("loadgen.p99") is None
-    assert "LoadGen reported no latency_s.p99" in catalog.missing_reason(rec, "loadgen.p99")
+    assert "LoadGen reported no latency_s.p99" in rec.why_missing("loadgen.p99")
     assert rec.value("loadgen.early_stopping_latency") is None
 
 
@@ -378,10 +377,7 @@ def test_a_figure_loadgen_did_not_give_is_explained() -> None:
 def test_a_record_without_loadgen_has_no_loadgen_metrics(metric: str) -> None:
     rec = make_record()
     assert rec.value(metric) is None
-    assert (
-        catalog.missing_reason(rec, metric)
-        == "not a LoadGen benchmark (loadgen metrics come from ipu_loadgen)"
-    )
+    assert rec.why_missing(metric) == "not a LoadGen benchmark (loadgen metrics come from ipu_loadgen)"
 
 
 def test_each_loadgen_metric_is_what_its_json_path_holds() -> None:

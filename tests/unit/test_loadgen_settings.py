@@ -257,13 +257,6 @@ def test_an_unknown_scenario_names_the_choices(value: object) -> None:
         lgs.scenario_name(value)
 
 
-@pytest.mark.parametrize("value", [99, 0, 1, -0.5, True, float("nan")])
-def test_a_percentile_is_a_fraction(value: object) -> None:
-    with pytest.raises(ValueError, match="is not a fraction in"):
-        lgs.check_percentile(value)  # type: ignore[arg-type]
-    lgs.check_percentile(0.99)
-
-
 # --- runner.expected: what LoadGen sizes its schedule by -----------------------------------------
 
 

@@ -194,7 +194,6 @@ def test_pre_volta_gpus_use_the_instant_power_field():
     src.open()
     assert src.kind == "instant_power"
     assert src.read() == {f"nvml:{uuid(0xE)}": 123.0}
-    assert src.last_field_timestamps_us()[f"nvml:{uuid(0xE)}"] > 1_700_000_000_000_000
     assert pascal.calls["nvmlDeviceGetPowerUsage"] == 0
     assert src.describe()["devices"][0]["method"] == "sampled_power"
 
