@@ -357,9 +357,11 @@ def _stop_child(stopping: Sequence[int]) -> None:
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + CHILD_GRACE_S
         while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
+            try:
                 if os.waitpid(pid, os.WNOHANG)[0]:
                     break
+            except ChildProcessError:
+                break  # reaped already: SIGTERM came between ``_reap``'s wait and its unlisting
             time.sleep(0.05)
         else:
             with contextlib.suppress(OSError):

@@ -288,3 +288,14 @@ def test_each_side_asks_git_for_its_commit_once_and_every_run_writes_its_sides_c
     # The candidate's collection (before pytest-benchmark is imported ahead), then once a side: not
     # the 12 times of six runs asking for themselves.
     assert len(asked.read_text().splitlines()) <= 3
+
+
+def test_stopping_a_child_reaped_already_sends_it_no_sigkill(monkeypatch: pytest.MonkeyPatch) -> None:
+    # SIGTERM to the forker between `_reap`'s wait and its unlisting leaves a reaped pid listed.
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()  # reaped
+    pid = child.pid
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(os, "kill", lambda p, s: sent.append((p, s)))
+    ab_fork._stop_child([pid])
+    assert sent == [(pid, signal.SIGTERM)]  # no SIGKILL to a pid that may be another process's now
