@@ -5,14 +5,13 @@ in its side's worktree; both sides share one hash seed; ``--fresh`` starts a new
 instead; what the forker imports ahead never includes a module of either side's tree, nor one a
 side's tree names, nor a module whose import starts a thread, and includes an installed pytest
 plugin wherever its files are; the CPU is asked once a job and the commit once a side; each run
-starts with the forker's objects frozen out of the garbage collector's sight; and Ctrl-C or SIGTERM
-to ``ab`` mid-run leaves no process behind.
+freezes its objects out of the garbage collector's sight once its session has finished, never while
+it measures; and Ctrl-C or SIGTERM to ``ab`` mid-run leaves no process behind.
 Each run is a real pytest (about a second); nothing here asserts a time or a verdict.
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import shutil
@@ -31,7 +30,7 @@ from tests import interrupts
 from tests.waiting import wait_for
 
 #: A benchmark whose run notes its side, its process, its parent, its string hash, its directory and
-#: how many objects the garbage collector leaves frozen (``gc.freeze``); with
+#: how many objects the garbage collector leaves frozen (``gc.freeze``) as it measures; with
 #: ``AB_HANG`` naming a side, that side's run never ends (and says so in a file).
 EXAMPLE = """
 import gc
@@ -55,12 +54,30 @@ def test_x(ipu_benchmark):
 """
 
 
+#: A conftest that notes, as each run (the forker's collection included) ends, how many objects the
+#: garbage collector leaves frozen.
+FROZEN_AT_END = """
+import gc
+import os
+
+
+def pytest_unconfigure(config):
+    with open(os.environ["AB_FROZEN"], "a") as out:
+        out.write(f"{gc.get_freeze_count()}\\n")
+"""
+
+
+def _frozen_at_end(tmp_path: Path) -> list[int]:
+    return [int(n) for n in (tmp_path / "frozen.txt").read_text().split()]
+
+
 @pytest.fixture
 def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A git project of two commits as the working directory; ``AB_ORDER`` names the runs' notes."""
     root = tmp_path / "project"
     root.mkdir()
     (root / "test_bench.py").write_text(EXAMPLE)
+    (root / "conftest.py").write_text(FROZEN_AT_END)
     (root / "work.py").write_text('LABEL = "old"\nN = 2000\n')
     _git(root, "init", "-q")
     _git(root, "add", ".")
@@ -69,6 +86,7 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     _git(root, "commit", "-q", "-am", "two")
     monkeypatch.chdir(root)
     monkeypatch.setenv("AB_ORDER", str(tmp_path / "order.txt"))
+    monkeypatch.setenv("AB_FROZEN", str(tmp_path / "frozen.txt"))
     monkeypatch.delenv("PYTHONHASHSEED", raising=False)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -95,8 +113,11 @@ def test_each_run_is_a_fresh_fork_of_one_process_with_one_hash_seed_for_both_sid
     (forker,) = {int(r[2]) for r in runs}  # all children of one process
     assert forker != os.getpid()
     assert len({r[3] for r in runs}) == 1  # one string hash: one hash seed on both sides
-    # What the forker imported ahead is frozen: pytest's collections at a run's end skip it.
-    assert all(int(r[5]) > 10_000 for r in runs)
+    # Nothing is frozen while a run measures; everything, what was imported ahead included, once its
+    # session has finished: pytest's collections at its end skip it.
+    assert {r[5] for r in runs} == {"0"}
+    assert len(_frozen_at_end(tmp_path)) == 5  # the candidate's collection, then the four runs
+    assert all(n > 10_000 for n in _frozen_at_end(tmp_path))
     assert interrupts.gone(forker)
     assert any(
         line.startswith("pytest-ipu ab: each run a fork of one process that imported")
@@ -114,7 +135,8 @@ def test_fresh_starts_a_new_interpreter_per_run(
     runs = _runs(tmp_path)
     assert [r[0] for r in runs] == ["old", "new", "new", "old"]
     assert {int(r[2]) for r in runs} == {os.getpid()}  # each started by ab itself
-    assert {r[5] for r in runs} == {str(gc.get_freeze_count())}  # nothing frozen: a fresh interpreter
+    assert {r[5] for r in runs} == {"0"}
+    assert _frozen_at_end(tmp_path) == [0, 0, 0, 0]  # a fresh interpreter per run: nothing frozen
     assert "fork" not in err
 
 
