@@ -310,7 +310,10 @@ def _leave() -> None:
 
 
 def _fork(
-    request: Mapping[str, Any], modules_file: str | None, stopping: list[int], commits: dict[str, Any]
+    request: Mapping[str, Any],
+    modules_file: str | None,
+    stopping: list[int],
+    commits: dict[str, dict[str, Any] | None],
 ) -> int:
     """Fork a child for ``request`` and wait for it; its exit code (negative: its signal).
     ``commits``: the sides' commits asked so far, by directory (``_commit``)."""
@@ -323,7 +326,9 @@ def _fork(
     return _reap(pid, stopping)
 
 
-def _commit(request: Mapping[str, Any], stopping: list[int], commits: dict[str, Any]) -> Any:
+def _commit(
+    request: Mapping[str, Any], stopping: list[int], commits: dict[str, dict[str, Any] | None]
+) -> dict[str, Any] | None:
     """The commit of ``request``'s side as pytest-benchmark finds it there, asked in a throwaway
     child the first time (in the side's directory, with its environment); ``None`` until
     pytest-benchmark is imported ahead, or where the child gave no answer (the runs ask then)."""
@@ -438,7 +443,7 @@ def _ask(question: Callable[[], Any], stopping: list[int]) -> dict[str, Any] | N
 
 
 def _learn(
-    request: Mapping[str, Any], stopping: list[int], own: int, commits: dict[str, Any]
+    request: Mapping[str, Any], stopping: list[int], own: int, commits: dict[str, dict[str, Any] | None]
 ) -> dict[str, Any]:
     """Run ``request`` in a child that lists what it imported, then import ahead what may be (where
     a throwaway child finds that importing it starts no thread); the reply: the child's ``exit``,
@@ -468,7 +473,7 @@ def _learn(
 
 def _serve(channel: serve_channel.Channel) -> None:
     stopping: list[int] = []
-    commits: dict[str, Any] = {}
+    commits: dict[str, dict[str, Any] | None] = {}
     own = len(sys.modules)  # the forker's own: what it imports ahead comes on top
     try:
         while True:
