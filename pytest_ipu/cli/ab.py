@@ -25,8 +25,10 @@ side is instead one pytest for the whole job, ``<prefix> [-k EXPR] [pytest args]
 (``ab_server``; its output goes to ``<role>-server.log``): one start-up per side, but one draw of
 those process effects per side, which the pairs cannot cancel. A side whose pytest cannot serve (it
 refuses the option: an older pytest-ipu, or none) then runs one pytest per run. Either way with
-``PYTEST_IPU_REPEATS=1`` and ``PYTEST_IPU_MAX_TIME`` in the environment unless the caller chose
-them (the variable, not empty, or the option): the pairs are the repeats, and the runs of a side
+``PYTEST_IPU_AB_SIDE=1`` in the environment (a run then checks no gate of its own and writes each
+benchmark's own gates into its JSON for ab), and ``PYTEST_IPU_REPEATS=1`` and
+``PYTEST_IPU_MAX_TIME`` unless the caller chose them (the variable, not empty, or the option): the
+pairs are the repeats, and the runs of a side
 share one plain run's time budget (``share``: 2 s / pairs for ``ipu_benchmark``, 1 s / pairs for
 pytest-benchmark's fixture; the variables override an ini file's ``ipu_repeats`` and
 ``ipu_max_time``).
@@ -314,7 +316,10 @@ def budget_args(pairs: int, pytest_args: Sequence[str]) -> list[str]:
 
 
 def _environment(prepared: _Prepared, pytest_args: Sequence[str], pairs: int = 1) -> dict[str, str]:
+    from pytest_ipu.pytest_plugin.options import AB_SIDE_VARIABLE
+
     env = dict(os.environ)
+    env[AB_SIDE_VARIABLE] = "1"  # ab gates the runs: each writes its benchmarks' own gates for it
     if not _chosen("--ipu-repeats", REPEATS_ENV, pytest_args):
         env[REPEATS_ENV] = "1"  # the pairs are the repeats
     if not _chosen("--ipu-max-time", MAX_TIME_ENV, pytest_args):

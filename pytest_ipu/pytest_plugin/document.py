@@ -55,10 +55,11 @@ def update_machine_info(session: IpuSession, config: pytest.Config, machine_info
 def update_json(session: IpuSession, output_json: dict[str, Any]) -> None:
     """The top-level ``pytest_ipu`` section: schema version, plugin version, settings and, when the
     run measured any, the energy of every ``ipu_power`` block (``power_blocks``), the run's samples
-    of its machine's speed (``machine_speed``) and, when it had gates, every gate's verdict
-    (``gates``). The per-round times of pytest-ipu's benchmarks leave the document unless
-    ``--benchmark-save-data`` asks for them (``benchmark_json.drop_round_data``). Under torchrun the
-    document is kept for the launch's merge (``IpuSession.launch_document``)."""
+    of its machine's speed (``machine_speed``), when it had gates, every gate's verdict
+    (``gates``) and, in a run of pytest-ipu ab, each benchmark's own gates (``own_gates``). The
+    per-round times of pytest-ipu's benchmarks leave the document unless ``--benchmark-save-data``
+    asks for them (``benchmark_json.drop_round_data``). Under torchrun the document is kept for the
+    launch's merge (``IpuSession.launch_document``)."""
     run_info: dict[str, Any] = {
         "schema": schema.SCHEMA_VERSION,
         "version": pytest_ipu.__version__,
@@ -83,6 +84,11 @@ def update_json(session: IpuSession, output_json: dict[str, Any]) -> None:
         gate_check.check()
     if gate_check is not None and gate_check.verdicts:
         run_info[benchmark_json.GATES_KEY] = gates_json(gate_check.verdicts)
+    if session.own_gates:
+        # A run of pytest-ipu ab checks none: ab reads them here and gates on the pairs.
+        run_info[benchmark_json.OWN_GATES_KEY] = {
+            nodeid: [str(g) for g in own] for nodeid, own in session.own_gates.items()
+        }
     benchmark_json.update_json(output_json, run_info)
     if not getattr(session.config.option, "benchmark_save_data", False):
         benchmark_json.drop_round_data(output_json)

@@ -152,7 +152,14 @@ class Lifecycle:
         gated benchmark loads no gate code, and one without benchmarks no repeat code."""
         state = self.session
         settings = state.settings
-        if (
+        if state.ab_side:
+            # pytest-ipu ab gates this run on its pairs: the benchmarks' own gates go into the
+            # document for it (``document.update_json``), and nothing is checked here.
+            if any(has_marker_gates(item) for item in session.items):
+                from pytest_ipu.pytest_plugin.marker_keywords import marker_gates
+
+                state.own_gates = {item.nodeid: own for item in session.items if (own := marker_gates(item))}
+        elif (
             settings.gates
             or settings.baselines
             or state.gate_check_made is not None  # --benchmark-compare's runs, kept
@@ -171,7 +178,8 @@ class Lifecycle:
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         """A pytest-xdist worker is done (on the controller): its gated benchmarks, run untimed, fail
         the run at its end (``gating``). pytest-xdist's hook, optional: it may not be installed."""
-        self.session.gate_check.worker_finished(getattr(node, "workeroutput", None))
+        if not self.session.ab_side:
+            self.session.gate_check.worker_finished(getattr(node, "workeroutput", None))
 
     # -- each test --------------------------------------------------------------------------------
 

@@ -384,11 +384,25 @@ def value_and_source(config: pytest.Config, field: str) -> tuple[object, str]:
     return shown, source
 
 
+#: Set to ``1`` by ``pytest-ipu ab`` for every run of a side: ab gates the runs on their pairs, so a
+#: run checks no gate of its own and writes each benchmark's own gates (its marker's) into its
+#: document for ab to read (``benchmark_json.OWN_GATES_KEY``). A variable, not an option: a side
+#: may run a pytest without pytest-ipu, which would refuse an option it does not know.
+AB_SIDE_VARIABLE = "PYTEST_IPU_AB_SIDE"
+
 #: ``PYTEST_IPU_*`` variables that are not options: the repeat worker's marker
-#: (``repeats.WORKER_ENV``, set for the worker processes of --ipu-repeat-mode=process) and the
-#: gate-accuracy benchmark's strict switch (``benchmarks/test_gate_accuracy.py``). Spelled out, not
-#: imported: ``repeats`` is above this module, and the benchmarks are not part of the package.
-NON_OPTION_VARIABLES = frozenset({"PYTEST_IPU_REPEAT_WORKER", "PYTEST_IPU_GATE_ACCURACY_STRICT"})
+#: (``repeats.WORKER_ENV``, set for the worker processes of --ipu-repeat-mode=process), ab's mark
+#: of its runs (``AB_SIDE_VARIABLE``) and the gate-accuracy benchmark's strict switch
+#: (``benchmarks/test_gate_accuracy.py``). The first and last spelled out, not imported: ``repeats``
+#: is above this module, and the benchmarks are not part of the package.
+NON_OPTION_VARIABLES = frozenset(
+    {"PYTEST_IPU_REPEAT_WORKER", AB_SIDE_VARIABLE, "PYTEST_IPU_GATE_ACCURACY_STRICT"}
+)
+
+
+def ab_side(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this run is one side of ``pytest-ipu ab`` (``AB_SIDE_VARIABLE``)."""
+    return environ.get(AB_SIDE_VARIABLE, "").strip() == "1"
 
 
 def unknown_variables(environ: Mapping[str, str]) -> list[str]:

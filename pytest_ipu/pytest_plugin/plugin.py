@@ -96,7 +96,12 @@ def pytest_configure(config: pytest.Config) -> None:
         _quiet_rank(config)
     pending = _pending_json(config)
     session = IpuSession(
-        config, options.settings_from_config(config), poprun=instance, torchrun=rank, merged_json=merged_json
+        config,
+        options.settings_from_config(config),
+        poprun=instance,
+        torchrun=rank,
+        merged_json=merged_json,
+        ab_side=options.ab_side(),
     )
     options.warn_unknown_variables(config)
     if session.settings.torch_threads is not None:
@@ -108,8 +113,9 @@ def pytest_configure(config: pytest.Config) -> None:
     session.scaling_baseline()
     # So do the run's own gates in a run where pytest-benchmark times nothing (pytest-xdist,
     # --benchmark-disable). Without gates of its own, a run loads the gates' code only when it has
-    # something for them (a baseline, a gated benchmark: ``IpuSession.gate_check``).
-    if session.settings.gates:
+    # something for them (a baseline, a gated benchmark: ``IpuSession.gate_check``); a side of
+    # pytest-ipu ab never does: ab gates it.
+    if session.settings.gates and not session.ab_side:
         session.gate_check.refuse_untimed(config)
     config.stash[SESSION_KEY] = session
     serve = getattr(config.option, "ipu_serve", None)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from pytest_ipu.pytest_plugin.repeats import RepeatScheduler
     from pytest_ipu.pytest_plugin.run_backends import RunBackends
     from pytest_ipu.pytest_plugin.settings import Settings
+    from pytest_ipu.results.gates import Gate
     from pytest_ipu.results.power_blocks import PowerBlock
     from pytest_ipu.results.records import IpuRecord
     from pytest_ipu.results.records import Measured
@@ -58,9 +59,17 @@ class IpuSession:
         poprun: PopRunInstance | None = None,
         torchrun: TorchrunRank | None = None,
         merged_json: Path | None = None,
+        ab_side: bool = False,
     ) -> None:
         self.config = config
         self.settings = settings
+        #: Whether this run is one side of ``pytest-ipu ab`` (``options.AB_SIDE_VARIABLE``): ab
+        #: gates the runs on their pairs, so this one checks no gate and writes ``own_gates`` into
+        #: its document instead.
+        self.ab_side = ab_side
+        #: Under ``ab_side``: each collected benchmark's own gates (its marker's), by node id, for
+        #: the document (``benchmark_json.OWN_GATES_KEY``); only benchmarks that have some.
+        self.own_gates: dict[str, tuple[Gate, ...]] = {}
         #: This process's place in a PopRun launch, or ``None`` outside PopRun.
         self.poprun = poprun
         #: This process's place in a torchrun launch, or ``None`` outside torchrun.

@@ -43,6 +43,11 @@ error rates still hold: each verdict is one look's, the union bound over the loo
 whichever look it came from whether or not other benchmarks went on, and Holm's rule with the
 whole family's size stays valid on any part of the family.
 
+Each benchmark gets the job's gates, except where its own gates (its ``ipu`` marker's, which the
+candidate's runs write into their documents: ``StoredRun.own_gates``) name the same metric: theirs
+win (``decide.effective_gates``, as in the in-run gate), so that a noisy benchmark can carry a
+wider gate than the rest of its suite.
+
 A value missing from a candidate run fails the gate (with the record's reason); one missing from a
 baseline run, or a value of 0 (no log-ratio), leaves it INCONCLUSIVE.
 
@@ -369,6 +374,7 @@ class ABResult:
     lines: tuple[Paired, ...]
     verdicts: tuple[Verdict, ...]
     missing: tuple[str, ...]
+    #: The job's gates, then the benchmarks' own gates that differ from them.
     gates: tuple[Gate, ...] = ()
     #: How the pairs were planned and why they stopped, for the legend (empty: a fixed count).
     plan: str = ""
@@ -449,7 +455,8 @@ def analyse(
     sides = {BASELINE: baseline_runs, CANDIDATE: candidate_runs}
     complete, missing = _complete(sides, settled, len(baseline_runs))
     names = [b.name for b in complete]
-    shown = {*SHOWN, *(g.metric for g in gate_list)}
+    own = _own_gates(candidate_runs)
+    shown = {*SHOWN, *(g.metric for g in gate_list), *(g.metric for gs in own.values() for g in gs)}
     metrics = [m for m in METRICS if m in shown]
     lines: list[Paired] = []
     verdicts: list[Verdict] = []
@@ -457,7 +464,8 @@ def analyse(
     for bench in complete:
         # Short names read better; two benchmarks of one name (in two files) need their full names.
         display = bench.name if names.count(bench.name) == 1 else bench.fullname
-        shown_lines, checked = _check_bench(bench, display, metrics, sides, settled, gate_list, alpha)
+        gates = decide.effective_gates(gate_list, own.get(bench.fullname, ()))
+        shown_lines, checked = _check_bench(bench, display, metrics, sides, settled, gates, alpha)
         lines.extend(shown_lines)
         verdicts.extend(checked)
         fullnames.extend(bench.fullname for _ in checked)
@@ -469,12 +477,22 @@ def analyse(
         tuple(lines),
         tuple(verdicts),
         tuple(missing),
-        tuple(gate_list),
+        (*gate_list, *dict.fromkeys(g for gs in own.values() for g in gs if g not in gate_list)),
         plan,
         tuple(fullnames),
         settled,
         job_alpha,
     )
+
+
+def _own_gates(candidate_runs: Sequence[StoredRun]) -> dict[str, tuple[Gate, ...]]:
+    """Each benchmark's own gates (its marker's), by full name, as the candidate's code declares
+    them: the code under test sets them, as it does for the in-run gate."""
+    out: dict[str, tuple[Gate, ...]] = {}
+    for run in candidate_runs:
+        for fullname, gates in run.own_gates.items():
+            out.setdefault(fullname, gates)
+    return out
 
 
 def _check_arguments(
@@ -499,8 +517,9 @@ def _check_bench(
     gate_list: Sequence[Gate],
     alpha: float,
 ) -> tuple[list[Paired], list[Verdict]]:
-    """The lines of ``bench`` that hold a value, and its verdicts: every gate checked on its pairs,
-    or the verdicts it kept where it was settled at an earlier look."""
+    """The lines of ``bench`` that hold a value, and its verdicts: every gate of ``gate_list`` (the
+    job's, or the benchmark's own on the same metric) checked on its pairs, or the verdicts it kept
+    where it was settled at an earlier look."""
     kept = settled.get(bench.fullname)
     lines: list[Paired] = []
     verdicts: list[Verdict] = []

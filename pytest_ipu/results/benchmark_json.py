@@ -20,9 +20,11 @@ from typing import Any
 from pytest_ipu.measure import machine_speed as speed
 from pytest_ipu.processes import one_line
 from pytest_ipu.results import atomic
+from pytest_ipu.results import gates
 from pytest_ipu.results import records
 from pytest_ipu.results import schema
 from pytest_ipu.results import values
+from pytest_ipu.results.gates import Gate
 from pytest_ipu.results.power_blocks import PowerBlock
 from pytest_ipu.results.power_blocks import blocks_from_json
 
@@ -81,14 +83,18 @@ OUTCOMES = ("PASS", "FAIL", "INCONCLUSIVE")
 GATES_KEY = "gates"
 #: The top-level section's key of the run's samples of its machine's speed (``measure.machine_speed``).
 MACHINE_SPEED_KEY = "machine_speed"
+#: The top-level section's key of each benchmark's own gates (its marker's), by full name: written
+#: by a run of ``pytest-ipu ab`` (``options.AB_SIDE_VARIABLE``), which gates on them.
+OWN_GATES_KEY = "own_gates"
 
 
 @dataclass(frozen=True)
 class StoredRun:
     """A whole saved run: where it came from, the machine it ran on, its benchmarks, the energy
     of its ``ipu_power`` blocks (none in files written before they were kept), the verdicts of
-    its gates (none when it had no gates) and its samples of the machine's speed (``None`` in files
-    written before they were kept, or without pytest-ipu)."""
+    its gates (none when it had no gates), its samples of the machine's speed (``None`` in files
+    written before they were kept, or without pytest-ipu) and, in a run of ``pytest-ipu ab``, each
+    benchmark's own gates by full name (only benchmarks that have some)."""
 
     path: Path
     machine_info: Mapping[str, Any]
@@ -98,6 +104,7 @@ class StoredRun:
     power_blocks: tuple[PowerBlock, ...] = ()
     gates: tuple[StoredVerdict, ...] = ()
     machine_speed: speed.MachineSpeed | None = None
+    own_gates: Mapping[str, tuple[Gate, ...]] = field(default_factory=dict)
 
 
 def attach(extra_info: dict[str, Any], record: Mapping[str, Any]) -> None:
@@ -303,6 +310,7 @@ def _run(data: object, path: Path) -> StoredRun:
         _power_blocks(section, path),
         _verdicts(section, path),
         _machine_speed(section, path),
+        _own_gates(section, path),
     )
 
 
@@ -356,6 +364,25 @@ def _verdicts(section: Mapping[str, Any] | None, path: Path) -> tuple[StoredVerd
             )
         out.append(StoredVerdict(*(str(f) for f in fields)))
     return tuple(out)
+
+
+def _own_gates(section: Mapping[str, Any] | None, path: Path) -> dict[str, tuple[Gate, ...]]:
+    """Each benchmark's own gates, by full name; none when the section has no ``own_gates``."""
+    data = None if section is None else section.get(OWN_GATES_KEY)
+    if data is None:
+        return {}
+    key = f"{TOP_LEVEL_KEY}.{OWN_GATES_KEY}"
+    source = values.Source(str(path), _FIX)
+    out = {}
+    for fullname, texts in source.mapping(data, key).items():
+        try:
+            out[fullname] = tuple(
+                gates.parse(source.text(t, f"{key}[{fullname!r}]"))
+                for t in source.array(texts, f"{key}[{fullname!r}]")
+            )
+        except gates.GateError as exc:
+            raise RunFileError(f"{path}: '{key}' of {fullname!r}: {exc}; {_FIX}") from None
+    return out
 
 
 def _machine_speed(section: Mapping[str, Any] | None, path: Path) -> speed.MachineSpeed | None:

@@ -166,6 +166,62 @@ def test_a_20x_slower_candidate_fails_its_gate_in_abba_order(
     assert any(line.startswith("test_x throughput:") for line in out.splitlines())
 
 
+#: Two benchmarks that the candidate makes 20x slower: test_wide carries its own gate, an absolute bound on
+#: the metric the job gates, which replaces the job's there; test_y has the job's gate. The marker's
+#: relative gate would need a baseline in a plain run: ab's runs check none.
+MARKED_EXAMPLE = """
+import os
+
+import pytest
+
+WORK = int(os.environ.get("AB_WORK", "20000"))
+
+
+@pytest.mark.ipu(gate=["time.median<10s", "time.max:+5%"])
+def test_wide(benchmark):
+    benchmark(sum, range(WORK))
+
+
+def test_y(benchmark):
+    benchmark(sum, range(WORK))
+"""
+
+
+@pytest.mark.parametrize("how", ["--fresh", "--serve", None], ids=["fresh", "served", "forked"])
+def test_a_benchmarks_marker_gates_replace_the_jobs_on_their_metric(
+    project: Path, capsys: pytest.CaptureFixture[str], how: str | None
+) -> None:
+    (project / "test_bench.py").write_text(MARKED_EXAMPLE)
+    quick = "--benchmark-max-time=0.05"
+    code, out, err = _ab(
+        [
+            *([how] if how else []),
+            "--baseline",
+            f"{_side()} {quick}",
+            "--candidate",
+            f"{_side('AB_WORK=400000')} {quick}",
+            "--pairs",
+            "4",
+            "--max-pairs",
+            "8",
+            "--gate",
+            "time.median:+100%",
+            "--verbose",
+        ],
+        capsys,
+    )
+    assert code == 1, out + err
+    lines = {line.split(":")[0]: line for line in out.splitlines() if line.startswith("test_")}
+    assert "threshold +100%" in lines["test_y latency.p50"]
+    assert ": FAIL (" in lines["test_y latency.p50"]
+    # test_wide's own bound replaced the job's gate on latency.p50: 20x slower, within 10 s.
+    assert ", bound < 10 s, " in lines["test_wide latency.p50"]
+    assert ": PASS (absolute bound" in lines["test_wide latency.p50"]
+    # Its own relative gate on another metric was checked on the pairs, not refused for lack of a
+    # baseline run: 20x slower FAILs it.
+    assert ": FAIL (" in lines["test_wide latency.max"]
+
+
 #: The example as a plain pytest-benchmark suite: its own ``benchmark`` fixture, no pytest-ipu fixture.
 PLAIN_EXAMPLE = """
 import os

@@ -366,6 +366,31 @@ def test_a_marker_gate_replaces_the_runs_gate_on_its_metric(
     )
 
 
+def test_a_run_of_pytest_ipu_ab_checks_no_gate_and_writes_the_markers_gates(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A side's run (``PYTEST_IPU_AB_SIDE=1``): ab gates the pairs, so the run needs no baseline for
+    a marker's relative gate or the run's own, checks none, and writes each benchmark's own gates
+    into its JSON for ab; without the variable the same run stops for want of a baseline."""
+    pytester.makepyfile(
+        test_work=BENCH.replace(
+            "def test_changing",
+            '@pytest.mark.ipu(gate=["latency.p50:+20%", "throughput>1/s"])\ndef test_changing',
+        )
+    )
+    monkeypatch.setenv("PYTEST_IPU_GATE", "latency.p50:+5%")
+    result = pytester.runpytest(*ARGS)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    monkeypatch.setenv("PYTEST_IPU_AB_SIDE", "1")
+    result = pytester.runpytest(*ARGS, "--benchmark-json=run.json", "-W", "error::UserWarning")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=3)
+    assert "pytest-ipu gates" not in result.stdout.str()
+    section = json.loads((pytester.path / "run.json").read_text())["pytest_ipu"]
+    assert "gates" not in section
+    assert section["own_gates"] == {"test_work.py::test_changing": ["latency.p50:+20%", "throughput>1/s"]}
+
+
 def test_a_bad_marker_gate_stops_the_run_at_collection(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_work=BENCH.replace("def test_changing", '@pytest.mark.ipu(gate="speed:-5%")\ndef test_changing')

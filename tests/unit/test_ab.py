@@ -5,6 +5,7 @@ benchmarks and values, the tables and the exit codes."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import io
 import math
@@ -295,6 +296,38 @@ def test_identical_runs_pass() -> None:
     result = ab.analyse(base, list(base), [_gate("throughput:-5%")])
     assert result.failed == ()
     assert ab.exit_code(result) == 0
+
+
+def test_a_benchmarks_own_gate_replaces_the_jobs_on_its_metric() -> None:
+    """A noisy benchmark's own wider gate (its marker's, written by the candidate's runs) decides it,
+    while the job's gate still judges the others; the job's gates on other metrics still apply."""
+    base, cand = _sides(4, 1.2)  # test_x 20 % slower in every pair
+    wide = {"test_b.py::test_x": (_gate("latency.p50:+30%"),)}
+    cand = [dataclasses.replace(run, own_gates=wide) for run in cand]
+    job = [_gate("latency.p50:+5%"), _gate("throughput:-5%")]
+    result = ab.analyse(base, cand, job)
+    judged = {(v.benchmark, str(v.gate)): v.outcome for v in result.verdicts}
+    assert judged == {
+        ("test_x", "throughput:-5%"): decide.FAIL,
+        ("test_x", "latency.p50:+30%"): decide.PASS,
+        ("test_y", "latency.p50:+5%"): decide.PASS,
+        ("test_y", "throughput:-5%"): decide.PASS,
+    }
+    # Without its own gate, the same pairs FAIL the job's: the own gate is what changed.
+    plain = ab.analyse(base, [dataclasses.replace(run, own_gates={}) for run in cand], job)
+    assert ("test_x", "latency.p50:+5%", decide.FAIL) in {
+        (v.benchmark, str(v.gate), v.outcome) for v in plain.verdicts
+    }
+    # Own gates alone gate the job: their verdicts count in the exit code and the summary.
+    alone = ab.analyse(base, cand, [])
+    assert [str(g) for g in alone.gates] == ["latency.p50:+30%"]
+    assert ab.exit_code(alone) == 0
+    assert ab.gate_lines(alone)[0] == "gates: 1 checked: 1 PASS, 0 FAIL, 0 INCONCLUSIVE"
+    # The baseline's own gates are not read: the code under test sets them.
+    assert (
+        ab.analyse(cand, base, job).verdicts
+        == ab.analyse([dataclasses.replace(r, own_gates={}) for r in cand], base, job).verdicts
+    )
 
 
 def test_a_benchmark_missing_on_one_side_is_listed_not_failed() -> None:

@@ -183,6 +183,24 @@ def test_attach_then_load(tmp_path):
     assert stored.record == RECORD
 
 
+def test_a_runs_own_gates_read_back_as_gates_and_a_bad_one_is_named(tmp_path):
+    """ab's runs write each benchmark's own gates (``OWN_GATES_KEY``); they read back as gates, and
+    one that does not parse is refused naming the file, the key, the benchmark and the expression."""
+    data = _run(_bench("t", None))
+    section = data[benchmark_json.TOP_LEVEL_KEY]
+    section[benchmark_json.OWN_GATES_KEY] = {"tests/test_x.py::t": ["time.median:+30%", "latency.p99<2ms"]}
+    run = benchmark_json.read_run(_write(tmp_path, data))
+    assert {k: [str(g) for g in v] for k, v in run.own_gates.items()} == {
+        "tests/test_x.py::t": ["latency.p50:+30%", "latency.p99<2ms"]
+    }
+    assert benchmark_json.read_run(_write(tmp_path, _run(), "none.json")).own_gates == {}
+    section[benchmark_json.OWN_GATES_KEY] = {"tests/test_x.py::t": ["time.median:+30"]}
+    message = _load_error(_write(tmp_path, data, "bad.json"))
+    assert "bad.json: 'pytest_ipu.own_gates' of 'tests/test_x.py::t': bad gate 'time.median:+30'" in message
+    section[benchmark_json.OWN_GATES_KEY] = {"tests/test_x.py::t": "time.median:+30%"}
+    assert "pytest_ipu.own_gates['tests/test_x.py::t']" in _load_error(_write(tmp_path, data, "bad2.json"))
+
+
 def _load_error(path) -> str:
     with pytest.raises(RunFileError) as info:
         benchmark_json.load_run(path)
