@@ -531,17 +531,18 @@ def test_repeats_are_one_per_run_unless_the_user_chose(
     assert ab_runner._environment(prepared, [])["PYTEST_IPU_REPEATS"] == "4"
 
 
-def test_the_runs_of_both_sides_share_one_plain_runs_budget_unless_the_user_chose(
+def test_the_runs_of_both_sides_share_a_quarter_of_one_plain_runs_budget_unless_the_user_chose(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     side = ab_runner.Side("baseline", "git:HEAD", "git", commit="0" * 40)
     prepared = ab_runner._Prepared(side, (sys.executable, "-m", "pytest"), tmp_path, tmp_path / "root")
     monkeypatch.delenv("PYTEST_IPU_MAX_TIME", raising=False)
     monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
-    # Five pairs before the first look, ten runs: each measures a tenth of a plain run's 2 s and 1 s.
-    assert ab_runner._environment(prepared, [], 5)["PYTEST_IPU_MAX_TIME"] == "0.2s"
-    assert ab_runner.budget_args(5, ["-k", "x"]) == ["--benchmark-max-time=0.1"]
-    assert ab_runner.budget_args(8, []) == ["--benchmark-max-time=0.0625"]
+    # Five pairs before the first look, ten runs: each measures a quarter of a tenth of a plain
+    # run's 2 s and 1 s.
+    assert ab_runner._environment(prepared, [], 5)["PYTEST_IPU_MAX_TIME"] == "0.05s"
+    assert ab_runner.budget_args(5, ["-k", "x"]) == ["--benchmark-max-time=0.025"]
+    assert ab_runner.budget_args(8, []) == ["--benchmark-max-time=0.0156"]
     # The user's choice stands: the option, or the variable, or pytest's own PYTEST_ADDOPTS.
     assert "PYTEST_IPU_MAX_TIME" not in ab_runner._environment(prepared, ["--ipu-max-time=1s"], 5)
     assert ab_runner.budget_args(5, ["--benchmark-max-time", "0.5"]) == []
