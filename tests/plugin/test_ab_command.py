@@ -187,15 +187,14 @@ def test_y(benchmark):
 """
 
 
-@pytest.mark.parametrize("how", ["--fresh", "--serve", None], ids=["fresh", "served", "forked"])
-def test_a_benchmarks_marker_gates_replace_the_jobs_on_their_metric(
-    project: Path, capsys: pytest.CaptureFixture[str], how: str | None
-) -> None:
-    (project / "test_bench.py").write_text(MARKED_EXAMPLE)
+def _plain_20x(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
+    """``ab`` of the project's plain pytest-benchmark suite against the same 20x slower, gated at
+    ``time.median:+100%``, 4 to 8 pairs, with ``extra`` arguments first."""
+    # pytest-benchmark's own budget per benchmark, cut to keep each side's run short.
     quick = "--benchmark-max-time=0.05"
-    code, out, err = _ab(
+    return _ab(
         [
-            *([how] if how else []),
+            *extra,
             "--baseline",
             f"{_side()} {quick}",
             "--candidate",
@@ -206,10 +205,17 @@ def test_a_benchmarks_marker_gates_replace_the_jobs_on_their_metric(
             "8",
             "--gate",
             "time.median:+100%",
-            "--verbose",
         ],
         capsys,
     )
+
+
+@pytest.mark.parametrize("how", ["--fresh", "--serve", None], ids=["fresh", "served", "forked"])
+def test_a_benchmarks_marker_gates_replace_the_jobs_on_their_metric(
+    project: Path, capsys: pytest.CaptureFixture[str], how: str | None
+) -> None:
+    (project / "test_bench.py").write_text(MARKED_EXAMPLE)
+    code, out, err = _plain_20x(capsys, *([how] if how else []), "--verbose")
     assert code == 1, out + err
     lines = {line.split(":")[0]: line for line in out.splitlines() if line.startswith("test_")}
     assert "threshold +100%" in lines["test_y latency.p50"]
@@ -236,23 +242,7 @@ def test_a_plain_pytest_benchmark_suite_is_paired_and_a_20x_slower_candidate_fai
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (project / "test_bench.py").write_text(PLAIN_EXAMPLE)
-    # pytest-benchmark's own budget per benchmark, cut to keep each side's run short.
-    quick = "--benchmark-max-time=0.05"
-    code, out, err = _ab(
-        [
-            "--baseline",
-            f"{_side()} {quick}",
-            "--candidate",
-            f"{_side('AB_WORK=400000')} {quick}",
-            "--pairs",
-            "4",
-            "--max-pairs",
-            "8",
-            "--gate",
-            "time.median:+100%",
-        ],
-        capsys,
-    )
+    code, out, err = _plain_20x(capsys)
     assert code == 1, out + err
     assert "missing:" not in out
     (line,) = [line for line in out.splitlines() if line.startswith("test_x latency.p50:")]
