@@ -28,10 +28,8 @@ refuses the option: an older pytest-ipu, or none) then runs one pytest per run. 
 ``PYTEST_IPU_AB_SIDE=1`` in the environment (a run then checks no gate of its own and writes each
 benchmark's own gates into its JSON for ab), and ``PYTEST_IPU_REPEATS=1`` and
 ``PYTEST_IPU_MAX_TIME`` unless the caller chose them (the variable, not empty, or the option): the
-pairs are the repeats, and the runs of a side
-share one plain run's time budget (``share``: 2 s / pairs for ``ipu_benchmark``, 1 s / pairs for
-pytest-benchmark's fixture; the variables override an ini file's ``ipu_repeats`` and
-``ipu_max_time``).
+pairs are the repeats, and the runs of a side share a quarter of one plain run's time budget
+(``share``; the variables override an ini file's ``ipu_repeats`` and ``ipu_max_time``).
 
 Nothing here prints: progress lines go to a callback (the command writes them to stderr).
 """
