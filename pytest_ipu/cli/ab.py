@@ -306,8 +306,9 @@ def share(pairs: int) -> tuple[str, str]:
 
 
 def _chosen(option: str, variable: str | None, pytest_args: Sequence[str]) -> bool:
-    """Whether the caller chose ``option`` (in the pytest arguments or ``PYTEST_ADDOPTS``) or set
-    ``variable`` (an empty one counts as unset, as the plugin reads it)."""
+    """Whether the caller chose ``option`` (in ``pytest_args``: the side's command and the pytest
+    arguments, or ``PYTEST_ADDOPTS``) or set ``variable`` (an empty one counts as unset, as the
+    plugin reads it)."""
     if variable is not None and os.environ.get(variable, "").strip():
         return True
     words = [*pytest_args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
@@ -327,9 +328,11 @@ def _environment(prepared: _Prepared, pytest_args: Sequence[str], pairs: int = 1
 
     env = dict(os.environ)
     env[AB_SIDE_VARIABLE] = "1"  # ab gates the runs: each writes its benchmarks' own gates for it
-    if not _chosen("--ipu-repeats", REPEATS_ENV, pytest_args):
+    # An option in the side's own command (a command side's prefix) is the caller's choice too.
+    words = [*prepared.prefix, *pytest_args]
+    if not _chosen("--ipu-repeats", REPEATS_ENV, words):
         env[REPEATS_ENV] = "1"  # the pairs are the repeats
-    if not _chosen("--ipu-max-time", MAX_TIME_ENV, pytest_args):
+    if not _chosen("--ipu-max-time", MAX_TIME_ENV, words):
         env[MAX_TIME_ENV] = share(pairs)[0]  # and they share one run's budget
     if prepared.pythonpath is not None:
         rest = env.get("PYTHONPATH", "")
@@ -363,16 +366,18 @@ _EXIT_HINTS = {
 
 
 def _run_args(
-    pair: int, role: Role, directory: Path, pytest_args: Sequence[str], pairs: int
+    prepared: _Prepared, pair: int, directory: Path, pytest_args: Sequence[str], pairs: int
 ) -> tuple[Path, Path, list[str]]:
-    """One run's files and pytest arguments: its JSON, its log, and the arguments that measure each
-    benchmark for its share of a plain run's budget over ``pairs`` (``share``)."""
+    """One run's files and pytest arguments after the side's command: its JSON, its log, and the
+    arguments that measure each benchmark for its share of a plain run's budget over ``pairs``
+    (``share``), unless the side's command or the pytest arguments chose it."""
+    role = prepared.side.role
     out = directory / f"pair{pair}-{role}.json"
     log = directory / f"pair{pair}-{role}.log"
     out.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this one's
     argv = [
         *pytest_args,
-        *budget_args(pairs, pytest_args),
+        *budget_args(pairs, [*prepared.prefix, *pytest_args]),
         "-p",
         "no:cacheprovider",
         f"--benchmark-json={out}",
@@ -386,7 +391,7 @@ def _run_one(
 ) -> tuple[Path, Path, int, list[str]]:
     """One pytest run of one side in a fresh process (``_run_args``): its JSON, its log, its exit
     code and its command."""
-    out, log, argv = _run_args(pair, prepared.side.role, directory, pytest_args, pairs)
+    out, log, argv = _run_args(prepared, pair, directory, pytest_args, pairs)
     command = [*prepared.prefix, *argv]
     with log.open("w", encoding="utf-8") as sink:
         run = subprocess.Popen(
@@ -563,7 +568,7 @@ class _Forked:
         child of the forker; raises ``RunFailed``."""
         narrowed = look.deselect() if look is not None else []
         pytest_args = (*self.plan.pytest_args, *narrowed)
-        out, log, argv = _run_args(pair, self.side.role, self.directory, pytest_args, self.plan.looks[0])
+        out, log, argv = _run_args(self.prepared, pair, self.directory, pytest_args, self.plan.looks[0])
         argv += ab_fork.REWRITE_WARNING
         command = f"{shlex.join([*self.prepared.prefix, *argv])} (a fork of {self.forker.describe()})"
         try:
@@ -660,7 +665,7 @@ def _serve(
         command = [
             *ready.prefix,
             *pytest_args,
-            *budget_args(plan.looks[0], pytest_args),
+            *budget_args(plan.looks[0], [*ready.prefix, *pytest_args]),
             "-p",
             "no:cacheprovider",
             "-q",

@@ -190,8 +190,10 @@ def test_y(benchmark):
 def _plain_20x(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
     """``ab`` of the project's plain pytest-benchmark suite against the same 20x slower, gated at
     ``time.median:+100%``, 4 to 8 pairs, with ``extra`` arguments first."""
-    # pytest-benchmark's own budget per benchmark, cut to keep each side's run short.
-    quick = "--benchmark-max-time=0.05"
+    # pytest-benchmark's own budget per benchmark, cut to keep each side's run short, in the sides'
+    # commands (which ab then leaves alone); at least 20 rounds, so that on a busy machine each
+    # run's median is not one or two rounds a neighbour stretched.
+    quick = "--benchmark-max-time=0.05 --benchmark-min-rounds=20"
     return _ab(
         [
             *extra,
@@ -540,3 +542,13 @@ def test_the_runs_of_both_sides_share_a_quarter_of_one_plain_runs_budget_unless_
     assert ab_runner.budget_args(5, []) == []
     monkeypatch.setenv("PYTEST_IPU_MAX_TIME", "3s")
     assert ab_runner._environment(prepared, [], 5)["PYTEST_IPU_MAX_TIME"] == "3s"
+    # So does an option in a command side's own command.
+    monkeypatch.delenv("PYTEST_IPU_MAX_TIME")
+    monkeypatch.delenv("PYTEST_ADDOPTS")
+    chose = ab_runner._Prepared(side, (sys.executable, "-m", "pytest", "--ipu-max-time=1s"), tmp_path, None)
+    assert "PYTEST_IPU_MAX_TIME" not in ab_runner._environment(chose, [], 5)
+    quick = ab_runner._Prepared(side, ("pytest", "--benchmark-max-time=0.5"), tmp_path, None)
+    _, _, argv = ab_runner._run_args(quick, 1, tmp_path, ["-k", "x"], 5)
+    assert not [a for a in argv if a.startswith("--benchmark-max-time")]
+    _, _, argv = ab_runner._run_args(prepared, 1, tmp_path, ["-k", "x"], 5)
+    assert "--benchmark-max-time=0.025" in argv
