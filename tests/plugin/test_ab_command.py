@@ -187,9 +187,11 @@ def test_y(benchmark):
 """
 
 
-def _plain_20x(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, str, str]:
+def _plain_20x(
+    capsys: pytest.CaptureFixture[str], *extra: str, gate: str = "time.median:+100%"
+) -> tuple[int, str, str]:
     """``ab`` of the project's plain pytest-benchmark suite against the same 20x slower, gated at
-    ``time.median:+100%``, 4 to 8 pairs, with ``extra`` arguments first."""
+    ``gate``, 4 to 8 pairs, with ``extra`` arguments first."""
     # pytest-benchmark's own budget per benchmark, cut to keep each side's run short, in the sides'
     # commands (which ab then leaves alone); at least 20 rounds, so that on a busy machine each
     # run's median is not one or two rounds a neighbour stretched.
@@ -206,7 +208,7 @@ def _plain_20x(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, st
             "--max-pairs",
             "8",
             "--gate",
-            "time.median:+100%",
+            gate,
         ],
         capsys,
     )
@@ -244,10 +246,13 @@ def test_a_plain_pytest_benchmark_suite_is_paired_and_a_20x_slower_candidate_fai
     project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (project / "test_bench.py").write_text(PLAIN_EXAMPLE)
-    code, out, err = _plain_20x(capsys)
+    # Gated on the fastest round, the figure a busy machine moves least (a 20x slowdown decided
+    # on medians once failed beside two CPU hogs on a shared machine; the median's mapping to
+    # latency.p50 is the marker test's).
+    code, out, err = _plain_20x(capsys, gate="time.min:+100%")
     assert code == 1, out + err
     assert "missing:" not in out
-    (line,) = [line for line in out.splitlines() if line.startswith("test_x latency.p50:")]
+    (line,) = [line for line in out.splitlines() if line.startswith("test_x latency.min:")]
     assert "threshold +100%" in line
     assert ": FAIL (paired: " in line
 
