@@ -221,18 +221,18 @@ def _draw(
 
     for group in swept:
         stem = unique(_slug(group))
-        machine = plots.machine_label(runs, group)
+        hardware = plots.machine_label(runs, group)
         for view in plots.VIEWS:
             series = plots.series_for(runs, group, view)
             if not plots.has_values(series):
                 continue  # a plot of nothing: the table's n/m and its footnote say why (``_figures``)
-            figure = plots.draw(view, group, series, plots.notes_for(view, series), machine=machine)
+            figure = plots.draw(view, group, series, plots.notes_for(view, series), machine=hardware)
             out.append(_Figure(group, view, f"{stem}-{view}", *_encode(figure)))
     for index, view in scaled:
         study = studies[index]
-        machine = plots.machine_label([runs[i] for i in sorted({p.run for p in study.points})])
+        hardware = plots.machine_label([runs[i] for i in sorted({p.run for p in study.points})])
         stem = unique(f"{view}-{_slug(study.title)}")
-        out.append(_Figure(study.title, view, stem, *_encode(scaling.draw(study, view, machine=machine))))
+        out.append(_Figure(study.title, view, stem, *_encode(scaling.draw(study, view, machine=hardware))))
     for chart in charts:
         stem = unique(f"loadgen-{_slug(chart.target)}")
         figure = loadgen_plot.draw(chart, machine=machine)

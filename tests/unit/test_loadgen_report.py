@@ -425,6 +425,30 @@ def test_the_page_has_a_loadgen_section_with_its_table_and_figure(tmp_path: Path
 
 
 @requires_matplotlib
+def test_the_loadgen_figure_names_the_hardware_of_every_run_not_of_the_last_group_drawn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The batch sweep ran on the CPU, the LoadGen benchmark on an IPU: the sweep's figures name the
+    # CPU alone, and the LoadGen figure must still name the IPU its points were measured on.
+    served = _stored_bench("test_srv", part("Server", peak=search()), target="poptorch:ipu")
+    served["extra_info"]["ipu"].update(device="ipu", device_name="GC200 IPU")
+    path = write(tmp_path / "run.json", served, bench(2, 0.002, 1000.0), bench(4, 0.003, 1300.0))
+    runs = [benchmark_json.read_run(path)]
+    drawn: list[str] = []
+    real = loadgen_plot.draw
+
+    def draw(chart: loadgen_plot.Chart, *, machine: str = "") -> Any:
+        drawn.append(machine)
+        return real(chart, machine=machine)
+
+    monkeypatch.setattr(loadgen_plot, "draw", draw)
+    html_report.write_report(runs, tmp_path / "out")
+    assert "GC200 IPU" not in plots.machine_label(runs, "mlp")
+    assert drawn == [plots.machine_label(runs)]
+    assert "GC200 IPU" in drawn[0]
+
+
+@requires_matplotlib
 def test_a_run_without_loadgen_records_has_no_loadgen_section(tmp_path: Path) -> None:
     path = write(tmp_path / "run.json", bench(2, 0.002, 1000.0), bench(4, 0.003, 1300.0))
     files = html_report.write_report([benchmark_json.read_run(path)], tmp_path / "out")
