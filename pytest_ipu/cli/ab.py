@@ -247,6 +247,11 @@ class _Prepared:
     cwd: Path
     pythonpath: Path | None = None
 
+    def written(self, pytest_args: Sequence[str]) -> list[str]:
+        """What the caller wrote for this side's runs: its own command (a command side's prefix) and
+        the job's pytest arguments; an option in either is the caller's choice (``_chosen``)."""
+        return [*self.prefix, *pytest_args]
+
 
 class Terminated(BaseException):
     """SIGTERM (a cancelled CI job), raised so that ``finally`` blocks still remove the worktrees."""
@@ -328,8 +333,7 @@ def _environment(prepared: _Prepared, pytest_args: Sequence[str], pairs: int = 1
 
     env = dict(os.environ)
     env[AB_SIDE_VARIABLE] = "1"  # ab gates the runs: each writes its benchmarks' own gates for it
-    # An option in the side's own command (a command side's prefix) is the caller's choice too.
-    words = [*prepared.prefix, *pytest_args]
+    words = prepared.written(pytest_args)
     if not _chosen("--ipu-repeats", REPEATS_ENV, words):
         env[REPEATS_ENV] = "1"  # the pairs are the repeats
     if not _chosen("--ipu-max-time", MAX_TIME_ENV, words):
@@ -377,7 +381,7 @@ def _run_args(
     out.unlink(missing_ok=True)  # a file left by an earlier run must not pass for this one's
     argv = [
         *pytest_args,
-        *budget_args(pairs, [*prepared.prefix, *pytest_args]),
+        *budget_args(pairs, prepared.written(pytest_args)),
         "-p",
         "no:cacheprovider",
         f"--benchmark-json={out}",
@@ -665,7 +669,7 @@ def _serve(
         command = [
             *ready.prefix,
             *pytest_args,
-            *budget_args(plan.looks[0], [*ready.prefix, *pytest_args]),
+            *budget_args(plan.looks[0], ready.written(pytest_args)),
             "-p",
             "no:cacheprovider",
             "-q",
