@@ -2,22 +2,13 @@
 
 The cache key hashes what determines the exported graph: the model's structure (module tree and the
 source of each module class's ``forward``), its weights and buffers, the example inputs' dtypes and
-non-batch shapes, the export options, and the torch and onnxscript versions. A cached file is used only
-if its SHA-256 matches the one recorded when it was written; anything else is rebuilt. The hash catches
-a truncated or corrupt file, not a model replaced together with its recorded hash: so the cache
-directory is its owner's alone, created 0700 whatever the umask, and one owned by another user or
-writable by group or others is refused (a ``CacheDirError``), as ssh refuses such files. Files are
-written to a temporary name and renamed, so a crash never leaves a half-written model, and get mode
-0644 whatever the umask (readable, never writable, by others); an entry another user owns or could
-write is exported again. A cache directory that cannot be written (a file, a read-only or full file
-system, an entry that is a directory) is a ``CacheDirError`` naming the directory,
-``--ipu-cache-dir`` and the fix, never a bare ``OSError``.
+non-batch shapes, the export options, and the torch and onnxscript versions. A cache directory that
+cannot be written, or is not its owner's alone, is a ``CacheDirError`` naming it, ``--ipu-cache-dir``
+and the fix, never a bare ``OSError``. torch, onnx and onnxscript are imported inside the functions
+that need them.
 
-Two of torch's exporters write the file: its dynamo exporter from opset 18 up, where this torch has
-it, and its TorchScript exporter otherwise. torch 2.0.1, the one PopTorch 3.4 accepts, has only the
-TorchScript exporter: there neither ``torch.export`` nor the ``dynamo=`` arguments are reached.
-
-torch, onnx and onnxscript are imported inside the functions that need them.
+Documented in docs/onnx.md (sections "Export": which of torch's exporters writes the file, and "The
+export cache": the key, the hash check, the directory's owner and the files' modes).
 """
 
 from __future__ import annotations

@@ -1,37 +1,16 @@
 """Running ``pytest-ipu ab``: the two sides, alternately, in ABBA order, one pytest process per run.
 
-A side is a command prefix that runs pytest (``/venv-a/bin/python -m pytest``) or a git revision
-(``git:main``), read by ``resolve_side``:
+``resolve_side`` reads a side: ``git:REV`` must name a commit (``git rev-parse --verify REV^{commit}``);
+anything else is split like a shell line (``shlex``) and is a command when its first word is an
+executable (a path to an executable file, or a name on ``PATH``), a git revision when it is a single
+word that resolves to a commit; both at once, or neither, is an error. A git side runs from a detached
+worktree. ``share`` is each run's part of the time budget. A side runs as a fresh process per run, as
+forks of one warm process (``ab_fork``) or by one serving pytest (``Plan.serve``, ``ab_server``).
+Worktrees and temporary files are removed on every path. Nothing here prints: progress lines go to a
+callback (the command writes them to stderr).
 
-1. ``git:REV`` is a git revision of the repository of the working directory; it must name a commit
-   (``git rev-parse --verify REV^{commit}``).
-2. Anything else is split like a shell line (``shlex``). It is a command when its first word is an
-   executable (a path to an executable file, or a name found on ``PATH``), and a git revision when
-   it is a single word that ``git rev-parse --verify REV^{commit}`` resolves. Both at once
-   (a branch named ``pytest``, say) is an error that asks for ``git:REV`` or a path; neither is an
-   error too.
-
-A git side is checked out with ``git worktree add --detach`` into a temporary directory and run
-with this interpreter (``sys.executable -m pytest``), from the worktree's counterpart of the
-working directory, with the worktree's root first on ``PYTHONPATH`` so that its own code is
-imported. Worktrees and temporary files are removed on every path, Ctrl-C and SIGTERM included.
-
-Each run is one pytest, ``<prefix> [-k EXPR] [pytest args] [--benchmark-max-time=T] -p
-no:cacheprovider --benchmark-json=FILE -q``, its output in a log file next to its JSON: a fresh
-process per run, so that what differs between processes (the memory layout of data made at import,
-the hash seed) is drawn anew each run and shows as spread between pairs. With ``Plan.serve`` each
-side is instead one pytest for the whole job, ``<prefix> [-k EXPR] [pytest args]
-[--benchmark-max-time=T] -p no:cacheprovider -q --ipu-serve=R,W``, serving a round per run
-(``ab_server``; its output goes to ``<role>-server.log``): one start-up per side, but one draw of
-those process effects per side, which the pairs cannot cancel. A side whose pytest cannot serve (it
-refuses the option: an older pytest-ipu, or none) then runs one pytest per run. Either way with
-``PYTEST_IPU_AB_SIDE=1`` in the environment (a run then checks no gate of its own and writes each
-benchmark's own gates into its JSON for ab), and ``PYTEST_IPU_REPEATS=1`` and
-``PYTEST_IPU_MAX_TIME`` unless the caller chose them (the variable, not empty, or the option): the
-pairs are the repeats, and the runs of a side share a quarter of one plain run's time budget
-(``share``; the variables override an ini file's ``ipu_repeats`` and ``ipu_max_time``).
-
-Nothing here prints: progress lines go to a callback (the command writes them to stderr).
+Documented in docs/ci.md (sections "Interleaved A/B on one runner: pytest-ipu ab" and "One process
+per side: --serve").
 """
 
 from __future__ import annotations

@@ -1,49 +1,23 @@
 """Both sides of ``pytest-ipu ab`` run as forks of one warm process (the default for git sides on Linux).
 
-A fresh interpreter per run draws anew what differs between processes (where data made at import
-lands in memory, and so how it meets the caches), which the pairs need: a draw kept for a whole side
-is a difference the pairs cannot cancel. But each fresh run pays the start-up (Python, pytest, numpy,
-torch: seconds on a busy runner), ten to forty times a job. ``Forker`` keeps both: one process, the
-*forker*, imports once what the runs import from outside either side's tree (the third-party
-libraries and the standard library, found by collecting the tests once), then forks one child per
-run. Each child takes its side's working directory, ``sys.path`` head and environment, reseeds the
-random generators, and runs ``pytest.main`` as ``python -m pytest`` would: the side's own code, its
-test modules and their data are imported in the child, fresh each run, so that the child's memory is
-its own draw, while the start-up left is the side's own imports and collection.
-
-Both sides fork from the same forker, so whatever the forker's own memory does to the runs is the
-same for both and cancels in their ratio; both run under one hash seed (``PYTHONHASHSEED``: the
-caller's, else one drawn per job), so that dictionaries of strings are laid out alike on both sides.
-
-The forker never forks with a thread running (a thread's locks would be held in the child forever):
-imports that start one are not imported ahead. pytest's plugins are imported ahead too: their asserts
-are then not rewritten, and each run says so to pytest (``REWRITE_WARNING``).
-
-What the forker imports ahead is learnt from children that list what they imported: each module
-whose file is under the interpreter's own library folders or is of an installed pytest plugin's
-package (an editable install of pytest-ipu, say), and that is neither in nor named by a module of
-either side's tree, once a throwaway child has imported them all without starting a thread.
-
-What every run would ask anew and get the same answer to is asked once, in a throwaway child (whose
-probes may start processes or threads, which the forker must never have), and every run reads that
-answer: pytest-benchmark asks py-cpuinfo for the machine's CPU in every run (a dozen probes, some of
-them processes: 0.15 s a run, more on a busy runner; ``_remember_cpu_info``), and ``git`` for the
-side's commit twice a run (``bench_seam.commit_info``: asked once a side).
-
-pytest ends every run with full collections of the garbage, which walk every object of torch, numpy
-and pytest imported ahead: half of a short run's time. Once its session has finished, each run
-freezes every object out of the collector's sight (``gc.freeze``, ``_FreezeAtEnd``), so those
-collections walk nothing. Not before: runs forked with the forker's objects frozen measured with half
-as much spread again between pairs (the median benchmark's 2.1 to 3.7 % became 4.3 to 5.8 %).
+``Forker`` starts the *forker*, which imports ahead what the runs import from outside either side's
+tree, then forks one child per run: the child takes its side's directory, ``sys.path`` head and
+environment, reseeds the generators and runs ``pytest.main`` as ``python -m pytest`` would. The
+forker never forks with a thread running (a thread's locks would stay held in the child forever): a
+module is imported ahead only once a throwaway child imported it without starting one, and what
+every run would ask alike (the CPU, ``_remember_cpu_info``; a side's commit,
+``bench_seam.commit_info``) is asked once in such a child. Once its session has finished, and not
+before, each run freezes every object out of the collector's sight (``gc.freeze``,
+``_FreezeAtEnd``), so that pytest's closing full collections walk nothing.
 
 The protocol is ``serve_channel``'s (a JSON object per line): ``{"warm": RUN}``, answered
 ``{"exit": CODE, "preloaded": K, "threads": N, "refused": WHY}``; then ``{"run": RUN, "learn":
 BOOL}`` per run, answered the same (``learn``) or ``{"exit": CODE}``; the end of the requests stops
-it. A ``RUN`` is ``{"argv", "cwd", "env", "log"}``:
-the pytest arguments, the working directory, the environment (its ``PYTHONPATH`` goes on
-``sys.path`` as at start-up: the forker itself runs without one), the file that takes the run's
-output. SIGTERM stops the forker and its running child. This module is the forker's program too
-(``python -m pytest_ipu.cli.ab_fork R,W``): it imports nothing heavy.
+it. A ``RUN`` is ``{"argv", "cwd", "env", "log"}`` (``env``'s ``PYTHONPATH`` goes on ``sys.path`` as
+at start-up: the forker runs without one). SIGTERM stops the forker and its running child. This
+module is the forker's program too (``python -m pytest_ipu.cli.ab_fork R,W``): it imports nothing heavy.
+
+Documented in docs/ci.md (section "Interleaved A/B on one runner: pytest-ipu ab", paragraph "Forked runs").
 """
 
 from __future__ import annotations

@@ -1,29 +1,15 @@
 """``pytest-ipu doctor``: what is installed, which known incompatibilities hold, and whether each
 compute target and power source actually works here, for the first run on a new machine.
 
-Three steps:
+What is installed is found without importing anything (``importlib.metadata``, else
+``importlib.util.find_spec``; the SDK from ``POPLAR_SDK_ENABLED``, the variable Graphcore's example
+READMEs check to tell whether an SDK is enabled). Each probe, and PopART's device enumerations, run
+in a fresh child of this interpreter (``python -m pytest_ipu.cli.doctor probe ...``) that is killed
+with its process group at its time limit; ``first_contact`` runs its steps through the same
+``run_child``.
 
-1. **Installed**, found without importing anything: versions from the package metadata
-   (``importlib.metadata``), modules that have none (PopART comes on ``PYTHONPATH`` from the Poplar
-   SDK's enable script) from ``importlib.util.find_spec``, torch's CUDA or CPU build from the text of
-   ``torch/version.py``, the enabled Poplar SDK from ``POPLAR_SDK_ENABLED`` (the variable Graphcore's
-   example READMEs check to tell whether an SDK is enabled) and ``gc-info`` on ``PATH``.
-2. **Probes**, each in a fresh child process of the same interpreter (``python -m
-   pytest_ipu.cli.doctor probe ...``): every built-in target is made by the plugin's own registry, asked
-   for its ``availability()``, and, when present, compiles and runs a tiny model whose output is
-   checked against the host's; every power source is opened and read once. A child process, not a
-   thread, because a runtime may hold the GIL for a whole call (PopTorch does) or wait for a busy
-   device: a child that passes its time limit is killed with its process group, and the doctor
-   goes on. A fresh process also imports ``popart`` before anything can import ``onnx``, as PopART
-   demands.
-3. **IPU devices**, where popart is installed: PopART's two enumerations (``enumerateDevices`` with
-   ``numIpus=1`` and with 2, 4, ...), read in a child process too, and the translation of each
-   multi-IPU device's ``driverIds`` into ``gc-info -l`` ids (``devices.driver_ids``), with every
-   mismatch as a finding: placement and energy rely on that translation.
-4. **Findings**: each known incompatibility that holds, in one line with its fix.
-
-The exit code is 0 when every present target and source worked, 1 when one failed. Nothing here
-needs the network.
+Documented in docs/doctor.md (its four steps, at the top, and section "The incompatibilities it
+checks").
 """
 
 from __future__ import annotations

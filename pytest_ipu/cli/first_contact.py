@@ -1,48 +1,15 @@
 """``pytest-ipu doctor --first-contact DIR``: on a machine with IPUs, what could only be checked on the
 hardware, in one JSON file to send back.
 
-The steps (``STEPS``), in order:
+The steps are ``STEPS``, in order (their constants: ``UPDATE_CALLS``, ``RUNS``, ``COUPLING_DELAY_S``,
+``COUPLING_RULE``). Each runs in a child process of its own through the doctor's machinery
+(``doctor.run_child``), one after another, since two at once could contend for the same IPUs, and
+records its result or its error; the file is written whole (``results.atomic``). The runs use the
+doctor's tiny model (``doctor.run_tiny_model``) and the plugin's own instances (``ThreadInstances``,
+``ProcessInstances``); under PopRun the popdist way runs before the plugin's (``backends.ipu.poptorch``).
 
-- ``ipus``: the IPUs the plugin finds (``devices.inventory.discover``: gcipuinfo, else PopART, else
-  PopTorch). Without any, the command says so in one line, writes nothing and exits 0;
-- ``host`` and ``versions``: the platform and CPUs; Python, pytest-ipu, the SDK and packages as the
-  doctor finds them without importing anything, then the SDK's modules and torch and numpy as they
-  report themselves once imported (popart first, before anything could import onnx);
-- ``gcipuinfo``: ``getDevices()`` verbatim (before and after the refreshes), the exact attribute
-  names it returned and how many devices list each key the plugin reads (``attribute_names``),
-  which of the documented names the module has, and the latency of ``updateData()`` over
-  ``UPDATE_CALLS`` calls;
-- ``popart_devices`` and ``poptorch_devices``: the devices ``DeviceManager().enumerateDevices(numIpus=n)``
-  lists for n = 1, 2, 4, ... (id, numIpus, driverIds), the translation of each multi-IPU device's
-  ``driverIds`` through the single IPUs' into ``gc-info -l`` ids with every mismatch
-  (``devices.driver_ids``), and PopTorch's ``ipuHardwareIsAvailable(n)`` and ``ipuHardwareVersion()``;
-- ``popdist``: under PopRun, every popdist getter's raw value, the instance ``poprun.detect`` reads
-  from them, the IPUs ``poprun.instance_device`` places it on and PopRun's environment variables;
-  otherwise "not under PopRun" and why;
-- ``poptorch_popdist_inference`` and ``poptorch_poprun_inference``: under PopRun, the tiny PopTorch
-  model compiled with ``popdist.poptorch.Options`` (as Graphcore's PopRun inference benchmark does)
-  and then by the plugin's own ``poptorch:ipu`` (``Distributed.disable()`` on PopDist's device), what
-  each way's options say, whether it compiles and runs, its output, and each call's wall-clock span,
-  every instance but the first starting ``COUPLING_DELAY_S`` late, so that the instances' files
-  together show whether one instance's calls wait for the others' (``COUPLING_RULE``); outside PopRun
-  "not under PopRun" and why. The popdist way runs first: the plugin keeps its own way until this
-  step has shown on a real partition which works (``backends.ipu.poptorch``);
-- ``popart_run`` and ``poptorch_run``: the doctor's tiny model (``doctor.run_tiny_model``) compiled by
-  the plugin's own backend for ``popart:ipu`` and ``poptorch:ipu``, its compile time, each of
-  ``RUNS`` calls' wall time and the device's latency counters (PopTorch's ``getLatency``);
-- ``popart_threads`` and ``poptorch_processes``: two instances of the tiny model calling at the same
-  time, PopART's in two threads (``ThreadInstances``) and PopTorch's in two worker processes
-  (``ProcessInstances``), as the plugin runs them; each call's start and end, and per round whether
-  the two calls overlapped (``overlapped``: each began before the other ended); and while they hold
-  their IPUs, each IPU's ``"user process id"`` and the IPUs matched to each instance's process
-  (``ipu_users``), as the energy of a PopTorch model on plain ``ipu`` is attributed.
-
-Each step runs in a child process of its own through the doctor's machinery (``doctor.run_child``: a
-fresh interpreter, killed with its whole process group at ``--timeout``), one after another (two
-at once could contend for the same IPUs), and records its result or its error: a failing step never
-loses the others. The file is written whole or not at all (``results.atomic``); its path is the last
-line of the output. Exit codes: 0 when every step worked, 1 when one failed (the file holds why),
-2 for bad usage (a ``DIR`` that is a file or cannot be written, a time limit that is not positive).
+Documented in docs/ipu.md (section "First contact with real hardware": each step, what it records and
+settles) and docs/doctor.md (section "--first-contact DIR: what only IPU hardware can answer").
 """
 
 from __future__ import annotations

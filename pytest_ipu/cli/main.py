@@ -1,23 +1,15 @@
-"""The ``pytest-ipu`` command: ``summary`` of saved runs; ``compare`` of runs (with gates) and their
-``report`` (plots and HTML); ``ab``, interleaved A/B runs of two sides decided on paired ratios;
-``merge`` of the files of one PopRun or torchrun launch; the ``targets`` and ``devices`` (targets and power
-sources) present on this machine, each with the reason when absent; ``doctor``, which also runs a
-tiny model on each present target and reads each power source once (``pytest_ipu/cli/doctor.py``),
-and with ``--first-contact DIR`` writes one file of what only IPU hardware can answer
-(``pytest_ipu/cli/first_contact.py``).
+"""The ``pytest-ipu`` command: ``summary`` of saved runs; ``merge`` of the files of one PopRun or torchrun
+launch; ``compare`` of runs (with gates) and their ``report``; ``ab``, interleaved A/B runs of two sides;
+``history``; the ``targets`` and ``devices`` present here; ``doctor`` (``cli/doctor.py``), with
+``--first-contact DIR`` (``cli/first_contact.py``).
 
 Each command is a module of ``cli/commands/`` (its parser and its ``run``); this module builds the
-parser from ``commands.PARSERS`` and calls the ``run`` the chosen command's parser set.
+parser from ``commands.PARSERS`` and calls the ``run`` the chosen command's parser set. The commands
+print their output; ``main`` returns their exit code, or ``PIPE_CLOSED`` when the output's reader
+went away (the command stops there, quietly).
 
-``summary``, ``compare`` and ``report`` take run files the way ``pytest-benchmark compare`` does:
-paths, saved-run ids (``0001``) or globs, looked up in ``--storage`` (``results.storage``).
-
-The commands print their output; ``main`` returns their exit code. Exit codes: 0 success
-(every gate PASS), 1 a gate FAILed (``compare``, ``ab``), 3 a gate was INCONCLUSIVE and none
-FAILed (``decide.exit_code``), 2 bad input (an unreadable or foreign file says which file and
-why, an id that names no run says where it looked) or, for ``ab``, a side that failed to run; 141
-(128 + SIGPIPE, what a shell reports for a command killed by a closed pipe) when the reader of the
-output went away (``pytest-ipu compare 0001 0002 | head -1``): the command stops there, quietly.
+Documented in docs/ci.md (sections "What an INCONCLUSIVE verdict does" for the exit codes, and
+"Comparing saved runs" for how runs are named and exit 141).
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """PopART's ``driverIds`` and the ids ``gc-info -l`` prints: the table that translates one into the other.
 
-A multi-IPU device says which IPUs it is made of only through ``DeviceInfo.driverIds``, Poplar's
-``Device::getDriverIDs()`` (popart ``willow/include/popart/popx/devicexmanager.hpp:74-76``). Nothing
-public says those are the ids ``gc-info -l`` prints, which gcipuinfo lists as ``"id"``, which
-``acquireDeviceById`` takes and which power readings are keyed by: the header's one line calls them
-"the version of the drivers on the IPU" (``devicemanager.hpp:207``), and PopART's own accessor for
-a device's single-IPU ids, ``getChildIds`` (Poplar's ``DeviceManager::getChildDeviceIds``,
-``willow/src/popx/devicexmanager.cpp:333-348``), has no Python binding. So nothing here assumes it.
-The table is read from two enumerations of ``DeviceManager().enumerateDevices``:
+``DeviceInfo.driverIds`` is Poplar's ``Device::getDriverIDs()`` (popart
+``willow/include/popart/popx/devicexmanager.hpp:74-76``). Nothing public says those are the ids
+``gc-info -l`` prints (gcipuinfo's ``"id"``, which ``acquireDeviceById`` takes and power readings are
+keyed by): the header calls them "the version of the drivers on the IPU" (``devicemanager.hpp:207``),
+and PopART's ``getChildIds`` (Poplar's ``DeviceManager::getChildDeviceIds``,
+``willow/src/popx/devicexmanager.cpp:333-348``) has no Python binding. So the table is read from
+``enumerateDevices(numIpus=1)`` (driver id -> device id) and ``numIpus=n`` for n = 2, 4, ...; what does
+not fit is a mismatch (besides those docs/doctor.md lists, a multi-IPU device whose driver ids are not
+as many as its IPUs): kept, said in one line, never guessed around.
 
-1. ``numIpus=1``: every single IPU, its device id (``gc-info -l``'s) and its one driver id, which
-   gives the map *driver id -> device id*;
-2. ``numIpus=n`` for n = 2, 4, ...: every multi-IPU device, its id and its driver ids, translated
-   through that map into the ids of the single IPUs it is made of.
-
-What does not fit (a single IPU with other than one driver id, a driver id two single IPUs share, a
-multi-IPU device with a driver id no single IPU has, or with as many driver ids as it has not IPUs)
-is a *mismatch*: kept, said in one line, and never guessed around. ``pytest-ipu doctor`` and
-``doctor --first-contact`` print both enumerations and the translation.
+Documented in docs/ipu.md (section "Targets and options") and docs/doctor.md (its step 3, IPU devices).
 """
 
 from __future__ import annotations

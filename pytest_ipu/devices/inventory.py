@@ -1,29 +1,17 @@
 """IPU discovery: which IPUs this process can see, their architecture and the boards they sit on.
 
-``discover`` asks, in order, the sources that can answer without attaching to any IPU:
+``discover`` asks, in order, the sources that can answer without attaching to any IPU (reference
+``graphcore-sdk-api.md``): ``gcipuinfo`` (sections 0.3 and 4.1; ``"N/A"`` means unknown), PopART's
+``DeviceManager().enumerateDevices()`` (section 2.2; nothing about boards), then PopTorch's
+``ipuHardwareIsAvailable(n)`` and ``ipuHardwareVersion()`` (sections 0.1 and 6: only the size of the
+largest power-of-two device and the architecture). Multi-IPU device ids come from PopART whenever it
+imports (``devices.driver_ids``). Each SDK module is imported lazily (or injected by tests), so
+importing this module imports no SDK, torch or onnx; a missing SDK is not an error: ``discover``
+returns the reason as a string. ``simulator_inventory`` describes the IPU Model, whose JSON says its
+timings are not hardware timings.
 
-1. ``gcipuinfo`` (Poplar SDK; reference ``graphcore-sdk-api.md`` sections 0.3 and 4.1): one mapping
-   of attribute strings per IPU, with ``"id"``, ``"ipu architecture"``, ``"board type"``,
-   ``"board serial number"`` and ``"board ipu index"``; ``"N/A"`` means unknown;
-2. PopART's ``DeviceManager().enumerateDevices()`` (section 2.2): the single-IPU devices, with
-   ``ipuVersion`` as the architecture (``version`` is the driver version of an attached device, and
-   ``<unknown-ipu-unattached>`` before), but nothing about boards;
-3. PopTorch's ``ipuHardwareIsAvailable(n)`` and ``ipuHardwareVersion()`` (sections 0.1 and 6): only
-   the size of the largest power-of-two device and the architecture.
-
-Multi-IPU device ids (which ``ipu:N`` names a group of IPUs) are read from PopART whenever popart
-is importable: ``enumerateDevices(numIpus=1)`` maps each single IPU's driver id to its id, and each
-multi-IPU device's ``driverIds`` are translated through that map (``devices.driver_ids``: nothing
-public says driver ids are ``gc-info -l``'s ids, so none is taken for one). Only without popart are
-the ids derived from ``gc-info -l``'s numbering, and the inventory's notes say so, as they say every
-mismatch the two enumerations show and any difference between PopART's single-IPU ids and
-gcipuinfo's.
-
-Each module is imported lazily (or injected by tests), so importing this module imports no SDK,
-torch or onnx. A missing SDK is not an error: ``discover`` then returns the reason as a string.
-
-``simulator_inventory`` describes the IPU Model, Poplar's simulator on the host, whose timings
-are not hardware timings; its JSON says so.
+Documented in docs/ipu.md (sections "Targets and options" and "Placement: replicas, pipeline stages and
+parallel instances").
 """
 
 from __future__ import annotations

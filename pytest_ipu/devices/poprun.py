@@ -1,19 +1,15 @@
 """PopRun's devices: which instance of a launch this process is, and the IPUs PopDist gives it.
 
-``poprun --num-instances N ... pytest ...`` starts N copies of the pytest run (reference
-``graphcore-sdk-api.md`` section 5.1). Each instance learns who it is from ``popdist``:
-``isPopdistEnvSet()``, ``getInstanceIndex()`` in ``[0, getNumInstances())``,
-``getLocalInstanceIndex()``, ``getNumLocalReplicas()``, ``getNumTotalReplicas()`` and
-``getNumIpusPerReplica()``. ``detect`` reads them into a ``PopRunInstance``.
+``detect`` reads ``popdist``'s getters (``isPopdistEnvSet()``, ``getInstanceIndex()`` in
+``[0, getNumInstances())``, ``getLocalInstanceIndex()``, ``getNumLocalReplicas()``,
+``getNumTotalReplicas()``, ``getNumIpusPerReplica()``; reference ``graphcore-sdk-api.md`` section 5.1)
+into a ``PopRunInstance``.
+The reference names none of the environment variables PopRun sets (and popdist's source is not public),
+so without the ``popdist`` module a process is taken to be outside PopRun. ``instance_device`` asks
+PopDist for this instance's device (``popdist.getDeviceId``), and ``InstanceInventory`` limits placement
+to its IPUs. The launch's files are ``placement.poprun``'s; their merge is ``results.launch_merge``'s.
 
-PopRun passes its settings to the instances through environment variables, but the reference
-documents none of their names (and the popdist source is not public), so ``detect`` asks the
-``popdist`` module only: without it, a process is taken to be outside PopRun.
-
-Every instance would also see every IPU of the launch and, choosing from that inventory, place its
-models on the same IPU ids as the others. ``instance_device`` asks PopDist for this instance's
-device instead (``popdist.getDeviceId``) and ``InstanceInventory`` limits placement to its IPUs.
-The launch's files (one per instance) are ``placement.poprun``'s; their merge is ``results.launch_merge``'s.
+Documented in docs/ipu.md (section "PopRun and PopDist").
 """
 
 from __future__ import annotations

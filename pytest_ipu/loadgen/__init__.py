@@ -1,15 +1,13 @@
-"""MLPerf LoadGen as the load generator of a benchmark (the ``ipu_loadgen`` fixture, docs/loadgen.md).
+"""MLPerf LoadGen as the load generator of a benchmark (the ``ipu_loadgen`` fixture).
 
-- ``settings``: the scenarios, the run's settings, LoadGen's ``TestSettings`` made from them, and
-  MLPerf's rules (read from LoadGen's own ``mlperf.conf``) to judge compliance by;
-- ``sut``: the query sample library over the user's samples and the batching system under test that
-  runs a compiled model's instances;
-- ``detail_log``: LoadGen's ``mlperf_log_detail.txt`` read into its verdict and figures;
-- ``runner``: one LoadGen test from settings to result, the log files kept;
-- ``search``: the peak Server QPS under the latency bound, by bisection over the target QPS.
+``settings``: the scenarios, settings, LoadGen's ``TestSettings`` and MLPerf's rules (from LoadGen's own
+``mlperf.conf``); ``sut``: the query sample library and the batching system under test; ``detail_log``:
+``mlperf_log_detail.txt`` read into a verdict and figures; ``runner``: one LoadGen test, its logs kept;
+``search``: the peak Server QPS. Nothing here is imported when pytest starts: ``mlperf_loadgen`` (the
+``loadgen`` extra) loads with the first LoadGen benchmark.
 
-Nothing here is imported when pytest starts: ``mlperf_loadgen`` (the ``loadgen`` extra) loads with
-the first LoadGen benchmark.
+Documented in docs/loadgen.md and docs/architecture.md (section "Questions a newcomer asks": where is
+a LoadGen benchmark run).
 """
 
 from __future__ import annotations

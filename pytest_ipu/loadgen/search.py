@@ -1,19 +1,12 @@
 """The peak Server QPS: the highest arrival rate that LoadGen calls VALID under the latency bound.
 
-LoadGen has a search of its own (``FindPeakPerformance``), but it runs inside one LoadGen call with
-no bound on its steps or time and no verdict per step. This one is a bisection over
-``server_target_qps``, one full LoadGen Server run (a probe) per step, every probe's verdict kept:
+A bisection over ``server_target_qps``, one full LoadGen Server run (a probe) per step, every probe's
+verdict kept, within ``max_probes`` and the time ``budget_s``; not LoadGen's own
+``FindPeakPerformance``, which runs inside one LoadGen call with no bound on its steps or time and no
+verdict per step. The first probe is at half the calibration's capacity estimate, an upper bound of
+the throughput (the peak usually lies above half of it).
 
-1. the first probe is at half the calibration's capacity estimate (an upper bound of the SUT's
-   throughput, so the peak lies below it, and usually above half of it);
-2. until a probe is VALID, each next one is a quarter of the last; until one is INVALID, each next
-   one is twice the last (a pessimistic estimate);
-3. then the bracket [highest VALID, lowest INVALID] is halved geometrically (the next probe at the
-   geometric mean), until the lowest INVALID is within ``tolerance`` above the highest VALID.
-
-It stops at ``max_probes`` probes, or before a probe that would end past the time ``budget_s``
-(judged by the longest probe so far). Every probe lies inside the bracket, so the peak is the
-highest QPS LoadGen called VALID and every INVALID probe is above it.
+Documented in docs/loadgen.md (section "The peak Server QPS search").
 """
 
 from __future__ import annotations

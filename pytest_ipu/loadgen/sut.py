@@ -1,23 +1,14 @@
 """LoadGen's query sample library and the batching system under test.
 
-``SampleLibrary`` holds the user's inputs: each a tensor or array whose leading dimension is the
-samples (``N``); sample ``i`` is row ``i`` of every input, and a batch is those rows gathered
-(``x[[i, j, ...]]``, which numpy and torch both understand). They are in memory already, so
-LoadGen's load and unload calls have nothing to do.
+``SampleLibrary`` holds the user's inputs, already in memory (LoadGen's load and unload calls have
+nothing to do): sample ``i`` is row ``i`` of every input, and a batch is those rows gathered
+(``x[[i, j, ...]]``, which numpy and torch both understand). ``BatchingSut`` is LoadGen's system under
+test: its callbacks only queue samples; one worker thread per instance runs the batches, whatever the
+scenario. Every callback catches everything (an exception escaping into LoadGen's C++ would end the
+process), and each sample is answered exactly once (after a failed batch, at once, without running the
+model).
 
-``BatchingSut`` is LoadGen's system under test. LoadGen's callbacks only queue the samples of each
-query; one worker thread per instance of the compiled model takes up to ``max_batch`` of them, and
-after the first one arrives waits at most ``timeout_s`` for more (0: takes what is queued), runs the
-batch and answers its samples. So Offline's one query of many samples runs as full batches spread
-over the instances, and Server's single-sample queries are batched as they arrive: the batch-size /
-latency trade-off is measured as serving behaviour. SingleStream and MultiStream go the same way
-(a query's samples are one batch when ``max_batch`` allows).
-
-Nothing may be lost: LoadGen waits for every sample it issued, and an exception that escaped a
-callback into LoadGen's C++ would end the process. So every callback catches everything; a batch
-that raises (or runs past the call timeout) records the first error, and from then on every sample,
-queued or still to come, is answered at once without running the model: LoadGen reaches the end of
-its schedule and returns, and the runner raises the error. Each sample is answered exactly once.
+Documented in docs/loadgen.md (section "The batching system under test").
 """
 
 from __future__ import annotations

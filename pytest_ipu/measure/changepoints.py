@@ -1,77 +1,21 @@
 """Change points of many series at once: every run is evidence, noise decides, and the false
 discoveries are controlled across all series (pure numbers).
 
-A series is runs, each of a commit (``Sample``: the runs' values in commit order and the commit of
-each). A change point is a commit where the level changes: the runs before it and from it on differ
-by more than their own run-to-run noise allows. The method:
+A series is a ``Sample`` (its runs' values in commit order, each run's commit). ``disturbed`` leaves
+out a run beyond ``OUTLIER`` (2) of its neighbours' level, or beyond ``CLIP`` (5) robust standard
+deviations where the series spreads wider. The t test pools the variance (the noise, in logarithms,
+is the same on both sides of a change of level, and pooling keeps the test sound with three runs a
+side); the segmentation is Vostrikova's, each search one test, and a split is kept only when its
+parent segment's was. Once placed (``_place``, ``_joint``), each change point is tested again between
+its final neighbours (``_confirmed``): the weakest below its pass's Benjamini-Hochberg level is dropped
+and the rest tested again, as Otava merges its windows' change points. Otava (and Hunter) use
+E-Divisive with a permutation test per series; the test here is parametric on the logarithms, so a
+false discovery rate over hundreds of series costs no permutations and ten runs can reach it.
+``Noise``'s smallest step of a split of ``m`` and ``k`` runs is
+``exp((z(alpha/2) + z(POWER)) * noise * sqrt(1/m + 1/k)) - 1`` (the t test's normal approximation).
 
-- **Every run is a point.** The runs of a commit are not folded into one value: three runs a
-  commit give three times the evidence, and a change may start at any commit with at least
-  ``MIN_RUNS`` runs on each side (three commits of one run, or one commit of three runs). The
-  split is tested only between commits: runs of one commit are never on two sides.
-- **Disturbed runs are left out** (``disturbed``): a run beyond a factor ``OUTLIER`` (2) of the
-  level of the runs beside it (the lower tenth of those up to its commit's end or of those from
-  its commit's start, whichever it is nearer; the undisturbed side of a busy machine's noise: the
-  low side of a time, the high side of a rate), or ``CLIP`` (5) robust standard deviations where
-  the series spreads wider: a call preempted for a whole time slice, or a benchmark's slow mode
-  (calls of 1 ms or of 13 ms, run to run), measures the machine, not the code.
-- **The test.** Values are compared as logarithms (benchmark noise scales with the level and is
-  skewed; a change is a ratio). At each allowed split, Student's two-sample t statistic with the
-  variance pooled over both sides (the noise, in logarithms, is the same before and after a change
-  of level; pooling keeps the test sound when one side has only three runs). The split with the
-  largest ``|t|`` is the candidate; its p-value is the two-sided t test's, multiplied by the number
-  of splits it was the best of (Bonferroni: the price of choosing the best split, which makes the
-  p-value of a pure-noise series uniform or larger whatever its length).
-- **Binary segmentation.** A segment whose best split has p at most ``FDR`` is split there, and each
-  side is searched the same way (Vostrikova's binary segmentation, the search E-Divisive and
-  Otava's first step use); each search is one test.
-- **False discoveries across the history.** Every test of every series is one hypothesis; the
-  Benjamini-Hochberg step-up procedure over all of them keeps the expected share of false change
-  points among those reported at most ``FDR`` (5 %), however many series a history has: with
-  hundreds of series and no change, no change point is reported in about 95 % of histories. A
-  split is kept only when its parent segment's split was kept.
-- **One commit, many benchmarks.** A commit where some series changed is tested again in every other
-  series, at that commit alone (no choice of split, so no Bonferroni factor), with a second
-  Benjamini-Hochberg pass over those tests: benchmarks that stepped with it but are too weak to be
-  found alone are found with the commit's pooled evidence (``ChangePoint.pooled``).
-
-Where a change starts among noisy runs is then placed again (``_place``): the best split takes a
-run of the old level that happens to lie near the new level (a run slowed by a busy machine just
-before a slowdown) as the new level's first, and blames the commit before the one that caused it.
-Within ``RADIUS`` commits of the split, the change starts where the runs there are most likely,
-each judged by a kernel density estimate of the residuals of the runs clear of the split around
-their side's median (the series' own noise shape: for Gaussian noise this is the least-squares
-split; for skewed, two-humped benchmark noise it tells a spike of the old level from the new
-level), mixed with a uniform density weighing as one run, so that a run far from every residual (a
-call preempted for a whole time slice) is as unlikely under either level and places nothing.
-
-**One event, one commit** (``_joint``): change points of one direction within ``RADIUS`` commits of
-a commit that several series name are one event, placed at the commit where the sum of their runs'
-log-likelihoods is largest: a series whose own runs around the event were slowed on a busy machine
-is placed with the others, unless its runs reject that commit by more than ``AGREE`` and the others'
-own choices (then it is a change of its own, a commit apart).
-
-Once all are placed, each change point is tested again between its final neighbours (``_confirmed``:
-its split's t there, times the splits of that segment, or alone for a pooled one); the weakest that
-no longer reaches its pass's Benjamini-Hochberg level is dropped and the rest tested again, as Otava
-merges the change points of its windows. A split found while a larger change shared its segment
-is so judged on its own segment, and its p-value agrees with its levels and interval.
-
-Each change point gives the first commit of the new level, the geometric means of the (undisturbed) runs
-back to the previous change point and on to the next (the levels before and after), the relative
-change of those and its 95 % interval (Welch's t interval of the difference of the logarithms'
-means), and the p-value of that last test.
-
-Apache Otava (and Hunter, MongoDB's performance CI) search the same way with E-Divisive means and a
-permutation test per series; here the test is parametric on the logarithms, so that a p-value
-small enough for a false discovery rate over hundreds of series costs no permutations, and a
-series of ten runs can reach it.
-
-What a series can see (``Noise``): its run-to-run noise is the standard deviation of the
-logarithms around their levels (pooled over the segments between change points); the smallest
-step a split of ``m`` and ``k`` runs finds with ``POWER`` (90 %) probability at the history's
-first Benjamini-Hochberg level is ``exp((z(alpha/2) + z(POWER)) * noise * sqrt(1/m + 1/k)) - 1``
-(the normal approximation of the t test), and the runs a step needs, split halfway, follow from it.
+The method is documented in docs/ci.md (section "History across commits: pytest-ipu history", its
+"The change points" and "What a history cannot see" paragraphs).
 """
 
 from __future__ import annotations

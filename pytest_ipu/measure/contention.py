@@ -1,30 +1,17 @@
 """How much the rest of the machine competed for the CPU during a benchmark's timed window.
 
-Linux only, read from ``/proc`` (proc(5)). At each edge of the window a snapshot takes:
+Linux only, from ``/proc`` (proc(5)). A snapshot at each edge of the window takes ``/proc/stat``'s
+``cpu`` line, in USER_HZ ticks over the online CPUs (only its first eight columns make the total:
+``guest`` and ``guest_nice`` are already in ``user`` and ``nice``; kernels before 2.6.11 print no
+``steal``, before 2.5.41 nothing after ``idle``), the online CPUs (its ``cpuN`` lines), this process's
+and every live descendant's ``utime + stime`` (``/proc/<pid>/stat`` fields 14, 15; descendants through
+``/proc/<pid>/task/<tid>/children``) plus ``cutime + cstime`` (16, 17: children waited for), and
+``/proc/loadavg``'s 1-minute load. Busy ticks are the total less idle, iowait and steal. The shares
+are ratios of ticks (``SC_CLK_TCK`` only says how long one is), right within a few ticks
+(``/proc/stat`` samples whole ticks, the kernel scales ``utime``/``stime`` to the precise runtime),
+clamped into 0..1. Nothing raises out of ``ContentionProbe.start``/``stop``. No pytest here.
 
-- the aggregate ``cpu`` line of ``/proc/stat``: user nice system idle iowait irq softirq steal
-  guest guest_nice, in USER_HZ ticks summed over the online CPUs. ``guest`` and ``guest_nice`` are
-  already part of ``user`` and ``nice``, so only the first eight columns make the total. Kernels
-  before 2.6.11 print no ``steal`` column (and before 2.5.41 nothing after ``idle``);
-- the number of online CPUs (the ``cpuN`` lines: the kernel lists online CPUs only);
-- this process's own CPU time with its workers: ``utime + stime`` (fields 14, 15 of
-  ``/proc/<pid>/stat``) of the process and of every live descendant, found through
-  ``/proc/<pid>/task/<tid>/children``, plus ``cutime + cstime`` (fields 16, 17) so that children
-  which exited and were waited for still count;
-- ``/proc/loadavg``'s 1-minute load average.
-
-From the two snapshots: busy ticks (total minus idle, iowait and steal), the process's own ticks,
-and the shares of the machine's total ticks that other processes, this process and the hypervisor
-(steal) took. Both files count in USER_HZ ticks, so the shares are ratios of ticks and need no unit
-conversion; ``SC_CLK_TCK`` is only used to say how long one tick is.
-
-This is an estimate with tick resolution: ``/proc/stat`` samples whole ticks per CPU, while the
-kernel scales a process's ``utime``/``stime`` to its precise runtime, so the two can disagree by a
-few ticks. Shares are clamped into 0..1 rather than reported as impossible values.
-
-Nothing here raises out of ``ContentionProbe.start``/``stop``: where the counters cannot be read the
-record says so (``readable=False`` and a ``reason``) and carries no numbers, never zeros standing
-in for unknowns. No pytest here: this sits below the plugin's glue.
+Documented in docs/numbers.md (section "Contention (contention)").
 """
 
 from __future__ import annotations

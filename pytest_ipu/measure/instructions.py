@@ -2,29 +2,16 @@
 (``perf_event_open``, ``PERF_TYPE_HARDWARE`` / ``PERF_COUNT_HW_INSTRUCTIONS``), called through
 ctypes.
 
-Instructions are the CPU's counterpart of an IPU's cycle count: the work a call asks of the host,
-which a neighbour's time slice, a frequency change or a cache-cold round moves far less than it
-moves the wall time. A counter counts one thread (``perf_event_open``'s ``pid`` is a thread id);
-``inherit`` adds the threads that thread starts later, but not the threads already running. So
-``InstructionCounter`` opens one counter on every thread of every process it is given (this
-process, and the instance worker processes where the instances run in their own), each inheriting,
-and sums them. ``exclude_kernel`` and ``exclude_hv`` keep the count to user space: the benchmark's
-own code, which is what an unprivileged process may count (``perf_event_paranoid`` up to 2) and
-what a change to the model or the host code moves; system calls and page faults are the kernel's.
+``InstructionCounter`` opens one inheriting counter on every thread of every process it is given (a
+counter's ``inherit`` misses threads already running) and sums them; where it cannot, ``open`` raises
+``CounterUnavailable`` with the errno and what it means. The record keeps the count as any count per
+call (``results.counts``), built by ``run.benchmark.host_instructions``. No kept Python library fits:
+``py-perf-event`` ships wheels for Python 3.10 and later only (the Poplar SDK runs 3.8), ``cirron``
+compiles C at import time and counts the calling thread only, and ``python-papi`` needs the PAPI
+library built; the call is one system call and a 64-byte struct. ctypes and fcntl are imported by
+the functions that use them, so importing this module loads neither.
 
-Where the event does not exist (a VM without a virtual PMU: ``ENOENT``), the kernel forbids it
-(``perf_event_paranoid`` 3 or more, a container's seccomp filter: ``EACCES``/``EPERM``), or this is
-not Linux on x86_64 or aarch64, ``InstructionCounter.open`` raises ``CounterUnavailable`` with the
-errno and what it means, and the record's count says "not available" with that reason. The record
-keeps the count as any count per call (``results.counts``: ``counts["host_instructions"]``, read over
-the timed window), built by ``run.benchmark.host_instructions``.
-
-No kept Python library fits: ``py-perf-event`` ships wheels for Python 3.10 and later only (the
-Poplar SDK runs 3.8), ``cirron`` compiles C at import time and counts the calling thread only, and
-``python-papi`` needs the PAPI library built. The call is one system call and a 64-byte struct.
-
-ctypes and fcntl are imported by the functions that use them, so importing this module loads
-neither.
+Documented in docs/numbers.md (section "Host instructions (host_instructions)").
 """
 
 from __future__ import annotations

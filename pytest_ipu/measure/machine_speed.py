@@ -1,26 +1,14 @@
 """How fast this machine is at a moment: a short reference workload timed a few times over a run.
 
-A stored baseline was measured at another time, on a machine in another state: a busier or a
-quieter neighbour moves every benchmark together. A run samples the machine's speed with a fixed
-reference workload, at its first benchmark, between benchmarks (at most one sample every
-``SPACING_S`` seconds, ``MAX_SAMPLES`` in all) and at its end, so that a gate can tell a level
-shift of the machine from a change of the code (``pytest_ipu.results.level_shift``).
+Two kernels, each timed ``REPEATS`` times for a median: a pure-Python loop (``PYTHON_STEPS`` steps of
+integer arithmetic) and a numpy sort of ``NUMPY_SIZE`` fixed float64 values (numpy's sort never uses
+BLAS or OpenMP threads, so the kernel's threads are the same everywhere); a sample's ``level_s`` is
+their geometric mean. Between benchmarks at most one sample every ``SPACING_S`` seconds,
+``MAX_SAMPLES`` in all; ``pytest_ipu.results.level_shift`` reads them. Pure apart from the clock and
+the kernels, both injectable (tests pass fakes); no pytest here.
 
-The workload is two short kernels, each timed ``REPEATS`` times, the median kept (what a
-benchmark's median round sees: a time slice lost to a neighbour moves one timing, not the median,
-while a slower core or a shared cache moves them all):
-
-- ``python``: a fixed pure-Python loop (``PYTHON_STEPS`` steps of integer arithmetic);
-- ``numpy``: a single-threaded numpy kernel (sorting ``NUMPY_SIZE`` fixed float64 values; numpy's
-  sort never uses BLAS or OpenMP threads, so the kernel's threads are the same everywhere).
-
-A sample's ``level_s`` is the geometric mean of the two medians: one number per sample whose log
-the level-shift rule averages. Beside it each sample keeps the 1-minute load average and the
-share of the machine's CPU time other processes and the hypervisor (steal) took since the sample
-before (``contention``). One sample cost 15 ms on a shared 2-core machine at load 5 (docs/ci.md,
-level shifts of the machine); a run takes at most ``MAX_SAMPLES``.
-
-Pure apart from the clock and the kernels, both injectable (tests pass fakes); no pytest here.
+Documented in docs/ci.md (section "Level shifts of the machine") and docs/json-schema.md (section
+"machine_speed").
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """The nominal level of each look of a group-sequential test: Pocock's boundary for given looks.
 
-A test read after ``n_1 < n_2 < ... < n_K`` observations, each time at one nominal one-sided level,
-wrongly rejects at some look with a chance that grows with K, but much less than K times, because
-the looks share their observations (the statistic at ``n_k`` holds all of ``n_j``'s, ``j < k``).
-Pocock's boundary (Pocock 1977) is the one constant ``c`` for every look's standardised statistic
-at which that chance, for normal observations, is exactly ``alpha``; ``1 - Phi(c)`` is then each
-look's nominal level, between ``alpha / K`` (Bonferroni's union bound, which ignores the sharing)
-and ``alpha``.
+Pocock's boundary is the one constant ``c`` for every look's standardised statistic at which the
+chance of a wrong rejection at any look, for normal observations, is exactly ``alpha``; ``1 - Phi(c)``
+is each look's level. That chance is integrated numerically (Jennison and Turnbull 2000, chapter 19):
+the partial sums ``S_k`` of a standard normal walk (variance ``n_k``) that has not crossed
+``c sqrt(n_k)`` by look ``k`` have a sub-density on a grid, carried to the next look by a normal
+convolution, and what it sends past the boundary is the chance of crossing there. ``c`` is found by
+Brent's method on that chance (SciPy). ``tests/unit/test_ab.py`` simulates the error rates of the
+``t`` approximation the gates read this level through.
 
-The chance is computed as Armitage, McPherson and Rowe (1969) did, by numerical integration over
-the looks (Jennison and Turnbull 2000, chapter 19): the partial sums ``S_k`` of a standard normal
-walk (variance ``n_k``) that has not crossed ``c sqrt(n_k)`` by look ``k`` have a sub-density on a
-grid, carried to the next look by a normal convolution; the chance of crossing at look ``k`` is
-what that sub-density sends past the boundary. The constant is found by Brent's method on that
-chance (SciPy). Looks whose counts are a subset of the plan's, or a last look before the plan's
-last, cross with a smaller chance: a plan cut short by time stays within ``alpha``.
-
-With a ``t`` statistic (an estimated spread), testing each look at this nominal level through the
-``t`` quantile at that look's degrees of freedom is the usual approximation (Jennison and
-Turnbull, section 11.4); the gates' simulations check its error rates (``tests/unit/test_ab.py``).
+Documented in docs/ci.md (section "Sequential sampling").
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """Units of the reported numbers: one registry for reading a number with its unit, showing a value
 in a unit that suits it, and which direction of a quantity is better.
 
-Records hold SI values (seconds, items per second, joules, watts, items per joule); scaling to
-``ms`` or ``kJ`` happens only here, when a value is parsed from text or displayed:
-
-- ``parse("2 ms", "s")`` is ``0.002``: a number (with an optional exponent and thousands
-  separators) and an accepted unit text of the unit (``UNITS[unit].accepted``); the gate grammar
-  (``pytest_ipu.results.gates``) reads the units of its bounds with ``scale``;
-- ``format_value(0.00136, "s")`` is ``1.36 ms``: significant figures (3 by default) in the largest
-  display unit that keeps the rounded value at 1 or more, thousands separators from 1,000 on
-  (``2,526 items/s``); ``format_number`` is the same without a unit (table cells under a unit
-  header, axis ticks);
-- ``exact_text(0.002, "s")`` is ``("2", "ms")``: the shortest decimal that reads back as the same
-  float, for gate expressions and bounds, which must not be rounded;
-- ``axis_scale`` picks one display unit for a whole axis of values;
-- ``parse_share("5%")`` is ``0.05``: a share (of a time, a CPU, a change) within (0, 1];
-- ``UNITS[unit].better`` says whether less (time, energy, power) or more (throughput, items per
-  joule) is better.
-
-Pure and light (the standard library only): ``pytest --help`` loads the gate grammar, and with it
-this module.
+Records hold SI values; scaling happens only here, as a value is parsed or displayed.
+``parse("2 ms", "s")`` is ``0.002`` (a number, with an optional exponent and thousands separators, and
+an accepted unit text, ``UNITS[unit].accepted``; the gate grammar reads its bounds' units with
+``scale``). ``format_value(0.00136, "s")`` is ``1.36 ms``: 3 significant figures by default, in the
+largest display unit that keeps the rounded value at 1 or more, thousands separators from 1,000 on;
+``format_number`` is the same without a unit (cells under a unit header, axis ticks).
+``exact_text(0.002, "s")`` is ``("2", "ms")``, the shortest decimal that reads back as the same float
+(gate expressions and bounds must not be rounded); ``axis_scale`` picks one unit for a whole axis;
+``parse_share("5%")`` is ``0.05``, a share within (0, 1]; ``UNITS[unit].better`` says whether less or
+more is better. Pure and light (the standard library only): ``pytest --help`` loads the gate grammar,
+and with it this module.
 """
 
 from __future__ import annotations

@@ -1,15 +1,14 @@
 """Compiling a model at a device placement: the marker's request, the backend's inventory, and one
 compiled copy per instance, run concurrently as one ``CompiledModel``.
 
-``allocate`` decides which IPU ids each instance gets; this module turns that into backends
-and options (a device id per instance, replicas and pipeline stages in the backend's own option
-names), compiles every instance, and groups them. IPU backends say how by implementing the
-``PlacedBackend`` protocol of ``pytest_ipu.backends.base`` (an inventory of devices, the options
-that give a model replicas and stages, and whether instances run in threads or, for
-``WorkerBackend``, worker processes), so third-party backends need none of it.
+``allocate`` decides which IPU ids each instance gets; this module turns that into backends and options
+(a device id per instance, replicas and pipeline stages in the backend's own option names), compiles
+every instance and groups them. A backend says how through the ``PlacedBackend`` protocol of
+``pytest_ipu.backends.base`` (and ``WorkerBackend`` for worker processes); one that is not runs its
+instances side by side on its one device.
 
-A backend that is not a ``PlacedBackend`` can still run ``instances`` copies side by side on its one device
-(CPU, or one GPU), recorded as a shared device; replicas and pipeline stages are IPU concepts.
+Documented in docs/fixtures.md (section "Placement: ipus, replicas, stages, instances") and
+docs/architecture.md (section "Questions a newcomer asks": where do I add a backend).
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Energy over a time window from sampled readings (pure: numbers in, joules out).
 
-The rule follows what the sensor reports (requirement R6 of our measurement notes):
+One rule per kind of reading (requirement R6 of our measurement notes): ``counter_delta``,
+``trapezoid`` and ``backward_rect``, whose reading ``i`` covers ``(t[i-1], t[i]]`` and counts in
+proportion to that interval's overlap with the window. All three are additive over adjacent windows
+and scale linearly with the readings. Times are in nanoseconds on one monotonic clock; energies in
+joules; powers in watts.
 
-- ``counter_delta``: cumulative energy readings. A counter refreshes every update period and holds
-  its value in between, so a reading tells the energy at the last refresh, not at the read. The
-  series is reduced to its change points, each placed midway between the read that first saw the
-  new value and the read before it (the refresh happened in that gap), and the counter is then
-  interpolated linearly to the window edges and differenced. Sampling the counter faster than it
-  refreshes narrows the gaps, so the edges land closer to the truth.
-- ``trapezoid``: instantaneous power; trapezoid rule with the power interpolated linearly to the
-  window edges.
-- ``backward_rect``: power averaged over the interval ending at each reading; reading ``i`` covers
-  ``(t[i-1], t[i]]`` and contributes in proportion to that interval's overlap with the window.
-
-All three are additive over adjacent windows and scale linearly with the readings. Times are in
-nanoseconds on one monotonic clock; energies in joules; powers in watts.
+Documented in docs/power.md (section "How a window is measured", step 5).
 """
 
 from __future__ import annotations

@@ -1,61 +1,38 @@
 """Graphcore IPU power through the ``gcipuinfo`` library of the Poplar SDK.
 
-API (names as documented for Poplar SDK 3.x: docs.graphcore.ai gcipuinfo "latest" introduction,
-attributes and API reference pages, and the command-line tools' "Device attributes" chapter; the
-Python method names as used in public code such as wandb's IPU monitor):
+API (Poplar SDK 3.x: docs.graphcore.ai gcipuinfo "latest" introduction, attributes and API reference
+pages, and the command-line tools' "Device attributes" chapter): ``gcipuinfo.gcipuinfo()`` discovers
+the IPUs of the active partition (``DiscoverActivePartitionIPUs``) and reads all attributes once, at
+construction; later queries return the same data unless ``updateData()`` (``False`` when the update
+failed) or ``setUpdateMode(True)`` refreshes it, so ``read`` calls ``updateData()`` before every
+reading (R20 of our measurement notes). ``getDevices()`` gives one mapping per IPU from attribute key
+(``KEY_*``) to string; a power string carries a unit, with or without a space (``"123.45W"``,
+``"99.5 W"``), or is ``"N/A"``, which ``read`` raises on (never 0 W). Devices are matched by their
+``"id"``, never by position. Whether the library exports ``"total board power"`` and ``"board serial
+number"`` everywhere is not documented (its documentation calls some attributes internal).
 
-- ``gcipuinfo.gcipuinfo()`` discovers the IPUs of the active partition (the default
-  ``DiscoverActivePartitionIPUs``) and reads **all attributes once, at construction**; later queries
-  return the same data unless ``updateData()`` is called (it returns ``False`` when the update
-  failed) or ``setUpdateMode(True)`` makes every query refresh. ``read`` calls ``updateData()``
-  before every reading (R20 of our measurement notes), so no sample is a stale copy.
-- ``getDevices()`` gives one mapping per IPU from attribute key to string: ``"id"``,
-  ``"board serial number"``, ``"board type"`` (``C2``, ``C600``, ``M2000``), ``"board ipu index"``,
-  ``"ipu architecture"``, ``"ipu power"`` and ``"total board power"``. Power strings carry a unit,
-  with or without a space (``"123.45W"``, ``"99.5 W"``), or are ``"N/A"``. Devices are matched by
-  their ``"id"`` value, never by position, so one IPU without a reading cannot shift another's.
+**Documented and inferred spellings.** No Python binding is public (the C++ API's documentation says the
+Python one is "very similar"): every Python spelling here is inferred from callers, each key from
+``gc-info -i``'s output:
 
-Which reading per IPU (R12): ``"ipu power"`` where every selected IPU of a board reports it
-(IPU-Machines); otherwise the board's ``"total board power"``, **once per board**: a C2 card's two
-IPUs share one board reading and report no per-IPU power, and a C600 reports ``"ipu power": N/A``.
-The board reading then covers every IPU on the board, including any not selected: each device
-says which IPUs it covers and which of them were not selected (``PowerDevice.ipus`` and
-``unused_ipus``). Such a reading is attributable only while those other IPUs are idle: when one of
-them lists a ``"user process id"`` (gcipuinfo names the process using an IPU, and leaves the key
-out while it is idle), the board's power is partly another program's, so ``open`` (and
-``availability``) refuses it, and ``read`` fails once it happens during a window, naming the IPU
-and the process. The same key says which IPUs a process uses (``ipus_used_by``): how a model
-whose backend let the SDK choose its IPUs is metered on them. A reading that is ``N/A`` at
-``read`` time raises ``PowerSourceError`` naming the device and the field: a missing sample is
-never turned into 0 W.
-
-Whether the library exports ``"total board power"`` and ``"board serial number"`` on every system
-is not documented (``gc-info`` prints them; the library's documentation calls some attributes
-internal). Where an IPU has no ``"ipu power"`` and its listing lacks either key, the source is
-unavailable with ``NO_BOARD_POWER`` and the reason, so energy is recorded as not measured.
-
-**Which spellings are documented, and which are inferred.** No Python binding of gcipuinfo is
-public: its documentation describes the C++ API (and says the Python one is "very similar"), so
-every Python spelling used here is inferred from callers, and each key from ``gc-info -i``'s output:
-
-- seen in callers' code (wandb's IPU monitor; Graphcore's own PopTorch GNN benchmark and power
-  script): ``gcipuinfo.gcipuinfo()``, ``getDevices()`` returning mappings (``dict(device)``),
+- seen in callers' code (wandb's IPU monitor; Graphcore's own PopTorch GNN benchmark and power script):
+  ``gcipuinfo.gcipuinfo()``, ``getDevices()`` returning mappings (``dict(device)``),
   ``setUpdateMode(True)``, ``getNamedAttributeForAll(gcipuinfo.IpuPower)``, and the keys ``"id"``,
   ``"user process id"``, ``"clock"`` and ``"ipu power"`` read from ``getDevices()``;
-- from the C++ API reference only, spelled as there: ``updateData()`` and
-  ``DiscoverActivePartitionIPUs``;
-- from ``gc-info -i``'s output only (the command-line tools' "Device attributes" chapter), never
-  seen read from ``getDevices()``: ``"total board power"``, ``"board serial number"``,
-  ``"board type"``, ``"board ipu index"`` and ``"ipu architecture"``; that ``getDevices()`` exports
-  them at all, with these spellings, is inferred.
+- from the C++ API reference only, spelled as there: ``updateData()`` and ``DiscoverActivePartitionIPUs``;
+- from ``gc-info -i``'s output only, never seen read from ``getDevices()``: ``"total board power"``,
+  ``"board serial number"``, ``"board type"`` (``C2``, ``C600``, ``M2000``), ``"board ipu index"`` and
+  ``"ipu architecture"``; that ``getDevices()`` exports them, so spelled, is inferred.
 
-``pytest-ipu doctor --first-contact`` records the exact attribute names ``getDevices()`` returned
-on a real system, and which of this module's ``KEY_*`` keys were among them.
+Kind ``instant_power``: what the power attributes measure (a sample or an average over some window)
+and how often they update are not documented; they are taken as instantaneous (integrated by the
+trapezoid rule), the least assuming choice, and ``open`` discovers the update period by refreshing
+back-to-back (R5).
 
-Kind: ``instant_power``. What the power attributes measure (an instantaneous sample or an average
-over some window) and how often they update are not documented; we treat them as instantaneous
-(so they are integrated with the trapezoid rule) because that is the least assuming choice for a
-sampled reading, and we discover the update period in ``open`` (R5) by refreshing back-to-back.
+Which reading and which IPUs (R12: ``"ipu power"``, else board power once per board; ``NO_BOARD_POWER``;
+a board with an IPU that lists another process's ``"user process id"``, a key gcipuinfo leaves out while
+the IPU is idle; ``ipus_used_by``) are documented in docs/power.md (section "Which IPUs") and
+docs/ipu.md (section "Energy").
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Energy over a timed window: an open source, its idle baseline, sampling, integration, checks.
 
-``PowerMeter`` owns one open source for a run. It measures idle power once, before the first
-window, and then measures any number of windows. What a window's energy is, including why it is
-not measured when it is not, is a ``PowerRecord`` (``pytest_ipu.results.records``); it is never
-zero in place of unknown.
+``PowerMeter`` owns one open source for a run: it measures idle power once, before the first window,
+then any number of windows, each a ``PowerRecord`` (``pytest_ipu.results.records``) that is never zero
+in place of unknown. It also decides where the source is read (``reads_in_a_process``): a thread of
+this process (``pytest_ipu.power.sampler``) or a sampler process (``pytest_ipu.power.process_sampler``).
 
-It also decides where the source is read (``reads_in_a_process``): a thread of this process
-(``pytest_ipu.power.sampler``) or a sampler process of its own (``pytest_ipu.power.process_sampler``).
-IPU power (gcipuinfo) is read from a process: PopTorch keeps the GIL for a whole device run, so a
-thread of the process running the model would take no reading during any call. NVML (CUDA) and RAPL
-(the CPU) are read from a thread: torch, ONNX Runtime and numpy release the GIL in their kernels,
-and a thread costs no process start nor a pipe round trip at the window's edges.
+Documented in docs/power.md (sections "How a window is measured" and "Where the sampler runs").
 """
 
 from __future__ import annotations

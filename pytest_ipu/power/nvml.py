@@ -1,31 +1,25 @@
 """NVIDIA GPU energy through NVML (``pynvml``, from the ``nvidia-ml-py`` package).
 
-Which reading (requirements R1 and R7 of our measurement notes, section 1 of them for the API):
+Which reading (R1 and R7 of our measurement notes, section 1 of them for the API), one kind for all
+selected GPUs: ``energy_counter`` when every one has ``nvmlDeviceGetTotalEnergyConsumption`` (Volta
+and newer), a 64-bit millijoule counter since the driver last loaded that cannot wrap in practice, so
+a drop means the driver reloaded (``CounterReset``, R9); ``read`` returns joules since ``open``. Else
+``instant_power``: the field ``NVML_FI_DEV_POWER_INSTANT`` (186, milliwatts) through
+``nvmlDeviceGetFieldValues``, current power on every architecture. Never ``nvmlDeviceGetPowerUsage``:
+on Ampere (except GA100) and newer it is a 1-second average lagging the load by about half a second.
 
-- ``energy_counter`` when every selected GPU has ``nvmlDeviceGetTotalEnergyConsumption`` (Volta and
-  newer): a 64-bit millijoule counter since the driver last loaded. ``read`` returns joules since
-  ``open``. The counter cannot wrap in practice, so any drop means the driver reloaded and the
-  window is invalid: ``CounterReset`` (R9).
-- otherwise ``instant_power``: the field ``NVML_FI_DEV_POWER_INSTANT`` (186, milliwatts) through
-  ``nvmlDeviceGetFieldValues``, which reports current power on every architecture.
-  ``nvmlDeviceGetPowerUsage`` is never used: on Ampere (except GA100) and newer it is a 1-second
-  average lagging the load by about half a second, useless for short windows.
+Which GPUs (R12): ``devices`` are CUDA indices as the framework numbers them, in the order of the GPUs
+``CUDA_VISIBLE_DEVICES`` leaves visible (indices, ``GPU-<uuid>`` or a unique prefix, ``MIG-`` ids;
+CUDA ignores everything from its first invalid entry on), or a UUID (or prefix), ``MIG-`` id or PCI bus
+id. NVML's index "may not correlate with the CUDA device index", so GPUs are identified by UUID and PCI
+bus id; an integer entry is a position in CUDA's enumeration, which is PCI bus order under
+``CUDA_DEVICE_ORDER=PCI_BUS_ID`` and also (we assume) when all GPUs are the same model; with different
+models in the default fastest-first order ``open`` refuses instead of guessing. A MIG device is
+measured through its parent GPU: the whole GPU's energy, shared with any other MIG instance on it.
+``open`` discovers the update period by polling the chosen quantity back-to-back, within a bound on
+polls and time, taking the shortest interval between changes (R5).
 
-One kind for all selected GPUs, so the sampler integrates them all the same way.
-
-Which GPUs (R12): ``devices`` are CUDA device indices as the framework numbers them. CUDA numbers
-the GPUs that ``CUDA_VISIBLE_DEVICES`` leaves visible, in its order; that variable may list
-indices, ``GPU-<uuid>`` (or a unique prefix of one) and ``MIG-`` ids, and CUDA ignores everything
-from its first invalid entry on. NVML's own index "may not correlate with the CUDA device index",
-so every GPU is identified by UUID and PCI bus id: the integer entries of ``CUDA_VISIBLE_DEVICES``
-are positions in CUDA's enumeration, which is PCI bus order under ``CUDA_DEVICE_ORDER=PCI_BUS_ID``
-and also (we assume) when all GPUs are the same model; with different models and the default
-fastest-first order NVML cannot tell which GPU CUDA calls N, so ``open`` refuses instead of guessing.
-A MIG device is measured through its parent GPU: the whole GPU's energy, shared with any other MIG
-instance on it. A ``devices`` entry may also be a UUID (or prefix), a ``MIG-`` id or a PCI bus id.
-
-The sensor's update period is discovered in ``open`` (R5) by polling the chosen quantity
-back-to-back, within a bound on polls and time, and taking the shortest interval between changes.
+Documented in docs/power.md (sections "Sources" and "How a window is measured").
 """
 
 from __future__ import annotations

@@ -1,33 +1,18 @@
 """Power readings taken in a process of their own, so that nothing the measured process does delays them.
 
-A model runtime may keep the GIL for a whole call: PopTorch's ``poptorch_core.execute`` holds it for
-the whole device run (PopTorch 3.4, ``python/poptorch.cpp:864-878``). While it does, no other thread
-of that process runs, so ``PowerSampler``'s thread takes no reading during any call: the calls, which
-are where the device works, would be integrated from readings taken only between them. A shorter
-switch interval does not help against a C call that never gives the GIL back.
+``SamplerProcess`` is one child process per open power source: it builds its own copy of the source
+from ``SourceSpec`` (the unopened source, pickled: an open handle cannot cross processes), opens it
+once and runs a ``PowerSampler`` whenever this process opens a window; ``window(hz)`` gives a
+``ProcessSampler``, which has ``PowerSampler``'s interface. The child is a
+``pytest_ipu.processes.Worker``, as the instances' worker processes are, started with ``spawn``:
+forking a process that has started an SDK's threads can deadlock the child. The child stamps its
+readings with ``time.monotonic_ns`` (``CLOCK_MONOTONIC`` on Linux, one clock for every process of the
+system; likewise on macOS); each window maps them onto the meter's clock (``time.perf_counter_ns`` by
+default, whose reference point Python leaves undefined: not comparable across processes in general)
+by their offset, from the closest of a few back-to-back reads (0 when both are one clock). The child
+also exits when this process's end of the pipe closes.
 
-``SamplerProcess`` is one child process per open power source. It builds its own copy of the source
-from the source as it was before it was opened (``SourceSpec``: the unopened source, pickled; an open
-handle cannot cross processes), opens it once, and runs a ``PowerSampler`` in its own interpreter,
-which nothing holds, whenever this process opens a window: ``window(hz)`` gives a ``ProcessSampler``,
-which has ``PowerSampler``'s interface (``start``, ``stop``, ``mark``, ``with ... as trace``). The
-trace comes back when the window stops. The child is a ``pytest_ipu.processes.Worker``, as the
-instances' worker processes are (``pytest_ipu.placement.instances``): started with ``spawn``, since
-forking a process that has started an SDK's threads can deadlock the child.
-
-**One clock.** The child timestamps its readings with ``time.monotonic_ns``: ``CLOCK_MONOTONIC`` on
-Linux, one clock for every process of the system (likewise on macOS). The windows are timed in this
-process on the meter's clock (``time.perf_counter_ns`` by default), whose reference point Python
-leaves undefined and which is therefore not comparable across processes in general (on Linux both are
-``CLOCK_MONOTONIC``). Each window measures the offset between that clock and ``time.monotonic_ns``
-here, from the closest of a few back-to-back reads (0 when both are the same clock), and maps the
-child's timestamps onto this process's clock.
-
-**Released on every path.** A window that ends, by any path, stops the child's sampling thread; the
-child exits when ``close`` asks (closing its source), when this process's end of the pipe closes,
-and it is terminated when it does not answer in time, when an exchange with it is interrupted
-(KeyboardInterrupt included), and at interpreter exit. It ignores SIGINT: Ctrl-C reaches this
-process alone, which then stops it.
+Documented in docs/power.md (section "Where the sampler runs").
 """
 
 from __future__ import annotations

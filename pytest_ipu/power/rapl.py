@@ -1,27 +1,22 @@
 """CPU package and DRAM energy from RAPL counters, read through the Linux powercap sysfs tree.
 
-The kernel's RAPL drivers (``intel_rapl_msr``, which also serves AMD since Linux 5.8, the
-``intel_rapl_tpmi`` driver, and ``intel-rapl-mmio`` from the processor thermal device) register
-power zones under ``/sys/class/powercap`` (docs.kernel.org/power/powercap/powercap.html):
+The kernel's RAPL drivers (``intel_rapl_msr``, which also serves AMD since Linux 5.8,
+``intel_rapl_tpmi``, and ``intel-rapl-mmio`` from the processor thermal device) register zones under
+``/sys/class/powercap`` (docs.kernel.org/power/powercap/powercap.html): top-level ``intel-rapl:N``
+named ``package-P`` (``package-P-die-D`` with several dies a package) or ``psys`` / ``psys-P`` (the
+platform), sub-zones ``intel-rapl:N:M`` named ``core``, ``uncore`` or ``dram``, and the same layout
+under ``intel-rapl-mmio:N`` and ``intel-rapl-tpmi:N``; each zone's ``energy_uj`` (µJ) wraps to 0 at
+``max_energy_range_uj``.
 
-- ``intel-rapl:N`` top-level zones, whose ``name`` is ``package-P`` (``package-P-die-D`` on parts
-  with several dies per package) or ``psys`` / ``psys-P`` (the platform domain);
-- ``intel-rapl:N:M`` sub-zones named ``core``, ``uncore`` or ``dram``;
-- the same layout under ``intel-rapl-mmio:N`` and ``intel-rapl-tpmi:N``.
+Summed (R11 of our measurement notes): per socket the package zone (or its dies) plus, with
+``include_dram``, the ``dram`` sub-zone, which the package counter does not include. ``core`` and
+``uncore`` are parts of the package (counted twice if added); ``psys`` covers the package and more of
+the platform, so it is never used (added, it double counts; instead, it loses the per-socket split and
+mixes in power not the CPU's). A package seen by both ``intel-rapl`` and ``intel-rapl-mmio`` is one
+counter: the ``intel-rapl`` one is kept. Nothing here sleeps or starts a thread: the sampler reads at
+least every ``max_read_interval_s()`` so that no wraparound goes unseen (R9).
 
-Each zone has ``energy_uj`` (a counter in µJ) and ``max_energy_range_uj`` (where it wraps to 0).
-
-Which zones are summed (requirement R11 of our measurement notes): per socket the package zone
-(or its die zones) plus, with ``include_dram``, the ``dram`` sub-zone, which the package counter
-does not include. ``core`` and ``uncore`` are parts of the package and would count it twice.
-``psys`` covers the package *and* more of the platform, so adding it to the package would also
-double count; using it instead of the packages would lose the per-socket split and mix in
-platform power we cannot attribute to the CPU, so it is never used. A package exposed by two
-drivers (``intel-rapl`` and ``intel-rapl-mmio``) is one counter seen twice: the ``intel-rapl``
-one is kept.
-
-Nothing here sleeps or starts a thread: the sampler calls ``read`` at least every
-``max_read_interval_s()`` so that no wraparound goes unseen (R9).
+Documented in docs/power.md (section "Sources").
 """
 
 from __future__ import annotations

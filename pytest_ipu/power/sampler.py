@@ -1,15 +1,12 @@
 """A background thread that reads a power source at a fixed rate onto one monotonic clock.
 
-The thread only reads and timestamps; the caller integrates (``pytest_ipu.power.energy``). A reading's
-timestamp is the midpoint of the clock values taken just before and just after the read, so the
-read's own latency is centred rather than biasing every sample late. The sampler is stopped, and
-its thread joined, on every path out of its ``with`` block, including exceptions and
-KeyboardInterrupt.
+The thread only reads and timestamps (a reading at the midpoint of the clock values just before and
+after the read); the caller integrates (``pytest_ipu.power.energy``). It is stopped, and its thread
+joined, on every path out of its ``with`` block, exceptions and KeyboardInterrupt included.
+``pytest_ipu.power.process_sampler`` runs this same sampler in a process of its own, for runtimes that
+keep the GIL; ``pytest_ipu.power.meter`` chooses which (``Sampler`` is what both offer).
 
-A thread reads only while its process lets it: a C call that keeps the GIL (PopTorch's execute keeps
-it for a whole device run) stops every other thread of the process for its duration, and no switch
-interval shortens that. ``pytest_ipu.power.process_sampler`` runs this same sampler in a process of
-its own for such workloads; ``pytest_ipu.power.meter`` chooses which (``Sampler`` is what both offer).
+Documented in docs/power.md (sections "How a window is measured" and "Where the sampler runs").
 """
 
 from __future__ import annotations

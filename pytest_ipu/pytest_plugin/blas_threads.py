@@ -1,18 +1,11 @@
 """The threads of numpy's BLAS and of OpenMP code in a benchmark: pinned with torch's, or named.
 
-OpenBLAS, MKL and OpenMP start one thread per core by default, and each reads its variable once,
-when it loads (``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS``, ``OMP_NUM_THREADS``). On a machine
-shared with other jobs those threads compete with the jobs for the cores and every call waits for
-its slowest thread (docs/numbers.md, threads on a busy machine). So:
+With ``--ipu-torch-threads=N`` each of ``OPENBLAS_NUM_THREADS``, ``MKL_NUM_THREADS`` and
+``OMP_NUM_THREADS`` not set already is set to ``N`` at configure time, before numpy loads; otherwise
+a run with benchmarks names the unset ones in one terminal-summary line. Loaded at configure time only
+with ``--ipu-torch-threads``, else by the first benchmark.
 
-- with ``--ipu-torch-threads=N`` (``PYTEST_IPU_TORCH_THREADS``) the run pins them too: each variable
-  not set already is set to ``N`` at configure time, while numpy is not loaded yet (pytest-ipu
-  itself loads it only when a benchmark needs it). A variable the job set is never changed.
-- otherwise, on a machine of more than one core, a run with benchmarks warns once, in its terminal
-  summary, naming the variables that are unset and the fix (a line, not a Python warning: a suite
-  whose warnings are errors must not fail for it).
-
-Loaded at configure time only with ``--ipu-torch-threads``, else by the first benchmark.
+Documented in docs/numbers.md (section "Threads on a busy machine").
 """
 
 from __future__ import annotations

@@ -1,43 +1,15 @@
 """The pytest side of performance gates: the baseline, the check at the end of the run, the report.
 
-Gates come from ``--ipu-gate`` (and its ini key and environment variable) for every benchmark,
-and from ``@pytest.mark.ipu(gate=...)`` for one benchmark, where they replace the run's gates on
-the same metric. Relative gates need a baseline: ``--ipu-baseline=PATH``, else the run that
-pytest-benchmark's ``--benchmark-compare`` loads (taken through its public
-``pytest_benchmark_compare_machine_info`` hook). Without one, the run stops before any test. Given
-several baseline runs (``--ipu-baseline`` repeated, or a glob), the last is the baseline and all of
-them together measure how much whole runs drift on this machine; from three on, every gate is
-tested against that drift.
+The baseline is ``--ipu-baseline``, else the run pytest-benchmark's ``--benchmark-compare`` loads (taken
+through its public ``pytest_benchmark_compare_machine_info`` hook). As each benchmark is measured its
+gates are checked by ``decide.GateRunner``, the runner ``pytest-ipu compare`` uses too; a benchmark of
+pytest-benchmark's own fixture by ``check_plain``, once its test's call passed. Under pytest-xdist the
+controller does not collect: its workers name their markers' gated benchmarks (``workeroutput``) and
+the controller fails the run at its end. A run that times nothing is told by ``repeats.untimed``; an
+interrupted run (``interrupted``) is not judged on what it did not reach.
 
-As each benchmark is measured, its gates are checked by ``decide.GateRunner``, the runner
-``pytest-ipu compare`` uses too (``decide.check``: PASS, FAIL or INCONCLUSIVE by where the
-interval of the change lies against the threshold). A FAIL fails the benchmark's own test, with
-the gate's line in its report, and gets one line in the summary; so does an INCONCLUSIVE verdict
-under ``--ipu-inconclusive=fail`` (the default), while ``warn`` lists it in the summary without
-failing and ``pass`` counts it as passed (still listed). A gated benchmark missing
-from the baseline is reported, never skipped silently (and fails the run under
-``--ipu-baseline-missing=fail``); so is a baseline that ran on different hardware.
-
-Gates that checked nothing do not pass: when gates were asked for (the run's, or a selected
-benchmark's marker) and not one gate check was made, the run fails with one line naming the
-reason: every gated benchmark missing from the baseline, skipped, or deselected. A run where
-pytest-benchmark times nothing (``--benchmark-disable``, ``--benchmark-skip``, pytest-xdist's
-``-n``/``--dist``: ``repeats.untimed``) is refused before any test when that is known: at
-configure time for the run's gates, once collected for a marker's (a usage error naming the option,
-where it was given and the fix). Under pytest-xdist the controller does not collect: its workers
-name their markers' gated benchmarks (``workeroutput``) and the controller fails the run at its
-end. An interrupted run (``interrupted``) is not judged on what it did not reach.
-
-Benchmarks of pytest-benchmark's own ``benchmark`` fixture (plain calls and ``pedantic``) are gated
-too, from pytest-benchmark's statistics (``plain``): in this run once the test's call passed
-(``check_plain``, which fails the test's report), in the baselines from what pytest-benchmark
-saved. A baseline run written without pytest-ipu is a baseline for them. An entry a pytest-ipu
-fixture began and never finished (``benchmark_json.PENDING_KEY``: its test stopped before the
-record was written) is no baseline for its benchmark, with a line saying so; a run with no entry a
-gate can read is skipped, with a line saying why. ``--benchmark-compare`` given without a run
-compares against the newest saved run; when that one is skipped so, the newest complete saved run
-before it is the baseline, with a note. When every baseline run is skipped, relative gates have no
-baseline and the run stops as without one.
+Documented in docs/ci.md (sections "The baseline", "Nothing switches a gate off in silence", "Several
+baseline runs", "What an INCONCLUSIVE verdict does" and "A plain pytest-benchmark suite").
 """
 
 from __future__ import annotations

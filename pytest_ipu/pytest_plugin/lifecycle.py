@@ -1,32 +1,17 @@
 """Every hook pytest-ipu implements after start-up, in the order pytest calls them, and the end of
 the session as one ordered sequence.
 
-``plugin.pytest_configure`` registers one ``Lifecycle`` per run. Its hooks are thin: the state
-is ``session.IpuSession``'s, the decisions are the gates' (``gating``), the repeats' (``repeats``)
-and the records' (``pytest_ipu.results``).
+``plugin.pytest_configure`` registers one ``Lifecycle`` per run. Its hooks are thin: the state is
+``session.IpuSession``'s, the decisions are the gates' (``gating``), the repeats' (``repeats``) and the
+records' (``pytest_ipu.results``). ``end_session`` is the session's end, one function calling its steps
+in order: save (pytest-benchmark writes in its own ``pytest_sessionfinish`` wrapper, before any plain
+implementation, through the writer ``pytest_sessionstart`` routed: ``saving``), merge (``launch_end``,
+``launch``), gates and the exit code of a failed gate, merge or save, release. What a hook does only
+when a run has something for it is a module of its own, loaded then (``saving``, ``launch_end``,
+``launch``, ``backend_params``, ``terminal_section``, ``document``).
 
-The end of a session is ``end_session``, one function calling its steps in order:
-
-1. save: pytest-benchmark writes ``--benchmark-json`` (and ``--benchmark-save``) in its own
-   ``pytest_sessionfinish`` wrapper, before any plain implementation runs. ``pytest_sessionstart``
-   routed that writer, so the file lands at a temporary path and is moved into place whole as
-   soon as it is written, and a run that measured only ``ipu_power`` blocks (where
-   pytest-benchmark would save nothing) is saved through the same writers. An interrupted run
-   (``pytest_keyboard_interrupt``: Ctrl-C, ``pytest.exit``) saves nothing: the files keep the last
-   complete run, which a later ``--benchmark-compare`` picks (``saving``);
-2. merge: under torchrun, every rank's document gathered on rank 0 and merged into one file,
-   gated there (``launch_end``, ``launch``);
-3. gates: every gate not checked yet, and the exit code of a failed gate, merge or save;
-4. release: the power meters and compiled models.
-
-Then pytest's terminal reporter calls ``pytest_terminal_summary`` (the tables, the ``ipu_power``
-blocks, the targets; after pytest-benchmark's table, the gates), and ``pytest_unconfigure``
-leaves the torchrun launch once every rank is done (``launch_end``).
-
-What a hook does only when a run has something for it is a module of its own, loaded then:
-``saving`` (step 1), ``launch_end`` and ``launch`` (step 2, leaving the launch), ``backend_params``
-(the tests' targets), ``terminal_section`` (the summary's tables) and ``document``
-(pytest-benchmark's document).
+Documented in docs/architecture.md (sections "Questions a newcomer asks": where are the hooks, where
+does the session end; and "Start-up cost") and docs/ci.md (section "Interrupted runs are never saved").
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """Independent repeats of a benchmark (``--ipu-repeats=K``): which repeat a test's run is, the
 interleaved schedule, and the worker processes of ``--ipu-repeat-mode=process``.
 
-``interleaved`` (the default): the test function of a benchmark runs K times in this process.
-``RepeatScheduler`` takes each run of consecutive items of one test function (its parametrized
-set) when pytest reaches the first of them, and runs the first K - 1 repeats of all of them
-round-robin (``a[1] b[1] c[1] a[2] b[2] c[2]``), each through pytest's own test protocol, their
-passing reports kept out of the terminal's counts; pytest then runs each item a last time as
-usual. Slow drift of the machine (clock, neighbours) thus spreads over every parameter instead of
-landing on one. A repeat that fails is reported at once and the item is not run again.
-``ipu_benchmark`` times every repeat through pytest-benchmark's ``pedantic`` (an earlier repeat's
-statistics are then left out of pytest-benchmark's results), keeps each earlier repeat, and on
-the last run pools them all (``run.benchmark.pool``), publishes the record and checks its gates.
+``RepeatScheduler`` takes each run of consecutive items of one test function (its parametrized set)
+when pytest reaches the first of them and runs their first K - 1 repeats round-robin through pytest's
+own test protocol, their passing reports kept out of the terminal's counts. ``ipu_benchmark`` times
+every repeat through pytest-benchmark's ``pedantic`` (an earlier repeat's statistics are then left out
+of pytest-benchmark's results), keeps each, and on the last run pools them (``run.benchmark.pool``),
+publishes the record and checks its gates. A worker process's repeat (one each, ``python -m pytest
+NODEID``) is read back from pytest-benchmark's JSON.
 
-``process``: on its one run, ``ipu_benchmark`` first measures K - 1 repeats in fresh worker
-processes, one after the other (``python -m pytest NODEID`` with this run's pytest-ipu settings,
-ini file and root directory, one repeat each, their record read back from pytest-benchmark's
-JSON), then the last repeat in this process, as pyperf spreads values over worker processes to
-capture what differs between processes (memory layout, thread pools, JIT state).
+Documented in docs/numbers.md (section "Repeats").
 """
 
 from __future__ import annotations

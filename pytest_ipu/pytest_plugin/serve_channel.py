@@ -1,19 +1,17 @@
-"""The channel between ``pytest-ipu ab`` and a pytest that serves rounds (``--ipu-serve``).
-
-``ab --serve`` starts one pytest per side with ``--ipu-serve=R,W``: two pipe descriptors the process
-inherits, ``R`` to read requests from and ``W`` to write replies to (its stdin and stdout stay
-pytest's own: its output goes to the side's log). Each message is one line of JSON:
+"""The channel between ``pytest-ipu ab`` and a pytest that serves rounds (``--ipu-serve=R,W``: two
+inherited pipe descriptors, ``R`` to read requests from and ``W`` to write replies to; stdin and stdout
+stay pytest's own). Each message is one line of JSON:
 
 1. the server, once it has collected: ``{"ready": N}`` (N tests collected);
 2. ``ab``: ``{"run": FILE, "skip": [node ids]}``; the server runs every collected test once, in
-   collection order, but those of ``skip`` (the benchmarks already decided), writes that round's
-   pytest-benchmark JSON to ``FILE`` and replies ``{"done": FILE, "failed": K}`` (K tests failed in
-   the round), or ``{"error": TEXT}`` when it could not write the file;
-3. ``ab``: ``{"stop": true}``, or the end of the requests (``ab`` closed its end, or died): the
-   server tears the session down as any pytest run ends, and exits.
+   collection order, but those of ``skip``, writes the round's pytest-benchmark JSON to ``FILE`` and
+   replies ``{"done": FILE, "failed": K}`` (K tests failed), or ``{"error": TEXT}`` when it could not
+   write the file;
+3. ``ab``: ``{"stop": true}``, or the end of the requests (``ab`` closed its end, or died): the server
+   ends its session as any pytest run ends, and exits.
 
-Module- and session-scoped fixtures stay set up between rounds (the start-up is paid once per
-side). Loaded by ``ab`` and by a serving pytest only.
+Loaded by ``ab`` and by a serving pytest only. Documented in docs/ci.md (section "One process per side:
+--serve").
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
 """A pytest run that serves rounds to ``pytest-ipu ab`` (``--ipu-serve``): one process per side for a
 whole job, its tests run once per round, on request.
 
-The run collects as any run does, then, in place of pytest's loop over the tests
-(``pytest_runtestloop``), answers the requests of ``serve_channel``: each round runs the collected
-tests that are not skipped, in collection order, through pytest's own protocol (every plugin's hooks
-and fixtures, pytest-benchmark's ``benchmark`` and pytest-ipu's fixtures alike), and writes the
-benchmarks that round measured as a pytest-benchmark JSON file, whole (``results.atomic``). Module-
-and session-scoped fixtures stay set up from one round to the next: a round's last test is torn down
-as far as the round's first test needs (the next round's tests are some of this round's; a round of
-one test, as far as its parent), and the
-next round first tears down what its own first test does not need (pytest's ``SetupState``). The
-session ends as any run ends, on ``stop`` or when the requests end (``ab`` gone): fixtures torn
-down, files saved, the exit code that of the tests run.
+In place of pytest's loop over the tests (``pytest_runtestloop``) it answers ``serve_channel``'s
+requests, each round's benchmarks written whole (``results.atomic``). Module- and session-scoped
+fixtures stay set up between rounds: a round's last test is torn down as far as the round's first test
+needs (the next round's tests are some of this round's; a round of one test, as far as its parent), and
+the next round first tears down what its own first test does not need (pytest's ``SetupState``). On
+``stop``, or when the requests end (``ab`` gone), the session ends as any run ends: fixtures torn down,
+files saved, the exit code that of the tests run. Loaded only by a run given ``--ipu-serve``.
 
-Loaded only by a run given ``--ipu-serve``.
+Documented in docs/ci.md (section "One process per side: --serve").
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
 """Footnotes once per page: a note the page has already given is not given again under a later table.
 
-Every table of the report page puts its notes in a ``<ul class="notes">`` list, one ``<li>`` a
-note; a note that lists rows under it (``^`` and the rows whose items/s it explains) has those rows
-as the following items, indented (leading spaces, or a ``style`` of their own). Tables of one page
-share most of their notes (``n/m = power not measured: ...``, ``* too few rounds ...``), so
-``once_per_page`` keeps the first of each note, in reading order, and in each later list replaces
-the repeats by one line linking to the sections that gave them. A repeated note that heads rows of
-its own keeps its rows, under its marker alone (``^ = (as noted above)``). Notes are compared by
-their exact text: two notes that differ in a figure are two notes.
+Each table's notes are a ``<ul class="notes">`` list, one ``<li>`` a note; a note that lists rows
+(``^`` and the rows whose items/s it explains) has them as the following items, indented (leading
+spaces, or a ``style`` of their own). ``once_per_page`` keeps the first of each note, in reading
+order, and in each later list replaces the repeats by one line linking to the sections that gave
+them; a repeated note with rows of its own keeps them, under its marker alone (``^ = (as noted
+above)``). Notes are compared by their exact text. Presentation only: markup in, fewer items out.
 
-Presentation only: the page's own markup in, the same markup with fewer items out.
+Documented in docs/ci.md (section "Reports").
 """
 
 from __future__ import annotations

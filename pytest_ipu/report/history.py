@@ -1,21 +1,11 @@
 """The history view of ``pytest-ipu report STORAGE``: each benchmark's metric against commit, with
 the runs' spread and the change points marked (presentation only).
 
-Which series are drawn (``drawn``): every benchmark's headline metric (``HEADLINE``, the history's
-default: throughput for a pytest-ipu record, pytest-benchmark's median time for a plain benchmark),
-and every other series with a change point. A figure shows one point per commit, oldest left: the
-median of the commit's runs, with a bar from the smallest to the largest run where it had several;
-the level of each stretch between change points (the geometric mean of its runs, the levels a
-change is measured between) as a horizontal line; and each change
-point as a vertical dashed line before its first commit, red for worse and green for better,
-labelled with the commit and the change. A commit with a run made from a work tree with
-uncommitted changes (``Point.dirty``) is drawn as a hollow point, and a change point there is
-labelled "dirty": the change may be those changes rather than the commit.
+``drawn`` picks every benchmark's headline series (``HEADLINE``, the history's default) and every
+other series with a change point; ``summary_rows`` is the table of change points, newest first.
+matplotlib is imported inside ``draw`` only, as ``plots`` does.
 
-The summary table (``summary_rows``) lists the change points newest first: the commit, the
-benchmark and metric, the change, its interval and p-value; a dirty commit's id is followed by
-"(dirty)". matplotlib is imported inside
-``draw`` only, as ``plots`` does.
+Documented in docs/ci.md (section "Reports": the history view).
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
 """``pytest-ipu report``: plots of saved runs as PNG and SVG files, and one self-contained HTML page.
 
-The page (``index.html``) carries everything inline, CSS and figures (as base64 SVG), so the file
-alone can be mailed or attached to a review. Its tables are the terminal tables' columns with the
-same markers and footnotes (``n/m``, ``?``, ``~``, ``*``), from ``pytest_ipu.report.terminal``
-(its ``COLUMNS`` and ``footnotes``); a note is given once per page, under the first table that needs
-it (``pytest_ipu.report.footnotes``). Groups come in ``plots.report_order``: the study swept over
-batch sizes first, so that its table is on the page's first screen; the machine and run facts
-follow the groups. A group of one batch size gets its table and no figure: a plot against batch
-size with one point per line would say nothing its table does not.
+The page carries its CSS and figures (base64 SVG) inline. Its tables are the terminal's
+(``pytest_ipu.report.terminal``'s ``COLUMNS`` and ``footnotes``), a note given once per page
+(``pytest_ipu.report.footnotes``); groups come in ``plots.report_order`` (the batch-size study first,
+on the first screen), the machine and run facts after them; a group of one batch size gets no figure
+(one point per line would say nothing its table does not). The "LoadGen" section
+(``pytest_ipu.report.loadgen``, ``loadgen_plot``) stands apart from the groups; the "Scaling" section,
+first, is ``pytest_ipu.report.scaling``'s, its tables shown without matplotlib too. Every figure is
+rendered before the first file is written, each file through a temporary one and ``os.replace``, so
+a failure leaves earlier files whole and no half-written page.
 
-When the runs hold LoadGen records (``ipu_loadgen``), a "LoadGen" section holds them, apart from the
-groups (whose columns and marks say nothing about LoadGen's queries and verdicts): the terminal's
-LoadGen table and notes (``pytest_ipu.report.loadgen``) and, per target with a peak Server QPS
-search, a figure of latency against QPS (``pytest_ipu.report.loadgen_plot``).
-
-When the runs hold training records, a "Scaling" section comes first (``pytest_ipu.report.scaling``):
-each training benchmark across the runs against its device count, with the published reference
-points of ``--references FILE`` (``pytest_ipu.results.references``) beside, never among, the
-measured ones. Its tables are shown without matplotlib too; only its figures need it.
-
-Every file is written through a temporary file and ``os.replace``, and every figure is rendered
-before the first file is written, so a failure leaves earlier files whole and no half-written page.
+Documented in docs/ci.md (section "Reports"), docs/training.md (section "Report") and docs/loadgen.md
+(section "Comparing runs").
 """
 
 from __future__ import annotations

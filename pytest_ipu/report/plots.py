@@ -1,15 +1,13 @@
 """Plots of saved runs: latency, throughput and items per joule against batch size (presentation only).
 
-One figure per view of each benchmark group with a batch axis (``has_batch_axis``: two batch sizes
-or more), one line per backend (target x precision, plus the number of concurrent instances and the
-I/O mode when they are not the default) and, when several runs are compared, per run. Colours and
-markers follow the backend and line styles the run, so a backend looks the same in every view and
-every group of one report.
+One figure per view of each group with a batch axis (``has_batch_axis``: two batch sizes or more), a
+line per backend (target x precision, plus the concurrent instances and I/O mode where not the
+default) and per run; colours and markers follow the backend and line styles the run, alike in every
+view and group. matplotlib is imported inside the drawing functions only (importing this module, and
+the ``pytest-ipu`` command, must not pay for it or need it); figures are ``matplotlib.figure.Figure``
+on an Agg canvas, never ``pyplot``, so no GUI backend is selected and no global registry holds them.
 
-matplotlib is imported inside the drawing functions only: importing this module, and with it the
-``pytest-ipu`` command, must not pay for matplotlib (or need it) when no plot is drawn. Figures are
-made with ``matplotlib.figure.Figure`` on an Agg canvas, never through ``pyplot``, so no GUI backend
-is ever selected and no global figure registry holds on to them.
+Documented in docs/ci.md (section "Reports").
 """
 
 from __future__ import annotations

@@ -1,31 +1,13 @@
 """The scaling views of ``pytest-ipu report``: training benchmarks across runs on different device counts.
 
-A *study* is one training benchmark (a record with a ``training`` or ``time_to_train`` part) as it
-appears in every run given. Benchmarks are the same across runs when their pytest-benchmark
-``fullname`` is the same once its file path is left out (``tests/test_x.py::test_t[a]`` and
-``/ci/tests/test_x.py::test_t[a]`` are one benchmark), unless one run holds two benchmarks that
-only their paths tell apart: those keep their whole ``fullname``.
+A *study* is one training benchmark (a record with a ``training`` or ``time_to_train`` part) in every
+run given, matched by its ``fullname`` without the file path, unless one run holds two benchmarks
+that only their paths tell apart: those keep their whole ``fullname``. A view is drawn when its x
+axis has two device counts or more (measured or published). A published reference never enters the
+ideal line; one that matches no study is listed all the same, saying so. The tables stand with or
+without figures (matplotlib missing); matplotlib is imported inside the drawing functions only.
 
-The x axis is the devices a record ran on: ``training.devices`` (processes x replicas), else
-``time_to_train.processes``. Every record is one point: several runs at one device count are all
-drawn, never averaged. Two views per study:
-
-- samples/s (the record's throughput) against devices, with the ideal line
-  (N / N_min) x the throughput at the smallest N measured (of the first run given at that N), and
-  each point's scaling efficiency printed beside it: throughput(N) / ((N / N_min) x
-  throughput(N_min)), or the record's own ``scaling.efficiency`` when it has one (marked ``†``;
-  that one is against the baseline run it was measured with, ``--ipu-scaling-baseline``);
-- time to train (the olympic average, with a bar from the fastest to the slowest run that reached
-  the target) against devices, for time-to-train benchmarks.
-
-Published reference points (``pytest_ipu.results.references``) are drawn beside the measured
-points of the studies they match, in their own colour and markers ("published: <label>"), and
-listed in their own table; they never enter the measured table or the ideal line. A reference
-that matches no study is listed all the same, saying so.
-
-A view is drawn when its x axis has two device counts or more (measured or published); the
-section's tables are there with or without figures (matplotlib missing), like the rest of the page.
-matplotlib is imported inside the drawing functions only.
+Documented in docs/training.md (section "Report").
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """The report's first screen: each study's headline figures, read off its rows (presentation only).
 
-A *study* here is a group of benchmarks swept over batch sizes (``plots.has_batch_axis``), what a
-run is made for, as the ResNeXt-101 sweep is, or a group that measured a time to train. Its headline
-is what a reader asks first: for a sweep the lowest p50 latency, the highest throughput and the
-highest items per joule any of its rows reached; for a training study the lowest time to train;
-each with the row that reached it, and how many of its rows carry a flag that asks for care
-(unstable, contended). Nothing is computed that the rows do not hold: a figure no row measured is
-"not measured", with the first reason a row gives. Each figure is read through the metric registry
-(``catalog.METRICS``), the owner of every reported number.
+A study is a group swept over batch sizes (``plots.has_batch_axis``) or one that measured a time to
+train. Nothing is computed that the rows do not hold: each figure is read through the metric registry
+(``catalog.METRICS``), and one that no row measured is "not measured", with the first reason a row
+gives. The published references beside it are ``pytest_ipu.results.references``'; a benchmark whose
+``extra_info["role"]`` is ``SELF_CHECK`` is no study (shown last, folded).
 
-Beside each figure stand the published references the study names (``--references FILE``,
-``pytest_ipu.results.references``): those whose ``benchmark`` is part of a name or group of the
-study and whose metric is the figure's, each with its label, devices and source, and the measured
-figure's ratio to it. A reference is never measured here, and the table says so.
-
-Benchmarks that say they check pytest-ipu itself (``extra_info["role"]`` is ``SELF_CHECK``: the
-harness overheads, the sampler, the gates) are no study:
-the report shows them last, folded.
+Documented in docs/ci.md (section "Reports") and docs/json-schema.md (section
+"benchmarks[].extra_info["role"]").
 """
 
 from __future__ import annotations

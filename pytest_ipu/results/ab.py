@@ -1,62 +1,15 @@
 """``pytest-ipu ab``: the decision on interleaved A/B runs, and its tables (no subprocess, no pytest).
 
-The command (``pytest_ipu.cli.ab``) runs the baseline and the candidate alternately, N pairs in
-ABBA order, one pytest run per side and pair; this module reads the runs back as values and
-decides.
+``pytest_ipu.cli.ab`` runs the ABBA pairs; this module reads the runs back as values and decides: each
+gate by ``decide.judge`` on the pairs' log-ratios, at each look of ``Sequential`` (``first`` to ``most``
+pairs, each look at Pocock's level from ``measure/sequential.py``), a look's verdicts one job
+(``family``); a benchmark whose gates a look decides is ``Settled``. The candidate's own gates
+(``StoredRun.own_gates``) win over the job's on the same metric (``decide.effective_gates``). A value
+of 0 (no log-ratio) leaves a gate INCONCLUSIVE. The change column is ``compare.judge``'s. This module
+finds the result and what to say beside it (``legend``, ``notes``); ``report/ab.py`` writes its tables.
 
-Decision rule
--------------
-For each benchmark present in every run of both sides (from its pytest-ipu record, or for a
-benchmark of pytest-benchmark's own fixture from its statistics: ``plain``), and each metric, the
-paired log-ratios
-``r_i = log(candidate_i / baseline_i)`` of the N pairs are the evidence: the two runs of a pair
-share the machine's state (clock, neighbours, thermal), so whatever drifts between pairs cancels
-within each ``r_i``, and the alternating order (A,B then B,A) cancels a linear drift across pairs.
-
-A gate's verdict is ``decide.judge``'s three-way rule on the mean of the log-ratios, its standard
-error and N - 1 degrees of freedom: FAIL when the whole one-sided interval of the change is beyond
-the threshold, PASS when it is all within, INCONCLUSIVE when it straddles it. With one pair there is
-no variance estimate (INCONCLUSIVE: "use more pairs"). An absolute gate (``latency.p99<2ms``)
-judges the interval of the candidate's geometric mean over the pairs against the bound.
-
-Sequential sampling
--------------------
-``Sequential`` is the command's plan: the verdicts are looked at after ``first`` pairs and then at
-a few more counts (each about 1.5 times the last) up to ``most`` pairs; the runs stop at the
-first look where no gate is INCONCLUSIVE. Each of the L looks tests a gate at Pocock's nominal
-level for ``alpha`` over those looks (``measure/sequential.py``): the one level at which the chance
-of a wrong verdict at any look, for a statistic of normal pairs, is ``alpha``. The looks share
-their pairs, so that level is well above Bonferroni's ``alpha / L`` (0.0140 against 0.0083 for the
-recipe's 6 looks at 0.05), which ignores the sharing; with the spread estimated from the pairs it
-is read through the ``t`` quantile of each look's degrees of freedom, the usual approximation,
-whose error rates the unit tests simulate. A look skipped, or a last look cut short because time
-ran out, only makes it more conservative. Peeking after every pair with the fixed-sample test
-would not keep the error rates.
-
-The verdicts of a look are one job (``family``): each look spends ``job_alpha / L`` of the job's
-level for FAIL (Bonferroni: a union bound over the looks of Holm's family-wise rule, which needs
-no model of how the looks of many gates depend on each other), Holm's step-down over the
-undecided gates in a family of every gate compared. A
-benchmark whose gates are all decided at a look is settled (``Settled``): it keeps that look's
-verdicts, is read from the pairs it had then, and the command runs later pairs without it. The
-error rates still hold: each verdict is one look's, the union bound over the looks covers
-whichever look it came from whether or not other benchmarks went on, and Holm's rule with the
-whole family's size stays valid on any part of the family.
-
-Each benchmark gets the job's gates, except where its own gates (its ``ipu`` marker's, which the
-candidate's runs write into their documents: ``StoredRun.own_gates``) name the same metric: theirs
-win (``decide.effective_gates``, as in the in-run gate), so that a noisy benchmark can carry a
-wider gate than the rest of its suite.
-
-A value missing from a candidate run fails the gate (with the record's reason); one missing from a
-baseline run, or a value of 0 (no log-ratio), leaves it INCONCLUSIVE.
-
-The tables show, per benchmark and metric, the median over the pairs of each side, the
-geometric-mean ratio with its two-sided (1 - alpha) t interval, p of a two-sided paired t test
-of "no change", and the change with ``pytest-ipu compare``'s verdict on that interval and p
-(``compare.judge``: ``same`` only when the interval lies within 1 % of no change, ``not tested``
-with one pair); the gate lines carry the interval the verdict was read from. This module finds the
-result and what to say beside it (``legend``, ``notes``); ``report/ab.py`` writes its tables.
+Documented in docs/ci.md (section "Interleaved A/B on one runner: pytest-ipu ab", its "Decision" and
+"Output" paragraphs, and section "Sequential sampling").
 """
 
 from __future__ import annotations

@@ -1,17 +1,15 @@
 """Writing files whole or not at all: results, reports and cached exports are never half-written.
 
-A temporary file is written beside the target (``os.replace`` is atomic only within one file
-system), flushed to disk, then renamed onto the target; on any failure it is removed and the target
-is left as it was. The file gets the mode a plain ``open`` would give (0o666 less the umask), not
-the private mode of ``tempfile``: reports are shared; a caller can ask for an exact mode (the export
-cache's files are 0o644 whatever the umask). The process umask is never changed, not even to read
-it: it is process-wide, so a file another thread creates meanwhile would get the wrong mode; the
-temporary file is created with mode 0o666 and the kernel applies the umask. ``PendingFile`` does
-the same for a file another program writes (pytest-benchmark's ``--benchmark-json``): it writes a
-temporary path, which is renamed onto the target only once written whole. ``write_new`` writes a
-file that must not replace another (a run saved into the benchmark storage): the kernel claims the
-name (a hard link, or an exclusive create), so two writers choosing one name at once never both
-"succeed" with one file left.
+A temporary file beside the target (``os.replace`` is atomic only within one file system) is flushed
+to disk, then renamed onto it; on any failure it is removed and the target left as it was. It gets a
+plain ``open``'s mode (0o666 less the umask, not ``tempfile``'s private one: reports are shared), or
+an exact one where asked (the export cache's 0o644): it is created 0o666 for the kernel to apply the
+umask, which is never changed, not even read, since it is process-wide and a file another thread
+creates meanwhile would get the wrong mode. ``PendingFile`` does the same for a file another program
+writes (``--benchmark-json``). ``write_new`` has the kernel claim a new name (a hard link, or an
+exclusive create), so two writers choosing one name never both "succeed" with one file left.
+
+Documented in docs/ci.md (section "Interrupted runs are never saved").
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """The registry of reported metrics: the one place a metric is declared.
 
-Each ``Metric`` says everything the rest of pytest-ipu knows of it: its name (as gates and
-``pytest-ipu compare`` spell it), where it sits in a record, its unit (which also says which way is
-better), how its independent measurements are read (each repeat's, or runs the record keeps), and
-why a record may have no value for it. The gate grammar (``gates``), the gate decisions
-(``decide``), ``pytest-ipu compare`` and ``ab`` tables, and ``IpuRecord.value`` and
-``repeat_values`` all read ``METRICS``; docs/ci.md lists every metric, one table row each, and the
-suite checks that the table and ``METRICS`` name the same metrics with the same units. Adding a
-metric is one entry here and its row there.
+Each ``Metric`` says all that the rest of pytest-ipu knows of it: its name, its ``path`` (both the
+record's JSON keys and the typed record's attributes, so the readers here walk a typed record), its
+unit (which also says which way is better), how its independent measurements are read, why a value
+may be missing, and for a plain benchmark where pytest-benchmark keeps it (``plain``,
+``PlainSource``; pytest-benchmark's own names are ``ALIASES``, ``canonical``). Only the units registry
+is imported, so that the gate grammar, which ``pytest --help`` loads, names the metrics without the
+records.
 
-A metric's ``path`` is both its place in the record JSON and the attributes of the typed record
-(``("power", "energy_j")`` is ``extra_info["ipu"]["power"]["energy_j"]`` and
-``record.power.energy_j``), so the readers here walk it on a typed record. This module imports only
-the units registry, so the gate grammar, which ``pytest --help`` loads, can name the metrics
-without the records; the records are read by their attributes.
-
-A benchmark of pytest-benchmark's own ``benchmark`` fixture (a plain one: no pytest-ipu record) has
-the metrics whose ``plain`` says where pytest-benchmark keeps them (``PlainSource``): the latency
-figures are its statistics of the rounds (``latency.p50`` is its median), p90 and p99 quantiles of
-its per-round data where the file keeps them, and throughput its calls per second. pytest-benchmark's
-own names (``time.median``, ...) are ``ALIASES`` of those metrics (``canonical``).
+Documented in docs/architecture.md (section "Questions a newcomer asks": how to add a gate metric) and
+docs/ci.md (sections "Gate expressions" and "A plain pytest-benchmark suite").
 """
 
 from __future__ import annotations

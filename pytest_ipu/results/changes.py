@@ -1,42 +1,15 @@
 """``pytest-ipu history``: the change points of every series, the CI verdict on the newest commit,
 and what to say beside them; ``report/changes.py`` writes their text, markdown and JSON forms.
 
-The series of a history (``history.Series``) are searched together (``measure.changepoints.find``:
-every run is evidence, a change must stand out from its series' own run-to-run noise, and the share
-of false change points is held at 5 % across all series; seeded nowhere: the same storage always
-gives the same answer). A change point is named by the first commit of the new level, with the last
-commit of the old one, the relative change of the level, its 95 % interval and the p-value of its
-test; it is ``worse`` or ``better`` as the metric's unit says. Where a run of that first commit was
-made from a work tree with uncommitted changes (``Point.dirty``), every form says so: the change
-may be those changes, not the commit.
+The series (``history.Series``) are searched together by ``measure.changepoints.find``, seeded
+nowhere: the same storage always gives the same answer. Change points of one commit and direction
+are one ``Event``; ``blind_spots`` and ``unseen`` say what the history cannot see (``MIN_RUNS`` runs a
+side; ``STEP`` unless ``--fail-on-regression`` asks another); ``check`` gives each series its verdict
+on the newest ``recent`` commits, with the gates' exit codes (``decide``'s constants), and the command
+refuses (exit 2) a history whose newest run was left out (``History.newest_left_out``).
 
-Change points of one commit and one direction are one event (``Event``): "ddc2871: 12 benchmarks
-20.1 to 37.0% faster", with each benchmark's line under it. Events are listed worst first:
-regressions before improvements, each by the size of its largest change.
-
-What the history cannot see is said once (``blind_spots``, ``unseen``): the first and newest commits
-that cannot start a change with the runs at hand (each side of a change needs
-``changepoints.MIN_RUNS`` runs), with the runs that would judge them; and each series whose noise
-and runs cannot show a step of the size asked (the ``--fail-on-regression`` share, else ``STEP``),
-with the smallest step they can show and the runs a step of that size needs.
-
-The CI verdict (``check``, with a threshold such as ``5%``), per series, in the gates' language:
-
-- FAIL: a regression change point among the newest ``recent`` commits whose whole interval lies
-  beyond the threshold;
-- INCONCLUSIVE: such a regression whose interval straddles the threshold; or a series whose noise
-  and runs cannot show a step of the threshold at its newest commits (the smallest step a change
-  with ``MIN_RUNS`` runs after it can show is beyond the threshold); or newest commits with too few
-  runs to start a change of their own, worse than the level before them by more than the
-  threshold; or a series of fewer than ``2 x MIN_RUNS`` runs;
-- PASS: otherwise.
-
-A series the newest run did not measure (a benchmark it skipped or no longer has) is not judged:
-the check's summary counts such series and a line names them. The exit code is the gates'
-(``decide.exit_code``'s constants): 1 on a FAIL, else 3 on an INCONCLUSIVE verdict, else 0. The
-command refuses (exit 2) to judge a history whose newest run, or
-an entry of it, was left out (``History.newest_left_out``): the run a CI job just made is the one
-to judge.
+Documented in docs/ci.md (section "History across commits: pytest-ipu history"); the JSON form in
+docs/json-schema.md (section "pytest-ipu history --format=json").
 """
 
 from __future__ import annotations

@@ -1,32 +1,18 @@
 """The one codec of the record dataclasses: their plain-JSON form written and read back, driven by
 their fields and the fields' types.
 
-A record is a frozen dataclass that extends ``Coded``: ``record.as_json()`` writes it and
-``Record.from_json(data, at)`` reads it back (``to_json`` and ``from_json`` do the same for any
-dataclass: ``measure``'s ``CpuTime`` and ``ContentionRecord``, and ``to_json`` its
-``MachineSpeed``, whose folder does not import this one), every value checked where it is read (a time, rate,
-energy or share a finite number >= 0, a count a whole number >= 0, a flag true or false, a name a
-string), so that a corrupt or hand-edited file raises ``SchemaError`` naming the key (a dotted path
-such as ``power.devices[0].energy_j``), its value and the fix, and never reaches a table or a gate.
+A record extends ``Coded`` (``record.as_json()``, ``Record.from_json(data, at)``); ``to_json`` and
+``from_json`` serve any dataclass (``measure``'s ``CpuTime`` and ``ContentionRecord``, and ``to_json``
+its ``MachineSpeed``: that folder does not import this one). Each field is one JSON key, its name
+unless ``meta`` says another, in the order declared. Each value is read by ``values``' readers through
+``RECORD`` (which also serves ``records``' older forms and ``schema.from_json``'s cross-checks), so a
+bad one raises ``SchemaError`` naming its dotted key (``power.devices[0].energy_j``) and the fix. A
+field is ``str``, ``float``, ``int``, ``bool``, a ``Literal`` of strings, ``Any``, another record,
+``X | None``, ``tuple[X, ...]`` or ``Mapping[str, X]``, as string annotations that Python 3.8 cannot
+evaluate, so ``_parse`` reads them. ``JSON_DERIVED`` properties are written, never read. ``fields_of``
+copies a declared part (``records.Identity``) into a record that extends it.
 
-Each field is one JSON key of the same name, in the order declared. What differs is declared beside
-the field with ``meta`` (``field(default=..., metadata=meta(...))``): the JSON key, the value an
-older file that lacks the key reads as, a key written only where it has a value, a key written
-after another, a number of either sign. A property written for readers of the file (``passed``,
-``time_s``) is named in the class's ``JSON_DERIVED``, with the key it follows; it is never read.
-A view computed for output, never read back (the doctor's report, the IPU inventory, a change point
-of the history), extends ``Written``: its inputs are declared ``meta(written=False)`` and its JSON
-is what it derives, a property or a dotted path into an input (``series.fullname``).
-
-The types a field may have: ``str``, ``float``, ``int``, ``bool``, a ``Literal`` of strings, ``Any``
-(free-form JSON), another record, ``X | None``, ``tuple[X, ...]`` and ``Mapping[str, X]``. The
-annotations are strings (``from __future__ import annotations``) that Python 3.8 cannot evaluate
-(``X | None``, ``tuple[X, ...]``); ``_parse`` reads them itself.
-
-Each value is read by ``values``' readers through ``RECORD``, the record's JSON as their source,
-which also serves the readers that are more than a record's fields (``records``' older forms,
-``schema.from_json``'s cross-checks). ``fields_of`` copies a declared part (``records.Identity``)
-into a record that extends it.
+Documented in docs/architecture.md (section "Questions a newcomer asks": how to add a record field).
 """
 
 from __future__ import annotations

@@ -1,56 +1,15 @@
 """``pytest-ipu compare``: saved runs side by side, every metric with its ratio to the first run.
 
-Benchmarks are paired by pytest's full name (``fullname``) across the runs; the first run is the
-baseline. For each pair, one row per metric: the latency percentiles, throughput, compile and
-first-call time and the energy figures of the pytest-ipu record; pytest-benchmark's own time
-statistics (``time.min`` ... ``time.max``) only for a benchmark that some run has without a
-record (a plain pytest-benchmark file), since a record's latency figures are the same rounds'.
-Rows are grouped by benchmark group and sorted by the test's parameters (batch size first), so
-backends sit side by side.
+Benchmarks pair by ``fullname``, rows grouped and sorted so that backends sit side by side. Each later
+run's change gets a verdict (``Line.verdict``, by ``judge``: ``not tested``, ``same``, ``better`` /
+``worse``, ``within noise``, decided in that order) from the gates' variance estimate
+(``decide.evidence``), its two-sided ``1 - ALPHA`` interval (``Line.interval``) against the
+``SAME_WITHIN`` band; ``pytest-ipu ab``'s change column uses the same ``judge``. ``--gate`` runs
+``decide.GateRunner`` with the last run as the candidate and every run before it as its history, all
+verdicts one job (``family``, ``job_summary``). This module finds the comparison and its ``notes``;
+``report/compare.py`` writes it as a terminal table, markdown or CSV.
 
-Each later run's change against the first gets a verdict (``Line.verdict``, by ``judge``), from
-the variance estimate the gates use (``decide.evidence``): the spread of three or more runs before
-it (the change then measured against their geometric mean), else of the repeats of both sides
-(``--ipu-repeats``). On that estimate, a two-sided t test of "no change" gives p, and the same t
-distribution the two-sided ``1 - ALPHA`` interval of the change as a ratio (``Line.interval``). In
-this order:
-
-- ``not tested``: there is no variance estimate (one repeat a side and fewer than three runs
-  before it, or a metric measured once per benchmark such as compile time): the change is shown,
-  and nothing is claimed about it, however small it is;
-- ``same``: the interval lies wholly within ``+/- SAME_WITHIN`` (1 %) of no change: the evidence
-  shows the two equivalent (the confidence-interval form of Schuirmann's two one-sided tests, TOST,
-  each at ``ALPHA / 2`` since the interval is the two-sided one). A change the test finds
-  significant whose interval is inside the band is still ``same``: real perhaps, too small to matter;
-- ``better`` / ``worse`` (each metric knows its better direction): the test gives p < ``ALPHA``
-  (the interval excludes no change), whatever the size of the change: a change under 1 % whose
-  interval reaches past the band is not shown to be equivalent, and the test says which way it went;
-- ``within noise``: p >= ``ALPHA``: the spread covers the change. A change under 1 % whose interval
-  is wider than the band is this, not ``same``: the evidence cannot tell it from a larger one.
-
-The size of the change alone never makes a verdict: a change of 0.5 % with an interval of
--15 %..+16 % is ``within noise``. ``pytest-ipu ab``'s change column uses the same rule (``judge``) on
-its paired interval and p.
-
-This module finds the comparison and what to say beside it (``notes``); ``report/compare.py`` writes
-it as a terminal table, markdown (for CI step summaries) or CSV.
-
-``--gate`` expressions (see ``gates``) are checked by the same runner as the plugin's gates
-(``decide.GateRunner``): the last run is the candidate, and every run before it is its history,
-the newest of them its baseline (as ``--ipu-baseline`` with several runs). The earlier runs are
-never judged against each other: noise among a main branch's own runs is their spread, the
-evidence, not a verdict. So with four or more files the last run has ``decide.HISTORY_MIN`` (3) or
-more runs before it, and its gates are decided by the run-to-run test against their drift
-(docs/ci.md). With two or three files there is too little history: the spread between the repeats
-of the last run's and its baseline's records decides, and without repeats (one repeat a side, or a
-plain pytest-benchmark benchmark, which has one value per run) the verdict is INCONCLUSIVE.
-Benchmarks of pytest-benchmark's own fixture are gated from its statistics (``plain``), under the
-metrics' names or pytest-benchmark's (``time.median`` is ``latency.p50``).
-All the verdicts of one comparison are one job: a FAIL counts only when it is beyond the threshold
-at the job's family-wise level too (``family``: Holm's step-down at ``--job-alpha``, 1 % by
-default), else it is INCONCLUSIVE, saying so. The gate lines are the job's summary on one screen
-(``job_summary``; ``--verbose`` lists every verdict that is not a PASS).
-A FAIL makes the exit code 1, an INCONCLUSIVE verdict (and no FAIL) 3, bad input 2.
+The rule is documented in docs/ci.md (section "Comparing saved runs").
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """Counts of each call's work (the IPU's cycles, the host's user-space instructions), as a record
 keeps them.
 
-A count is a number of events per call (one step: a PopART ``run``, one PopTorch call; for the host,
-one timed round), read in every repeat and kept under the record's ``counts`` (and each repeat's),
-keyed by the metric it feeds (``ipu_cycles``, ``host_instructions``). ``CountRecord`` is one
-repeat's reading, or why there is none; ``pool`` joins the repeats' readings into the record's.
-``catalog.counted`` declares a metric that reads one: the one place a count per call in each repeat
-becomes a gated metric. A count is read one of two ways: call by call (the device's cycles, in the
-counting pass after the timed rounds: ``run.counting``; a group of instances in threads counts
-through ``placement.plan.group_counters``), or once over a window of calls (the host's instructions,
-over the timed window: ``measure.instructions``), which ``over_window`` keeps with its total and
-calls.
+``CountRecord`` is one repeat's reading under ``counts[metric]``, or why there is none; ``pool`` joins
+the repeats'; ``catalog.counted`` declares the metric a count feeds. A count is read call by call (the
+device's cycles: ``run.counting``; instances in threads through ``placement.plan.group_counters``) or
+once over the timed window (the host's instructions: ``measure.instructions``, kept by ``over_window``).
+
+Documented in docs/numbers.md (sections "IPU cycles (ipu_cycles)" and "Host instructions
+(host_instructions)") and docs/architecture.md (section "Questions a newcomer asks").
 """
 
 from __future__ import annotations

@@ -2,82 +2,16 @@
 against its baseline (``GateRunner``); used alike by the pytest plugin and ``pytest-ipu compare``
 (``pytest-ipu ab`` decides its paired runs by the same ``judge``).
 
-Three verdicts
---------------
-Every gate ends in one of three verdicts, and only evidence makes a PASS:
+``judge_exact`` decides an exact count (``catalog.Metric.exact``) first; else ``evidence`` takes
+``HISTORY_MIN`` baseline runs (``history``), else repeats widened by ``drift``; an absolute gate needs
+two or more current repeats. ``ALPHA`` is the rule's alpha; ``p_fail`` feeds the job's rule (``family``).
+``GateRunner`` reads a benchmark as ``gated.Gated`` (a record, or ``plain``) with its ``effective_gates``,
+compares it with the baseline run's benchmark of the same full name, and lists one absent there in
+``missing``, one from another device in ``notes``; ``level_shift.check`` runs it, then takes back the
+verdicts a level shift of the machine could explain.
 
-- **PASS**: the evidence shows, at confidence ``1 - alpha``, that the change is *not worse* than the
-  threshold (non-inferiority): the whole one-sided interval of the change lies on the good side of
-  the threshold;
-- **FAIL**: it shows the change *is* worse than the threshold: the whole interval lies beyond it;
-- **INCONCLUSIVE**: the interval straddles the threshold, or there is no variance estimate at all.
-  The verdict then says which changes this evidence could have decided and what would decide it.
-
-This is the confidence-interval form of two one-sided tests (Schuirmann's TOST, as used for
-equivalence and non-inferiority): with ``w`` the estimated change in the worse direction (log
-scale, ``log(current / baseline)`` for a lower-is-better metric, its negative for throughput),
-``s`` its standard error, ``q = t_{1-alpha, df}`` and ``m`` the threshold's log (``log(1 + t)``, or
-``-log(1 - t)`` for a higher-is-better metric), the verdict is FAIL when ``w - q s > m``, PASS when
-``w + q s < m``, INCONCLUSIVE otherwise. A wrong FAIL (the true change within the threshold) and a
-wrong PASS (the true change beyond it) each have probability at most ``alpha`` (``ALPHA`` = 5 %),
-whatever the noise: more noise makes more INCONCLUSIVE verdicts, never more passes. A job of many
-gates bounds its wrong FAILs over all of them (``family``, on each verdict's ``p_fail``).
-
-The evidence, in order:
-
-- **Baseline runs** (``HISTORY_MIN`` = 3 or more, ``history``): this run's value (log scale)
-  against the baseline runs' mean, their spread between whole runs as the noise
-  (``s = sd * sqrt(1 + 1/k)``, ``k - 1`` degrees of freedom). Whole runs carry every source of
-  drift between runs, so nothing is added.
-- **Repeats** (two or more on either side, ``--ipu-repeats``): the difference of the sides' mean
-  log repeat values, the spread between repeats pooled over both sides. Repeats of one run share
-  its machine state, so their spread underestimates how much two whole runs differ: the interval
-  is widened on both sides by the run-to-run drift allowance ``drift`` (``--ipu-drift``, 5 % by
-  default), and the verdict says its noise estimate is within-run. A change within the allowance
-  of the threshold is INCONCLUSIVE however many repeats there are: give three or more baseline
-  runs for their measured drift instead.
-- **Neither**: INCONCLUSIVE ("no variance estimate").
-
-A count that repeats exactly (``catalog.Metric.exact``: the IPU's cycles per call, a property of
-the compiled program) comes first, by the **exact rule** (``judge_exact``): where each side has two
-or more repeats and every value on a side is the same, the change is the counts' ratio, known
-rather than estimated, and the verdict is FAIL beyond the threshold, PASS otherwise. There is no
-spread, so no t quantile and no drift allowance: the machine's drift moves time, not the count of
-a program's cycles, and a 1 % gate decides from ``--ipu-repeats=2`` in one run. One repeat per side
-shows nothing about repeatability (no verdict from it); counts that differ between repeats go to
-the ordinary rule, whose zero-spread cases are decided by which side of the threshold the change
-lies on, never by a division by zero.
-
-An absolute gate (``latency.p99<2ms``, ``throughput>2500/s``) follows the same rule on the interval
-of the value itself: the ``1 - alpha`` one-sided bounds of the geometric mean of the current
-run's repeats (``df = n - 1``) against the bound. With one repeat, or a metric measured once per
-benchmark (energy, compile time), there is no interval: INCONCLUSIVE.
-
-A value the current record lacks FAILs any gate, with the record's reason (for power, why it was
-not measured): what the gate asks for was not delivered. A value the baseline lacks makes the
-gate INCONCLUSIVE: there is nothing to compare with; so does a baseline whose value follows another
-definition of the metric (``catalog.Metric.unlike``: a throughput of the window against one of the
-median round), "unlike figures".
-
-``GateRunner`` judges the benchmarks' figures alone; ``level_shift.check`` runs it and then takes
-back the verdicts that a level shift of the machine since the baselines' time could explain.
-
-Energy, power, compile and first-call times are measured once per benchmark, not per repeat:
-only baseline runs can give them a spread. ``benchmarks/test_gate_accuracy.py`` measures the
-rates this rule gives on a loaded machine; docs/ci.md has the rule, a worked example and the figures.
-
-Every gate of a run
--------------------
-``GateRunner`` checks a run's benchmarks (``records.Measured``) against baseline runs. Each
-benchmark gets the run's gates, except where its own gates (its marker's) name the same metric
-(``effective_gates``). Its relative gates compare it with the benchmark of the same full name in
-the baseline run, its history is that benchmark's value of the gated metric in every baseline run
-that has it. A benchmark is read as ``gated.Gated``: its pytest-ipu record, or what pytest-benchmark
-kept of a benchmark of its own fixture (``plain``), which has one value per run (a verdict without
-three baseline runs names that as its cause). A benchmark with relative gates but no counterpart in
-the baseline (or only a partial entry there) gets a line in ``missing`` instead of verdicts for
-them; a counterpart that ran on another device (by device name, where both know it) gets a line in
-``notes``.
+The rule is documented in docs/ci.md (sections "Three verdicts", "The evidence: which noise" and
+"The baseline").
 """
 
 from __future__ import annotations

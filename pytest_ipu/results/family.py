@@ -1,37 +1,14 @@
 """The job's verdict: every gate of a CI job as one family, so that unchanged code rarely FAILs it.
 
-A job checks many gates (69 benchmarks with two gates each is 138 checks). Each gate's own rule
-(``decide``) FAILs a change within its threshold at most ``alpha`` (5 %) of the time; over 138
-independent checks some gate would FAIL in all but ``0.95 ** 138`` (under 0.1 %) of the jobs. The
-job's verdict bounds the chance of *any* wrong FAIL instead.
+Each gate's FAIL is a one-sided test whose p is ``Verdict.p_fail`` (``decide.p_fail``); Holm's
+step-down over the job's tests at ``JOB_ALPHA`` keeps a FAIL only where it rejects (it rejects all
+that Bonferroni would, and more), else makes it INCONCLUSIVE. ``size`` may exceed the tests at hand:
+with ``K`` at least the whole family, the first wrongly rejected test of any part has at most
+``K - m0`` rejections before it (``m0`` the tests within their threshold), so its p is at most
+``job_alpha / m0``, the step of Holm's own proof; with ``K`` fixed, adding tests never undoes a
+rejection. So the in-run gate decides each benchmark as it is published, ``pytest-ipu ab`` each look.
 
-The rule
---------
-Each gate's FAIL is a one-sided test of "the change is within the threshold", whose p is
-``Verdict.p_fail`` (``decide.p_fail``: the same estimate, scale and degrees of freedom as the
-verdict's interval; the gate FAILs on its own exactly when it is below ``alpha``). Over the job's
-``K`` tests, Holm's step-down (S. Holm, "A simple sequentially rejective multiple test procedure",
-Scandinavian Journal of Statistics 6(2), 1979, pp. 65-70): sort the p's, ``p(1) <= ... <= p(K)``;
-reject ``p(i)`` while ``p(i) <= job_alpha / (K - i + 1)``, and stop at the first that is not. The
-chance that a gate whose true change is within its threshold FAILs the job is then at most
-``job_alpha`` (``JOB_ALPHA``, 1 %), whatever the dependence between the gates (benchmarks that
-share a machine share its noise), and Holm rejects everything Bonferroni (``job_alpha / K`` each)
-would, and more.
-
-A gate FAILs the job when its own rule FAILs *and* Holm rejects its test. A FAIL of the gate's own
-rule that Holm does not reject becomes INCONCLUSIVE, saying so ("not beyond the threshold at the
-job's 1% family-wise level"). PASS and INCONCLUSIVE verdicts are left as they are: a PASS keeps its
-per-gate guarantee (a wrong PASS at most ``alpha`` per gate). A FAIL that is no test (the current
-record lacks the value) stays a FAIL: what the gate asks for was not delivered.
-
-The family's size
------------------
-``size`` may exceed the tests at hand: Holm's rule with ``K`` at least the whole family, applied to
-any part of it, keeps the bound (the first wrongly rejected test of the part has at most ``K - m0``
-rejections before it, ``m0`` the tests whose change is within the threshold, so its p is at most
-``job_alpha / m0``: the step of Holm's own proof), and with ``K`` fixed, adding tests never undoes
-a rejection. So the in-run gate can decide each benchmark's test as it is published, with ``K`` the
-gate checks planned when the tests were collected, and ``pytest-ipu ab`` each of its looks.
+The rule is documented in docs/ci.md (section "The job's verdict").
 """
 
 from __future__ import annotations

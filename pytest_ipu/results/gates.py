@@ -1,40 +1,22 @@
 """Performance gates: a threshold on one metric, parsed from text and checked against records (pure).
 
-Grammar
--------
-One expression is used on the command line (``--ipu-gate``, repeatable), in the ini file and in
-the marker::
+One expression for the command line (``--ipu-gate``, repeatable), the ini file and the marker::
 
     gate     := metric ":" sign number "%"        relative to the baseline
               | metric ("<" | ">") number unit     absolute bound
-    metric   := a name of ``pytest_ipu.results.catalog.METRICS``, the registry of metrics
-                (docs/ci.md lists them with their units), or one of its ``ALIASES``
-                (pytest-benchmark's ``time.median`` is ``latency.p50``: the gate is on that metric)
+    metric   := a name of ``pytest_ipu.results.catalog.METRICS``, the registry of metrics, or one
+                of its ``ALIASES`` (``time.median`` is ``latency.p50``: the gate is on that metric)
     sign     := "+" for a metric that is better lower, "-" for one that is better higher
     number   := digits with an optional fraction and exponent (2, 2.5, .5, 2e-3)
 
-Spaces between the parts are allowed. Examples: ``throughput:-5%`` fails when throughput drops by
-more than 5%; ``latency.p99:+10%`` when p99 rises by more than 10%; ``latency.p99<2ms``,
-``throughput>2500/s``, ``power<300W``, ``energy_per_item<0.5J`` and ``items_per_j>9.5`` bound the
-current value itself.
+Spaces between the parts are allowed. A percentage is above 0 and below 1000 (below 100 for a drop).
+The unit is read by ``pytest_ipu.measure.units``: a bare number only where the unit has no prefixes
+to confuse (its ``bare``). ``<`` needs a bound above 0, since no metric is negative; ``<=``, ``>=``
+and ``=`` are refused: a bound is strict. Each form is one anchored regular expression (``_RELATIVE``,
+``_ABSOLUTE``) whose parts after the separator are optional, so that ``GateError``'s one line can name
+the first part missing or wrong, its column (counted from 1) and the fix. ``decide`` decides a gate.
 
-A relative threshold's sign must be the metric's worse direction (a rise for latency, a drop for
-throughput), and the percentage must be more than 0 and less than 1000 (less than 100 for a drop,
-since nothing drops by 100% or more). Units: ``s``, ``ms``, ``us`` (or ``µs``) and ``ns`` for
-times (latency, compile, first_call); ``/s`` or ``items/s`` for throughput; ``J``, ``mJ`` and
-``kJ`` for energy and energy_per_item; ``W``, ``mW`` and ``kW`` for power; ``/J`` or ``items/J``
-for items_per_j (the registry of units is ``pytest_ipu.measure.units``). A bare number is
-accepted only for throughput and items_per_j, whose unit has no prefixes to confuse; times,
-energies and powers need their unit (``latency.p99<2`` is an error). An absolute bound may use
-``<`` or ``>`` on any metric; ``<`` needs a bound above 0, since no metric is negative. ``<=``,
-``>=`` and ``=`` are not accepted: a bound is strict. A bad expression raises ``GateError`` with
-one line: the expression, the bad part and its column (counted from 1), and the fix.
-
-Each form is one anchored regular expression (``_RELATIVE``, ``_ABSOLUTE``) whose parts after the
-separator are optional, so that the message can name the first part that is missing or wrong; the
-unit is read by ``pytest_ipu.measure.units``.
-
-How a gate is decided is in ``pytest_ipu.results.decide``.
+Documented in docs/ci.md (section "Gate expressions", with the metrics and their units).
 """
 
 from __future__ import annotations

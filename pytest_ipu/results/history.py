@@ -1,40 +1,16 @@
 """Saved runs as series across commits: one per benchmark, metric and machine.
 
-pytest-benchmark's storage (``--benchmark-storage``, ``.benchmarks`` by default) keeps every
-``--benchmark-autosave`` run as ``<storage>/<machine id>/NNNN_<commit>_<date>.json``, each with
-its ``commit_info`` (``id``, ``time``: the commit's ISO time, ``dirty``) and the run's
-``datetime``. ``find_runs`` lists the run files of storage folders (machine folders and all) and
-of files given by path (or by saved-run id and glob, the ``storage`` rule); ``load`` reads them
-(``benchmark_json``, the one reader of the format) and builds the series:
+``find_runs`` lists the run files of storage folders and of files given by path, id or glob (the
+``storage`` rule); ``load`` reads them through ``benchmark_json`` (the one reader of the format) and
+builds the series. A metric is read as ``compare`` reads it (``compare.RECORD_METRICS``, the registry
+``catalog.METRICS``): by default ``DEFAULT_METRICS``, ``metrics`` names others (``ALL``: every one).
+A value no measurement can have is left out by the readers' one rule (``schema.call_time_problem``,
+``impossible``). What stayed out is kept as ``History.left_out`` beside each machine's newest run
+(``History.newest``), so that a CI check can tell that the run it must judge is not in the series; a
+run with uncommitted changes marks its point (``Point.dirty``).
 
-- The machine of a run is pytest-benchmark's machine id, ``<system>-<implementation>-<major.minor>-
-  <bits>bit``, from its ``machine_info``. Only the machines asked for are kept (globs allowed);
-  by default this machine's, where pytest-benchmark's autosave puts this machine's runs.
-- A run without a commit id (``unknown``, ``unversioned``: not in a repository) cannot be placed
-  on the commit axis and stays out, with a note.
-- Points are ordered by the commit's time (``commit_info.time``; the author's time, then the run's
-  own time, where absent), then by the time of the commit's first run: commits made within the
-  same second keep the order in which they were measured. A commit is one point holding every
-  run's value (each run is evidence of its own to the change point search); its shown value is
-  the median of the runs', its spread their minimum and maximum.
-- A metric is read as ``compare`` reads it (``compare.RECORD_METRICS``, the registry
-  ``catalog.METRICS``; pytest-benchmark's own ``time.*`` statistics only for a benchmark that no
-  run has a pytest-ipu record of). By default each benchmark has one series, of the metric a gate
-  would use (``DEFAULT_METRICS``: throughput for a record, ``time.median`` for a plain one);
-  ``metrics`` names others (``ALL``: every one). Metrics of one benchmark that hold the same numbers
-  at every run (a single round: min = median = mean = max) are one series, named by all of them.
-  A benchmark's entry without a record in a run where other runs
-  of the benchmark have one is a partial entry (pytest-benchmark saves an interrupted run's
-  benchmarks without our records): it stays out of every series, with a note.
-- A value no measurement can have (not finite; a time no timed call can take, by the readers' one
-  rule, ``schema.call_time_problem``; another metric 0 or below: ``impossible``) stays out with a
-  note naming the file, the benchmark and the value.
-- What stayed out is kept as ``History.left_out`` (file and reason) beside each machine's newest run
-  (``History.newest``, by pytest-benchmark's run counter in the file name, then the file's time), so
-  that a CI check can tell that the run it was asked to judge is not in the series.
-- A run recorded from a work tree with uncommitted changes (``commit_info.dirty``) measured its
-  commit plus those changes: it stays in, and its point is marked dirty (``Point.dirty``), so that
-  a change found there is not blamed on the commit without saying so; a note counts such runs.
+The rules are documented in docs/ci.md (section "History across commits: pytest-ipu history", its
+"The series" paragraph).
 """
 
 from __future__ import annotations

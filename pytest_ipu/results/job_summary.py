@@ -1,19 +1,11 @@
 """The job's gate summary on one screen: every FAIL, then each undecided benchmark once, the rest folded.
 
-After the counts line (the caller's), the lines are:
+After the caller's counts line: every FAIL's line; one line per benchmark with an INCONCLUSIVE verdict
+(metrics that say the same grouped, each group's cause from ``Verdict.noise``, said once where what is
+missing names it already); past ``MAX_LINES``, one line that folds the rest. ``verbose`` lists every
+verdict's own line instead; the run's JSON keeps every verdict (``pytest_ipu.gates``).
 
-1. every FAIL verdict's line (the benchmark and gate a regression was found in);
-2. one line per benchmark with an INCONCLUSIVE verdict, not one per gate: its undecided metrics,
-   grouped where they say the same (``latency.p50`` and ``latency.mean`` of a one-round benchmark
-   hold the same number and the same noise), each group with the cause (``Verdict.noise``: ``one
-   value per run``, ``one repeat``, ``spread 12.0% between runs``; or that it FAILed its own gate
-   but not at the job's family-wise level) and the smallest threshold this evidence decides (the
-   far end of its interval: a threshold past it would PASS), the cause said once where what is
-   missing names it already;
-3. past ``MAX_LINES`` lines, one line that folds the rest ("and 40 more INCONCLUSIVE benchmarks").
-
-``verbose`` lists every verdict's own line instead (passes too, where asked). The run's JSON keeps
-every verdict whatever is shown (``pytest_ipu.gates``).
+Documented in docs/ci.md (section "The job's summary on one screen").
 """
 
 from __future__ import annotations

@@ -1,47 +1,14 @@
 """A stored-baseline gate never turns a level shift of the machine into a verdict.
 
-Baselines measured while the machine was busier (or quieter) than it is now make every benchmark
-look faster (or slower), and no spread of the baselines covers that: their runs were all measured
-in the other state. Each run samples its machine's speed with a fixed reference workload
-(``measure.machine_speed``); this module compares the candidate run's samples with its baselines'
-and, when the machine moved, takes back the verdicts the move could explain.
+This module compares the candidate run's samples of its machine's speed (``measure.machine_speed``)
+with its baselines', by the gates' own evidence rule (``decide.evidence``) on the shift
+``log(level now / level then)`` (positive when the machine ran slower now), and takes back the
+verdicts the shift could explain: a verdict's interval is moved by the largest shift the samples
+allow (the far end of the shift's interval, less the drift allowance). Absolute gates, INCONCLUSIVE
+verdicts and gates on exact counts are never touched.
 
-The rule
---------
-The shift is estimated on the log scale of the samples' levels (``log(level now / level then)``,
-positive when the machine ran slower now) with the gates' own evidence rule (``decide.evidence``):
-
-- ``decide.HISTORY_MIN`` (3) or more baseline runs with samples: this run's level (the geometric
-  mean of its samples) against the baseline runs' levels, their spread between runs as the noise
-  (``s = sd * sqrt(1 + 1/k)``, ``k - 1`` degrees of freedom): a shift is a level outside what the
-  baseline runs themselves vary by;
-- fewer: the samples of this run against every sample of the baselines (pooled spread between
-  samples), and a shift must exceed the run-to-run drift allowance (``--ipu-drift``) that a gate
-  on repeats already widens its interval by.
-
-The machine *moved* when the ``1 - 2 alpha`` interval of the shift lies wholly beyond that
-allowance (alpha is the gates', 5 %): on a steady machine that happens with probability at most
-``alpha`` in each direction.
-
-A moved machine changes only the verdicts it could explain, in the direction it explains them
-(both latency and throughput get worse on a slower machine):
-
-- machine **slower** now: a FAIL becomes INCONCLUSIVE unless its interval, moved back by the
-  largest slowdown the samples allow (the upper end of the shift's interval, less the allowance),
-  still lies beyond the threshold. A PASS stands: the code was shown within the threshold on a
-  slower machine.
-- machine **faster** now: a PASS becomes INCONCLUSIVE unless its interval, moved by the largest
-  speed-up the samples allow, still lies within the threshold. A FAIL stands.
-
-So a real regression far past its threshold still FAILs on a machine a little slower, and on a
-steady machine no verdict changes: nothing here lowers a FAIL rate there beyond the shift test's
-own ``alpha`` on FAILs within a shift's reach of the threshold. Absolute gates, INCONCLUSIVE
-verdicts and gates on exact counts (``ipu_cycles``, which the machine's speed does not move) are
-not touched; ``pytest-ipu ab`` pairs runs in one job and needs none of this.
-
-Runs whose files hold no samples (written before they were kept, or by pytest-benchmark alone),
-or whose workload differs, are left out; with none left the verdicts stand, with a note that a
-level shift could not be looked for.
+The rule is documented in docs/ci.md (section "Level shifts of the machine"); the samples in
+docs/json-schema.md (section "machine_speed").
 """
 
 from __future__ import annotations

@@ -2,18 +2,12 @@
 gate reads it: from what pytest-benchmark keeps of it, its time statistics of the run's rounds and,
 where kept, its per-round data.
 
-Which metrics it has is the registry's (``catalog.Metric.plain``): ``latency.min``, ``latency.p50``
-(its median), ``latency.mean`` and ``latency.max`` from its statistics; ``latency.p90`` and
-``latency.p99`` from its per-round data (``stats.data``: in ``--benchmark-json`` files, and in saved
-runs with ``--benchmark-save-data``); ``throughput`` as calls per second over the median round
-(``1 / median``).
-It has one value per run for each: pytest-benchmark has no independent repeats, so only baseline
-runs give a gate its noise (``no_repeats``). What it cannot give (CPU time, energy, compile time) is
-named by ``why_missing``, which a verdict quotes.
+Its metrics are the registry's (``catalog.Metric.plain``), one value per run each (``no_repeats``);
+``why_missing`` names what it cannot give, which a verdict quotes. An entry a pytest-ipu fixture began
+and never finished (``StoredBenchmark.pending``) is partial, not plain: no gate reads it.
 
-A run's entry is read as a plain benchmark when it has no pytest-ipu record and no pytest-ipu
-fixture began measuring it (``StoredBenchmark.pending``): an entry a pytest-ipu fixture began and
-never finished (its test stopped before the record was written) is partial, and no gate reads it.
+The mapping is documented in docs/ci.md (section "A plain pytest-benchmark suite"); the partial entry
+in docs/json-schema.md (section "benchmarks[].extra_info["ipu_pending"]").
 """
 
 from __future__ import annotations

@@ -1,29 +1,15 @@
 """Published reference points: figures measured elsewhere that a report shows beside measured ones.
 
-``pytest-ipu report --references FILE`` reads them from a small TOML file of ``[[reference]]``
-tables, one per published figure::
+``pytest-ipu report --references FILE`` reads a TOML file of ``[[reference]]`` tables; every key is
+required and no other key is allowed. ``benchmark`` matches a benchmark's name or group (a substring,
+any case); ``metric`` is one of the registry's (``catalog.METRICS``) that a report headline shows
+(``METRICS``); ``value`` is a positive number in its SI unit or a string with one of its units: ``s``,
+``min`` or ``h`` (``time_to_train``), ``items/s`` (``throughput``), ``s``, ``ms`` or ``us``
+(``latency.p50``), ``items/J`` or its equal ``items/s/W`` (``items_per_j``). Every entry is checked as
+the file is read, before anything is drawn (``ReferenceError``, one line). Pure: the standard library
+only (its TOML parser, ``tomli`` before Python 3.11: ``backports.toml``).
 
-    [[reference]]
-    benchmark = "resnet50"      # matched against the benchmark's name or group (substring, any case)
-    metric = "time_to_train"    # or "throughput", "latency.p50", "items_per_j"
-    devices = 16                # the devices the published figure ran on (the x axis of the scaling views)
-    value = "28.33 min"         # a number in SI units or a string with a unit
-    label = "IPU-POD16"         # the legend says "published: IPU-POD16"
-    source = "MLPerf Training v1.0, Graphcore"   # required: where the figure was published
-
-Every key is required and no other key is allowed. ``metric`` is a metric of the registry
-(``catalog.METRICS``) that a report headline shows (``METRICS``): ``time_to_train`` (seconds;
-``s``, ``min`` or ``h``), ``throughput`` (items per second; ``items/s``), ``latency.p50`` (seconds;
-``s``, ``ms`` or ``us``: the report sets it beside the lowest p50 a study measured, the published
-"minimum latency") and ``items_per_j`` (items per joule; ``items/J`` or its equal ``items/s/W``).
-``value`` is a positive number in the metric's SI unit or a string of a number and one of those
-units. A reference is never measured data: the report keeps it out of the measured tables, draws
-it with its own marker and labels it with its source.
-
-Every entry is checked when the file is read, before anything is drawn: a bad one raises
-``ReferenceError`` with one line naming the file, the entry, the key, the value and the fix.
-
-Pure: the standard library only (its TOML parser, ``tomli`` before Python 3.11: ``backports.toml``).
+Documented in docs/training.md (section "Report") and docs/ci.md (section "Reports").
 """
 
 from __future__ import annotations

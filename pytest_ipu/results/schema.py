@@ -1,50 +1,16 @@
 """The versioned JSON contract of pytest-ipu's namespace, ``extra_info["ipu"]``, and its metrics.
 
-Every stored number is in SI units with the unit in the key (``_s``, ``_per_s``); display code
-scales. Version history (additive changes only within a version):
+``to_json`` writes a typed ``IpuRecord`` and ``from_json`` reads a record of any version this code knows
+back into one, both through ``codec`` (each field's type, and what older files lack, declared beside
+the field in ``records`` and its parts' modules); this module adds the version and the checks of a
+whole record (a throughput its window and items can hold, a pooled throughput within its repeats').
+The metrics (``METRICS``) are ``catalog``'s. A version-1 record reads as one repeat
+(``IpuRecord.repeat_values`` gives its own value). Version 1 grew, in turn: ``compile_phases_s``,
+``compile_info``, ``parity`` and ``power``; ``simulator``, ``placement``, ``instances`` and
+``device_latency``; power's ``low_confidence`` (older: from the meter's warning, "low confidence ...").
 
-- 1: target, backend, device, precision, io, batch and round counts, latency summary with
-  unsupported percentiles, timed window, throughput, compile and first-call times; then (additive)
-  compile_phases_s, compile_info, parity and power; then (additive) simulator, placement,
-  instances (per-instance latency when several run concurrently) and device_latency; then
-  (additive) the power object's ``low_confidence`` flag. A record written before the flag has it
-  derived from the meter's warning, which started with "low confidence" (``from_json``).
-- 2: a benchmark is measured in independent repeats. ``repeats`` (each repeat's rounds, window,
-  latency summary, throughput, how its rounds ended and in which process), ``budget`` (the window
-  against its time budget and hard cap), ``stability`` (the spread between repeats, ``unstable``)
-  and ``contention`` (other processes' share of the CPU during the windows, ``contended``). The
-  top-level figures pool the repeats. A version-1 record reads as one repeat without these parts
-  (``IpuRecord.repeat_values`` gives its own value); it is written back as version 2. Then
-  (additive) ``cpu``, of the record and of each repeat: CPU time beside the wall time (per round,
-  of the process and of the timing thread; their totals; the timing thread's off-CPU share). A
-  record written before it reads with ``cpu`` null, and the ``cpu_time`` metric has no value there.
-  Then (additive) the power object's ``scope`` (``ipus``, ``board``, or the devices' own; derived
-  from its devices, as it was written) and each power device's ``ipus`` and ``unused_ipus`` (the
-  IPUs a reading covers, and which of them the benchmark did not use); older devices read with none.
-  Then (additive) within ``cpu``: ``workers`` and ``workers_total_s`` (the instance worker processes
-  whose CPU time the process figures now count; ``cpu`` is no longer null for instances in worker
-  processes), ``host_per_item_s`` and ``host_cores`` (the host cost: the ``host_cpu_per_item`` and
-  ``host_cores`` metrics). A ``cpu`` written before them reads with no workers and the host cost
-  null, and those metrics have no value there. Then (additive) a LoadGen record's ``cpu``: its run's
-  host cost (``process_total_s``, ``workers``, ``workers_total_s``, ``host_per_item_s``,
-  ``host_cores``), with ``process_s``, ``thread_s``, ``thread_total_s`` and ``off_cpu_share`` null
-  (no rounds); it was null before. Then (additive) ``host_instructions``, of the record
-  and of each repeat: the user-space instructions of the benchmark's processes per call over the
-  timed windows (``available``, ``per_call``, ``total``, ``calls``, ``read``, ``processes``,
-  ``threads``, ``reason``). Then (additive) ``counts``, of the record and of each repeat: the counts
-  of a call's work, by the metric each feeds (``ipu_cycles``: cycles per call, each counting call's
-  read, the clock and the device time they mean, or why nothing was counted; ``host_instructions``:
-  the window's ``total`` over its ``calls``, with the ``scope`` counted, or why not). Absent where
-  none was read; a record written before it reads with no counts, and those metrics have no value
-  there, but for a ``host_instructions`` object, which reads as ``counts["host_instructions"]``
-  (the host's instructions are written there now).
-
-The metrics (``METRICS``: name, place in this JSON, unit) are defined in ``catalog``. ``to_json``
-writes a typed ``IpuRecord`` and ``from_json`` reads any record of a version this code knows back
-into one, both through the record codec (``codec``: each field, its type and what older files lack
-declared beside the field, in ``records`` and the modules of its parts); this module adds the
-version and the checks of a whole record (a throughput its window and items can hold, a pooled
-throughput within its repeats').
+Documented in docs/json-schema.md (the key table of ``benchmarks[].extra_info["ipu"]``, and section
+"Compatibility") and docs/record.md.
 """
 
 from __future__ import annotations

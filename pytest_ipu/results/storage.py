@@ -1,24 +1,12 @@
 """Runs named the way ``pytest-benchmark compare`` names them: paths, saved-run ids and globs.
 
-pytest-benchmark saves a run (``--benchmark-save``, ``--benchmark-autosave``) as
-``<storage>/<machine-id>/NNNN_<name>.json``, e.g.
-``.benchmarks/Linux-CPython-3.11-64bit/0001_7941f9a_20261201_113428.json``. ``resolve`` turns each
-argument into run files by the rule of pytest-benchmark's own ``compare``:
+``resolve`` turns each argument into run files by pytest-benchmark's own rule: an existing file is
+that file; otherwise it is ``FILE-GLOB`` or ``MACHINE-GLOB/FILE-GLOB`` in the storage, a trailing ``*``
+dropped and ``*.json`` appended (an argument ending in ``.json`` names the file exactly), in every
+machine folder (or the one named) and in the storage folder itself. Where pytest-benchmark loads
+whatever matches, this module refuses what would mislead (``RunLookupError``).
 
-- an existing file is that file;
-- otherwise the argument is ``FILE-GLOB`` or ``MACHINE-GLOB/FILE-GLOB`` inside the storage: a
-  trailing ``*`` is dropped and ``*.json`` appended, so ``0001`` finds ``0001_*.json`` and
-  ``0001_abc`` finds ``0001_abc*.json``, in every machine folder (or the one named) and in the
-  storage folder itself. An argument ending in ``.json`` names the file exactly.
-
-Matches come sorted by file name, then folder, as pytest-benchmark sorts them. Where it loads
-whatever matches, this module refuses what would mislead: an argument that matches nothing, and
-an id without glob characters (``*``, ``?``, ``[``) that matches several runs (``0001`` in two
-machine folders), are a ``RunLookupError`` naming the argument, the storage and the fix. A glob may
-match several runs; it too must match one at least.
-
-The storage is a folder (``.benchmarks`` by default), also accepted in pytest-benchmark's URI form
-``file://./.benchmarks``; its other storages (elasticsearch) are refused with the reason.
+The rule is documented in docs/ci.md (section "Comparing saved runs", its "Runs" paragraph).
 """
 
 from __future__ import annotations

@@ -1,17 +1,14 @@
 """One benchmark, from a compiled model to its typed record.
 
-``measure`` times one repeat: it converts the inputs once, makes the first call and the warm-up
-rounds (untimed), calibrates the round time over a measurable stretch, runs the timed rounds
-inside the energy window of a power meter when there is one and inside a time box (the budget,
-and the hard cap), and computes latency, throughput, CPU time and, where the kernel has the
-hardware counter, the host's user-space instructions per call (docs/numbers.md defines them).
-``pool`` joins the repeats of one benchmark into its record: pooled figures, each repeat's
-summary, the spread between them. After the timed rounds, a counting pass (``run.counting``) reads
-the counts the device keeps of a call's work (the IPU's cycles). What only some compiled models
-have (instances, device counters, a training step) is each asked for with ``isinstance`` in one
-small function. Nothing here knows pytest: the ``ipu_benchmark`` fixture gathers the arguments and
-publishes what these return. The other records (LoadGen, time to train, untimed) are built in
-``run.records``.
+``measure`` times one repeat (the first call and warm-up untimed, calibration, the timed rounds inside
+a power meter's window and the time box, then the counting pass of ``run.counting``); ``pool`` joins a
+benchmark's repeats into its record. What only some compiled models have (instances, device counters,
+a training step) is each asked for with ``isinstance`` in one small function. Nothing here knows
+pytest: the ``ipu_benchmark`` fixture gathers the arguments and publishes what these return. The other
+records (LoadGen, time to train, untimed) are built in ``run.records``.
+
+Documented in docs/numbers.md (which defines the figures; sections "Warm-up and rounds" and "Repeats")
+and docs/architecture.md (section "Questions a newcomer asks": where is a record built).
 """
 
 from __future__ import annotations

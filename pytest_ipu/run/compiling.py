@@ -1,21 +1,16 @@
 """Compiling a test's model: the run's compile cache, placement, exclusive devices and parity.
 
-``CompileCache.compile`` is what ``ipu_compile`` does, without pytest: it compiles a model once per
-run for each backend, precision, set of options and placement (and, for backends that specialise on
-shapes, input shapes), times the compile (never inside a timed window), places several instances
-when the marker asks, and checks outputs against torch eager fp32 on request. A backend that holds
-its devices exclusively (``PlacedBackend.exclusive_device``, an IPU) first has the run's other cached
-models on such devices closed, except those of the current test.
-
-An entry keyed by the model object itself (no ``key=``) holds that model only through a weak
-reference: once nothing else references the model, no later call can pass it again, so the entry can
-never be hit and is released (its compiled model closed) at the end of the test
+``CompileCache.compile`` is what ``ipu_compile`` does, without pytest. A backend that holds its devices
+exclusively (``PlacedBackend.exclusive_device``, an IPU) first has the run's other cached models on
+such devices closed, except those of the current test. An entry keyed by the model object itself (no
+``key=``) holds that model only through a weak reference: once nothing else references it, the entry
+can never be hit and is released (its compiled model closed) at the end of the test
 (``release_unreachable``) or before another test's compile, never under the test that may still run
-it. Holding the model strongly, as the cache once did, kept every model of a sweep that builds one
-per parameter, and its compiled copy, until the run ended. A model that is a module-level or fixture
-object stays alive, and so does its entry: the repeats of a test and later tests still hit it. An
-entry with an explicit ``key=`` is kept for the run. A backend whose compiled model references the
-caller's model (rather than a copy, as the built-in ones make) keeps it alive, and so its entry.
+it; holding the model strongly, as the cache once did, kept every model of a sweep and its compiled
+copy until the run ended. A backend whose compiled model references the caller's model (rather than a
+copy, as the built-in ones make) keeps it alive, and so its entry.
+
+Documented in docs/fixtures.md (section "ipu_compile").
 """
 
 from __future__ import annotations

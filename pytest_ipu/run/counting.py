@@ -1,17 +1,12 @@
 """A repeat's counting pass: the counts a device keeps of each call's work, read outside the timed rounds.
 
-A read of the IPU's cycle counter runs a program of its own that copies the count to the host
-(PopART's ``cycleCountTensorToHost``): a device round trip. Read after every timed round it would
-land in the next round's time, so the counts are read in a pass of their own: after a repeat's
-timed rounds (and its energy window), ``COUNTING_CALLS`` more calls, untimed, each followed by a
-read of every counter. Every read is kept; the repeat's count is their median
-(``counts.measured``), and a count that repeats exactly gives the same number every time. The
-clock the count ticks at is read once, after the pass (it can drop under load).
+After a repeat's timed rounds (and its energy window), ``COUNTING_CALLS`` more calls, untimed, each
+followed by a read of every counter; the repeat's count is their median (``counts.measured``), and the
+clock is read once, after the pass. Where the SDK reads the counter in every call (PopTorch,
+``backends.ipu.cycles``), the record's ``method`` says so. A counter that is off gives its reason, a
+read that raises the SDK's message: nothing here is ever a zero.
 
-Where the SDK itself reads the counter in every call (PopTorch), the timed rounds hold those reads
-and the record's ``method`` says so (``backends.ipu.cycles``). A counter that is off gives its
-reason; one whose read raises gives the SDK's message; a model that keeps none gives nothing (the
-metric's reason then says so). Nothing here is ever a zero.
+Documented in docs/numbers.md (section "IPU cycles (ipu_cycles)").
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """One benchmark's time plan, made in one place: its budget, the hard cap, the lengthening of both
 for a power sensor, and each repeat's share of them.
 
-``--ipu-max-time`` (the budget) and ``--ipu-max-time-cap`` (the cap) are parsed by the options; the
-``ipu_benchmark`` fixture passes them here with the repeat count and the power sensor's shortest
-window, and hands the ``RoundsPolicy`` this returns to ``run.benchmark.measure``, whose time box
-(``measure.timing.TimeBox``) enforces it. Nothing else computes a budget or a cap.
+Nothing else computes a budget or a cap. A cap below its budget is an error naming both
+(``TimeCapError``), never raised to the budget: it would end every auto benchmark early without saying
+so. Imports nothing heavy: the options parse ``TimeCap`` at pytest's start-up.
 
-A cap below its budget would end every auto benchmark early without saying so: it is an error
-naming both (``TimeCapError``), never raised to the budget.
-
-Imports nothing heavy: the options parse ``TimeCap`` at pytest's start-up.
+Documented in docs/architecture.md (section "The budget, from the option to the timed loop") and
+docs/numbers.md (section "Rounds and the time budget").
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """The IPU's own cycle counter, as both IPU backends offer it: one option, one rule, one counter.
 
-PopART compiles the counter in with ``SessionOptions.instrumentWithHardwareCycleCounter = True``
-and reads it with ``Session.getCycleCount()``; PopTorch with ``Options().logCycleCount(True)``
-(which sets that PopART option) and ``PoplarExecutor.cycleCount()``. Both give the cycles of the
-last call's main program on tile 0 of the first replica: a property of the compiled graph. The
-counter in the graph adds a sync and two compute sets to every call, timed or not.
+A read is a device round trip (PopART's ``getCycleCount`` runs ``cycleCountTensorToHost``). PopART
+reads only when asked, so its counter is on by default, read in ``run.benchmark``'s untimed counting
+pass (``COUNTING_PASS``). PopTorch asks PopART for the count at the end of every run (``Compiler::run``
+in ``popart_compiler/source/Compiler.cpp``, 3.x), so its counter is off by default and a model compiled
+with ``cycle_counter=True`` says so in its record (``IN_EVERY_CALL``). The IPU Model has no hardware
+counter (PopTorch: "You must run the model on IPU hardware"): a simulated model never compiles it in.
 
-A read costs a device round trip: PopART's ``getCycleCount`` runs a program of its own
-(``cycleCountTensorToHost``) that copies the count to the host. Where that happens decides the
-default:
-
-- **PopART** reads only when asked, so ``run.benchmark`` asks only in its untimed counting pass,
-  after the timed rounds: the counter is on by default (``COUNTING_PASS``).
-- **PopTorch** asks PopART for the count at the end of *every* run (``Compiler::run`` in
-  ``popart_compiler/source/Compiler.cpp``, 3.x), and ``cycleCount()`` returns what that read: with
-  the counter on, every timed round holds the round trip. So it is off by default, and a model
-  compiled with ``cycle_counter=True`` says so in its record (``IN_EVERY_CALL``).
-
-The IPU Model has no hardware counter (PopTorch: "You must run the model on IPU hardware"), so a
-simulated model never compiles it in, and its record says so.
+Documented in docs/numbers.md (section "IPU cycles (ipu_cycles)") and docs/options.md (section "The
+IPU's cycle counter").
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Option checks the PopART and PopTorch backends share: one rule, one message, each SDK's form after.
 
-``available_memory_proportion`` is the share of each IPU's memory a convolution or matmul may use
-for temporary values. The SDKs take it in two forms: PopTorch's
-``Options.setAvailableMemoryProportion({"IPU0": p, ...})`` per IPU of the model, PopART's
-``Builder.setAvailableMemoryProportion(tensor, p)`` per operation output. Both refuse a ``p``
-outside (0, 1] ("availableMemoryProportion must be in (0,1]"), PopTorch only when it compiles.
+``available_memory_proportion`` (``None``, a number in (0, 1] for every IPU, or a mapping of some of
+``'IPU0'`` ... ``'IPU<ipus-1>'``, the IPUs of one replica) is checked here before anything compiles;
+``memory_proportions`` gives one per-IPU table, which each backend converts to its SDK's form
+(PopTorch's ``Options.setAvailableMemoryProportion`` per IPU, PopART's
+``Builder.setAvailableMemoryProportion`` per operation output).
 
-Both backends accept the union of what the two document, checked here before anything compiles:
-``None`` (the SDK's default), a number in (0, 1] for every IPU, or a mapping of some IPUs
-(``'IPU0'`` ... ``'IPU<ipus-1>'``, the IPUs of one replica) to such numbers. ``memory_proportions``
-gives one per-IPU table; each backend converts it to its SDK's form.
+Documented in docs/ipu.md (section "Targets and options").
 """
 
 from __future__ import annotations

@@ -2,50 +2,36 @@
 ``popart.InferenceSession`` on Graphcore IPUs (``ipu``, ``ipu:N``) or the IPU Model simulator
 (``ipu-model``).
 
-PopART ships with Graphcore's Poplar SDK (the last release, 3.4, is from September 2023); it is not
-on PyPI, whose ``popart`` is an unrelated project. This module is written against PopART 3.x and
-keeps the one 2.x difference that matters here (acquiring a device, below).
+Written against PopART 3.x (the Poplar SDK's last release, 3.4, is from September 2023), keeping the
+one 2.x difference that matters here, acquiring a device. ``import popart`` raises ``ImportError``
+once ``onnx`` is in ``sys.modules`` ("popart must be imported before onnx", every SDK from 1.2 to
+3.4), and this backend, the exporter and other backends import onnx, so ``_import`` imports popart
+lazily but *first*; where something imported onnx earlier, ``availability`` says so and the fix.
 
-**Import order.** ``import popart`` raises ``ImportError`` when ``onnx`` is already in
-``sys.modules`` ("popart must be imported before onnx", in every SDK from 1.2 to 3.4). This backend
-itself imports onnx (to fix the batch dimension), and so do the exporter and other backends, so
-``_import`` imports popart lazily but *first*, before anything in a compile can import onnx; when
-something else imported onnx earlier, ``availability`` says so and how to fix it.
-
-**A compile** follows the SDK's documented flow (Graphcore's ResNeXt-101 inference example):
-
-1. a torch model is exported to ONNX; ONNX bytes or a path are used as they are. PopART 3.x imports
-   ONNX opsets 6 to 11 only (its op tables stop at opset 11, and ``strictOpVersions``, on by
-   default, rejects a newer model), so the default ``opset`` is 11 and a newer file is refused;
-2. (in ``popart_onnx``) every input's batch dimension is fixed to the micro-batch (PopART compiles
-   static shapes; the ResNeXt example rewrote ``dim_value`` the same way); for fp16, a torch model
-   is exported in fp32 and, like an fp32 ONNX model, converted with
-   ``popart.GraphTransformer.convertFloatsToHalfs()`` (as the ResNeXt example did; torch 2.0.1,
-   PopTorch 3.4's torch, cannot trace fp16 on the CPU);
-3. ``DataFlow(batches_per_step, {output: AnchorReturnType("ALL")})``, ``SessionOptions``, and a
-   device from ``DeviceManager().tryAcquireAvailableDevice(n)`` (SDK >= 2.4, ``None`` when no
-   device is free); older SDKs only have ``acquireAvailableDevice``, which returned ``None`` too
-   (from 2.4 it raises instead). Either way this raises ``BackendUnavailable("Failed to acquire ...")``;
-4. ``InferenceSession(fnModel=..., dataFlow=..., deviceInfo=..., userOptions=...)``,
-   ``prepareDevice()`` (compiles the Poplar graph and loads the engine), ``weightsFromHost()``,
-   ``initAnchorArrays()`` and one ``run``, timed as the phases ``export``, ``session``, ``weights``
-   and ``first_run``.
+**A compile** follows the SDK's documented flow (Graphcore's ResNeXt-101 inference example): the
+ONNX model (opset at most 11: PopART 3.x's op tables stop there and ``strictOpVersions``, on by
+default, rejects a newer model), every input's batch dimension fixed to the micro-batch
+(``popart_onnx``: PopART compiles static shapes, and the example rewrote ``dim_value`` so), fp16 by
+``GraphTransformer.convertFloatsToHalfs()``; ``DataFlow(batches_per_step, {output:
+AnchorReturnType("ALL")})``, ``SessionOptions`` and a device from
+``DeviceManager().tryAcquireAvailableDevice(n)`` (SDK >= 2.4, ``None`` when no device is free; older
+SDKs only have ``acquireAvailableDevice``, which returned ``None`` too and raises from 2.4), either
+way ``BackendUnavailable("Failed to acquire ...")``; then ``InferenceSession(fnModel=..., dataFlow=...,
+deviceInfo=..., userOptions=...)``, ``prepareDevice()`` (compiles the Poplar graph and loads the engine),
+``weightsFromHost()``, ``initAnchorArrays()`` and one ``run``, timed as the phases ``export``,
+``session``, ``weights`` and ``first_run``.
 
 **Batches.** One ``run`` executes ``batches_per_step`` batches on each of ``replicated_graphs``
-replicas, so a call takes ``micro_batch x batches_per_step x replicated_graphs`` items: the leading
-dimension of every input. Inputs are handed (``popart_runner``) to ``PyStepIO`` in PopART's layout
-``[batches_per_step, replicas, micro_batch, ...]`` (prefix dimensions of 1 dropped), and outputs
-come back with those prefix dimensions merged into the leading one again.
+replicas: ``micro_batch x batches_per_step x replicated_graphs`` items, the leading dimension of every
+input. ``popart_runner`` hands inputs to ``PyStepIO`` in PopART's layout ``[batches_per_step, replicas,
+micro_batch, ...]`` (prefix dimensions of 1 dropped) and merges those prefixes of the outputs again.
 
-**Which IPUs.** A compiled model's ``ipu_ids`` (what its energy is charged to) are the acquired
-device's ``DeviceInfo.driverIds`` translated into ``gc-info -l`` ids through PopART's single-IPU
-listing (``devices.driver_ids``): nothing public says driver ids are those ids. The record keeps the
-raw ``driver_ids``; where they do not translate, ``ipu_ids_unknown`` says why and the model's IPUs
-stay unknown.
+``session.run`` releases the GIL from SDK 2.1 (pybind11 ``gil_scoped_release``; Graphcore's 2020
+ResNeXt example used one process per IPU because SDKs up to 2.0 held it), so single-IPU sessions run
+side by side in threads.
 
-**Threads.** ``session.run`` releases the GIL (from SDK 2.1; pybind11 ``gil_scoped_release``), so
-several single-IPU sessions in one process can run at the same time from threads (Graphcore's 2020
-ResNeXt example used one process per IPU because SDKs up to 2.0 held the GIL).
+Documented in docs/ipu.md (sections "The SDK's environment", "Targets and options": the opsets and the
+``driverIds`` behind ``ipu_ids``, and "Placement: replicas, pipeline stages and parallel instances").
 """
 
 from __future__ import annotations

@@ -1,47 +1,31 @@
 """The PopTorch backend: torch models compiled by PopTorch (Poplar SDK 3.x) and run on Graphcore IPUs.
 
-poptorch (and torch) are imported lazily, or injected for tests, so importing this module costs
-nothing. Written against PopTorch 3.4, the last SDK release (September 2023). The calls used here
-exist unchanged since SDK 2.1 (``getLatency`` and the perf counters) or 2.4 (``outputMode``), but
-one: ``PoplarExecutor.compilationTime()`` exists from PopTorch 3.3 only (absent from the
-``sdk/poptorch/3.2.0`` tag, present at ``3.3.0``), raises unless ``showCompilationProgressBar`` is on
-(the default), and returns ``None`` when no compilation was watched: after an executable-cache hit
-PopTorch loads the executable and its progress bar never runs (``_options_impl.ProgressBar``). The
-record then has no ``graph_compilation`` phase and its ``compile_info`` says why
-(``graph_compilation_unknown``); the compile's wall time (``compile_s``) is measured around it either
-way, never taken as 0.
+poptorch (and torch) are imported lazily, or injected for tests. Written against PopTorch 3.4, the last
+SDK release (September 2023); the calls used exist unchanged since SDK 2.1 (``getLatency`` and the perf
+counters) or 2.4 (``outputMode``), but ``PoplarExecutor.compilationTime()``: from PopTorch 3.3 only
+(absent at tag ``sdk/poptorch/3.2.0``, present at ``3.3.0``), it raises unless
+``showCompilationProgressBar`` is on (the default) and returns ``None`` when no compilation was watched
+(after an executable-cache hit the progress bar never runs: ``_options_impl.ProgressBar``). One call
+runs ``device_iterations x replication_factor x gradient_accumulation`` micro-batches: its items are
+the inputs' whole leading dimension.
 
-One call of a compiled model runs ``device_iterations x replication_factor x gradient_accumulation``
-micro-batches on the device, so its items are the inputs' whole leading dimension.
+**Inference under PopRun** keeps an independent model per instance (``Options()``,
+``Distributed.disable()``, ``useIpuId`` of PopDist's device or its first aligned part), which the merge
+(``placement.poprun``) assumes; training steps (``poptorch_training``) take PopDist's options. Not
+``popdist.poptorch.Options``, though Graphcore's PopRun inference benchmark uses them (graphcore/examples
+``vision/cnns/pytorch/inference/run_benchmark.py:120-124``, every instance driven in step): with more
+than one process PopTorch turns on PopART's ``enableDistributedReplicatedGraphs``
+(``globalReplicationFactor`` = instances x local replicas; poptorch
+``popart_compiler/source/Compiler.cpp:655-666``), whose steps PopART runs synchronised with the other
+instances (``popdist::run``, popart ``willow/src/popx/devicex.cpp:248-250``). This plugin plans each
+instance's rounds on its own, with no PopRun lockstep (``run.benchmark.Lockstep`` is torchrun's), so a
+synchronised run would put the other instances' pace inside an instance's timed calls, or leave it
+waiting for calls they never make. Unverified on hardware (popdist's test for a "distributed
+environment" is not public; ``cli.first_contact`` records both ways): should only the popdist way work,
+switching to it needs a PopRun lockstep first.
 
-Every compiled model is an independent model in its own process: ``Options().Distributed`` is
-disabled, because PopTorch otherwise reads ``OMPI_COMM_WORLD_SIZE``/``RANK`` (set by mpirun and
-PopRun) and compiles one replica of a graph distributed over all the launch's processes. Under
-PopRun, each instance places its models on the device PopDist gives it (``popdist.getDeviceId``).
-Training steps (``compile_training``, in ``poptorch_training``) are the exception under PopRun:
-their replicas must average gradients over the whole launch, so they take PopDist's options.
-
-**Why inference under PopRun does not take ``popdist.poptorch.Options``.** PopTorch's ``Distributed``
-docstring says to use them under PopRun, and Graphcore's PopRun inference benchmark does
-(graphcore/examples ``vision/cnns/pytorch/inference/run_benchmark.py:120-124``). But they make each
-instance's model one replica group of a distributed replicated graph: PopTorch turns on PopART's
-``enableDistributedReplicatedGraphs`` (``globalReplicationFactor`` = instances x local replicas)
-whenever the process count is above 1 (poptorch ``popart_compiler/source/Compiler.cpp:655-666``), and
-PopART runs every step of such a session synchronised with the other instances (``popdist::run``,
-popart ``willow/src/popx/devicex.cpp:248-250``). Graphcore's benchmark drives every instance through
-the same loop in step, and all-gathers the step times. This plugin plans each instance's rounds on
-its own (its budget, calibration and early end) and merges the instances' files afterwards
-(``placement.poprun``); it has no lockstep under PopRun (``run.benchmark.Lockstep`` is torchrun's).
-A synchronised run would put the other instances' pace inside an instance's timed calls, or leave
-it waiting for calls they never make. So inference keeps an independent model per instance:
-``Options()``, ``Distributed.disable()`` and ``useIpuId`` of PopDist's device (or its first aligned
-part), which is what the merge assumes. Whether this acquires PopDist's device on a real partition,
-and whether PopART synchronises the runs all the same (popdist's test for a "distributed
-environment" is not public), is not verified: ``pytest-ipu doctor --first-contact`` under ``poprun
---num-instances 2`` runs the tiny model the popdist way first, then this way, and records what each
-set, whether it ran, and the calls' wall-clock spans with instance 1 starting late
-(``cli.first_contact``). Should only the popdist way work, switching to it needs a PopRun lockstep
-first.
+Documented in docs/ipu.md (sections "Targets and options", "PopRun and PopDist" and "What to check on
+the first machine with IPUs").
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """Training steps on IPUs through PopTorch's ``trainingModel``, in one process or under PopRun.
 
-PopTorch runs the forward pass, the backward pass and the optimizer on the device, and traces one
-module for all three: that module's forward must return the loss. The step therefore wraps a copy
-of the model in a module that computes ``loss(model(*inputs), *targets)`` and returns it, marked
-with ``poptorch.identity_loss`` (PopTorch finds the losses that torch.nn's loss functions build on
-its own; ``identity_loss`` names any other computation as the loss to differentiate).
+PopTorch runs the forward and backward passes and the optimizer on the device from one traced module,
+whose forward must return the loss: the step wraps a copy of the model in a module returning
+``loss(model(*inputs), *targets)`` marked with ``poptorch.identity_loss`` (PopTorch finds the losses
+torch.nn's loss functions build on its own; ``identity_loss`` names any other computation as the
+loss). The step sets ``OutputMode.All`` (PopTorch's training default, ``Final``, would return only the
+last device iteration's losses): the call's loss is the mean of its micro-batches', a few scalars
+beside the batch. Under PopRun the instances train one model on PopDist's ``popdist.poptorch.Options``
+(reference ``graphcore-sdk-api.md`` section 5.1), unlike inference (``backends.ipu.poptorch``).
 
-One call runs ``device_iterations`` optimizer steps on the device, each over ``gradient_accumulation``
-micro-batches on every one of ``replication_factor`` replicas, so the host batch of a call is
-``micro_batch x gradient_accumulation x replicas x device_iterations`` samples. PopTorch returns
-one loss per micro-batch (the step sets ``OutputMode.All``; PopTorch's training default, ``Final``,
-would return only the last device iteration's): the call's loss is their mean, the loss of the
-whole host batch, as a torch step reports the mean over its micro-batches. Those are a few scalars
-per call, next to nothing beside the batch itself. Reading them makes the call synchronous and lets
-a NaN fail the benchmark at the step where it appeared.
-
-Under PopRun the instances train one model together: PopDist's ``popdist.poptorch.Options`` make
-each instance's local replicas part of one distributed replicated graph whose gradients are
-averaged over the whole launch, on the device PopDist gives the instance (reference
-``graphcore-sdk-api.md`` section 5.1). Inference models under PopRun are independent instead (see
-``backends.ipu.poptorch``); a training step must not be, or each instance would train its own model.
+Documented in docs/training.md (sections "The fixtures", "The global batch" and "PopRun").
 """
 
 from __future__ import annotations

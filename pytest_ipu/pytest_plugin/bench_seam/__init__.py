@@ -1,8 +1,8 @@
 """The one package that touches pytest-benchmark beyond its public hooks and its ``benchmark`` fixture.
 
 pytest-ipu composes with pytest-benchmark 4.0.0 (the last release for Python 3.8, the Poplar SDK
-3.4's Python) and every 5.x. Everything it needs that is not public, and how each version is
-bridged (``tests/unit/test_bench_seam.py`` fails if a module outside this package names any of it):
+3.4's Python) and every 5.x. What it needs that is not public, and how each version is bridged
+(``tests/unit/test_bench_seam.py`` fails if a module outside this package names any of it):
 
 =====================================  ========================  ===================  ==============
 need                                   4.0.0 - 5.1               5.2                  5.3 and later
@@ -24,20 +24,18 @@ processes, asked when the options are added, for autosave's name, and again for 
 sets it, and such a benchmark is left out of the JSON), its ``skipped`` (set, it silences the
 "fixture was not used" warning), and the rounds' times (``stats.stats.data``).
 
-How the differences are bridged:
+Bridged: before 5.3, ``defer_json_open`` replaces ``--benchmark-json``'s argparse type before the
+command line is parsed (the value stays a path, the file untouched) and ``set_json_path`` hands
+pytest-benchmark a ``_JsonFile`` that opens the path only when it writes (``with self.json as fh``),
+so the JSON goes through pytest-ipu's temporary file and is moved into place whole, as on 5.3;
+``json_path`` reads the value as a path on every version. Before 5.2, ``fixture.Timer.pedantic`` runs
+``teardown`` at the start of the next round's setup and after the last round: after pytest-benchmark's
+bookkeeping of the round, where 5.2 calls it.
 
-- ``--benchmark-json`` before 5.3: ``defer_json_open`` replaces the option's argparse type before the
-  command line is parsed, so the value stays a path and the file is not touched; ``set_json_path``
-  then hands pytest-benchmark a ``_JsonFile``, which opens the path only when pytest-benchmark writes
-  (``with self.json as fh``), so the JSON goes through pytest-ipu's temporary file and is moved into
-  place whole, as on 5.3. ``json_path`` reads the value as a path on every version.
-- ``teardown`` before 5.2: ``fixture.Timer.pedantic`` runs it at the start of the next round's setup and
-  after the last round: the same point between rounds, after pytest-benchmark's bookkeeping of the
-  round, where 5.2 calls it.
-
-This module is what a pytest run needs from its start: the ``--benchmark-json`` option and the
-routing of pytest-benchmark's saving. What only a benchmark needs is ``fixture`` (loaded by the
-first benchmark), what only a run that writes or compares files needs is ``runs``.
+This module is what a run needs from its start (the option and the routing of the saving);
+``fixture`` is loaded by the first benchmark, ``runs`` by a run that writes or compares files.
+Documented in docs/architecture.md (section "Architecture: where things are", paragraph
+"pytest-benchmark 4.0.0 to 5.x").
 """
 
 from __future__ import annotations
