@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+import types
+from typing import Any
+
 # numpy and SciPy's special functions are imported here, before any in-process (pytester) run: the
 # plugin loads them only on first use (SciPy with the first gate decided), inside such a run, and
 # pytester then drops the modules the run imported; a second import of numpy < 2 warns "The NumPy
@@ -16,6 +20,50 @@ from pytest_ipu.pytest_plugin import machine_speed
 from tests.fakes.machine_speed import steady_probe
 from tests.plugin.inner import INNER_ADDOPTS
 from tests.plugin.inner import XDIST_VARIABLES
+
+#: This project's top-level packages: pure Python, so importing their modules afresh is safe (unlike
+#: numpy's extension modules, above).
+OWN_PACKAGES = ("pytest_ipu", "tests")
+
+
+def rebind_submodules() -> None:
+    """Make this project's packages name the submodules ``sys.modules`` holds, and none it dropped.
+
+    An in-process run (pytester) restores ``sys.modules`` when it ends, dropping what it imported,
+    but not the attributes those imports set on packages loaded before it. A later run's lazy
+    ``from pytest_ipu.pytest_plugin.fixtures import benchmark_run`` then takes the dropped module from
+    its package without importing it, while ``pytest_ipu.backends.base`` is imported afresh: the old
+    module's ``isinstance(model, CompiledModel)`` is false for the new class, and a compiled model
+    is benchmarked as a plain callable (``python:host``).
+    """
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] not in OWN_PACKAGES:
+            continue
+        for attr, value in list(getattr(module, "__dict__", {}).items()):
+            if not isinstance(value, types.ModuleType) or value.__name__ != f"{name}.{attr}":
+                continue
+            current = sys.modules.get(value.__name__)
+            if current is None:
+                delattr(module, attr)  # the next import of it loads it afresh, as it would in a new process
+            elif current is not value:
+                setattr(module, attr, current)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_submodules(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before the test: what the previous test's pytester dropped at its teardown. After each
+    # in-process run: what that run dropped, for a second run in the same test. Patched on the class,
+    # not by asking for ``pytester``: creating it here would change when it clears PYTEST_ADDOPTS.
+    rebind_submodules()
+    inline_run = pytest.Pytester.inline_run
+
+    def inline_run_then_rebind(self: pytest.Pytester, *args: Any, **kwargs: Any) -> pytest.HookRecorder:
+        try:
+            return inline_run(self, *args, **kwargs)
+        finally:
+            rebind_submodules()
+
+    monkeypatch.setattr(pytest.Pytester, "inline_run", inline_run_then_rebind)
 
 
 @pytest.fixture(autouse=True)

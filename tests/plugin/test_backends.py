@@ -455,6 +455,25 @@ def test_same_backend_with_and_without_a_device_in_one_run(pytester: pytest.Pyte
     assert "mine:cpu" in data["machine_info"]["ipu"]["backends"]
 
 
+def test_a_second_in_process_run_benchmarks_its_compiled_model_on_its_backend(
+    pytester: pytest.Pytester,
+) -> None:
+    """Regression (test isolation): the first in-process run loaded the plugin's lazily imported modules,
+    pytester dropped them from sys.modules but their packages kept them, and the second run's
+    ``ipu_benchmark`` took its compiled model for a plain callable (target ``python:host``)."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(
+        test_again="""
+        def test_compiled(ipu_compile, ipu_benchmark):
+            record = ipu_benchmark(ipu_compile(len, ([1, 2],)), ([1, 2],))
+            assert record.target == "mine:cpu"
+        """
+    )
+    for _ in range(2):
+        result = pytester.runpytest("--ipu-backend=mine:cpu", "--benchmark-disable")
+        result.assert_outcomes(passed=1)
+
+
 # -- the torch backend (subprocesses: they import torch) ---------------------------------------------
 
 TORCH_TESTS = """
