@@ -3,9 +3,10 @@
 ``Worker`` is a child process started with ``spawn`` (or ``forkserver``) that answers requests over
 a pipe: the instances' worker processes (``pytest_ipu.placement.instances``) and the power sampler
 processes (``pytest_ipu.power.process_sampler``) are each one. The parent sends a pickled request
-and waits for the reply with a timeout (``WorkerTimeout``); a child that ended reads as
-``WorkerGone``. ``Worker.stop`` ends the child on every path (``stop_process``: SIGTERM, SIGKILL
-after a grace period, reaped either way); a worker that was never stopped is abandoned when it is
+and waits for the reply with a timeout (``WorkerTimeout``), in slices (``wait_readable``) so that
+Ctrl-C is never left waiting for a reply; a child that ended reads as ``WorkerGone``.
+``Worker.stop`` ends the child on every path (``stop_process``: SIGTERM, SIGKILL after a grace
+period, reaped either way); a worker that was never stopped is abandoned when it is
 garbage or at interpreter exit: its pipe is closed, which tells the child to release what it holds
 and exit, and it is stopped if it has not within the grace period. The child's side is
 ``child_requests`` (each request until the parent goes away) and ``send_reply``; it ignores SIGINT, so
@@ -20,7 +21,9 @@ process is terminated. Importing this module imports neither ``multiprocessing``
 from __future__ import annotations
 
 import contextlib
+import select
 import signal
+import time
 from collections.abc import Callable
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FAILED",
     "START_METHODS",
+    "WAIT_SLICE_S",
     "Worker",
     "WorkerGone",
     "WorkerTimeout",
@@ -45,6 +49,7 @@ __all__ = [
     "sigterm_raises",
     "stop_command",
     "stop_process",
+    "wait_readable",
 ]
 
 
@@ -72,6 +77,11 @@ START_METHODS = ("spawn", "forkserver")
 FAILED = "failed"
 #: After ``terminate`` (SIGTERM), how long before ``kill`` (SIGKILL), by default.
 GRACE_S = 5.0
+#: The longest a wait for a child (or a thread) blocks before it returns to the interpreter. CPython
+#: runs a signal's handler (Ctrl-C's KeyboardInterrupt) only between bytecodes of the main thread, and
+#: a blocking call is woken only by a signal that arrives during it: one that arrives just before the
+#: call blocks, or that another thread took, would wait for the child's answer, perhaps forever.
+WAIT_SLICE_S = 0.05
 
 
 class WorkerGone(Exception):
@@ -155,7 +165,7 @@ class Worker:
         """The child's next reply; ``WorkerTimeout`` when none comes within ``timeout_s`` seconds
         (``None``: wait for it), ``WorkerGone`` when the child has ended."""
         try:
-            if timeout_s is not None and not self.conn.poll(max(0.0, timeout_s)):
+            if not wait_readable(self.conn, timeout_s):
                 raise WorkerTimeout
             reply: tuple[Any, ...] = self.conn.recv()
         except (EOFError, OSError):
@@ -185,6 +195,26 @@ class Worker:
         self._stopped = True
         self._finalizer.cancel()
         self.process.close()  # the child is reaped: release its sentinel
+
+
+def wait_readable(conn: Connection, timeout_s: float | None) -> bool:
+    """Whether ``conn`` has something to read (a message, or its end) within ``timeout_s`` seconds
+    (``None``: wait until it has). It waits in slices of ``WAIT_SLICE_S``, so that Ctrl-C ends the
+    wait within one slice however its signal fell; ``OSError`` when ``conn`` is closed."""
+    poller = select.poll()  # unlike select.select, not limited to descriptors below 1024
+    poller.register(conn.fileno(), select.POLLIN)
+    slice_ms = WAIT_SLICE_S * 1000.0
+    if timeout_s is None:
+        while not poller.poll(slice_ms):
+            pass
+        return True
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left_s = deadline - time.monotonic()
+        if poller.poll(max(0.0, min(slice_ms, left_s * 1000.0))):
+            return True
+        if left_s <= 0:
+            return False
 
 
 def _abandon(process: BaseProcess, conn: Connection, grace_s: float) -> None:

@@ -366,38 +366,26 @@ def test_a_round_that_times_out_leaves_the_group_unusable_and_close_waits_for_th
 
 def test_ctrl_c_during_a_round_still_lets_close_join_every_thread():
     # Both calls are held in flight until Ctrl-C has interrupted the round, so the interrupt always
-    # comes while the round waits for them.
+    # comes while the round waits for them. One signal is enough: it can land just before the main
+    # thread blocks in the round's wait (the calls started first), and the wait, in slices, still
+    # gives the handler its turn (the test below lands it there on purpose).
     entered = [threading.Event(), threading.Event()]
     release = threading.Event()
-    interrupted = threading.Event()
     models = [FakeModel(i, hold=release, on_call=entered[i].set) for i in range(2)]
     group = thread_group(models)
     group.prepare([])
     main = threading.main_thread().ident
+    assert main is not None
     assert main == threading.get_ident()
 
-    def on_sigint(signum: int, frame: object) -> None:
-        # Ctrl-C once: the signals sent after the first one raised find it already done.
-        if not interrupted.is_set():
-            interrupted.set()
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-
     def interrupt() -> None:
-        # A signal sent to the main thread wakes its blocking wait, as Ctrl-C in a terminal does. The
-        # calls can start before the main thread blocks in the round's wait, and a signal landing in
-        # that gap is handled only when the wait returns (CPython runs a handler between bytecodes;
-        # a lock's wait is woken only by a signal arriving during it): that wait would last until
-        # the calls' hang guard released them. So the signal is sent again until the handler ran.
-        deadline = time.monotonic() + HANG_S
+        # A signal sent to the main thread, as Ctrl-C in a terminal sends it.
         if all(e.wait(timeout=HANG_S) for e in entered):
-            while time.monotonic() < deadline:
-                signal.pthread_kill(main, signal.SIGINT)
-                if interrupted.wait(0.01):
-                    return
-        release.set()  # no Ctrl-C: let the round end, and pytest.raises below fail
+            signal.pthread_kill(main, signal.SIGINT)
+        else:
+            release.set()  # no Ctrl-C: let the round end, and pytest.raises below fail
 
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupter = threading.Thread(target=interrupt)
     try:
         interrupter.start()
@@ -413,6 +401,37 @@ def test_ctrl_c_during_a_round_still_lets_close_join_every_thread():
     assert not instance_threads()
     assert [m.closes for m in models] == [1, 1]
     assert not any(m.closed_while_running for m in models)
+
+
+def flag_sigint_here() -> None:
+    """Raise SIGINT in this thread, not the main one: CPython's C handler only flags it, and the main
+    thread runs its Python handler at its next bytecode; a wait that blocks it is not woken. That is
+    what a Ctrl-C arriving just before the main thread blocks does (its last check was already made)."""
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+
+def test_ctrl_c_flagged_after_the_calls_started_ends_the_round_without_waiting_for_them() -> None:
+    # The call flags Ctrl-C from its own thread once it has started: the main thread, which let the
+    # call start, is then in the round's wait or on its way to it. The call is held until the test
+    # releases it (its hang guard aside), so a round ended by the interrupt finds it still running;
+    # a wait that blocked until the call ended would raise only after the guard let the call end.
+    release = threading.Event()
+    models = [FakeModel(0, hold=release, on_call=flag_sigint_here)]
+    group = thread_group(models)
+    group.prepare([])
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            group.round()
+        running = models[0].running
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        release.set()
+    assert running == 1  # the round ended before its call did
+    group.close()
+    assert not instance_threads()
+    assert models[0].closes == 1
+    assert not models[0].closed_while_running
 
 
 def test_an_empty_group_is_refused():
@@ -612,6 +631,46 @@ def test_a_killed_worker_fails_the_next_round_instead_of_hanging(closing):
     ):
         group.round()
     group.close()  # the death was reported by the round: close raises nothing
+    assert_no_worker_left(pids)
+
+
+def test_ctrl_c_flagged_after_a_workers_call_started_ends_the_round_without_waiting_for_it(
+    tmp_path: Path, closing: Callable[[Any], None]
+) -> None:
+    # The worker's first call waits at a meeting with the test (tests/fakes/fake_backend.py) that
+    # the test joins only after the round was interrupted: the call's reply can only come after the
+    # round has ended. Ctrl-C is flagged from another thread of this process once the call has
+    # arrived at the meeting, so the main thread's wait for the reply is not woken by it.
+    meeting = {"meet_dir": str(tmp_path), "meet_count": 2, "meet_on_calls": (1,)}
+    (tmp_path / "compile.test").write_text("")  # the meeting at the end of the compile: the test is there
+    group = ProcessInstances([spec(0, **meeting)])
+    closing(group)
+    group.prepare([np.ones(2)])
+
+    def interrupt() -> None:
+        arrived = tmp_path / "call1.dev0"
+        deadline = time.monotonic() + HANG_S
+        while not arrived.exists() and time.monotonic() < deadline:
+            time.sleep(0.005)  # polls the worker's arrival; a hang guard bounds it, not the result
+        if arrived.exists():  # else no Ctrl-C: the round ends as it does, and pytest.raises fails
+            flag_sigint_here()
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    interrupter = threading.Thread(target=interrupt)
+    try:
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt):
+            group.round()
+    finally:
+        interrupter.join()
+        signal.signal(signal.SIGINT, previous)
+        (tmp_path / "call1.test").write_text("")  # the test arrives: the call goes on and returns
+    with pytest.raises(RuntimeError, match="unusable since round 1 was interrupted"):
+        group.round()
+    # The call's reply was still to come when the round ended: it comes now.
+    assert group._workers[0].receive(HANG_S)[0] == "ok"
+    pids = group.pids
+    group.close()
     assert_no_worker_left(pids)
 
 

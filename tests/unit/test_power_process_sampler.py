@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from pytest_ipu import processes
 from pytest_ipu.power import meter as meter_module
 from pytest_ipu.power.base import PowerSourceError
 from pytest_ipu.power.gcipuinfo import GcIpuInfoPowerSource
@@ -228,10 +229,11 @@ def test_an_exchange_interrupted_by_ctrl_c_stops_the_process(monkeypatch):
     sampler = process.window(100.0)
     sampler.start()
 
-    def interrupted(timeout: float) -> bool:
+    def interrupted(conn: object, timeout_s: float | None) -> bool:
         raise Interrupt
 
-    monkeypatch.setattr(process._worker.conn, "poll", interrupted)
+    # Ctrl-C during the wait for the reply (the one place a worker's reply is waited for).
+    monkeypatch.setattr(processes, "wait_readable", interrupted)
     with pytest.raises(Interrupt):
         sampler.stop()
     assert not alive(pid)
