@@ -53,7 +53,8 @@ def rebind_submodules() -> None:
 def _fresh_submodules(monkeypatch: pytest.MonkeyPatch) -> None:
     # Before the test: what the previous test's pytester dropped at its teardown. After each
     # in-process run: what that run dropped, for a second run in the same test. Patched on the class,
-    # not by asking for ``pytester``: creating it here would change when it clears PYTEST_ADDOPTS.
+    # not by asking for ``pytester``: that would make one (a temporary directory, a chdir) for every
+    # test, even those that start no inner run.
     rebind_submodules()
     inline_run = pytest.Pytester.inline_run
 
@@ -66,10 +67,26 @@ def _fresh_submodules(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pytest.Pytester, "inline_run", inline_run_then_rebind)
 
 
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytest's ``pytester``, its inner runs with this suite's options (``INNER_ADDOPTS``).
+
+    ``pytest.Pytester``'s constructor deletes ``PYTEST_ADDOPTS`` (to discard the outer run's options),
+    after ``_inner_run_options`` set it: set again here, once pytester exists, every inner run gets it
+    (``runpytest``, ``inline_run``, ``runpytest_subprocess`` and ``popen`` all read the environment). A
+    test, or a fixture that asks for ``pytester``, that sets its own ``PYTEST_ADDOPTS`` does so later,
+    and its own stands.
+    """
+    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+    return pytester
+
+
 @pytest.fixture(autouse=True)
 def _inner_run_options(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in XDIST_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    # For the runs a test starts itself (subprocess, with this environment); ``pytester`` (above) sets
+    # it again for the runs it starts.
     monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
     # One repeat unless a test asks for more: most plugin tests check what one measurement gives
     # (tests/plugin/test_repeats.py covers repeats).
