@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck
 from hypothesis import given
 from hypothesis import settings
@@ -252,22 +253,28 @@ def test_a_mutated_run_is_read_whole_or_refused_in_one_line(changes: list[Any]) 
     _check(documents[base])
 
 
-#: The values every place gets in turn below: each kind a reader can trip on.
+#: The values every place gets in turn below: each kind a reader can trip on (with their test ids).
 NASTY: tuple[Any, ...] = (DELETE, None, "x", -1, 1.5, math.nan, math.inf, 10**400, [], {}, Deep(3000))
+NASTY_IDS = ("delete", "null", "str", "negative", "fraction", "nan", "inf", "huge", "list", "object", "deep")
+
+#: The base runs checked at every place. The pytest-benchmark 5.2.0 golden file (the third) holds the
+#: same benchmarks as the schema-1 one, so it is left to the fuzzer.
+EXHAUSTIVE_BASES = [n for n in range(len(BASES)) if n != 2]
 
 
-def test_every_place_with_every_nasty_value() -> None:
-    # Exhaustive where the fuzzer samples: one place and one value at a time, every place of every
-    # base run (a random sample of thousands of places can miss a rare key, such as a flag of the
-    # contention object). The pytest-benchmark 5.2.0 golden file holds the same benchmarks as the
-    # schema-1 one, so it is left to the fuzzer.
-    for n, path in PATHS:
-        if n == 2:
-            continue
-        for value in NASTY:
-            document = json.loads(BASES[n])
-            _apply({n: document}, n, path, value)
-            try:
-                _check(document)
-            except Exception as exc:
-                raise AssertionError(f"{path} = {value!r}: {type(exc).__name__}: {exc}") from exc
+# One case per base run and nasty value (each a few seconds; all of them in one test took over 20 s).
+@pytest.mark.parametrize("value", NASTY, ids=NASTY_IDS)
+@pytest.mark.parametrize("n", EXHAUSTIVE_BASES, ids=lambda n: f"base{n}")
+def test_every_place_with_every_nasty_value(n: int, value: Any) -> None:
+    # Exhaustive where the fuzzer samples: one place and one value at a time, every place of the base
+    # run (a random sample of thousands of places can miss a rare key, such as a flag of the
+    # contention object).
+    places = [path for m, path in PATHS if m == n]
+    assert places
+    for path in places:
+        document = json.loads(BASES[n])
+        _apply({n: document}, n, path, value)
+        try:
+            _check(document)
+        except Exception as exc:
+            raise AssertionError(f"{path} = {value!r}: {type(exc).__name__}: {exc}") from exc
