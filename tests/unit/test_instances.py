@@ -364,6 +364,20 @@ def test_a_round_that_times_out_leaves_the_group_unusable_and_close_waits_for_th
     assert not instance_threads()
 
 
+def round_interrupted_by(group: Any, interrupt: Callable[[], None]) -> None:
+    """One round of ``group`` while ``interrupt`` runs in a thread of its own, under Python's own
+    SIGINT handler; the round must end in ``KeyboardInterrupt``."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    interrupter = threading.Thread(target=interrupt)
+    try:
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt):
+            group.round()
+    finally:
+        interrupter.join()
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_during_a_round_still_lets_close_join_every_thread():
     # Both calls are held in flight until Ctrl-C has interrupted the round, so the interrupt always
     # comes while the round waits for them. One signal is enough: it can land just before the main
@@ -385,15 +399,9 @@ def test_ctrl_c_during_a_round_still_lets_close_join_every_thread():
         else:
             release.set()  # no Ctrl-C: let the round end, and pytest.raises below fail
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    interrupter = threading.Thread(target=interrupt)
     try:
-        interrupter.start()
-        with pytest.raises(KeyboardInterrupt):
-            group.round()
+        round_interrupted_by(group, interrupt)
     finally:
-        interrupter.join()
-        signal.signal(signal.SIGINT, previous)
         release.set()
     with pytest.raises(RuntimeError, match="unusable since round 1 was interrupted"):
         group.round()
@@ -655,15 +663,9 @@ def test_ctrl_c_flagged_after_a_workers_call_started_ends_the_round_without_wait
         if arrived.exists():  # else no Ctrl-C: the round ends as it does, and pytest.raises fails
             flag_sigint_here()
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    interrupter = threading.Thread(target=interrupt)
     try:
-        interrupter.start()
-        with pytest.raises(KeyboardInterrupt):
-            group.round()
+        round_interrupted_by(group, interrupt)
     finally:
-        interrupter.join()
-        signal.signal(signal.SIGINT, previous)
         (tmp_path / "call1.test").write_text("")  # the test arrives: the call goes on and returns
     with pytest.raises(RuntimeError, match="unusable since round 1 was interrupted"):
         group.round()
