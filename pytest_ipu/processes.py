@@ -49,6 +49,7 @@ __all__ = [
     "sigterm_raises",
     "stop_command",
     "stop_process",
+    "wait_in_slices",
     "wait_readable",
 ]
 
@@ -197,24 +198,31 @@ class Worker:
         self.process.close()  # the child is reaped: release its sentinel
 
 
-def wait_readable(conn: Connection, timeout_s: float | None) -> bool:
-    """Whether ``conn`` has something to read (a message, or its end) within ``timeout_s`` seconds
-    (``None``: wait until it has). It waits in slices of ``WAIT_SLICE_S``, so that Ctrl-C ends the
-    wait within one slice however its signal fell; ``OSError`` when ``conn`` is closed."""
-    poller = select.poll()  # unlike select.select, not limited to descriptors below 1024
-    poller.register(conn.fileno(), select.POLLIN)
-    slice_ms = WAIT_SLICE_S * 1000.0
+def wait_in_slices(ready: Callable[[float], bool], timeout_s: float | None) -> bool:
+    """Whether ``ready(slice_s)``, one wait of at most ``slice_s`` seconds, came true within
+    ``timeout_s`` seconds (``None``: wait until it does). Each wait lasts at most ``WAIT_SLICE_S``,
+    so that Ctrl-C's handler runs within one slice however its signal fell; a ``timeout_s`` of 0 or
+    less still asks ``ready`` once, without blocking."""
     if timeout_s is None:
-        while not poller.poll(slice_ms):
+        while not ready(WAIT_SLICE_S):
             pass
         return True
     deadline = time.monotonic() + timeout_s
     while True:
         left_s = deadline - time.monotonic()
-        if poller.poll(max(0.0, min(slice_ms, left_s * 1000.0))):
+        if ready(max(0.0, min(WAIT_SLICE_S, left_s))):
             return True
         if left_s <= 0:
             return False
+
+
+def wait_readable(conn: Connection, timeout_s: float | None) -> bool:
+    """Whether ``conn`` has something to read (a message, or its end) within ``timeout_s`` seconds
+    (``None``: wait until it has), waiting in slices (``wait_in_slices``); ``OSError`` when ``conn``
+    is closed."""
+    poller = select.poll()  # unlike select.select, not limited to descriptors below 1024
+    poller.register(conn.fileno(), select.POLLIN)
+    return wait_in_slices(lambda slice_s: bool(poller.poll(slice_s * 1000.0)), timeout_s)
 
 
 def _abandon(process: BaseProcess, conn: Connection, grace_s: float) -> None:

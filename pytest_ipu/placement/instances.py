@@ -24,6 +24,7 @@ sliced, and the group is then unusable until ``close``. Importing this module im
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pickle
 import threading
@@ -51,13 +52,13 @@ from pytest_ipu.backends.base import HasDeviceLatency
 from pytest_ipu.backends.base import InstanceGroup
 from pytest_ipu.processes import FAILED
 from pytest_ipu.processes import START_METHODS
-from pytest_ipu.processes import WAIT_SLICE_S
 from pytest_ipu.processes import Worker
 from pytest_ipu.processes import WorkerGone
 from pytest_ipu.processes import WorkerTimeout
 from pytest_ipu.processes import child_requests
 from pytest_ipu.processes import describe_error
 from pytest_ipu.processes import send_reply
+from pytest_ipu.processes import wait_in_slices
 from pytest_ipu.results.records import InstanceInfo
 
 __all__ = [
@@ -92,21 +93,11 @@ def _check_index(index: int, count: int) -> None:
         raise IndexError(f"instance index {index!r} is out of range; this group has instances 0..{count - 1}")
 
 
-def _acquire(lock: threading.Lock, deadline: float | None) -> bool:
-    """Acquire ``lock`` by ``deadline`` (``time.monotonic``; ``None``: however long it takes), in
-    slices of ``WAIT_SLICE_S``: between slices the main thread runs the handler of a signal that
-    arrived just before it blocked (Ctrl-C), which one long wait would defer until the lock came."""
-    # Arguments by position: a keyword costs a round about half a microsecond more (CPython 3.11).
-    if deadline is None:
-        while not lock.acquire(True, WAIT_SLICE_S):
-            pass
-        return True
-    while True:
-        left_s = deadline - time.monotonic()
-        if lock.acquire(True, max(0.0, min(WAIT_SLICE_S, left_s))):
-            return True
-        if left_s <= 0:
-            return False
+def _some_ready(wait: Callable[..., list[Any]], conns: list[Any], found: list[Any], slice_s: float) -> bool:
+    """Whether one of ``conns`` is ready within ``slice_s`` (``multiprocessing.connection.wait``);
+    those that are, in ``found``."""
+    found[:] = wait(conns, timeout=slice_s)
+    return bool(found)
 
 
 def _close_failures(failures: Sequence[tuple[int, str]]) -> InstanceError:
@@ -244,7 +235,10 @@ class ThreadInstances(_Usable):
                 slot.go.release()
             deadline = None if self._timeout_s is None else time.monotonic() + self._timeout_s
             for slot in self._slots:
-                if not _acquire(slot.done, deadline):
+                # In slices (``wait_in_slices``): one long wait would defer a Ctrl-C that arrived just
+                # before it blocked until the calls ended.
+                left_s = None if deadline is None else deadline - time.monotonic()
+                if not wait_in_slices(functools.partial(slot.done.acquire, True), left_s):
                     self._broken = (
                         f"instance {slot.index} ({slot.compiled.target}) did not finish round "
                         f"{self._rounds} within timeout_s={self._timeout_s:g}"
@@ -609,12 +603,11 @@ class ProcessInstances(_Usable):
         deadline = time.monotonic() + timeout_s
         while len(info) < self.count:
             pending = [w.conn for w in self._workers if w.index not in info]
-            left_s = deadline - time.monotonic()
-            # In slices, so that Ctrl-C is acted on within one however its signal fell.
-            ready = wait(pending, timeout=max(0.0, min(WAIT_SLICE_S, left_s)))
-            if not ready and left_s > 0:
-                continue
-            if not ready:
+            ready: list[Any] = []
+            # In slices (``wait_in_slices``), so that Ctrl-C is acted on within one however it fell.
+            if not wait_in_slices(
+                functools.partial(_some_ready, wait, pending, ready), deadline - time.monotonic()
+            ):
                 late = ", ".join(str(w.index) for w in self._workers if w.index not in info)
                 raise CompileError(
                     f"instance(s) {late} did not finish compiling {self._names[0]} within "
